@@ -1,0 +1,273 @@
+package scan
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"strconv"
+)
+
+// Pattern is one canary the Matcher looks for: who owns it, what kind of
+// canary it is, and its value. The JSON form is the one the scan command's
+// --canaries file holds.
+type Pattern struct {
+	Owner string `json:"owner"`
+	Kind  string `json:"kind"`
+	Value string `json:"value"`
+}
+
+// MinValueLen is the shortest canary value a Matcher accepts: a shorter one
+// could occur by chance, and would slow every scan down.
+const MinValueLen = 8
+
+// ErrBadPattern is wrapped by Compile's error for a pattern it refuses.
+var ErrBadPattern = errors.New("bad canary pattern")
+
+// Match is one occurrence of a pattern, in one encoding, in the bytes
+// scanned: Start and End are byte offsets (End exclusive) from the start of
+// the stream, and Excerpt is a short quoted piece of the bytes around it.
+type Match struct {
+	Pattern  Pattern  `json:"pattern"`
+	Encoding Encoding `json:"encoding"`
+	Start    int64    `json:"start"`
+	End      int64    `json:"end"`
+	Excerpt  string   `json:"excerpt"`
+}
+
+const (
+	block     = 4  // bytes hashed per shift-table probe
+	maxWindow = 32 // longest suffix of a needle the shift table is built from
+	hashMul   = 0x9E3779B1
+	vhashMul  = 0x9E3779B97F4A7C15
+)
+
+// Matcher finds every pattern in every encoding in one pass over the bytes.
+// It is a Wu–Manber matcher: a table indexed by a hash of the last four bytes
+// of a window of W bytes (W the shortest needle, at most 32) says how far the
+// window may move without stepping over the end of any needle; a window whose
+// shift is zero is verified exactly against the needles whose last eight
+// bytes hash alike. The cost grows with the bytes scanned, and mostly falls
+// as needles get longer, whatever the number of patterns.
+//
+// A Matcher is immutable once compiled and safe for concurrent use.
+type Matcher struct {
+	patterns []Pattern
+	window   int
+	maxLen   int
+
+	shift     []uint8 // 1<<shiftBits entries
+	shiftBits uint
+
+	vstart []uint32 // 1<<vbits+1 entries: needles of verify bucket k are vids[vstart[k]:vstart[k+1]]
+	vids   []uint32
+	vbits  uint
+
+	data []byte   // every needle, back to back
+	noff []uint32 // needle i is data[noff[i]:noff[i+1]]
+	npat []uint32 // pattern of needle i
+	nenc []Encoding
+}
+
+// Compile builds a Matcher for patterns. Values must be at least MinValueLen
+// bytes; the same value may not belong to two owners or kinds (a finding
+// could not say whose it is); exact duplicates are kept once.
+func Compile(patterns []Pattern) (*Matcher, error) {
+	m := &Matcher{}
+	seen := make(map[string]int, len(patterns))
+	for i, p := range patterns {
+		if len(p.Value) < MinValueLen {
+			return nil, fmt.Errorf("canary %d (owner %q, kind %q): value %q is shorter than %d bytes: %w", i, p.Owner, p.Kind, p.Value, MinValueLen, ErrBadPattern)
+		}
+		if j, ok := seen[p.Value]; ok {
+			if m.patterns[j] == p {
+				continue
+			}
+			q := m.patterns[j]
+			return nil, fmt.Errorf("canary value %q belongs to both %s/%s and %s/%s: %w", p.Value, q.Owner, q.Kind, p.Owner, p.Kind, ErrBadPattern)
+		}
+		seen[p.Value] = len(m.patterns)
+		m.patterns = append(m.patterns, p)
+	}
+
+	// Needles: every encoded form of every pattern, each distinct byte
+	// string once per pattern (a value whose base64 has no '+' or '/' is
+	// the same needle in both alphabets, found as Base64).
+	m.noff = append(m.noff, 0)
+	minLen := maxWindow
+	for pi, p := range m.patterns {
+		forms := encodedForms(p.Value)
+		have := make(map[string]bool, len(forms))
+		for _, f := range forms {
+			if have[f.value] {
+				continue
+			}
+			have[f.value] = true
+			m.data = append(m.data, f.value...)
+			m.noff = append(m.noff, uint32(len(m.data)))
+			m.npat = append(m.npat, uint32(pi))
+			m.nenc = append(m.nenc, f.enc)
+			minLen = min(minLen, len(f.value))
+			m.maxLen = max(m.maxLen, len(f.value))
+		}
+	}
+	m.window = minLen
+	n := len(m.npat)
+
+	// Shift table over the last `window` bytes of every needle.
+	blocks := n * (m.window - block + 1)
+	m.shiftBits = uint(min(max(bits.Len(uint(blocks*4)), 12), 22))
+	m.shift = make([]uint8, 1<<m.shiftBits)
+	def := uint8(m.window - block + 1)
+	for i := range m.shift {
+		m.shift[i] = def
+	}
+	for i := 0; i < n; i++ {
+		nd := m.needle(i)
+		anchor := nd[len(nd)-m.window:]
+		for j := block - 1; j < m.window; j++ {
+			h := m.shiftHash(binary.LittleEndian.Uint32(anchor[j-block+1:]))
+			if s := uint8(m.window - 1 - j); s < m.shift[h] {
+				m.shift[h] = s
+			}
+		}
+	}
+
+	// Verify buckets keyed by the needle's last eight bytes.
+	m.vbits = uint(min(max(bits.Len(uint(n*2)), 8), 24))
+	m.vstart = make([]uint32, 1<<m.vbits+1)
+	keys := make([]uint32, n)
+	for i := 0; i < n; i++ {
+		nd := m.needle(i)
+		keys[i] = m.verifyHash(binary.LittleEndian.Uint64(nd[len(nd)-8:]))
+		m.vstart[keys[i]+1]++
+	}
+	for k := 1; k < len(m.vstart); k++ {
+		m.vstart[k] += m.vstart[k-1]
+	}
+	m.vids = make([]uint32, n)
+	fill := make([]uint32, 1<<m.vbits)
+	for i := 0; i < n; i++ {
+		k := keys[i]
+		m.vids[m.vstart[k]+fill[k]] = uint32(i)
+		fill[k]++
+	}
+	return m, nil
+}
+
+func (m *Matcher) needle(i int) []byte { return m.data[m.noff[i]:m.noff[i+1]] }
+
+func (m *Matcher) shiftHash(x uint32) uint32 { return (x * hashMul) >> (32 - m.shiftBits) }
+
+func (m *Matcher) verifyHash(x uint64) uint32 { return uint32((x * vhashMul) >> (64 - m.vbits)) }
+
+// Patterns returns the distinct patterns compiled, in order.
+func (m *Matcher) Patterns() []Pattern { return append([]Pattern(nil), m.patterns...) }
+
+// Needles is the number of encoded needles the patterns yielded.
+func (m *Matcher) Needles() int { return len(m.npat) }
+
+// MaxNeedle is the length of the longest needle: a stream scanned in pieces
+// must overlap them by one byte less than this.
+func (m *Matcher) MaxNeedle() int { return m.maxLen }
+
+// Find calls fn for every match in data, in order of end offset (matches
+// ending at the same byte in needle order). Offsets are relative to data.
+func (m *Matcher) Find(data []byte, fn func(Match)) {
+	m.find(data, 0, 0, fn)
+}
+
+// FindAll returns every match in data.
+func (m *Matcher) FindAll(data []byte) []Match {
+	var out []Match
+	m.Find(data, func(x Match) { out = append(out, x) })
+	return out
+}
+
+// find reports the matches in data that end after data[from-1]; base is the
+// stream offset of data[0].
+func (m *Matcher) find(data []byte, base int64, from int, fn func(Match)) {
+	if len(m.npat) == 0 {
+		return
+	}
+	shift := m.shift
+	sh := 32 - m.shiftBits
+	i := max(m.window-1, from)
+	n := len(data)
+	for i < n {
+		s := shift[(binary.LittleEndian.Uint32(data[i-3:])*hashMul)>>sh]
+		if s != 0 {
+			i += int(s)
+			continue
+		}
+		m.verify(data, i, base, fn)
+		i++
+	}
+}
+
+func (m *Matcher) verify(data []byte, i int, base int64, fn func(Match)) {
+	k := m.verifyHash(binary.LittleEndian.Uint64(data[i-7:]))
+	for _, id := range m.vids[m.vstart[k]:m.vstart[k+1]] {
+		nd := m.needle(int(id))
+		start := i + 1 - len(nd)
+		if start < 0 || !bytes.Equal(data[start:i+1], nd) {
+			continue
+		}
+		fn(Match{
+			Pattern:  m.patterns[m.npat[id]],
+			Encoding: m.nenc[id],
+			Start:    base + int64(start),
+			End:      base + int64(i+1),
+			Excerpt:  excerpt(data, start, i+1),
+		})
+	}
+}
+
+const excerptContext = 24
+
+// excerpt quotes the match with a little context on each side, capped so a
+// long encoded needle still gives a short line.
+func excerpt(data []byte, start, end int) string {
+	if end-start > 96 {
+		end = start + 96
+	}
+	lo := max(start-excerptContext, 0)
+	hi := min(end+excerptContext, len(data))
+	return strconv.Quote(string(data[lo:hi]))
+}
+
+// chunkSize is how much of a stream Scan reads at a time.
+const chunkSize = 1 << 20
+
+// Scan reads r to its end and calls fn for every match, with offsets from
+// the start of the stream. It holds one chunk (plus the overlap a needle may
+// span) in memory, whatever the stream's size.
+func (m *Matcher) Scan(r io.Reader, fn func(Match)) error {
+	return m.scan(r, chunkSize, fn)
+}
+
+func (m *Matcher) scan(r io.Reader, chunkSize int, fn func(Match)) error {
+	overlap := max(m.maxLen-1, 0)
+	buf := make([]byte, overlap+chunkSize)
+	var base int64 // stream offset of buf[0]
+	kept := 0      // bytes at the head of buf carried from the previous chunk
+	for {
+		n, err := io.ReadFull(r, buf[kept:])
+		end := kept + n
+		if n > 0 {
+			m.find(buf[:end], base, kept, fn)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read at offset %d: %w", base+int64(end), err)
+		}
+		keep := min(overlap, end)
+		copy(buf, buf[end-keep:end])
+		base += int64(end - keep)
+		kept = keep
+	}
+}

@@ -1,0 +1,268 @@
+package scan
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestEncodedFormsDecodeBack(t *testing.T) {
+	t.Parallel()
+	v := "provider-key-alpha-3f9a0c1b2d"
+	for _, f := range encodedForms(v) {
+		switch f.enc {
+		case Raw:
+			require.Equal(t, v, f.value)
+		case Hex, HexUpper:
+			got, err := hex.DecodeString(f.value)
+			require.NoError(t, err)
+			require.Equal(t, v, string(got))
+		case UTF16LE, UTF16BE:
+			require.Len(t, f.value, 2*len(v))
+		case Percent:
+			got, err := hex.DecodeString(strings.ReplaceAll(f.value, "%", ""))
+			require.NoError(t, err)
+			require.Equal(t, v, string(got))
+		case JSONEscape:
+			got, err := strconv.Unquote(`"` + f.value + `"`)
+			require.NoError(t, err)
+			require.Equal(t, v, got)
+		case Base64, Base64URL:
+			// Each trimmed form sits inside the encoding of the value at
+			// one of the three alignments, whatever surrounds it.
+			alg := base64.StdEncoding
+			if f.enc == Base64URL {
+				alg = base64.URLEncoding
+			}
+			found := false
+			for a := 0; a < 3; a++ {
+				s := alg.EncodeToString([]byte(strings.Repeat("Q", a) + v + "zz"))
+				found = found || strings.Contains(s, f.value)
+			}
+			require.True(t, found, "base64 form %q found at no alignment", f.value)
+			require.GreaterOrEqual(t, len(f.value), len(v)*4/3-2)
+		default:
+			t.Fatalf("unknown encoding %q", f.enc)
+		}
+	}
+}
+
+// TestFindsEveryEncoding plants one tenant's canary in every encoding (and
+// base64 at every alignment) inside text, and expects exactly that finding.
+func TestFindsEveryEncoding(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	pats := testPatterns(rng, 4)
+	m, err := Compile(pats)
+	require.NoError(t, err)
+	target := pats[13] // beta's api_server_key
+	for _, enc := range Encodings {
+		for align := 0; align < 3; align++ {
+			if align > 0 && enc != Base64 && enc != Base64URL {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/%d", enc, align), func(t *testing.T) {
+				t.Parallel()
+				planted := plantForm(target.Value, enc, align)
+				for _, lower := range []bool{false, true} {
+					p := planted
+					if lower {
+						if enc != Percent && enc != JSONEscape {
+							continue
+						}
+						p = strings.ToLower(planted)
+					}
+					text := "before the leak: " + p + " :after"
+					got := m.FindAll([]byte(text))
+					require.Len(t, got, 1, "in %q", text)
+					require.Equal(t, target, got[0].Pattern)
+					want := enc
+					if enc == Base64URL && strings.Contains(base64.StdEncoding.EncodeToString([]byte(strings.Repeat("x", align)+target.Value+"~~")), text[got[0].Start:got[0].End]) {
+						want = Base64 // the same bytes in both alphabets
+					}
+					require.Equal(t, want, got[0].Encoding)
+					require.Contains(t, p, text[got[0].Start:got[0].End])
+					require.NotEmpty(t, got[0].Excerpt)
+				}
+			})
+		}
+	}
+}
+
+func TestCleanTextStaysClean(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	pats := testPatterns(rng, 2)
+	m, err := Compile(pats)
+	require.NoError(t, err)
+	v := pats[0].Value // provider-key-alpha-<tag>
+	tag := v[len(v)-10:]
+	for name, text := range map[string]string{
+		"bare tag":          "the tag " + tag + " alone, and " + strings.ToUpper(tag),
+		"tenant name alone": "alpha beta provider-key-alpha- model-beta-",
+		"one char short":    v[:len(v)-1] + " and " + v[1:],
+		"one char changed":  v[:len(v)-1] + "x",
+		"hex of a prefix":   hex.EncodeToString([]byte(v[:len(v)-2])),
+		"empty":             "",
+		"short":             "abc",
+	} {
+		require.Empty(t, m.FindAll([]byte(text)), name)
+	}
+}
+
+// naive finds every needle with bytes.Index, the reference the matcher
+// must agree with.
+func naive(m *Matcher, data []byte) []string {
+	var out []string
+	for id := range m.npat {
+		nd := m.needle(id)
+		for off := 0; ; {
+			k := bytes.Index(data[off:], nd)
+			if k < 0 {
+				break
+			}
+			out = append(out, fmt.Sprintf("%d-%d %s %s", off+k, off+k+len(nd), m.patterns[m.npat[id]].Value, m.nenc[id]))
+			off += k + 1
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func keys(ms []Match) []string {
+	var out []string
+	for _, x := range ms {
+		out = append(out, fmt.Sprintf("%d-%d %s %s", x.Start, x.End, x.Pattern.Value, x.Encoding))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestAgreesWithNaiveAcrossChunks plants many canaries in every encoding at
+// random places (some overlapping, some at the very edges) and checks that
+// the matcher, whole and streamed in small chunks, finds exactly what a
+// needle-by-needle search finds.
+func TestAgreesWithNaiveAcrossChunks(t *testing.T) {
+	t.Parallel()
+	for seed := uint64(0); seed < 6; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		pats := testPatterns(rng, 1+int(seed)*5)
+		m, err := Compile(pats)
+		require.NoError(t, err)
+		corpus := textCorpus(rng, 20000)
+		for k := 0; k < 40; k++ {
+			p := pats[rng.IntN(len(pats))]
+			f := plantForm(p.Value, Encodings[rng.IntN(len(Encodings))], rng.IntN(3))
+			off := rng.IntN(len(corpus) - len(f))
+			if k == 0 {
+				off = 0
+			} else if k == 1 {
+				off = len(corpus) - len(f)
+			}
+			copy(corpus[off:], f)
+		}
+		want := naive(m, corpus)
+		require.NotEmpty(t, want)
+		require.Equal(t, want, keys(m.FindAll(corpus)), "seed %d whole", seed)
+		for _, chunk := range []int{1, 7, 64, 1000} {
+			var got []Match
+			require.NoError(t, m.scan(bytes.NewReader(corpus), chunk, func(x Match) { got = append(got, x) }))
+			require.Equal(t, want, keys(got), "seed %d chunk %d", seed, chunk)
+		}
+	}
+}
+
+func TestCompileRefusesBadPatterns(t *testing.T) {
+	t.Parallel()
+	_, err := Compile([]Pattern{{Owner: "a", Kind: "model", Value: "short"}})
+	require.ErrorIs(t, err, ErrBadPattern)
+	require.ErrorContains(t, err, `"short"`)
+	_, err = Compile([]Pattern{{Owner: "a", Kind: "model", Value: "model-a-0123456789"}, {Owner: "b", Kind: "model", Value: "model-a-0123456789"}})
+	require.ErrorIs(t, err, ErrBadPattern)
+	require.ErrorContains(t, err, "belongs to both")
+	m, err := Compile([]Pattern{{Owner: "a", Kind: "model", Value: "model-a-0123456789"}, {Owner: "a", Kind: "model", Value: "model-a-0123456789"}})
+	require.NoError(t, err)
+	require.Len(t, m.Patterns(), 1)
+	m, err = Compile(nil)
+	require.NoError(t, err)
+	require.Empty(t, m.FindAll([]byte("anything at all, model-a-0123456789")))
+}
+
+// TestMatcherMemoryFor1000Tenants holds the matcher for 1,000 tenants'
+// canaries (every kind, every encoding) under 64 MiB of heap.
+func TestMatcherMemoryFor1000Tenants(t *testing.T) {
+	pats := testPatterns(rand.New(rand.NewPCG(5, 6)), 1000)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	m, err := Compile(pats)
+	require.NoError(t, err)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	used := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("1000 tenants: %d patterns, %d needles, window %d, matcher heap %.1f MiB", len(pats), m.Needles(), m.window, float64(used)/(1<<20))
+	require.Less(t, used, int64(64<<20))
+	require.Len(t, m.FindAll([]byte("x"+pats[4321].Value+"y")), 1)
+	runtime.KeepAlive(m)
+}
+
+// BenchmarkScan measures the matcher over a generated text-like corpus
+// holding canaries of 2 and of 64 tenants in every encoding, a few planted.
+// SCAN_BENCH_MB sets the corpus size (default 32); SCAN_BENCH_DIR, when
+// set, receives corpus-N.txt and raw-patterns-N.txt so that
+// `grep -F -c -f raw-patterns-N.txt corpus-N.txt` can be timed beside it.
+func BenchmarkScan(b *testing.B) {
+	mb := 32
+	if s := os.Getenv("SCAN_BENCH_MB"); s != "" {
+		v, err := strconv.Atoi(s)
+		require.NoError(b, err, "SCAN_BENCH_MB")
+		mb = v
+	}
+	for _, tenants := range []int{2, 64} {
+		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(7, uint64(tenants)))
+			pats := testPatterns(rng, tenants)
+			corpus := textCorpus(rng, mb<<20)
+			planted := 0
+			for k := 0; k < 8; k++ {
+				f := plantForm(pats[rng.IntN(len(pats))].Value, Encodings[k%len(Encodings)], k%3)
+				copy(corpus[rng.IntN(len(corpus)-len(f)):], f)
+				planted++
+			}
+			m, err := Compile(pats)
+			require.NoError(b, err)
+			if dir := os.Getenv("SCAN_BENCH_DIR"); dir != "" {
+				var raw strings.Builder
+				for _, p := range pats {
+					raw.WriteString(p.Value + "\n")
+				}
+				require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("corpus-%d.txt", tenants)), corpus, 0o644))
+				require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("raw-patterns-%d.txt", tenants)), []byte(raw.String()), 0o644))
+			}
+			b.SetBytes(int64(len(corpus)))
+			b.ResetTimer()
+			found := 0
+			for b.Loop() {
+				found = 0
+				m.Find(corpus, func(Match) { found++ })
+			}
+			if found < planted-1 { // two plants may overlap
+				b.Fatalf("found %d matches, planted %d", found, planted)
+			}
+		})
+	}
+}
+
+var _ = errors.Is
