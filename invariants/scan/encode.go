@@ -14,13 +14,13 @@ type Encoding string
 // spellings are both sought where an encoding has hex digits.
 const (
 	Raw        Encoding = "raw"
-	Base64     Encoding = "base64"     // standard alphabet, any of the 3 alignments
-	Base64URL  Encoding = "base64url"  // URL-safe alphabet, any of the 3 alignments
-	Hex        Encoding = "hex"        // lower-case hex digits
-	HexUpper   Encoding = "hex-upper"  // upper-case hex digits
-	UTF16LE    Encoding = "utf16le"    // each byte followed by a zero byte
-	UTF16BE    Encoding = "utf16be"    // each byte preceded by a zero byte
-	Percent    Encoding = "percent"    // %XX for every byte, either case
+	Base64     Encoding = "base64"      // standard alphabet, any of the 3 alignments
+	Base64URL  Encoding = "base64url"   // URL-safe alphabet, any of the 3 alignments
+	Hex        Encoding = "hex"         // lower-case hex digits
+	HexUpper   Encoding = "hex-upper"   // upper-case hex digits
+	UTF16LE    Encoding = "utf16le"     // each byte followed by a zero byte
+	UTF16BE    Encoding = "utf16be"     // each byte preceded by a zero byte
+	Percent    Encoding = "percent"     // %XX for every byte, either case
 	JSONEscape Encoding = "json-escape" // \u00XX for every byte, either case
 )
 
