@@ -53,3 +53,29 @@ func TestSignalRejectsBadGroup(t *testing.T) {
 	require.ErrorContains(t, Kill(0), "not a valid group id")
 	require.False(t, Alive(0))
 }
+
+func TestMarkedFindsDescendantsInOtherGroups(t *testing.T) {
+	t.Parallel()
+	id := "test-" + strconv.Itoa(time.Now().Nanosecond())
+	// A child that starts a grandchild in a group of its own (setsid), as a
+	// server does with its shells.
+	cmd := exec.Command("bash", "-c", "setsid sleep 300 & echo $!; wait")
+	cmd.Env = append(cmd.Environ(), MarkerVar+"="+id)
+	Prepare(cmd)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	buf := make([]byte, 32)
+	n, err := out.Read(buf)
+	require.NoError(t, err)
+	grandchild, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(Marked(id)) == 2 }, 10*time.Second, 5*time.Millisecond)
+	require.ElementsMatch(t, []int{cmd.Process.Pid, grandchild}, Marked(id))
+	require.NoError(t, Kill(cmd.Process.Pid))
+	_ = cmd.Wait()
+	require.Equal(t, []int{grandchild}, Marked(id), "the group kill misses a grandchild in its own group")
+	require.NoError(t, Kill(grandchild))
+	require.Eventually(t, func() bool { return len(Marked(id)) == 0 }, 10*time.Second, 5*time.Millisecond)
+	require.Empty(t, Marked(""))
+}

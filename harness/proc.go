@@ -1,0 +1,289 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+)
+
+// Errors of a process's life, distinct so a caller can tell a target that
+// never got ready from one that died.
+var (
+	ErrExited   = errors.New("process exited")
+	ErrNotReady = errors.New("process not ready before the deadline")
+)
+
+// ProcSpec describes a child the harness runs.
+type ProcSpec struct {
+	Name    string   // for errors and logs, e.g. "agentd serve"
+	Argv    []string // program and arguments
+	Dir     string   // working directory
+	Env     []string // the complete environment (see tenants.HermeticEnv)
+	LogPath string   // stdout and stderr are appended here, line by line, prefixed by stream
+	Stdin   bool     // keep a pipe to the child's stdin (stdio RPC); else stdin is /dev/null
+}
+
+// Proc is one running child in a process group of its own. Its stdout lines
+// are kept in order and can be waited on; stdout and stderr both go to the
+// log file. Stop and Kill are safe to call more than once and from any
+// goroutine; they return after the child is reaped and every reader has
+// finished.
+type Proc struct {
+	spec  ProcSpec
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	log   *os.File
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	lines   []string // stdout lines so far
+	tail    []string // last lines of stdout and stderr, for error messages
+	eof     bool     // stdout reached EOF
+	exited  bool
+	exitErr error
+
+	readers sync.WaitGroup
+	done    chan struct{}
+	stopped sync.Once
+}
+
+const tailLines = 40
+
+// StartProc starts spec's program. The child runs in a new process group,
+// dies with the harness (parent-death signal) and is killed as a group
+// when ctx ends.
+func StartProc(ctx context.Context, spec ProcSpec) (*Proc, error) {
+	if len(spec.Argv) == 0 {
+		return nil, fmt.Errorf("start %s: empty argv", spec.Name)
+	}
+	p := &Proc{spec: spec, done: make(chan struct{})}
+	p.cond = sync.NewCond(&p.mu)
+	cmd := procgroup.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
+	cmd.Dir, cmd.Env = spec.Dir, spec.Env
+	cmd.WaitDelay = 5 * time.Second
+	p.cmd = cmd
+	var err error
+	if spec.LogPath != "" {
+		if p.log, err = os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+			return nil, fmt.Errorf("start %s: open log: %w", spec.Name, err)
+		}
+	}
+	fail := func(err error) (*Proc, error) {
+		if p.log != nil {
+			p.log.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", spec.Name, err)
+	}
+	if spec.Stdin {
+		if p.stdin, err = cmd.StdinPipe(); err != nil {
+			return fail(err)
+		}
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fail(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return fail(err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fail(err)
+	}
+	p.readers.Add(2)
+	go p.pump(stdout, "out", true)
+	go p.pump(stderr, "err", false)
+	go func() {
+		// Readers first: Wait closes the pipes, which would cut the last lines.
+		p.readers.Wait()
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.exited, p.exitErr = true, err
+		p.cond.Broadcast()
+		p.mu.Unlock()
+		if p.log != nil {
+			p.log.Close()
+		}
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *Proc) pump(r io.Reader, stream string, keep bool) {
+	defer p.readers.Done()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		p.mu.Lock()
+		if keep {
+			p.lines = append(p.lines, line)
+		}
+		p.tail = append(p.tail, stream+": "+line)
+		if len(p.tail) > tailLines {
+			p.tail = p.tail[len(p.tail)-tailLines:]
+		}
+		if p.log != nil {
+			fmt.Fprintf(p.log, "%s %s | %s\n", time.Now().Format("15:04:05.000"), stream, line)
+		}
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}
+	// Drain whatever is left so the child never blocks on a full pipe.
+	_, _ = io.Copy(io.Discard, r)
+	if keep {
+		p.mu.Lock()
+		p.eof = true
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}
+}
+
+// Pid is the child's pid, which is also its process group id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Name is the spec's name.
+func (p *Proc) Name() string { return p.spec.Name }
+
+// Stdin is the pipe to the child's stdin, or nil without ProcSpec.Stdin.
+func (p *Proc) Stdin() io.WriteCloser { return p.stdin }
+
+// Done is closed once the child has exited and its output is read.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// ExitErr is the child's exit error once Done is closed (nil for status 0).
+func (p *Proc) ExitErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitErr
+}
+
+// Tail is the last lines the child printed, stdout and stderr interleaved.
+func (p *Proc) Tail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.tail, "\n")
+}
+
+// Line returns stdout line i (0-based), waiting for it until ctx ends or
+// stdout closes.
+func (p *Proc) Line(ctx context.Context, i int) (string, error) {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i >= len(p.lines) {
+		if p.eof {
+			return "", fmt.Errorf("%s: stdout closed after %d lines: %w", p.spec.Name, len(p.lines), ErrExited)
+		}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		p.cond.Wait()
+	}
+	return p.lines[i], nil
+}
+
+// WaitLine waits for the first stdout line matching re and returns its
+// submatches. It fails with ErrNotReady when ctx ends first and ErrExited
+// when the child's stdout closes first; both errors show the child's last
+// output.
+func (p *Proc) WaitLine(ctx context.Context, re *regexp.Regexp) ([]string, error) {
+	for i := 0; ; i++ {
+		line, err := p.Line(ctx, i)
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ErrNotReady
+			}
+			return nil, fmt.Errorf("%s: waiting for a line matching %q: %w\nlast output:\n%s", p.spec.Name, re, err, p.Tail())
+		}
+		if m := re.FindStringSubmatch(line); m != nil {
+			return m, nil
+		}
+	}
+}
+
+// Stop ends the child: it closes stdin (and gives a stdio server half of
+// grace to leave on its EOF), sends SIGTERM to the group, waits for a clean
+// exit until grace is spent, then kills the group. It returns the child's
+// exit error (nil for a clean exit), or an error saying it had to be killed.
+func (p *Proc) Stop(grace time.Duration) error {
+	var killed bool
+	p.stopped.Do(func() {
+		deadline := time.NewTimer(grace)
+		defer deadline.Stop()
+		if p.stdin != nil {
+			// A stdio server's first way out is stdin's EOF; give it half
+			// the grace before asking with a signal.
+			p.stdin.Close()
+			select {
+			case <-p.done:
+			case <-time.After(grace / 2):
+			}
+		}
+		_ = procgroup.Signal(p.Pid(), syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-deadline.C:
+			killed = true
+			_ = procgroup.Kill(p.Pid())
+			<-p.done
+		}
+		// The leader is gone; anything left in its group is killed too.
+		_ = procgroup.Kill(p.Pid())
+	})
+	<-p.done
+	if killed {
+		return fmt.Errorf("%s: still running %v after SIGTERM; killed\nlast output:\n%s", p.spec.Name, grace, p.Tail())
+	}
+	return p.ExitErr()
+}
+
+// Kill kills the child's process group at once and waits for it.
+func (p *Proc) Kill() {
+	p.stopped.Do(func() {
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
+		_ = procgroup.Kill(p.Pid())
+		<-p.done
+	})
+	<-p.done
+}
+
+// Lines returns a copy of every stdout line so far.
+func (p *Proc) Lines() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.lines...)
+}
+
+// Output returns the log file's content (both streams), for failure reports.
+func (p *Proc) Output() string {
+	if p.spec.LogPath == "" {
+		return p.Tail()
+	}
+	data, err := os.ReadFile(p.spec.LogPath)
+	if err != nil {
+		return p.Tail()
+	}
+	return string(bytes.TrimSpace(data))
+}
+
+func deadlineSoon() time.Time { return time.Now().Add(time.Second) }

@@ -1,0 +1,113 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+)
+
+func startBash(t *testing.T, ctx context.Context, script string) *Proc {
+	t.Helper()
+	p, err := StartProc(ctx, ProcSpec{Name: "bash", Argv: []string{"bash", "-c", script}, LogPath: filepath.Join(t.TempDir(), "log"), Stdin: true})
+	require.NoError(t, err)
+	t.Cleanup(p.Kill)
+	return p
+}
+
+func TestProcReadyLineAndLog(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := startBash(t, ctx, `echo boot >&2; echo "backend listening on 127.0.0.1:4242"; read x; echo got $x`)
+	m, err := p.WaitLine(ctx, regexp.MustCompile(`backend listening on [\d.]+:(\d+)`))
+	require.NoError(t, err)
+	assert.Equal(t, "4242", m[1])
+	_, err = p.Stdin().Write([]byte("hello\n"))
+	require.NoError(t, err)
+	line, err := p.Line(ctx, 1)
+	require.NoError(t, err)
+	assert.Equal(t, "got hello", line)
+	<-p.Done()
+	require.NoError(t, p.ExitErr())
+	out := p.Output()
+	assert.Contains(t, out, "err | boot")
+	assert.Contains(t, out, "out | got hello")
+}
+
+func TestProcNeverReadyAndEarlyExitAreDistinct(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := startBash(t, ctx, `echo starting; exec sleep 300`)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := p.WaitLine(short, regexp.MustCompile(`ready`))
+	require.ErrorIs(t, err, ErrNotReady)
+	assert.Contains(t, err.Error(), "out: starting", "the error shows the last output")
+
+	q := startBash(t, ctx, `echo "fatal: port 1 in use" >&2; exit 75`)
+	_, err = q.WaitLine(ctx, regexp.MustCompile(`ready`))
+	require.ErrorIs(t, err, ErrExited)
+	assert.Contains(t, err.Error(), "port 1 in use")
+	<-q.Done()
+	var exit interface{ ExitCode() int }
+	require.True(t, errors.As(q.ExitErr(), &exit))
+	assert.Equal(t, 75, exit.ExitCode())
+}
+
+func TestProcStopKillsTheWholeGroupOnEveryPath(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// A server that ignores SIGTERM and has a child of its own.
+	p := startBash(t, ctx, `trap '' TERM; sleep 300 & echo child $!; wait`)
+	line, err := p.Line(ctx, 0)
+	require.NoError(t, err)
+	child, err := strconv.Atoi(strings.TrimPrefix(line, "child "))
+	require.NoError(t, err)
+	require.True(t, procgroup.Alive(child))
+	err = p.Stop(100 * time.Millisecond)
+	require.ErrorContains(t, err, "killed")
+	require.Eventually(t, func() bool { return !procgroup.Alive(child) }, 10*time.Second, 5*time.Millisecond)
+	p.Kill() // idempotent after Stop
+
+	// The context's end kills the group too.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	q := startBash(t, ctx2, `sleep 300 & echo child $!; wait`)
+	line, err = q.Line(ctx, 0)
+	require.NoError(t, err)
+	child, _ = strconv.Atoi(strings.TrimPrefix(line, "child "))
+	cancel2()
+	<-q.Done()
+	require.Eventually(t, func() bool { return !procgroup.Alive(child) }, 10*time.Second, 5*time.Millisecond)
+}
+
+func TestProcCleanStopReturnsExitStatus(t *testing.T) {
+	t.Parallel()
+	// No stdin pipe: a serve backend, asked to leave by SIGTERM alone.
+	p, err := StartProc(context.Background(), ProcSpec{Name: "serve", Argv: []string{"bash", "-c", `trap 'exit 0' TERM; echo up; while :; do sleep 0.05; done`}})
+	require.NoError(t, err)
+	defer p.Kill()
+	_, err = p.Line(context.Background(), 0)
+	require.NoError(t, err)
+	require.NoError(t, p.Stop(10*time.Second))
+}
+
+func TestStartProcRejectsBadSpec(t *testing.T) {
+	t.Parallel()
+	_, err := StartProc(context.Background(), ProcSpec{Name: "nothing"})
+	require.ErrorContains(t, err, "empty argv")
+	_, err = StartProc(context.Background(), ProcSpec{Name: "missing", Argv: []string{filepath.Join(t.TempDir(), "no-such-binary")}})
+	require.ErrorContains(t, err, "start missing")
+	_, err = StartProc(context.Background(), ProcSpec{Name: "badlog", Argv: []string{"true"}, LogPath: filepath.Join(t.TempDir(), "no", "dir", "log")})
+	require.ErrorContains(t, err, "open log")
+}

@@ -1,0 +1,263 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrClosed is returned by calls and waits on a connection that has closed.
+var ErrClosed = errors.New("rpc connection closed")
+
+// RPCError is an error reply of the tenant-server protocol.
+type RPCError struct {
+	Method  string
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *RPCError) Error() string {
+	return fmt.Sprintf("%s: rpc error %d: %s", e.Method, e.Code, e.Message)
+}
+
+// Frame is one JSON object the server sent, exactly as received.
+type Frame struct {
+	Raw  []byte    // the frame's bytes
+	Time time.Time // when it arrived
+}
+
+// Event is a decoded `event` notification.
+type Event struct {
+	Index     int            // position among this connection's events
+	Type      string         // message.start, message.delta, tool.start, tool.complete, message.complete, error, gateway.ready, ...
+	SessionID string         // "" for events outside a session
+	Payload   map[string]any // the event's payload
+	Raw       []byte         // the frame it came in
+}
+
+// wireMsg is any frame of JSON-RPC 2.0, request, reply or notification.
+type wireMsg struct {
+	ID     json.RawMessage `json:"id,omitempty"`
+	Method string          `json:"method,omitempty"`
+	Params json.RawMessage `json:"params,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *RPCError       `json:"error,omitempty"`
+}
+
+// RPC is a JSON-RPC 2.0 client over any transport that moves one JSON object
+// per message: it matches replies to calls by id (they may come out of
+// order), queues events for waiters, and keeps every frame received so the
+// RPC-frame scan sees all of them.
+type RPC struct {
+	name string
+	send func([]byte) error
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	nextID  int64
+	pending map[int64]chan wireMsg
+	frames  []Frame
+	events  []Event
+	bad     []string // frames that were not JSON objects
+	closed  error
+}
+
+func newRPC(name string, send func([]byte) error) *RPC {
+	c := &RPC{name: name, send: send, pending: map[int64]chan wireMsg{}}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+// deliver takes one received frame.
+func (c *RPC) deliver(raw []byte) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return
+	}
+	frame := Frame{Raw: append([]byte(nil), raw...), Time: time.Now()}
+	var m wireMsg
+	err := json.Unmarshal(frame.Raw, &m)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frames = append(c.frames, frame)
+	defer c.cond.Broadcast()
+	if err != nil {
+		c.bad = append(c.bad, truncate(string(raw), 200))
+		return
+	}
+	if m.Method == "event" {
+		var p struct {
+			Type      string         `json:"type"`
+			SessionID string         `json:"session_id"`
+			Payload   map[string]any `json:"payload"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		c.events = append(c.events, Event{Index: len(c.events), Type: p.Type, SessionID: p.SessionID, Payload: p.Payload, Raw: frame.Raw})
+		return
+	}
+	var id int64
+	if json.Unmarshal(m.ID, &id) == nil {
+		if ch, ok := c.pending[id]; ok {
+			delete(c.pending, id)
+			ch <- m
+		}
+	}
+}
+
+// fail closes the connection for every caller and waiter with err.
+func (c *RPC) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed == nil {
+		c.closed = fmt.Errorf("%s: %w: %v", c.name, ErrClosed, err)
+	}
+	for id, ch := range c.pending {
+		close(ch)
+		delete(c.pending, id)
+	}
+	c.cond.Broadcast()
+}
+
+// Call sends a request and waits for its reply; a non-nil result is decoded
+// from the reply's result. An error reply is an *RPCError.
+func (c *RPC) Call(ctx context.Context, method string, params any, result any) error {
+	c.mu.Lock()
+	if c.closed != nil {
+		c.mu.Unlock()
+		return c.closed
+	}
+	c.nextID++
+	id := c.nextID
+	ch := make(chan wireMsg, 1)
+	c.pending[id] = ch
+	c.mu.Unlock()
+	frame, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	if err != nil {
+		c.forget(id)
+		return fmt.Errorf("%s: encode %s: %w", c.name, method, err)
+	}
+	if err := c.send(frame); err != nil {
+		c.forget(id)
+		return fmt.Errorf("%s: send %s: %w", c.name, method, err)
+	}
+	select {
+	case m, ok := <-ch:
+		if !ok {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return fmt.Errorf("%s waiting for its reply: %w", method, c.closed)
+		}
+		if m.Error != nil {
+			m.Error.Method = method
+			return m.Error
+		}
+		if result != nil {
+			if err := json.Unmarshal(m.Result, result); err != nil {
+				return fmt.Errorf("%s: decode %s result %s: %w", c.name, method, truncate(string(m.Result), 200), err)
+			}
+		}
+		return nil
+	case <-ctx.Done():
+		c.forget(id)
+		return fmt.Errorf("%s: %s: no reply: %w\nlast frames:\n%s", c.name, method, ctx.Err(), c.lastFrames(8))
+	}
+}
+
+// SendRaw sends bytes as one frame, unchecked (bad-frame tests).
+func (c *RPC) SendRaw(frame []byte) error { return c.send(frame) }
+
+func (c *RPC) forget(id int64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// EventCount is the number of events received so far: a mark to wait for
+// events after.
+func (c *RPC) EventCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.events)
+}
+
+// WaitEvent waits for the first event at or after index from that
+// satisfies pred. A failed wait names what it waited for (what) and shows
+// the last frames.
+func (c *RPC) WaitEvent(ctx context.Context, from int, what string, pred func(Event) bool) (Event, error) {
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	})
+	defer stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := from; ; {
+		for ; i < len(c.events); i++ {
+			if pred(c.events[i]) {
+				return c.events[i], nil
+			}
+		}
+		if c.closed != nil {
+			return Event{}, fmt.Errorf("waiting for %s: %w\nlast frames:\n%s", what, c.closed, c.lastFramesLocked(8))
+		}
+		if ctx.Err() != nil {
+			return Event{}, fmt.Errorf("%s: waiting for %s: %w\nlast frames:\n%s", c.name, what, ctx.Err(), c.lastFramesLocked(8))
+		}
+		c.cond.Wait()
+	}
+}
+
+// Events returns a copy of every event so far.
+func (c *RPC) Events() []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Event(nil), c.events...)
+}
+
+// Frames returns every frame received so far, for the RPC-frame scan.
+func (c *RPC) Frames() []Frame {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Frame(nil), c.frames...)
+}
+
+// BadFrames lists frames that were not JSON (a protocol violation: stdout
+// must carry frames only).
+func (c *RPC) BadFrames() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.bad...)
+}
+
+func (c *RPC) lastFrames(n int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastFramesLocked(n)
+}
+
+func (c *RPC) lastFramesLocked(n int) string {
+	start := max(0, len(c.frames)-n)
+	var b strings.Builder
+	for _, f := range c.frames[start:] {
+		b.WriteString("  ")
+		b.WriteString(truncate(string(f.Raw), 300))
+		b.WriteByte('\n')
+	}
+	if b.Len() == 0 {
+		return "  (none)\n"
+	}
+	return b.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

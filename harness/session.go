@@ -1,0 +1,62 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+)
+
+// SessionInfo is the reply of session.create and session.resume.
+type SessionInfo struct {
+	SessionID       string `json:"session_id"`
+	StoredSessionID string `json:"stored_session_id"`
+	Info            struct {
+		Model       string `json:"model"`
+		ProfileName string `json:"profile_name"`
+		Cwd         string `json:"cwd"`
+	} `json:"info"`
+}
+
+// CreateSession opens a session of profile ("" for the launch profile).
+func (c *RPC) CreateSession(ctx context.Context, profile string) (SessionInfo, error) {
+	params := map[string]any{}
+	if profile != "" {
+		params["profile"] = profile
+	}
+	var s SessionInfo
+	err := c.Call(ctx, "session.create", params, &s)
+	return s, err
+}
+
+// ResumeSession reopens a stored session under a new live id.
+func (c *RPC) ResumeSession(ctx context.Context, storedID, profile string) (SessionInfo, error) {
+	params := map[string]any{"session_id": storedID}
+	if profile != "" {
+		params["profile"] = profile
+	}
+	var s SessionInfo
+	err := c.Call(ctx, "session.resume", params, &s)
+	return s, err
+}
+
+// Turn submits text to session sid and waits for the turn's end. It fails
+// when the turn ends with status error or an error event, naming the
+// session and showing the last frames.
+func (c *RPC) Turn(ctx context.Context, sid, text string) (Event, error) {
+	mark := c.EventCount()
+	var ack struct {
+		Status string `json:"status"`
+	}
+	if err := c.Call(ctx, "prompt.submit", map[string]any{"session_id": sid, "text": text}, &ack); err != nil {
+		return Event{}, err
+	}
+	ev, err := c.WaitEvent(ctx, mark, "the end of the turn of session "+sid, func(e Event) bool {
+		return e.SessionID == sid && (e.Type == "message.complete" || e.Type == "error")
+	})
+	if err != nil {
+		return ev, err
+	}
+	if status, _ := ev.Payload["status"].(string); ev.Type != "message.complete" || status != "complete" {
+		return ev, fmt.Errorf("turn of session %s failed: %s", sid, truncate(string(ev.Raw), 500))
+	}
+	return ev, nil
+}

@@ -1,0 +1,42 @@
+package procgroup
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+)
+
+// MarkerVar is the environment variable that tags every process of one run.
+// A child inherits it from its parent unless someone scrubs it, so the live
+// processes carrying a run's marker are the ones that run spawned, however
+// deep and in whatever process group.
+const MarkerVar = "TENANTCANARY_RUN"
+
+// Marked lists the live pids whose environment carries MarkerVar=id.
+func Marked(id string) []int {
+	if id == "" {
+		return nil
+	}
+	want := []byte(MarkerVar + "=" + id + "\x00")
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var out []int
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid <= 0 || pid == self {
+			continue
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue
+		}
+		env = append(env, 0)
+		if (bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...))) && Alive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
