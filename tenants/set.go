@@ -1,0 +1,225 @@
+package tenants
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+)
+
+// ProbeBegin and ProbeEnd bracket the environment snapshot the default
+// responder asks the target's terminal tool to print.
+const (
+	ProbeBegin = "SNAPSHOT-BEGIN"
+	ProbeEnd   = "SNAPSHOT-END"
+)
+
+// ProbeCommand is the terminal command of the default responder: dump the
+// environment and cwd between markers, then export the tenant's shell-state
+// canary, so a shell that another tenant reuses shows it in that tenant's
+// next snapshot.
+func (t *Tenant) ProbeCommand() string {
+	return "echo " + ProbeBegin + "; env | sort; echo CWD=$(pwd); echo " + ProbeEnd +
+		"; export TENANT_SHELL_STATE=" + t.Value(ShellState)
+}
+
+// DefaultResponder answers a user turn with a terminal tool call running the
+// probe, and a tool result with the text "probe done for <tenant>".
+func DefaultResponder(t *Tenant) fakellm.Responder {
+	return func(r fakellm.Record) fakellm.Response {
+		msgs := r.Messages()
+		if n := len(msgs); n > 0 {
+			if role, _ := msgs[n-1]["role"].(string); role == "tool" {
+				return fakellm.Text("probe done for " + t.Name)
+			}
+		}
+		return fakellm.ToolCall("terminal", map[string]string{"command": t.ProbeCommand()})
+	}
+}
+
+// Options shape a Build.
+type Options struct {
+	Names  []string // tenant names; default Names(3). The launch tenant is among them.
+	Launch string   // the launch tenant's name; default "default" if present, else the first name
+	Layout Layout   // empty fields default to AgentdLayout
+	// NoProviders builds tenants without providers (for scans of files only).
+	NoProviders bool
+	// ProviderAddr is the listen address of every provider; default loopback, any port.
+	ProviderAddr string
+	// AdvertiseHost replaces the host of each provider's base URL (a staging
+	// target reaching the providers over the network).
+	AdvertiseHost string
+	// Responder makes each tenant's main responder; default DefaultResponder.
+	Responder func(*Tenant) fakellm.Responder
+}
+
+// Set is the tenants of one run under one sandbox root.
+type Set struct {
+	Root       string // the sandbox root
+	Home       string // the sandbox HOME: Root/home
+	LaunchHome string // the launch profile's home: Home/<Layout.LaunchDir>
+	Layout     Layout
+	Tenants    []*Tenant
+}
+
+// Names returns n tenant names: default, alpha, beta, gamma, ... then t<N>.
+func Names(n int) []string {
+	greek := []string{"default", "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota",
+		"kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega"}
+	out := make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		if i < len(greek) {
+			out = append(out, greek[i])
+		} else {
+			out = append(out, fmt.Sprintf("t%03d", i))
+		}
+	}
+	return out
+}
+
+// Build makes the tenants under root: HOME at root/home, the launch tenant's
+// home at the launch folder, the others under its profiles folder, one
+// workdir each under root/work, and (unless NoProviders) one started
+// provider each, accepting that tenant's key only. On error nothing started
+// is left running. Homes are not written: see WriteHomes.
+func Build(root string, opts Options) (*Set, error) {
+	names := opts.Names
+	if len(names) == 0 {
+		names = Names(3)
+	}
+	launch := opts.Launch
+	if launch == "" {
+		launch = names[0]
+		for _, n := range names {
+			if n == "default" {
+				launch = n
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		if err := ValidName(n); err != nil {
+			return nil, fmt.Errorf("build tenants: %w", err)
+		}
+		if seen[n] {
+			return nil, fmt.Errorf("build tenants: name %q given twice", n)
+		}
+		seen[n] = true
+	}
+	if !seen[launch] {
+		return nil, fmt.Errorf("build tenants: launch tenant %q is not among %v", launch, names)
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("build tenants: resolve root %q: %w", root, err)
+	}
+	layout := opts.Layout.withDefaults()
+	s := &Set{Root: abs, Home: filepath.Join(abs, "home"), Layout: layout}
+	s.LaunchHome = filepath.Join(s.Home, layout.LaunchDir)
+	if err := CheckSandboxHome(s.Home); err != nil {
+		return nil, fmt.Errorf("build tenants: %w", err)
+	}
+	workRoot := filepath.Join(abs, "work")
+	respond := opts.Responder
+	if respond == nil {
+		respond = DefaultResponder
+	}
+	for _, n := range names {
+		tag, err := NewTag()
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("build tenant %s: %w", n, err)
+		}
+		t := &Tenant{Name: n, Launch: n == launch, Tag: tag, workRoot: workRoot}
+		t.Home = s.LaunchHome
+		if !t.Launch {
+			t.Home = filepath.Join(s.LaunchHome, layout.ProfilesDir, n)
+		}
+		t.Workdir = filepath.Join(workRoot, CanaryValue(Workdir, n, tag))
+		if err := os.MkdirAll(t.Workdir, 0o755); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("build tenant %s: create workdir: %w", n, err)
+		}
+		if !opts.NoProviders {
+			srv, err := fakellm.New(fakellm.Options{
+				Keys:      []string{t.ProviderKey()},
+				Addr:      opts.ProviderAddr,
+				Model:     t.Model(),
+				Responder: respond(t),
+			})
+			if err != nil {
+				s.Close()
+				return nil, fmt.Errorf("build tenant %s: start provider: %w", n, err)
+			}
+			t.Provider = srv
+			if opts.AdvertiseHost != "" {
+				u, err := url.Parse(srv.URL)
+				if err != nil {
+					srv.Close()
+					s.Close()
+					return nil, fmt.Errorf("build tenant %s: provider URL %q: %w", n, srv.URL, err)
+				}
+				srv.BaseURL = "http://" + net.JoinHostPort(opts.AdvertiseHost, u.Port()) + "/v1"
+			}
+		}
+		s.Tenants = append(s.Tenants, t)
+	}
+	return s, nil
+}
+
+// Get returns the tenant named name, or nil.
+func (s *Set) Get(name string) *Tenant {
+	for _, t := range s.Tenants {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// Launch returns the launch tenant.
+func (s *Set) Launch() *Tenant {
+	for _, t := range s.Tenants {
+		if t.Launch {
+			return t
+		}
+	}
+	return nil
+}
+
+// Canaries lists every canary of every tenant, tenant by tenant.
+func (s *Set) Canaries() []Canary {
+	var out []Canary
+	for _, t := range s.Tenants {
+		out = append(out, t.Canaries()...)
+	}
+	return out
+}
+
+// WriteHomes writes every tenant's home with the same extras.
+func (s *Set) WriteHomes(extras HomeExtras) error {
+	for _, t := range s.Tenants {
+		if err := t.WriteHome(s.Layout, extras); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Env is the hermetic environment of the target's processes: the current
+// process's environment scrubbed, HOME at the sandbox, extra applied.
+func (s *Set) Env(extra map[string]string) ([]string, error) {
+	return HermeticEnv(os.Environ(), s.Home, s.Layout, extra)
+}
+
+// Close stops every provider. It is safe to call more than once.
+func (s *Set) Close() {
+	for _, t := range s.Tenants {
+		if t.Provider != nil {
+			t.Provider.Close()
+		}
+	}
+}

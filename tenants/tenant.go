@@ -1,0 +1,126 @@
+package tenants
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+)
+
+// Tenant is one profile of the target under test and everything planted for
+// it. Its exported fields are fixed once Build returns; the minted canaries
+// grow during a run and are guarded, so a Tenant is safe for concurrent use.
+type Tenant struct {
+	Name     string          // profile name; the launch tenant's is its own name too
+	Launch   bool            // this tenant is the launch profile (home at the launch folder)
+	Home     string          // the profile's home: config.yaml, .env, state.db, ...
+	Workdir  string          // the terminal cwd written into config.yaml
+	Tag      string          // 10 random hex digits shared by the tenant's base canaries
+	Provider *fakellm.Server // the tenant's own provider; nil when built without providers
+
+	workRoot string // where minted workdirs are made
+
+	mu     sync.Mutex
+	minted []Canary
+}
+
+// Value is the tenant's base canary of kind (minted canaries have their own
+// tags: see Minted).
+func (t *Tenant) Value(kind Kind) string {
+	if kind == Workdir {
+		return filepath.Base(t.Workdir)
+	}
+	return CanaryValue(kind, t.Name, t.Tag)
+}
+
+// ProviderKey is the only key the tenant's provider accepts.
+func (t *Tenant) ProviderKey() string { return t.Value(ProviderKey) }
+
+// APIServerKey is the key of the tenant's route on an HTTP gateway.
+func (t *Tenant) APIServerKey() string { return t.Value(APIServerKey) }
+
+// Model is the tenant's model id.
+func (t *Tenant) Model() string { return t.Value(Model) }
+
+// CronMark is the canary that marks the tenant's cron conversations.
+func (t *Tenant) CronMark() string { return t.Value(CronPrompt) }
+
+// CronPromptText is the prompt of the tenant's cron job: its cron canary and
+// an instruction.
+func (t *Tenant) CronPromptText() string { return t.CronMark() + ": run the environment probe" }
+
+// Canaries lists every canary the tenant owns: the base kinds in BaseKinds
+// order, then those minted mid-run in minting order.
+func (t *Tenant) Canaries() []Canary {
+	out := make([]Canary, 0, len(BaseKinds)+4)
+	for _, k := range BaseKinds {
+		out = append(out, Canary{Owner: t.Name, Kind: k, Value: t.Value(k)})
+	}
+	t.mu.Lock()
+	out = append(out, t.minted...)
+	t.mu.Unlock()
+	return out
+}
+
+// Secrets lists the tenant's credential canaries (Kind.Secret).
+func (t *Tenant) Secrets() []Canary {
+	var out []Canary
+	for _, c := range t.Canaries() {
+		if c.Kind.Secret() {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Minted lists the canaries minted mid-run, in order.
+func (t *Tenant) Minted() []Canary {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]Canary(nil), t.minted...)
+}
+
+// Mint creates a new canary of kind for the tenant with a fresh tag and
+// records it, so every later scan looks for it.
+func (t *Tenant) Mint(kind Kind) (Canary, error) {
+	if !kindRE.MatchString(string(kind)) {
+		return Canary{}, fmt.Errorf("mint canary for %s: kind %q: want lower-case words joined by '_'", t.Name, kind)
+	}
+	tag, err := NewTag()
+	if err != nil {
+		return Canary{}, fmt.Errorf("mint %s canary for %s: %w", kind, t.Name, err)
+	}
+	c := Canary{Owner: t.Name, Kind: kind, Value: CanaryValue(kind, t.Name, tag)}
+	t.mu.Lock()
+	t.minted = append(t.minted, c)
+	t.mu.Unlock()
+	return c, nil
+}
+
+// MintWorkdir mints a workdir canary and creates the directory it names,
+// beside the tenant's first workdir; it returns the directory's path.
+func (t *Tenant) MintWorkdir() (string, error) {
+	c, err := t.Mint(Workdir)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(t.workRoot, c.Value)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create minted workdir for %s: %w", t.Name, err)
+	}
+	return dir, nil
+}
+
+// Workdirs lists the tenant's own working directories: the first one, then
+// every minted one. A probe that ran anywhere else ran in a foreign place.
+func (t *Tenant) Workdirs() []string {
+	out := []string{t.Workdir}
+	for _, c := range t.Minted() {
+		if c.Kind == Workdir {
+			out = append(out, filepath.Join(t.workRoot, c.Value))
+		}
+	}
+	return out
+}
