@@ -1,0 +1,378 @@
+package fakellm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Sentinel errors; test them with errors.Is.
+var (
+	// ErrInvalidOptions: New was given options it cannot serve.
+	ErrInvalidOptions = errors.New("invalid fakellm options")
+	// ErrClosed: the server closed while a caller was waiting on it.
+	ErrClosed = errors.New("fakellm server closed")
+	// ErrCloseTimeout: CloseContext's context ended with connections or handlers still open.
+	ErrCloseTimeout = errors.New("fakellm close timed out")
+)
+
+// maxBody bounds a request body; a larger one is refused with 413.
+const maxBody = 64 << 20
+
+// Options configure a Server. The zero value accepts any key on a loopback port.
+type Options struct {
+	Keys         []string  // accepted keys (one or a set); empty accepts any key, or none
+	Addr         string    // listen address; default "127.0.0.1:0"
+	AdvertiseURL string    // base URL to advertise instead of the listen address (e.g. behind a staging proxy)
+	Model        string    // model listed by GET <base>/models and echoed when a request names none; default "fakellm"
+	Responder    Responder // main requests, once the script is empty
+	AuxResponder Responder // aux requests (never consume the script); default: a short text
+	Script       []Response
+	Journal      io.Writer // if set, every Record is written here as a JSON line (see Server.Journal)
+}
+
+// Server is one fake provider: a real HTTP server on its own port, recording
+// every request and answering from its script. It is safe for concurrent use.
+type Server struct {
+	URL     string // http://HOST:PORT of the listener
+	BaseURL string // URL+"/v1", or Options.AdvertiseURL
+
+	model   string
+	keys    map[string]struct{}
+	resp    Responder
+	aux     Responder
+	srv     *http.Server
+	nonce   string
+	ids     atomic.Int64
+	done    chan struct{} // closed by Close: every hang, stall and delay ends
+	served  chan struct{} // closed when Serve returned
+	closing sync.Once
+
+	mu       sync.Mutex
+	records  []Record
+	script   []Response
+	changed  chan struct{} // closed and cleared on each arrival, made by waiters
+	journal  io.Writer
+	jerr     error
+	conns    int
+	handlers int
+	closed   bool
+	idle     chan struct{} // closed when closed and no conn or handler remains
+}
+
+// New starts a server listening on opts.Addr.
+func New(opts Options) (*Server, error) {
+	s := &Server{
+		model:   opts.Model,
+		keys:    make(map[string]struct{}, len(opts.Keys)),
+		resp:    opts.Responder,
+		aux:     opts.AuxResponder,
+		script:  append([]Response(nil), opts.Script...),
+		journal: opts.Journal,
+		done:    make(chan struct{}),
+		served:  make(chan struct{}),
+		idle:    make(chan struct{}),
+	}
+	if s.model == "" {
+		s.model = "fakellm"
+	}
+	for i, k := range opts.Keys {
+		if k == "" {
+			return nil, fmt.Errorf("fakellm: key #%d is empty (leave Keys empty to accept any key): %w", i, ErrInvalidOptions)
+		}
+		s.keys[k] = struct{}{}
+	}
+	var nonce [4]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, fmt.Errorf("fakellm: read random id: %w", err)
+	}
+	s.nonce = hex.EncodeToString(nonce[:])
+
+	advertise := strings.TrimRight(opts.AdvertiseURL, "/")
+	if advertise != "" {
+		u, err := url.Parse(advertise)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("fakellm: advertise url %q is not an absolute http(s) URL: %w", opts.AdvertiseURL, ErrInvalidOptions)
+		}
+	}
+	addr := opts.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("fakellm: listen on %s: %w", addr, err)
+	}
+	s.URL = "http://" + ln.Addr().String()
+	s.BaseURL = s.URL + "/v1"
+	if advertise != "" {
+		s.BaseURL = advertise
+	}
+	s.srv = &http.Server{
+		Handler:           http.HandlerFunc(s.serve),
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		ConnState:         s.connState,
+	}
+	go func() {
+		defer close(s.served)
+		_ = s.srv.Serve(ln) // returns http.ErrServerClosed after Close
+	}()
+	return s, nil
+}
+
+// Close stops the server: every hang, stall and stream ends at once, every
+// connection is closed, and Close returns only when every goroutine the
+// server started is gone. It is safe to call more than once.
+func (s *Server) Close() { _ = s.CloseContext(context.Background()) }
+
+// CloseContext is Close with a bound: if ctx ends first it returns an error
+// (wrapping ErrCloseTimeout and ctx's error) naming what is still open.
+func (s *Server) CloseContext(ctx context.Context) error {
+	s.closing.Do(func() {
+		close(s.done)
+		_ = s.srv.Close() // closes the listener and every connection
+		s.mu.Lock()
+		s.closed = true
+		s.checkIdleLocked()
+		s.mu.Unlock()
+	})
+	for _, c := range []chan struct{}{s.served, s.idle} {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			s.mu.Lock()
+			conns, handlers := s.conns, s.handlers
+			s.mu.Unlock()
+			return fmt.Errorf("fakellm: close %s: %d connection(s) and %d handler(s) still open: %w: %w",
+				s.URL, conns, handlers, ErrCloseTimeout, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// connState counts connections from accept to close (or hijack).
+func (s *Server) connState(_ net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch st {
+	case http.StateNew:
+		s.conns++
+	case http.StateClosed, http.StateHijacked:
+		s.conns--
+		s.checkIdleLocked()
+	}
+}
+
+func (s *Server) checkIdleLocked() {
+	if s.closed && s.conns == 0 && s.handlers == 0 {
+		select {
+		case <-s.idle:
+		default:
+			close(s.idle)
+		}
+	}
+}
+
+// Enqueue appends responses to the script of main requests.
+func (s *Server) Enqueue(r ...Response) {
+	s.mu.Lock()
+	s.script = append(s.script, r...)
+	s.mu.Unlock()
+}
+
+// ScriptLeft is the number of scripted responses not yet consumed.
+func (s *Server) ScriptLeft() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.script)
+}
+
+// Requests returns copies of every record, in arrival order.
+func (s *Server) Requests() []Record { return s.RequestsOf("") }
+
+// RequestsOf returns copies of the records of kind k ("" for all), in arrival order.
+func (s *Server) RequestsOf(k Kind) []Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.copiesLocked(k)
+}
+
+func (s *Server) copiesLocked(k Kind) []Record {
+	out := make([]Record, 0, len(s.records))
+	for i := range s.records {
+		if k == "" || s.records[i].Kind == k {
+			out = append(out, s.records[i].clone())
+		}
+	}
+	return out
+}
+
+// WaitRequests blocks until at least n requests of kind k ("" for any) have
+// arrived, then returns copies of all of them. Records of requests still in
+// flight have Status 0. It fails when ctx ends or the server closes first,
+// naming what it waited for and what it saw.
+func (s *Server) WaitRequests(ctx context.Context, k Kind, n int) ([]Record, error) {
+	for {
+		s.mu.Lock()
+		got := s.copiesLocked(k)
+		if len(got) >= n {
+			s.mu.Unlock()
+			return got, nil
+		}
+		if s.changed == nil {
+			s.changed = make(chan struct{})
+		}
+		ch := s.changed
+		last := "none"
+		if len(s.records) > 0 {
+			r := s.records[len(s.records)-1]
+			last = fmt.Sprintf("#%d %s %s %s %q", r.Seq, r.Kind, r.Method, r.Path, r.Response)
+		}
+		s.mu.Unlock()
+		what := "request(s)"
+		if k != "" {
+			what = string(k) + " request(s)"
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return got, fmt.Errorf("fakellm: wait for %d %s on %s: have %d, last arrival %s: %w", n, what, s.BaseURL, len(got), last, ctx.Err())
+		case <-s.done:
+			return got, fmt.Errorf("fakellm: wait for %d %s on %s: have %d, last arrival %s: %w", n, what, s.BaseURL, len(got), last, ErrClosed)
+		}
+	}
+}
+
+// Journal writes every record to w as one JSON line: each request once
+// when it arrives and again when its response is settled (ReadJournal keeps
+// the last line per request). Records already held are written first. A nil
+// w stops journaling. Write errors are kept: see JournalErr.
+func (s *Server) Journal(w io.Writer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.journal = w
+	for i := range s.records {
+		s.journalLocked(&s.records[i])
+	}
+}
+
+// JournalErr is the first error writing the journal, if any.
+func (s *Server) JournalErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jerr
+}
+
+func (s *Server) journalLocked(r *Record) {
+	if s.journal == nil || s.jerr != nil {
+		return
+	}
+	b, err := json.Marshal(r)
+	if err == nil {
+		_, err = s.journal.Write(append(b, '\n'))
+	}
+	if err != nil {
+		s.jerr = fmt.Errorf("fakellm: journal record #%d of %s: %w", r.Seq, s.BaseURL, err)
+	}
+}
+
+// add appends r to the log (setting its Seq) and wakes waiters.
+func (s *Server) add(r *Record) {
+	s.mu.Lock()
+	r.Seq = len(s.records)
+	s.records = append(s.records, *r)
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+	s.journalLocked(r)
+	s.mu.Unlock()
+}
+
+// settle notes what was sent for request seq.
+func (s *Server) settle(seq, status int, label string, u *Usage) {
+	s.mu.Lock()
+	r := &s.records[seq]
+	r.Status, r.Response, r.Usage = status, label, u
+	s.journalLocked(r)
+	s.mu.Unlock()
+}
+
+// next pops the script, or asks the responders.
+func (s *Server) next(r *Record) Response {
+	if r.Kind == KindMain {
+		s.mu.Lock()
+		if len(s.script) > 0 {
+			out := s.script[0]
+			s.script[0] = Response{}
+			s.script = s.script[1:]
+			s.mu.Unlock()
+			return out
+		}
+		s.mu.Unlock()
+		if s.resp != nil {
+			if out := s.resp(r.clone()); !out.IsZero() {
+				return out
+			}
+		}
+		return Error(http.StatusInternalServerError,
+			fmt.Sprintf("fakellm: main request #%d arrived with the script empty and no responder", r.Seq))
+	}
+	if s.aux != nil {
+		if out := s.aux(r.clone()); !out.IsZero() {
+			return out
+		}
+	}
+	return Text("fakellm aux reply")
+}
+
+// keyOK reports whether the presented key is accepted.
+func (s *Server) keyOK(key string) bool {
+	if len(s.keys) == 0 {
+		return true
+	}
+	_, ok := s.keys[key]
+	return ok
+}
+
+// newID returns a server-unique id with the given prefix.
+func (s *Server) newID(prefix string) string {
+	b := make([]byte, 0, len(prefix)+len(s.nonce)+8)
+	b = append(b, prefix...)
+	b = append(b, s.nonce...)
+	b = strconv.AppendInt(b, s.ids.Add(1), 10)
+	return string(b)
+}
+
+// pause waits d (0: without bound) and reports whether it elapsed; false
+// means the client left or the server is closing.
+func (s *Server) pause(ctx context.Context, d time.Duration) bool {
+	var tick <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		tick = t.C
+	}
+	select {
+	case <-tick:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-s.done:
+		return false
+	}
+}
