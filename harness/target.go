@@ -1,0 +1,179 @@
+package harness
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// Backend names one way the harness drives a target.
+type Backend string
+
+const (
+	BackendStdio   Backend = "stdio"   // a JSON-RPC process per run on stdin/stdout
+	BackendServe   Backend = "serve"   // one pooled websocket server
+	BackendGateway Backend = "gateway" // the OpenAI-compatible HTTP gateway
+)
+
+// Target says how to run and reach a server under test. Argv templates may
+// hold {host} and {port}; {cron_interval} is the serve backend's tick.
+type Target struct {
+	Name    string `yaml:"name"`
+	Version string `yaml:"version"`
+
+	Layout tenants.Layout `yaml:"layout"`
+
+	Stdio       []string `yaml:"stdio"`        // e.g. [agentd, tui]
+	Serve       []string `yaml:"serve"`        // e.g. [agentd, serve, --host, "{host}", --port, "0", --cron]
+	Gateway     []string `yaml:"gateway"`      // e.g. [agentd, gateway, --host, "{host}", --port, "0"]
+	ProfileRoot []string `yaml:"profile_root"` // prints where named profiles resolve; checked before any write
+	CronTick    []string `yaml:"cron_tick"`    // fires due cron jobs of every profile once
+
+	ReadyLine string            `yaml:"ready_line"` // regexp with groups (host, port) on a serve/gateway stdout
+	TokenVar  string            `yaml:"token_var"`  // the variable that hands the serve backend its token
+	Env       map[string]string `yaml:"env"`        // extra variables for every target process; {root} is the sandbox root
+
+	// A running server (staging): URL of its serve backend and its token.
+	// The harness starts nothing of the target then.
+	URL   string `yaml:"url"`
+	Token string `yaml:"token"`
+	// GatewayURL is a running gateway's base URL (staging).
+	GatewayURL string `yaml:"gateway_url"`
+	// Files says whether the harness can read and write the target's homes
+	// (false for a remote staging server: file checks are skipped, with
+	// that reason).
+	Files bool `yaml:"files"`
+
+	readyRE *regexp.Regexp
+}
+
+// DefaultReadyLine is agentd's line once bound.
+const DefaultReadyLine = `backend listening on (\S+):(\d+)`
+
+// AgentdTarget is the embedded target: agentd run as argv0 (its own binary,
+// or a canary-run re-executing itself with the arguments in prefix).
+func AgentdTarget(argv0 string, prefix ...string) Target {
+	cmd := func(args ...string) []string {
+		return append(append([]string{argv0}, prefix...), args...)
+	}
+	t := Target{
+		Name:        "agentd",
+		Layout:      tenants.AgentdLayout(),
+		Stdio:       cmd("tui"),
+		Serve:       cmd("serve", "--host", "{host}", "--port", "0", "--cron", "--cron-interval", "{cron_interval}"),
+		Gateway:     cmd("gateway", "--host", "{host}", "--port", "0"),
+		ProfileRoot: cmd("profile", "root"),
+		CronTick:    cmd("cron", "tick"),
+		ReadyLine:   DefaultReadyLine,
+		TokenVar:    "AGENTD_SESSION_TOKEN",
+		Env:         map[string]string{"AGENTD_MANAGED_DIR": "{root}/managed"},
+		Files:       true,
+	}
+	t.readyRE = regexp.MustCompile(t.ReadyLine)
+	return t
+}
+
+// LoadTarget reads a target file (YAML with the fields of Target) and
+// validates it. Unknown fields are errors, so a typo cannot silently drop a
+// setting.
+func LoadTarget(path string) (Target, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Target{}, fmt.Errorf("load target: %w", err)
+	}
+	var t Target
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&t); err != nil {
+		return Target{}, fmt.Errorf("load target %s: %w", path, err)
+	}
+	if err := t.Validate(); err != nil {
+		return Target{}, fmt.Errorf("load target %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// Validate checks that the target can be driven: a name, a way to reach at
+// least one backend, a ready line that compiles with a port group, and a
+// layout.
+func (t *Target) Validate() error {
+	var errs []error
+	if t.Name == "" {
+		errs = append(errs, errors.New("name is empty"))
+	}
+	if len(t.Stdio) == 0 && len(t.Serve) == 0 && t.URL == "" && len(t.Gateway) == 0 && t.GatewayURL == "" {
+		errs = append(errs, errors.New("no backend: give stdio, serve, gateway, url or gateway_url"))
+	}
+	if t.URL != "" && len(t.Serve) > 0 {
+		errs = append(errs, errors.New("both url (a running server) and serve (start one) are set"))
+	}
+	if t.ReadyLine == "" {
+		t.ReadyLine = DefaultReadyLine
+	}
+	re, err := regexp.Compile(t.ReadyLine)
+	switch {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("ready_line: %w", err))
+	case re.NumSubexp() < 2:
+		errs = append(errs, fmt.Errorf("ready_line %q: want two groups, host and port", t.ReadyLine))
+	default:
+		t.readyRE = re
+	}
+	if (len(t.Serve) > 0 || t.URL != "") && t.TokenVar == "" && t.Token == "" {
+		errs = append(errs, errors.New("serve backend without token_var (or token for a running server)"))
+	}
+	if t.Files && len(t.ProfileRoot) == 0 && t.URL == "" {
+		errs = append(errs, errors.New("files: true needs profile_root, the command that proves the profiles resolve inside the sandbox"))
+	}
+	for _, argv := range [][]string{t.Stdio, t.Serve, t.Gateway, t.ProfileRoot, t.CronTick} {
+		for _, a := range argv {
+			if i := strings.Index(a, "{"); i >= 0 && !knownPlaceholder(a[i:]) {
+				errs = append(errs, fmt.Errorf("argument %q: unknown placeholder (known: {host} {port} {cron_interval} {root})", a))
+			}
+		}
+	}
+	if t.Layout.HomeVar == "" {
+		t.Layout = tenants.AgentdLayout()
+	}
+	return errors.Join(errs...)
+}
+
+func knownPlaceholder(s string) bool {
+	for _, p := range []string{"{host}", "{port}", "{cron_interval}", "{root}"} {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Expand fills the placeholders of an argv template.
+func Expand(argv []string, vars map[string]string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		for k, v := range vars {
+			a = strings.ReplaceAll(a, "{"+k+"}", v)
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// ReadyRE is the compiled ready line.
+func (t *Target) ReadyRE() *regexp.Regexp {
+	if t.readyRE == nil {
+		t.readyRE = regexp.MustCompile(DefaultReadyLine)
+	}
+	return t.readyRE
+}
+
+// Remote reports whether the target is a running server the harness did not
+// start.
+func (t *Target) Remote() bool { return t.URL != "" || t.GatewayURL != "" }

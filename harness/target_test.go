@@ -1,0 +1,89 @@
+package harness
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "target.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+	return p
+}
+
+func TestLoadTargetStaging(t *testing.T) {
+	t.Parallel()
+	tg, err := LoadTarget(writeFile(t, `
+name: staging
+version: "1.2"
+url: http://10.0.0.5:8080
+token: secret-token
+gateway_url: http://10.0.0.5:8081
+layout: {home_var: HERMES_HOME, launch_dir: .hermes}
+`))
+	require.NoError(t, err)
+	assert.True(t, tg.Remote())
+	assert.False(t, tg.Files)
+	assert.Equal(t, "HERMES_HOME", tg.Layout.HomeVar)
+	assert.Equal(t, "8080", tg.ReadyRE().FindStringSubmatch("backend listening on 127.0.0.1:8080")[2])
+}
+
+func TestLoadTargetNamesEveryProblem(t *testing.T) {
+	t.Parallel()
+	_, err := LoadTarget(writeFile(t, `
+serve: [srv, --port, "{prot}"]
+ready_line: "listening (\\d+)"
+files: true
+`))
+	require.Error(t, err)
+	for _, want := range []string{"name is empty", "{prot}", "want two groups", "without token_var", "profile_root"} {
+		assert.ErrorContains(t, err, want)
+	}
+	_, err = LoadTarget(writeFile(t, "name: x\nstdoi: [a]\n"))
+	assert.ErrorContains(t, err, "stdoi", "an unknown field is an error")
+	_, err = LoadTarget(writeFile(t, "name: x\n"))
+	assert.ErrorContains(t, err, "no backend")
+	_, err = LoadTarget(filepath.Join(t.TempDir(), "missing.yaml"))
+	assert.ErrorContains(t, err, "missing.yaml")
+}
+
+func TestAgentdTargetIsValid(t *testing.T) {
+	t.Parallel()
+	tg := AgentdTarget("/bin/canary-run", "agentd")
+	require.NoError(t, tg.Validate())
+	assert.Equal(t, []string{"/bin/canary-run", "agentd", "tui"}, tg.Stdio)
+	assert.Equal(t, []string{"/bin/canary-run", "agentd", "serve", "--host", "127.0.0.1", "--port", "0", "--cron", "--cron-interval", "1s"},
+		Expand(tg.Serve, map[string]string{"host": "127.0.0.1", "cron_interval": "1s"}))
+}
+
+func TestGatewayClientSpeaksOpenAI(t *testing.T) {
+	t.Parallel()
+	// fakellm speaks the same wire as any OpenAI-compatible gateway.
+	// A body without tools is an aux request to fakellm.
+	srv, err := fakellm.New(fakellm.Options{Keys: []string{"k1"}, AuxResponder: func(fakellm.Record) fakellm.Response {
+		return fakellm.Text("hello from the gateway").WithChunkSize(3)
+	}})
+	require.NoError(t, err)
+	defer srv.Close()
+	g := &GatewayClient{Base: srv.URL}
+	ctx := context.Background()
+	for _, stream := range []bool{false, true} {
+		r, err := g.Chat(ctx, "/v1/chat/completions", "k1", "hi", stream)
+		require.NoError(t, err)
+		assert.Equal(t, 200, r.Status)
+		assert.Equal(t, "hello from the gateway", r.Text, "stream=%v", stream)
+	}
+	r, err := g.Chat(ctx, "/v1/chat/completions", "k2", "hi", false)
+	require.NoError(t, err)
+	assert.Equal(t, 401, r.Status)
+	assert.Equal(t, "/p/alpha/v1/chat/completions", RoutePath("alpha", false))
+	assert.Equal(t, "/v1/chat/completions", RoutePath("default", true))
+}
