@@ -176,7 +176,9 @@ func (m *Matcher) MaxNeedle() int { return m.maxLen }
 // Find calls fn for every match in data, in order of end offset (matches
 // ending at the same byte in needle order). Offsets are relative to data.
 func (m *Matcher) Find(data []byte, fn func(Match)) {
-	m.find(data, 0, 0, fn)
+	p := pairFilter{emit: fn}
+	m.find(data, 0, 0, p.add)
+	p.flush()
 }
 
 // FindAll returns every match in data.
@@ -249,6 +251,9 @@ func (m *Matcher) Scan(r io.Reader, fn func(Match)) error {
 }
 
 func (m *Matcher) scan(r io.Reader, chunkSize int, fn func(Match)) error {
+	p := pairFilter{emit: fn}
+	defer p.flush()
+	fn = p.add
 	overlap := max(m.maxLen-1, 0)
 	buf := make([]byte, overlap+chunkSize)
 	var base int64 // stream offset of buf[0]
@@ -270,4 +275,49 @@ func (m *Matcher) scan(r io.Reader, chunkSize int, fn func(Match)) error {
 		base += int64(end - keep)
 		kept = keep
 	}
+}
+
+// pairFilter reports UTF-16 text once: the UTF-16BE needle of a value also
+// matches UTF-16LE text one byte earlier (the zero high byte of the previous
+// character stands in for its leading zero), and the other way round. Of
+// such a pair it keeps the one whose start is even, the alignment of text
+// that starts with a BOM or at the start of a stream.
+type pairFilter struct {
+	emit    func(Match)
+	pending []Match // UTF-16BE matches whose LE partner may still come
+}
+
+func (p *pairFilter) add(x Match) {
+	kept := p.pending[:0]
+	for _, be := range p.pending {
+		if be.End+1 < x.End {
+			p.emit(be)
+		} else {
+			kept = append(kept, be)
+		}
+	}
+	p.pending = kept
+	switch x.Encoding {
+	case UTF16BE:
+		p.pending = append(p.pending, x)
+		return
+	case UTF16LE:
+		for i, be := range p.pending {
+			if be.Pattern == x.Pattern && be.Start+1 == x.Start {
+				p.pending = append(p.pending[:i], p.pending[i+1:]...)
+				if be.Start%2 == 0 {
+					x = be
+				}
+				break
+			}
+		}
+	}
+	p.emit(x)
+}
+
+func (p *pairFilter) flush() {
+	for _, be := range p.pending {
+		p.emit(be)
+	}
+	p.pending = p.pending[:0]
 }

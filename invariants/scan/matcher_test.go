@@ -266,3 +266,33 @@ func BenchmarkScan(b *testing.B) {
 }
 
 var _ = errors.Is
+
+// TestUTF16ReportedOnce: UTF-16 text matches both UTF-16 needles one byte
+// apart; the one aligned on an even offset is reported.
+func TestUTF16ReportedOnce(t *testing.T) {
+	t.Parallel()
+	pats := testPatterns(rand.New(rand.NewPCG(8, 8)), 2)
+	m, err := Compile(pats)
+	require.NoError(t, err)
+	v := pats[7].Value
+	for _, tc := range []struct {
+		enc Encoding
+		bom []byte
+	}{{UTF16LE, []byte{0xff, 0xfe}}, {UTF16BE, []byte{0xfe, 0xff}}} {
+		text := append([]byte(nil), tc.bom...)
+		for _, c := range "say " + v + " ok" {
+			if tc.enc == UTF16LE {
+				text = append(text, byte(c), 0)
+			} else {
+				text = append(text, 0, byte(c))
+			}
+		}
+		got := m.FindAll(text)
+		require.Len(t, got, 1, "%s", tc.enc)
+		require.Equal(t, tc.enc, got[0].Encoding)
+		require.Zero(t, got[0].Start%2)
+		var streamed []Match
+		require.NoError(t, m.scan(bytes.NewReader(text), 5, func(x Match) { streamed = append(streamed, x) }))
+		require.Equal(t, got, streamed)
+	}
+}

@@ -1,0 +1,329 @@
+package scan
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, for row scans
+)
+
+// Hit is a Match located in a file.
+type Hit struct {
+	Match
+	Path string `json:"path"` // the file as named to File or found by Tree
+	// Container says how the bytes were reached: "" for the file's own
+	// bytes (a SQLite database's raw pages included), "gzip" for a gzip
+	// file's decompressed content, "sqlite-row" for a value read through
+	// SQL, whose Row then names table, row and column.
+	Container string `json:"container,omitempty"`
+	Row       string `json:"row,omitempty"`
+}
+
+// Location renders where the hit is, as path:offset with the container
+// between: "logs/a.log.gz!gunzip:120", "state.db[messages row 3 content]:0".
+func (h Hit) Location() string {
+	switch h.Container {
+	case "gzip":
+		return fmt.Sprintf("%s!gunzip:%d", h.Path, h.Start)
+	case "sqlite-row":
+		return fmt.Sprintf("%s[%s]:%d", h.Path, h.Row, h.Start)
+	}
+	return fmt.Sprintf("%s:%d", h.Path, h.Start)
+}
+
+// Skip is a file (or a part of one) a scan could not read: the scan is
+// incomplete there, which a caller must report rather than ignore.
+type Skip struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// Report is what a file or tree scan found and what it could not read.
+type Report struct {
+	Hits    []Hit  `json:"hits"`
+	Skipped []Skip `json:"skipped"`
+}
+
+func (r *Report) skip(path string, err error) {
+	r.Skipped = append(r.Skipped, Skip{Path: path, Reason: err.Error()})
+}
+
+var (
+	sqliteMagic = []byte("SQLite format 3\x00")
+	gzipMagic   = []byte{0x1f, 0x8b}
+)
+
+// opener opens a file for a scan; tests swap it to make reads fail.
+type opener func(path string) (*os.File, error)
+
+// openRegular opens path for reading without following a symlink and
+// without blocking on a FIFO, and refuses anything but a regular file.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("open %s: not a regular file (%s)", path, st.Mode().Type())
+	}
+	return f, nil
+}
+
+// File scans one regular file. A gzip file is scanned both as stored and
+// decompressed. A SQLite database is copied with its -wal file to a private
+// directory first (the live files are only read, never opened as a
+// database); the copies are scanned as raw pages (the WAL's frames, free
+// pages and deleted rows included, reported under the live names) and row
+// by row through SQL, where a value split over overflow pages is whole.
+func (m *Matcher) File(ctx context.Context, path string) Report {
+	var r Report
+	m.file(ctx, path, openRegular, &r)
+	return r
+}
+
+func (m *Matcher) file(ctx context.Context, path string, open opener, r *Report) {
+	if err := ctx.Err(); err != nil {
+		r.skip(path, fmt.Errorf("scan %s: %w", path, err))
+		return
+	}
+	f, err := open(path)
+	if err != nil {
+		r.skip(path, fmt.Errorf("open for scan: %w", err))
+		return
+	}
+	defer f.Close()
+	head := make([]byte, len(sqliteMagic))
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		r.skip(path, fmt.Errorf("rewind %s: %w", path, err))
+		return
+	}
+	switch {
+	case bytes.Equal(head, sqliteMagic):
+		m.sqliteFile(ctx, path, f, open, r)
+	case bytes.HasPrefix(head, gzipMagic):
+		m.raw(path, f, r)
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			r.skip(path, fmt.Errorf("rewind %s: %w", path, err))
+			return
+		}
+		m.gunzip(path, f, r)
+	default:
+		m.raw(path, f, r)
+	}
+}
+
+func (m *Matcher) raw(path string, rd io.Reader, r *Report) {
+	err := m.Scan(rd, func(x Match) { r.Hits = append(r.Hits, Hit{Match: x, Path: path}) })
+	if err != nil {
+		r.skip(path, fmt.Errorf("read %s: %w", path, err))
+	}
+}
+
+func (m *Matcher) gunzip(path string, rd io.Reader, r *Report) {
+	zr, err := gzip.NewReader(bufio.NewReader(rd))
+	if err != nil {
+		r.skip(path, fmt.Errorf("gunzip %s: %w", path, err))
+		return
+	}
+	defer zr.Close()
+	err = m.Scan(zr, func(x Match) { r.Hits = append(r.Hits, Hit{Match: x, Path: path, Container: "gzip"}) })
+	if err != nil {
+		r.skip(path, fmt.Errorf("gunzip %s (content before the error was scanned): %w", path, err))
+	}
+}
+
+// sqliteFile copies the database and its WAL, raw-scans both copies and
+// scans every row of every table of the copy.
+func (m *Matcher) sqliteFile(ctx context.Context, path string, db *os.File, open opener, r *Report) {
+	dir, err := os.MkdirTemp("", "canary-scan-sqlite-*")
+	if err != nil {
+		r.skip(path, fmt.Errorf("copy %s for scanning: %w", path, err))
+		return
+	}
+	defer os.RemoveAll(dir)
+	dbCopy := filepath.Join(dir, "scan.db")
+	if err := copyTo(dbCopy, db); err != nil {
+		r.skip(path, fmt.Errorf("copy %s for scanning: %w", path, err))
+		return
+	}
+	walPath := path + "-wal"
+	if wal, err := open(walPath); err == nil {
+		err = copyTo(dbCopy+"-wal", wal)
+		wal.Close()
+		if err != nil {
+			r.skip(walPath, fmt.Errorf("copy %s for scanning: %w", walPath, err))
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		r.skip(walPath, fmt.Errorf("open for scan: %w", err))
+	}
+	for _, c := range []struct{ copy, name string }{{dbCopy, path}, {dbCopy + "-wal", walPath}} {
+		f, err := os.Open(c.copy)
+		if errors.Is(err, fs.ErrNotExist) && c.name == walPath {
+			continue
+		}
+		if err != nil {
+			r.skip(c.name, fmt.Errorf("open copy of %s: %w", c.name, err))
+			continue
+		}
+		m.raw(c.name, f, r)
+		f.Close()
+	}
+	m.sqliteRows(ctx, path, dbCopy, r)
+}
+
+func copyTo(dst string, src io.Reader) error {
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, src); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// sqliteRows reads every value of every table of the copy at dbCopy
+// (opened read-only) and scans the text and blob ones.
+func (m *Matcher) sqliteRows(ctx context.Context, path, dbCopy string, r *Report) {
+	db, err := sql.Open("sqlite", "file:"+dbCopy+"?mode=ro")
+	if err != nil {
+		r.skip(path, fmt.Errorf("open copy of %s as sqlite: %w", path, err))
+		return
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
+	if err != nil {
+		r.skip(path, fmt.Errorf("list tables of %s: %w", path, err))
+		return
+	}
+	var tables []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			r.skip(path, fmt.Errorf("list tables of %s: %w", path, err))
+			rows.Close()
+			return
+		}
+		tables = append(tables, name)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		r.skip(path, fmt.Errorf("list tables of %s: %w", path, err))
+		return
+	}
+	for _, table := range tables {
+		if err := m.sqliteTable(ctx, db, path, table, r); err != nil {
+			r.skip(path, fmt.Errorf("read table %q of %s: %w", table, path, err))
+		}
+	}
+}
+
+func (m *Matcher) sqliteTable(ctx context.Context, db *sql.DB, path, table string, r *Report) error {
+	rows, err := db.QueryContext(ctx, `SELECT * FROM "`+strings.ReplaceAll(table, `"`, `""`)+`"`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return err
+	}
+	vals := make([]any, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	for row := 1; rows.Next(); row++ {
+		if err := rows.Scan(ptrs...); err != nil {
+			return err
+		}
+		for i, v := range vals {
+			var b []byte
+			switch v := v.(type) {
+			case []byte:
+				b = v
+			case string:
+				b = []byte(v)
+			default:
+				continue
+			}
+			where := fmt.Sprintf("%s row %d %s", table, row, cols[i])
+			m.Find(b, func(x Match) {
+				r.Hits = append(r.Hits, Hit{Match: x, Path: path, Container: "sqlite-row", Row: where})
+			})
+		}
+	}
+	return rows.Err()
+}
+
+// Tree scans every regular file under root (root itself may be a file).
+// Symlinks are not followed and other non-regular files hold no bytes to
+// scan; a directory or file that cannot be read is reported in Skipped. A
+// "-wal" file beside a SQLite database is scanned with that database.
+func (m *Matcher) Tree(ctx context.Context, root string) Report {
+	var r Report
+	m.tree(ctx, root, openRegular, &r)
+	return r
+}
+
+func (m *Matcher) tree(ctx context.Context, root string, open opener, r *Report) {
+	if st, err := os.Lstat(root); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+		r.skip(root, fmt.Errorf("scan tree %s: the root is a symlink, not followed (name its target)", root))
+		return
+	}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			r.skip(path, fmt.Errorf("walk: %w", err))
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		if strings.HasSuffix(path, "-wal") && isSQLite(strings.TrimSuffix(path, "-wal")) {
+			return nil // scanned with its database
+		}
+		m.file(ctx, path, open, r)
+		return nil
+	})
+	if err != nil {
+		r.skip(root, fmt.Errorf("scan tree %s: %w", root, err))
+	}
+}
+
+func isSQLite(path string) bool {
+	f, err := openRegular(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, len(sqliteMagic))
+	_, err = io.ReadFull(f, head)
+	return err == nil && bytes.Equal(head, sqliteMagic)
+}
