@@ -139,9 +139,7 @@ func (t *Target) Validate() error {
 			}
 		}
 	}
-	if t.Layout.HomeVar == "" {
-		t.Layout = tenants.AgentdLayout()
-	}
+	t.Layout = t.Layout.WithDefaults()
 	return errors.Join(errs...)
 }
 

@@ -103,7 +103,7 @@ func stripped(name string, layout Layout) bool {
 // launch folder under it; then extra applied. The result is sorted. It
 // refuses a home that is, or holds, the real user's home.
 func HermeticEnv(base []string, home string, layout Layout, extra map[string]string) ([]string, error) {
-	layout = layout.withDefaults()
+	layout = layout.WithDefaults()
 	if err := CheckSandboxHome(home); err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ type HomeExtras struct {
 // Config is the base config.yaml of the tenant, before extras: its provider,
 // model, key variable, workdir and memory switched on.
 func (t *Tenant) Config(layout Layout) map[string]any {
-	layout = layout.withDefaults()
+	layout = layout.WithDefaults()
 	base := ""
 	if t.Provider != nil {
 		base = t.Provider.BaseURL
@@ -41,7 +41,7 @@ func (t *Tenant) Config(layout Layout) map[string]any {
 // name with its own values, and the one variable whose NAME only this tenant
 // has (so environments merged in either order show the foreign one).
 func (t *Tenant) DotEnv(layout Layout) map[string]string {
-	layout = layout.withDefaults()
+	layout = layout.WithDefaults()
 	return map[string]string{
 		layout.KeyEnv:          t.ProviderKey(),
 		layout.APIServerKeyEnv: t.APIServerKey(),

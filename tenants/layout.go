@@ -4,13 +4,13 @@ package tenants
 // other than agentd can be certified with the same tenants: a target file
 // maps each of them.
 type Layout struct {
-	HomeVar         string   // variable naming the launch profile's home (AGENTD_HOME)
-	LaunchDir       string   // the launch home's folder under HOME (.agentd)
-	ProfilesDir     string   // folder of named profiles under the launch home (profiles)
-	KeyEnv          string   // .env variable holding the provider key, same NAME in every profile
-	APIServerKeyEnv string   // .env variable holding the gateway key
-	MarkerEnv       string   // .env variable holding the tenant's env marker
-	VarPrefixes     []string // the target's own variable prefixes, stripped from a child's environment
+	HomeVar         string   `yaml:"home_var"`           // variable naming the launch profile's home (AGENTD_HOME)
+	LaunchDir       string   `yaml:"launch_dir"`         // the launch home's folder under HOME (.agentd)
+	ProfilesDir     string   `yaml:"profiles_dir"`       // folder of named profiles under the launch home (profiles)
+	KeyEnv          string   `yaml:"key_env"`            // .env variable holding the provider key, same NAME in every profile
+	APIServerKeyEnv string   `yaml:"api_server_key_env"` // .env variable holding the gateway key
+	MarkerEnv       string   `yaml:"marker_env"`         // .env variable holding the tenant's env marker
+	VarPrefixes     []string `yaml:"var_prefixes"`       // the target's own variable prefixes, stripped from a child's environment
 }
 
 // AgentdLayout is the layout of the embedded target, agentd.
@@ -26,8 +26,8 @@ func AgentdLayout() Layout {
 	}
 }
 
-// withDefaults fills every empty field from AgentdLayout.
-func (l Layout) withDefaults() Layout {
+// WithDefaults fills every empty field from AgentdLayout.
+func (l Layout) WithDefaults() Layout {
 	d := AgentdLayout()
 	fill := func(s *string, def string) {
 		if *s == "" {

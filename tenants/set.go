@@ -116,7 +116,7 @@ func Build(root string, opts Options) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build tenants: resolve root %q: %w", root, err)
 	}
-	layout := opts.Layout.withDefaults()
+	layout := opts.Layout.WithDefaults()
 	s := &Set{Root: abs, Home: filepath.Join(abs, "home"), Layout: layout}
 	s.LaunchHome = filepath.Join(s.Home, layout.LaunchDir)
 	if err := CheckSandboxHome(s.Home); err != nil {
