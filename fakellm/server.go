@@ -41,7 +41,7 @@ type Options struct {
 	Responder    Responder // main requests, once the script is empty
 	AuxResponder Responder // aux requests (never consume the script); default: a short text
 	Script       []Response
-	Journal      io.Writer // if set, every Record is written here as a JSON line (see Server.Journal)
+	Journal      io.Writer // if set, a first journal (see Server.Journal)
 }
 
 // Server is one fake provider: a real HTTP server on its own port, recording
@@ -65,7 +65,7 @@ type Server struct {
 	records  []Record
 	script   []Response
 	changed  chan struct{} // closed and cleared on each arrival, made by waiters
-	journal  io.Writer
+	journals []io.Writer   // nil entries failed and were dropped
 	jerr     error
 	conns    int
 	handlers int
@@ -76,18 +76,20 @@ type Server struct {
 // New starts a server listening on opts.Addr.
 func New(opts Options) (*Server, error) {
 	s := &Server{
-		model:   opts.Model,
-		keys:    make(map[string]struct{}, len(opts.Keys)),
-		resp:    opts.Responder,
-		aux:     opts.AuxResponder,
-		script:  append([]Response(nil), opts.Script...),
-		journal: opts.Journal,
-		done:    make(chan struct{}),
-		served:  make(chan struct{}),
-		idle:    make(chan struct{}),
+		model:  opts.Model,
+		keys:   make(map[string]struct{}, len(opts.Keys)),
+		resp:   opts.Responder,
+		aux:    opts.AuxResponder,
+		script: append([]Response(nil), opts.Script...),
+		done:   make(chan struct{}),
+		served: make(chan struct{}),
+		idle:   make(chan struct{}),
 	}
 	if s.model == "" {
 		s.model = "fakellm"
+	}
+	if opts.Journal != nil {
+		s.journals = []io.Writer{opts.Journal}
 	}
 	for i, k := range opts.Keys {
 		if k == "" {
@@ -257,20 +259,25 @@ func (s *Server) WaitRequests(ctx context.Context, k Kind, n int) ([]Record, err
 	}
 }
 
-// Journal writes every record to w as one JSON line: each request once
-// when it arrives and again when its response is settled (ReadJournal keeps
-// the last line per request). Records already held are written first. A nil
-// w stops journaling. Write errors are kept: see JournalErr.
+// Journal adds w as a journal: every record is written to it as one JSON
+// line, once when the request arrives and again when its response is
+// settled (ReadJournal keeps the last line per request). Records already
+// held are written first, so a late journal misses nothing. Writes happen
+// under the server's lock, in order. A journal whose write fails is dropped
+// and its error kept: see JournalErr.
 func (s *Server) Journal(w io.Writer) {
+	if w == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.journal = w
+	s.journals = append(s.journals, w)
 	for i := range s.records {
-		s.journalLocked(&s.records[i])
+		s.writeJournal(len(s.journals)-1, &s.records[i])
 	}
 }
 
-// JournalErr is the first error writing the journal, if any.
+// JournalErr is the first error writing a journal, if any.
 func (s *Server) JournalErr() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -278,15 +285,26 @@ func (s *Server) JournalErr() error {
 }
 
 func (s *Server) journalLocked(r *Record) {
-	if s.journal == nil || s.jerr != nil {
+	for i := len(s.journals) - 1; i >= 0; i-- {
+		s.writeJournal(i, r)
+	}
+}
+
+// writeJournal writes r to journal i, dropping the journal if that fails.
+func (s *Server) writeJournal(i int, r *Record) {
+	w := s.journals[i]
+	if w == nil {
 		return
 	}
 	b, err := json.Marshal(r)
 	if err == nil {
-		_, err = s.journal.Write(append(b, '\n'))
+		_, err = w.Write(append(b, '\n'))
 	}
 	if err != nil {
-		s.jerr = fmt.Errorf("fakellm: journal record #%d of %s: %w", r.Seq, s.BaseURL, err)
+		s.journals[i] = nil
+		if s.jerr == nil {
+			s.jerr = fmt.Errorf("fakellm: journal record #%d of %s: %w", r.Seq, s.BaseURL, err)
+		}
 	}
 }
 
