@@ -287,3 +287,5 @@ func (p *Proc) Output() string {
 }
 
 func deadlineSoon() time.Time { return time.Now().Add(time.Second) }
+
+func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

@@ -1,0 +1,224 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// ErrEscapedSandbox is returned when the target resolves its profiles
+// outside the sandbox: writing tenants there could touch a real install.
+var ErrEscapedSandbox = errors.New("target's profile root lies outside the sandbox")
+
+// Sandbox is one run's world: a root folder holding HOME, the tenants' homes
+// and workdirs and the logs, the tenants with their providers, the target,
+// and every process started for it. Close stops them all and reports any
+// process of the run that survived.
+type Sandbox struct {
+	Root   string
+	RunID  string // marks every process of the run (procgroup.MarkerVar)
+	Target Target
+	Set    *tenants.Set
+	Logs   string // folder of the processes' logs
+
+	env []string // hermetic base environment of every target process
+
+	mu    sync.Mutex
+	procs []*Proc
+	seq   int
+}
+
+// SandboxOptions shape NewSandbox.
+type SandboxOptions struct {
+	Tenants tenants.Options    // names, launch, providers
+	Extras  tenants.HomeExtras // config and .env additions for every home
+	Grace   time.Duration      // how long a process has to stop on SIGTERM; default 10s
+}
+
+// NewSandbox builds tenants under root, proves the target resolves its
+// profiles inside root, and writes the homes. On error nothing is left
+// running.
+func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOptions) (*Sandbox, error) {
+	if err := target.Validate(); err != nil {
+		return nil, fmt.Errorf("sandbox: target %s: %w", target.Name, err)
+	}
+	id, err := newRunID()
+	if err != nil {
+		return nil, err
+	}
+	opts.Tenants.Layout = target.Layout
+	set, err := tenants.Build(root, opts.Tenants)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	s := &Sandbox{Root: set.Root, RunID: id, Target: target, Set: set, Logs: filepath.Join(set.Root, "logs")}
+	fail := func(err error) (*Sandbox, error) {
+		s.Close()
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if err := os.MkdirAll(s.Logs, 0o755); err != nil {
+		return fail(err)
+	}
+	extra := map[string]string{procgroup.MarkerVar: id}
+	for k, v := range target.Env {
+		extra[k] = strings.ReplaceAll(v, "{root}", s.Root)
+	}
+	if s.env, err = set.Env(extra); err != nil {
+		return fail(err)
+	}
+	if target.Files && !target.Remote() {
+		if err := s.checkProfileRoot(ctx); err != nil {
+			return fail(err)
+		}
+		if err := set.WriteHomes(opts.Extras); err != nil {
+			return fail(err)
+		}
+	}
+	return s, nil
+}
+
+func newRunID() (string, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("sandbox: run id: %w", err)
+	}
+	return "run-" + hex.EncodeToString(b[:]), nil
+}
+
+// checkProfileRoot asks the target where its named profiles resolve, before
+// anything is written, and refuses a place outside the sandbox.
+func (s *Sandbox) checkProfileRoot(ctx context.Context) error {
+	out, err := s.RunCommand(ctx, "profile root", s.Target.ProfileRoot, nil)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	got := strings.TrimSpace(lines[len(lines)-1])
+	if got == "" || !filepath.IsAbs(got) {
+		return fmt.Errorf("%s printed %q, not an absolute path", strings.Join(s.Target.ProfileRoot, " "), got)
+	}
+	if resolved, err := filepath.EvalSymlinks(filepath.Dir(got)); err == nil {
+		got = filepath.Join(resolved, filepath.Base(got))
+	}
+	if !within(got, s.Root) {
+		return fmt.Errorf("%w: %s is not inside %s", ErrEscapedSandbox, got, s.Root)
+	}
+	return nil
+}
+
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// Env is the hermetic environment of the target's processes plus extra.
+func (s *Sandbox) Env(extra map[string]string) []string {
+	env := append([]string(nil), s.env...)
+	for k, v := range extra {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// Start runs one target process in the sandbox: cwd HOME, hermetic
+// environment (plus extra), its log in Logs. The process is stopped by
+// Close if the caller has not stopped it.
+func (s *Sandbox) Start(ctx context.Context, name string, argv []string, stdin bool, extra map[string]string) (*Proc, error) {
+	s.mu.Lock()
+	s.seq++
+	logPath := filepath.Join(s.Logs, fmt.Sprintf("%02d-%s.log", s.seq, strings.ReplaceAll(name, " ", "-")))
+	s.mu.Unlock()
+	p, err := StartProc(ctx, ProcSpec{Name: name, Argv: argv, Dir: s.Set.Home, Env: s.Env(extra), LogPath: logPath, Stdin: stdin})
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	return p, nil
+}
+
+// RunCommand runs a one-shot target command to its end and returns its
+// stdout; a non-zero exit is an error showing the output.
+func (s *Sandbox) RunCommand(ctx context.Context, name string, argv []string, extra map[string]string) (string, error) {
+	if len(argv) == 0 {
+		return "", fmt.Errorf("%s: the target gives no command for it", name)
+	}
+	p, err := s.Start(ctx, name, argv, false, extra)
+	if err != nil {
+		return "", err
+	}
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		p.Kill()
+		return "", fmt.Errorf("%s: %w\n%s", name, ctx.Err(), p.Tail())
+	}
+	if err := p.ExitErr(); err != nil {
+		return "", fmt.Errorf("%s: %w\n%s", name, err, p.Tail())
+	}
+	return strings.Join(p.Lines(), "\n"), nil
+}
+
+// Procs lists every process the sandbox started.
+func (s *Sandbox) Procs() []*Proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*Proc(nil), s.procs...)
+}
+
+// Survivors lists live processes carrying the run's marker: anything the
+// target spawned (shells, plugin hosts) that outlived its owner.
+func (s *Sandbox) Survivors() []int { return procgroup.Marked(s.RunID) }
+
+// Close stops every process (SIGTERM, then SIGKILL after the grace), closes
+// the providers, and returns an error listing any process of the run still
+// alive after a bounded wait; those are killed.
+func (s *Sandbox) Close() error {
+	var errs []error
+	for _, p := range s.Procs() {
+		if err := p.Stop(10 * time.Second); err != nil && !isSignalExit(err) {
+			errs = append(errs, fmt.Errorf("stop %s: %w", p.Name(), err))
+		}
+	}
+	if s.Set != nil {
+		s.Set.Close()
+	}
+	// Children die with their parents' process groups or by the
+	// parent-death signal, which takes a moment: poll, then kill survivors.
+	deadline := time.Now().Add(10 * time.Second)
+	var left []int
+	for {
+		left = s.Survivors()
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		var desc []string
+		for _, pid := range left {
+			cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+			desc = append(desc, fmt.Sprintf("%d (%s)", pid, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")))
+			_ = procgroup.Kill(pid)
+			_ = syscallKill(pid)
+		}
+		errs = append(errs, fmt.Errorf("processes of run %s outlived their owners: %s", s.RunID, strings.Join(desc, ", ")))
+	}
+	return errors.Join(errs...)
+}
+
+func isSignalExit(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "signal: terminated")
+}
