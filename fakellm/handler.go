@@ -136,7 +136,7 @@ func (s *Server) finish(ctx context.Context, w http.ResponseWriter, rec *Record,
 		return
 	case shapeText, shapeTools:
 	default:
-		r = Error(http.StatusInternalServerError, "fakellm: responder returned an unknown response")
+		r = Error(http.StatusInternalServerError, "fakellm: response #"+strconv.Itoa(rec.Seq)+" has no kind (build it with Text, ToolCall(s), Error, Hang or Raw)")
 		settled = true // the inner finish settles
 		s.finish(ctx, w, rec, r)
 		return
@@ -210,6 +210,10 @@ func (s *Server) finish(ctx context.Context, w http.ResponseWriter, rec *Record,
 func (s *Server) write(ctx context.Context, w http.ResponseWriter, b []byte, ends []int, r *Response) bool {
 	h := w.Header()
 	if ends == nil {
+		if r.Delay > 0 && !s.pause(ctx, r.Delay) {
+			abort(w)
+			return false
+		}
 		h.Set("Content-Type", "application/json")
 		h.Set("Content-Length", strconv.Itoa(len(b)))
 		w.WriteHeader(http.StatusOK)

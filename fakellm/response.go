@@ -42,7 +42,7 @@ type Response struct {
 	Reasoning string        // reasoning_content (OpenAI) / thinking (Anthropic), sent before the text
 	Calls     []Call        // tool calls, in index order
 	ChunkSize int           // runes of text or argument per stream chunk; 0 means 16
-	Delay     time.Duration // pause before each stream chunk after the first
+	Delay     time.Duration // pause before each stream chunk after the first (non-streamed: once, before the answer)
 	Usage     *Usage        // reported usage; nil means an estimate from the sizes
 
 	Status     int           // HTTP status of an error or raw response
@@ -55,6 +55,7 @@ type Response struct {
 	// Drop and Stall cut a text or tool-call response short after
 	// After stream events (or, without streaming, after half the body):
 	// Drop closes the connection, Stall stops writing and holds it open.
+	// An After at or past the last event cuts nothing.
 	Drop, Stall bool
 	After       int
 

@@ -246,3 +246,40 @@ func TestJournal(t *testing.T) {
 	a.Journal(failingWriter{})
 	require.ErrorContains(t, a.JournalErr(), "disk full")
 }
+
+func TestStuckCloseSaysWhatIsOpen(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	s := start(t, fakellm.Options{Responder: func(fakellm.Record) fakellm.Response {
+		<-release // a responder that never returns on its own
+		return fakellm.Text("late")
+	}})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := newClient(s, "k").Chat.Completions.New(context.Background(), mainTurn("m", "x"))
+		errc <- err
+	}()
+	_, err := s.WaitRequests(testCtx(t), fakellm.KindMain, 1)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err = s.CloseContext(ctx)
+	require.ErrorIs(t, err, fakellm.ErrCloseTimeout)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "1 handler(s) still open")
+
+	close(release)
+	require.NoError(t, s.CloseContext(testCtx(t)), "once the responder returns, close completes")
+	assert.Error(t, <-errc, "the connection was closed under the request")
+}
+
+func TestZeroResponseIsNamed(t *testing.T) {
+	t.Parallel()
+	s := start(t, fakellm.Options{Script: []fakellm.Response{{Text: "no constructor"}}})
+	_, err := newClient(s, "k").Chat.Completions.New(testCtx(t), mainTurn("m", "x"))
+	var apiErr *openai.Error
+	require.ErrorAs(t, err, &apiErr)
+	assert.Equal(t, http.StatusInternalServerError, apiErr.StatusCode)
+	assert.Contains(t, apiErr.Message, "has no kind")
+}
