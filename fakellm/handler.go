@@ -103,6 +103,12 @@ func (s *Server) finish(ctx context.Context, w http.ResponseWriter, rec *Record,
 		}
 	}()
 
+	if (r.shape == shapeRaw || r.shape == shapeError) && (r.Status < 200 || r.Status > 999) {
+		settled = true // the inner finish settles
+		s.finish(ctx, w, rec, Error(http.StatusInternalServerError,
+			"fakellm: response #"+strconv.Itoa(rec.Seq)+" has HTTP status "+strconv.Itoa(r.Status)+", want 200-999"))
+		return
+	}
 	h := w.Header()
 	switch r.shape {
 	case shapeHang:
@@ -198,28 +204,29 @@ func (s *Server) finish(ctx context.Context, w http.ResponseWriter, rec *Record,
 		b = openAIJSON(b, &m)
 	}
 	*bp = b
-	status = http.StatusOK
-	if !s.write(ctx, w, b, ends, &r) {
+	var whole bool
+	status, whole = s.write(ctx, w, b, ends, &r)
+	if !whole {
 		label += " (cut)"
 	}
 }
 
 // write sends a 200 body: whole, or as the stream events ending at ends,
-// honouring the response's delay, drop and stall. It reports whether the
-// whole body was sent.
-func (s *Server) write(ctx context.Context, w http.ResponseWriter, b []byte, ends []int, r *Response) bool {
+// honouring the response's delay, drop and stall. It returns the status
+// sent (0 if none) and whether the whole body was sent.
+func (s *Server) write(ctx context.Context, w http.ResponseWriter, b []byte, ends []int, r *Response) (int, bool) {
 	h := w.Header()
 	if ends == nil {
 		if r.Delay > 0 && !s.pause(ctx, r.Delay) {
 			abort(w)
-			return false
+			return 0, false
 		}
 		h.Set("Content-Type", "application/json")
 		h.Set("Content-Length", strconv.Itoa(len(b)))
 		w.WriteHeader(http.StatusOK)
 		if !r.Drop && !r.Stall {
 			_, err := w.Write(b)
-			return err == nil
+			return http.StatusOK, err == nil
 		}
 		_, _ = w.Write(b[:len(b)/2])
 		flush(w)
@@ -227,7 +234,7 @@ func (s *Server) write(ctx context.Context, w http.ResponseWriter, b []byte, end
 			s.pause(ctx, r.For)
 		}
 		abort(w)
-		return false
+		return http.StatusOK, false
 	}
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -241,21 +248,21 @@ func (s *Server) write(ctx context.Context, w http.ResponseWriter, b []byte, end
 				s.pause(ctx, r.For)
 			}
 			abort(w)
-			return false
+			return http.StatusOK, false
 		}
 		if i > 0 && r.Delay > 0 && !s.pause(ctx, r.Delay) {
 			abort(w)
-			return false
+			return http.StatusOK, false
 		}
 		if _, err := w.Write(b[start:end]); err != nil {
-			return false
+			return http.StatusOK, false
 		}
 		if eager {
 			flush(w)
 		}
 		start = end
 	}
-	return true
+	return http.StatusOK, true
 }
 
 func flush(w http.ResponseWriter) {

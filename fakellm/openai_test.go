@@ -434,3 +434,24 @@ func TestModelsList(t *testing.T) {
 	require.ErrorAs(t, err, &apiErr)
 	assert.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
 }
+
+func TestPerChunkDelayKeepsTheStreamIntact(t *testing.T) {
+	t.Parallel()
+	s := start(t, fakellm.Options{Script: []fakellm.Response{
+		fakellm.Text("slow and steady").WithChunkSize(2).WithDelay(time.Millisecond),
+		fakellm.Text("late but whole").WithDelay(time.Millisecond),
+	}})
+	c := newClient(s, "k")
+	stream := c.Chat.Completions.NewStreaming(testCtx(t), mainTurn("m", "x"))
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		require.True(t, acc.AddChunk(stream.Current()))
+	}
+	require.NoError(t, stream.Err())
+	_ = stream.Close()
+	assert.Equal(t, "slow and steady", acc.Choices[0].Message.Content)
+
+	got, err := c.Chat.Completions.New(testCtx(t), mainTurn("m", "y"))
+	require.NoError(t, err)
+	assert.Equal(t, "late but whole", got.Choices[0].Message.Content)
+}

@@ -283,3 +283,16 @@ func TestZeroResponseIsNamed(t *testing.T) {
 	assert.Equal(t, http.StatusInternalServerError, apiErr.StatusCode)
 	assert.Contains(t, apiErr.Message, "has no kind")
 }
+
+func TestInvalidStatusIsNamed(t *testing.T) {
+	t.Parallel()
+	s := start(t, fakellm.Options{Script: []fakellm.Response{fakellm.Error(0, "zero"), fakellm.Raw(42, "text/plain", nil)}})
+	c := newClient(s, "k")
+	for range 2 {
+		_, err := c.Chat.Completions.New(testCtx(t), mainTurn("m", "x"))
+		var apiErr *openai.Error
+		require.ErrorAs(t, err, &apiErr)
+		assert.Equal(t, http.StatusInternalServerError, apiErr.StatusCode)
+		assert.Contains(t, apiErr.Message, "want 200-999")
+	}
+}
