@@ -1,0 +1,314 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/isolation"
+	"github.com/tenantcanary/tenantcanary/plugin"
+	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
+)
+
+// ServeChild runs a plugin host on the given streams: it says hello, then
+// serves the parent's requests until stdin closes (nil) or ctx ends. It is
+// what `agentd plugin-host` runs.
+//
+// When stdout is os.Stdout, the protocol moves to a private copy of file
+// descriptor 1 and descriptor 1 itself is pointed at stderr, so nothing a
+// plugin prints can reach the protocol stream.
+func ServeChild(ctx context.Context, stdin io.Reader, stdout io.Writer, stderr io.Writer) error {
+	if stdout == nil || stdin == nil {
+		return errors.New("serve plugin host: stdin and stdout are required")
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	if f, ok := stdout.(*os.File); ok && f == os.Stdout {
+		proto, err := privateStdout()
+		if err != nil {
+			return fmt.Errorf("serve plugin host: %w", err)
+		}
+		stdout = proto
+	}
+	// A host never starts a host of its own: every loader here loads directly.
+	if err := os.Setenv(isolation.HostProcessEnv, "1"); err != nil {
+		return fmt.Errorf("serve plugin host: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c := &child{ctx: ctx, stderr: stderr, inflight: map[uint64]context.CancelFunc{}}
+	c.conn = newConn("plugin host's parent", stdin, stdout, DefaultMaxFrame, c.handle)
+	c.conn.start()
+	if err := c.conn.send(&Frame{Op: opHello, Body: mustJSON(helloBody{Protocol: ProtocolVersion, PID: os.Getpid()})}); err != nil {
+		return fmt.Errorf("serve plugin host: say hello: %w", err)
+	}
+	select {
+	case <-c.conn.done:
+	case <-ctx.Done():
+		c.conn.fail(ctx.Err())
+		if cl, ok := stdin.(io.Closer); ok {
+			_ = cl.Close()
+		}
+	}
+	c.conn.wait()
+	if err := c.conn.broken(); err != nil && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
+		return fmt.Errorf("serve plugin host: %w", err)
+	}
+	return nil
+}
+
+// privateStdout moves the protocol off descriptor 1: it returns a copy of
+// it and points 1 at 2.
+func privateStdout() (*os.File, error) {
+	fd, err := syscall.Dup(1)
+	if err != nil {
+		return nil, fmt.Errorf("copy stdout: %w", err)
+	}
+	syscall.CloseOnExec(fd)
+	if err := syscall.Dup3(2, 1, 0); err != nil {
+		return nil, fmt.Errorf("point stdout at stderr: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "plugin-host-protocol"), nil
+}
+
+type child struct {
+	ctx    context.Context
+	conn   *conn
+	stderr io.Writer
+
+	mu       sync.Mutex
+	reg      *registry
+	inflight map[uint64]context.CancelFunc
+}
+
+type callKey struct{}
+
+type loadBody struct {
+	Gen     uint64             `json:"gen"`
+	Plugins []pluginload.Found `json:"plugins"`
+}
+
+type loadReply struct {
+	Plugins []PluginStatus `json:"plugins"`
+}
+
+type loadingBody struct {
+	Name string `json:"name"`
+}
+
+type callBody struct {
+	Tool string         `json:"tool"`
+	Args map[string]any `json:"args"`
+}
+
+type resultBody struct {
+	Result string `json:"result"`
+}
+
+type hookBody struct {
+	Ref     Ref            `json:"ref"`
+	Payload map[string]any `json:"payload"`
+}
+
+type schemaBody struct {
+	Plugin string `json:"plugin"`
+}
+
+type extractBody struct {
+	Plugin pluginload.Found `json:"plugin"`
+}
+
+type extractReply struct {
+	Profiles []plugin.ModelProfile `json:"profiles"`
+}
+
+type facadeBody struct {
+	Facade string   `json:"facade"`
+	Method string   `json:"method"`
+	Args   []string `json:"args"`
+}
+
+func (c *child) registry() (*registry, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reg == nil {
+		return nil, fmt.Errorf("no plugins loaded yet: %w", ErrUnavailable)
+	}
+	return c.reg, nil
+}
+
+// callCtx is the context a request runs in: its deadline, its session, and
+// its id so nested calls name the call they belong to.
+func (c *child) callCtx(f *Frame) (context.Context, func()) {
+	ctx := c.ctx
+	var cancel context.CancelFunc
+	if f.TimeoutMS > 0 {
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(f.TimeoutMS)*time.Millisecond)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	ctx = plugin.WithSession(ctx, f.Session)
+	ctx = context.WithValue(ctx, callKey{}, f.ID)
+	c.mu.Lock()
+	c.inflight[f.ID] = cancel
+	c.mu.Unlock()
+	return ctx, func() {
+		c.mu.Lock()
+		delete(c.inflight, f.ID)
+		c.mu.Unlock()
+		cancel()
+	}
+}
+
+func decode(f *Frame, v any) error {
+	if err := json.Unmarshal(f.Body, v); err != nil {
+		return fmt.Errorf("decode %q request: %v: %w", f.Op, err, ErrProtocol)
+	}
+	return nil
+}
+
+func (c *child) handle(f *Frame) {
+	if f.Op == opCancel {
+		var b cancelBody
+		if decode(f, &b) == nil {
+			c.mu.Lock()
+			cancel := c.inflight[b.ID]
+			c.mu.Unlock()
+			if cancel != nil {
+				cancel()
+			}
+		}
+		return
+	}
+	if f.ID == 0 {
+		return // an unknown notification
+	}
+	ctx, done := c.callCtx(f)
+	defer done()
+	body, err := c.serve(ctx, f)
+	c.conn.reply(f.ID, body, err)
+}
+
+func (c *child) serve(ctx context.Context, f *Frame) (any, error) {
+	switch f.Op {
+	case opLoad:
+		var b loadBody
+		if err := decode(f, &b); err != nil {
+			return nil, err
+		}
+		return c.load(ctx, b)
+	case opExtract:
+		var b extractBody
+		if err := decode(f, &b); err != nil {
+			return nil, err
+		}
+		g := newRegistry(0, true, c, c.stderr)
+		st := g.load(b.Plugin)
+		if st.Error != "" {
+			return nil, fmt.Errorf("extract model provider %s: %s: %w", b.Plugin.Name, st.Error, ErrPlugin)
+		}
+		var r extractReply
+		for _, p := range st.Providers {
+			if p.Kind == KindModel && p.Profile != nil {
+				r.Profiles = append(r.Profiles, *p.Profile)
+			}
+		}
+		return r, nil
+	}
+	g, err := c.registry()
+	if err != nil {
+		return nil, err
+	}
+	switch f.Op {
+	case opCall:
+		var b callBody
+		if err := decode(f, &b); err != nil {
+			return nil, err
+		}
+		out, err := g.callTool(ctx, b.Tool, b.Args)
+		if err != nil {
+			return nil, err
+		}
+		return resultBody{out}, nil
+	case opHook:
+		var b hookBody
+		if err := decode(f, &b); err != nil {
+			return nil, err
+		}
+		return nil, g.runHook(ctx, b.Ref, b.Payload)
+	case opProvider:
+		var b providerArgs
+		if err := decode(f, &b); err != nil {
+			return nil, err
+		}
+		return g.callProvider(ctx, b)
+	case opSchema:
+		var b schemaBody
+		if err := decode(f, &b); err != nil {
+			return nil, err
+		}
+		return g.schema(ctx, b.Plugin)
+	}
+	return nil, fmt.Errorf("operation %q: %w", f.Op, ErrUnsupported)
+}
+
+func (c *child) load(ctx context.Context, b loadBody) (any, error) {
+	c.mu.Lock()
+	if c.reg != nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("plugins are already loaded in this host: %w", ErrUnsupported)
+	}
+	g := newRegistry(b.Gen, true, c, c.stderr)
+	c.reg = g
+	c.mu.Unlock()
+	for _, p := range b.Plugins {
+		// The parent must know which plugin was loading if this host dies.
+		if _, err := c.conn.request(ctx, &Frame{Op: opLoading, Body: mustJSON(loadingBody{p.Name})}, ""); err != nil {
+			return nil, fmt.Errorf("announce loading plugin %s: %w", p.Name, err)
+		}
+		g.load(p)
+	}
+	return loadReply{Plugins: g.plugins()}, nil
+}
+
+// dispatch and facade make child a reach: a plugin's Context calls into
+// the server over the wire, naming the call it is nested in.
+func (c *child) dispatch(ctx context.Context, tool string, args map[string]any) (string, error) {
+	b, err := c.upcall(ctx, opDispatch, callBody{Tool: tool, Args: args})
+	if err != nil {
+		return "", fmt.Errorf("dispatch %s to the server: %w", tool, err)
+	}
+	return b, nil
+}
+
+func (c *child) facade(ctx context.Context, facade, method string, args []string) (string, error) {
+	b, err := c.upcall(ctx, opFacade, facadeBody{Facade: facade, Method: method, Args: args})
+	if err != nil {
+		return "", fmt.Errorf("%s.%s on the server: %w", facade, method, err)
+	}
+	return b, nil
+}
+
+func (c *child) upcall(ctx context.Context, op string, body any) (string, error) {
+	f := &Frame{Op: op, Body: mustJSON(body)}
+	f.Parent, _ = ctx.Value(callKey{}).(uint64)
+	if dl, ok := ctx.Deadline(); ok {
+		f.TimeoutMS = max(1, time.Until(dl).Milliseconds())
+	}
+	raw, err := c.conn.request(ctx, f, "")
+	if err != nil {
+		return "", err
+	}
+	var r resultBody
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return "", fmt.Errorf("decode %s reply: %v: %w", op, err, ErrProtocol)
+	}
+	return r.Result, nil
+}

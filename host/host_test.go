@@ -1,0 +1,363 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/host"
+	"github.com/tenantcanary/tenantcanary/isolation"
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+const platformPlugin = `package platformprobe
+
+import "github.com/tenantcanary/tenantcanary/plugin"
+
+func Register(ctx plugin.Context) error {
+	return ctx.RegisterPlatform("x", "X", func(cfg map[string]any) (any, error) { return nil, nil })
+}
+`
+
+func probeHome(t *testing.T) string {
+	home := newHome(t)
+	writePlugin(t, home, "hostprobe", "name: hostprobe\nversion: \"1.0\"\n", readTestdata(t, "hostprobe.go.txt"))
+	writePlugin(t, home, "platformprobe", "name: platformprobe\nversion: \"1.0\"\n", platformPlugin)
+	return home
+}
+
+func statusOf(t *testing.T, l host.Loader, name string) host.PluginStatus {
+	t.Helper()
+	ps, err := l.Plugins(context.Background())
+	require.NoError(t, err)
+	for _, p := range ps {
+		if p.Name == name {
+			return p
+		}
+	}
+	t.Fatalf("no plugin %q among %+v", name, ps)
+	return host.PluginStatus{}
+}
+
+// The seed's main scenario: out of process, nested dispatch, hooks,
+// providers, the boundary's refusal, and a crash that costs one error.
+func TestPluginRunsOutOfProcessAndSurvivesItsHostCrashing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, probeHome(t), nil)
+	ctx := context.Background()
+
+	first := e.call("s1", "hostprobe_pid", map[string]any{"x": 1})
+	hostPID := pidOf(first)
+	require.NotZero(t, hostPID)
+	require.NotEqual(t, os.Getpid(), hostPID, "tool result came from the server process")
+	require.Equal(t, hostPID, e.m.PID())
+
+	// The plugin's code never ran here: its load marker names the host.
+	require.True(t, markerExists(e.home, "loaded-hostprobe", hostPID), "positive control: the host left its marker")
+	require.False(t, markerExists(e.home, "loaded-hostprobe", os.Getpid()), "plugin code ran in the server process")
+	require.Contains(t, e.log.String(), "hostprobe printed this to stdout", "a plugin's printing goes to the profile's log")
+
+	// A handler calling back into the server while the server waits on it.
+	nested := e.call("s1", "hostprobe_nested", nil)
+	require.Equal(t, hostPID, pidOf(nested))
+	require.Equal(t, "nested", nested["x"])
+	deep := e.call("deep-session", "hostprobe_depth", map[string]any{"n": 6})
+	require.Equal(t, hostPID, pidOf(deep))
+	require.Equal(t, "deep-session", deep["session"], "the session survives six nested hops")
+
+	// Hooks fire in the host.
+	require.NoError(t, e.m.Hook(ctx, "s1", "post_tool_call", map[string]any{"tool_name": "read_file", "result": "ok"}))
+	require.Contains(t, e.call("s1", "hostprobe_pid", nil)["seen"], "read_file")
+
+	// A provider proxy satisfies the server's interface and answers from the host.
+	var painter plugin.ImageGenProvider
+	painter, err := e.m.ImageGenProvider(ctx, "hostpainter")
+	require.NoError(t, err)
+	require.Equal(t, "hostpainter", painter.Name())
+	img, err := painter.Generate(ctx, "cat", nil)
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"success": true, "image": fmt.Sprintf("cat@%d", hostPID)}, img)
+
+	// The facade crosses as the caller's session.
+	out, err := e.m.Call(ctx, "s-state", "hostprobe_state", map[string]any{"v": "42"})
+	require.NoError(t, err)
+	require.Equal(t, "42", out)
+	require.Equal(t, "42", e.srv.state["s-state"]["k"])
+
+	// Live-object surfaces fail that plugin with the boundary's reason; its sibling loaded.
+	bad := statusOf(t, e.m, "platformprobe")
+	require.Contains(t, bad.Error, "RegisterPlatform")
+	require.Contains(t, bad.Error, isolation.UnsupportedMethods["RegisterPlatform"])
+	require.Empty(t, statusOf(t, e.m, "hostprobe").Error)
+
+	// A plugin killing its host costs one error naming the host.
+	_, err = e.m.Call(ctx, "s1", "hostprobe_crash", nil)
+	require.Error(t, err)
+	require.ErrorIs(t, err, host.ErrUnavailable)
+	require.Contains(t, err.Error(), "plugin host")
+	require.Contains(t, err.Error(), "exit status 3")
+
+	var after map[string]any
+	require.Eventually(t, func() bool {
+		out, err := e.m.Call(ctx, "s1", "hostprobe_pid", nil)
+		if err != nil {
+			return false
+		}
+		e.seePID()
+		after = map[string]any{"out": out}
+		return true
+	}, eventually, tick, "a new host never answered")
+	newPID := e.m.PID()
+	require.NotEqual(t, hostPID, newPID)
+	require.NotEqual(t, os.Getpid(), newPID)
+	require.Contains(t, after["out"], fmt.Sprintf(`"pid":%d`, newPID))
+	require.False(t, syscallAlive(hostPID), "the crashed host was reaped")
+}
+
+func syscallAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+func TestHostRunsWithTheProfilesEnvironmentAndHome(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, probeHome(t), nil)
+	v := e.call("s", "hostprobe_env", nil)
+	require.Equal(t, e.home, v["cwd"])
+	var envs []string
+	for _, x := range v["env"].([]any) {
+		envs = append(envs, x.(string))
+	}
+	require.Contains(t, envs, "PROFILE_CANARY=canary-"+filepath.Base(e.home))
+	require.Contains(t, envs, isolation.HostProcessEnv+"=1")
+	for _, kv := range envs {
+		k, _, _ := strings.Cut(kv, "=")
+		require.Contains(t, []string{hostEnv, "HOME", "PATH", "PROFILE_CANARY", isolation.HostProcessEnv}, k,
+			"the host's environment holds %q, which the profile did not give it", k)
+	}
+}
+
+func TestConcurrentSessionsEachSeeTheirOwnSessionInNestedCalls(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, probeHome(t), nil)
+	// Whoever first touches the host must not leak into later calls.
+	require.Equal(t, "host-creator", e.call("host-creator", "hostprobe_whoami", nil)["session"])
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for _, s := range []string{"session-B", "session-C"} {
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := e.m.Call(context.Background(), s, "hostprobe_whoami", nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				want := fmt.Sprintf(`{"inner":{"session":%q},"session":%q}`, s, s)
+				if out != want {
+					errs <- fmt.Errorf("as %s got %s", s, out)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestHostedMemoryProviderStaysLiveAcrossSIGKILL(t *testing.T) {
+	t.Parallel()
+	home := newHome(t)
+	writePlugin(t, home, "memprobe", "name: memprobe\n", readTestdata(t, "memprobe.go.txt"))
+	e := newEnv(t, home, nil)
+	ctx := context.Background()
+
+	var mem plugin.MemoryProvider
+	mem, err := e.m.MemoryProvider(ctx, "memprobe")
+	require.NoError(t, err)
+	first, err := mem.Prefetch(ctx, "q")
+	require.NoError(t, err)
+	e.seePID()
+	firstPID := e.m.PID()
+	require.Equal(t, fmt.Sprintf("%d:1", firstPID), first, "level read live from the plugin's object")
+	require.NotEqual(t, os.Getpid(), firstPID)
+	require.True(t, mem.IsAvailable(ctx))
+
+	// The provider's config schema is user code too: it runs in the host.
+	schema, err := e.m.ConfigSchema(ctx, "memprobe")
+	require.NoError(t, err)
+	require.Equal(t, float64(firstPID), schema["pid"])
+
+	require.NoError(t, syscall.Kill(firstPID, syscall.SIGKILL))
+	require.Eventually(t, func() bool { return e.m.PID() != firstPID }, eventually, tick, "the manager never saw its host die")
+
+	// The proxy the server already holds re-binds to the new host's object.
+	again, err := mem.Prefetch(ctx, "q")
+	require.NoError(t, err)
+	e.seePID()
+	newPID := e.m.PID()
+	require.NotEqual(t, firstPID, newPID)
+	require.NotEqual(t, os.Getpid(), newPID)
+	require.Equal(t, fmt.Sprintf("%d:1", newPID), again)
+	require.Equal(t, uint64(2), e.m.Generation())
+}
+
+const killerPlugin = `package killer
+
+import (
+	"os"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+func Register(ctx plugin.Context) error {
+	os.Exit(7)
+	return nil
+}
+`
+
+const finePlugin = `package fine
+
+import (
+	"os"
+	"strconv"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+func Register(ctx plugin.Context) error {
+	return ctx.RegisterTool(plugin.Tool{Name: ctx.Name() + "_pid", Handler: func(args map[string]any) (string, error) {
+		return strconv.Itoa(os.Getpid()), nil
+	}})
+}
+`
+
+func TestPluginThatKillsItsHostWhileLoadingIsNotReloaded(t *testing.T) {
+	t.Parallel()
+	home := newHome(t)
+	writePlugin(t, home, "a_fine", "name: a_fine\n", finePlugin)
+	writePlugin(t, home, "m_killer", "name: m_killer\n", killerPlugin)
+	writePlugin(t, home, "z_fine", "name: z_fine\n", finePlugin)
+	e := newEnv(t, home, nil)
+	ctx := context.Background()
+
+	for _, tool := range []string{"a_fine_pid", "z_fine_pid"} {
+		out, err := e.m.Call(ctx, "s", tool, nil)
+		require.NoError(t, err, "sibling tool %s", tool)
+		require.Equal(t, fmt.Sprint(e.m.PID()), out)
+	}
+	e.seePID()
+	killer := statusOf(t, e.m, "m_killer")
+	require.Contains(t, killer.Error, "killed its plugin host while loading")
+	require.Empty(t, statusOf(t, e.m, "a_fine").Error)
+	require.Empty(t, statusOf(t, e.m, "z_fine").Error)
+	require.Equal(t, uint64(2), e.m.Generation(), "one death, one restart without the killer")
+}
+
+func TestCrashLoopStopsAtTheBudget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, probeHome(t), func(c *host.Config) {
+		c.Backoff = func(int) time.Duration { return time.Millisecond }
+	})
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := e.m.Call(ctx, "s", "hostprobe_crash", nil)
+		e.seePID()
+		require.ErrorIs(t, err, host.ErrUnavailable, "death %d", i+1)
+		require.Contains(t, err.Error(), "plugin host")
+	}
+	_, err := e.m.Call(ctx, "s", "hostprobe_pid", nil)
+	require.ErrorIs(t, err, host.ErrBudgetExhausted)
+	require.Contains(t, err.Error(), "died 3 times")
+	require.Zero(t, e.m.PID(), "no host runs once the budget is spent")
+	require.Equal(t, uint64(3), e.m.Generation())
+}
+
+func TestHungToolTimesOutAndTheHostKeepsServing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, probeHome(t), func(c *host.Config) { c.CallTimeout = 300 * time.Millisecond })
+	pid := pidOf(e.call("s", "hostprobe_pid", nil))
+	_, err := e.m.Call(context.Background(), "s", "hostprobe_hang", nil)
+	require.ErrorIs(t, err, host.ErrTimeout)
+	require.Contains(t, err.Error(), "plugin host")
+	require.Contains(t, err.Error(), "hostprobe_hang")
+	require.Equal(t, pid, pidOf(e.call("s", "hostprobe_pid", nil)), "the same host still serves")
+
+	// A caller's own shorter deadline wins too.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = e.m.Call(ctx, "s", "hostprobe_hang", nil)
+	require.ErrorIs(t, err, host.ErrTimeout)
+}
+
+func TestOversizedResultIsAClearErrorNotADeadHost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, probeHome(t), nil)
+	pid := pidOf(e.call("s", "hostprobe_pid", nil))
+	_, err := e.m.Call(context.Background(), "s", "hostprobe_huge", nil)
+	require.ErrorIs(t, err, host.ErrUnsupported)
+	require.Contains(t, err.Error(), "frame")
+	require.Equal(t, pid, pidOf(e.call("s", "hostprobe_pid", nil)))
+}
+
+func TestUnknownToolIsNotFound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, probeHome(t), nil)
+	_, err := e.m.Call(context.Background(), "s", "no_such_tool", nil)
+	require.ErrorIs(t, err, host.ErrNotFound)
+	e.seePID()
+}
+
+func TestHandshakeIsChecked(t *testing.T) {
+	t.Parallel()
+	for name, argv := range map[string][]string{
+		"not a hello":       {"sh", "-c", "echo hi; sleep 5"},
+		"wrong version":     {"sh", "-c", `echo '{"op":"hello","body":{"protocol":99,"pid":1}}'; sleep 5`},
+		"exits immediately": {"true"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, newHome(t), func(c *host.Config) { c.Command = argv })
+			err := e.m.Start(context.Background())
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "start plugin host for profile")
+			if name == "wrong version" {
+				require.ErrorIs(t, err, host.ErrProtocol)
+				require.Contains(t, err.Error(), "protocol 99")
+			}
+		})
+	}
+}
+
+func TestCloseIsIdempotentAndRefusesLaterCalls(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, probeHome(t), nil)
+	pid := pidOf(e.call("s", "hostprobe_pid", nil))
+	require.NoError(t, e.m.Close())
+	require.NoError(t, e.m.Close())
+	require.False(t, syscallAlive(pid))
+	_, err := e.m.Call(context.Background(), "s", "hostprobe_pid", nil)
+	require.ErrorIs(t, err, host.ErrClosed)
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	_, err := host.New(host.Config{Profile: "p", Backend: &server{}})
+	require.ErrorContains(t, err, "Command is empty")
+	_, err = host.New(host.Config{Command: []string{"x"}, Backend: &server{}})
+	require.ErrorContains(t, err, "Profile is empty")
+	_, err = host.New(host.Config{Profile: "p", Command: []string{"x"}})
+	require.ErrorContains(t, err, "Backend is nil")
+}
+
+var _ = errors.Is

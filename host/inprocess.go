@@ -1,0 +1,161 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/isolation"
+	"github.com/tenantcanary/tenantcanary/plugin"
+	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
+)
+
+// InProcessConfig describes a profile's plugins loaded into the calling
+// process (plugins.isolation: in_process, or bundled plugins).
+type InProcessConfig struct {
+	Profile string
+	// Mode is the profile's resolved isolation mode; under host the load is
+	// refused (isolation.MayLoadInProcess) unless Source is bundled.
+	Mode       isolation.Mode
+	Source     isolation.Source
+	PluginsDir string
+	Enabled    []string
+	Backend    Backend
+	// Log receives what plugins print. Nil discards it.
+	Log io.Writer
+	// CallTimeout is the deadline put on calls that have none (default
+	// 30s). In-process, a plugin that ignores its context still hangs its
+	// caller: that is what host mode is for.
+	CallTimeout time.Duration
+}
+
+// InProcess is the Loader for plugins interpreted in the calling process.
+type InProcess struct {
+	cfg InProcessConfig
+	reg *registry
+}
+
+type directReach struct{ b Backend }
+
+func (d directReach) dispatch(ctx context.Context, tool string, args map[string]any) (string, error) {
+	return d.b.DispatchTool(ctx, plugin.SessionID(ctx), tool, args)
+}
+
+func (d directReach) facade(ctx context.Context, facade, method string, args []string) (string, error) {
+	return d.b.Facade(ctx, plugin.SessionID(ctx), facade, method, args)
+}
+
+// LoadInProcess interprets the profile's plugins in this process, after
+// asking isolation.MayLoadInProcess for each; a refusal fails the whole
+// load with an error wrapping isolation.ErrRefused and runs no plugin code.
+func LoadInProcess(cfg InProcessConfig) (*InProcess, error) {
+	if cfg.Backend == nil {
+		return nil, fmt.Errorf("load plugins of profile %s in-process: InProcessConfig.Backend is nil", cfg.Profile)
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 30 * time.Second
+	}
+	found, err := pluginload.Discover(cfg.PluginsDir, cfg.Enabled)
+	if err != nil {
+		return nil, fmt.Errorf("load plugins of profile %s in-process: %w", cfg.Profile, err)
+	}
+	for _, f := range found {
+		if err := isolation.MayLoadInProcess("plugin "+f.Name+" of profile "+cfg.Profile, cfg.Source, cfg.Mode); err != nil {
+			return nil, err
+		}
+	}
+	p := &InProcess{cfg: cfg, reg: newRegistry(1, false, directReach{cfg.Backend}, cfg.Log)}
+	for _, f := range found {
+		p.reg.load(f)
+	}
+	return p, nil
+}
+
+// Plugins reports how loading each plugin went.
+func (p *InProcess) Plugins(ctx context.Context) ([]PluginStatus, error) { return p.reg.plugins(), nil }
+
+// Tools lists the loaded plugins' tools.
+func (p *InProcess) Tools(ctx context.Context) ([]ToolSpec, error) {
+	var out []ToolSpec
+	for _, s := range p.reg.plugins() {
+		out = append(out, s.Tools...)
+	}
+	return out, nil
+}
+
+func (p *InProcess) callCtx(ctx context.Context, session string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+	return plugin.WithSession(ctx, session), cancel
+}
+
+// Call runs a plugin tool as session.
+func (p *InProcess) Call(ctx context.Context, session, tool string, args map[string]any) (string, error) {
+	ctx, cancel := p.callCtx(ctx, session)
+	defer cancel()
+	out, err := p.reg.callTool(ctx, tool, args)
+	if err != nil {
+		return "", fmt.Errorf("call tool %s in-process: %w", tool, err)
+	}
+	return out, nil
+}
+
+// Hook runs every hook registered for event, as session.
+func (p *InProcess) Hook(ctx context.Context, session, event string, payload map[string]any) error {
+	ctx, cancel := p.callCtx(ctx, session)
+	defer cancel()
+	var errs []error
+	for _, r := range p.reg.hookRefs(event) {
+		if err := p.reg.runHook(ctx, r, payload); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("run hook %s in-process: %w", event, errors.Join(errs...))
+	}
+	return nil
+}
+
+func (p *InProcess) object(kind, name string) (any, error) {
+	o := p.reg.objectByName(kind, name)
+	if o == nil {
+		return nil, fmt.Errorf("%s provider %s: no plugin of profile %s registered it: %w", kind, name, p.cfg.Profile, ErrNotFound)
+	}
+	return o.obj, nil
+}
+
+// MemoryProvider returns the plugin's own object.
+func (p *InProcess) MemoryProvider(ctx context.Context, name string) (plugin.MemoryProvider, error) {
+	o, err := p.object(KindMemory, name)
+	if err != nil {
+		return nil, err
+	}
+	return o.(plugin.MemoryProvider), nil
+}
+
+// ImageGenProvider returns the plugin's own object.
+func (p *InProcess) ImageGenProvider(ctx context.Context, name string) (plugin.ImageGenProvider, error) {
+	o, err := p.object(KindImageGen, name)
+	if err != nil {
+		return nil, err
+	}
+	return o.(plugin.ImageGenProvider), nil
+}
+
+// ModelProvider returns the plugin's own object.
+func (p *InProcess) ModelProvider(ctx context.Context, name string) (plugin.ModelProvider, error) {
+	o, err := p.object(KindModel, name)
+	if err != nil {
+		return nil, err
+	}
+	return o.(plugin.ModelProvider), nil
+}
+
+// ConfigSchema runs the plugin's config schema function.
+func (p *InProcess) ConfigSchema(ctx context.Context, pluginName string) (map[string]any, error) {
+	return p.reg.schema(ctx, pluginName)
+}
+
+// Close forgets the plugins (interpreted code cannot be unloaded).
+func (p *InProcess) Close() error { return nil }

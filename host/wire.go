@@ -1,0 +1,392 @@
+package host
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+)
+
+// ProtocolVersion is the wire protocol's version; the parent refuses a host
+// whose hello names another.
+const ProtocolVersion = 1
+
+// DefaultMaxFrame is the default limit on one frame's size in bytes.
+const DefaultMaxFrame = 4 << 20
+
+// Sentinel errors. Every error a Manager returns names the plugin host and
+// wraps one of these where one applies.
+var (
+	// ErrUnavailable: the plugin host is not running (it died, or it could
+	// not start).
+	ErrUnavailable = errors.New("plugin host unavailable")
+	// ErrUnsupported: the boundary cannot carry what was asked.
+	ErrUnsupported = errors.New("unsupported across the plugin host boundary")
+	// ErrTimeout: the call's deadline passed before the plugin answered.
+	ErrTimeout = errors.New("plugin host call timed out")
+	// ErrPlugin: the plugin itself returned an error or panicked.
+	ErrPlugin = errors.New("plugin error")
+	// ErrNotFound: no such tool, hook or provider.
+	ErrNotFound = errors.New("not found in the plugin host")
+	// ErrStaleRef: a reference from an earlier host generation.
+	ErrStaleRef = errors.New("stale plugin host reference")
+	// ErrProtocol: the peer broke the wire protocol (a bad frame, a bad
+	// hello, a wrong version).
+	ErrProtocol = errors.New("plugin host protocol error")
+	// ErrFrameTooLarge: a frame exceeds the size limit.
+	ErrFrameTooLarge = errors.New("plugin host frame too large")
+	// ErrBudgetExhausted: the host died too often and is not restarted.
+	ErrBudgetExhausted = errors.New("plugin host restart budget exhausted")
+	// ErrClosed: the manager was closed.
+	ErrClosed = errors.New("plugin host manager closed")
+)
+
+// Code is a typed error's code on the wire.
+type Code string
+
+// The wire error codes.
+const (
+	CodeUnavailable Code = "unavailable"
+	CodeUnsupported Code = "unsupported"
+	CodeTimeout     Code = "timeout"
+	CodePlugin      Code = "plugin"
+	CodeNotFound    Code = "not_found"
+	CodeStale       Code = "stale"
+	CodeProtocol    Code = "protocol"
+)
+
+var codeErrs = map[Code]error{
+	CodeUnavailable: ErrUnavailable, CodeUnsupported: ErrUnsupported, CodeTimeout: ErrTimeout,
+	CodePlugin: ErrPlugin, CodeNotFound: ErrNotFound, CodeStale: ErrStaleRef, CodeProtocol: ErrProtocol,
+}
+
+// Error is a typed error that crossed the wire.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Is matches the sentinel of e's code.
+func (e *Error) Is(target error) bool { return codeErrs[e.Code] == target }
+
+// wireError turns err into its wire form, keeping the code of a sentinel it
+// wraps and calling anything else the plugin's own.
+func wireError(err error) *Error {
+	var we *Error
+	if errors.As(err, &we) {
+		return &Error{Code: we.Code, Message: err.Error()}
+	}
+	for code, s := range codeErrs {
+		if errors.Is(err, s) {
+			return &Error{Code: code, Message: err.Error()}
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Code: CodeTimeout, Message: err.Error()}
+	}
+	return &Error{Code: CodePlugin, Message: err.Error()}
+}
+
+// Ref names an object living in one host, fenced by that host's
+// generation: a host refuses a Ref of another generation.
+type Ref struct {
+	Gen uint64 `json:"gen"`
+	ID  uint64 `json:"id"`
+}
+
+// Frame is one line of the protocol. A request has ID (the sender's id
+// space) and Op; its reply has Re (the request's ID) and Body or Err; a
+// notification has Op and no ID.
+type Frame struct {
+	ID uint64 `json:"id,omitempty"`
+	Re uint64 `json:"re,omitempty"`
+	Op string `json:"op,omitempty"`
+	// Parent, on a host's request, is the id of the parent's call it is
+	// nested in: the parent runs it as that call's session.
+	Parent    uint64          `json:"parent,omitempty"`
+	Session   string          `json:"session,omitempty"`
+	TimeoutMS int64           `json:"timeout_ms,omitempty"`
+	Body      json.RawMessage `json:"body,omitempty"`
+	Err       *Error          `json:"err,omitempty"`
+}
+
+type pending struct {
+	ch      chan *Frame
+	session string
+}
+
+// conn is one side of the protocol: a reader goroutine routing replies to
+// their waiters and requests to handle, and a writer goroutine that
+// batches frames into as few writes as the load allows.
+type conn struct {
+	name     string
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	closeW   func() error
+	maxFrame int
+	handle   func(*Frame)
+	// readEnd is called once when reading stops; nil means fail(err).
+	readEnd func(error)
+
+	out    chan []byte
+	nextID atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[uint64]*pending
+	err     error
+	done    chan struct{}
+
+	wg sync.WaitGroup
+}
+
+func newConn(name string, r io.Reader, w io.Writer, maxFrame int, handle func(*Frame)) *conn {
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrame
+	}
+	c := &conn{
+		name: name, br: bufio.NewReaderSize(r, 64<<10), bw: bufio.NewWriterSize(w, 64<<10),
+		maxFrame: maxFrame, handle: handle, out: make(chan []byte, 1024),
+		pending: map[uint64]*pending{}, done: make(chan struct{}),
+	}
+	if cl, ok := w.(io.Closer); ok {
+		c.closeW = cl.Close
+	}
+	return c
+}
+
+func (c *conn) start() {
+	c.wg.Add(2)
+	go c.readLoop()
+	go c.writeLoop()
+}
+
+// wait returns once both goroutines have stopped.
+func (c *conn) wait() { c.wg.Wait() }
+
+// readFrame reads one line of at most max bytes (newline excluded).
+func readFrame(br *bufio.Reader, max int) ([]byte, error) {
+	var buf []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(buf)+len(line) > max+1 {
+			return nil, fmt.Errorf("read a frame of more than %d bytes: %w", max, ErrFrameTooLarge)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			buf = append(buf, line...)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if buf == nil {
+			return line, nil
+		}
+		return append(buf, line...), nil
+	}
+}
+
+func (c *conn) readLoop() {
+	defer c.wg.Done()
+	var err error
+	for {
+		var line []byte
+		line, err = readFrame(c.br, c.maxFrame)
+		if err != nil {
+			break
+		}
+		f := new(Frame)
+		if err = json.Unmarshal(line, f); err != nil {
+			err = fmt.Errorf("decode frame %.80q: %v: %w", line, err, ErrProtocol)
+			break
+		}
+		if f.Re != 0 {
+			c.mu.Lock()
+			p := c.pending[f.Re]
+			delete(c.pending, f.Re)
+			c.mu.Unlock()
+			if p != nil {
+				p.ch <- f
+			}
+			continue
+		}
+		go c.handle(f)
+	}
+	if c.readEnd != nil {
+		c.readEnd(err)
+	} else {
+		c.fail(err)
+	}
+}
+
+func (c *conn) writeLoop() {
+	defer c.wg.Done()
+	defer func() {
+		if c.closeW != nil {
+			_ = c.closeW()
+		}
+	}()
+	for {
+		select {
+		case <-c.done:
+			return
+		case b := <-c.out:
+			_, err := c.bw.Write(b)
+			for err == nil && len(c.out) > 0 {
+				_, err = c.bw.Write(<-c.out)
+			}
+			if err == nil {
+				err = c.bw.Flush()
+			}
+			if err != nil {
+				c.fail(fmt.Errorf("write to %s: %w", c.name, err))
+				return
+			}
+		}
+	}
+}
+
+// fail breaks the connection with err; every waiter gets it. Only the
+// first call counts.
+func (c *conn) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		err = fmt.Errorf("%s closed the connection: %w", c.name, ErrUnavailable)
+	}
+	c.err = err
+	close(c.done)
+}
+
+func (c *conn) broken() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *conn) send(f *Frame) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("encode %q frame: %w", f.Op, err)
+	}
+	if len(b) > c.maxFrame {
+		return fmt.Errorf("send a %q frame of %d bytes (limit %d): %w", f.Op, len(b), c.maxFrame, ErrFrameTooLarge)
+	}
+	b = append(b, '\n')
+	select {
+	case c.out <- b:
+		return nil
+	case <-c.done:
+		return c.broken()
+	}
+}
+
+// request sends f as a request and waits for its reply. session is kept
+// with the request so nested calls from the peer can run as it.
+func (c *conn) request(ctx context.Context, f *Frame, session string) (json.RawMessage, error) {
+	id := c.nextID.Add(1)
+	f.ID = id
+	p := &pending{ch: make(chan *Frame, 1), session: session}
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.pending[id] = p
+	c.mu.Unlock()
+	forget := func() {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+	}
+	if err := c.send(f); err != nil {
+		forget()
+		return nil, err
+	}
+	select {
+	case r := <-p.ch:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return r.Body, nil
+	case <-c.done:
+		forget()
+		return nil, c.broken()
+	case <-ctx.Done():
+		forget()
+		_ = c.send(&Frame{Op: opCancel, Body: mustJSON(cancelBody{ID: id})})
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w (%v)", ErrTimeout, ctx.Err())
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// sessionOf is the session of an outstanding request of ours.
+func (c *conn) sessionOf(id uint64) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pending[id]
+	if !ok {
+		return "", false
+	}
+	return p.session, true
+}
+
+func (c *conn) reply(re uint64, body any, err error) {
+	r := &Frame{Re: re}
+	if err != nil {
+		r.Err = wireError(err)
+	} else if body != nil {
+		b, merr := json.Marshal(body)
+		if merr != nil {
+			r.Err = &Error{Code: CodePlugin, Message: "encode reply: " + merr.Error()}
+		} else {
+			r.Body = b
+		}
+	}
+	if serr := c.send(r); errors.Is(serr, ErrFrameTooLarge) {
+		_ = c.send(&Frame{Re: re, Err: &Error{Code: CodeUnsupported, Message: serr.Error()}})
+	}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("host: encode %T: %v", v, err))
+	}
+	return b
+}
+
+// Operations on the wire.
+const (
+	opHello    = "hello"    // host -> parent notification, first frame
+	opLoad     = "load"     // parent -> host: load plugins
+	opLoading  = "loading"  // host -> parent: about to load one plugin
+	opCall     = "call"     // parent -> host: run a tool
+	opHook     = "hook"     // parent -> host: run one hook
+	opProvider = "provider" // parent -> host: call a provider object's method
+	opSchema   = "schema"   // parent -> host: run a plugin's config schema
+	opExtract  = "extract"  // parent -> one-shot host: model-provider profile data
+	opDispatch = "dispatch" // host -> parent: DispatchTool
+	opFacade   = "facade"   // host -> parent: State() / LLM() calls
+	opCancel   = "cancel"   // either way notification: stop waiting on a request
+)
+
+type helloBody struct {
+	Protocol int `json:"protocol"`
+	PID      int `json:"pid"`
+}
+
+type cancelBody struct {
+	ID uint64 `json:"id"`
+}

@@ -1,0 +1,166 @@
+package isolation
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Mode is where a profile's third-party plugins run.
+type Mode string
+
+// The modes of plugins.isolation.
+const (
+	InProcess Mode = "in_process"
+	Host      Mode = "host"
+)
+
+// Environment variables the package reads.
+const (
+	// HostProcessEnv is set to "1" in a plugin host's environment: inside a
+	// host plugin code is already out of the server, so every loader there
+	// loads directly and a host never starts a host of its own.
+	HostProcessEnv = "AGENTD_PLUGIN_HOST_PROCESS"
+	// ManagedDirEnv names the managed (operator) scope's folder.
+	ManagedDirEnv = "AGENTD_MANAGED_DIR"
+	// DefaultManagedDir is the managed scope's folder when ManagedDirEnv is
+	// unset.
+	DefaultManagedDir = "/etc/agentd"
+)
+
+// Settings is the plugins section of a profile's effective configuration.
+type Settings struct {
+	Mode Mode
+	// Pinned reports that the managed scope set the mode, so the profile's
+	// own value was not consulted.
+	Pinned bool
+	// Launcher is the argv prefix (a sandbox runner) the host runs under.
+	Launcher []string
+	// Warnings says what was wrong with the configuration, if anything.
+	Warnings []string
+}
+
+// ManagedDir is $AGENTD_MANAGED_DIR, or DefaultManagedDir.
+func ManagedDir() string {
+	if d := os.Getenv(ManagedDirEnv); d != "" {
+		return d
+	}
+	return DefaultManagedDir
+}
+
+// LoadSettings reads home/config.yaml and managedDir/config.yaml (either may
+// be missing) and resolves them with Resolve.
+func LoadSettings(home, managedDir string) (Settings, error) {
+	profile, err := readYAML(filepath.Join(home, "config.yaml"))
+	if err != nil {
+		return Settings{}, err
+	}
+	var managed map[string]any
+	if managedDir != "" {
+		if managed, err = readYAML(filepath.Join(managedDir, "config.yaml")); err != nil {
+			return Settings{}, err
+		}
+	}
+	return Resolve(profile, managed), nil
+}
+
+func readYAML(path string) (map[string]any, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("parse config %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// Resolve gives the plugins settings of a profile config under a managed
+// config. The managed plugins.isolation and plugins.host.launcher win over
+// the profile's. An unknown mode warns and means in-process.
+func Resolve(profile, managed map[string]any) Settings {
+	var s Settings
+	raw, from := lookup(managed, "plugins", "isolation"), "managed config"
+	if raw != nil {
+		s.Pinned = true
+	} else {
+		raw, from = lookup(profile, "plugins", "isolation"), "profile config"
+	}
+	s.Mode = InProcess
+	if raw != nil {
+		v := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(fmt.Sprint(raw))), "-", "_")
+		switch Mode(v) {
+		case InProcess, Host:
+			s.Mode = Mode(v)
+		default:
+			s.Warnings = append(s.Warnings, fmt.Sprintf(
+				"plugins.isolation %q in the %s is not one of %q, %q; loading plugins in-process", fmt.Sprint(raw), from, InProcess, Host))
+		}
+	}
+	l := lookup(managed, "plugins", "host", "launcher")
+	if l == nil {
+		l = lookup(profile, "plugins", "host", "launcher")
+	}
+	switch l := l.(type) {
+	case string:
+		s.Launcher = strings.Fields(l)
+	case []any:
+		for _, p := range l {
+			s.Launcher = append(s.Launcher, fmt.Sprint(p))
+		}
+	case nil:
+	default:
+		s.Warnings = append(s.Warnings, fmt.Sprintf("plugins.host.launcher is a %T; want a string or a list of strings", l))
+	}
+	return s
+}
+
+func lookup(m map[string]any, path ...string) any {
+	var cur any = m
+	for _, k := range path {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = mm[k]
+	}
+	return cur
+}
+
+// Source says who shipped the code a loader is about to run.
+type Source int
+
+// Sources of plugin code.
+const (
+	SourceUser    Source = iota // a plugin in a profile's home: third-party
+	SourceBundled               // shipped with the server
+)
+
+// ErrRefused means user code would have run in the server process while
+// plugins.isolation is host.
+var ErrRefused = errors.New("refused to load third-party code in-process")
+
+// InHostProcess reports whether this process is a plugin host.
+func InHostProcess() bool { return os.Getenv(HostProcessEnv) == "1" }
+
+// MayLoadInProcess is the one question every path that would run user code
+// in the calling process asks first. It returns nil when the load may
+// happen: bundled code, mode in_process, or this process is a plugin host.
+// Under host it refuses with the reason, wrapping ErrRefused.
+func MayLoadInProcess(what string, source Source, mode Mode) error {
+	if source == SourceBundled || mode != Host || InHostProcess() {
+		return nil
+	}
+	return fmt.Errorf("%s would run inside the server process, and plugins.isolation is %q "+
+		"(third-party plugin code never runs inside the server); load it through the plugin host, "+
+		"or set plugins.isolation: %s: %w", what, Host, InProcess, ErrRefused)
+}

@@ -1,0 +1,31 @@
+// Package plugin is the SDK a plugin author imports. A plugin is a folder
+// plugins/<name>/ holding plugin.yaml (name, version, kind) and Go source,
+// run by an embedded interpreter (yaegi), that defines
+//
+//	func Register(ctx plugin.Context) error
+//
+// Register receives the plugin's Context and registers what the plugin
+// offers: tools, hooks, provider objects behind the interfaces below,
+// platform adapters and CLI commands. Whether the plugin runs inside the
+// server or in a plugin host child process (plugins.isolation) is invisible
+// to it, except where the isolation package's boundary tables say otherwise.
+//
+//	package probe
+//
+//	import (
+//		"context"
+//		"os"
+//		"strconv"
+//
+//		"github.com/tenantcanary/tenantcanary/plugin"
+//	)
+//
+//	func Register(ctx plugin.Context) error {
+//		return ctx.RegisterTool(plugin.Tool{
+//			Name: "probe_pid",
+//			ContextHandler: func(c context.Context, args map[string]any) (string, error) {
+//				return strconv.Itoa(os.Getpid()) + " for " + plugin.SessionID(c), nil
+//			},
+//		})
+//	}
+package plugin

@@ -1,0 +1,78 @@
+package pluginload
+
+import (
+	"context"
+	"reflect"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+// Symbols exposes the plugin SDK to the interpreter (the table `yaegi
+// extract` would generate, written by hand: it is small). Interpreted types
+// reach the SDK's interfaces through the _plugin_* wrappers.
+var Symbols = map[string]map[string]reflect.Value{
+	"github.com/tenantcanary/tenantcanary/plugin/plugin": {
+		"SessionID":   reflect.ValueOf(plugin.SessionID),
+		"WithSession": reflect.ValueOf(plugin.WithSession),
+
+		"Context":          reflect.ValueOf((*plugin.Context)(nil)),
+		"ContextHandler":   reflect.ValueOf((*plugin.ContextHandler)(nil)),
+		"Handler":          reflect.ValueOf((*plugin.Handler)(nil)),
+		"Hook":             reflect.ValueOf((*plugin.Hook)(nil)),
+		"ImageGenProvider": reflect.ValueOf((*plugin.ImageGenProvider)(nil)),
+		"LLM":              reflect.ValueOf((*plugin.LLM)(nil)),
+		"MemoryProvider":   reflect.ValueOf((*plugin.MemoryProvider)(nil)),
+		"ModelProfile":     reflect.ValueOf((*plugin.ModelProfile)(nil)),
+		"ModelProvider":    reflect.ValueOf((*plugin.ModelProvider)(nil)),
+		"PlatformFactory":  reflect.ValueOf((*plugin.PlatformFactory)(nil)),
+		"State":            reflect.ValueOf((*plugin.State)(nil)),
+		"Tool":             reflect.ValueOf((*plugin.Tool)(nil)),
+
+		"_ImageGenProvider": reflect.ValueOf((*_plugin_ImageGenProvider)(nil)),
+		"_MemoryProvider":   reflect.ValueOf((*_plugin_MemoryProvider)(nil)),
+		"_ModelProvider":    reflect.ValueOf((*_plugin_ModelProvider)(nil)),
+	},
+}
+
+type _plugin_ImageGenProvider struct {
+	IValue    interface{}
+	WGenerate func(ctx context.Context, prompt string, options map[string]any) (map[string]any, error)
+	WName     func() string
+}
+
+func (W _plugin_ImageGenProvider) Generate(ctx context.Context, prompt string, options map[string]any) (map[string]any, error) {
+	return W.WGenerate(ctx, prompt, options)
+}
+func (W _plugin_ImageGenProvider) Name() string { return W.WName() }
+
+type _plugin_MemoryProvider struct {
+	IValue       interface{}
+	WInitialize  func(ctx context.Context, sessionID string) error
+	WIsAvailable func(ctx context.Context) bool
+	WName        func() string
+	WPrefetch    func(ctx context.Context, query string) (string, error)
+	WSyncTurn    func(ctx context.Context, user string, assistant string) error
+}
+
+func (W _plugin_MemoryProvider) Initialize(ctx context.Context, sessionID string) error {
+	return W.WInitialize(ctx, sessionID)
+}
+func (W _plugin_MemoryProvider) IsAvailable(ctx context.Context) bool { return W.WIsAvailable(ctx) }
+func (W _plugin_MemoryProvider) Name() string                         { return W.WName() }
+func (W _plugin_MemoryProvider) Prefetch(ctx context.Context, query string) (string, error) {
+	return W.WPrefetch(ctx, query)
+}
+func (W _plugin_MemoryProvider) SyncTurn(ctx context.Context, user string, assistant string) error {
+	return W.WSyncTurn(ctx, user, assistant)
+}
+
+type _plugin_ModelProvider struct {
+	IValue          interface{}
+	WBuildExtraBody func(ctx context.Context, sessionID string) (map[string]any, error)
+	WProfile        func() plugin.ModelProfile
+}
+
+func (W _plugin_ModelProvider) BuildExtraBody(ctx context.Context, sessionID string) (map[string]any, error) {
+	return W.WBuildExtraBody(ctx, sessionID)
+}
+func (W _plugin_ModelProvider) Profile() plugin.ModelProfile { return W.WProfile() }

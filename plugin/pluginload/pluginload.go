@@ -1,0 +1,248 @@
+package pluginload
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"go/parser"
+	"go/token"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/traefik/yaegi/interp"
+	"github.com/traefik/yaegi/stdlib"
+	"github.com/traefik/yaegi/stdlib/syscall"
+	"github.com/traefik/yaegi/stdlib/unrestricted"
+	"gopkg.in/yaml.v3"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+// Kinds of plugin a manifest may declare.
+const (
+	KindGeneral       = "general"
+	KindModelProvider = "model-provider"
+)
+
+// ModelProvidersDir is the folder under plugins/ that holds model-provider
+// plugins.
+const ModelProvidersDir = "model-providers"
+
+// ErrNoRegister means a plugin's source defines no usable Register function.
+var ErrNoRegister = errors.New("plugin defines no func Register(plugin.Context) error")
+
+// Manifest is a plugin's plugin.yaml.
+type Manifest struct {
+	Name    string `yaml:"name" json:"name"`
+	Version string `yaml:"version" json:"version"`
+	Kind    string `yaml:"kind" json:"kind"`
+}
+
+// Found is one plugin folder found by Discover.
+type Found struct {
+	Manifest
+	Dir string `json:"dir"`
+}
+
+// ReadManifest reads dir/plugin.yaml. A missing name defaults to the
+// folder's name and a missing kind to general.
+func ReadManifest(dir string) (Manifest, error) {
+	var m Manifest
+	b, err := os.ReadFile(filepath.Join(dir, "plugin.yaml"))
+	if err != nil {
+		return m, fmt.Errorf("read plugin manifest: %w", err)
+	}
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("parse %s: %w", filepath.Join(dir, "plugin.yaml"), err)
+	}
+	if m.Name == "" {
+		m.Name = filepath.Base(dir)
+	}
+	if m.Kind == "" {
+		m.Kind = KindGeneral
+	}
+	if m.Kind != KindGeneral && m.Kind != KindModelProvider {
+		return m, fmt.Errorf("plugin %s: unknown kind %q (want %q or %q)", m.Name, m.Kind, KindGeneral, KindModelProvider)
+	}
+	return m, nil
+}
+
+// Discover lists the plugin folders under pluginsDir (plugins/<name>/ and
+// plugins/model-providers/<name>/), sorted by name. A non-nil enabled list
+// keeps only the plugins it names. A missing pluginsDir holds no plugins.
+func Discover(pluginsDir string, enabled []string) ([]Found, error) {
+	var out []Found
+	keep := func(name string) bool {
+		if enabled == nil {
+			return true
+		}
+		for _, e := range enabled {
+			if e == name {
+				return true
+			}
+		}
+		return false
+	}
+	scan := func(dir string) error {
+		entries, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("discover plugins: %w", err)
+		}
+		for _, e := range entries {
+			if !e.IsDir() {
+				continue
+			}
+			d := filepath.Join(dir, e.Name())
+			if _, err := os.Stat(filepath.Join(d, "plugin.yaml")); err != nil {
+				continue
+			}
+			m, err := ReadManifest(d)
+			if err != nil {
+				return err
+			}
+			if keep(m.Name) {
+				out = append(out, Found{Manifest: m, Dir: d})
+			}
+		}
+		return nil
+	}
+	if err := scan(pluginsDir); err != nil {
+		return nil, err
+	}
+	if err := scan(filepath.Join(pluginsDir, ModelProvidersDir)); err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// SourceFiles lists the Go files of a plugin folder (tests excluded).
+func SourceFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list plugin source: %w", err)
+	}
+	var files []string
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		files = append(files, filepath.Join(dir, n))
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("plugin folder %s holds no Go source", dir)
+	}
+	return files, nil
+}
+
+// Fingerprint hashes the names and contents of every regular file in a
+// plugin folder, so a cache keyed by it goes stale when any file changes.
+func Fingerprint(dir string) (string, error) {
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fmt.Fprintf(h, "%s\x00%d\x00", rel, len(b))
+		h.Write(b)
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("fingerprint plugin %s: %w", dir, err)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// Options says how Load interprets a plugin.
+type Options struct {
+	// Out receives what the plugin prints (nil discards it).
+	Out io.Writer
+	// Unrestricted gives the plugin the real os.Exit, os/exec and syscall
+	// and the real environment, as a plugin host does: there a plugin may
+	// take down only its own host. Restricted (in-process), os.Exit panics
+	// into an error and the environment is Env.
+	Unrestricted bool
+	// Env is a restricted plugin's environment.
+	Env []string
+}
+
+// Load interprets the plugin in dir and calls its Register with pctx. A
+// panic in the plugin becomes an error. Load runs user code in the calling
+// process: callers ask the isolation package first.
+func Load(dir string, pctx plugin.Context, opt Options) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("plugin %s panicked while loading: %v", pctx.Name(), r)
+		}
+	}()
+	files, err := SourceFiles(dir)
+	if err != nil {
+		return err
+	}
+	f, err := parser.ParseFile(token.NewFileSet(), files[0], nil, parser.PackageClauseOnly)
+	if err != nil {
+		return fmt.Errorf("parse plugin %s: %w", pctx.Name(), err)
+	}
+	pkg := f.Name.Name
+	out := opt.Out
+	if out == nil {
+		out = io.Discard
+	}
+	i := interp.New(interp.Options{Stdout: out, Stderr: out, Unrestricted: opt.Unrestricted, Env: opt.Env})
+	if err := i.Use(stdlib.Symbols); err != nil {
+		return fmt.Errorf("load plugin %s: %w", pctx.Name(), err)
+	}
+	if opt.Unrestricted {
+		if err := i.Use(unrestricted.Symbols); err != nil {
+			return fmt.Errorf("load plugin %s: %w", pctx.Name(), err)
+		}
+		if err := i.Use(syscall.Symbols); err != nil {
+			return fmt.Errorf("load plugin %s: %w", pctx.Name(), err)
+		}
+	}
+	if err := i.Use(Symbols); err != nil {
+		return fmt.Errorf("load plugin %s: %w", pctx.Name(), err)
+	}
+	for _, name := range files {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			return fmt.Errorf("load plugin %s: %w", pctx.Name(), err)
+		}
+		if _, err := i.Eval(string(src)); err != nil {
+			return fmt.Errorf("interpret plugin %s (%s): %w", pctx.Name(), filepath.Base(name), err)
+		}
+	}
+	v, err := i.Eval(pkg + ".Register")
+	if err != nil {
+		return fmt.Errorf("plugin %s: %w", pctx.Name(), ErrNoRegister)
+	}
+	if !v.IsValid() || v.Kind() != reflect.Func {
+		return fmt.Errorf("plugin %s: %w", pctx.Name(), ErrNoRegister)
+	}
+	register, ok := v.Interface().(func(plugin.Context) error)
+	if !ok {
+		return fmt.Errorf("plugin %s: Register is %s: %w", pctx.Name(), v.Type(), ErrNoRegister)
+	}
+	if err := register(pctx); err != nil {
+		return fmt.Errorf("plugin %s: register: %w", pctx.Name(), err)
+	}
+	return nil
+}
