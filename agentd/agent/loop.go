@@ -1,0 +1,160 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/agentd/llm"
+)
+
+// DefaultMaxIterations caps model calls per turn when Turn.MaxIterations is 0.
+const DefaultMaxIterations = 16
+
+// ErrIterationCap means the model kept calling tools past the cap.
+var ErrIterationCap = errors.New("turn reached its iteration cap")
+
+// Turn is everything one turn needs; nothing in it is shared with another
+// profile.
+type Turn struct {
+	Client        *llm.Client
+	Model         string
+	System        string
+	History       []llm.Message // earlier messages of the session (no system message)
+	Tools         *Registry
+	Env           *Env
+	MaxIterations int
+
+	// Emit receives the turn events (message.start, message.delta,
+	// tool.start, tool.complete, message.complete) as they happen.
+	Emit func(typ string, payload any)
+	// Persist commits one message of the session as it is made (the user
+	// message first). A failure ends the turn.
+	Persist func(ctx context.Context, m llm.Message) error
+}
+
+// Run plays one turn for the user's text and returns the answer and the
+// session's messages after it (History plus this turn's). It always emits
+// message.start first and message.complete last (status "error" with the
+// error's text when it fails).
+func Run(ctx context.Context, t Turn, text string) (answer string, history []llm.Message, err error) {
+	emit := t.Emit
+	if emit == nil {
+		emit = func(string, any) {}
+	}
+	history = append([]llm.Message(nil), t.History...)
+	emit("message.start", map[string]any{})
+	defer func() {
+		if err != nil {
+			emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
+			return
+		}
+		emit("message.complete", map[string]any{"text": answer, "status": "complete"})
+	}()
+	persist := func(m llm.Message) error {
+		history = append(history, m)
+		if t.Persist == nil {
+			return nil
+		}
+		if err := t.Persist(ctx, m); err != nil {
+			return fmt.Errorf("persist %s message: %w", m.Role, err)
+		}
+		return nil
+	}
+	if err := persist(llm.Message{Role: "user", Content: text}); err != nil {
+		return "", history, err
+	}
+	maxIter := t.MaxIterations
+	if maxIter <= 0 {
+		maxIter = DefaultMaxIterations
+	}
+	var specs []llm.Tool
+	if t.Tools != nil {
+		specs = t.Tools.Specs()
+	}
+	for iter := 0; iter < maxIter; iter++ {
+		msgs := make([]llm.Message, 0, len(history)+1)
+		if t.System != "" {
+			msgs = append(msgs, llm.Message{Role: "system", Content: t.System})
+		}
+		msgs = append(msgs, history...)
+		resp, err := t.Client.Stream(ctx, llm.Request{Model: t.Model, Messages: msgs, Tools: specs}, func(d string) {
+			emit("message.delta", map[string]any{"text": d})
+		})
+		if err != nil {
+			return "", history, err
+		}
+		msg := resp.Message
+		msg.Role = "assistant"
+		if err := persist(msg); err != nil {
+			return "", history, err
+		}
+		if len(msg.ToolCalls) == 0 {
+			return msg.Content, history, nil
+		}
+		for _, call := range msg.ToolCalls {
+			emit("tool.start", map[string]any{"tool_id": call.ID, "name": call.Function.Name, "args": argsValue(call.Function.Arguments)})
+			result := runTool(ctx, t.Tools, t.Env, call)
+			emit("tool.complete", map[string]any{"tool_id": call.ID, "name": call.Function.Name, "result": result})
+			if ctx.Err() != nil {
+				return "", history, fmt.Errorf("turn cancelled: %w", ctx.Err())
+			}
+			if err := persist(llm.Message{Role: "tool", Content: result, ToolCallID: call.ID, Name: call.Function.Name}); err != nil {
+				return "", history, err
+			}
+		}
+	}
+	return "", history, fmt.Errorf("%w (%d model calls)", ErrIterationCap, maxIter)
+}
+
+func runTool(ctx context.Context, reg *Registry, env *Env, call llm.ToolCall) string {
+	if reg == nil {
+		return fmt.Sprintf("error: unknown tool %q", call.Function.Name)
+	}
+	tool, ok := reg.Get(call.Function.Name)
+	if !ok {
+		return fmt.Sprintf("error: unknown tool %q", call.Function.Name)
+	}
+	args := json.RawMessage(call.Function.Arguments)
+	if strings.TrimSpace(call.Function.Arguments) == "" {
+		args = json.RawMessage("{}")
+	}
+	out, err := safeToolCall(ctx, tool, env, args)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return out
+}
+
+func safeToolCall(ctx context.Context, tool Tool, env *Env, args json.RawMessage) (out string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("tool %s panicked: %v", tool.Spec().Name, r)
+		}
+	}()
+	return tool.Call(ctx, env, args)
+}
+
+// argsValue is the arguments as a JSON value when they parse, else the raw
+// string.
+func argsValue(s string) any {
+	var v any
+	if json.Unmarshal([]byte(s), &v) == nil {
+		return v
+	}
+	return s
+}
+
+// SystemPrompt joins the parts of the system prompt in order (SOUL.md, then
+// memory, then the custom prompt), skipping empty ones.
+func SystemPrompt(parts ...string) string {
+	var keep []string
+	for _, p := range parts {
+		if s := strings.TrimSpace(p); s != "" {
+			keep = append(keep, s)
+		}
+	}
+	return strings.Join(keep, "\n\n")
+}

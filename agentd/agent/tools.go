@@ -1,0 +1,146 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/tenantcanary/tenantcanary/agentd/llm"
+	"github.com/tenantcanary/tenantcanary/agentd/terminal"
+)
+
+// Env is what a tool call may reach: the things of the session that made
+// the call, and of its profile, and nothing else.
+type Env struct {
+	Session string // live session id
+	Stored  string // stored session id
+	Profile string // profile name
+	Home    string // profile home
+	// Shell returns the session's persistent shell, starting it if needed.
+	Shell func(ctx context.Context) (*terminal.Shell, error)
+}
+
+// Tool is one tool the model may call.
+type Tool interface {
+	// Spec is the tool's name, description and parameter schema.
+	Spec() llm.FunctionDef
+	// Call runs the tool with the model's JSON arguments. An error is
+	// reported to the model as the tool's result; the turn goes on.
+	Call(ctx context.Context, env *Env, args json.RawMessage) (string, error)
+}
+
+// ErrDuplicateTool is returned when registering a name twice.
+var ErrDuplicateTool = errors.New("tool already registered")
+
+// Registry holds the tools offered to the model. Safe for concurrent use.
+type Registry struct {
+	mu    sync.RWMutex
+	tools map[string]Tool
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{tools: map[string]Tool{}} }
+
+// Register adds a tool; its name must be new.
+func (r *Registry) Register(t Tool) error {
+	name := t.Spec().Name
+	if name == "" {
+		return errors.New("register tool: empty name")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.tools[name]; ok {
+		return fmt.Errorf("register tool %q: %w", name, ErrDuplicateTool)
+	}
+	r.tools[name] = t
+	return nil
+}
+
+// Get returns the named tool.
+func (r *Registry) Get(name string) (Tool, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.tools[name]
+	return t, ok
+}
+
+// Specs returns the tools as offered to the model, sorted by name.
+func (r *Registry) Specs() []llm.Tool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]llm.Tool, 0, len(r.tools))
+	for _, t := range r.tools {
+		out = append(out, llm.Tool{Type: "function", Function: t.Spec()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Function.Name < out[j].Function.Name })
+	return out
+}
+
+// TerminalTool runs a command in the session's persistent shell.
+type TerminalTool struct{}
+
+// Spec implements Tool.
+func (TerminalTool) Spec() llm.FunctionDef {
+	return llm.FunctionDef{
+		Name:        "terminal",
+		Description: "Run a bash command in this session's persistent shell (exported variables and the working directory persist between calls). Returns its output and exit status.",
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"command":{"type":"string","description":"the bash command to run"}},"required":["command"]}`),
+	}
+}
+
+// Call implements Tool.
+func (TerminalTool) Call(ctx context.Context, env *Env, args json.RawMessage) (string, error) {
+	var a struct {
+		Command string `json:"command"`
+	}
+	if err := json.Unmarshal(args, &a); err != nil {
+		return "", fmt.Errorf("terminal: bad arguments %s: %w", abbrev(string(args)), err)
+	}
+	if strings.TrimSpace(a.Command) == "" {
+		return "", errors.New(`terminal: argument "command" is empty`)
+	}
+	if env == nil || env.Shell == nil {
+		return "", errors.New("terminal: this session has no shell")
+	}
+	sh, err := env.Shell(ctx)
+	if err != nil {
+		return "", fmt.Errorf("terminal: %w", err)
+	}
+	res, err := sh.Run(ctx, a.Command)
+	if err != nil {
+		return "", fmt.Errorf("terminal: %w", err)
+	}
+	return FormatResult(res), nil
+}
+
+// FormatResult renders a command's result for the model.
+func FormatResult(res terminal.Result) string {
+	var b strings.Builder
+	if res.Restarted != "" {
+		fmt.Fprintf(&b, "[shell restarted: %s; exported variables and cd from before are gone]\n", res.Restarted)
+	}
+	b.WriteString(res.Output)
+	if res.Truncated > 0 {
+		fmt.Fprintf(&b, "\n[output truncated: %d more bytes dropped]", res.Truncated)
+	}
+	switch {
+	case res.TimedOut:
+		b.WriteString("\n[command timed out: the shell was killed; the next command starts a new one]")
+	case res.Exited:
+		b.WriteString("\n[the shell exited; the next command starts a new one]")
+	case res.ExitCode != 0:
+		fmt.Fprintf(&b, "\n[exit status %d]", res.ExitCode)
+	}
+	return b.String()
+}
+
+func abbrev(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}

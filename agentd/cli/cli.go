@@ -1,0 +1,321 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/agentd/cron"
+	"github.com/tenantcanary/tenantcanary/agentd/profile"
+	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+	"github.com/tenantcanary/tenantcanary/agentd/server"
+)
+
+// Exit statuses.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// Env is what a command runs with.
+type Env struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+	Environ        []string
+}
+
+// Command is one subcommand.
+type Command struct {
+	Name    string
+	Summary string
+	Run     func(ctx context.Context, env *Env, args []string) int
+}
+
+// commands is the command table, in the order help lists them.
+var commands = []Command{
+	{"tui", "serve the JSON-RPC protocol on stdin/stdout", runTUI},
+	{"profile", "profile root|list|create NAME|delete NAME", runProfile},
+	{"cron", "cron create|trigger|list|tick", runCron},
+	{"version", "print the version", func(_ context.Context, env *Env, _ []string) int {
+		fmt.Fprintln(env.Stdout, server.Version)
+		return ExitOK
+	}},
+}
+
+// Main runs agentd with args (args[0] is the program name, whatever it is)
+// and returns the exit status.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	env := &Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv, Environ: os.Environ()}
+	if len(args) < 2 {
+		usage(stderr)
+		return ExitUsage
+	}
+	name, rest := args[1], args[2:]
+	if name == "help" || name == "-h" || name == "--help" {
+		usage(stdout)
+		return ExitOK
+	}
+	for _, c := range commands {
+		if c.Name == name {
+			return c.Run(ctx, env, rest)
+		}
+	}
+	fmt.Fprintf(stderr, "agentd: unknown command %q\n", name)
+	usage(stderr)
+	return ExitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: agentd COMMAND [ARGS]")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.Name, c.Summary)
+	}
+}
+
+func homes(env *Env) (profile.Homes, error) { return profile.Resolve(env.Getenv) }
+
+func fail(env *Env, format string, args ...any) int {
+	fmt.Fprintf(env.Stderr, "agentd: "+format+"\n", args...)
+	return ExitFailure
+}
+
+func serverLog(env *Env) *slog.Logger {
+	return slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// shutdownGrace is how long running turns may finish after stdin ends or a
+// SIGTERM, from AGENTD_SHUTDOWN_GRACE (a duration), 10s by default.
+func shutdownGrace(env *Env) time.Duration {
+	if d, err := time.ParseDuration(env.Getenv("AGENTD_SHUTDOWN_GRACE")); err == nil && d >= 0 {
+		return d
+	}
+	return 10 * time.Second
+}
+
+func runTUI(ctx context.Context, env *Env, args []string) int {
+	fs := flag.NewFlagSet("agentd tui", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	if err := fs.Parse(args); err != nil {
+		return ExitUsage
+	}
+	h, err := homes(env)
+	if err != nil {
+		return fail(env, "%v", err)
+	}
+	out := env.Stdout
+	if f, ok := out.(*os.File); ok && f == os.Stdout {
+		// Frames get a private copy of stdout; fd 1 itself now points at
+		// stderr, so anything a library prints cannot corrupt the stream.
+		frames, err := reserveStdout()
+		if err != nil {
+			return fail(env, "tui: %v", err)
+		}
+		defer frames.Close()
+		out = frames
+	}
+	log := serverLog(env)
+	srv := server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: "tui"})
+	d := rpc.NewDispatcher()
+	srv.Register(d)
+	conn := rpc.NewLineConn(out)
+	sigctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := srv.Ready(conn); err != nil {
+		_ = srv.Shutdown(context.Background())
+		return fail(env, "tui: %v", err)
+	}
+	log.Info("tui ready", "pid", os.Getpid(), "launch", h.Launch)
+	serveErr := rpc.ServeLines(sigctx, d, env.Stdin, conn)
+	why := "stdin closed"
+	if sigctx.Err() != nil {
+		why = "signal or cancel"
+	}
+	gctx, cancel := context.WithTimeout(context.Background(), shutdownGrace(env))
+	defer cancel()
+	shutErr := srv.Shutdown(gctx)
+	conn.Close()
+	log.Info("tui stopped", "why", why)
+	if serveErr != nil {
+		return fail(env, "tui: %v", serveErr)
+	}
+	if shutErr != nil {
+		return fail(env, "tui: shutdown: %v", shutErr)
+	}
+	return ExitOK
+}
+
+// reserveStdout duplicates fd 1 for the frame stream and points fd 1 at
+// stderr.
+func reserveStdout() (*os.File, error) {
+	fd, err := syscall.Dup(1)
+	if err != nil {
+		return nil, fmt.Errorf("duplicate stdout: %w", err)
+	}
+	syscall.CloseOnExec(fd)
+	if err := syscall.Dup3(2, 1, 0); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("point stdout at stderr: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "frames"), nil
+}
+
+func runProfile(ctx context.Context, env *Env, args []string) int {
+	const use = "usage: agentd profile root | list | create NAME | delete NAME"
+	if len(args) == 0 {
+		fmt.Fprintln(env.Stderr, use)
+		return ExitUsage
+	}
+	h, err := homes(env)
+	if err != nil {
+		return fail(env, "%v", err)
+	}
+	switch args[0] {
+	case "root":
+		fmt.Fprintln(env.Stdout, h.Root())
+	case "list":
+		list, err := h.List()
+		if err != nil {
+			return fail(env, "%v", err)
+		}
+		for _, p := range list {
+			fmt.Fprintf(env.Stdout, "%s\t%s\n", p.Name, p.Home)
+		}
+	case "create", "delete":
+		if len(args) != 2 {
+			fmt.Fprintln(env.Stderr, use)
+			return ExitUsage
+		}
+		if args[0] == "create" {
+			p, err := h.Create(args[1])
+			if err != nil {
+				return fail(env, "%v", err)
+			}
+			fmt.Fprintln(env.Stdout, p.Home)
+			return ExitOK
+		}
+		if err := h.Delete(args[1]); err != nil {
+			return fail(env, "%v", err)
+		}
+		fmt.Fprintf(env.Stdout, "deleted %s\n", args[1])
+	default:
+		fmt.Fprintf(env.Stderr, "agentd profile: unknown subcommand %q\n%s\n", args[0], use)
+		return ExitUsage
+	}
+	return ExitOK
+}
+
+func runCron(ctx context.Context, env *Env, args []string) int {
+	const use = "usage: agentd cron create --name N --prompt P --every D [--profile P] | trigger [--profile P] ID | list [--profile P] [--json] | tick"
+	if len(args) == 0 {
+		fmt.Fprintln(env.Stderr, use)
+		return ExitUsage
+	}
+	h, err := homes(env)
+	if err != nil {
+		return fail(env, "%v", err)
+	}
+	fs := flag.NewFlagSet("agentd cron "+args[0], flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	prof := fs.String("profile", "", "profile name (the launch profile when empty)")
+	name := fs.String("name", "", "job name")
+	prompt := fs.String("prompt", "", "the job's prompt")
+	every := fs.String("every", "", `schedule, like "every 1h" or "1h"`)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args[1:]); err != nil {
+		return ExitUsage
+	}
+	getJobs := func() (cron.Jobs, profile.Profile, bool) {
+		p, err := h.Get(*prof)
+		if err != nil {
+			fail(env, "%v", err)
+			return cron.Jobs{}, profile.Profile{}, false
+		}
+		return cron.ForProfile(p), p, true
+	}
+	switch args[0] {
+	case "create":
+		jobs, _, ok := getJobs()
+		if !ok {
+			return ExitFailure
+		}
+		if *prompt == "" || *every == "" {
+			fmt.Fprintln(env.Stderr, use)
+			return ExitUsage
+		}
+		job, err := jobs.Create(*name, *prompt, *every, time.Now())
+		if err != nil {
+			return fail(env, "%v", err)
+		}
+		fmt.Fprintln(env.Stdout, job.ID)
+	case "trigger":
+		jobs, _, ok := getJobs()
+		if !ok {
+			return ExitFailure
+		}
+		if fs.NArg() != 1 {
+			fmt.Fprintln(env.Stderr, use)
+			return ExitUsage
+		}
+		job, err := jobs.Trigger(fs.Arg(0), time.Now())
+		if err != nil {
+			return fail(env, "%v", err)
+		}
+		fmt.Fprintln(env.Stdout, job.ID)
+	case "list":
+		jobs, _, ok := getJobs()
+		if !ok {
+			return ExitFailure
+		}
+		list, err := jobs.List()
+		if err != nil {
+			return fail(env, "%v", err)
+		}
+		if *asJSON {
+			b, _ := json.MarshalIndent(list, "", "  ")
+			fmt.Fprintln(env.Stdout, string(b))
+			return ExitOK
+		}
+		cron.SortByNext(list)
+		for _, j := range list {
+			fmt.Fprintf(env.Stdout, "%s\t%s\t%s\tnext %s\tenabled=%v\n", j.ID, j.Name, j.Schedule, j.NextRun.Format(time.RFC3339), j.Enabled)
+		}
+	case "tick":
+		srv := server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: serverLog(env), Source: "cron"})
+		sigctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		results, err := srv.TickCron(sigctx, time.Now())
+		_ = srv.Shutdown(context.Background())
+		if err != nil {
+			return fail(env, "cron tick: %v", err)
+		}
+		sort.SliceStable(results, func(a, b int) bool { return results[a].Profile < results[b].Profile })
+		failed := 0
+		for _, r := range results {
+			status := "ok"
+			if r.Err != nil {
+				failed++
+				status = "error: " + strings.ReplaceAll(r.Err.Error(), "\n", " ")
+			}
+			fmt.Fprintf(env.Stdout, "%s\t%s\t%s\t%s\n", r.Profile, r.Job.ID, r.Output, status)
+		}
+		if failed > 0 {
+			fmt.Fprintf(env.Stderr, "agentd: cron tick: %d of %d jobs failed\n", failed, len(results))
+			return ExitFailure
+		}
+	default:
+		fmt.Fprintf(env.Stderr, "agentd cron: unknown subcommand %q\n%s\n", args[0], use)
+		return ExitUsage
+	}
+	return ExitOK
+}

@@ -1,0 +1,223 @@
+package profile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is a profile's effective configuration: the managed scope
+// deep-merged over the profile's own config.yaml.
+type Config struct {
+	Model struct {
+		Provider      string `yaml:"provider"`
+		BaseURL       string `yaml:"base_url"`
+		Default       string `yaml:"default"`
+		KeyEnv        string `yaml:"key_env"`
+		ContextLength int    `yaml:"context_length"`
+	} `yaml:"model"`
+	Agent struct {
+		APIMaxRetries *int `yaml:"api_max_retries"`
+	} `yaml:"agent"`
+	Terminal struct {
+		Backend string `yaml:"backend"`
+		Cwd     string `yaml:"cwd"`
+	} `yaml:"terminal"`
+	Memory struct {
+		MemoryEnabled *bool `yaml:"memory_enabled"`
+	} `yaml:"memory"`
+	CustomPrompt string `yaml:"custom_prompt"`
+	Plugins      struct {
+		Enabled   []string `yaml:"enabled"`
+		Isolation string   `yaml:"isolation"`
+		Host      struct {
+			Launcher []string `yaml:"launcher"`
+		} `yaml:"host"`
+	} `yaml:"plugins"`
+	Gateway struct {
+		APIServer struct {
+			Enabled bool   `yaml:"enabled"`
+			Host    string `yaml:"host"`
+			Port    int    `yaml:"port"`
+		} `yaml:"api_server"`
+	} `yaml:"gateway"`
+
+	// Raw is the merged document, for keys this struct does not name
+	// (plugin settings, say).
+	Raw map[string]any `yaml:"-"`
+}
+
+// MaxRetries is agent.api_max_retries, 2 when unset.
+func (c *Config) MaxRetries() int {
+	if c.Agent.APIMaxRetries == nil {
+		return 2
+	}
+	return *c.Agent.APIMaxRetries
+}
+
+// MemoryEnabled is memory.memory_enabled, true when unset.
+func (c *Config) MemoryEnabled() bool {
+	return c.Memory.MemoryEnabled == nil || *c.Memory.MemoryEnabled
+}
+
+// ErrBadConfig marks a config.yaml that cannot be parsed or holds a value of
+// the wrong type; the message names the file and line.
+var ErrBadConfig = errors.New("bad config")
+
+// LoadConfig reads the profile's config.yaml and the managed scope's, and
+// merges the managed one over the profile's. A missing file is empty; a
+// file that does not parse is an error naming it and the line.
+func (p Profile) LoadConfig() (*Config, error) {
+	own, err := readYAMLMap(p.File("config.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	merged := own
+	if p.Managed != "" {
+		managed, err := readYAMLMap(filepath.Join(p.Managed, "config.yaml"))
+		if err != nil {
+			return nil, err
+		}
+		merged = Merge(own, managed)
+	}
+	cfg := &Config{}
+	data, err := yaml.Marshal(merged)
+	if err != nil {
+		return nil, fmt.Errorf("encode merged config of profile %q: %w", p.Name, err)
+	}
+	if err := yaml.Unmarshal(data, cfg); err != nil {
+		return nil, fmt.Errorf("%w: merged config of profile %q: %v", ErrBadConfig, p.Name, err)
+	}
+	cfg.Raw = merged
+	if cfg.Terminal.Cwd == "" {
+		cfg.Terminal.Cwd = p.Home
+	}
+	if cfg.Terminal.Backend == "" {
+		cfg.Terminal.Backend = "local"
+	}
+	if cfg.Model.KeyEnv == "" && cfg.Model.Provider != "" {
+		cfg.Model.KeyEnv = strings.ToUpper(cfg.Model.Provider) + "_API_KEY"
+	}
+	return cfg, nil
+}
+
+// readYAMLMap reads a YAML mapping; a missing or empty file is an empty map.
+// It also decodes the file into Config so that a value of the wrong type is
+// reported against this file's own line numbers.
+func readYAMLMap(path string) (map[string]any, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]any{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return map[string]any{}, nil
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadConfig, path, err)
+	}
+	var typed Config
+	if err := yaml.Unmarshal(data, &typed); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadConfig, path, err)
+	}
+	if m == nil {
+		m = map[string]any{}
+	}
+	return m, nil
+}
+
+// Merge returns base with over deep-merged on top: mappings merge key by
+// key, anything else in over replaces base's value. Neither input is
+// modified.
+func Merge(base, over map[string]any) map[string]any {
+	out := make(map[string]any, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		if om, ok := v.(map[string]any); ok {
+			if bm, ok := out[k].(map[string]any); ok {
+				out[k] = Merge(bm, om)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// SetConfig sets a dotted key (for example "terminal.cwd") in the profile's
+// own config.yaml, atomically. The managed scope is never written.
+func (p Profile) SetConfig(key string, value any) error {
+	path := p.File("config.yaml")
+	m, err := readYAMLMap(path)
+	if err != nil {
+		return err
+	}
+	parts := strings.Split(key, ".")
+	for _, part := range parts {
+		if part == "" {
+			return fmt.Errorf("set config key %q in profile %q: empty path element", key, p.Name)
+		}
+	}
+	cur := m
+	for _, part := range parts[:len(parts)-1] {
+		next, ok := cur[part].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			cur[part] = next
+		}
+		cur = next
+	}
+	cur[parts[len(parts)-1]] = value
+	data, err := yaml.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode config of profile %q: %w", p.Name, err)
+	}
+	if err := WriteFileAtomic(path, data, 0o600); err != nil {
+		return fmt.Errorf("set %s in profile %q: %w", key, p.Name, err)
+	}
+	return nil
+}
+
+// WriteFileAtomic writes data to a temporary file beside path, syncs it and
+// renames it over path, so a reader sees the old file or the new one.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	name := tmp.Name()
+	defer os.Remove(name) // a no-op after the rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(name, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,200 @@
+package profile
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+)
+
+// LaunchName is the name the launch profile answers to.
+const LaunchName = "default"
+
+// DefaultManagedDir is the managed (operator) scope when AGENTD_MANAGED_DIR
+// is unset.
+const DefaultManagedDir = "/etc/agentd"
+
+var (
+	// ErrUnknownProfile is returned for a profile name with no home on disk.
+	ErrUnknownProfile = errors.New("unknown profile")
+	// ErrProfileExists is returned when creating a profile that exists.
+	ErrProfileExists = errors.New("profile already exists")
+	// ErrBadName is returned for a profile name outside [a-z0-9][a-z0-9_-]*.
+	ErrBadName = errors.New("bad profile name")
+)
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+// Homes locates the launch home, its profiles and the managed scope.
+type Homes struct {
+	Launch  string // the launch profile's home ($AGENTD_HOME)
+	Managed string // directory holding the managed config.yaml
+}
+
+// Resolve computes the homes from an environment lookup (os.Getenv in
+// production, a map in tests): AGENTD_HOME, else $HOME/.agentd;
+// AGENTD_MANAGED_DIR, else /etc/agentd.
+func Resolve(getenv func(string) string) (Homes, error) {
+	h := Homes{Launch: getenv("AGENTD_HOME"), Managed: getenv("AGENTD_MANAGED_DIR")}
+	if h.Launch == "" {
+		home := getenv("HOME")
+		if home == "" {
+			return Homes{}, errors.New("resolve launch home: neither AGENTD_HOME nor HOME is set")
+		}
+		h.Launch = filepath.Join(home, ".agentd")
+	}
+	if h.Managed == "" {
+		h.Managed = DefaultManagedDir
+	}
+	abs, err := filepath.Abs(h.Launch)
+	if err != nil {
+		return Homes{}, fmt.Errorf("resolve launch home %q: %w", h.Launch, err)
+	}
+	h.Launch = abs
+	return h, nil
+}
+
+// Root is the directory holding the named profiles.
+func (h Homes) Root() string { return filepath.Join(h.Launch, "profiles") }
+
+// ValidName reports whether name may name a profile.
+func ValidName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%w %q: want 1-64 of [a-z0-9_-], starting with a letter or digit", ErrBadName, name)
+	}
+	return nil
+}
+
+// Path is the home of the named profile, whether or not it exists. The
+// launch profile is "" or LaunchName.
+func (h Homes) Path(name string) (string, error) {
+	if name == "" || name == LaunchName {
+		return h.Launch, nil
+	}
+	if err := ValidName(name); err != nil {
+		return "", err
+	}
+	return filepath.Join(h.Root(), name), nil
+}
+
+// Get returns the named profile; its home must exist (the launch home is
+// created on demand).
+func (h Homes) Get(name string) (Profile, error) {
+	dir, err := h.Path(name)
+	if err != nil {
+		return Profile{}, fmt.Errorf("%w %q: %v", ErrUnknownProfile, name, err)
+	}
+	if name == "" {
+		name = LaunchName
+	}
+	p := Profile{Name: name, Home: dir, Managed: h.Managed}
+	if name == LaunchName {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return Profile{}, fmt.Errorf("create launch home %s: %w", dir, err)
+		}
+		return p, nil
+	}
+	st, err := os.Stat(dir)
+	if err != nil || !st.IsDir() {
+		return Profile{}, fmt.Errorf("%w %q (no home at %s)", ErrUnknownProfile, name, dir)
+	}
+	return p, nil
+}
+
+// List returns the launch profile followed by the named profiles, sorted.
+func (h Homes) List() ([]Profile, error) {
+	out := []Profile{{Name: LaunchName, Home: h.Launch, Managed: h.Managed}}
+	entries, err := os.ReadDir(h.Root())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("list profiles in %s: %w", h.Root(), err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if e.IsDir() && ValidName(e.Name()) == nil && e.Name() != LaunchName {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		out = append(out, Profile{Name: n, Home: filepath.Join(h.Root(), n), Managed: h.Managed})
+	}
+	return out, nil
+}
+
+// Create makes a new named profile home with an empty skeleton. It copies
+// nothing from any other profile, so no secret can travel.
+func (h Homes) Create(name string) (Profile, error) {
+	if name == LaunchName {
+		return Profile{}, fmt.Errorf("create profile %q: %w", name, ErrProfileExists)
+	}
+	dir, err := h.Path(name)
+	if err != nil {
+		return Profile{}, fmt.Errorf("create profile: %w", err)
+	}
+	if err := os.MkdirAll(h.Root(), 0o700); err != nil {
+		return Profile{}, fmt.Errorf("create profiles root %s: %w", h.Root(), err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return Profile{}, fmt.Errorf("create profile %q: %w", name, ErrProfileExists)
+		}
+		return Profile{}, fmt.Errorf("create profile %q: %w", name, err)
+	}
+	p := Profile{Name: name, Home: dir, Managed: h.Managed}
+	if err := p.Skeleton(); err != nil {
+		return Profile{}, err
+	}
+	return p, nil
+}
+
+// Delete removes a named profile's home. The launch profile cannot be
+// deleted.
+func (h Homes) Delete(name string) error {
+	if name == "" || name == LaunchName {
+		return fmt.Errorf("delete profile %q: the launch profile cannot be deleted: %w", name, ErrBadName)
+	}
+	p, err := h.Get(name)
+	if err != nil {
+		return fmt.Errorf("delete profile: %w", err)
+	}
+	if err := os.RemoveAll(p.Home); err != nil {
+		return fmt.Errorf("delete profile %q: %w", name, err)
+	}
+	return nil
+}
+
+// Profile is one tenant's home.
+type Profile struct {
+	Name    string // LaunchName for the launch profile
+	Home    string // absolute path of the home
+	Managed string // managed scope directory
+}
+
+// File is the path of a file inside the profile's home.
+func (p Profile) File(parts ...string) string {
+	return filepath.Join(append([]string{p.Home}, parts...)...)
+}
+
+// Skeleton creates the home's folders and empty files that do not exist yet.
+func (p Profile) Skeleton() error {
+	for _, d := range []string{"memories", "logs", "cron/output", "plugins"} {
+		if err := os.MkdirAll(p.File(d), 0o700); err != nil {
+			return fmt.Errorf("create %s in profile %q: %w", d, p.Name, err)
+		}
+	}
+	for _, f := range []string{"config.yaml", ".env", "SOUL.md", "memories/MEMORY.md"} {
+		fd, err := os.OpenFile(p.File(f), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("create %s in profile %q: %w", f, p.Name, err)
+		}
+		if err := fd.Close(); err != nil {
+			return fmt.Errorf("create %s in profile %q: %w", f, p.Name, err)
+		}
+	}
+	return nil
+}

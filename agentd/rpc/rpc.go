@@ -1,0 +1,256 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Error codes.
+const (
+	CodeParse          = -32700
+	CodeInvalidRequest = -32600
+	CodeMethodNotFound = -32601
+	CodeInvalidParams  = -32602
+	CodeInternal       = -32603
+
+	CodeForbidden      = 4030 // the session belongs to another connection
+	CodeUnknownSession = 4044 // no such live or stored session
+	CodeUnknownProfile = 4064 // no such profile
+	CodeConflict       = 4090 // exists already, or busy
+	CodeUnavailable    = 5030 // shutting down
+)
+
+// Error is a JSON-RPC error object; handlers return it to choose the code.
+type Error struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("rpc error %d: %s", e.Code, e.Message) }
+
+// Errorf builds an *Error.
+func Errorf(code int, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Conn is one client connection: the dispatcher writes replies to it and
+// the server sends events on it. Send must be safe for concurrent use and
+// write each frame whole.
+type Conn interface {
+	// ID names the connection, unique within the process.
+	ID() string
+	// Send writes one frame (a JSON object, no trailing newline).
+	Send(frame []byte) error
+	// Done is closed when the connection is gone.
+	Done() <-chan struct{}
+}
+
+// Call is one request being served.
+type Call struct {
+	Conn   Conn
+	Method string
+	ID     json.RawMessage
+	Params json.RawMessage
+}
+
+// Bind decodes the params object into v, rejecting unknown fields. Absent
+// params decode as {}. The error is an *Error with CodeInvalidParams.
+func (c *Call) Bind(v any) error {
+	p := bytes.TrimSpace(c.Params)
+	if len(p) == 0 || string(p) == "null" {
+		p = []byte("{}")
+	}
+	if p[0] != '{' {
+		return Errorf(CodeInvalidParams, "%s: params must be an object", c.Method)
+	}
+	dec := json.NewDecoder(bytes.NewReader(p))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return Errorf(CodeInvalidParams, "%s: bad params: %v", c.Method, err)
+	}
+	return nil
+}
+
+// Handler serves one method. It returns a result to encode, or an error
+// (an *Error keeps its code; anything else is -32603). A result of type
+// Then is answered first and its follow-up runs after the reply is sent.
+type Handler func(ctx context.Context, c *Call) (any, error)
+
+// Then is a result whose After runs once the reply has been written, so
+// that events a request starts never overtake its reply.
+type Then struct {
+	Result any
+	After  func()
+}
+
+// Dispatcher routes requests to handlers.
+type Dispatcher struct {
+	mu       sync.RWMutex
+	handlers map[string]Handler
+}
+
+// NewDispatcher returns an empty dispatcher.
+func NewDispatcher() *Dispatcher { return &Dispatcher{handlers: map[string]Handler{}} }
+
+// Handle registers h for method, replacing any earlier handler.
+func (d *Dispatcher) Handle(method string, h Handler) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.handlers[method] = h
+}
+
+// Methods lists the registered methods.
+func (d *Dispatcher) Methods() []string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]string, 0, len(d.handlers))
+	for m := range d.handlers {
+		out = append(out, m)
+	}
+	return out
+}
+
+type request struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  *string         `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+type response struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  any             `json:"result,omitempty"`
+	Error   *Error          `json:"error,omitempty"`
+}
+
+var null = json.RawMessage("null")
+
+// Dispatch serves one frame from conn and writes the reply (notifications,
+// requests without an id, get none). It blocks until the handler returns;
+// transports call it in a goroutine per frame.
+func (d *Dispatcher) Dispatch(ctx context.Context, conn Conn, frame []byte) {
+	var req request
+	if err := json.Unmarshal(frame, &req); err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) || !json.Valid(frame) {
+			reply(conn, null, nil, Errorf(CodeParse, "parse error: %v", err))
+			return
+		}
+		reply(conn, null, nil, Errorf(CodeInvalidRequest, "invalid request: %v", err))
+		return
+	}
+	id := req.ID
+	if len(id) == 0 {
+		id = nil
+	} else if !validID(id) {
+		reply(conn, null, nil, Errorf(CodeInvalidRequest, "invalid request: id must be a number or a string"))
+		return
+	}
+	if req.JSONRPC != "2.0" {
+		reply(conn, orNull(id), nil, Errorf(CodeInvalidRequest, `invalid request: jsonrpc must be "2.0"`))
+		return
+	}
+	if req.Method == nil || *req.Method == "" {
+		reply(conn, orNull(id), nil, Errorf(CodeInvalidRequest, "invalid request: no method"))
+		return
+	}
+	d.mu.RLock()
+	h := d.handlers[*req.Method]
+	d.mu.RUnlock()
+	if h == nil {
+		if id != nil {
+			reply(conn, id, nil, Errorf(CodeMethodNotFound, "method not found: %q", *req.Method))
+		}
+		return
+	}
+	call := &Call{Conn: conn, Method: *req.Method, ID: id, Params: req.Params}
+	result, err := safeCall(ctx, h, call)
+	var then Then
+	if t, ok := result.(Then); ok {
+		then = t
+		result = t.Result
+	}
+	if id != nil {
+		if err != nil {
+			reply(conn, id, nil, asError(err))
+		} else {
+			if result == nil {
+				result = struct{}{}
+			}
+			reply(conn, id, result, nil)
+		}
+	}
+	if err == nil && then.After != nil {
+		then.After()
+	}
+}
+
+func safeCall(ctx context.Context, h Handler, c *Call) (res any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, Errorf(CodeInternal, "internal error in %s: %v", c.Method, r)
+		}
+	}()
+	return h(ctx, c)
+}
+
+func validID(id json.RawMessage) bool {
+	switch id[0] {
+	case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return true
+	}
+	return string(id) == "null"
+}
+
+func orNull(id json.RawMessage) json.RawMessage {
+	if id == nil {
+		return null
+	}
+	return id
+}
+
+func asError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}
+
+func reply(conn Conn, id json.RawMessage, result any, e *Error) {
+	frame, err := json.Marshal(response{JSONRPC: "2.0", ID: id, Result: result, Error: e})
+	if err != nil {
+		frame, _ = json.Marshal(response{JSONRPC: "2.0", ID: id, Error: Errorf(CodeInternal, "encode result: %v", err)})
+	}
+	_ = conn.Send(frame) // a gone connection has no one to tell
+}
+
+// Event is the params of an event notification.
+type Event struct {
+	Type      string `json:"type"`
+	SessionID string `json:"session_id,omitempty"`
+	Payload   any    `json:"payload"`
+}
+
+// EventFrame encodes an event notification.
+func EventFrame(ev Event) []byte {
+	if ev.Payload == nil {
+		ev.Payload = struct{}{}
+	}
+	frame, err := json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		Method  string `json:"method"`
+		Params  Event  `json:"params"`
+	}{"2.0", "event", ev})
+	if err != nil {
+		frame, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "event",
+			"params": Event{Type: "error", SessionID: ev.SessionID, Payload: map[string]string{"message": "encode event: " + err.Error()}}})
+	}
+	return frame
+}

@@ -1,0 +1,176 @@
+package rpc
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+type memConn struct {
+	mu     sync.Mutex
+	frames []map[string]any
+	done   chan struct{}
+}
+
+func (c *memConn) ID() string              { return "mem" }
+func (c *memConn) Done() <-chan struct{}   { return c.done }
+func (c *memConn) Send(frame []byte) error { return c.add(frame) }
+func (c *memConn) add(frame []byte) error {
+	var m map[string]any
+	if err := json.Unmarshal(frame, &m); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frames = append(c.frames, m)
+	return nil
+}
+
+func (c *memConn) last(t *testing.T) map[string]any {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.NotEmpty(t, c.frames)
+	return c.frames[len(c.frames)-1]
+}
+
+func code(m map[string]any) int {
+	e, _ := m["error"].(map[string]any)
+	if e == nil {
+		return 0
+	}
+	return int(e["code"].(float64))
+}
+
+func testDispatcher() *Dispatcher {
+	d := NewDispatcher()
+	d.Handle("echo", func(ctx context.Context, c *Call) (any, error) {
+		var p struct {
+			Text string `json:"text"`
+		}
+		if err := c.Bind(&p); err != nil {
+			return nil, err
+		}
+		return map[string]string{"text": p.Text}, nil
+	})
+	d.Handle("boom", func(ctx context.Context, c *Call) (any, error) { panic("kaboom") })
+	d.Handle("app", func(ctx context.Context, c *Call) (any, error) {
+		return nil, Errorf(CodeUnknownProfile, "unknown profile %q", "x")
+	})
+	return d
+}
+
+func TestDispatchCodes(t *testing.T) {
+	t.Parallel()
+	d := testDispatcher()
+	c := &memConn{done: make(chan struct{})}
+	cases := []struct {
+		frame string
+		code  int
+		id    any
+	}{
+		{`{not json`, CodeParse, nil},
+		{`[1,2]`, CodeInvalidRequest, nil},
+		{`{"jsonrpc":"1.0","id":1,"method":"echo"}`, CodeInvalidRequest, 1.0},
+		{`{"jsonrpc":"2.0","id":2}`, CodeInvalidRequest, 2.0},
+		{`{"jsonrpc":"2.0","id":{"x":1},"method":"echo"}`, CodeInvalidRequest, nil},
+		{`{"jsonrpc":"2.0","id":3,"method":"nope"}`, CodeMethodNotFound, 3.0},
+		{`{"jsonrpc":"2.0","id":4,"method":"echo","params":[1]}`, CodeInvalidParams, 4.0},
+		{`{"jsonrpc":"2.0","id":5,"method":"echo","params":{"text":5}}`, CodeInvalidParams, 5.0},
+		{`{"jsonrpc":"2.0","id":6,"method":"echo","params":{"other":"x"}}`, CodeInvalidParams, 6.0},
+		{`{"jsonrpc":"2.0","id":"s7","method":"boom"}`, CodeInternal, "s7"},
+		{`{"jsonrpc":"2.0","id":8,"method":"app"}`, CodeUnknownProfile, 8.0},
+		{`{"jsonrpc":"2.0","id":9,"method":"echo","params":{"text":"ok"}}`, 0, 9.0},
+	}
+	for _, tc := range cases {
+		d.Dispatch(context.Background(), c, []byte(tc.frame))
+		got := c.last(t)
+		require.Equal(t, tc.code, code(got), tc.frame)
+		require.Equal(t, tc.id, got["id"], tc.frame)
+		require.Equal(t, "2.0", got["jsonrpc"])
+	}
+	require.Equal(t, map[string]any{"text": "ok"}, c.last(t)["result"])
+	n := len(c.frames)
+	d.Dispatch(context.Background(), c, []byte(`{"jsonrpc":"2.0","method":"echo"}`))
+	require.Len(t, c.frames, n, "a notification gets no reply")
+}
+
+func TestThenRunsAfterReply(t *testing.T) {
+	t.Parallel()
+	d := NewDispatcher()
+	c := &memConn{done: make(chan struct{})}
+	d.Handle("start", func(ctx context.Context, call *Call) (any, error) {
+		return Then{Result: map[string]string{"status": "streaming"}, After: func() {
+			_ = call.Conn.Send(EventFrame(Event{Type: "message.start", SessionID: "s1"}))
+		}}, nil
+	})
+	d.Dispatch(context.Background(), c, []byte(`{"jsonrpc":"2.0","id":1,"method":"start"}`))
+	require.Len(t, c.frames, 2)
+	require.Equal(t, 1.0, c.frames[0]["id"], "the reply comes first")
+	require.Equal(t, "event", c.frames[1]["method"])
+	require.Equal(t, map[string]any{"type": "message.start", "session_id": "s1", "payload": map[string]any{}}, c.frames[1]["params"])
+}
+
+func TestServeLinesConcurrentAndOneFramePerLine(t *testing.T) {
+	t.Parallel()
+	d := testDispatcher()
+	release := make(chan struct{})
+	d.Handle("slow", func(ctx context.Context, c *Call) (any, error) {
+		<-release
+		return "slow done", nil
+	})
+	d.Handle("fast", func(ctx context.Context, c *Call) (any, error) {
+		close(release) // only reachable while slow is still waiting
+		return "fast done", nil
+	})
+	in := strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"slow"}` + "\n" +
+		"garbage\n\n" +
+		`{"jsonrpc":"2.0","id":2,"method":"fast"}` + "\n")
+	pr, pw := io.Pipe()
+	conn := NewLineConn(pw)
+	var lines []map[string]any
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		dec := json.NewDecoder(pr)
+		for {
+			var m map[string]any
+			if dec.Decode(&m) != nil {
+				return
+			}
+			lines = append(lines, m)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, ServeLines(ctx, d, in, conn))
+	pw.Close()
+	<-readDone
+	require.Len(t, lines, 3)
+	byID := map[any]map[string]any{}
+	for _, l := range lines {
+		byID[l["id"]] = l
+	}
+	require.Equal(t, "slow done", byID[1.0]["result"])
+	require.Equal(t, "fast done", byID[2.0]["result"])
+	require.Equal(t, CodeParse, code(byID[nil]))
+}
+
+func TestOversizeFrame(t *testing.T) {
+	t.Parallel()
+	d := testDispatcher()
+	big := `{"jsonrpc":"2.0","id":1,"method":"echo","params":{"text":"` + strings.Repeat("x", MaxLineFrame) + `"}}`
+	in := strings.NewReader(big + "\n" + `{"jsonrpc":"2.0","id":2,"method":"echo","params":{"text":"after"}}` + "\n")
+	var out strings.Builder
+	conn := NewLineConn(&out)
+	require.NoError(t, ServeLines(context.Background(), d, in, conn))
+	got := out.String()
+	require.Contains(t, got, `"code":-32700`)
+	require.Contains(t, got, `"text":"after"`, "the stream stays in step after an oversize frame")
+}

@@ -1,0 +1,236 @@
+package scope
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/agentd/agent"
+	"github.com/tenantcanary/tenantcanary/agentd/llm"
+	"github.com/tenantcanary/tenantcanary/agentd/profile"
+	"github.com/tenantcanary/tenantcanary/agentd/store"
+)
+
+// Scope is one profile's runtime.
+type Scope struct {
+	Profile profile.Profile
+	DB      *store.DB
+	Log     *slog.Logger // the profile's logs/agent.log
+
+	baseEnv []string
+	logFile *os.File
+	http    *http.Client
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// Open opens a profile's scope: its home skeleton, state.db and log.
+func Open(ctx context.Context, p profile.Profile, baseEnv []string) (*Scope, error) {
+	if err := p.Skeleton(); err != nil {
+		return nil, fmt.Errorf("open scope of profile %q: %w", p.Name, err)
+	}
+	lf, err := os.OpenFile(p.File("logs", "agent.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open log of profile %q: %w", p.Name, err)
+	}
+	db, err := store.Open(ctx, p.File("state.db"))
+	if err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("open scope of profile %q: %w", p.Name, err)
+	}
+	transport := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Minute,
+		Proxy:                 nil, // a tenant's key never travels through a proxy named in agentd's environment
+	}
+	s := &Scope{
+		Profile: p,
+		DB:      db,
+		Log:     slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug})).With("profile", p.Name),
+		baseEnv: append([]string(nil), baseEnv...),
+		logFile: lf,
+		http:    &http.Client{Transport: transport},
+	}
+	return s, nil
+}
+
+// Close closes the database and the log. Safe to call twice.
+func (s *Scope) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if t, ok := s.http.Transport.(*http.Transport); ok {
+		t.CloseIdleConnections()
+	}
+	err := s.DB.Close()
+	if lerr := s.logFile.Close(); err == nil && lerr != nil {
+		err = fmt.Errorf("close log of profile %q: %w", s.Profile.Name, lerr)
+	}
+	return err
+}
+
+// Snapshot is a profile's configuration and environment as read now.
+type Snapshot struct {
+	Config  *profile.Config
+	Env     profile.Env
+	ToolEnv []string // the environment of the profile's tool subprocesses
+	Key     string   // the provider key (never log it: use KeyFingerprint)
+}
+
+// KeyFingerprint identifies the key without revealing it.
+func (s *Snapshot) KeyFingerprint() string { return Fingerprint(s.Key) }
+
+// Fingerprint is a short, one-way identifier of a secret for logs.
+func Fingerprint(secret string) string {
+	if secret == "" {
+		return "none"
+	}
+	sum := sha256.Sum256([]byte(secret))
+	return "sha256:" + hex.EncodeToString(sum[:6])
+}
+
+// Load reads the profile's config and .env now, so a write made since the
+// last turn is seen by the next one.
+func (s *Scope) Load() (*Snapshot, error) {
+	cfg, err := s.Profile.LoadConfig()
+	if err != nil {
+		return nil, err
+	}
+	env, err := s.Profile.LoadEnv()
+	if err != nil {
+		return nil, err
+	}
+	snap := &Snapshot{Config: cfg, Env: env, ToolEnv: profile.ToolEnv(s.baseEnv, s.Profile, env)}
+	if cfg.Model.KeyEnv != "" {
+		snap.Key, _ = env.Lookup(cfg.Model.KeyEnv)
+	}
+	return snap, nil
+}
+
+// Client is an LLM client for the profile's provider, with its key.
+func (s *Scope) Client(snap *Snapshot) *llm.Client {
+	return &llm.Client{
+		BaseURL:    snap.Config.Model.BaseURL,
+		APIKey:     snap.Key,
+		MaxRetries: snap.Config.MaxRetries(),
+		HTTP:       s.http,
+		Backoff:    func(n int) time.Duration { return min(100*time.Millisecond<<(n-1), 5*time.Second) },
+	}
+}
+
+// SystemPrompt builds the profile's system prompt: SOUL.md, then
+// memories/MEMORY.md when memory is enabled, then custom_prompt.
+func (s *Scope) SystemPrompt(cfg *profile.Config) (string, error) {
+	soul, err := readOptional(s.Profile.File("SOUL.md"))
+	if err != nil {
+		return "", err
+	}
+	var memory string
+	if cfg.MemoryEnabled() {
+		if memory, err = readOptional(s.Profile.File("memories", "MEMORY.md")); err != nil {
+			return "", err
+		}
+	}
+	return agent.SystemPrompt(soul, memory, cfg.CustomPrompt), nil
+}
+
+func readOptional(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return string(b), nil
+}
+
+// Pool opens scopes on first use and keeps them until dropped.
+type Pool struct {
+	homes   profile.Homes
+	baseEnv []string
+
+	mu     sync.Mutex
+	scopes map[string]*Scope
+	closed bool
+}
+
+// ErrClosed is returned by Get after Close.
+var ErrClosed = errors.New("scope pool closed")
+
+// NewPool returns a pool over homes; baseEnv is agentd's own environment,
+// scrubbed before any of it reaches a tool subprocess.
+func NewPool(homes profile.Homes, baseEnv []string) *Pool {
+	return &Pool{homes: homes, baseEnv: append([]string(nil), baseEnv...), scopes: map[string]*Scope{}}
+}
+
+// Homes is the pool's homes.
+func (p *Pool) Homes() profile.Homes { return p.homes }
+
+// Get returns the named profile's scope ("" is the launch profile),
+// opening it if needed. A profile whose home is gone is dropped and
+// reported unknown (profile.ErrUnknownProfile).
+func (p *Pool) Get(ctx context.Context, name string) (*Scope, error) {
+	if name == "" {
+		name = profile.LaunchName
+	}
+	prof, err := p.homes.Get(name)
+	if err != nil {
+		p.Drop(name)
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if s, ok := p.scopes[name]; ok {
+		return s, nil
+	}
+	s, err := Open(ctx, prof, p.baseEnv)
+	if err != nil {
+		return nil, err
+	}
+	p.scopes[name] = s
+	return s, nil
+}
+
+// Drop closes and forgets a profile's scope (after its deletion).
+func (p *Pool) Drop(name string) {
+	p.mu.Lock()
+	s := p.scopes[name]
+	delete(p.scopes, name)
+	p.mu.Unlock()
+	if s != nil {
+		_ = s.Close()
+	}
+}
+
+// Close closes every scope.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	scopes := p.scopes
+	p.scopes = map[string]*Scope{}
+	p.mu.Unlock()
+	var errs []error
+	for _, s := range scopes {
+		if err := s.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

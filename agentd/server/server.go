@@ -1,0 +1,661 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/agentd/agent"
+	"github.com/tenantcanary/tenantcanary/agentd/cron"
+	"github.com/tenantcanary/tenantcanary/agentd/llm"
+	"github.com/tenantcanary/tenantcanary/agentd/profile"
+	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+	"github.com/tenantcanary/tenantcanary/agentd/scope"
+	"github.com/tenantcanary/tenantcanary/agentd/store"
+	"github.com/tenantcanary/tenantcanary/agentd/terminal"
+)
+
+// Version is reported in gateway.ready.
+const Version = "agentd/0.1"
+
+// Options configure a Server.
+type Options struct {
+	Homes   profile.Homes
+	BaseEnv []string     // agentd's own environment (scrubbed before tools see it)
+	Log     *slog.Logger // the server's own log (stderr); it never holds tenant data
+	Source  string       // "tui" or "serve": recorded on stored sessions
+	// Tools returns the tools offered in a profile's turns; the built-in
+	// terminal tool when nil.
+	Tools func(sc *scope.Scope) *agent.Registry
+	// MaxIterations caps model calls per turn (agent.DefaultMaxIterations).
+	MaxIterations int
+}
+
+// Server holds the live sessions of every profile it serves.
+type Server struct {
+	opts Options
+	pool *scope.Pool
+	log  *slog.Logger
+
+	baseCtx    context.Context // parent of every turn; cancelled by Shutdown
+	cancelAll  context.CancelFunc
+	turns      sync.WaitGroup
+	mu         sync.Mutex
+	sessions   map[string]*Session
+	shutting   bool
+	registry   *agent.Registry
+	shutdownMu sync.Mutex
+}
+
+// New returns a Server.
+func New(opts Options) *Server {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Source == "" {
+		opts.Source = "tui"
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := agent.NewRegistry()
+	_ = reg.Register(agent.TerminalTool{})
+	return &Server{
+		opts: opts, pool: scope.NewPool(opts.Homes, opts.BaseEnv), log: opts.Log,
+		baseCtx: ctx, cancelAll: cancel, sessions: map[string]*Session{}, registry: reg,
+	}
+}
+
+// Pool is the server's scope pool.
+func (s *Server) Pool() *scope.Pool { return s.pool }
+
+// Ready sends the gateway.ready event on conn.
+func (s *Server) Ready(conn rpc.Conn) error {
+	return conn.Send(rpc.EventFrame(rpc.Event{Type: "gateway.ready", Payload: map[string]any{
+		"version": Version, "pid": os.Getpid(), "profile": profile.LaunchName,
+	}}))
+}
+
+// Shutdown stops new turns, waits for running ones until ctx ends, then
+// cancels what is left, closes every session's shell and every scope.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdownMu.Lock()
+	defer s.shutdownMu.Unlock()
+	s.mu.Lock()
+	s.shutting = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.turns.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.cancelAll()
+		<-done
+	}
+	s.cancelAll()
+	s.mu.Lock()
+	sessions := s.sessions
+	s.sessions = map[string]*Session{}
+	s.mu.Unlock()
+	for _, sess := range sessions {
+		sess.close()
+	}
+	return s.pool.Close()
+}
+
+// DropConn closes the sessions owned by a connection that has gone.
+func (s *Server) DropConn(connID string) {
+	s.mu.Lock()
+	var gone []*Session
+	for id, sess := range s.sessions {
+		if sess.conn != nil && sess.conn.ID() == connID {
+			gone = append(gone, sess)
+			delete(s.sessions, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, sess := range gone {
+		sess.close()
+	}
+}
+
+// Register adds the protocol's methods to d.
+func (s *Server) Register(d *rpc.Dispatcher) {
+	d.Handle("session.create", s.sessionCreate)
+	d.Handle("session.resume", s.sessionResume)
+	d.Handle("session.close", s.sessionClose)
+	d.Handle("prompt.submit", s.promptSubmit)
+	d.Handle("config.set", s.configSet)
+	d.Handle("model.save_key", s.modelSaveKey)
+	d.Handle("profiles.create", s.profilesCreate)
+	d.Handle("profiles.delete", s.profilesDelete)
+	d.Handle("profiles.list", s.profilesList)
+	d.Handle("cron.create", s.cronCreate)
+	d.Handle("cron.trigger", s.cronTrigger)
+	d.Handle("cron.list", s.cronList)
+}
+
+// scopeFor returns a profile's scope, mapping errors to protocol codes.
+func (s *Server) scopeFor(ctx context.Context, name string) (*scope.Scope, error) {
+	s.mu.Lock()
+	shutting := s.shutting
+	s.mu.Unlock()
+	if shutting {
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "agentd is shutting down")
+	}
+	sc, err := s.pool.Get(ctx, name)
+	switch {
+	case errors.Is(err, profile.ErrUnknownProfile):
+		return nil, rpc.Errorf(rpc.CodeUnknownProfile, "unknown profile %q", name)
+	case errors.Is(err, scope.ErrClosed):
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "agentd is shutting down")
+	case err != nil:
+		s.log.Error("open profile scope", "profile", name, "err", "see the profile's agent.log")
+		return nil, rpc.Errorf(rpc.CodeInternal, "open profile %q: %v", name, err)
+	}
+	return sc, nil
+}
+
+// ownedSession returns a live session the calling connection owns.
+func (s *Server) ownedSession(c *rpc.Call, id string) (*Session, error) {
+	if id == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "%s: session_id is required", c.Method)
+	}
+	s.mu.Lock()
+	sess := s.sessions[id]
+	s.mu.Unlock()
+	if sess == nil {
+		return nil, rpc.Errorf(rpc.CodeUnknownSession, "unknown session %q", id)
+	}
+	if sess.conn == nil || sess.conn.ID() != c.Conn.ID() {
+		return nil, rpc.Errorf(rpc.CodeForbidden, "session %q belongs to another connection", id)
+	}
+	return sess, nil
+}
+
+// target resolves the profile a settings write addresses: a session of the
+// caller's, a profile by name, or the launch profile.
+func (s *Server) target(ctx context.Context, c *rpc.Call, sessionID, profileName string) (*scope.Scope, error) {
+	if sessionID != "" && profileName != "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "%s: give session_id or profile, not both", c.Method)
+	}
+	if sessionID != "" {
+		sess, err := s.ownedSession(c, sessionID)
+		if err != nil {
+			return nil, err
+		}
+		// The session's profile may have been deleted since.
+		return s.scopeFor(ctx, sess.Scope.Profile.Name)
+	}
+	return s.scopeFor(ctx, profileName)
+}
+
+type sessionInfo struct {
+	Model       string `json:"model"`
+	ProfileName string `json:"profile_name"`
+	Cwd         string `json:"cwd"`
+}
+
+type sessionResult struct {
+	SessionID       string      `json:"session_id"`
+	StoredSessionID string      `json:"stored_session_id"`
+	Info            sessionInfo `json:"info"`
+	Messages        int         `json:"messages,omitempty"`
+}
+
+func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, stored string) (*sessionResult, error) {
+	snap, err := sc.Load()
+	if err != nil {
+		sc.Log.Error("load config", "err", err)
+		return nil, rpc.Errorf(rpc.CodeInternal, "load profile %q: %v", sc.Profile.Name, err)
+	}
+	var history []llm.Message
+	if stored == "" {
+		st, err := sc.DB.CreateSession(ctx, store.Session{Profile: sc.Profile.Name, Model: snap.Config.Model.Default, Source: s.opts.Source})
+		if err != nil {
+			return nil, rpc.Errorf(rpc.CodeInternal, "create session in profile %q: %v", sc.Profile.Name, err)
+		}
+		stored = st.ID
+	} else {
+		if _, err := sc.DB.Session(ctx, stored); err != nil {
+			if errors.Is(err, store.ErrUnknownSession) {
+				return nil, rpc.Errorf(rpc.CodeUnknownSession, "unknown stored session %q in profile %q", stored, sc.Profile.Name)
+			}
+			return nil, rpc.Errorf(rpc.CodeInternal, "resume session: %v", err)
+		}
+		msgs, err := sc.DB.Messages(ctx, stored)
+		if err != nil {
+			return nil, rpc.Errorf(rpc.CodeInternal, "resume session: %v", err)
+		}
+		history = fromStored(msgs)
+	}
+	sess := &Session{ID: newLiveID(), Stored: stored, Scope: sc, conn: c.Conn, history: history}
+	s.mu.Lock()
+	if s.shutting {
+		s.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "agentd is shutting down")
+	}
+	s.sessions[sess.ID] = sess
+	s.mu.Unlock()
+	sc.Log.Info("session open", "session", sess.ID, "stored", stored, "resumed", len(history) > 0, "model", snap.Config.Model.Default)
+	return &sessionResult{
+		SessionID: sess.ID, StoredSessionID: stored, Messages: len(history),
+		Info: sessionInfo{Model: snap.Config.Model.Default, ProfileName: sc.Profile.Name, Cwd: snap.Config.Terminal.Cwd},
+	}, nil
+}
+
+func (s *Server) sessionCreate(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		Profile string `json:"profile"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	sc, err := s.scopeFor(ctx, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	return s.openSession(ctx, c, sc, "")
+}
+
+func (s *Server) sessionResume(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		SessionID string `json:"session_id"`
+		Profile   string `json:"profile"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	if p.SessionID == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "session.resume: session_id (a stored session id) is required")
+	}
+	sc, err := s.scopeFor(ctx, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	return s.openSession(ctx, c, sc, p.SessionID)
+}
+
+func (s *Server) sessionClose(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		SessionID string `json:"session_id"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	sess, err := s.ownedSession(c, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	delete(s.sessions, sess.ID)
+	s.mu.Unlock()
+	sess.close()
+	return map[string]any{"ok": true}, nil
+}
+
+func (s *Server) promptSubmit(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		SessionID string `json:"session_id"`
+		Text      string `json:"text"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	sess, err := s.ownedSession(c, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	if p.Text == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "prompt.submit: text is empty")
+	}
+	s.mu.Lock()
+	if s.shutting {
+		s.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "agentd is shutting down")
+	}
+	sess.mu.Lock()
+	if sess.busy || sess.closed {
+		sess.mu.Unlock()
+		s.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodeConflict, "session %q is busy with a turn", sess.ID)
+	}
+	sess.busy = true
+	tctx, cancel := context.WithCancel(s.baseCtx)
+	sess.cancelTurn = cancel
+	sess.mu.Unlock()
+	s.turns.Add(1)
+	s.mu.Unlock()
+	return rpc.Then{Result: map[string]string{"status": "streaming"}, After: func() {
+		go func() {
+			defer s.turns.Done()
+			defer cancel()
+			s.runTurn(tctx, sess, p.Text)
+		}()
+	}}, nil
+}
+
+// runTurn plays one turn of a session in its profile's scope.
+func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (string, error) {
+	sess.turn.Lock()
+	defer sess.turn.Unlock()
+	defer func() {
+		sess.mu.Lock()
+		sess.busy = false
+		sess.cancelTurn = nil
+		sess.mu.Unlock()
+	}()
+	sc := sess.Scope
+	snap, err := sc.Load()
+	if err != nil {
+		sc.Log.Error("turn: load profile", "session", sess.ID, "err", err)
+		sess.emit("message.start", map[string]any{})
+		sess.emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
+		return "", err
+	}
+	system, err := sc.SystemPrompt(snap.Config)
+	if err != nil {
+		sc.Log.Error("turn: system prompt", "session", sess.ID, "err", err)
+		sess.emit("message.start", map[string]any{})
+		sess.emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
+		return "", err
+	}
+	tools := s.registry
+	if s.opts.Tools != nil {
+		tools = s.opts.Tools(sc)
+	}
+	sess.mu.Lock()
+	history := sess.history
+	sess.mu.Unlock()
+	started := time.Now()
+	sc.Log.Info("turn start", "session", sess.ID, "stored", sess.Stored, "model", snap.Config.Model.Default,
+		"base_url", snap.Config.Model.BaseURL, "key_env", snap.Config.Model.KeyEnv, "key", snap.KeyFingerprint())
+	answer, history, err := agent.Run(ctx, agent.Turn{
+		Client:        sc.Client(snap),
+		Model:         snap.Config.Model.Default,
+		System:        system,
+		History:       history,
+		Tools:         tools,
+		MaxIterations: s.opts.MaxIterations,
+		Env: &agent.Env{
+			Session: sess.ID, Stored: sess.Stored, Profile: sc.Profile.Name, Home: sc.Profile.Home,
+			Shell: func(ctx context.Context) (*terminal.Shell, error) { return sess.shellFor(ctx, snap) },
+		},
+		Emit: sess.emit,
+		Persist: func(ctx context.Context, m llm.Message) error {
+			// Commit even when the turn is being cancelled: what was made is kept.
+			return sc.DB.Append(context.WithoutCancel(ctx), sess.Stored, toStored(m))
+		},
+	}, text)
+	sess.mu.Lock()
+	sess.history = history
+	sess.mu.Unlock()
+	if err != nil {
+		sc.Log.Error("turn failed", "session", sess.ID, "err", err, "elapsed", time.Since(started))
+		return "", err
+	}
+	sc.Log.Info("turn complete", "session", sess.ID, "elapsed", time.Since(started))
+	return answer, nil
+}
+
+// RunJob implements cron.Runner: the job runs as a turn in a session of
+// its own in profile p's scope.
+func (s *Server) RunJob(ctx context.Context, p profile.Profile, job cron.Job) (string, error) {
+	sc, err := s.pool.Get(ctx, p.Name)
+	if err != nil {
+		return "", fmt.Errorf("cron job %s: %w", job.ID, err)
+	}
+	snap, err := sc.Load()
+	if err != nil {
+		return "", fmt.Errorf("cron job %s: %w", job.ID, err)
+	}
+	st, err := sc.DB.CreateSession(ctx, store.Session{Profile: sc.Profile.Name, Model: snap.Config.Model.Default, Title: "cron: " + job.Name, Source: "cron"})
+	if err != nil {
+		return "", fmt.Errorf("cron job %s: %w", job.ID, err)
+	}
+	sess := &Session{ID: newLiveID(), Stored: st.ID, Scope: sc}
+	defer sess.close()
+	sc.Log.Info("cron job start", "job", job.ID, "session", sess.ID)
+	answer, err := s.runTurn(ctx, sess, job.Prompt)
+	if err != nil {
+		return "", fmt.Errorf("cron job %s: %w", job.ID, err)
+	}
+	return answer, nil
+}
+
+// TickCron fires the due jobs of every profile once.
+func (s *Server) TickCron(ctx context.Context, now time.Time) ([]cron.Result, error) {
+	profiles, err := s.opts.Homes.List()
+	if err != nil {
+		return nil, err
+	}
+	return cron.Tick(ctx, profiles, now, s), nil
+}
+
+var slugRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`)
+
+func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		Key       string `json:"key"`
+		Value     any    `json:"value"`
+		SessionID string `json:"session_id"`
+		Profile   string `json:"profile"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	keys := map[string]string{"cwd": "terminal.cwd", "prompt": "custom_prompt", "model": "model.default"}
+	full, ok := keys[p.Key]
+	if !ok {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "config.set: unknown key %q (want cwd, prompt or model)", p.Key)
+	}
+	value, ok := p.Value.(string)
+	if !ok {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "config.set: value of %s must be a string", p.Key)
+	}
+	switch p.Key {
+	case "cwd":
+		if !filepath.IsAbs(value) {
+			return nil, rpc.Errorf(rpc.CodeInvalidParams, "config.set: cwd %q is not an absolute path", value)
+		}
+		if st, err := os.Stat(value); err != nil || !st.IsDir() {
+			return nil, rpc.Errorf(rpc.CodeInvalidParams, "config.set: cwd %q is not a directory", value)
+		}
+	case "model":
+		if value == "" {
+			return nil, rpc.Errorf(rpc.CodeInvalidParams, "config.set: model is empty")
+		}
+	}
+	sc, err := s.target(ctx, c, p.SessionID, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	if err := sc.Profile.SetConfig(full, value); err != nil {
+		return nil, rpc.Errorf(rpc.CodeInternal, "config.set: %v", err)
+	}
+	sc.Log.Info("config set", "key", full)
+	return map[string]any{"ok": true, "profile": sc.Profile.Name, "key": full}, nil
+}
+
+func (s *Server) modelSaveKey(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		Slug      string `json:"slug"`
+		APIKey    string `json:"api_key"`
+		SessionID string `json:"session_id"`
+		Profile   string `json:"profile"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	if !slugRE.MatchString(p.Slug) {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "model.save_key: bad slug %q (want a letter, then letters, digits, _)", p.Slug)
+	}
+	if p.APIKey == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "model.save_key: api_key is empty")
+	}
+	sc, err := s.target(ctx, c, p.SessionID, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	name := upper(p.Slug) + "_API_KEY"
+	if err := sc.Profile.SetEnv(name, p.APIKey); err != nil {
+		return nil, rpc.Errorf(rpc.CodeInternal, "model.save_key: %v", err)
+	}
+	sc.Log.Info("key saved", "env", name, "key", scope.Fingerprint(p.APIKey))
+	return map[string]any{"ok": true, "profile": sc.Profile.Name, "env": name}, nil
+}
+
+func upper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
+}
+
+func (s *Server) profilesCreate(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		Name string `json:"name"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	prof, err := s.opts.Homes.Create(p.Name)
+	switch {
+	case errors.Is(err, profile.ErrBadName):
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "profiles.create: %v", err)
+	case errors.Is(err, profile.ErrProfileExists):
+		return nil, rpc.Errorf(rpc.CodeConflict, "profiles.create: profile %q already exists", p.Name)
+	case err != nil:
+		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.create: %v", err)
+	}
+	s.log.Info("profile created", "profile", prof.Name)
+	return map[string]any{"ok": true, "name": prof.Name, "path": prof.Home}, nil
+}
+
+func (s *Server) profilesDelete(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		Name string `json:"name"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	if p.Name == "" || p.Name == profile.LaunchName {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "profiles.delete: the launch profile cannot be deleted")
+	}
+	if _, err := s.opts.Homes.Get(p.Name); err != nil {
+		return nil, rpc.Errorf(rpc.CodeUnknownProfile, "unknown profile %q", p.Name)
+	}
+	// End the profile's live sessions first: their shells and turns stop
+	// before the home goes.
+	s.mu.Lock()
+	var gone []*Session
+	for id, sess := range s.sessions {
+		if sess.Scope.Profile.Name == p.Name {
+			gone = append(gone, sess)
+			delete(s.sessions, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, sess := range gone {
+		sess.close()
+	}
+	s.pool.Drop(p.Name)
+	if err := s.opts.Homes.Delete(p.Name); err != nil {
+		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.delete: %v", err)
+	}
+	s.log.Info("profile deleted", "profile", p.Name, "sessions_closed", len(gone))
+	return map[string]any{"ok": true, "name": p.Name}, nil
+}
+
+func (s *Server) profilesList(ctx context.Context, c *rpc.Call) (any, error) {
+	if err := c.Bind(&struct{}{}); err != nil {
+		return nil, err
+	}
+	list, err := s.opts.Homes.List()
+	if err != nil {
+		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.list: %v", err)
+	}
+	names := make([]string, 0, len(list))
+	for _, p := range list {
+		names = append(names, p.Name)
+	}
+	return map[string]any{"profiles": names}, nil
+}
+
+func (s *Server) cronCreate(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		Profile string `json:"profile"`
+		Name    string `json:"name"`
+		Prompt  string `json:"prompt"`
+		Every   string `json:"every"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	if p.Prompt == "" || p.Every == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.create: prompt and every are required")
+	}
+	if _, err := cron.ParseEvery(p.Every); err != nil {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.create: %v", err)
+	}
+	sc, err := s.scopeFor(ctx, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	job, err := cron.ForProfile(sc.Profile).Create(p.Name, p.Prompt, p.Every, time.Now())
+	if err != nil {
+		return nil, rpc.Errorf(rpc.CodeInternal, "cron.create: %v", err)
+	}
+	sc.Log.Info("cron job created", "job", job.ID)
+	return map[string]any{"ok": true, "profile": sc.Profile.Name, "job": job}, nil
+}
+
+func (s *Server) cronTrigger(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		Profile string `json:"profile"`
+		ID      string `json:"id"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	if p.ID == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: id is required")
+	}
+	sc, err := s.scopeFor(ctx, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	job, err := cron.ForProfile(sc.Profile).Trigger(p.ID, time.Now())
+	if errors.Is(err, cron.ErrUnknownJob) {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: unknown job %q in profile %q", p.ID, sc.Profile.Name)
+	}
+	if err != nil {
+		return nil, rpc.Errorf(rpc.CodeInternal, "cron.trigger: %v", err)
+	}
+	return map[string]any{"ok": true, "profile": sc.Profile.Name, "job": job}, nil
+}
+
+func (s *Server) cronList(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		Profile string `json:"profile"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	sc, err := s.scopeFor(ctx, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := cron.ForProfile(sc.Profile).List()
+	if err != nil {
+		return nil, rpc.Errorf(rpc.CodeInternal, "cron.list: %v", err)
+	}
+	return map[string]any{"profile": sc.Profile.Name, "jobs": jobs}, nil
+}

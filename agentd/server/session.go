@@ -1,0 +1,165 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/tenantcanary/tenantcanary/agentd/llm"
+	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+	"github.com/tenantcanary/tenantcanary/agentd/scope"
+	"github.com/tenantcanary/tenantcanary/agentd/store"
+	"github.com/tenantcanary/tenantcanary/agentd/terminal"
+)
+
+// Session is a live session: one profile's scope, one owner connection,
+// one persistent shell, its history.
+type Session struct {
+	ID     string
+	Stored string
+	Scope  *scope.Scope
+	conn   rpc.Conn // owner; nil for cron sessions
+
+	turn sync.Mutex // held for a whole turn
+
+	mu         sync.Mutex
+	busy       bool
+	closed     bool
+	history    []llm.Message
+	shell      *terminal.Shell
+	shellCwd   string            // cwd the shell was last put in from config
+	shellEnv   map[string]string // environment the shell was last given
+	cancelTurn context.CancelFunc
+}
+
+func newLiveID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "s-" + hex.EncodeToString(b[:])
+}
+
+// emit sends one event of this session to its owner connection only.
+func (s *Session) emit(typ string, payload any) {
+	if s.conn == nil {
+		return
+	}
+	_ = s.conn.Send(rpc.EventFrame(rpc.Event{Type: typ, SessionID: s.ID, Payload: payload}))
+}
+
+// shellFor returns the session's shell, started (or brought up to date)
+// with the turn's cwd and environment.
+func (s *Session) shellFor(ctx context.Context, snap *scope.Snapshot) (*terminal.Shell, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("session %s is closed", s.ID)
+	}
+	cwd := snap.Config.Terminal.Cwd
+	env := envMap(snap.ToolEnv)
+	if s.shell == nil {
+		s.shell = terminal.New(terminal.Options{Dir: cwd, Env: snap.ToolEnv})
+		s.shellCwd, s.shellEnv = cwd, env
+		sh := s.shell
+		s.mu.Unlock()
+		return sh, nil
+	}
+	sh := s.shell
+	var steps []string
+	if cwd != s.shellCwd {
+		steps = append(steps, "cd -- "+shellQuote(cwd))
+	}
+	if diff := envDiff(s.shellEnv, env); diff != "" {
+		steps = append(steps, diff)
+	}
+	s.shellCwd, s.shellEnv = cwd, env
+	s.mu.Unlock()
+	// A shell started from now on starts with the new settings; a live one
+	// keeps its state and has the new settings brought in.
+	sh.SetStart(cwd, snap.ToolEnv)
+	if len(steps) > 0 && sh.Pid() != 0 {
+		if _, err := sh.Run(ctx, strings.Join(steps, "; ")); err != nil {
+			return nil, fmt.Errorf("apply new settings to the shell: %w", err)
+		}
+	}
+	return sh, nil
+}
+
+// close ends the session: cancels its turn and kills its shell.
+func (s *Session) close() {
+	s.mu.Lock()
+	s.closed = true
+	sh := s.shell
+	cancel := s.cancelTurn
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if sh != nil {
+		_ = sh.Close()
+	}
+}
+
+func envMap(env []string) map[string]string {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
+// envDiff is the shell code turning environment old into new.
+func envDiff(old, new map[string]string) string {
+	var parts []string
+	keys := make([]string, 0, len(new))
+	for k := range new {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if ov, ok := old[k]; !ok || ov != new[k] {
+			parts = append(parts, "export "+k+"="+shellQuote(new[k]))
+		}
+	}
+	var gone []string
+	for k := range old {
+		if _, ok := new[k]; !ok {
+			gone = append(gone, k)
+		}
+	}
+	sort.Strings(gone)
+	if len(gone) > 0 {
+		parts = append(parts, "unset "+strings.Join(gone, " "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// toStored converts a chat message for the store.
+func toStored(m llm.Message) store.Message {
+	out := store.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+	if len(m.ToolCalls) > 0 {
+		b, _ := json.Marshal(m.ToolCalls)
+		out.ToolCalls = string(b)
+	}
+	return out
+}
+
+// fromStored converts stored messages back into chat history.
+func fromStored(msgs []store.Message) []llm.Message {
+	out := make([]llm.Message, 0, len(msgs))
+	for _, m := range msgs {
+		lm := llm.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+		if m.ToolCalls != "" {
+			_ = json.Unmarshal([]byte(m.ToolCalls), &lm.ToolCalls)
+		}
+		out = append(out, lm)
+	}
+	return out
+}

@@ -1,0 +1,289 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+)
+
+// ErrUnknownSession is returned for a stored session id not in the database.
+var ErrUnknownSession = errors.New("unknown stored session")
+
+// migrations are applied in order; the schema version is the number applied.
+// Never edit a shipped migration: append a new one.
+var migrations = []string{
+	// 1: sessions and messages.
+	`CREATE TABLE sessions (
+		id TEXT PRIMARY KEY,
+		profile TEXT NOT NULL,
+		model TEXT NOT NULL,
+		title TEXT NOT NULL DEFAULT '',
+		source TEXT NOT NULL DEFAULT 'tui',
+		created_at TEXT NOT NULL,
+		updated_at TEXT NOT NULL
+	);
+	CREATE TABLE messages (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+		role TEXT NOT NULL,
+		content TEXT NOT NULL DEFAULT '',
+		tool_calls TEXT NOT NULL DEFAULT '',
+		tool_call_id TEXT NOT NULL DEFAULT '',
+		name TEXT NOT NULL DEFAULT '',
+		created_at TEXT NOT NULL
+	);
+	CREATE INDEX messages_session ON messages(session_id, id);`,
+}
+
+// DB is one profile's state database.
+type DB struct {
+	sql  *sql.DB
+	path string
+}
+
+// Session is a stored session.
+type Session struct {
+	ID        string
+	Profile   string
+	Model     string
+	Title     string
+	Source    string // "tui", "serve", "cron", ...
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Message is one stored message. ToolCalls holds the assistant's tool
+// calls as the JSON the provider sent; ToolCallID ties a tool result to its
+// call.
+type Message struct {
+	Role       string
+	Content    string
+	ToolCalls  string
+	ToolCallID string
+	Name       string
+	CreatedAt  time.Time
+}
+
+// Open opens (creating if needed) the database at path in WAL mode and
+// brings its schema up to date.
+func Open(ctx context.Context, path string) (*DB, error) {
+	q := url.Values{}
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open state db %s: %w", path, err)
+	}
+	d := &DB{sql: db, path: path}
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open state db %s: %w", path, err)
+	}
+	if mode != "wal" {
+		db.Close()
+		return nil, fmt.Errorf("open state db %s: journal mode is %q, want wal", path, mode)
+	}
+	if err := d.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Path is the database file.
+func (d *DB) Path() string { return d.path }
+
+// Close closes the database.
+func (d *DB) Close() error {
+	if err := d.sql.Close(); err != nil {
+		return fmt.Errorf("close state db %s: %w", d.path, err)
+	}
+	return nil
+}
+
+// Version is the number of migrations applied.
+func (d *DB) Version(ctx context.Context) (int, error) {
+	var v int
+	err := d.sql.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("read schema version of %s: %w", d.path, err)
+	}
+	return v, nil
+}
+
+func (d *DB) migrate(ctx context.Context) error {
+	tx, err := d.sql.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", d.path, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
+		return fmt.Errorf("migrate %s: %w", d.path, err)
+	}
+	var have int
+	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&have); err != nil {
+		return fmt.Errorf("migrate %s: %w", d.path, err)
+	}
+	if have > len(migrations) {
+		return fmt.Errorf("migrate %s: schema version %d is newer than this agentd knows (%d)", d.path, have, len(migrations))
+	}
+	for v := have + 1; v <= len(migrations); v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
+			return fmt.Errorf("migrate %s to version %d: %w", d.path, v, err)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)", v, now()); err != nil {
+			return fmt.Errorf("migrate %s to version %d: %w", d.path, v, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate %s: %w", d.path, err)
+	}
+	return nil
+}
+
+func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+
+func parseTime(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t
+}
+
+// NewID returns a fresh random session id.
+func NewID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// CreateSession stores a new session; an empty ID gets a fresh one.
+func (d *DB) CreateSession(ctx context.Context, s Session) (Session, error) {
+	if s.ID == "" {
+		s.ID = NewID()
+	}
+	if s.Source == "" {
+		s.Source = "tui"
+	}
+	ts := now()
+	_, err := d.sql.ExecContext(ctx,
+		"INSERT INTO sessions(id, profile, model, title, source, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+		s.ID, s.Profile, s.Model, s.Title, s.Source, ts, ts)
+	if err != nil {
+		return Session{}, fmt.Errorf("create session in %s: %w", d.path, err)
+	}
+	s.CreatedAt, s.UpdatedAt = parseTime(ts), parseTime(ts)
+	return s, nil
+}
+
+// Session returns the stored session id.
+func (d *DB) Session(ctx context.Context, id string) (Session, error) {
+	var s Session
+	var c, u string
+	err := d.sql.QueryRowContext(ctx,
+		"SELECT id, profile, model, title, source, created_at, updated_at FROM sessions WHERE id = ?", id).
+		Scan(&s.ID, &s.Profile, &s.Model, &s.Title, &s.Source, &c, &u)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Session{}, fmt.Errorf("%w %q in %s", ErrUnknownSession, id, d.path)
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("read session %q from %s: %w", id, d.path, err)
+	}
+	s.CreatedAt, s.UpdatedAt = parseTime(c), parseTime(u)
+	return s, nil
+}
+
+// Sessions lists the stored sessions, newest first.
+func (d *DB) Sessions(ctx context.Context) ([]Session, error) {
+	rows, err := d.sql.QueryContext(ctx,
+		"SELECT id, profile, model, title, source, created_at, updated_at FROM sessions ORDER BY created_at DESC, id")
+	if err != nil {
+		return nil, fmt.Errorf("list sessions in %s: %w", d.path, err)
+	}
+	defer rows.Close()
+	var out []Session
+	for rows.Next() {
+		var s Session
+		var c, u string
+		if err := rows.Scan(&s.ID, &s.Profile, &s.Model, &s.Title, &s.Source, &c, &u); err != nil {
+			return nil, fmt.Errorf("list sessions in %s: %w", d.path, err)
+		}
+		s.CreatedAt, s.UpdatedAt = parseTime(c), parseTime(u)
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list sessions in %s: %w", d.path, err)
+	}
+	return out, nil
+}
+
+// SetTitle sets a session's title.
+func (d *DB) SetTitle(ctx context.Context, id, title string) error {
+	res, err := d.sql.ExecContext(ctx, "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?", title, now(), id)
+	if err != nil {
+		return fmt.Errorf("set title of session %q in %s: %w", id, d.path, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("set title: %w %q in %s", ErrUnknownSession, id, d.path)
+	}
+	return nil
+}
+
+// Append commits one message to a session.
+func (d *DB) Append(ctx context.Context, sessionID string, m Message) error {
+	tx, err := d.sql.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("append message to session %q in %s: %w", sessionID, d.path, err)
+	}
+	defer tx.Rollback()
+	ts := now()
+	res, err := tx.ExecContext(ctx, "UPDATE sessions SET updated_at = ? WHERE id = ?", ts, sessionID)
+	if err != nil {
+		return fmt.Errorf("append message to session %q in %s: %w", sessionID, d.path, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("append message: %w %q in %s", ErrUnknownSession, sessionID, d.path)
+	}
+	if _, err := tx.ExecContext(ctx,
+		"INSERT INTO messages(session_id, role, content, tool_calls, tool_call_id, name, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+		sessionID, m.Role, m.Content, m.ToolCalls, m.ToolCallID, m.Name, ts); err != nil {
+		return fmt.Errorf("append message to session %q in %s: %w", sessionID, d.path, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("append message to session %q in %s: %w", sessionID, d.path, err)
+	}
+	return nil
+}
+
+// Messages returns a session's messages in the order they were appended.
+func (d *DB) Messages(ctx context.Context, sessionID string) ([]Message, error) {
+	rows, err := d.sql.QueryContext(ctx,
+		"SELECT role, content, tool_calls, tool_call_id, name, created_at FROM messages WHERE session_id = ? ORDER BY id", sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("read messages of session %q from %s: %w", sessionID, d.path, err)
+	}
+	defer rows.Close()
+	var out []Message
+	for rows.Next() {
+		var m Message
+		var c string
+		if err := rows.Scan(&m.Role, &m.Content, &m.ToolCalls, &m.ToolCallID, &m.Name, &c); err != nil {
+			return nil, fmt.Errorf("read messages of session %q from %s: %w", sessionID, d.path, err)
+		}
+		m.CreatedAt = parseTime(c)
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read messages of session %q from %s: %w", sessionID, d.path, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,104 @@
+package store
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSessionsAndMessagesSurviveReopen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	db, err := Open(ctx, path)
+	require.NoError(t, err)
+	v, err := db.Version(ctx)
+	require.NoError(t, err)
+	require.Equal(t, len(migrations), v)
+
+	s, err := db.CreateSession(ctx, Session{Profile: "work", Model: "m1"})
+	require.NoError(t, err)
+	require.NotEmpty(t, s.ID)
+	msgs := []Message{
+		{Role: "user", Content: "hi"},
+		{Role: "assistant", ToolCalls: `[{"id":"c1"}]`},
+		{Role: "tool", Content: "out", ToolCallID: "c1", Name: "terminal"},
+		{Role: "assistant", Content: "done"},
+	}
+	for _, m := range msgs {
+		require.NoError(t, db.Append(ctx, s.ID, m))
+	}
+	require.NoError(t, db.SetTitle(ctx, s.ID, "a title"))
+	require.ErrorIs(t, db.Append(ctx, "nope", Message{Role: "user"}), ErrUnknownSession)
+	require.NoError(t, db.Close())
+
+	_, err = os.Stat(path + "-wal")
+	require.True(t, err == nil || os.IsNotExist(err))
+
+	db, err = Open(ctx, path)
+	require.NoError(t, err, "reopening migrates nothing twice")
+	defer db.Close()
+	got, err := db.Session(ctx, s.ID)
+	require.NoError(t, err)
+	require.Equal(t, "work", got.Profile)
+	require.Equal(t, "m1", got.Model)
+	require.Equal(t, "a title", got.Title)
+	back, err := db.Messages(ctx, s.ID)
+	require.NoError(t, err)
+	require.Len(t, back, 4)
+	for i := range msgs {
+		back[i].CreatedAt = msgs[i].CreatedAt
+	}
+	require.Equal(t, msgs, back)
+	_, err = db.Session(ctx, "missing")
+	require.ErrorIs(t, err, ErrUnknownSession)
+	list, err := db.Sessions(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+}
+
+func TestWALAndConcurrentWriters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	a, err := Open(ctx, path)
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := Open(ctx, path) // a second handle, as another process would have
+	require.NoError(t, err)
+	defer b.Close()
+	s, err := a.CreateSession(ctx, Session{Profile: "p", Model: "m"})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func(db *DB) {
+			defer wg.Done()
+			for j := 0; j < 25; j++ {
+				require.NoError(t, db.Append(ctx, s.ID, Message{Role: "user", Content: "x"}))
+			}
+		}(map[bool]*DB{true: a, false: b}[i%2 == 0])
+	}
+	wg.Wait()
+	msgs, err := b.Messages(ctx, s.ID)
+	require.NoError(t, err)
+	require.Len(t, msgs, 100)
+	require.FileExists(t, path+"-wal", "WAL mode keeps a -wal file while open")
+}
+
+func TestNewerSchemaIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	db, err := Open(ctx, path)
+	require.NoError(t, err)
+	_, err = db.sql.ExecContext(ctx, "INSERT INTO schema_migrations(version, applied_at) VALUES (99, 'x')")
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	_, err = Open(ctx, path)
+	require.ErrorContains(t, err, "schema version 99 is newer")
+}
