@@ -1,0 +1,144 @@
+package invariants
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/invariants/scan"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// Patterns converts canaries to the scanner's patterns.
+func Patterns(cs []tenants.Canary) []scan.Pattern {
+	out := make([]scan.Pattern, len(cs))
+	for i, c := range cs {
+		out[i] = scan.Pattern{Owner: c.Owner, Kind: string(c.Kind), Value: c.Value}
+	}
+	return out
+}
+
+// matcher is one scanner over every canary of every tenant (minted ones
+// included, as of the call), and the rule for which hits count.
+type matcher struct {
+	m *scan.Matcher
+}
+
+func compile(ts []*tenants.Tenant) (matcher, error) {
+	var cs []tenants.Canary
+	for _, t := range ts {
+		cs = append(cs, t.Canaries()...)
+	}
+	m, err := scan.Compile(Patterns(cs))
+	if err != nil {
+		return matcher{}, fmt.Errorf("compile the canaries of %d tenants: %w", len(ts), err)
+	}
+	return matcher{m: m}, nil
+}
+
+// harnessFinding reports a check that could not run.
+func harnessFinding(place string, err error) []Finding {
+	return []Finding{{Invariant: Harness, Tenant: place, Detail: err.Error()}}
+}
+
+// foreign reports whether a hit in place counts: another owner's canary,
+// and with secretsOnly only a credential.
+func foreign(place string, p scan.Pattern, secretsOnly bool) bool {
+	if p.Owner == place {
+		return false
+	}
+	return !secretsOnly || tenants.Kind(p.Kind).Secret()
+}
+
+// find scans b and returns a finding per foreign hit; where is completed
+// with the hit's offset when withOffset is set.
+func (m matcher) find(inv Invariant, place string, b []byte, where Where, withOffset, secretsOnly bool) []Finding {
+	var out []Finding
+	m.m.Find(b, func(x scan.Match) {
+		if !foreign(place, x.Pattern, secretsOnly) {
+			return
+		}
+		w := where
+		if withOffset {
+			w.Offset = int64p(x.Start)
+		}
+		out = append(out, hitFinding(inv, place, x, w))
+	})
+	return out
+}
+
+func hitFinding(inv Invariant, place string, x scan.Match, w Where) Finding {
+	return Finding{
+		Invariant: inv, Tenant: place, Owner: x.Pattern.Owner, Kind: tenants.Kind(x.Pattern.Kind),
+		Where: w, Encoding: x.Encoding, Excerpt: x.Excerpt,
+	}
+}
+
+// ownerOf names the tenant whose canary of kind has value, or "".
+func ownerOf(ts []*tenants.Tenant, kind tenants.Kind, value string) string {
+	for _, t := range ts {
+		for _, c := range t.Canaries() {
+			if c.Kind == kind && c.Value == value {
+				return t.Name
+			}
+		}
+	}
+	return ""
+}
+
+// findJSON scans raw (a JSON document) as bytes, then every string in it
+// (keys included) as decoded: a canary that JSON encoding disguised (UTF-16
+// text turned into \u0000 escapes, an escaped string escaped again) is
+// whole only there. A hit already seen in the raw bytes (same owner, kind
+// and encoding) is not reported again from a decoded string.
+func (m matcher) findJSON(inv Invariant, place string, raw []byte, where Where, secretsOnly bool) []Finding {
+	out := m.find(inv, place, raw, where, true, secretsOnly)
+	seen := map[string]bool{}
+	for _, f := range out {
+		seen[f.Owner+"/"+string(f.Kind)+"/"+string(f.Encoding)] = true
+	}
+	var doc any
+	if json.Unmarshal(raw, &doc) != nil {
+		return out
+	}
+	walkStrings(doc, "$", func(path, s string) {
+		m.m.Find([]byte(s), func(x scan.Match) {
+			k := x.Pattern.Owner + "/" + x.Pattern.Kind + "/" + string(x.Encoding)
+			if !foreign(place, x.Pattern, secretsOnly) || seen[k] {
+				return
+			}
+			seen[k] = true
+			w := where
+			w.Part = strings.TrimSpace(w.Part + " " + path)
+			w.Offset = int64p(x.Start)
+			out = append(out, hitFinding(inv, place, x, w))
+		})
+	})
+	return out
+}
+
+// walkStrings calls fn for every string and every object key in v, with a
+// JSON path, in a stable order.
+func walkStrings(v any, path string, fn func(path, s string)) {
+	switch v := v.(type) {
+	case string:
+		fn(path, v)
+	case []any:
+		for i, e := range v {
+			walkStrings(e, path+"["+strconv.Itoa(i)+"]", fn)
+		}
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p := path + "." + k
+			fn(p+" (key)", k)
+			walkStrings(v[k], p, fn)
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package invariants
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// StateDB is the name of a home's state database.
+const StateDB = "state.db"
+
+// ControlKeys is a positive control: every tenant's provider saw at least
+// one request carrying that tenant's own key, so the request check had
+// something to judge.
+func ControlKeys(ts []*tenants.Tenant) []Finding {
+	var out []Finding
+	for _, t := range ts {
+		if t.Provider == nil {
+			continue
+		}
+		recs := t.Provider.Requests()
+		ok := false
+		for _, r := range recs {
+			ok = ok || r.Auth == t.ProviderKey()
+		}
+		if !ok {
+			out = append(out, Finding{Invariant: Control, Tenant: t.Name,
+				Detail: fmt.Sprintf("its provider saw no request with its own key (%d request(s) in all)", len(recs))})
+		}
+	}
+	return out
+}
+
+// ControlSnapshots is a positive control: each env snapshot a tenant's
+// provider received shows the tenant's own env marker, so a snapshot that
+// shows no foreign canary really is an environment dump.
+func ControlSnapshots(ts []*tenants.Tenant) []Finding {
+	var out []Finding
+	for _, t := range ts {
+		if t.Provider == nil {
+			continue
+		}
+		for _, s := range EnvSnapshots(t, t.Provider.Requests()) {
+			if !strings.Contains(s.Text, t.Value(tenants.EnvMarker)) {
+				out = append(out, Finding{Invariant: Control, Tenant: t.Name,
+					Where:  Where{Request: intp(s.Request), Origin: s.Origin, ToolCall: s.ToolCall},
+					Detail: "the env snapshot does not show its own env marker"})
+			}
+		}
+	}
+	return out
+}
+
+// ControlStateDB is a positive control: each tenant's state database (name
+// under its home, StateDB by default) holds, read row by row from a copy,
+// at least one of the tenant's own canaries: its own session text is
+// there, so a file scan that finds nothing foreign has read real data.
+func ControlStateDB(ctx context.Context, ts []*tenants.Tenant, name string) []Finding {
+	if name == "" {
+		name = StateDB
+	}
+	m, err := compile(ts)
+	if err != nil {
+		return harnessFinding("", err)
+	}
+	var out []Finding
+	for _, t := range ts {
+		path := filepath.Join(t.Home, name)
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			out = append(out, Finding{Invariant: Control, Tenant: t.Name, Where: Where{Path: path}, Detail: "there is no state database"})
+			continue
+		}
+		r := m.m.File(ctx, path)
+		own := false
+		for _, h := range r.Hits {
+			own = own || (h.Container == "sqlite-row" && h.Pattern.Owner == t.Name)
+		}
+		if !own {
+			detail := "no row of the state database holds one of its own canaries"
+			if len(r.Skipped) > 0 {
+				detail += fmt.Sprintf(" (%d part(s) could not be read: %s)", len(r.Skipped), r.Skipped[0].Reason)
+			}
+			out = append(out, Finding{Invariant: Control, Tenant: t.Name, Where: Where{Path: path}, Detail: detail})
+		}
+	}
+	return out
+}
+
+// Controls runs every positive control.
+func Controls(ctx context.Context, ts []*tenants.Tenant) []Finding {
+	out := ControlKeys(ts)
+	out = append(out, ControlSnapshots(ts)...)
+	out = append(out, ControlStateDB(ctx, ts, StateDB)...)
+	return out
+}

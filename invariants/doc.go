@@ -1,0 +1,19 @@
+// Package invariants holds every leak scan and bleed check of a canary
+// run, each a function from what the run left behind (provider records,
+// homes on disk, logs, RPC frames) to a list of Findings: which invariant,
+// whose place, whose canary of which kind, where, in which encoding, with
+// an excerpt. All of them use one scanner (package scan) built from every
+// canary of every tenant in every encoding.
+//
+// The checks: RequestLeaks (1), SnapshotLeaks and SnapshotShortfall (2),
+// FileLeaks (3), TextLeaks and FrameLeaks (4), HashTree with
+// WriteScopeChanges (5), LaunchBleedOf (6) and the positive controls
+// ControlKeys, ControlSnapshots and ControlStateDB (7). Assert turns a
+// non-empty list into a test failure listing every finding, one a line.
+//
+//	fs := invariants.RequestLeaks(set.Tenants)
+//	fs = append(fs, invariants.SnapshotLeaks(set.Tenants)...)
+//	fs = append(fs, invariants.FileLeaks(ctx, set)...)
+//	fs = append(fs, invariants.Controls(ctx, set.Tenants)...)
+//	invariants.Assert(t, fs)
+package invariants

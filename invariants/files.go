@@ -1,0 +1,85 @@
+package invariants
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/invariants/scan"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// FileLeaks scans every regular file under every tenant's home (state.db
+// as raw pages and rows, its WAL, logs, gzip logs, config, .env, memories,
+// cron output) for another tenant's canary in any encoding. The launch
+// home's profiles folder is scanned as the profiles': a file under
+// profiles/<name>/ is <name>'s place. A profile that is no tenant (one made
+// mid-run) may hold no tenant's secret. A file that could not be read is a
+// Harness finding: the scan was incomplete there.
+func FileLeaks(ctx context.Context, s *tenants.Set) []Finding {
+	m, err := compile(s.Tenants)
+	if err != nil {
+		return harnessFinding(s.LaunchHome, err)
+	}
+	roots := []string{s.LaunchHome}
+	for _, t := range s.Tenants {
+		if !within(t.Home, s.LaunchHome) {
+			roots = append(roots, t.Home)
+		}
+	}
+	var out []Finding
+	for _, root := range roots {
+		r := m.m.Tree(ctx, root)
+		for _, h := range r.Hits {
+			place, tenant := placeOf(s, h.Path)
+			if !foreign(place, h.Pattern, !tenant) {
+				continue
+			}
+			out = append(out, hitFinding(File, place, h.Match, fileWhere(h)))
+		}
+		for _, sk := range r.Skipped {
+			place, _ := placeOf(s, sk.Path)
+			out = append(out, Finding{Invariant: Harness, Tenant: place, Where: Where{Path: sk.Path}, Detail: "not scanned: " + sk.Reason})
+		}
+	}
+	return Dedup(out)
+}
+
+func fileWhere(h scan.Hit) Where {
+	w := Where{Path: h.Path, Offset: int64p(h.Start)}
+	switch h.Container {
+	case "gzip":
+		w.Part = "gunzipped"
+	case "sqlite-row":
+		w.Part = "row " + h.Row
+	}
+	return w
+}
+
+// placeOf names whose place path is: the tenant whose home holds it most
+// closely, or a profile of the launch home that is no tenant (tenant false),
+// or "" outside every home.
+func placeOf(s *tenants.Set, path string) (place string, tenant bool) {
+	best := ""
+	for _, t := range s.Tenants {
+		if within(path, t.Home) && len(t.Home) > len(best) {
+			best, place = t.Home, t.Name
+		}
+	}
+	if place != "" && best != s.LaunchHome {
+		return place, true
+	}
+	profiles := filepath.Join(s.LaunchHome, s.Layout.WithDefaults().ProfilesDir)
+	if rel, err := filepath.Rel(profiles, path); err == nil && within(path, profiles) {
+		if name, _, _ := strings.Cut(rel, string(filepath.Separator)); name != "." && name != rel {
+			return name, s.Get(name) != nil
+		}
+	}
+	return place, place != ""
+}
+
+// within reports whether path is dir or under it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}

@@ -1,0 +1,192 @@
+package invariants
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/invariants/scan"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// Invariant names the rule a finding breaks.
+type Invariant string
+
+// The invariants of DESIGN.md, plus the failures that are not leaks:
+// Shortfall (liveness), Control (a positive control that failed) and
+// Harness (the check itself could not be carried out completely).
+const (
+	Request     Invariant = "request"
+	Snapshot    Invariant = "env_snapshot"
+	File        Invariant = "file"
+	Text        Invariant = "text"
+	RPC         Invariant = "rpc"
+	WriteScope  Invariant = "write_scope"
+	LaunchBleed Invariant = "launch_bleed"
+	Shortfall   Invariant = "snapshot_shortfall"
+	Control     Invariant = "control"
+	Harness     Invariant = "harness"
+)
+
+// Leak reports whether a finding of this invariant is an isolation failure,
+// as opposed to a liveness, control or harness failure.
+func (i Invariant) Leak() bool {
+	switch i {
+	case Shortfall, Control, Harness:
+		return false
+	}
+	return true
+}
+
+// Finding is one broken rule: in whose place (Tenant) what was found (the
+// canary's Owner and Kind, in which Encoding, with an Excerpt), or what was
+// wrong (Detail), and Where. Findings are plain values: they compare by
+// their String, and marshal to JSON.
+type Finding struct {
+	Invariant Invariant     `json:"invariant"`
+	Tenant    string        `json:"tenant"`          // whose place: provider, snapshot, home, connection, log
+	Owner     string        `json:"owner,omitempty"` // whose canary
+	Kind      tenants.Kind  `json:"kind,omitempty"`
+	Where     Where         `json:"where"`
+	Encoding  scan.Encoding `json:"encoding,omitempty"`
+	Excerpt   string        `json:"excerpt,omitempty"`
+	Detail    string        `json:"detail,omitempty"`
+}
+
+// Where locates a finding; only the fields that apply are set.
+type Where struct {
+	Request  *int   `json:"request,omitempty"`   // provider request sequence number
+	Path     string `json:"path,omitempty"`      // request URL path, or file path
+	Part     string `json:"part,omitempty"`      // "body", "header x-api-key", "auth", "model", table row ...
+	Origin   string `json:"origin,omitempty"`    // snapshot origin: "turn" or "cron job"
+	ToolCall string `json:"tool_call,omitempty"` // snapshot tool call id
+	Offset   *int64 `json:"offset,omitempty"`    // byte offset in the file, text or frame
+	Label    string `json:"label,omitempty"`     // log, stream or connection label
+	Frame    *int   `json:"frame,omitempty"`     // RPC frame index on the connection
+	Method   string `json:"method,omitempty"`    // RPC method
+	Event    string `json:"event,omitempty"`     // RPC event type
+}
+
+func (w Where) String() string {
+	var parts []string
+	add := func(s string) {
+		if s != "" {
+			parts = append(parts, s)
+		}
+	}
+	if w.Label != "" {
+		add(w.Label)
+	}
+	if w.Request != nil {
+		add("request #" + strconv.Itoa(*w.Request))
+	}
+	if w.Frame != nil {
+		add("frame #" + strconv.Itoa(*w.Frame))
+	}
+	if w.Method != "" {
+		add("method " + w.Method)
+	}
+	if w.Event != "" {
+		add("event " + w.Event)
+	}
+	if w.Origin != "" {
+		add(w.Origin)
+	}
+	if w.ToolCall != "" {
+		add("tool call " + w.ToolCall)
+	}
+	loc := w.Path
+	if w.Part != "" {
+		if loc != "" {
+			loc += " "
+		}
+		loc += w.Part
+	}
+	if w.Offset != nil {
+		loc += ":" + strconv.FormatInt(*w.Offset, 10)
+	}
+	add(loc)
+	return strings.Join(parts, " ")
+}
+
+// String renders the finding on one line.
+func (f Finding) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", f.Invariant, f.Tenant)
+	if w := f.Where.String(); w != "" {
+		fmt.Fprintf(&b, " %s", w)
+	}
+	if f.Owner != "" || f.Kind != "" {
+		fmt.Fprintf(&b, ": carries %s's %s", f.Owner, f.Kind)
+		if f.Encoding != "" && f.Encoding != scan.Raw {
+			fmt.Fprintf(&b, " (%s)", f.Encoding)
+		}
+	}
+	if f.Detail != "" {
+		fmt.Fprintf(&b, ": %s", f.Detail)
+	}
+	if f.Excerpt != "" {
+		fmt.Fprintf(&b, " in %s", f.Excerpt)
+	}
+	return b.String()
+}
+
+// Dedup returns the findings with repeats (same String) removed, first
+// occurrence kept, in order.
+func Dedup(fs []Finding) []Finding {
+	seen := make(map[string]bool, len(fs))
+	out := make([]Finding, 0, len(fs))
+	for _, f := range fs {
+		k := f.String()
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, f)
+	}
+	return out
+}
+
+// TB is the part of testing.TB that Assert needs.
+type TB interface {
+	Helper()
+	Errorf(format string, args ...any)
+}
+
+// Assert fails t when there is any finding, listing every finding (after
+// Dedup) one a line; leaks and the other failures (shortfall, control,
+// harness) are listed under separate headings so that a broken harness is
+// never mistaken for a leak, or the other way round. It reports whether
+// the list was empty.
+func Assert(t TB, fs []Finding) bool {
+	t.Helper()
+	fs = Dedup(fs)
+	if len(fs) == 0 {
+		return true
+	}
+	t.Errorf("%s", Format(fs))
+	return false
+}
+
+// Format renders findings as Assert reports them.
+func Format(fs []Finding) string {
+	var leaks, other []string
+	for _, f := range Dedup(fs) {
+		if f.Invariant.Leak() {
+			leaks = append(leaks, "  "+f.String())
+		} else {
+			other = append(other, "  "+f.String())
+		}
+	}
+	var b strings.Builder
+	if len(leaks) > 0 {
+		fmt.Fprintf(&b, "%d cross-tenant leak(s):\n%s\n", len(leaks), strings.Join(leaks, "\n"))
+	}
+	if len(other) > 0 {
+		fmt.Fprintf(&b, "%d harness, liveness or control failure(s) (not leaks):\n%s\n", len(other), strings.Join(other, "\n"))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func intp(i int) *int       { return &i }
+func int64p(i int64) *int64 { return &i }

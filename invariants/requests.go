@@ -1,0 +1,73 @@
+package invariants
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// RequestLeaks checks every request every tenant's provider recorded: it
+// carries the tenant's own key, a main request names the tenant's own
+// model, and no header or body holds another tenant's canary in any
+// encoding. Tenants without a provider are skipped.
+func RequestLeaks(ts []*tenants.Tenant) []Finding {
+	var out []Finding
+	for _, t := range ts {
+		if t.Provider != nil {
+			out = append(out, RequestLeaksOf(ts, t, t.Provider.Requests())...)
+		}
+	}
+	return Dedup(out)
+}
+
+// RequestLeaksOf checks the records of t's provider (read from a journal, say)
+// against the canaries of every tenant in ts.
+func RequestLeaksOf(ts []*tenants.Tenant, t *tenants.Tenant, recs []fakellm.Record) []Finding {
+	m, err := compile(ts)
+	if err != nil {
+		return harnessFinding(t.Name, err)
+	}
+	var out []Finding
+	for _, r := range recs {
+		where := Where{Request: intp(r.Seq), Path: r.Path}
+		if r.Auth != t.ProviderKey() {
+			f := Finding{Invariant: Request, Tenant: t.Name, Where: where}
+			f.Where.Part = "auth"
+			switch owner := ownerOf(ts, tenants.ProviderKey, r.Auth); {
+			case owner != "":
+				f.Owner, f.Kind = owner, tenants.ProviderKey
+				f.Detail = "the key presented is not " + t.Name + "'s"
+			case r.Auth == "":
+				f.Detail = "no key presented"
+			default:
+				f.Detail = fmt.Sprintf("an unknown key was presented (%d bytes)", len(r.Auth))
+			}
+			out = append(out, f)
+		}
+		if r.Kind == fakellm.KindMain && r.Model() != t.Model() {
+			f := Finding{Invariant: Request, Tenant: t.Name, Where: where,
+				Detail: fmt.Sprintf("main request names model %q, want %q", r.Model(), t.Model())}
+			f.Where.Part = "model"
+			if owner := ownerOf(ts, tenants.Model, r.Model()); owner != "" {
+				f.Owner, f.Kind = owner, tenants.Model
+			}
+			out = append(out, f)
+		}
+		names := make([]string, 0, len(r.Headers))
+		for k := range r.Headers {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			w := where
+			w.Part = "header " + k
+			out = append(out, m.find(Request, t.Name, []byte(r.Headers[k]), w, false, false)...)
+		}
+		w := where
+		w.Part = "body"
+		out = append(out, m.findJSON(Request, t.Name, r.RawBody, w, false)...)
+	}
+	return Dedup(out)
+}

@@ -1,0 +1,83 @@
+package invariants
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/invariants/scan"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+func waitRequests(t *testing.T, tn *tenants.Tenant, n int) []fakellm.Record {
+	t.Helper()
+	var recs []fakellm.Record
+	require.Eventually(t, func() bool {
+		recs = tn.Provider.Requests()
+		return len(recs) >= n
+	}, 10*time.Second, 5*time.Millisecond, "%s's provider to record %d request(s)", tn.Name, n)
+	return recs
+}
+
+// TestRequestLeaksEveryEncoding plants beta's canary in alpha's request, in
+// every encoding, and expects exactly that finding.
+func TestRequestLeaksEveryEncoding(t *testing.T) {
+	t.Parallel()
+	for _, enc := range scan.Encodings {
+		t.Run(string(enc), func(t *testing.T) {
+			t.Parallel()
+			s := newSet(t)
+			alpha, beta := s.Get("alpha"), s.Get("beta")
+			leak := beta.Value(tenants.Memory)
+			post(t, alpha, alpha.ProviderKey(), chat(alpha.Model(), user("remember "+encoded(leak, enc)+" please")))
+			waitRequests(t, alpha, 1)
+			got := RequestLeaks(s.Tenants)
+			want := enc
+			if enc == scan.Base64URL && b64(leak, true) == b64(leak, false) {
+				want = scan.Base64
+			}
+			require.Equal(t, []string{"request alpha beta/memory " + string(want)}, findingKeys(got), Format(got))
+			require.Equal(t, 0, *got[0].Where.Request)
+			require.Equal(t, "/v1/chat/completions", got[0].Where.Path)
+			require.Empty(t, ControlKeys([]*tenants.Tenant{alpha}))
+		})
+	}
+}
+
+func TestRequestLeaksKeysModelsHeaders(t *testing.T) {
+	t.Parallel()
+	s := newSet(t)
+	alpha, beta, def := s.Get("alpha"), s.Get("beta"), s.Get("default")
+
+	// Clean: own canaries, a bare tag, another tenant's name alone.
+	post(t, alpha, alpha.ProviderKey(), chat(alpha.Model(), user("I am "+alpha.Value(tenants.Soul)+" in "+alpha.Workdir+
+		"; tag "+beta.Tag+" of beta, model-beta- and provider-key-beta")))
+	waitRequests(t, alpha, 1)
+	require.Empty(t, RequestLeaks(s.Tenants), Format(RequestLeaks(s.Tenants)))
+
+	// Beta's key on alpha's provider, the launch model, a header leak.
+	post(t, alpha, beta.ProviderKey(), chat(alpha.Model(), user("hi")))
+	post(t, alpha, alpha.ProviderKey(), chat(def.Model(), user("hi")))
+	post(t, alpha, alpha.ProviderKey(), map[string]any{"model": "x", "messages": []any{user("aux")}}, "X-Trace", "trace "+beta.Value(tenants.EnvMarker))
+	waitRequests(t, alpha, 4)
+	got := RequestLeaks(s.Tenants)
+	require.Equal(t, []string{
+		"request alpha beta/provider_key ",
+		"request alpha beta/provider_key raw",
+		"request alpha default/model ",
+		"request alpha default/model raw",
+		"request alpha beta/env_marker raw",
+	}, findingKeys(got), Format(got))
+	require.Equal(t, "auth", got[0].Where.Part)
+	require.Equal(t, "header authorization", got[1].Where.Part)
+	require.Equal(t, "model", got[2].Where.Part)
+	require.Equal(t, "header x-trace", got[4].Where.Part)
+	require.Equal(t, 3, *got[4].Where.Request)
+	require.Contains(t, got[0].String(), "request: alpha request #1 /v1/chat/completions auth: carries beta's provider_key")
+
+	// A tenant whose provider saw nothing fails its control.
+	ctl := ControlKeys(s.Tenants)
+	require.Equal(t, []string{"control default / ", "control beta / "}, findingKeys(ctl))
+}
