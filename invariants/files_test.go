@@ -1,0 +1,157 @@
+package invariants
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"database/sql"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	_ "modernc.org/sqlite"
+
+	"github.com/tenantcanary/tenantcanary/invariants/scan"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+func write(t *testing.T, path string, data []byte) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+}
+
+// stateDB creates a WAL-mode state.db with the given rows in home; with
+// walOnly the rows stay in the -wal file (the connection is kept open).
+func stateDB(t *testing.T, home string, walOnly bool, rows ...string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(home, "state.db")+"?_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)")
+	require.NoError(t, err)
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	_, err = db.Exec(`CREATE TABLE messages (id INTEGER PRIMARY KEY, content TEXT)`)
+	require.NoError(t, err)
+	_, err = db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+	require.NoError(t, err)
+	for _, r := range rows {
+		_, err = db.Exec(`INSERT INTO messages (content) VALUES (?)`, r)
+		require.NoError(t, err)
+	}
+	if !walOnly {
+		_, err = db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+		require.NoError(t, err)
+	}
+}
+
+func TestFileLeaks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newSet(t)
+	def, alpha, beta := s.Get("default"), s.Get("alpha"), s.Get("beta")
+
+	// Written homes hold only their own canaries; alpha's and beta's homes
+	// sit under the launch home's profiles folder and are theirs.
+	stateDB(t, def.Home, false, "session of "+def.Value(tenants.EnvMarker))
+	stateDB(t, alpha.Home, false, "session of "+alpha.Value(tenants.EnvMarker))
+	require.Empty(t, FileLeaks(ctx, s), Format(FileLeaks(ctx, s)))
+	require.Empty(t, ControlStateDB(ctx, []*tenants.Tenant{def, alpha}, ""))
+
+	// Leaks: beta's key in alpha's WAL only, beta's model in a gzip log of
+	// the launch home, alpha's soul as UTF-16 in beta's memory file, and a
+	// profile made mid-run that holds alpha's key (a secret) and soul (not
+	// a secret: not reported for a profile that is no tenant).
+	stateDB(t, beta.Home, true, "oops "+beta.Value(tenants.EnvMarker)+" "+alpha.ProviderKey())
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, err := zw.Write([]byte("turn for " + beta.Model() + "\n"))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	write(t, filepath.Join(def.Home, "logs", "agent.log.1.gz"), gz.Bytes())
+	write(t, filepath.Join(beta.Home, "memories", "MEMORY.md"), []byte(encoded(alpha.Value(tenants.Soul), scan.UTF16LE)))
+	newProfile := filepath.Join(def.Home, "profiles", "copy")
+	write(t, filepath.Join(newProfile, ".env"), []byte("K="+alpha.ProviderKey()+"\nS="+alpha.Value(tenants.Soul)+"\n"))
+
+	got := FileLeaks(ctx, s)
+	require.ElementsMatch(t, []string{
+		"file default beta/model raw",      // the gzip log, decompressed
+		"file copy alpha/provider_key raw", // the new profile's .env
+		"file beta alpha/provider_key raw", // beta's WAL frame
+		"file beta alpha/provider_key raw", // beta's row, read through the WAL
+		"file beta alpha/soul utf16le",     // beta's memory
+	}, findingKeys(got), Format(got))
+	parts := map[string]bool{}
+	for _, f := range got {
+		parts[filepath.Base(f.Where.Path)+" "+f.Where.Part] = true
+	}
+	require.Equal(t, map[string]bool{"agent.log.1.gz gunzipped": true, ".env ": true, "state.db-wal ": true,
+		"state.db row messages row 1 content": true, "MEMORY.md ": true}, parts)
+
+	ctl := ControlStateDB(ctx, s.Tenants, "")
+	require.Empty(t, ctl, Format(ctl), "beta's own marker is in its row")
+	require.NoError(t, os.Remove(filepath.Join(alpha.Home, "state.db")))
+	ctl = ControlStateDB(ctx, s.Tenants, "")
+	require.Equal(t, []string{"control alpha / "}, findingKeys(ctl))
+	require.Contains(t, ctl[0].Detail, "no state database")
+	stateDB(t, alpha.Home, false, "nothing of its own")
+	ctl = ControlStateDB(ctx, s.Tenants, "")
+	require.Equal(t, []string{"control alpha / "}, findingKeys(ctl))
+	require.Contains(t, ctl[0].Detail, "no row of the state database holds one of its own canaries")
+}
+
+func TestPlaceOf(t *testing.T) {
+	t.Parallel()
+	s, err := tenants.Build(t.TempDir(), tenants.Options{Names: []string{"default", "alpha"}, NoProviders: true})
+	require.NoError(t, err)
+	for path, want := range map[string]string{
+		filepath.Join(s.LaunchHome, "config.yaml"):                      "default true",
+		filepath.Join(s.LaunchHome, "profiles", "alpha", ".env"):        "alpha true",
+		filepath.Join(s.LaunchHome, "profiles", "alpha"):                "alpha true",
+		filepath.Join(s.LaunchHome, "profiles", "new", "logs", "x.log"): "new false",
+		filepath.Join(s.LaunchHome, "profiles", "stray.txt"):            "default true",
+		filepath.Join(s.LaunchHome, "profiles-not", "alpha", "x"):       "default true",
+		filepath.Join(s.Root, "elsewhere"):                              " false",
+	} {
+		place, tenant := placeOf(s, path)
+		require.Equal(t, want, place+" "+map[bool]string{true: "true", false: "false"}[tenant], path)
+	}
+}
+
+func TestWriteScope(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newSet(t)
+	def, alpha, beta := s.Get("default"), s.Get("alpha"), s.Get("beta")
+	write(t, filepath.Join(beta.Home, "logs", "old.log"), []byte("x"))
+	before, err := HashTree(ctx, s.LaunchHome)
+	require.NoError(t, err)
+
+	// The addressed write (alpha's config) and a stray change of each kind.
+	write(t, filepath.Join(alpha.Home, "config.yaml"), []byte("terminal: {cwd: /x}\n"))
+	write(t, filepath.Join(alpha.Home, "logs", "rpc.log"), []byte("x"))
+	write(t, filepath.Join(alpha.Home, "SOUL.md"), []byte("changed"))
+	write(t, filepath.Join(beta.Home, ".env"), []byte("TENANT_PROVIDER_KEY=x\n"))
+	write(t, filepath.Join(def.Home, "stray.yaml"), []byte("x"))
+	require.NoError(t, os.Remove(filepath.Join(beta.Home, "logs", "old.log")))
+	after, err := HashTree(ctx, s.LaunchHome)
+	require.NoError(t, err)
+
+	require.Empty(t, WriteScopeChanges(s, "alpha", before, before, "config.yaml"))
+	got := WriteScopeChanges(s, "alpha", before, after, "config.yaml", "logs/")
+	var lines []string
+	for _, f := range got {
+		rel, err := filepath.Rel(s.LaunchHome, f.Where.Path)
+		require.NoError(t, err)
+		lines = append(lines, f.Tenant+" "+rel+" "+f.Detail)
+	}
+	require.Equal(t, []string{
+		"alpha profiles/alpha/SOUL.md changed by a write addressed to alpha",
+		"beta profiles/beta/.env changed by a write addressed to alpha",
+		"beta profiles/beta/logs/old.log removed by a write addressed to alpha",
+		"default stray.yaml added by a write addressed to alpha",
+	}, lines)
+	require.Equal(t, []string{"harness nobody / "}, findingKeys(WriteScopeChanges(s, "nobody", before, after)))
+
+	_, err = HashTree(ctx, filepath.Join(s.Root, "missing"))
+	require.ErrorContains(t, err, "snapshot files under")
+}
