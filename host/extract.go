@@ -93,9 +93,13 @@ func (m *Manager) modelProfiles(ctx context.Context, f pluginload.Found) ([]plug
 // extract runs the plugin once in a credential-free child (HOME and PATH
 // only) and returns the profiles it registers.
 func (m *Manager) extract(ctx context.Context, f pluginload.Found) ([]plugin.ModelProfile, error) {
+	env := m.cfg.ExtractEnv
+	if env == nil {
+		env = []string{"HOME=" + m.cfg.Home, "PATH=" + os.Getenv("PATH")}
+	}
 	one, err := New(Config{
 		Profile: m.cfg.Profile + " (model-provider extraction)", Command: m.cfg.Command, Home: m.cfg.Home,
-		Env:     []string{"HOME=" + m.cfg.Home, "PATH=" + os.Getenv("PATH")},
+		Env:     env,
 		Backend: noBackend{}, Log: m.cfg.Log, CallTimeout: m.cfg.StartTimeout, StartTimeout: m.cfg.StartTimeout,
 	})
 	if err != nil {

@@ -128,6 +128,7 @@ func newEnv(t testing.TB, home string, tweak func(*host.Config)) *env {
 	cfg := host.Config{
 		Profile: filepath.Base(home), Command: hostCommand(), Home: home, Env: hostEnvFor(home),
 		PluginsDir: filepath.Join(home, "plugins"), Backend: e.srv, Log: e.log,
+		ExtractEnv: []string{hostEnv + "=1", "HOME=" + home, "PATH=" + os.Getenv("PATH")},
 	}
 	if tweak != nil {
 		tweak(&cfg)

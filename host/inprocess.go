@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/isolation"
@@ -25,6 +26,8 @@ type InProcessConfig struct {
 	Backend    Backend
 	// Log receives what plugins print. Nil discards it.
 	Log io.Writer
+	// Env is the environment plugins see (default: this process's).
+	Env []string
 	// CallTimeout is the deadline put on calls that have none (default
 	// 30s). In-process, a plugin that ignores its context still hangs its
 	// caller: that is what host mode is for.
@@ -66,7 +69,11 @@ func LoadInProcess(cfg InProcessConfig) (*InProcess, error) {
 			return nil, err
 		}
 	}
+	if cfg.Env == nil {
+		cfg.Env = os.Environ()
+	}
 	p := &InProcess{cfg: cfg, reg: newRegistry(1, false, directReach{cfg.Backend}, cfg.Log)}
+	p.reg.env = cfg.Env
 	for _, f := range found {
 		p.reg.load(f)
 	}

@@ -34,6 +34,10 @@ type Config struct {
 	// keeps only the plugins it names.
 	PluginsDir string
 	Enabled    []string
+	// ExtractEnv is the whole environment of the one-shot child that
+	// extracts model-provider profile data: it must hold no credentials
+	// (default HOME=Home and this process's PATH only).
+	ExtractEnv []string
 	// Backend serves the plugins' DispatchTool and facade calls.
 	Backend Backend
 	// Log receives everything the host writes to stderr (what plugins

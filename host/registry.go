@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 
 	"github.com/tenantcanary/tenantcanary/isolation"
@@ -28,6 +27,7 @@ type registry struct {
 	hostMode bool
 	reach    reach
 	out      io.Writer
+	env      []string // a restricted (in-process) plugin's environment
 
 	mu       sync.Mutex
 	nextID   uint64
@@ -67,7 +67,7 @@ func newRegistry(gen uint64, hostMode bool, r reach, out io.Writer) *registry {
 // load interprets one plugin and commits its registrations if it loaded.
 func (g *registry) load(f pluginload.Found) PluginStatus {
 	rec := &recorder{name: f.Name, hostMode: g.hostMode, reach: g.reach}
-	err := pluginload.Load(f.Dir, rec, pluginload.Options{Out: g.out, Unrestricted: g.hostMode, Env: os.Environ()})
+	err := pluginload.Load(f.Dir, rec, pluginload.Options{Out: g.out, Unrestricted: g.hostMode, Env: g.env})
 	rec.mu.Lock()
 	if err == nil && rec.refusal != nil {
 		err = rec.refusal
