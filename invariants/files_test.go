@@ -150,6 +150,9 @@ func TestWriteScope(t *testing.T) {
 		"beta profiles/beta/logs/old.log removed by a write addressed to alpha",
 		"default stray.yaml added by a write addressed to alpha",
 	}, lines)
+	got = WriteScopeChanges(s, "alpha", before, after, "config.yaml", "logs/", filepath.Join(beta.Home, "logs")+"/", filepath.Join(def.Home, "*.yaml"))
+	require.Len(t, got, 2, "absolute patterns match anywhere")
+	require.Equal(t, filepath.Join(beta.Home, ".env"), got[1].Where.Path)
 	require.Equal(t, []string{"harness nobody / "}, findingKeys(WriteScopeChanges(s, "nobody", before, after)))
 
 	_, err = HashTree(ctx, filepath.Join(s.Root, "missing"))

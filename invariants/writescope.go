@@ -58,8 +58,10 @@ func HashTree(ctx context.Context, roots ...string) (Hashes, error) {
 // addressed to one tenant and reports every changed, added or removed file
 // that the write was not expected to touch: anything outside the addressed
 // tenant's home, and anything in it that matches none of expected (glob
-// patterns relative to that home, as path.Match takes them; a pattern
-// ending in "/" matches everything under that folder).
+// patterns relative to that home, as filepath.Match takes them; a pattern
+// ending in "/" matches everything under that folder). An absolute pattern
+// matches wherever it points, for a file the target changes on every
+// write whoever it is addressed to (a shared log of the server, say).
 func WriteScopeChanges(s *tenants.Set, addressed string, before, after Hashes, expected ...string) []Finding {
 	t := s.Get(addressed)
 	if t == nil {
@@ -91,13 +93,28 @@ func WriteScopeChanges(s *tenants.Set, addressed string, before, after Hashes, e
 			continue
 		}
 		place, _ := placeOf(s, p)
-		if place == addressed && expectedIn(t.Home, p, expected) {
+		if (place == addressed && expectedIn(t.Home, p, expected)) || expectedAnywhere(p, expected) {
 			continue
 		}
 		out = append(out, Finding{Invariant: WriteScope, Tenant: place, Where: Where{Path: p},
 			Detail: fmt.Sprintf("%s by a write addressed to %s", change, addressed)})
 	}
 	return out
+}
+
+func expectedAnywhere(path string, patterns []string) bool {
+	for _, p := range patterns {
+		if !filepath.IsAbs(p) {
+			continue
+		}
+		if strings.HasSuffix(p, "/") && strings.HasPrefix(path, p) {
+			return true
+		}
+		if ok, _ := filepath.Match(p, path); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func expectedIn(home, path string, patterns []string) bool {
@@ -107,6 +124,9 @@ func expectedIn(home, path string, patterns []string) bool {
 	}
 	rel = filepath.ToSlash(rel)
 	for _, p := range patterns {
+		if filepath.IsAbs(p) {
+			continue
+		}
 		if strings.HasSuffix(p, "/") && strings.HasPrefix(rel, p) {
 			return true
 		}

@@ -64,6 +64,11 @@ var (
 	gzipMagic   = []byte{0x1f, 0x8b}
 )
 
+// errVanished is an opener's answer for a file that a tree walk listed and
+// that was removed before it could be opened: there is nothing at rest left
+// to scan, which is not a read failure.
+var errVanished = errors.New("removed since listed")
+
 // opener opens a file for a scan; tests swap it to make reads fail.
 type opener func(path string) (*os.File, error)
 
@@ -104,6 +109,9 @@ func (m *Matcher) file(ctx context.Context, path string, open opener, r *Report)
 		return
 	}
 	f, err := open(path)
+	if errors.Is(err, errVanished) {
+		return
+	}
 	if err != nil {
 		r.skip(path, fmt.Errorf("open for scan: %w", err))
 		return
@@ -279,7 +287,9 @@ func (m *Matcher) sqliteTable(ctx context.Context, db *sql.DB, path, table strin
 
 // Tree scans every regular file under root (root itself may be a file).
 // Symlinks are not followed and other non-regular files hold no bytes to
-// scan; a directory or file that cannot be read is reported in Skipped. A
+// scan; a directory or file that cannot be read is reported in Skipped (one
+// removed between the listing of its folder and its opening is not: it is
+// gone, as a live target's temporary files go). A
 // "-wal" file beside a SQLite database is scanned with that database.
 func (m *Matcher) Tree(ctx context.Context, root string) Report {
 	var r Report
@@ -293,6 +303,9 @@ func (m *Matcher) tree(ctx context.Context, root string, open opener, r *Report)
 		return
 	}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil && path != root && errors.Is(err, fs.ErrNotExist) {
+			return nil // removed since its folder was listed: nothing left to scan
+		}
 		if err != nil {
 			r.skip(path, fmt.Errorf("walk: %w", err))
 			if d != nil && d.IsDir() {
@@ -309,7 +322,13 @@ func (m *Matcher) tree(ctx context.Context, root string, open opener, r *Report)
 		if strings.HasSuffix(path, "-wal") && isSQLite(strings.TrimSuffix(path, "-wal")) {
 			return nil // scanned with its database
 		}
-		m.file(ctx, path, open, r)
+		m.file(ctx, path, func(p string) (*os.File, error) {
+			f, err := open(p)
+			if p == path && p != root && errors.Is(err, fs.ErrNotExist) {
+				return nil, errVanished
+			}
+			return f, err
+		}, r)
 		return nil
 	})
 	if err != nil {

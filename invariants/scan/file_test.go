@@ -228,3 +228,25 @@ func TestTreeSymlinksFIFOsAndUnreadable(t *testing.T) {
 	r = m.File(context.Background(), plain)
 	require.Len(t, r.Hits, 1)
 }
+
+// TestTreeIgnoresVanishedFiles: a file listed and then removed before it
+// was opened is gone, not unreadable; a missing root is still reported.
+func TestTreeIgnoresVanishedFiles(t *testing.T) {
+	t.Parallel()
+	m, _ := compileTest(t, 2)
+	dir := t.TempDir()
+	gone := filepath.Join(dir, "tmp-123.log")
+	require.NoError(t, os.WriteFile(gone, []byte("x"), 0o600))
+	vanish := func(path string) (*os.File, error) {
+		if path == gone {
+			require.NoError(t, os.Remove(gone))
+		}
+		return openRegular(path)
+	}
+	var r Report
+	m.tree(context.Background(), dir, vanish, &r)
+	require.Empty(t, r.Skipped)
+	r = Report{}
+	m.tree(context.Background(), gone, openRegular, &r)
+	require.Len(t, r.Skipped, 1)
+}
