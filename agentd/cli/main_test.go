@@ -1,0 +1,19 @@
+package cli_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/tenantcanary/tenantcanary/agentd/cli"
+)
+
+// TestMain lets the test binary serve as agentd: a child started with
+// AGENTD_TEST_MAIN=1 runs cli.Main with its arguments, so the end-to-end
+// tests drive a race-instrumented agentd with no build step.
+func TestMain(m *testing.M) {
+	if os.Getenv("AGENTD_TEST_MAIN") == "1" {
+		os.Exit(cli.Main(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
