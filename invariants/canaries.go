@@ -23,7 +23,8 @@ func Patterns(cs []tenants.Canary) []scan.Pattern {
 // matcher is one scanner over every canary of every tenant (minted ones
 // included, as of the call), and the rule for which hits count.
 type matcher struct {
-	m *scan.Matcher
+	m  *scan.Matcher
+	ts []*tenants.Tenant
 }
 
 func compile(ts []*tenants.Tenant) (matcher, error) {
@@ -35,7 +36,7 @@ func compile(ts []*tenants.Tenant) (matcher, error) {
 	if err != nil {
 		return matcher{}, fmt.Errorf("compile the canaries of %d tenants: %w", len(ts), err)
 	}
-	return matcher{m: m}, nil
+	return matcher{m: m, ts: ts}, nil
 }
 
 // harnessFinding reports a check that could not run.

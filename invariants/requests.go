@@ -13,10 +13,14 @@ import (
 // model, and no header or body holds another tenant's canary in any
 // encoding. Tenants without a provider are skipped.
 func RequestLeaks(ts []*tenants.Tenant) []Finding {
+	m, err := compile(ts)
+	if err != nil {
+		return harnessFinding("", err)
+	}
 	var out []Finding
 	for _, t := range ts {
 		if t.Provider != nil {
-			out = append(out, RequestLeaksOf(ts, t, t.Provider.Requests())...)
+			out = append(out, m.requestLeaks(ts, t, t.Provider.Requests())...)
 		}
 	}
 	return Dedup(out)
@@ -29,6 +33,10 @@ func RequestLeaksOf(ts []*tenants.Tenant, t *tenants.Tenant, recs []fakellm.Reco
 	if err != nil {
 		return harnessFinding(t.Name, err)
 	}
+	return Dedup(m.requestLeaks(ts, t, recs))
+}
+
+func (m matcher) requestLeaks(ts []*tenants.Tenant, t *tenants.Tenant, recs []fakellm.Record) []Finding {
 	var out []Finding
 	for _, r := range recs {
 		where := Where{Request: intp(r.Seq), Path: r.Path}
@@ -69,5 +77,5 @@ func RequestLeaksOf(ts []*tenants.Tenant, t *tenants.Tenant, recs []fakellm.Reco
 		w.Part = "body"
 		out = append(out, m.findJSON(Request, t.Name, r.RawBody, w, false)...)
 	}
-	return Dedup(out)
+	return out
 }

@@ -157,10 +157,14 @@ func unescapeJSON(s string) string {
 // the probe ran in one of the tenant's own workdirs (its CWD= line) and
 // shows no other tenant's canary in any encoding.
 func SnapshotLeaks(ts []*tenants.Tenant) []Finding {
+	m, err := compile(ts)
+	if err != nil {
+		return harnessFinding("", err)
+	}
 	var out []Finding
 	for _, t := range ts {
 		if t.Provider != nil {
-			out = append(out, SnapshotLeaksOf(ts, t, t.Provider.Requests())...)
+			out = append(out, m.snapshotLeaks(t, t.Provider.Requests())...)
 		}
 	}
 	return Dedup(out)
@@ -172,6 +176,10 @@ func SnapshotLeaksOf(ts []*tenants.Tenant, t *tenants.Tenant, recs []fakellm.Rec
 	if err != nil {
 		return harnessFinding(t.Name, err)
 	}
+	return Dedup(m.snapshotLeaks(t, recs))
+}
+
+func (m matcher) snapshotLeaks(t *tenants.Tenant, recs []fakellm.Record) []Finding {
 	var out []Finding
 	for _, s := range EnvSnapshots(t, recs) {
 		where := Where{Request: intp(s.Request), Origin: s.Origin, ToolCall: s.ToolCall}
@@ -183,7 +191,7 @@ func SnapshotLeaksOf(ts []*tenants.Tenant, t *tenants.Tenant, recs []fakellm.Rec
 		case !containsPath(own, cwd):
 			f := Finding{Invariant: Snapshot, Tenant: t.Name, Where: where,
 				Detail: fmt.Sprintf("the probe ran in %q, not in one of its own workdirs %q", cwd, own)}
-			if owner := ownerOf(ts, tenants.Workdir, filepath.Base(cwd)); owner != "" {
+			if owner := ownerOf(m.ts, tenants.Workdir, filepath.Base(cwd)); owner != "" {
 				f.Owner, f.Kind = owner, tenants.Workdir
 			}
 			out = append(out, f)

@@ -2,9 +2,9 @@ package scan
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -265,7 +265,51 @@ func BenchmarkScan(b *testing.B) {
 	}
 }
 
-var _ = errors.Is
+// BenchmarkFile is BenchmarkScan through File: the corpus read from a
+// file (page cache) in chunks, as the scan command reads it.
+func BenchmarkFile(b *testing.B) {
+	mb := 32
+	if s := os.Getenv("SCAN_BENCH_MB"); s != "" {
+		v, err := strconv.Atoi(s)
+		require.NoError(b, err, "SCAN_BENCH_MB")
+		mb = v
+	}
+	for _, tenants := range []int{2, 64} {
+		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(7, uint64(tenants)))
+			pats := testPatterns(rng, tenants)
+			corpus := textCorpus(rng, mb<<20)
+			f := plantForm(pats[0].Value, Hex, 0)
+			copy(corpus[len(corpus)/2:], f)
+			path := filepath.Join(b.TempDir(), "corpus.txt")
+			require.NoError(b, os.WriteFile(path, corpus, 0o600))
+			m, err := Compile(pats)
+			require.NoError(b, err)
+			b.SetBytes(int64(len(corpus)))
+			b.ResetTimer()
+			for b.Loop() {
+				r := m.File(context.Background(), path)
+				if len(r.Hits) != 1 || len(r.Skipped) != 0 {
+					b.Fatalf("hits %d, skipped %v", len(r.Hits), r.Skipped)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCompile measures building the matcher for 64 and 1,000 tenants.
+func BenchmarkCompile(b *testing.B) {
+	for _, n := range []int{64, 1000} {
+		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) {
+			pats := testPatterns(rand.New(rand.NewPCG(5, 6)), n)
+			for b.Loop() {
+				if _, err := Compile(pats); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
 
 // TestUTF16ReportedOnce: UTF-16 text matches both UTF-16 needles one byte
 // apart; the one aligned on an even offset is reported.
