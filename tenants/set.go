@@ -63,6 +63,9 @@ type Set struct {
 	LaunchHome string // the launch profile's home: Home/<Layout.LaunchDir>
 	Layout     Layout
 	Tenants    []*Tenant
+
+	opts     Options // how tenants were built, for AddTenant
+	workRoot string
 }
 
 // Names returns n tenant names: default, alpha, beta, gamma, ... then t<N>.
@@ -123,47 +126,12 @@ func Build(root string, opts Options) (*Set, error) {
 		return nil, fmt.Errorf("build tenants: %w", err)
 	}
 	workRoot := filepath.Join(abs, "work")
-	respond := opts.Responder
-	if respond == nil {
-		respond = DefaultResponder
-	}
+	s.opts, s.workRoot = opts, workRoot
 	for _, n := range names {
-		tag, err := NewTag()
+		t, err := s.newTenant(n, n == launch)
 		if err != nil {
 			s.Close()
-			return nil, fmt.Errorf("build tenant %s: %w", n, err)
-		}
-		t := &Tenant{Name: n, Launch: n == launch, Tag: tag, workRoot: workRoot}
-		t.Home = s.LaunchHome
-		if !t.Launch {
-			t.Home = filepath.Join(s.LaunchHome, layout.ProfilesDir, n)
-		}
-		t.Workdir = filepath.Join(workRoot, CanaryValue(Workdir, n, tag))
-		if err := os.MkdirAll(t.Workdir, 0o755); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("build tenant %s: create workdir: %w", n, err)
-		}
-		if !opts.NoProviders {
-			srv, err := fakellm.New(fakellm.Options{
-				Keys:      []string{t.ProviderKey()},
-				Addr:      opts.ProviderAddr,
-				Model:     t.Model(),
-				Responder: respond(t),
-			})
-			if err != nil {
-				s.Close()
-				return nil, fmt.Errorf("build tenant %s: start provider: %w", n, err)
-			}
-			t.Provider = srv
-			if opts.AdvertiseHost != "" {
-				u, err := url.Parse(srv.URL)
-				if err != nil {
-					srv.Close()
-					s.Close()
-					return nil, fmt.Errorf("build tenant %s: provider URL %q: %w", n, srv.URL, err)
-				}
-				srv.BaseURL = "http://" + net.JoinHostPort(opts.AdvertiseHost, u.Port()) + "/v1"
-			}
+			return nil, err
 		}
 		s.Tenants = append(s.Tenants, t)
 	}
@@ -222,4 +190,69 @@ func (s *Set) Close() {
 			t.Provider.Close()
 		}
 	}
+}
+
+// newTenant makes one tenant: tag, home path, workdir and (unless the set
+// has no providers) its provider.
+func (s *Set) newTenant(name string, launch bool) (*Tenant, error) {
+	tag, err := NewTag()
+	if err != nil {
+		return nil, fmt.Errorf("build tenant %s: %w", name, err)
+	}
+	t := &Tenant{Name: name, Launch: launch, Tag: tag, workRoot: s.workRoot}
+	t.Home = s.LaunchHome
+	if !launch {
+		t.Home = filepath.Join(s.LaunchHome, s.Layout.ProfilesDir, name)
+	}
+	t.Workdir = filepath.Join(s.workRoot, CanaryValue(Workdir, name, tag))
+	if err := os.MkdirAll(t.Workdir, 0o755); err != nil {
+		return nil, fmt.Errorf("build tenant %s: create workdir: %w", name, err)
+	}
+	if s.opts.NoProviders {
+		return t, nil
+	}
+	respond := s.opts.Responder
+	if respond == nil {
+		respond = DefaultResponder
+	}
+	srv, err := fakellm.New(fakellm.Options{
+		Keys:      []string{t.ProviderKey()},
+		Addr:      s.opts.ProviderAddr,
+		Model:     t.Model(),
+		Responder: respond(t),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build tenant %s: start provider: %w", name, err)
+	}
+	t.Provider = srv
+	if s.opts.AdvertiseHost != "" {
+		u, err := url.Parse(srv.URL)
+		if err != nil {
+			srv.Close()
+			return nil, fmt.Errorf("build tenant %s: provider URL %q: %w", name, srv.URL, err)
+		}
+		srv.BaseURL = "http://" + net.JoinHostPort(s.opts.AdvertiseHost, u.Port()) + "/v1"
+	}
+	return t, nil
+}
+
+// AddTenant adds a tenant to a built set mid-run (a profile created while
+// the target serves): a named profile with its own tag, workdir and
+// provider, scanned like the others from then on. Its home is not written.
+// It changes Tenants, so it must not run while another goroutine reads it.
+func (s *Set) AddTenant(name string) (*Tenant, error) {
+	if err := ValidName(name); err != nil {
+		return nil, fmt.Errorf("add tenant: %w", err)
+	}
+	for _, t := range s.Tenants {
+		if t.Name == name {
+			return nil, fmt.Errorf("add tenant: %q exists", name)
+		}
+	}
+	t, err := s.newTenant(name, false)
+	if err != nil {
+		return nil, err
+	}
+	s.Tenants = append(s.Tenants, t)
+	return t, nil
 }

@@ -274,3 +274,26 @@ func TestEnvOfSetIsHermetic(t *testing.T) {
 	assert.Contains(t, env, "AGENTD_HOME="+s.LaunchHome)
 	assert.Contains(t, env, "AGENTD_SESSION_TOKEN=tok")
 }
+
+func TestAddTenantMidRun(t *testing.T) {
+	t.Parallel()
+	s, err := Build(t.TempDir(), Options{Names: []string{"default", "alpha"}})
+	require.NoError(t, err)
+	defer s.Close()
+	g, err := s.AddTenant("gamma")
+	require.NoError(t, err)
+	assert.Same(t, g, s.Get("gamma"))
+	assert.False(t, g.Launch)
+	assert.Equal(t, filepath.Join(s.LaunchHome, "profiles", "gamma"), g.Home)
+	assert.DirExists(t, g.Workdir)
+	require.NotNil(t, g.Provider)
+	assert.NotEqual(t, s.Get("alpha").Provider.URL, g.Provider.URL)
+	_, err = s.AddTenant("gamma")
+	assert.ErrorContains(t, err, `"gamma" exists`)
+	_, err = s.AddTenant("Bad")
+	assert.ErrorContains(t, err, "Bad")
+	require.NoError(t, g.WriteHome(s.Layout, HomeExtras{}))
+	h, err := ReadHome(g.Home)
+	require.NoError(t, err)
+	assert.Equal(t, g.ProviderKey(), h.Env["TENANT_PROVIDER_KEY"])
+}
