@@ -35,7 +35,7 @@ type tenant struct {
 
 // world is a sandbox: HOME, a launch home, tenants.
 type world struct {
-	t       *testing.T
+	t       testing.TB
 	root    string
 	home    string
 	launch  string
@@ -43,7 +43,7 @@ type world struct {
 	tenants map[string]*tenant
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
 	root := t.TempDir()
 	w := &world{t: t, root: root, home: filepath.Join(root, "home"), managed: filepath.Join(root, "managed"), tenants: map[string]*tenant{}}
@@ -94,7 +94,7 @@ func (tn *tenant) respond(r fakellm.Record) fakellm.Response {
 	return fakellm.ToolCall("terminal", map[string]string{"command": probe + "; export TENANT_SHELL_STATE=" + tn.shellState})
 }
 
-func writeFile(t *testing.T, path, text string) {
+func writeFile(t testing.TB, path, text string) {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
 	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
@@ -141,7 +141,7 @@ func (w *world) run(args ...string) (stdout, stderr string, code int) {
 
 // agentd is a running `agentd tui` child.
 type agentd struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stderr *lockedBuffer
@@ -435,4 +435,12 @@ func snapshot(t *testing.T, result string) (env map[string]string, cwd string, p
 		}
 	}
 	return env, cwd, pid
+}
+
+// forget drops the frames seen so far (benchmarks keep scans short).
+func (a *agentd) forget() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.frames = nil
+	a.raw = nil
 }

@@ -343,25 +343,35 @@ func (s *Server) promptSubmit(ctx context.Context, c *rpc.Call) (any, error) {
 func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (string, error) {
 	sess.turn.Lock()
 	defer sess.turn.Unlock()
-	defer func() {
+	// The session is free again the moment message.complete goes out, so a
+	// client may submit its next prompt as soon as it sees it; the next
+	// turn still waits for this one's history on sess.turn.
+	release := sync.OnceFunc(func() {
 		sess.mu.Lock()
 		sess.busy = false
 		sess.cancelTurn = nil
 		sess.mu.Unlock()
-	}()
+	})
+	defer release()
+	emit := func(typ string, payload any) {
+		if typ == "message.complete" {
+			release()
+		}
+		sess.emit(typ, payload)
+	}
 	sc := sess.Scope
 	snap, err := sc.Load()
 	if err != nil {
 		sc.Log.Error("turn: load profile", "session", sess.ID, "err", err)
-		sess.emit("message.start", map[string]any{})
-		sess.emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
+		emit("message.start", map[string]any{})
+		emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
 		return "", err
 	}
 	system, err := sc.SystemPrompt(snap.Config)
 	if err != nil {
 		sc.Log.Error("turn: system prompt", "session", sess.ID, "err", err)
-		sess.emit("message.start", map[string]any{})
-		sess.emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
+		emit("message.start", map[string]any{})
+		emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
 		return "", err
 	}
 	tools := s.registry
@@ -385,7 +395,7 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (strin
 			Session: sess.ID, Stored: sess.Stored, Profile: sc.Profile.Name, Home: sc.Profile.Home,
 			Shell: func(ctx context.Context) (*terminal.Shell, error) { return sess.shellFor(ctx, snap) },
 		},
-		Emit: sess.emit,
+		Emit: emit,
 		Persist: func(ctx context.Context, m llm.Message) error {
 			// Commit even when the turn is being cancelled: what was made is kept.
 			return sc.DB.Append(context.WithoutCancel(ctx), sess.Stored, toStored(m))

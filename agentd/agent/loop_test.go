@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/agentd/llm"
+	"github.com/tenantcanary/tenantcanary/fakellm"
+)
+
+type echoTool struct{}
+
+func (echoTool) Spec() llm.FunctionDef {
+	return llm.FunctionDef{Name: "echo", Parameters: json.RawMessage(`{"type":"object"}`)}
+}
+func (echoTool) Call(ctx context.Context, env *Env, args json.RawMessage) (string, error) {
+	var a struct{ Say string }
+	if err := json.Unmarshal(args, &a); err != nil {
+		return "", err
+	}
+	if a.Say == "fail" {
+		return "", errors.New("echo refused")
+	}
+	return env.Profile + " says " + a.Say, nil
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+	stored []llm.Message
+}
+
+func (r *recorder) emit(typ string, payload any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, typ)
+}
+
+func (r *recorder) persist(ctx context.Context, m llm.Message) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stored = append(r.stored, m)
+	return nil
+}
+
+func setup(t *testing.T, responder fakellm.Responder) (*llm.Client, *fakellm.Server, *Registry) {
+	t.Helper()
+	srv, err := fakellm.New(fakellm.Options{Keys: []string{"k"}, Responder: responder})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	reg := NewRegistry()
+	require.NoError(t, reg.Register(echoTool{}))
+	require.ErrorIs(t, reg.Register(echoTool{}), ErrDuplicateTool)
+	return &llm.Client{BaseURL: srv.BaseURL, APIKey: "k", IdleTimeout: 10 * time.Second}, srv, reg
+}
+
+func TestLoopRunsToolsUntilText(t *testing.T) {
+	t.Parallel()
+	client, srv, reg := setup(t, func(r fakellm.Record) fakellm.Response {
+		msgs := r.Messages()
+		last := msgs[len(msgs)-1]
+		if last["role"] == "tool" {
+			if len(msgs) > 6 {
+				return fakellm.Text("final")
+			}
+			return fakellm.ToolCalls(fakellm.Call{Name: "echo", Args: map[string]string{"Say": "fail"}}, fakellm.Call{Name: "nope", Args: map[string]string{}})
+		}
+		return fakellm.ToolCall("echo", map[string]string{"Say": "hi"})
+	})
+	rec := &recorder{}
+	ans, hist, err := Run(context.Background(), Turn{
+		Client: client, Model: "m", System: "sys", Tools: reg, Env: &Env{Profile: "work"},
+		History: []llm.Message{{Role: "user", Content: "earlier"}, {Role: "assistant", Content: "before"}},
+		Emit:    rec.emit, Persist: rec.persist,
+	}, "now")
+	require.NoError(t, err)
+	require.Equal(t, "final", ans)
+	require.Equal(t, []string{"message.start", "tool.start", "tool.complete", "tool.start", "tool.complete", "tool.start", "tool.complete", "message.delta", "message.complete"}, rec.events)
+	require.Len(t, rec.stored, 7, "user, assistant, tool, assistant, tool, tool, assistant")
+	require.Equal(t, append([]llm.Message{{Role: "user", Content: "earlier"}, {Role: "assistant", Content: "before"}}, rec.stored...), hist)
+	require.Equal(t, "work says hi", rec.stored[2].Content)
+	require.Equal(t, "error: echo refused", rec.stored[4].Content)
+	require.Equal(t, `error: unknown tool "nope"`, rec.stored[5].Content)
+	first := srv.Requests()[0].Messages()
+	require.Equal(t, "system", first[0]["role"])
+	require.Equal(t, "earlier", first[1]["content"])
+}
+
+func TestLoopIterationCapAndProviderError(t *testing.T) {
+	t.Parallel()
+	client, _, reg := setup(t, func(r fakellm.Record) fakellm.Response {
+		return fakellm.ToolCall("echo", map[string]string{"Say": "again"})
+	})
+	rec := &recorder{}
+	_, _, err := Run(context.Background(), Turn{Client: client, Model: "m", Tools: reg, Env: &Env{}, MaxIterations: 3, Emit: rec.emit}, "loop")
+	require.ErrorIs(t, err, ErrIterationCap)
+	require.Equal(t, "message.complete", rec.events[len(rec.events)-1])
+
+	client.APIKey = "wrong"
+	rec = &recorder{}
+	_, _, err = Run(context.Background(), Turn{Client: client, Model: "m", Tools: reg, Emit: rec.emit}, "x")
+	var api *llm.APIError
+	require.ErrorAs(t, err, &api)
+	require.Equal(t, []string{"message.start", "message.complete"}, rec.events)
+}
+
+func TestSystemPromptOrder(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "soul\n\nmemory\n\ncustom", SystemPrompt(" soul\n", "", "memory", "custom"))
+}

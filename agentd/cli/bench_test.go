@@ -1,0 +1,56 @@
+package cli_test
+
+import (
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+)
+
+// BenchmarkTurnStdio measures one turn through `agentd tui`: prompt.submit,
+// a model call answering with a terminal tool call, the command in the
+// session's PTY shell, a second model call answering with text, and the
+// message.complete event, with every message committed to state.db.
+//
+//	go test -run '^$' -bench TurnStdio -benchtime 300x ./agentd/cli/
+func BenchmarkTurnStdio(b *testing.B) {
+	w := newWorld(b)
+	tn := w.addTenant("alpha", true)
+	srv, err := fakellm.New(fakellm.Options{Keys: []string{tn.key}, Responder: func(r fakellm.Record) fakellm.Response {
+		msgs := r.Messages()
+		if msgs[len(msgs)-1]["role"] == "tool" {
+			return fakellm.Text("done")
+		}
+		return fakellm.ToolCall("terminal", map[string]string{"command": "echo hi"})
+	}})
+	require.NoError(b, err)
+	b.Cleanup(srv.Close)
+	writeFile(b, filepath.Join(tn.home, "config.yaml"), "model:\n  base_url: "+srv.BaseURL+"\n  default: m\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: "+tn.workdir+"\n")
+	d := w.startTUI()
+	sid, _ := d.create("")
+	d.turn(sid, "warm up") // starts the shell
+	d.forget()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		d.submit(sid, "go")
+		if got := d.waitComplete(sid, 1); got["status"] != "complete" {
+			b.Fatalf("turn %d: %v", i, got)
+		}
+		lat = append(lat, time.Since(start))
+		d.forget()
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	d.close()
+}
