@@ -1,0 +1,278 @@
+package certificate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/scenarios"
+)
+
+// ToolName is the name the certificate gives the tool that produced it.
+const ToolName = "tenantcanary"
+
+// Verdict is the run's conclusion.
+type Verdict string
+
+const (
+	Certified Verdict = "certified" // every scenario that ran passed, and at least one ran
+	Leaks     Verdict = "leaks"     // at least one cross-tenant leak was found
+	Failed    Verdict = "failed"    // the harness or the target failed, or nothing ran
+)
+
+// Exit codes of a canary run, one per verdict.
+const (
+	ExitCertified = 0
+	ExitLeaks     = 1
+	ExitFailed    = 2
+)
+
+// ErrFormat: a certificate could not be read back.
+var ErrFormat = errors.New("not a tenantcanary certificate")
+
+// Tool names the harness build that produced the certificate.
+type Tool struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// Target names the server under test.
+type Target struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+}
+
+// Tenant is one tenant of the run.
+type Tenant struct {
+	Name   string `json:"name"`
+	Tag    string `json:"tag,omitempty"` // the random tag of its canaries
+	Launch bool   `json:"launch"`        // the launch profile
+}
+
+// FaultResult is one seeded fault of a self-test and whether the catalog
+// caught it (issue 8).
+type FaultResult struct {
+	Fault    string `json:"fault"`
+	Scenario string `json:"scenario"`
+	Expected string `json:"expected"` // the invariant that should catch it
+	Caught   bool   `json:"caught"`
+	Findings int    `json:"findings"`
+	CleanRun bool   `json:"clean_run_clean"` // the same scenario with the fault off found nothing
+}
+
+// DetectionPower is how many seeded faults the harness build caught.
+type DetectionPower struct {
+	Caught int           `json:"caught"`
+	Seeded int           `json:"seeded"`
+	Faults []FaultResult `json:"faults"`
+}
+
+// Certificate is a canary run's record.
+type Certificate struct {
+	Tool      Tool               `json:"tool"`
+	Target    Target             `json:"target"`
+	Date      time.Time          `json:"date"` // RFC3339, UTC, whole seconds
+	Tenants   []Tenant           `json:"tenants"`
+	Scenarios []scenarios.Report `json:"scenarios"`
+	Verdict   Verdict            `json:"verdict"`
+	// Error is a failure of the run as a whole (the catalog could not run);
+	// the verdict is then Failed.
+	Error string `json:"error,omitempty"`
+	// DetectionPower is nil when no self-test ran with this build.
+	DetectionPower *DetectionPower `json:"detection_power"`
+	Duration       time.Duration   `json:"duration_ns"`
+}
+
+// New makes the certificate of a run that ended now, taking the verdict
+// from the reports.
+func New(target Target, tenants []Tenant, reports []scenarios.Report, elapsed time.Duration) *Certificate {
+	return &Certificate{
+		Tool:      Tool{Name: ToolName, Version: ToolVersion()},
+		Target:    target,
+		Date:      time.Now().UTC().Truncate(time.Second),
+		Tenants:   tenants,
+		Scenarios: reports,
+		Verdict:   VerdictOf(reports),
+		Duration:  elapsed,
+	}
+}
+
+// Fail records a failure of the run as a whole: the verdict becomes
+// Failed, unless a leak was already found.
+func (c *Certificate) Fail(err error) {
+	if err == nil {
+		return
+	}
+	c.Error = err.Error()
+	if c.Verdict != Leaks {
+		c.Verdict = Failed
+	}
+}
+
+// ToolVersion is this build's module version, or "devel" (with the VCS
+// revision when the build recorded one).
+func ToolVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev == "" {
+		return "devel"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	v := "devel-" + rev
+	if modified == "true" {
+		v += "-dirty"
+	}
+	return v
+}
+
+// Effective is the result a report counts as: its Result, except that a
+// "pass" holding a leak finding counts as a leak and one holding another
+// finding or a phase error as a failure, and an unknown result as a
+// failure. The certificate never passes what its own findings contradict.
+func Effective(r *scenarios.Report) scenarios.Result {
+	switch r.Result {
+	case scenarios.Leak, scenarios.Failed, scenarios.Skipped:
+		return r.Result
+	case scenarios.Pass:
+	default:
+		return scenarios.Failed
+	}
+	res := scenarios.Pass
+	for _, p := range r.Phases {
+		if p.Error != "" {
+			res = scenarios.Failed
+		}
+		for _, f := range p.Findings {
+			if f.Invariant.Leak() {
+				return scenarios.Leak
+			}
+			res = scenarios.Failed
+		}
+		for _, c := range p.Controls {
+			if !c.Passed {
+				res = scenarios.Failed
+			}
+		}
+	}
+	return res
+}
+
+// VerdictOf concludes a run from its reports: Leaks when any scenario
+// leaked; otherwise Failed when any failed or when none ran (no reports,
+// or every one skipped); otherwise Certified.
+func VerdictOf(reports []scenarios.Report) Verdict {
+	ran, failed := 0, false
+	for i := range reports {
+		switch Effective(&reports[i]) {
+		case scenarios.Leak:
+			return Leaks
+		case scenarios.Failed:
+			failed = true
+			ran++
+		case scenarios.Pass:
+			ran++
+		}
+	}
+	if failed || ran == 0 {
+		return Failed
+	}
+	return Certified
+}
+
+// ExitCode is the process exit code of a verdict: 0 certified, 1 leaks, 2
+// failed (and for anything unknown).
+func ExitCode(v Verdict) int {
+	switch v {
+	case Certified:
+		return ExitCertified
+	case Leaks:
+		return ExitLeaks
+	}
+	return ExitFailed
+}
+
+// WriteJSON writes the certificate as indented JSON.
+func (c *Certificate) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(c); err != nil {
+		return fmt.Errorf("write certificate json: %w", err)
+	}
+	return nil
+}
+
+// ReadJSON reads a certificate WriteJSON wrote.
+func ReadJSON(r io.Reader) (*Certificate, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read certificate: %w", err)
+	}
+	var c Certificate
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("read certificate: %w: %w", ErrFormat, err)
+	}
+	if c.Tool.Name != ToolName {
+		return nil, fmt.Errorf("read certificate: tool %q, want %q: %w", c.Tool.Name, ToolName, ErrFormat)
+	}
+	switch c.Verdict {
+	case Certified, Leaks, Failed:
+	default:
+		return nil, fmt.Errorf("read certificate: verdict %q: %w", c.Verdict, ErrFormat)
+	}
+	return &c, nil
+}
+
+// counts is what the tables show for a report.
+type counts struct {
+	result   scenarios.Result
+	phases   int
+	totals   scenarios.Counts
+	findings []invariants.Finding
+}
+
+func countsOf(r *scenarios.Report) counts {
+	fs := r.Findings()
+	return counts{result: Effective(r), phases: len(r.Phases), totals: r.Totals(), findings: fs}
+}
+
+// seconds renders d as seconds for tables: "1.2s".
+func seconds(d time.Duration) string {
+	return fmt.Sprintf("%.1fs", d.Seconds())
+}
+
+// tenantNames lists the tenants, the launch one marked.
+func (c *Certificate) tenantNames() string {
+	names := make([]string, 0, len(c.Tenants))
+	for _, t := range c.Tenants {
+		n := t.Name
+		if t.Launch {
+			n += " (launch)"
+		}
+		names = append(names, n)
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,173 @@
+package certificate
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/scenarios"
+)
+
+// MaxListed caps the findings the Markdown summary lists; the rest are
+// counted and left to certificate.json.
+const MaxListed = 50
+
+// Headline is the verdict in a few words.
+func (v Verdict) Headline() string {
+	switch v {
+	case Certified:
+		return "certified: no tenant's data reached another tenant"
+	case Leaks:
+		return "LEAKS: a tenant's data reached another tenant"
+	}
+	return "FAILED: the harness or the target failed; nothing is certified"
+}
+
+// WriteMarkdown writes the short summary: the verdict, a table of
+// scenarios, the findings, the skipped checks with their reasons, and how
+// to read it.
+func (c *Certificate) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## tenantcanary: %s\n\n", c.Verdict.Headline())
+	fmt.Fprintf(&b, "**Verdict: %s** (exit %d). Target %s", c.Verdict, ExitCode(c.Verdict), c.Target.Name)
+	if c.Target.Version != "" {
+		fmt.Fprintf(&b, " %s", c.Target.Version)
+	}
+	fmt.Fprintf(&b, ", %d tenants (%s), %s, %s %s, %s.\n",
+		len(c.Tenants), c.tenantNames(), c.Date.Format("2006-01-02T15:04:05Z07:00"), c.Tool.Name, c.Tool.Version, seconds(c.Duration))
+	if dp := c.DetectionPower; dp != nil {
+		fmt.Fprintf(&b, "Detection power of this build: %d of %d seeded faults caught.\n", dp.Caught, dp.Seeded)
+	} else {
+		b.WriteString("Detection power: not measured in this run (`canary-run --self-test`).\n")
+	}
+	if c.Error != "" {
+		fmt.Fprintf(&b, "\nThe run failed: %s\n", code(c.Error))
+	}
+
+	if len(c.Scenarios) > 0 {
+		b.WriteString("\n| scenario | result | phases | requests | snapshots | findings | duration |\n")
+		b.WriteString("|---|---|---:|---:|---:|---:|---:|\n")
+		for i := range c.Scenarios {
+			r := &c.Scenarios[i]
+			k := countsOf(r)
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s |\n",
+				cell(r.ID), k.result, k.phases, k.totals.Requests, k.totals.Snapshots, len(invariants.Dedup(k.findings)), seconds(r.Duration))
+		}
+	}
+
+	var leaks, other []string
+	for i := range c.Scenarios {
+		r := &c.Scenarios[i]
+		for _, p := range r.Phases {
+			for _, f := range invariants.Dedup(p.Findings) {
+				line := fmt.Sprintf("- %s, phase %s: %s", r.ID, p.Name, code(f.String()))
+				if f.Invariant.Leak() {
+					leaks = append(leaks, line)
+				} else {
+					other = append(other, line)
+				}
+			}
+			for _, ctl := range p.Controls {
+				if !ctl.Passed {
+					other = append(other, fmt.Sprintf("- %s, phase %s: control failed for %s: %s %s", r.ID, p.Name, ctl.Tenant, ctl.Name, code(ctl.Detail)))
+				}
+			}
+			if p.Error != "" {
+				other = append(other, fmt.Sprintf("- %s, phase %s: %s", r.ID, p.Name, code(p.Error)))
+			}
+		}
+		if res := Effective(r); res == scenarios.Failed && r.Reason != "" {
+			other = append(other, fmt.Sprintf("- %s: %s", r.ID, code(r.Reason)))
+		}
+	}
+	list := func(title string, lines []string) {
+		if len(lines) == 0 {
+			return
+		}
+		fmt.Fprintf(&b, "\n### %s (%d)\n\n", title, len(lines))
+		for i, l := range lines {
+			if i == MaxListed {
+				fmt.Fprintf(&b, "- ... and %d more: see certificate.json\n", len(lines)-MaxListed)
+				break
+			}
+			b.WriteString(l + "\n")
+		}
+	}
+	list("Leaks", leaks)
+	list("Harness, target, liveness and control failures (not leaks)", other)
+
+	var skipped []string
+	for i := range c.Scenarios {
+		r := &c.Scenarios[i]
+		if r.Result == scenarios.Skipped {
+			skipped = append(skipped, fmt.Sprintf("- %s: the whole scenario: %s", r.ID, r.Reason))
+		}
+		for _, s := range r.Skipped {
+			skipped = append(skipped, fmt.Sprintf("- %s: %s: %s", r.ID, s.Invariant, s.Reason))
+		}
+	}
+	list("Skipped checks (not passed: not made)", skipped)
+
+	b.WriteString("\n### How to read this\n\n")
+	b.WriteString("Every tenant was given its own canaries (keys, model, workdir, memory, env markers). " +
+		"After each phase every provider request, environment snapshot, file, log and RPC frame was scanned " +
+		"for every other tenant's canaries in every encoding, and positive controls proved each tenant's own canaries were seen where they belong. " +
+		"**certified** (exit 0): every scenario that ran passed. **leaks** (exit 1): a canary was found in a foreign place; each finding names where. " +
+		"**failed** (exit 2): the harness or the target failed, so nothing is certified. " +
+		"Skipped checks were not made on this target and are never counted as passed. " +
+		"Details: `certificate.json`; per phase: `junit.xml`.\n")
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write summary: %w", err)
+	}
+	return nil
+}
+
+// code renders s as a Markdown code span (safe for <, * and the like), on
+// one line, for lists (not table cells).
+func code(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if s == "" {
+		return ""
+	}
+	fence := "`"
+	for strings.Contains(s, fence) {
+		fence += "`"
+	}
+	pad := ""
+	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		pad = " "
+	}
+	return fence + pad + s + pad + fence
+}
+
+// cell makes s safe in a table cell.
+func cell(s string) string {
+	return strings.ReplaceAll(strings.Join(strings.Fields(s), " "), "|", `\|`)
+}
+
+// WriteTable writes the final table for a terminal: one row per scenario
+// and the verdict.
+func (c *Certificate) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tRESULT\tPHASES\tREQUESTS\tSNAPSHOTS\tFINDINGS\tDURATION")
+	for i := range c.Scenarios {
+		r := &c.Scenarios[i]
+		k := countsOf(r)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", r.ID, k.result, k.phases, k.totals.Requests, k.totals.Snapshots,
+			len(invariants.Dedup(k.findings)), seconds(r.Duration))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	if c.Error != "" {
+		if _, err := fmt.Fprintf(w, "run failed: %s\n", c.Error); err != nil {
+			return fmt.Errorf("write table: %w", err)
+		}
+	}
+	if _, err := fmt.Fprintf(w, "verdict: %s (exit %d) in %s\n", c.Verdict.Headline(), ExitCode(c.Verdict), seconds(c.Duration)); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return nil
+}
