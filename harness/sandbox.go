@@ -67,8 +67,10 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 		s.Close()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	if err := os.MkdirAll(s.Logs, 0o755); err != nil {
-		return fail(err)
+	for _, dir := range []string{s.Logs, set.Home} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fail(err)
+		}
 	}
 	extra := map[string]string{procgroup.MarkerVar: id}
 	for k, v := range target.Env {

@@ -1,0 +1,122 @@
+package scenarios
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// Serve is the pooled websocket backend of a run: started by the harness, or
+// the staging server a target file names.
+type Serve struct {
+	Proc  *harness.Proc // nil for a running (staging) server
+	Base  string        // http://host:port
+	Token string
+}
+
+// Pid is the server's pid, or 0 for a staging server.
+func (s *Serve) Pid() int {
+	if s.Proc == nil {
+		return 0
+	}
+	return s.Proc.Pid()
+}
+
+// CronInterval is the serve backend's tick in scenarios.
+const CronInterval = "500ms"
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// StartServe starts the pooled server (or adopts the staging one) and waits
+// for its ready line.
+func (e *Env) StartServe() *Serve {
+	e.T.Helper()
+	tg := e.Box.Target
+	if tg.URL != "" {
+		e.Server = &Serve{Base: tg.URL, Token: tg.Token}
+		return e.Server
+	}
+	token := newToken()
+	argv := harness.Expand(tg.Serve, map[string]string{"host": "127.0.0.1", "port": "0", "cron_interval": CronInterval})
+	p, err := e.Box.Start(e.Ctx, "serve", argv, false, map[string]string{tg.TokenVar: token})
+	if err != nil {
+		e.T.Fatalf("start serve backend: %v", err)
+	}
+	ctx, cancel := e.ctx(60 * time.Second)
+	defer cancel()
+	m, err := p.WaitLine(ctx, tg.ReadyRE())
+	if err != nil {
+		p.Kill()
+		e.T.Fatalf("serve backend not ready: %v", err)
+	}
+	e.Server = &Serve{Proc: p, Base: "http://" + net.JoinHostPort(m[1], m[2]), Token: token}
+	return e.Server
+}
+
+// StopServe stops the harness's server (SIGTERM, then kill after the
+// grace); it must exit cleanly.
+func (e *Env) StopServe(s *Serve) {
+	e.T.Helper()
+	if s.Proc == nil {
+		e.T.Fatalf("stop serve: the staging server is not the harness's to stop")
+	}
+	if err := s.Proc.Stop(20 * time.Second); err != nil {
+		e.T.Fatalf("stop serve backend: %v", err)
+	}
+}
+
+// Dial opens a websocket connection owned by owner: every frame on it
+// belongs to owner, and a foreign canary on it is a leak.
+func (e *Env) Dial(s *Serve, owner *tenants.Tenant) *harness.Conn {
+	e.T.Helper()
+	ctx, cancel := e.ctx(30 * time.Second)
+	defer cancel()
+	c, err := harness.DialWebsocket(ctx, s.Base, s.Token)
+	if err != nil {
+		e.T.Fatalf("connect to serve backend for %s: %v", owner.Name, err)
+	}
+	e.T.Cleanup(c.Close)
+	e.own(owner, "websocket "+owner.Name, c)
+	return c
+}
+
+// Gateway is the HTTP gateway of a run.
+type Gateway struct {
+	Proc   *harness.Proc
+	Client *harness.GatewayClient
+}
+
+// StartGateway starts the gateway (or adopts the staging one).
+func (e *Env) StartGateway() *Gateway {
+	e.T.Helper()
+	tg := e.Box.Target
+	if tg.GatewayURL != "" {
+		return &Gateway{Client: &harness.GatewayClient{Base: tg.GatewayURL}}
+	}
+	argv := harness.Expand(tg.Gateway, map[string]string{"host": "127.0.0.1", "port": "0"})
+	p, err := e.Box.Start(e.Ctx, "gateway", argv, false, nil)
+	if err != nil {
+		e.T.Fatalf("start gateway: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(e.Ctx, 60*time.Second)
+	defer cancel()
+	m, err := p.WaitLine(ctx, tg.ReadyRE())
+	if err != nil {
+		p.Kill()
+		e.T.Fatalf("gateway not ready: %v", err)
+	}
+	g := &Gateway{Proc: p, Client: &harness.GatewayClient{Base: "http://" + net.JoinHostPort(m[1], m[2])}}
+	e.mu.Lock()
+	e.gateway = g
+	e.mu.Unlock()
+	return g
+}

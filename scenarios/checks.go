@@ -1,0 +1,184 @@
+package scenarios
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// ScopedWrite snapshots every home, runs write (addressed to tenant t),
+// and checks that only the files of t matching expected (globs relative to
+// its home) changed.
+func (e *Env) ScopedWrite(what string, t *tenants.Tenant, expected []string, write func()) {
+	e.T.Helper()
+	if !e.Box.Target.Files {
+		e.skip(string(WriteScope), "the target's files are not reachable from the harness")
+		write()
+		return
+	}
+	before, err := invariants.HashTree(e.Ctx, e.Box.Set.LaunchHome)
+	if err != nil {
+		e.T.Fatalf("snapshot homes before %s: %v", what, err)
+	}
+	write()
+	after, err := invariants.HashTree(e.Ctx, e.Box.Set.LaunchHome)
+	if err != nil {
+		e.T.Fatalf("snapshot homes after %s: %v", what, err)
+	}
+	fs := invariants.WriteScopeChanges(e.Box.Set, t.Name, before, after, expected...)
+	e.mu.Lock()
+	e.pending = append(e.pending, fs...)
+	e.mu.Unlock()
+}
+
+func (e *Env) skip(inv, reason string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.Report.Skipped {
+		if s.Invariant == inv {
+			return
+		}
+	}
+	e.Report.Skipped = append(e.Report.Skipped, SkippedCheck{Invariant: inv, Reason: reason})
+}
+
+// checkAll runs every invariant over what the run has produced so far.
+func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Counts) {
+	ts := e.Box.Set.Tenants
+	var out []invariants.Finding
+	var counts Counts
+
+	// 1. Requests on every provider.
+	out = append(out, invariants.RequestLeaks(ts)...)
+	// 2. Env snapshots, and liveness per tenant.
+	out = append(out, invariants.SnapshotLeaks(ts)...)
+	e.mu.Lock()
+	expected := map[string]int{}
+	for k, v := range e.expected {
+		expected[k] = v
+	}
+	conns := append([]ownedConn(nil), e.conns...)
+	sessions := append([]session(nil), e.sessions...)
+	pending := e.pending
+	e.pending = nil
+	e.mu.Unlock()
+	for _, t := range ts {
+		if t.Provider == nil {
+			continue
+		}
+		counts.Requests += len(t.Provider.Requests())
+		counts.Snapshots += len(invariants.EnvSnapshots(t, t.Provider.Requests()))
+		if n := expected[t.Name]; n > 0 {
+			out = append(out, invariants.SnapshotShortfall([]*tenants.Tenant{t}, n)...)
+		}
+	}
+	// 3. Files under every home.
+	if e.Box.Target.Files {
+		out = append(out, invariants.FileLeaks(ctx, e.Box.Set)...)
+		counts.Files, counts.Bytes = treeSize(e.Box.Set.LaunchHome)
+	} else {
+		e.skip(string(Files), "the target's files are not reachable from the harness")
+	}
+	// 4. Text: every process log the harness kept, and every RPC frame.
+	for _, p := range e.Box.Procs() {
+		owner := ""
+		if strings.HasPrefix(p.Name(), "stdio-") {
+			owner = strings.TrimPrefix(p.Name(), "stdio-")
+		}
+		out = append(out, invariants.TextLeaks(ts, "log of "+p.Name(), []byte(p.Output()), owner)...)
+	}
+	for _, c := range conns {
+		frames := c.conn.Frames()
+		counts.Frames += len(frames)
+		fr := make([]invariants.Frame, len(frames))
+		for i, f := range frames {
+			fr[i] = invariants.Frame{Data: f.Raw}
+		}
+		owner := ""
+		if c.owner != nil {
+			owner = c.owner.Name
+		}
+		out = append(out, invariants.FrameLeaks(ts, owner, c.label, fr)...)
+	}
+	// 5. Write scope: the writes this phase made.
+	out = append(out, pending...)
+	// 6. Launch bleed: every session reported its own profile's model.
+	for _, s := range sessions {
+		out = append(out, invariants.LaunchBleedOf(ts, s.tenant.Name, s.info.Info.Model, "session "+s.info.SessionID+" info.model")...)
+	}
+	// 7. Positive controls.
+	controls, cf := e.controls(ctx, conns)
+	out = append(out, cf...)
+	out = invariants.Dedup(out)
+	counts.Findings = len(out)
+	return out, controls, counts
+}
+
+// controls runs the positive controls tenant by tenant, so the report can
+// list the ones that held as well as the ones that failed.
+func (e *Env) controls(ctx context.Context, conns []ownedConn) ([]Control, []invariants.Finding) {
+	var out []Control
+	var fs []invariants.Finding
+	add := func(t *tenants.Tenant, name string, f []invariants.Finding) {
+		c := Control{Tenant: t.Name, Name: name, Passed: len(f) == 0}
+		if !c.Passed {
+			c.Detail = f[0].Detail
+		}
+		out = append(out, c)
+		fs = append(fs, f...)
+	}
+	e.mu.Lock()
+	driven := map[string]bool{}
+	for name, n := range e.expected {
+		driven[name] = n > 0
+	}
+	e.mu.Unlock()
+	for _, t := range e.Box.Set.Tenants {
+		if t.Provider == nil || !driven[t.Name] {
+			continue
+		}
+		one := []*tenants.Tenant{t}
+		add(t, "own key on own provider", invariants.ControlKeys(one))
+		add(t, "own env marker in every own snapshot", invariants.ControlSnapshots(one))
+		if e.Box.Target.Files {
+			add(t, "own session text in own state database", invariants.ControlStateDB(ctx, one, ""))
+		}
+	}
+	for _, c := range conns {
+		if c.owner == nil || !driven[c.owner.Name] {
+			continue
+		}
+		var all [][]byte
+		for _, f := range c.conn.Frames() {
+			all = append(all, f.Raw)
+		}
+		var f []invariants.Finding
+		if !bytes.Contains(bytes.Join(all, nil), []byte(c.owner.Model())) {
+			f = []invariants.Finding{{Invariant: invariants.Control, Tenant: c.owner.Name, Where: invariants.Where{Label: c.label},
+				Detail: fmt.Sprintf("no frame on its own connection shows its own model (%d frame(s))", len(all))}}
+		}
+		add(c.owner, "own model in own frames ("+c.label+")", f)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Tenant < out[j].Tenant })
+	return out, fs
+}
+
+func treeSize(root string) (files int, bytes int64) {
+	_ = filepath.WalkDir(root, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				files++
+				bytes += info.Size()
+			}
+		}
+		return nil
+	})
+	return files, bytes
+}

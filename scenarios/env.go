@@ -1,0 +1,191 @@
+package scenarios
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// Env is the world one scenario drives: its sandbox and tenants, the
+// target's processes and connections, and what the scenario has done so
+// far (sessions, turns, writes), which the checks compare against. Its
+// helpers fail the scenario themselves, so a phase reads as a story.
+type Env struct {
+	T       harness.T
+	Ctx     context.Context
+	Spec    Spec
+	Box     *harness.Sandbox
+	Tenants []*tenants.Tenant
+	Report  *Report
+
+	// State the phases of one scenario share (set by the helpers that
+	// make them): each tenant's main connection and session, and the
+	// pooled server.
+	Conns    map[string]*harness.Conn
+	Sessions map[string]harness.SessionInfo
+	Server   *Serve
+
+	mu       sync.Mutex
+	conns    []ownedConn
+	sessions []session
+	expected map[string]int // snapshots each tenant's provider must have received
+	gateway  *Gateway
+	pending  []invariants.Finding // write-scope findings made since the last check
+}
+
+type ownedConn struct {
+	owner *tenants.Tenant // nil: a connection no single tenant owns
+	label string
+	conn  *harness.Conn
+}
+
+type session struct {
+	tenant *tenants.Tenant
+	info   harness.SessionInfo
+}
+
+// Tenant returns the tenant named name, failing the scenario if there is
+// none.
+func (e *Env) Tenant(name string) *tenants.Tenant {
+	e.T.Helper()
+	t := e.Box.Set.Get(name)
+	if t == nil {
+		e.T.Fatalf("no tenant %q in this run", name)
+	}
+	return t
+}
+
+// Launch is the launch tenant.
+func (e *Env) Launch() *tenants.Tenant { return e.Box.Set.Launch() }
+
+// profileParam is what addresses a tenant's profile on the wire: nothing
+// for the launch profile, its name otherwise.
+func profileParam(t *tenants.Tenant) string {
+	if t.Launch {
+		return ""
+	}
+	return t.Name
+}
+
+func (e *Env) ctx(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(e.Ctx, d)
+}
+
+// own registers a connection and what it may carry.
+func (e *Env) own(owner *tenants.Tenant, label string, c *harness.Conn) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.conns = append(e.conns, ownedConn{owner: owner, label: label, conn: c})
+}
+
+// StartStdio runs one stdio backend for owner and connects to it; every
+// frame on it belongs to owner.
+func (e *Env) StartStdio(owner *tenants.Tenant) *harness.Conn {
+	e.T.Helper()
+	ctx, cancel := e.ctx(60 * time.Second)
+	defer cancel()
+	p, err := e.Box.Start(e.Ctx, "stdio-"+owner.Name, e.Box.Target.Stdio, true, nil)
+	if err != nil {
+		e.T.Fatalf("start stdio backend for %s: %v", owner.Name, err)
+	}
+	c, err := harness.DialStdio(ctx, p)
+	if err != nil {
+		e.T.Fatalf("connect to stdio backend of %s: %v", owner.Name, err)
+	}
+	e.T.Cleanup(c.Close)
+	e.own(owner, "stdio "+owner.Name, c)
+	return c
+}
+
+// CreateSession opens a session of t's profile on c and records the model
+// it reports (launch-bleed check).
+func (e *Env) CreateSession(c *harness.Conn, t *tenants.Tenant) harness.SessionInfo {
+	e.T.Helper()
+	ctx, cancel := e.ctx(60 * time.Second)
+	defer cancel()
+	s, err := c.CreateSession(ctx, profileParam(t))
+	if err != nil {
+		e.T.Fatalf("create session of %s: %v", t.Name, err)
+	}
+	e.mu.Lock()
+	e.sessions = append(e.sessions, session{tenant: t, info: s})
+	e.mu.Unlock()
+	return s
+}
+
+// ResumeSession resumes a stored session of t on c.
+func (e *Env) ResumeSession(c *harness.Conn, t *tenants.Tenant, storedID string) harness.SessionInfo {
+	e.T.Helper()
+	ctx, cancel := e.ctx(60 * time.Second)
+	defer cancel()
+	s, err := c.ResumeSession(ctx, storedID, profileParam(t))
+	if err != nil {
+		e.T.Fatalf("resume session %s of %s: %v", storedID, t.Name, err)
+	}
+	e.mu.Lock()
+	e.sessions = append(e.sessions, session{tenant: t, info: s})
+	e.mu.Unlock()
+	return s
+}
+
+// Turn runs one turn of t's session sid on c; the default responder makes
+// it a probe, so t's provider must receive one more snapshot.
+func (e *Env) Turn(c *harness.Conn, t *tenants.Tenant, sid string) {
+	e.T.Helper()
+	e.ExpectSnapshots(t, 1)
+	ctx, cancel := e.ctx(90 * time.Second)
+	defer cancel()
+	if _, err := c.Turn(ctx, sid, "Run the environment probe for "+t.Name+"."); err != nil {
+		e.T.Fatalf("turn of %s: %v", t.Name, err)
+	}
+}
+
+// ExpectSnapshots raises the number of snapshots t's provider must have
+// received by n.
+func (e *Env) ExpectSnapshots(t *tenants.Tenant, n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.expected == nil {
+		e.expected = map[string]int{}
+	}
+	e.expected[t.Name] += n
+}
+
+// Call makes one RPC and fails the scenario on any error.
+func (e *Env) Call(c *harness.Conn, method string, params, result any) {
+	e.T.Helper()
+	ctx, cancel := e.ctx(60 * time.Second)
+	defer cancel()
+	if err := c.Call(ctx, method, params, result); err != nil {
+		e.T.Fatalf("%s: %v", method, err)
+	}
+}
+
+// Eventually polls cond until it holds or the deadline passes, failing the
+// scenario with what it waited for and the last state cond described.
+func (e *Env) Eventually(what string, within time.Duration, cond func() (bool, string)) {
+	e.T.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) || e.Ctx.Err() != nil {
+			e.T.Fatalf("waited %v for %s; last state: %s", within, what, state)
+		}
+		select {
+		case <-tick.C:
+		case <-e.Ctx.Done():
+		}
+	}
+}
+
+// Logf logs to the scenario.
+func (e *Env) Logf(format string, args ...any) { e.T.Logf(format, args...) }

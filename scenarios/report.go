@@ -1,0 +1,89 @@
+package scenarios
+
+import (
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/invariants"
+)
+
+// Result is a scenario's verdict.
+type Result string
+
+const (
+	Pass    Result = "pass"    // every invariant held and every positive control passed
+	Leak    Result = "leak"    // at least one leak finding
+	Failed  Result = "failed"  // the harness or target failed: not ready, crashed, a control or liveness check failed
+	Skipped Result = "skipped" // not run (with a reason)
+)
+
+// Counts are what a phase (or a scenario, summed) produced.
+type Counts struct {
+	Requests  int   `json:"requests"`  // provider requests recorded, all tenants
+	Snapshots int   `json:"snapshots"` // env snapshots received, all tenants
+	Frames    int   `json:"frames"`    // RPC frames received and scanned
+	Files     int   `json:"files"`     // files scanned
+	Bytes     int64 `json:"bytes"`     // bytes scanned in files
+	Findings  int   `json:"findings"`  // findings of every kind
+}
+
+// Control is one positive control and whether it held.
+type Control struct {
+	Tenant string `json:"tenant"`
+	Name   string `json:"name"` // e.g. "own key on own provider"
+	Passed bool   `json:"passed"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// SkippedCheck is a check the harness could not make on this target, with
+// the reason: never reported as passed.
+type SkippedCheck struct {
+	Invariant string `json:"invariant"`
+	Reason    string `json:"reason"`
+}
+
+// PhaseReport is one phase's outcome.
+type PhaseReport struct {
+	Name     string               `json:"name"`
+	Duration time.Duration        `json:"duration_ns"`
+	Counts   Counts               `json:"counts"`
+	Controls []Control            `json:"controls"`
+	Findings []invariants.Finding `json:"findings"`
+	Error    string               `json:"error,omitempty"` // the harness or target failure that ended the phase
+}
+
+// Report is one scenario's outcome.
+type Report struct {
+	ID       string         `json:"id"`
+	Purpose  string         `json:"purpose"`
+	Focus    []Invariant    `json:"focus"`
+	Tenants  int            `json:"tenants"`
+	Result   Result         `json:"result"`
+	Reason   string         `json:"reason,omitempty"` // for skipped or failed
+	Duration time.Duration  `json:"duration_ns"`
+	Phases   []PhaseReport  `json:"phases"`
+	Skipped  []SkippedCheck `json:"skipped_checks,omitempty"`
+	Log      []string       `json:"log,omitempty"` // the scenario's log when it did not pass
+}
+
+// Totals sums the phases' counts.
+func (r *Report) Totals() Counts {
+	var c Counts
+	for _, p := range r.Phases {
+		c.Requests = max(c.Requests, p.Counts.Requests) // cumulative per phase: take the last
+		c.Snapshots = max(c.Snapshots, p.Counts.Snapshots)
+		c.Frames = max(c.Frames, p.Counts.Frames)
+		c.Files += p.Counts.Files
+		c.Bytes += p.Counts.Bytes
+		c.Findings += p.Counts.Findings
+	}
+	return c
+}
+
+// Findings lists every phase's findings in order.
+func (r *Report) Findings() []invariants.Finding {
+	var out []invariants.Finding
+	for _, p := range r.Phases {
+		out = append(out, p.Findings...)
+	}
+	return out
+}

@@ -1,0 +1,239 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// Config is one run of the catalog.
+type Config struct {
+	Target   harness.Target
+	Tenants  int           // tenants per scenario (at least a scenario's MinTenants); default 3
+	Run      string        // regexp selecting scenario IDs; "" = all
+	WorkDir  string        // sandboxes go under it (canary-run); tests use t.TempDir
+	Keep     bool          // keep the sandboxes for a look
+	Timeout  time.Duration // cap per scenario, under the scenario's own
+	Parallel int           // scenarios run at once (canary-run); default 1
+	Progress io.Writer     // progress lines; nil = silent
+	// Extras are added to every tenant's home (plugins, faults).
+	Extras tenants.HomeExtras
+	// Interrupt, when it ends, kills every scenario's processes at once
+	// (canary-run's SIGINT); RunCatalog sets it to its context.
+	Interrupt context.Context
+}
+
+// recordingT passes everything to the scenario's T and keeps the failure
+// messages for the report.
+type recordingT struct {
+	harness.T
+	mu  sync.Mutex
+	log []string
+}
+
+func (r *recordingT) Errorf(format string, args ...any) {
+	r.T.Helper()
+	r.keep(fmt.Sprintf(format, args...))
+	r.T.Errorf(format, args...)
+}
+
+func (r *recordingT) Fatalf(format string, args ...any) {
+	r.T.Helper()
+	r.keep(fmt.Sprintf(format, args...))
+	r.T.Fatalf(format, args...)
+}
+
+func (r *recordingT) keep(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, s)
+}
+
+func (r *recordingT) messages() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.log...)
+}
+
+// RunScenario runs spec against cfg.Target with t as its test: a sandbox
+// of its own, every phase in order, every invariant checked after each
+// phase (each finding fails t), and every process reaped at the end. The
+// returned report is complete once t's cleanups have run.
+func RunScenario(t harness.T, spec Spec, cfg Config) *Report {
+	rep := &Report{}
+	runInto(t, spec, cfg, rep)
+	return rep
+}
+
+// runInto is RunScenario filling rep, which stays readable when the
+// scenario ends early with Fatalf.
+func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
+	n := max(cfg.Tenants, spec.MinTenants, 2)
+	if cfg.Tenants == 0 {
+		n = max(3, spec.MinTenants)
+	}
+	*rep = Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus, Tenants: n}
+	rt := &recordingT{T: t}
+	start := time.Now()
+	// Registered first, so it runs last: after the sandbox is closed and
+	// its survivors are counted.
+	t.Cleanup(func() {
+		rep.Duration = time.Since(start)
+		rep.Result = verdict(rep, t.Failed())
+		if rep.Result != Pass {
+			rep.Log = rt.messages()
+		}
+		progress(cfg.Progress, "%-20s %s in %v (%d findings)", spec.ID, rep.Result, rep.Duration.Round(time.Millisecond), len(rep.Findings()))
+	})
+	timeout := spec.Timeout
+	if cfg.Timeout > 0 && cfg.Timeout < timeout {
+		timeout = cfg.Timeout
+	}
+	// The target's processes live until the sandbox stops them in a
+	// cleanup, so their context is not t's (a test's is canceled before
+	// its cleanups run, which would kill them before a clean stop). A
+	// canary-run interrupt still ends them at once.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), timeout)
+	t.Cleanup(cancel)
+	if cfg.Interrupt != nil {
+		stop := context.AfterFunc(cfg.Interrupt, cancel)
+		t.Cleanup(func() { stop() })
+	}
+
+	root := t.TempDir()
+	box, err := harness.NewSandbox(ctx, root, cfg.Target, harness.SandboxOptions{
+		Tenants: tenants.Options{Names: tenants.Names(n)},
+		Extras:  cfg.Extras,
+	})
+	if err != nil {
+		rep.Reason = err.Error()
+		rt.Fatalf("%s: %v", spec.ID, err)
+	}
+	t.Cleanup(func() {
+		if err := box.Close(); err != nil {
+			rt.Errorf("%s: %v", spec.ID, err)
+		}
+	})
+	env := &Env{T: rt, Ctx: ctx, Spec: spec, Box: box, Tenants: box.Set.Tenants, Report: rep}
+	seen := map[string]bool{}
+	for _, ph := range spec.Phases {
+		progress(cfg.Progress, "%-20s phase %s", spec.ID, ph.Name)
+		pr := PhaseReport{Name: ph.Name}
+		phaseStart := time.Now()
+		ok := runPhase(env, ph)
+		pr.Duration = time.Since(phaseStart)
+		if !ok {
+			msgs := rt.messages()
+			if len(msgs) > 0 {
+				pr.Error = msgs[len(msgs)-1]
+			} else {
+				pr.Error = "the phase failed"
+			}
+		}
+		findings, controls, counts := env.checkAll(ctx)
+		for _, f := range findings {
+			if !seen[f.String()] {
+				seen[f.String()] = true
+				pr.Findings = append(pr.Findings, f)
+			}
+		}
+		pr.Controls, pr.Counts = controls, counts
+		pr.Counts.Findings = len(pr.Findings)
+		rep.Phases = append(rep.Phases, pr)
+		for _, f := range pr.Findings {
+			rt.Errorf("%s/%s: %s", spec.ID, ph.Name, f)
+		}
+		progress(cfg.Progress, "%-20s phase %s done in %v: %d requests, %d snapshots, %d frames, %d new findings",
+			spec.ID, ph.Name, pr.Duration.Round(time.Millisecond), counts.Requests, counts.Snapshots, counts.Frames, len(pr.Findings))
+		if !ok {
+			t.FailNow()
+		}
+	}
+}
+
+// runPhase runs one phase in a goroutine of its own, so a Fatalf inside it
+// ends the phase, not the checks after it. It reports whether the phase
+// completed.
+func runPhase(env *Env, ph Phase) bool {
+	done := make(chan bool, 1)
+	go func() {
+		completed := false
+		defer func() {
+			if r := recover(); r != nil {
+				env.T.Errorf("phase %s panicked: %v", ph.Name, r)
+			}
+			done <- completed
+		}()
+		ph.Run(env)
+		completed = true
+	}()
+	return <-done
+}
+
+func verdict(r *Report, failed bool) Result {
+	leak := false
+	for _, f := range r.Findings() {
+		if f.Invariant.Leak() {
+			leak = true
+		}
+	}
+	switch {
+	case leak:
+		return Leak
+	case failed:
+		return Failed
+	}
+	return Pass
+}
+
+func progress(w io.Writer, format string, args ...any) {
+	if w != nil {
+		fmt.Fprintf(w, time.Now().Format("15:04:05")+" "+format+"\n", args...)
+	}
+}
+
+// RunCatalog runs the scenarios of cat that cfg.Run selects, cfg.Parallel at
+// a time, each in its own sandbox under cfg.WorkDir, and returns their
+// reports in catalog order.
+func RunCatalog(ctx context.Context, cat *Catalog, cfg Config) ([]Report, error) {
+	specs := cat.All()
+	if cfg.Run != "" {
+		var err error
+		if specs, err = cat.Match(cfg.Run); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.WorkDir == "" {
+		return nil, fmt.Errorf("run catalog: no work dir")
+	}
+	cfg.Interrupt = ctx
+	reports := make([]Report, len(specs))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, cfg.Parallel))
+	for i, spec := range specs {
+		g.Go(func() error {
+			rep := &Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus}
+			out := harness.RunStandalone(gctx, spec.ID, filepath.Join(cfg.WorkDir, spec.ID), cfg.Keep, func(t harness.T) {
+				runInto(t, spec, cfg, rep)
+			})
+			if out.Failed && rep.Result == Pass {
+				rep.Result = Failed
+			}
+			if rep.Result != Pass && len(rep.Log) == 0 {
+				rep.Log = out.Log
+			}
+			reports[i] = *rep
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return reports, ctx.Err()
+}
