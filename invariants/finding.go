@@ -44,7 +44,7 @@ func (i Invariant) Leak() bool {
 // their String, and marshal to JSON.
 type Finding struct {
 	Invariant Invariant     `json:"invariant"`
-	Tenant    string        `json:"tenant"`          // whose place: provider, snapshot, home, connection, log
+	Tenant    string        `json:"tenant"`          // whose place: provider, snapshot, home, connection, log; "" for a shared log
 	Owner     string        `json:"owner,omitempty"` // whose canary
 	Kind      tenants.Kind  `json:"kind,omitempty"`
 	Where     Where         `json:"where"`
@@ -105,14 +105,22 @@ func (w Where) String() string {
 	if w.Offset != nil {
 		loc += ":" + strconv.FormatInt(*w.Offset, 10)
 	}
-	add(loc)
+	if strings.HasPrefix(loc, ":") && len(parts) > 0 {
+		parts[len(parts)-1] += loc // "serve log:120"
+	} else {
+		add(loc)
+	}
 	return strings.Join(parts, " ")
 }
 
 // String renders the finding on one line.
 func (f Finding) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s", f.Invariant, f.Tenant)
+	place := f.Tenant
+	if place == "" {
+		place = "(shared)"
+	}
+	fmt.Fprintf(&b, "%s: %s", f.Invariant, place)
 	if w := f.Where.String(); w != "" {
 		fmt.Fprintf(&b, " %s", w)
 	}

@@ -110,3 +110,12 @@ func TestAssertListsEveryFindingOnce(t *testing.T) {
 	require.Equal(t, []Finding{leak, short}, back)
 	require.Equal(t, []Finding{leak, short}, Dedup([]Finding{leak, short, leak, short}))
 }
+
+func TestSharedLogFindingNamesNoTenant(t *testing.T) {
+	t.Parallel()
+	s, err := tenants.Build(t.TempDir(), tenants.Options{Names: []string{"default", "alpha"}, NoProviders: true})
+	require.NoError(t, err)
+	got := TextLeaks(s.Tenants, "serve stderr", []byte("key "+s.Get("alpha").ProviderKey()), "")
+	require.Len(t, got, 1)
+	require.True(t, strings.HasPrefix(got[0].String(), "text: (shared) serve stderr:4: carries alpha's provider_key in "), got[0].String())
+}

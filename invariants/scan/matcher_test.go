@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -221,8 +222,10 @@ func TestMatcherMemoryFor1000Tenants(t *testing.T) {
 // BenchmarkScan measures the matcher over a generated text-like corpus
 // holding canaries of 2 and of 64 tenants in every encoding, a few planted.
 // SCAN_BENCH_MB sets the corpus size (default 32); SCAN_BENCH_DIR, when
-// set, receives corpus-N.txt and raw-patterns-N.txt so that
-// `grep -F -c -f raw-patterns-N.txt corpus-N.txt` can be timed beside it.
+// set, receives corpus-N.txt, raw-patterns-N.txt and canaries-N.json so
+// that `grep -F -c -f raw-patterns-N.txt corpus-N.txt` and
+// `canary-run scan --canaries canaries-N.json corpus-N.txt` can be timed
+// beside it.
 func BenchmarkScan(b *testing.B) {
 	mb := 32
 	if s := os.Getenv("SCAN_BENCH_MB"); s != "" {
@@ -250,6 +253,9 @@ func BenchmarkScan(b *testing.B) {
 				}
 				require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("corpus-%d.txt", tenants)), corpus, 0o644))
 				require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("raw-patterns-%d.txt", tenants)), []byte(raw.String()), 0o644))
+				js, err := json.Marshal(pats)
+				require.NoError(b, err)
+				require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("canaries-%d.json", tenants)), js, 0o644))
 			}
 			b.SetBytes(int64(len(corpus)))
 			b.ResetTimer()
