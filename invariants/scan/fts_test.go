@@ -1,0 +1,37 @@
+package scan
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSQLiteVirtualAndWithoutRowid: an FTS5 index and a WITHOUT ROWID table
+// are read row by row like any other table, with nothing skipped.
+func TestSQLiteVirtualAndWithoutRowid(t *testing.T) {
+	t.Parallel()
+	m, pats := compileTest(t, 2)
+	path := filepath.Join(t.TempDir(), "state.db")
+	db := openWAL(t, path)
+	for _, q := range []string{
+		`CREATE VIRTUAL TABLE search USING fts5(body)`,
+		`CREATE TABLE kv (k TEXT PRIMARY KEY, v BLOB) WITHOUT ROWID`,
+	} {
+		_, err := db.Exec(q)
+		require.NoError(t, err)
+	}
+	_, err := db.Exec(`INSERT INTO search (body) VALUES (?)`, "indexed "+pats[6].Value)
+	require.NoError(t, err)
+	_, err = db.Exec(`INSERT INTO kv (k, v) VALUES ('x', ?)`, []byte(pats[16].Value))
+	require.NoError(t, err)
+	r := m.File(context.Background(), path)
+	require.Empty(t, r.Skipped)
+	rows := map[string]bool{}
+	for _, h := range hitsBy(r, "sqlite-row") {
+		rows[h.Pattern.Value+" "+h.Row] = true
+	}
+	require.True(t, rows[pats[6].Value+" search row 1 body"], "%v", rows)
+	require.True(t, rows[pats[16].Value+" kv row 1 v"], "%v", rows)
+}
