@@ -14,6 +14,11 @@ func Default() *Catalog {
 		stdioSeparate(),
 		pooledServe(),
 		concurrentTurns(),
+		settingsWrites(),
+		profileLifecycle(),
+		restartResume(),
+		gateway(),
+		shellReuse(),
 	)
 	if err != nil {
 		// The catalog is data compiled into the binary; TestCatalogIsValid

@@ -68,6 +68,7 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 	sessions := append([]session(nil), e.sessions...)
 	pending := e.pending
 	e.pending = nil
+	texts := append([]ownedText(nil), e.texts...)
 	e.mu.Unlock()
 	for _, t := range ts {
 		if t.Provider == nil {
@@ -93,6 +94,9 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 			owner = strings.TrimPrefix(p.Name(), "stdio-")
 		}
 		out = append(out, invariants.TextLeaks(ts, "log of "+p.Name(), []byte(p.Output()), owner)...)
+	}
+	for _, x := range texts {
+		out = append(out, invariants.TextLeaks(ts, x.label, x.data, x.owner)...)
 	}
 	for _, c := range conns {
 		frames := c.conn.Frames()
@@ -139,6 +143,10 @@ func (e *Env) controls(ctx context.Context, conns []ownedConn) ([]Control, []inv
 	for name, n := range e.expected {
 		driven[name] = n > 0
 	}
+	deleted := map[string]bool{}
+	for name := range e.deleted {
+		deleted[name] = true
+	}
 	e.mu.Unlock()
 	for _, t := range e.Box.Set.Tenants {
 		if t.Provider == nil || !driven[t.Name] {
@@ -147,7 +155,7 @@ func (e *Env) controls(ctx context.Context, conns []ownedConn) ([]Control, []inv
 		one := []*tenants.Tenant{t}
 		add(t, "own key on own provider", invariants.ControlKeys(one))
 		add(t, "own env marker in every own snapshot", invariants.ControlSnapshots(one))
-		if e.Box.Target.Files {
+		if e.Box.Target.Files && !deleted[t.Name] {
 			add(t, "own session text in own state database", invariants.ControlStateDB(ctx, one, ""))
 		}
 	}

@@ -29,18 +29,52 @@ type Env struct {
 	Sessions map[string]harness.SessionInfo
 	Server   *Serve
 
+	gatewayOf *Gateway
+	created   *tenants.Tenant // the profile the lifecycle scenario made
+
 	mu       sync.Mutex
 	conns    []ownedConn
 	sessions []session
 	expected map[string]int // snapshots each tenant's provider must have received
 	gateway  *Gateway
 	pending  []invariants.Finding // write-scope findings made since the last check
+	texts    []ownedText          // streams the harness received (gateway replies)
+	deleted  map[string]bool      // tenants whose profile a phase deleted
 }
 
 type ownedConn struct {
 	owner *tenants.Tenant // nil: a connection no single tenant owns
 	label string
 	conn  *harness.Conn
+}
+
+type ownedText struct {
+	owner string // "" for a stream no single tenant owns
+	label string
+	data  []byte
+}
+
+// KeepText adds a stream the harness received to the text scan: with an
+// owner, no other tenant's canary may be in it.
+func (e *Env) KeepText(owner *tenants.Tenant, label string, data []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	name := ""
+	if owner != nil {
+		name = owner.Name
+	}
+	e.texts = append(e.texts, ownedText{owner: name, label: label, data: append([]byte(nil), data...)})
+}
+
+// MarkDeleted records that t's profile was deleted: its home is gone, so
+// its state-database control no longer applies.
+func (e *Env) MarkDeleted(t *tenants.Tenant) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.deleted == nil {
+		e.deleted = map[string]bool{}
+	}
+	e.deleted[t.Name] = true
 }
 
 type session struct {

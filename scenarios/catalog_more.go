@@ -1,0 +1,359 @@
+package scenarios
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// The files a settings write may change in the addressed profile's home.
+var (
+	configWrite = []string{"config.yaml", "logs/"}
+	envWrite    = []string{".env", "logs/"}
+)
+
+// lastSnapshot is the newest env snapshot t's provider received.
+func (e *Env) lastSnapshot(t *tenants.Tenant) string {
+	e.T.Helper()
+	snaps := invariants.EnvSnapshots(t, t.Provider.Requests())
+	if len(snaps) == 0 {
+		e.T.Fatalf("%s: no env snapshot reached its provider", t.Name)
+	}
+	return snaps[len(snaps)-1].Text
+}
+
+// lastSystemPrompt is the system message of the newest main request on t's
+// provider.
+func (e *Env) lastSystemPrompt(t *tenants.Tenant) string {
+	recs := t.Provider.Requests()
+	for i := len(recs) - 1; i >= 0; i-- {
+		for _, m := range recs[i].Messages() {
+			if role, _ := m["role"].(string); role == "system" {
+				s, _ := m["content"].(string)
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// addressing is how a settings write names its profile.
+func addressing(e *Env, t *tenants.Tenant, bySession bool) map[string]any {
+	if bySession {
+		return map[string]any{"session_id": e.Sessions[t.Name].SessionID}
+	}
+	return map[string]any{"profile": t.Name}
+}
+
+func with(m map[string]any, kv ...any) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i].(string)] = kv[i+1]
+	}
+	return out
+}
+
+func settingsWrites() Spec {
+	return Spec{
+		ID:        "settings-writes",
+		Purpose:   "config.set cwd and prompt and model.save_key, by session and by profile, change only the addressed profile",
+		Backends:  []harness.Backend{harness.BackendServe},
+		Focus:     []Invariant{WriteScope, EnvSnapshots, Requests},
+		Snapshots: perTenant(1),
+		Timeout:   3 * time.Minute,
+		Phases: []Phase{
+			{Name: "connect", Run: func(e *Env) {
+				e.ServePerTenant()
+				e.OpenSessions()
+			}},
+			{Name: "writes", Run: func(e *Env) {
+				for i, t := range e.Tenants {
+					addr := addressing(e, t, i%2 == 0)
+					how := map[bool]string{true: "by session", false: "by profile"}[i%2 == 0]
+					c := e.Conns[t.Name]
+					dir, err := t.MintWorkdir()
+					if err != nil {
+						e.T.Fatalf("%v", err)
+					}
+					e.ScopedWrite("config.set cwd "+how, t, configWrite, func() {
+						e.Call(c, "config.set", with(addr, "key", "cwd", "value", dir), nil)
+					})
+					prompt, err := t.Mint("custom_prompt")
+					if err != nil {
+						e.T.Fatalf("%v", err)
+					}
+					e.ScopedWrite("config.set prompt "+how, t, configWrite, func() {
+						e.Call(c, "config.set", with(addr, "key", "prompt", "value", prompt.Value), nil)
+					})
+					key, err := t.Mint(tenants.SavedKey)
+					if err != nil {
+						e.T.Fatalf("%v", err)
+					}
+					e.ScopedWrite("model.save_key "+how, t, envWrite, func() {
+						e.Call(c, "model.save_key", with(addr, "slug", "canary", "api_key", key.Value), nil)
+					})
+				}
+			}},
+			{Name: "next-turns", Run: func(e *Env) {
+				// A new session of each profile runs in the new cwd with the new
+				// prompt and sees the saved key; no other profile does.
+				for _, t := range e.Tenants {
+					c := e.Conns[t.Name]
+					s := e.CreateSession(c, t)
+					e.Turn(c, t, s.SessionID)
+					snap := e.lastSnapshot(t)
+					dirs := t.Workdirs()
+					if want := "CWD=" + dirs[len(dirs)-1] + "\n"; !strings.Contains(snap+"\n", want) {
+						e.T.Errorf("%s: the turn after config.set cwd did not run in the new cwd %s", t.Name, dirs[len(dirs)-1])
+					}
+					for _, m := range t.Minted() {
+						switch m.Kind {
+						case "custom_prompt":
+							if !strings.Contains(e.lastSystemPrompt(t), m.Value) {
+								e.T.Errorf("%s: the turn after config.set prompt does not carry the new prompt", t.Name)
+							}
+						case tenants.SavedKey:
+							if !strings.Contains(snap, "CANARY_API_KEY="+m.Value) {
+								e.T.Errorf("%s: the turn after model.save_key does not see the saved key", t.Name)
+							}
+						}
+					}
+				}
+			}},
+		},
+	}
+}
+
+// lifecycleName is the profile the lifecycle scenario creates: gamma, unless
+// the run already has a gamma tenant.
+func lifecycleName(e *Env) string {
+	if e.Box.Set.Get("gamma") == nil {
+		return "gamma"
+	}
+	return "gamma-live"
+}
+
+func profileLifecycle() Spec {
+	return Spec{
+		ID:        "profile-lifecycle",
+		Purpose:   "a profile created on the live server gets no secret, serves its own turn, and is deleted; the server never restarts",
+		Backends:  []harness.Backend{harness.BackendServe},
+		Focus:     []Invariant{Files, WriteScope, EnvSnapshots},
+		Snapshots: perTenant(1),
+		Timeout:   3 * time.Minute,
+		Phases: []Phase{
+			{Name: "connect", Run: func(e *Env) {
+				e.ServePerTenant()
+				e.OpenSessions()
+				e.InterleavedTurns(1)
+			}},
+			{Name: "create", Run: func(e *Env) {
+				pid := e.Server.Pid()
+				name := lifecycleName(e)
+				launch := e.Launch()
+				var res struct {
+					OK   bool   `json:"ok"`
+					Name string `json:"name"`
+					Path string `json:"path"`
+				}
+				e.ScopedWrite("profiles.create "+name, launch, []string{"profiles/" + name + "/", "logs/"}, func() {
+					e.Call(e.Conns[launch.Name], "profiles.create", map[string]any{"name": name}, &res)
+				})
+				if !res.OK || res.Name != name {
+					e.T.Fatalf("profiles.create %s answered %+v", name, res)
+				}
+				// The new profile is a tenant from now on: its home, as the
+				// server made it, may hold no other tenant's canary.
+				g, err := e.Box.Set.AddTenant(name)
+				if err != nil {
+					e.T.Fatalf("%v", err)
+				}
+				e.Tenants = e.Box.Set.Tenants
+				e.created = g
+				if res.Path != g.Home {
+					e.T.Errorf("profiles.create put %s at %s, want %s", name, res.Path, g.Home)
+				}
+				if fs := invariants.FileLeaks(e.Ctx, e.Box.Set); len(fs) > 0 {
+					e.T.Errorf("the new profile holds another tenant's canary:\n%s", invariants.Format(fs))
+				}
+				if err := g.WriteHome(e.Box.Set.Layout, tenants.HomeExtras{}); err != nil {
+					e.T.Fatalf("write home of %s: %v", name, err)
+				}
+				c := e.Dial(e.Server, g)
+				s := e.CreateSession(c, g)
+				e.Turn(c, g, s.SessionID)
+				if e.Server.Pid() != pid {
+					e.T.Errorf("the server pid changed from %d to %d", pid, e.Server.Pid())
+				}
+			}},
+			{Name: "delete", Run: func(e *Env) {
+				g := e.created
+				name := g.Name
+				launch := e.Launch()
+				e.Call(e.Conns[launch.Name], "profiles.delete", map[string]any{"name": name}, nil)
+				e.MarkDeleted(g)
+				ctx, cancel := e.ctx(30 * time.Second)
+				defer cancel()
+				_, err := e.Conns[launch.Name].CreateSession(ctx, name)
+				var rerr *harness.RPCError
+				if !errors.As(err, &rerr) || rerr.Code != 4064 {
+					e.T.Errorf("session.create of deleted profile %s: got %v, want error 4064", name, err)
+				}
+				// Every other profile still serves, on the same process.
+				for _, t := range e.Tenants {
+					if t.Name != name {
+						e.Turn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID)
+					}
+				}
+				if !procAlive(e.Server) {
+					e.T.Errorf("the server died")
+				}
+			}},
+		},
+	}
+}
+
+func procAlive(s *Serve) bool {
+	if s.Proc == nil {
+		return true
+	}
+	select {
+	case <-s.Proc.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+func restartResume() Spec {
+	return Spec{
+		ID:        "restart-resume",
+		Purpose:   "sessions survive a server restart: resume from each profile's own state, turns, a second cron fire",
+		Backends:  []harness.Backend{harness.BackendServe},
+		Focus:     []Invariant{Files, EnvSnapshots, LaunchBleed},
+		Snapshots: perTenant(4),
+		Timeout:   4 * time.Minute,
+		Phases: []Phase{
+			{Name: "before", Run: func(e *Env) {
+				e.ServePerTenant()
+				e.OpenSessions()
+				e.InterleavedTurns(1)
+				e.CronEach()
+			}},
+			{Name: "restart", Run: func(e *Env) {
+				old := e.Server
+				stored := map[string]string{}
+				for _, t := range e.Tenants {
+					stored[t.Name] = e.Sessions[t.Name].StoredSessionID
+				}
+				e.StopServe(old)
+				e.ServePerTenant()
+				if e.Server.Pid() == old.Pid() {
+					e.T.Fatalf("the server did not restart")
+				}
+				for _, t := range e.Tenants {
+					e.Sessions[t.Name] = e.ResumeSession(e.Conns[t.Name], t, stored[t.Name])
+				}
+				e.InterleavedTurns(1)
+			}},
+			{Name: "cron-again", Run: func(e *Env) { e.CronEach() }},
+		},
+	}
+}
+
+func gateway() Spec {
+	return Spec{
+		ID:        "gateway",
+		Purpose:   "each tenant's API key works on its own gateway route; every foreign key on every route is refused and drives nothing",
+		Backends:  []harness.Backend{harness.BackendGateway},
+		Focus:     []Invariant{Requests, Text},
+		Snapshots: perTenant(1),
+		Timeout:   3 * time.Minute,
+		Phases: []Phase{
+			{Name: "own-keys", Run: func(e *Env) {
+				g := e.StartGateway()
+				for i, t := range e.Tenants {
+					e.ExpectSnapshots(t, 1)
+					ctx, cancel := e.ctx(90 * time.Second)
+					r, err := g.Client.Chat(ctx, harness.RoutePath(t.Name, t.Launch), t.APIServerKey(), "Run the environment probe for "+t.Name+".", i%2 == 1)
+					cancel()
+					if err != nil {
+						e.T.Fatalf("gateway chat of %s: %v", t.Name, err)
+					}
+					e.KeepText(t, "gateway reply to "+t.Name, r.Body)
+					if r.Status != http.StatusOK {
+						e.T.Errorf("%s's own key on its own route: HTTP %d: %s", t.Name, r.Status, r.Body)
+					}
+				}
+				e.gatewayOf = g
+			}},
+			{Name: "foreign-keys", Run: func(e *Env) {
+				g := e.gatewayOf
+				for _, route := range e.Tenants {
+					before := len(route.Provider.Requests())
+					for _, key := range e.Tenants {
+						if key == route {
+							continue
+						}
+						for _, k := range []string{key.APIServerKey(), key.ProviderKey(), ""} {
+							ctx, cancel := e.ctx(30 * time.Second)
+							r, err := g.Client.Chat(ctx, harness.RoutePath(route.Name, route.Launch), k, "Run the environment probe.", false)
+							cancel()
+							if err != nil {
+								e.T.Fatalf("gateway chat on %s's route: %v", route.Name, err)
+							}
+							e.KeepText(route, fmt.Sprintf("gateway reply on %s's route to a foreign key", route.Name), r.Body)
+							if r.Status != http.StatusUnauthorized && r.Status != http.StatusForbidden {
+								e.T.Errorf("%s's route answered HTTP %d to %s's key", route.Name, r.Status, key.Name)
+							}
+						}
+					}
+					if after := len(route.Provider.Requests()); after != before {
+						e.T.Errorf("foreign keys on %s's route drove %d request(s) to its provider", route.Name, after-before)
+					}
+				}
+			}},
+		},
+	}
+}
+
+func shellReuse() Spec {
+	return Spec{
+		ID:        "shell-reuse",
+		Purpose:   "interleaved sessions of different tenants on one server: no shell state crosses sessions",
+		Backends:  []harness.Backend{harness.BackendServe},
+		Focus:     []Invariant{EnvSnapshots},
+		Snapshots: perTenant(4),
+		Timeout:   3 * time.Minute,
+		Phases: []Phase{
+			{Name: "interleave", Run: func(e *Env) {
+				e.ServePerTenant()
+				second := map[string]harness.SessionInfo{}
+				e.OpenSessions()
+				for _, t := range e.Tenants {
+					second[t.Name] = e.CreateSession(e.Conns[t.Name], t)
+				}
+				// Each session's probe exports its tenant's shell-state canary
+				// after the dump: a shell another session reuses shows it.
+				for round := 0; round < 2; round++ {
+					for _, t := range e.Tenants {
+						e.Turn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID)
+					}
+					for i := len(e.Tenants) - 1; i >= 0; i-- {
+						t := e.Tenants[i]
+						e.Turn(e.Conns[t.Name], t, second[t.Name].SessionID)
+					}
+				}
+			}},
+		},
+	}
+}
