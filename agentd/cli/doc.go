@@ -7,6 +7,7 @@
 //		os.Exit(cli.Main(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr))
 //	}
 //
-// Commands: tui (the stdio JSON-RPC backend), profile root|list|create|delete,
+// Commands: tui (the stdio JSON-RPC backend), serve (websocket, every
+// profile in one process, with the cron ticker), profile root|list|create|delete,
 // cron create|trigger|list|tick, version.
 package cli

@@ -147,6 +147,9 @@ type agentd struct {
 	stderr *lockedBuffer
 	pid    int
 
+	write    func(line string) error // sends one frame
+	describe func() string           // what to show when the peer is gone
+
 	mu      sync.Mutex
 	frames  []map[string]any
 	raw     []string
@@ -186,6 +189,11 @@ func (w *world) startTUI(extraEnv ...string) *agentd {
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	a := &agentd{t: t, cmd: cmd, stdin: stdin, stderr: &lockedBuffer{}, change: make(chan struct{}), exited: make(chan struct{})}
+	a.write = func(line string) error {
+		_, err := io.WriteString(stdin, line+"\n")
+		return err
+	}
+	a.describe = func() string { return fmt.Sprintf("agentd exited (%v); stderr:\n%s", a.waitErr, a.stderr.String()) }
 	cmd.Stderr = a.stderr
 	require.NoError(t, cmd.Start())
 	a.pid = cmd.Process.Pid
@@ -206,26 +214,35 @@ func (a *agentd) read(stdout io.Reader) {
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		var m map[string]any
-		err := json.Unmarshal([]byte(line), &m)
-		a.mu.Lock()
-		a.raw = append(a.raw, line)
-		if err != nil {
-			m = map[string]any{"__bad_frame__": line}
-		}
-		a.frames = append(a.frames, m)
-		close(a.change)
-		a.change = make(chan struct{})
-		a.mu.Unlock()
+		a.deliver(sc.Text())
 	}
 	a.waitErr = a.cmd.Wait()
+	a.end()
+	close(a.exited)
+}
+
+// deliver records one frame received.
+func (a *agentd) deliver(line string) {
+	var m map[string]any
+	err := json.Unmarshal([]byte(line), &m)
 	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.raw = append(a.raw, line)
+	if err != nil {
+		m = map[string]any{"__bad_frame__": line}
+	}
+	a.frames = append(a.frames, m)
+	close(a.change)
+	a.change = make(chan struct{})
+}
+
+// end records that no more frames will come.
+func (a *agentd) end() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.eof = true
 	close(a.change)
 	a.change = make(chan struct{})
-	a.mu.Unlock()
-	close(a.exited)
 }
 
 func eventType(m map[string]any) string {
@@ -266,7 +283,7 @@ func (a *agentd) waitScan(what string, scan func([]map[string]any) map[string]an
 		tail := a.raw[max(0, len(a.raw)-10):]
 		a.mu.Unlock()
 		if eof {
-			a.t.Fatalf("agentd exited (%v) before %s; last frames:\n%s\nstderr:\n%s", a.waitErr, what, strings.Join(tail, "\n"), a.stderr.String())
+			a.t.Fatalf("connection ended before %s; last frames:\n%s\n%s", what, strings.Join(tail, "\n"), a.describe())
 		}
 		select {
 		case <-ch:
@@ -278,8 +295,7 @@ func (a *agentd) waitScan(what string, scan func([]map[string]any) map[string]an
 
 func (a *agentd) send(line string) {
 	a.t.Helper()
-	_, err := io.WriteString(a.stdin, line+"\n")
-	require.NoError(a.t, err)
+	require.NoError(a.t, a.write(line))
 }
 
 // call sends a request and returns its reply frame.

@@ -360,6 +360,12 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (strin
 		sess.emit(typ, payload)
 	}
 	sc := sess.Scope
+	if cur, err := s.pool.Get(ctx, sc.Profile.Name); err != nil || cur != sc {
+		err := fmt.Errorf("profile %q is no longer served (deleted)", sc.Profile.Name)
+		emit("message.start", map[string]any{})
+		emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
+		return "", err
+	}
 	snap, err := sc.Load()
 	if err != nil {
 		sc.Log.Error("turn: load profile", "session", sess.ID, "err", err)
@@ -412,25 +418,65 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (strin
 	return answer, nil
 }
 
-// RunJob implements cron.Runner: the job runs as a turn in a session of
-// its own in profile p's scope.
-func (s *Server) RunJob(ctx context.Context, p profile.Profile, job cron.Job) (string, error) {
-	sc, err := s.pool.Get(ctx, p.Name)
+// Detached describes a turn that belongs to no connection: a cron job or a
+// gateway request.
+type Detached struct {
+	Profile string        // profile name ("" = launch)
+	Source  string        // recorded on the stored session: "cron", "gateway"
+	Title   string        // stored session title
+	History []llm.Message // earlier messages, stored before the turn
+	Text    string        // the user's message
+	// Sink receives the turn events; nil drops them.
+	Sink func(typ string, payload any)
+}
+
+// ErrShuttingDown is returned for work refused because the server stops.
+var ErrShuttingDown = errors.New("agentd is shutting down")
+
+// RunDetached plays one turn in a fresh session of its own, in the named
+// profile's scope, and returns the answer. Shutdown waits for it (and
+// cancels it after the grace period) like any other turn.
+func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
+	s.mu.Lock()
+	if s.shutting {
+		s.mu.Unlock()
+		return "", ErrShuttingDown
+	}
+	s.turns.Add(1)
+	s.mu.Unlock()
+	defer s.turns.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.baseCtx, cancel)
+	defer stop()
+
+	sc, err := s.pool.Get(ctx, d.Profile)
 	if err != nil {
-		return "", fmt.Errorf("cron job %s: %w", job.ID, err)
+		return "", err
 	}
 	snap, err := sc.Load()
 	if err != nil {
-		return "", fmt.Errorf("cron job %s: %w", job.ID, err)
+		return "", err
 	}
-	st, err := sc.DB.CreateSession(ctx, store.Session{Profile: sc.Profile.Name, Model: snap.Config.Model.Default, Title: "cron: " + job.Name, Source: "cron"})
+	st, err := sc.DB.CreateSession(ctx, store.Session{Profile: sc.Profile.Name, Model: snap.Config.Model.Default, Title: d.Title, Source: d.Source})
 	if err != nil {
-		return "", fmt.Errorf("cron job %s: %w", job.ID, err)
+		return "", err
 	}
-	sess := &Session{ID: newLiveID(), Stored: st.ID, Scope: sc}
+	for _, m := range d.History {
+		if err := sc.DB.Append(ctx, st.ID, toStored(m)); err != nil {
+			return "", err
+		}
+	}
+	sess := &Session{ID: newLiveID(), Stored: st.ID, Scope: sc, sink: d.Sink, history: append([]llm.Message(nil), d.History...), busy: true}
 	defer sess.close()
-	sc.Log.Info("cron job start", "job", job.ID, "session", sess.ID)
-	answer, err := s.runTurn(ctx, sess, job.Prompt)
+	sc.Log.Info("detached turn start", "source", d.Source, "title", d.Title, "session", sess.ID)
+	return s.runTurn(ctx, sess, d.Text)
+}
+
+// RunJob implements cron.Runner: the job runs as a turn in a session of
+// its own in profile p's scope.
+func (s *Server) RunJob(ctx context.Context, p profile.Profile, job cron.Job) (string, error) {
+	answer, err := s.RunDetached(ctx, Detached{Profile: p.Name, Source: "cron", Title: "cron: " + job.Name, Text: job.Prompt})
 	if err != nil {
 		return "", fmt.Errorf("cron job %s: %w", job.ID, err)
 	}

@@ -23,7 +23,8 @@ type Session struct {
 	ID     string
 	Stored string
 	Scope  *scope.Scope
-	conn   rpc.Conn // owner; nil for cron sessions
+	conn   rpc.Conn                      // owner; nil for detached (cron, gateway) sessions
+	sink   func(typ string, payload any) // events of a detached session, when set
 
 	turn sync.Mutex // held for a whole turn
 
@@ -45,6 +46,10 @@ func newLiveID() string {
 
 // emit sends one event of this session to its owner connection only.
 func (s *Session) emit(typ string, payload any) {
+	if s.sink != nil {
+		s.sink(typ, payload)
+		return
+	}
 	if s.conn == nil {
 		return
 	}

@@ -1,0 +1,255 @@
+package wsserve
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultQueue     = 1024
+	DefaultMaxFrame  = 16 << 20
+	writeTimeout     = 10 * time.Second
+	closeGraceWindow = time.Second
+)
+
+// ErrQueueFull is the reason a slow connection is closed.
+var ErrQueueFull = errors.New("send queue full: the client is not reading fast enough")
+
+// Options configure a Handler.
+type Options struct {
+	Token      string
+	Dispatcher *rpc.Dispatcher
+	Queue      int   // frames queued per connection before it is closed
+	MaxFrame   int64 // largest message read
+	// OnOpen runs when a connection is up, before any request is read (it
+	// sends gateway.ready).
+	OnOpen func(c rpc.Conn) error
+	// OnClose runs once a connection is gone (its sessions end).
+	OnClose func(connID string)
+}
+
+// Handler serves /api/ws and /api/health.
+type Handler struct {
+	opts     Options
+	upgrader websocket.Upgrader
+	ctx      context.Context
+	cancel   context.CancelFunc
+
+	mu     sync.Mutex
+	conns  map[*Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// New returns a Handler.
+func New(opts Options) *Handler {
+	if opts.Queue <= 0 {
+		opts.Queue = DefaultQueue
+	}
+	if opts.MaxFrame <= 0 {
+		opts.MaxFrame = DefaultMaxFrame
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Handler{
+		opts: opts, ctx: ctx, cancel: cancel, conns: map[*Conn]struct{}{},
+		upgrader: websocket.Upgrader{
+			ReadBufferSize: 32 << 10, WriteBufferSize: 32 << 10,
+			// Clients are local programs, not browsers; the token is the gate.
+			CheckOrigin: func(*http.Request) bool { return true },
+		},
+	}
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/api/health":
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	case "/api/ws":
+		h.serveWS(w, r)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
+	tok := r.URL.Query().Get("token")
+	if tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(h.opts.Token)) != 1 {
+		http.Error(w, "missing or wrong token", http.StatusUnauthorized)
+		return
+	}
+	h.mu.Lock()
+	closed := h.closed
+	h.mu.Unlock()
+	if closed {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	ws, err := h.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered
+	}
+	ws.SetReadLimit(h.opts.MaxFrame)
+	c := &Conn{id: rpc.NewConnID("ws"), ws: ws, queue: make(chan []byte, h.opts.Queue), done: make(chan struct{}), writerDone: make(chan struct{})}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		_ = ws.Close()
+		return
+	}
+	h.conns[c] = struct{}{}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	defer h.wg.Done()
+	go c.writer()
+	defer func() {
+		c.shutdown(websocket.CloseNormalClosure, "bye")
+		<-c.writerDone
+		h.mu.Lock()
+		delete(h.conns, c)
+		h.mu.Unlock()
+		if h.opts.OnClose != nil {
+			h.opts.OnClose(c.id)
+		}
+	}()
+	if h.opts.OnOpen != nil {
+		if err := h.opts.OnOpen(c); err != nil {
+			return
+		}
+	}
+	var reqs sync.WaitGroup
+	defer reqs.Wait()
+	for {
+		typ, msg, err := ws.ReadMessage()
+		if err != nil {
+			if errors.Is(err, websocket.ErrReadLimit) {
+				_ = c.Send(rpc.EventFrame(rpc.Event{Type: "error", Payload: map[string]string{"message": "frame too large"}}))
+			}
+			return
+		}
+		if typ != websocket.TextMessage && typ != websocket.BinaryMessage {
+			continue
+		}
+		reqs.Add(1)
+		go func() {
+			defer reqs.Done()
+			h.opts.Dispatcher.Dispatch(h.ctx, c, msg)
+		}()
+	}
+}
+
+// Close stops accepting connections and closes every open one after its
+// queued frames are written (at most about a second each). It waits for
+// every connection's goroutines.
+func (h *Handler) Close() {
+	h.mu.Lock()
+	h.closed = true
+	conns := make([]*Conn, 0, len(h.conns))
+	for c := range h.conns {
+		conns = append(conns, c)
+	}
+	h.mu.Unlock()
+	for _, c := range conns {
+		c.shutdown(websocket.CloseGoingAway, "server shutting down")
+	}
+	h.wg.Wait()
+	h.cancel()
+}
+
+// Conns is the number of open connections.
+func (h *Handler) Conns() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.conns)
+}
+
+// Conn is one websocket connection.
+type Conn struct {
+	id         string
+	ws         *websocket.Conn
+	queue      chan []byte
+	done       chan struct{}
+	writerDone chan struct{}
+
+	mu       sync.Mutex
+	closing  bool
+	code     int
+	reason   string
+	doneOnce sync.Once
+}
+
+// ID implements rpc.Conn.
+func (c *Conn) ID() string { return c.id }
+
+// Done implements rpc.Conn.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Send implements rpc.Conn: it queues the frame, or closes the connection
+// when its queue is full.
+func (c *Conn) Send(frame []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return errors.New("send frame: connection closed")
+	}
+	select {
+	case c.queue <- frame:
+		return nil
+	default:
+		c.startClose(websocket.ClosePolicyViolation, ErrQueueFull.Error())
+		return ErrQueueFull
+	}
+}
+
+func (c *Conn) shutdown(code int, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.startClose(code, reason)
+}
+
+// startClose marks the connection closing; the writer flushes the queue,
+// sends the close frame and closes the socket. c.mu is held.
+func (c *Conn) startClose(code int, reason string) {
+	if c.closing {
+		return
+	}
+	c.closing = true
+	c.code, c.reason = code, reason
+	close(c.queue)
+}
+
+// writer owns every write to the socket.
+func (c *Conn) writer() {
+	defer close(c.writerDone)
+	defer c.doneOnce.Do(func() { close(c.done) })
+	defer c.ws.Close()
+	for frame := range c.queue {
+		c.mu.Lock()
+		code := c.code
+		c.mu.Unlock()
+		if code == websocket.ClosePolicyViolation {
+			break // a slow client gets no more frames, just the reason
+		}
+		_ = c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if err := c.ws.WriteMessage(websocket.TextMessage, frame); err != nil {
+			c.shutdown(websocket.CloseAbnormalClosure, err.Error())
+			for range c.queue {
+			}
+			return
+		}
+	}
+	c.mu.Lock()
+	code, reason := c.code, c.reason
+	c.mu.Unlock()
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(closeGraceWindow))
+}
