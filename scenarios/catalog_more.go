@@ -165,20 +165,21 @@ func profileLifecycle() Spec {
 					Name string `json:"name"`
 					Path string `json:"path"`
 				}
-				e.ScopedWrite("profiles.create "+name, launch, []string{"profiles/" + name + "/", "logs/"}, func() {
-					e.Call(e.Conns[launch.Name], "profiles.create", map[string]any{"name": name}, &res)
-				})
-				if !res.OK || res.Name != name {
-					e.T.Fatalf("profiles.create %s answered %+v", name, res)
-				}
-				// The new profile is a tenant from now on: its home, as the
-				// server made it, may hold no other tenant's canary.
+				// The new profile is a tenant from the start: the write is
+				// addressed to it, and its home as the server makes it may hold no
+				// other tenant's canary.
 				g, err := e.Box.Set.AddTenant(name)
 				if err != nil {
 					e.T.Fatalf("%v", err)
 				}
 				e.Tenants = e.Box.Set.Tenants
 				e.created = g
+				e.ScopedWrite("profiles.create "+name, g, []string{g.Home + "/"}, func() {
+					e.Call(e.Conns[launch.Name], "profiles.create", map[string]any{"name": name}, &res)
+				})
+				if !res.OK || res.Name != name {
+					e.T.Fatalf("profiles.create %s answered %+v", name, res)
+				}
 				if res.Path != g.Home {
 					e.T.Errorf("profiles.create put %s at %s, want %s", name, res.Path, g.Home)
 				}
