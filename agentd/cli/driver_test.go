@@ -147,8 +147,9 @@ type agentd struct {
 	stderr *lockedBuffer
 	pid    int
 
-	write    func(line string) error // sends one frame
-	describe func() string           // what to show when the peer is gone
+	write     func(line string) error // sends one frame
+	closeConn func()                  // closes a websocket connection
+	describe  func() string           // what to show when the peer is gone
 
 	mu      sync.Mutex
 	frames  []map[string]any
