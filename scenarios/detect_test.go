@@ -28,6 +28,20 @@ func TestPlantedLeaksAreCaught(t *testing.T) {
 				e.StdioPerTenant()
 				e.OpenSessions()
 				e.InterleavedTurns(1)
+				// Positive control of the no-survivor check: the target's own
+				// children (the sessions' shells) carry the run's marker, so a
+				// shell that outlived agentd would be seen.
+				direct := map[int]bool{}
+				for _, p := range e.Box.Procs() {
+					direct[p.Pid()] = true
+				}
+				var children int
+				for _, pid := range e.Box.Survivors() {
+					if !direct[pid] {
+						children++
+					}
+				}
+				assert.GreaterOrEqual(e.T, children, len(e.Tenants), "every session's shell carries the run marker")
 			}},
 			{Name: "plant", Run: func(e *Env) {
 				alpha, beta := e.Tenant("alpha"), e.Tenant("beta")
