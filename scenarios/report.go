@@ -51,12 +51,20 @@ type PhaseReport struct {
 	Error    string               `json:"error,omitempty"` // the harness or target failure that ended the phase
 }
 
+// TenantInfo names one tenant of a scenario's run and its random tag.
+type TenantInfo struct {
+	Name   string `json:"name"`
+	Tag    string `json:"tag"`
+	Launch bool   `json:"launch"`
+}
+
 // Report is one scenario's outcome.
 type Report struct {
 	ID       string         `json:"id"`
 	Purpose  string         `json:"purpose"`
 	Focus    []Invariant    `json:"focus"`
 	Tenants  int            `json:"tenants"`
+	Roster   []TenantInfo   `json:"roster,omitempty"` // the tenants and their tags (a profile made mid-run included)
 	Result   Result         `json:"result"`
 	Reason   string         `json:"reason,omitempty"` // for skipped or failed
 	Duration time.Duration  `json:"duration_ns"`

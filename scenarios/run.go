@@ -83,10 +83,16 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 	*rep = Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus, Tenants: n}
 	rt := &recordingT{T: t}
 	start := time.Now()
+	var box *harness.Sandbox
 	// Registered first, so it runs last: after the sandbox is closed and
 	// its survivors are counted.
 	t.Cleanup(func() {
 		rep.Duration = time.Since(start)
+		if box != nil {
+			for _, tn := range box.Set.Tenants {
+				rep.Roster = append(rep.Roster, TenantInfo{Name: tn.Name, Tag: tn.Tag, Launch: tn.Launch})
+			}
+		}
 		rep.Result = verdict(rep, t.Failed())
 		if rep.Result != Pass {
 			rep.Log = rt.messages()
@@ -109,7 +115,8 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 	}
 
 	root := t.TempDir()
-	box, err := harness.NewSandbox(ctx, root, cfg.Target, harness.SandboxOptions{
+	var err error
+	box, err = harness.NewSandbox(ctx, root, cfg.Target, harness.SandboxOptions{
 		Tenants: tenants.Options{Names: tenants.Names(n)},
 		Extras:  cfg.Extras,
 	})
