@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/agentd/server"
+	"github.com/tenantcanary/tenantcanary/certificate"
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/scenarios"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// Limits of --tenants.
+const (
+	minTenants = 2 // isolation needs someone to be isolated from
+	maxTenants = 100
+)
+
+const runUsage = "usage: canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--out DIR] [--keep] [--timeout D] [--parallel N] [--self-test]"
+
+// certifyOptions are the main run's flags.
+type certifyOptions struct {
+	target   string
+	tenants  int
+	run      string
+	out      string
+	keep     bool
+	timeout  time.Duration
+	parallel int
+	selfTest bool
+}
+
+// errHelp: -h was asked for.
+var errHelp = errors.New("help requested")
+
+func parseCertify(args []string) (certifyOptions, error) {
+	o := certifyOptions{}
+	fs := flag.NewFlagSet("canary-run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.target, "target", "agentd", "the embedded `agentd`, or a target YAML FILE")
+	fs.IntVar(&o.tenants, "tenants", 3, "tenants per scenario")
+	fs.StringVar(&o.run, "run", "", "run only the scenarios whose ID matches this `REGEXP`")
+	fs.StringVar(&o.out, "out", "canary-out", "write the certificate into this `DIR`")
+	fs.BoolVar(&o.keep, "keep", false, "keep the work tree (sandboxes, homes, logs) under DIR/work for a look")
+	fs.DurationVar(&o.timeout, "timeout", 0, "cap on each scenario (0: each scenario's own)")
+	fs.IntVar(&o.parallel, "parallel", 1, "scenarios run at once")
+	fs.BoolVar(&o.selfTest, "self-test", false, "prove the harness catches seeded leaks (not in this build)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, errHelp
+		}
+		return o, err
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected argument %q (a run takes only flags)", fs.Arg(0)))
+	}
+	if o.target == "" {
+		errs = append(errs, errors.New("--target is empty: give agentd or a target file"))
+	}
+	if o.tenants < minTenants || o.tenants > maxTenants {
+		errs = append(errs, fmt.Errorf("--tenants %d: want %d to %d", o.tenants, minTenants, maxTenants))
+	}
+	if o.out == "" {
+		errs = append(errs, errors.New("--out is empty"))
+	}
+	if o.timeout < 0 {
+		errs = append(errs, fmt.Errorf("--timeout %v: want 0 or more", o.timeout))
+	}
+	if o.parallel < 1 {
+		errs = append(errs, fmt.Errorf("--parallel %d: want 1 or more", o.parallel))
+	}
+	if o.run != "" {
+		if _, err := scenarios.Default().Match(o.run); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return o, errors.Join(errs...)
+}
+
+// loadTarget is the embedded agentd (this binary re-executed as
+// `canary-run agentd ...`) or a target file.
+func loadTarget(name string) (harness.Target, certificate.Target, error) {
+	if name == "agentd" {
+		exe, err := os.Executable()
+		if err != nil {
+			return harness.Target{}, certificate.Target{}, fmt.Errorf("find this binary to run the embedded agentd: %w", err)
+		}
+		t := harness.AgentdTarget(exe, "agentd")
+		return t, certificate.Target{Name: t.Name, Version: server.Version}, nil
+	}
+	t, err := harness.LoadTarget(name)
+	if err != nil {
+		return harness.Target{}, certificate.Target{}, err
+	}
+	return t, certificate.Target{Name: t.Name, Version: t.Version}, nil
+}
+
+// runCertify is the main run: the catalog, the certificate, the verdict.
+func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	o, err := parseCertify(args)
+	if errors.Is(err, errHelp) {
+		fmt.Fprint(stdout, usageText)
+		return 0
+	}
+	if err != nil {
+		return usageError(stderr, "canary-run", err, runUsage)
+	}
+	if o.selfTest {
+		fmt.Fprintln(stderr, "canary-run: --self-test: not available in this build (seeded faults come with issue 8)")
+		return exitUsage
+	}
+	target, certTarget, err := loadTarget(o.target)
+	if err != nil {
+		return usageError(stderr, "canary-run", err, runUsage)
+	}
+	out, err := filepath.Abs(o.out)
+	if err != nil {
+		return usageError(stderr, "canary-run", fmt.Errorf("--out %q: %w", o.out, err), runUsage)
+	}
+
+	start := time.Now()
+	reports, runErr := runWork(ctx, out, o, target, stderr)
+	cert := certificate.New(certTarget, tenantsOf(o.tenants), reports, time.Since(start))
+	if runErr != nil {
+		if ctx.Err() != nil {
+			runErr = fmt.Errorf("interrupted: %w", runErr)
+		}
+		cert.Fail(runErr)
+	}
+	fmt.Fprintln(stderr)
+	if err := cert.WriteTable(stderr); err != nil {
+		fmt.Fprintf(stderr, "canary-run: %v\n", err)
+	}
+	if err := cert.Write(out, lookupEnv); err != nil {
+		fmt.Fprintf(stderr, "canary-run: %v\n", err)
+		return certificate.ExitFailed
+	}
+	fmt.Fprintf(stderr, "certificate: %s\n", filepath.Join(out, certificate.JSONFile))
+	return certificate.ExitCode(cert.Verdict)
+}
+
+// runWork runs the catalog in a work tree: DIR/work when kept, else a
+// temporary folder removed afterwards.
+func runWork(ctx context.Context, out string, o certifyOptions, target harness.Target, stderr io.Writer) ([]scenarios.Report, error) {
+	var work string
+	if o.keep {
+		work = filepath.Join(out, "work")
+		if err := os.MkdirAll(work, 0o755); err != nil {
+			return nil, fmt.Errorf("make the work tree: %w", err)
+		}
+		fmt.Fprintf(stderr, "canary-run: keeping the work tree in %s\n", work)
+	} else {
+		var err error
+		if work, err = os.MkdirTemp("", "canary-run-"); err != nil {
+			return nil, fmt.Errorf("make the work tree: %w", err)
+		}
+		defer os.RemoveAll(work)
+	}
+	return scenarios.RunCatalog(ctx, scenarios.Default(), scenarios.Config{
+		Target:   target,
+		Tenants:  o.tenants,
+		Run:      o.run,
+		WorkDir:  work,
+		Keep:     o.keep,
+		Timeout:  o.timeout,
+		Parallel: o.parallel,
+		Progress: stderr,
+	})
+}
+
+// tenantsOf names the tenants each scenario runs with. Each scenario mints
+// its own tags, so none is recorded here.
+func tenantsOf(n int) []certificate.Tenant {
+	out := make([]certificate.Tenant, 0, n)
+	for _, name := range tenants.Names(n) {
+		out = append(out, certificate.Tenant{Name: name, Launch: name == "default"})
+	}
+	return out
+}

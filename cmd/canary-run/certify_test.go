@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/certificate"
+	"github.com/tenantcanary/tenantcanary/scenarios"
+)
+
+// readCertificate reads the certificate a run wrote into dir.
+func readCertificate(t *testing.T, dir string) *certificate.Certificate {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, certificate.JSONFile))
+	require.NoError(t, err)
+	defer f.Close()
+	c, err := certificate.ReadJSON(f)
+	require.NoError(t, err)
+	return c
+}
+
+// TestCertifyEmbeddedAgentd is the product's main command on one scenario:
+// the embedded agentd (this test binary re-executed as `canary-run agentd`,
+// see TestMain) is certified, and the three files say so.
+func TestCertifyEmbeddedAgentd(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "cert")
+	summary := filepath.Join(dir, "step-summary.md")
+	env := func(k string) (string, bool) {
+		if k == certificate.StepSummaryVar {
+			return summary, true
+		}
+		return "", false
+	}
+	var stdout, stderr syncBuffer
+	code := dispatch(t.Context(), []string{"--run", "^stdio-separate$", "--tenants", "2", "--out", out, "--keep"},
+		strings.NewReader(""), &stdout, &stderr, env)
+	require.Equal(t, 0, code, "stderr:\n%s", &stderr)
+
+	// Progress as it goes, then the final table and where the certificate is.
+	errOut := stderr.String()
+	require.Contains(t, errOut, "stdio-separate")
+	require.Regexp(t, `(?m)^SCENARIO\s+RESULT\s+PHASES`, errOut)
+	require.Regexp(t, `(?m)^stdio-separate\s+pass\s+\d+\s+[1-9]\d*\s+[1-9]\d*\s+0\s`, errOut)
+	require.Contains(t, errOut, "verdict: certified")
+	require.Contains(t, errOut, "certificate: "+filepath.Join(out, certificate.JSONFile))
+
+	c := readCertificate(t, out)
+	require.Equal(t, certificate.Certified, c.Verdict)
+	require.Equal(t, "agentd", c.Target.Name)
+	require.NotEmpty(t, c.Target.Version)
+	require.Equal(t, []certificate.Tenant{{Name: "default", Launch: true}, {Name: "alpha"}}, c.Tenants)
+	require.Len(t, c.Scenarios, 1)
+	r := c.Scenarios[0]
+	require.Equal(t, "stdio-separate", r.ID)
+	require.Equal(t, scenarios.Pass, r.Result)
+	require.NotEmpty(t, r.Phases)
+	require.Positive(t, r.Totals().Requests)
+	require.Positive(t, r.Totals().Snapshots)
+	require.Nil(t, c.DetectionPower)
+
+	data, err := os.ReadFile(filepath.Join(out, certificate.JUnitFile))
+	require.NoError(t, err)
+	var suites certificate.JUnitSuites
+	require.NoError(t, xml.Unmarshal(data, &suites))
+	require.Len(t, suites.Suites, 1)
+	require.Equal(t, len(r.Phases), suites.Tests)
+	require.Zero(t, suites.Failures+suites.Errors)
+
+	md, err := os.ReadFile(filepath.Join(out, certificate.MarkdownFile))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(string(md), "## tenantcanary: certified"), string(md))
+	step, err := os.ReadFile(summary)
+	require.NoError(t, err)
+	require.Equal(t, string(md)+"\n", string(step))
+
+	// --keep left the work tree for a look.
+	entries, err := os.ReadDir(filepath.Join(out, "work", "stdio-separate"))
+	require.NoError(t, err)
+	require.NotEmpty(t, entries)
+}
+
+// TestCertifyInterrupted cancels a run mid-scenario (canary-run's SIGINT):
+// it ends, the certificate says failed and why, the exit code is 2.
+func TestCertifyInterrupted(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "cert")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- dispatch(ctx, []string{"--run", "^restart-resume$", "--tenants", "2", "--out", out},
+			strings.NewReader(""), &stdout, &stderr, noEnv)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "phase") },
+		30*time.Second, 10*time.Millisecond, "no phase started; stderr:\n%s", &stderr)
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, 2, code, "stderr:\n%s", &stderr)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the run did not end after its context did; stderr:\n%s", &stderr)
+	}
+	c := readCertificate(t, out)
+	require.Equal(t, certificate.Failed, c.Verdict)
+	require.Contains(t, c.Error, "interrupted")
+	require.Contains(t, stderr.String(), "run failed: interrupted")
+}

@@ -1,0 +1,25 @@
+// Command canary-run certifies that a pooled multi-tenant agent server leaks
+// no tenant's data to another. With no arguments it runs the whole scenario
+// catalog against the embedded agentd (nothing to install) and writes the
+// certificate:
+//
+//	canary-run                          # 3 tenants, every scenario, into ./canary-out
+//	canary-run --tenants 32 --run pooled --out /tmp/cert
+//	canary-run --target staging.yaml    # any other server, described in YAML
+//
+// The certificate is certificate.json, junit.xml and summary.md in --out
+// (summary.md is also appended to $GITHUB_STEP_SUMMARY when set). The exit
+// code is 0 when certified, 1 when a leak was found, 2 on a usage error or
+// when the harness or the target failed.
+//
+// Subcommands:
+//
+//	canary-run scan --canaries FILE [--json] PATH...
+//	canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--journal FILE] [--advertise-host H]
+//	canary-run agentd ARGS...
+//
+// scan looks for canaries in files (for staging hosts the harness cannot
+// read); fakellm serves one fake provider per tenant for a staging server,
+// journaling every request; agentd runs the embedded reference server,
+// which is how the default target needs no install.
+package main

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestMain lets the test binary stand in for canary-run as the embedded
+// target: the harness runs os.Executable() with "agentd" first, as it runs
+// a real canary-run.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "agentd" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a bytes.Buffer safe for a command writing while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runCLI runs the command in-process and returns its exit code and output.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb syncBuffer
+	code = dispatch(t.Context(), args, strings.NewReader(""), &out, &errb, noEnv)
+	return code, out.String(), errb.String()
+}
+
+// noEnv is an environment with nothing set.
+func noEnv(string) (string, bool) { return "", false }

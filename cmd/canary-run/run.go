@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/agentd/cli"
+	"github.com/tenantcanary/tenantcanary/certificate"
+	"github.com/tenantcanary/tenantcanary/invariants/scancmd"
+)
+
+// exitUsage is the exit code of a usage error (the same as a failed run's).
+const exitUsage = certificate.ExitFailed
+
+const usageText = `usage:
+  canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--out DIR]
+             [--keep] [--timeout D] [--parallel N] [--self-test]
+      run the scenario catalog against a pooled server and write the
+      certificate (certificate.json, junit.xml, summary.md) into --out
+  canary-run scan --canaries FILE [--json] PATH...
+      look for canaries in files and trees, in every encoding
+  canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--journal FILE] [--advertise-host H]
+      serve one fake provider per tenant for a staging server until interrupted
+  canary-run agentd ARGS...
+      run the embedded agentd (the default target)
+
+exit: 0 certified (scan: nothing found), 1 leaks found, 2 a usage error
+      or the harness or the target failed
+`
+
+// run is canary-run with args (without the program name); it returns the
+// exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return dispatch(ctx, args, stdin, stdout, stderr, os.LookupEnv)
+}
+
+// dispatch is run with the environment lookup ($GITHUB_STEP_SUMMARY) as a
+// parameter, so tests leave the real one alone.
+func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "agentd":
+			return cli.Main(ctx, append([]string{"agentd"}, args[1:]...), stdin, stdout, stderr)
+		case "scan":
+			return scancmd.Run(ctx, args[1:], stdout, stderr)
+		case "fakellm":
+			return runFakeLLM(ctx, args[1:], stdout, stderr)
+		case "help", "-h", "-help", "--help":
+			fmt.Fprint(stdout, usageText)
+			return 0
+		}
+		if !strings.HasPrefix(args[0], "-") {
+			fmt.Fprintf(stderr, "canary-run: unknown command %q (commands: scan, fakellm, agentd; or flags for a run)\n%s", args[0], usageText)
+			return exitUsage
+		}
+	}
+	return runCertify(ctx, args, stdout, stderr, lookupEnv)
+}
+
+// usageError prints err and the usage, and returns the usage exit code.
+func usageError(stderr io.Writer, cmd string, err error, usage string) int {
+	fmt.Fprintf(stderr, "%s: %v\n%s\n", cmd, err, usage)
+	return exitUsage
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/agentd/server"
+)
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	names := filepath.Join(dir, "names.json")
+	require.NoError(t, os.WriteFile(names, []byte(`["default","alpha"]`), 0o644))
+	badNames := filepath.Join(dir, "bad-names.json")
+	require.NoError(t, os.WriteFile(badNames, []byte(`["default","Alpha!"]`), 0o644))
+	notJSON := filepath.Join(dir, "not.json")
+	require.NoError(t, os.WriteFile(notJSON, []byte(`names: [a]`), 0o644))
+	unknownField := filepath.Join(dir, "unknown.json")
+	require.NoError(t, os.WriteFile(unknownField, []byte(`{"names":["a","b"],"lunch":"a"}`), 0o644))
+	badTarget := filepath.Join(dir, "target.yaml")
+	require.NoError(t, os.WriteFile(badTarget, []byte("name: x\nstdio: [x]\nbogus: 1\n"), 0o644))
+	out := filepath.Join(dir, "never")
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown command", []string{"certify"}, `unknown command "certify"`},
+		{"unknown flag", []string{"--bogus", "--out", out}, "flag provided but not defined: -bogus"},
+		{"stray argument", []string{"--out", out, "extra"}, `unexpected argument "extra"`},
+		{"one tenant", []string{"--tenants", "1", "--out", out}, "--tenants 1: want 2 to 100"},
+		{"too many tenants", []string{"--tenants", "1000", "--out", out}, "--tenants 1000: want 2 to 100"},
+		{"tenants not a number", []string{"--tenants", "three", "--out", out}, `invalid value "three" for flag -tenants`},
+		{"no parallelism", []string{"--parallel", "0", "--out", out}, "--parallel 0: want 1 or more"},
+		{"negative timeout", []string{"--timeout", "-1s", "--out", out}, "--timeout -1s: want 0 or more"},
+		{"bad duration", []string{"--timeout", "soon", "--out", out}, `invalid value "soon" for flag -timeout`},
+		{"bad regexp", []string{"--run", "(", "--out", out}, `--run "(": error parsing regexp`},
+		{"run matches nothing", []string{"--run", "^nothing$", "--out", out}, "matches no scenario; the catalog has: "},
+		{"empty target", []string{"--target", "", "--out", out}, "--target is empty"},
+		{"missing target file", []string{"--target", filepath.Join(dir, "missing.yaml"), "--out", out}, "load target: open "},
+		{"bad target file", []string{"--target", badTarget, "--out", out}, "field bogus not found"},
+		{"several errors at once", []string{"--tenants", "0", "--parallel", "0", "--out", out}, "--tenants 0: want 2 to 100\n--parallel 0"},
+		{"self-test", []string{"--self-test", "--out", out}, "--self-test: not available in this build"},
+		{"scan without canaries", []string{"scan", dir}, "--canaries FILE is required"},
+		{"fakellm without listen", []string{"fakellm", "--tenants", names, "--out", out}, "--listen ADDR is required"},
+		{"fakellm without tenants", []string{"fakellm", "--listen", "127.0.0.1:0", "--out", out}, "--tenants FILE is required"},
+		{"fakellm listen without port", []string{"fakellm", "--listen", "127.0.0.1", "--tenants", names, "--out", out}, `--listen "127.0.0.1": want HOST:PORT`},
+		{"fakellm listen bad port", []string{"fakellm", "--listen", "127.0.0.1:http", "--tenants", names, "--out", out}, `port "http" is not a number`},
+		{"fakellm fixed port for two", []string{"fakellm", "--listen", "127.0.0.1:5999", "--tenants", names, "--out", out}, "a fixed port serves one provider, and there are 2 tenants: use port 0"},
+		{"fakellm names not JSON", []string{"fakellm", "--listen", "127.0.0.1:0", "--tenants", notJSON, "--out", out}, "want a JSON array of names"},
+		{"fakellm names unknown field", []string{"fakellm", "--listen", "127.0.0.1:0", "--tenants", unknownField, "--out", out}, `unknown field "lunch"`},
+		{"fakellm names missing", []string{"fakellm", "--listen", "127.0.0.1:0", "--tenants", filepath.Join(dir, "nope.json"), "--out", out}, "read --tenants: open "},
+		{"agentd unknown command", []string{"agentd", "bogus"}, `agentd: unknown command "bogus"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runCLI(t, tc.args...)
+			require.Equal(t, 2, code, "stderr: %s", stderr)
+			require.Contains(t, stderr, tc.want)
+			require.Empty(t, stdout)
+			require.NoDirExists(t, out, "a usage error writes nothing")
+		})
+	}
+}
+
+func TestFakeLLMBadTenantName(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	names := filepath.Join(dir, "names.json")
+	require.NoError(t, os.WriteFile(names, []byte(`{"names":["default","Alpha!"]}`), 0o644))
+	code, _, stderr := runCLI(t, "fakellm", "--listen", "127.0.0.1:0", "--tenants", names, "--out", filepath.Join(dir, "out"))
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, `tenant name "Alpha!"`)
+
+	require.NoError(t, os.WriteFile(names, []byte(`{"names":["default","alpha"],"launch":"beta"}`), 0o644))
+	code, _, stderr = runCLI(t, "fakellm", "--listen", "127.0.0.1:0", "--tenants", names, "--out", filepath.Join(dir, "out"))
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, `launch tenant "beta" is not among`)
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
+		code, stdout, stderr := runCLI(t, args...)
+		require.Equal(t, 0, code)
+		require.Empty(t, stderr)
+		require.Contains(t, stdout, "canary-run scan --canaries FILE [--json] PATH...")
+		require.Contains(t, stdout, "canary-run fakellm --listen ADDR --tenants FILE")
+		require.Contains(t, stdout, "exit: 0 certified")
+	}
+	code, stdout, _ := runCLI(t, "fakellm", "-h")
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, fakellmUsage)
+}
+
+func TestAgentdIsEmbedded(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := runCLI(t, "agentd", "version")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, server.Version+"\n", stdout)
+}
+
+func TestFakeLLMBadTenantNameWritesNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	names := filepath.Join(dir, "names.json")
+	require.NoError(t, os.WriteFile(names, []byte(`["default","x_y"]`), 0o644))
+	out := filepath.Join(dir, "out")
+	code, _, _ := runCLI(t, "fakellm", "--listen", "127.0.0.1:0", "--tenants", names, "--out", out)
+	require.Equal(t, 2, code)
+	require.NoDirExists(t, out)
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/invariants/scancmd"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// TestScanEndToEnd runs `canary-run scan` on files it writes: clean (0),
+// a foreign key hidden in base64 (1), a path that is not there (2).
+func TestScanEndToEnd(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	alphaKey := tenants.CanaryValue(tenants.ProviderKey, "alpha", "0a1b2c3d4e")
+	betaMemory := tenants.CanaryValue(tenants.Memory, "beta", "99aa88bb77")
+	canaries := filepath.Join(dir, "canaries.json")
+	data, err := json.Marshal([]tenants.Canary{
+		{Owner: "alpha", Kind: tenants.ProviderKey, Value: alphaKey},
+		{Owner: "beta", Kind: tenants.Memory, Value: betaMemory},
+	})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(canaries, data, 0o644))
+
+	clean := filepath.Join(dir, "clean")
+	require.NoError(t, os.MkdirAll(clean, 0o755))
+	// Near misses stay clean: the bare tag, a name alone, a cut key.
+	require.NoError(t, os.WriteFile(filepath.Join(clean, "log.txt"), []byte("alpha beta 0a1b2c3d4e "+alphaKey[:len(alphaKey)-1]+"\n"), 0o644))
+	code, stdout, stderr := runCLI(t, "scan", "--canaries", canaries, clean)
+	require.Equal(t, 0, code, stderr)
+	require.Empty(t, stdout)
+
+	dirty := filepath.Join(dir, "dirty")
+	require.NoError(t, os.MkdirAll(filepath.Join(dirty, "profiles", "beta"), 0o755))
+	leaked := "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("x:"+alphaKey)) + "\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dirty, "profiles", "beta", "agent.log"), []byte(leaked), 0o644))
+	code, stdout, stderr = runCLI(t, "scan", "--canaries", canaries, clean, dirty)
+	require.Equal(t, 1, code, stderr)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.Len(t, lines, 1, stdout)
+	require.Regexp(t, `^alpha provider_key base64 \S+/dirty/profiles/beta/agent\.log:\d+$`, lines[0])
+
+	code, stdout, _ = runCLI(t, "scan", "--json", "--canaries", canaries, dirty)
+	require.Equal(t, 1, code)
+	var f scancmd.JSONFinding
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(stdout)), &f))
+	require.Equal(t, "alpha", f.Owner)
+	require.Equal(t, "base64", f.Encoding)
+
+	code, _, stderr = runCLI(t, "scan", "--canaries", canaries, filepath.Join(dir, "missing"))
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "missing")
+}
