@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,11 +49,36 @@ type Target struct {
 	Version string `json:"version,omitempty"`
 }
 
-// Tenant is one tenant of the run.
+// Tenant is one tenant of the run. Each scenario builds its tenants afresh,
+// with new random tags: Tags lists every tag the tenant's canaries had, in
+// scenario order (each scenario's own is in its report's roster).
 type Tenant struct {
-	Name   string `json:"name"`
-	Tag    string `json:"tag,omitempty"` // the random tag of its canaries
-	Launch bool   `json:"launch"`        // the launch profile
+	Name   string   `json:"name"`
+	Launch bool     `json:"launch"` // the launch profile
+	Tags   []string `json:"tags,omitempty"`
+}
+
+// TenantsOf gathers the tenants of every report's roster, in order of
+// first appearance, with every distinct tag each had.
+func TenantsOf(reports []scenarios.Report) []Tenant {
+	var out []Tenant
+	at := map[string]int{}
+	for _, r := range reports {
+		for _, ti := range r.Roster {
+			i, ok := at[ti.Name]
+			if !ok {
+				i = len(out)
+				at[ti.Name] = i
+				out = append(out, Tenant{Name: ti.Name})
+			}
+			t := &out[i]
+			t.Launch = t.Launch || ti.Launch
+			if ti.Tag != "" && !slices.Contains(t.Tags, ti.Tag) {
+				t.Tags = append(t.Tags, ti.Tag)
+			}
+		}
+	}
+	return out
 }
 
 // FaultResult is one seeded fault of a self-test and whether the catalog

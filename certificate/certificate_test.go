@@ -71,7 +71,7 @@ func skipped(id string) scenarios.Report {
 
 func sample(reports ...scenarios.Report) *Certificate {
 	c := New(Target{Name: "agentd", Version: "agentd/0.1"},
-		[]Tenant{{Name: "default", Tag: "0123456789", Launch: true}, {Name: "alpha", Tag: "abcdef0123"}, {Name: "beta", Tag: "fedcba9876"}},
+		[]Tenant{{Name: "default", Tags: []string{"0123456789"}, Launch: true}, {Name: "alpha", Tags: []string{"abcdef0123"}}, {Name: "beta", Tags: []string{"fedcba9876"}}},
 		reports, 3*time.Second)
 	return c
 }
@@ -387,4 +387,18 @@ func TestToolVersion(t *testing.T) {
 	v := ToolVersion()
 	require.NotEmpty(t, v)
 	require.True(t, strings.HasPrefix(v, "devel") || strings.HasPrefix(v, "v"), v)
+}
+
+func TestTenantsOfRosters(t *testing.T) {
+	t.Parallel()
+	a, b := passing("a"), passing("b")
+	a.Roster = []scenarios.TenantInfo{{Name: "default", Tag: "1111111111", Launch: true}, {Name: "alpha", Tag: "2222222222"}}
+	b.Roster = []scenarios.TenantInfo{{Name: "default", Tag: "3333333333", Launch: true}, {Name: "alpha", Tag: "4444444444"},
+		{Name: "gamma", Tag: "5555555555"}, {Name: "alpha", Tag: "4444444444"}}
+	require.Equal(t, []Tenant{
+		{Name: "default", Launch: true, Tags: []string{"1111111111", "3333333333"}},
+		{Name: "alpha", Tags: []string{"2222222222", "4444444444"}},
+		{Name: "gamma", Tags: []string{"5555555555"}},
+	}, TenantsOf([]scenarios.Report{a, skipped("c"), b}))
+	require.Empty(t, TenantsOf([]scenarios.Report{skipped("c")}))
 }

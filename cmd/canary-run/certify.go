@@ -128,7 +128,11 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 
 	start := time.Now()
 	reports, runErr := runWork(ctx, out, o, target, stderr)
-	cert := certificate.New(certTarget, tenantsOf(o.tenants), reports, time.Since(start))
+	ts := certificate.TenantsOf(reports)
+	if len(ts) == 0 {
+		ts = tenantsOf(o.tenants)
+	}
+	cert := certificate.New(certTarget, ts, reports, time.Since(start))
 	if runErr != nil {
 		if ctx.Err() != nil {
 			runErr = fmt.Errorf("interrupted: %w", runErr)
@@ -176,8 +180,8 @@ func runWork(ctx context.Context, out string, o certifyOptions, target harness.T
 	})
 }
 
-// tenantsOf names the tenants each scenario runs with. Each scenario mints
-// its own tags, so none is recorded here.
+// tenantsOf names the tenants each scenario runs with, for a run where no
+// scenario got as far as building its own (whose tags are then unknown).
 func tenantsOf(n int) []certificate.Tenant {
 	out := make([]certificate.Tenant, 0, n)
 	for _, name := range tenants.Names(n) {

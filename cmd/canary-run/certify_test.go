@@ -57,9 +57,14 @@ func TestCertifyEmbeddedAgentd(t *testing.T) {
 	require.Equal(t, certificate.Certified, c.Verdict)
 	require.Equal(t, "agentd", c.Target.Name)
 	require.NotEmpty(t, c.Target.Version)
-	require.Equal(t, []certificate.Tenant{{Name: "default", Launch: true}, {Name: "alpha"}}, c.Tenants)
 	require.Len(t, c.Scenarios, 1)
 	r := c.Scenarios[0]
+	require.Len(t, r.Roster, 2)
+	require.Equal(t, []certificate.Tenant{
+		{Name: "default", Launch: true, Tags: []string{r.Roster[0].Tag}},
+		{Name: "alpha", Tags: []string{r.Roster[1].Tag}},
+	}, c.Tenants)
+	require.Regexp(t, `^[0-9a-f]{10}$`, r.Roster[0].Tag)
 	require.Equal(t, "stdio-separate", r.ID)
 	require.Equal(t, scenarios.Pass, r.Result)
 	require.NotEmpty(t, r.Phases)
