@@ -46,6 +46,7 @@ type Command struct {
 var commands = []Command{
 	{"tui", "serve the JSON-RPC protocol on stdin/stdout", runTUI},
 	{"serve", "serve every profile over websocket: --host H --port P [--cron] [--cron-interval D]", runServe},
+	{"gateway", "OpenAI-compatible HTTP gateway for every profile: --host H --port P", runGateway},
 	{"profile", "profile root|list|create NAME|delete NAME", runProfile},
 	{"cron", "cron create|trigger|list|tick", runCron},
 	{"version", "print the version", func(_ context.Context, env *Env, _ []string) int {

@@ -8,6 +8,7 @@
 //	}
 //
 // Commands: tui (the stdio JSON-RPC backend), serve (websocket, every
-// profile in one process, with the cron ticker), profile root|list|create|delete,
+// profile in one process, with the cron ticker), gateway (OpenAI-compatible
+// HTTP), profile root|list|create|delete,
 // cron create|trigger|list|tick, version.
 package cli

@@ -33,10 +33,16 @@ type served struct {
 var listenRE = regexp.MustCompile(`^backend listening on 127\.0\.0\.1:(\d+)$`)
 
 func (w *world) startServe(args []string, extraEnv ...string) *served {
+	w.t.Helper()
+	return w.startListener(append([]string{"serve", "--host", "127.0.0.1", "--port", "0"}, args...), extraEnv...)
+}
+
+// startListener starts an agentd command that prints the ready line.
+func (w *world) startListener(argv []string, extraEnv ...string) *served {
 	t := w.t
 	t.Helper()
 	s := &served{t: t, token: "tok-" + tag(), stderr: &lockedBuffer{}, exited: make(chan struct{})}
-	cmd := exec.Command(os.Args[0], append([]string{"serve", "--host", "127.0.0.1", "--port", "0"}, args...)...)
+	cmd := exec.Command(os.Args[0], argv...)
 	procgroup.Prepare(cmd)
 	cmd.Env = w.env(append([]string{"AGENTD_SESSION_TOKEN=" + s.token}, extraEnv...)...)
 	cmd.Dir = w.root

@@ -1,0 +1,280 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/agentd/llm"
+	"github.com/tenantcanary/tenantcanary/agentd/profile"
+	"github.com/tenantcanary/tenantcanary/agentd/server"
+)
+
+// KeyEnv is the .env variable holding a profile's gateway key.
+const KeyEnv = "API_SERVER_KEY"
+
+// ErrAlreadyServed means another gateway holds a profile's lock.
+var ErrAlreadyServed = errors.New("profile already served by another gateway")
+
+// Options configure a Gateway.
+type Options struct {
+	Homes  profile.Homes
+	Server *server.Server
+	Log    *slog.Logger // the gateway's own log; never tenant data
+}
+
+// Gateway is the HTTP handler.
+type Gateway struct {
+	opts Options
+
+	mu     sync.Mutex
+	locks  map[string]*os.File // profile name -> held lock
+	closed bool
+}
+
+// New returns a gateway holding the lock of every profile that exists now;
+// profiles created later are locked on their first request.
+func New(opts Options) (*Gateway, error) {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{opts: opts, locks: map[string]*os.File{}}
+	list, err := opts.Homes.List()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range list {
+		if err := g.lock(p); err != nil {
+			g.Close()
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// Close releases every lock.
+func (g *Gateway) Close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	for name, f := range g.locks {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+		delete(g.locks, name)
+	}
+}
+
+// lock takes p's gateway lock (once).
+func (g *Gateway) lock(p profile.Profile) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.locks[p.Name]; ok {
+		return nil
+	}
+	if g.closed {
+		return errors.New("gateway closed")
+	}
+	path := p.File("gateway.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("lock gateway of profile %q: %w", p.Name, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := io.ReadAll(io.LimitReader(f, 32))
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return fmt.Errorf("%w: profile %q (gateway pid %s holds %s)", ErrAlreadyServed, p.Name, strings.TrimSpace(string(holder)), path)
+		}
+		return fmt.Errorf("lock gateway of profile %q: %w", p.Name, err)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	g.locks[p.Name] = f
+	return nil
+}
+
+// ServeHTTP implements http.Handler.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/health" {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return
+	}
+	name, ok := route(r.URL.Path)
+	if !ok {
+		apiError(w, http.StatusNotFound, "not found: want POST /v1/chat/completions or /p/<profile>/v1/chat/completions")
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		apiError(w, http.StatusMethodNotAllowed, "use POST")
+		return
+	}
+	p, err := g.opts.Homes.Get(name)
+	if err != nil {
+		apiError(w, http.StatusNotFound, "unknown profile")
+		return
+	}
+	// The key check comes before anything is read or run for the profile.
+	env, err := p.LoadEnv()
+	if err != nil {
+		g.opts.Log.Error("gateway: profile .env unreadable", "profile", p.Name)
+		apiError(w, http.StatusInternalServerError, "profile configuration error")
+		return
+	}
+	want, _ := env.Lookup(KeyEnv)
+	got, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if want == "" {
+		apiError(w, http.StatusForbidden, "the gateway is not enabled for this profile (no "+KeyEnv+")")
+		return
+	}
+	if !hasBearer || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(want)) != 1 {
+		apiError(w, http.StatusUnauthorized, "missing or wrong API key")
+		return
+	}
+	if err := g.lock(p); err != nil {
+		apiError(w, http.StatusConflict, "this profile is served by another gateway")
+		return
+	}
+	var req struct {
+		Model    string `json:"model"`
+		Stream   bool   `json:"stream"`
+		Messages []struct {
+			Role    string `json:"role"`
+			Content any    `json:"content"`
+		} `json:"messages"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<20))
+	if err := dec.Decode(&req); err != nil {
+		apiError(w, http.StatusBadRequest, "bad request body: "+err.Error())
+		return
+	}
+	var msgs []llm.Message
+	for _, m := range req.Messages {
+		text := contentText(m.Content)
+		if m.Role == "user" || m.Role == "assistant" {
+			msgs = append(msgs, llm.Message{Role: m.Role, Content: text})
+		}
+	}
+	if len(msgs) == 0 || msgs[len(msgs)-1].Role != "user" || msgs[len(msgs)-1].Content == "" {
+		apiError(w, http.StatusBadRequest, "messages must end with a non-empty user message")
+		return
+	}
+	cfg, err := p.LoadConfig()
+	if err != nil {
+		apiError(w, http.StatusInternalServerError, "profile configuration error")
+		return
+	}
+	id := "chatcmpl-" + randHex(12)
+	created := time.Now().Unix()
+	model := cfg.Model.Default
+	d := server.Detached{Profile: p.Name, Source: "gateway", Title: "gateway", History: msgs[:len(msgs)-1], Text: msgs[len(msgs)-1].Content}
+	if !req.Stream {
+		answer, err := g.opts.Server.RunDetached(r.Context(), d)
+		if err != nil {
+			apiError(w, http.StatusBadGateway, "turn failed: "+err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{
+			"id": id, "object": "chat.completion", "created": created, "model": model,
+			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": answer}, "finish_reason": "stop"}},
+			"usage":   map[string]int{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+		})
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	chunk := func(delta map[string]any, finish any) {
+		b, _ := json.Marshal(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	chunk(map[string]any{"role": "assistant", "content": ""}, nil)
+	d.Sink = func(typ string, payload any) {
+		if typ != "message.delta" {
+			return
+		}
+		if p, ok := payload.(map[string]any); ok {
+			if text, _ := p["text"].(string); text != "" {
+				chunk(map[string]any{"content": text}, nil)
+			}
+		}
+	}
+	if _, err := g.opts.Server.RunDetached(r.Context(), d); err != nil {
+		b, _ := json.Marshal(map[string]any{"error": map[string]string{"message": "turn failed: " + err.Error(), "type": "server_error"}})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+	} else {
+		chunk(map[string]any{}, "stop")
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	if flusher != nil {
+		flusher.Flush()
+	}
+}
+
+// route maps a path to a profile name ("" = launch).
+func route(path string) (string, bool) {
+	if path == "/v1/chat/completions" {
+		return "", true
+	}
+	rest, ok := strings.CutPrefix(path, "/p/")
+	if !ok {
+		return "", false
+	}
+	name, tail, ok := strings.Cut(rest, "/")
+	if !ok || tail != "v1/chat/completions" || profile.ValidName(name) != nil {
+		return "", false
+	}
+	return name, true
+}
+
+// contentText flattens a message content (a string or an array of parts).
+func contentText(c any) string {
+	switch v := c.(type) {
+	case string:
+		return v
+	case []any:
+		var b strings.Builder
+		for _, part := range v {
+			if m, ok := part.(map[string]any); ok {
+				if s, ok := m["text"].(string); ok {
+					b.WriteString(s)
+				}
+			}
+		}
+		return b.String()
+	}
+	return ""
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func apiError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": http.StatusText(status)}})
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
