@@ -1,8 +1,10 @@
 package cli_test
 
 import (
+	"fmt"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,4 +55,75 @@ func BenchmarkTurnStdio(b *testing.B) {
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
 	d.close()
+}
+
+// BenchmarkServePooled: N profiles on one `agentd serve`, one websocket
+// session each, all turning at once (one tool call and an answer per turn).
+// One iteration is one round of N concurrent turns.
+//
+//	go test -run '^$' -bench ServePooled -benchtime 20x ./agentd/cli/
+func BenchmarkServePooled(b *testing.B) {
+	for _, n := range []int{2, 8, 32} {
+		b.Run(fmt.Sprintf("profiles=%d", n), func(b *testing.B) {
+			w := newWorld(b)
+			tenants := make([]*tenant, n)
+			for i := range tenants {
+				tn := w.addTenant(fmt.Sprintf("t%02d", i), i == 0)
+				srv, err := fakellm.New(fakellm.Options{Keys: []string{tn.key}, Responder: func(r fakellm.Record) fakellm.Response {
+					msgs := r.Messages()
+					if msgs[len(msgs)-1]["role"] == "tool" {
+						return fakellm.Text("done")
+					}
+					return fakellm.ToolCall("terminal", map[string]string{"command": "echo hi"})
+				}})
+				require.NoError(b, err)
+				b.Cleanup(srv.Close)
+				writeFile(b, filepath.Join(tn.home, "config.yaml"), "model:\n  base_url: "+srv.BaseURL+"\n  default: m\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: "+tn.workdir+"\n")
+				tenants[i] = tn
+			}
+			s := w.startServe(nil)
+			conns := make([]*agentd, n)
+			sids := make([]string, n)
+			for i, tn := range tenants {
+				conns[i] = s.dial()
+				sids[i], _ = conns[i].create(tn.profile)
+				conns[i].turn(sids[i], "warm up")
+				conns[i].forget()
+			}
+			lat := make([]time.Duration, 0, b.N*n)
+			var mu sync.Mutex
+			b.ResetTimer()
+			start := time.Now()
+			for it := 0; it < b.N; it++ {
+				var wg sync.WaitGroup
+				for i := range conns {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						t0 := time.Now()
+						conns[i].submit(sids[i], "go")
+						if got := conns[i].waitComplete(sids[i], 1); got["status"] != "complete" {
+							b.Errorf("turn of %s: %v", tenants[i].name, got)
+						}
+						d := time.Since(t0)
+						conns[i].forget()
+						mu.Lock()
+						lat = append(lat, d)
+						mu.Unlock()
+					}()
+				}
+				wg.Wait()
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			pct := func(p float64) float64 {
+				return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+			}
+			b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "turns/s")
+			b.ReportMetric(pct(0.50), "p50-ms")
+			b.ReportMetric(pct(0.99), "p99-ms")
+			s.stop()
+		})
+	}
 }
