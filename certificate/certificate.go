@@ -290,7 +290,11 @@ func seconds(d time.Duration) string {
 	return fmt.Sprintf("%.1fs", d.Seconds())
 }
 
-// tenantNames lists the tenants, the launch one marked.
+// maxNamed caps the tenants a summary line names.
+const maxNamed = 6
+
+// tenantNames lists the tenants, the launch one marked, the first few only
+// when there are many.
 func (c *Certificate) tenantNames() string {
 	names := make([]string, 0, len(c.Tenants))
 	for _, t := range c.Tenants {
@@ -299,6 +303,9 @@ func (c *Certificate) tenantNames() string {
 			n += " (launch)"
 		}
 		names = append(names, n)
+	}
+	if len(names) > maxNamed {
+		return fmt.Sprintf("%s, ... (%d in all)", strings.Join(names[:maxNamed-1], ", "), len(names))
 	}
 	return strings.Join(names, ", ")
 }

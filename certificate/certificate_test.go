@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -263,7 +264,7 @@ func TestMarkdownSummary(t *testing.T) {
 
 	lines := strings.Split(md, "\n")
 	require.Equal(t, "## tenantcanary: LEAKS: a tenant's data reached another tenant", lines[0])
-	require.Contains(t, md, "**Verdict: leaks** (exit 1). Target agentd agentd/0.1, 3 tenants (default (launch), alpha, beta)")
+	require.Contains(t, md, "**Verdict: leaks** (exit 1). Target agentd agentd/0.1, tenants default (launch), alpha, beta, ")
 	require.Contains(t, md, "Detection power: not measured")
 	require.Contains(t, md, "| scenario | result | phases | requests | snapshots | findings | duration |\n")
 	require.Contains(t, md, "| pooled-serve | pass | 2 | 9 | 6 | 0 | 1.5s |\n")
@@ -287,11 +288,15 @@ func TestMarkdownSummary(t *testing.T) {
 	}
 
 	c = sample(passing("a"))
+	for i := range 30 {
+		c.Tenants = append(c.Tenants, Tenant{Name: fmt.Sprintf("t%03d", i)})
+	}
 	c.DetectionPower = &DetectionPower{Caught: 12, Seeded: 13}
 	buf.Reset()
 	require.NoError(t, c.WriteMarkdown(&buf))
 	require.True(t, strings.HasPrefix(buf.String(), "## tenantcanary: certified"))
 	require.Contains(t, buf.String(), "12 of 13 seeded faults caught")
+	require.Contains(t, buf.String(), "tenants default (launch), alpha, beta, t000, t001, ... (33 in all), ")
 	require.NotContains(t, buf.String(), "### Leaks")
 	require.NotContains(t, buf.String(), "### Skipped")
 }

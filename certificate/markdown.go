@@ -35,8 +35,8 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 	if c.Target.Version != "" {
 		fmt.Fprintf(&b, " %s", c.Target.Version)
 	}
-	fmt.Fprintf(&b, ", %d tenants (%s), %s, %s %s, %s.\n",
-		len(c.Tenants), c.tenantNames(), c.Date.Format("2006-01-02T15:04:05Z07:00"), c.Tool.Name, c.Tool.Version, seconds(c.Duration))
+	fmt.Fprintf(&b, ", tenants %s, %s, %s %s, %s.\n",
+		c.tenantNames(), c.Date.Format("2006-01-02T15:04:05Z07:00"), c.Tool.Name, c.Tool.Version, seconds(c.Duration))
 	if dp := c.DetectionPower; dp != nil {
 		fmt.Fprintf(&b, "Detection power of this build: %d of %d seeded faults caught.\n", dp.Caught, dp.Seeded)
 	} else {

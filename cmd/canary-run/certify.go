@@ -122,6 +122,10 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		return usageError(stderr, "canary-run", err, runUsage)
 	}
 	out, err := filepath.Abs(o.out)
+	if err == nil {
+		// Fail now, not after the whole catalog ran.
+		err = os.MkdirAll(out, 0o755)
+	}
 	if err != nil {
 		return usageError(stderr, "canary-run", fmt.Errorf("--out %q: %w", o.out, err), runUsage)
 	}

@@ -115,3 +115,13 @@ func TestFakeLLMBadTenantNameWritesNothing(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.NoDirExists(t, out)
 }
+
+func TestOutUnderAFileFailsBeforeRunning(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "a-file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	code, _, stderr := runCLI(t, "--out", filepath.Join(file, "cert"))
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, `--out "`+filepath.Join(file, "cert")+`": mkdir `)
+	require.NotContains(t, stderr, "phase", "no scenario started")
+}
