@@ -1,0 +1,90 @@
+package scope
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/agentd/profile"
+)
+
+func TestPoolScopesAreSeparate(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	homes := profile.Homes{Launch: filepath.Join(root, "launch"), Managed: filepath.Join(root, "managed")}
+	_, err := homes.Create("b")
+	require.NoError(t, err)
+	pool := NewPool(homes, []string{"PATH=/bin", "OPENAI_API_KEY=process-secret"})
+	defer pool.Close()
+	ctx := context.Background()
+
+	a, err := pool.Get(ctx, "")
+	require.NoError(t, err)
+	b, err := pool.Get(ctx, "b")
+	require.NoError(t, err)
+	again, err := pool.Get(ctx, profile.LaunchName)
+	require.NoError(t, err)
+	require.Same(t, a, again, "one scope per profile")
+	require.NotSame(t, a.DB, b.DB)
+	_, err = pool.Get(ctx, "ghost")
+	require.ErrorIs(t, err, profile.ErrUnknownProfile)
+
+	for _, sc := range []*Scope{a, b} {
+		require.NoError(t, sc.Profile.SetConfig("model.key_env", "TENANT_PROVIDER_KEY"))
+		require.NoError(t, sc.Profile.SetEnv("TENANT_PROVIDER_KEY", "key-of-"+sc.Profile.Name))
+	}
+	sa, err := a.Load()
+	require.NoError(t, err)
+	sb, err := b.Load()
+	require.NoError(t, err)
+	require.Equal(t, "key-of-default", sa.Key)
+	require.Equal(t, "key-of-b", sb.Key)
+	require.Equal(t, "key-of-b", a.Client(sb).APIKey)
+	require.NotEqual(t, sa.KeyFingerprint(), sb.KeyFingerprint())
+	require.False(t, strings.Contains(sa.KeyFingerprint(), "key-of"))
+	require.Contains(t, sb.ToolEnv, "HOME="+b.Profile.Home)
+	require.NotContains(t, strings.Join(sb.ToolEnv, "\n"), "process-secret")
+	require.NotContains(t, strings.Join(sb.ToolEnv, "\n"), "key-of-default")
+
+	a.Log.Info("hello from a")
+	logA, err := os.ReadFile(a.Profile.File("logs", "agent.log"))
+	require.NoError(t, err)
+	require.Contains(t, string(logA), "hello from a")
+	logB, err := os.ReadFile(b.Profile.File("logs", "agent.log"))
+	require.NoError(t, err)
+	require.NotContains(t, string(logB), "hello from a")
+
+	// A profile whose home is deleted is no longer served.
+	require.NoError(t, homes.Delete("b"))
+	_, err = pool.Get(ctx, "b")
+	require.ErrorIs(t, err, profile.ErrUnknownProfile)
+}
+
+func TestSystemPromptParts(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	p := profile.Profile{Name: profile.LaunchName, Home: root}
+	sc, err := Open(context.Background(), p, nil)
+	require.NoError(t, err)
+	defer sc.Close()
+	require.NoError(t, os.WriteFile(p.File("SOUL.md"), []byte("soul text"), 0o600))
+	require.NoError(t, os.WriteFile(p.File("memories", "MEMORY.md"), []byte("memory text"), 0o600))
+	require.NoError(t, p.SetConfig("custom_prompt", "custom text"))
+	snap, err := sc.Load()
+	require.NoError(t, err)
+	got, err := sc.SystemPrompt(snap.Config)
+	require.NoError(t, err)
+	require.Equal(t, "soul text\n\nmemory text\n\ncustom text", got)
+	require.NoError(t, p.SetConfig("memory.memory_enabled", false))
+	snap, err = sc.Load()
+	require.NoError(t, err)
+	got, err = sc.SystemPrompt(snap.Config)
+	require.NoError(t, err)
+	require.Equal(t, "soul text\n\ncustom text", got)
+	require.NoError(t, sc.Close())
+	require.NoError(t, sc.Close(), "Close twice")
+}
