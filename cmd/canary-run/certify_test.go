@@ -44,6 +44,7 @@ func TestCertifyEmbeddedAgentd(t *testing.T) {
 	code := dispatch(t.Context(), []string{"--run", "^stdio-separate$", "--tenants", "2", "--out", out, "--keep"},
 		strings.NewReader(""), &stdout, &stderr, env)
 	require.Equal(t, 0, code, "stderr:\n%s", &stderr)
+	require.Empty(t, embeddedAgentds(t, filepath.Join(out, "work")), "no agentd outlives the run")
 
 	// Progress as it goes, then the final table and where the certificate is.
 	errOut := stderr.String()
@@ -103,11 +104,14 @@ func TestCertifyInterrupted(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- dispatch(ctx, []string{"--run", "^restart-resume$", "--tenants", "2", "--out", out},
+		done <- dispatch(ctx, []string{"--run", "^restart-resume$", "--tenants", "2", "--out", out, "--keep"},
 			strings.NewReader(""), &stdout, &stderr, noEnv)
 	}()
-	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "phase") },
-		30*time.Second, 10*time.Millisecond, "no phase started; stderr:\n%s", &stderr)
+	// Positive control for the survivor check below: it sees the run's
+	// agentd while it lives.
+	work := filepath.Join(out, "work")
+	require.Eventually(t, func() bool { return len(embeddedAgentds(t, work)) > 0 },
+		30*time.Second, 10*time.Millisecond, "no agentd of the run seen; stderr:\n%s", &stderr)
 	cancel()
 	select {
 	case code := <-done:
@@ -115,6 +119,7 @@ func TestCertifyInterrupted(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the run did not end after its context did; stderr:\n%s", &stderr)
 	}
+	require.Empty(t, embeddedAgentds(t, work), "an interrupted run leaves no agentd behind")
 	c := readCertificate(t, out)
 	require.Equal(t, certificate.Failed, c.Verdict)
 	require.Contains(t, c.Error, "interrupted")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -47,3 +48,37 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 
 // noEnv is an environment with nothing set.
 func noEnv(string) (string, bool) { return "", false }
+
+// embeddedAgentds lists live processes running this test binary as the
+// embedded agentd with a HOME under work (the run's work tree): after a
+// run returns there must be none.
+func embeddedAgentds(t *testing.T, work string) []string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatalf("find the test binary: %v", err)
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatalf("list processes: %v", err)
+	}
+	var out []string
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if len(argv) < 2 || argv[0] != exe || argv[1] != "agentd" {
+			continue
+		}
+		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		if strings.Contains("\x00"+string(environ), "\x00HOME="+work+string(filepath.Separator)) {
+			out = append(out, e.Name()+": "+strings.Join(argv, " "))
+		}
+	}
+	return out
+}
