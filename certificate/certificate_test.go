@@ -266,6 +266,7 @@ func TestMarkdownSummary(t *testing.T) {
 	require.Equal(t, "## tenantcanary: LEAKS: a tenant's data reached another tenant", lines[0])
 	require.Contains(t, md, "**Verdict: leaks** (exit 1). Target agentd agentd/0.1, tenants default (launch), alpha, beta, ")
 	require.Contains(t, md, "Detection power: not measured")
+	require.Contains(t, md, "Positive controls: 4 of 4 held")
 	require.Contains(t, md, "| scenario | result | phases | requests | snapshots | findings | duration |\n")
 	require.Contains(t, md, "| pooled-serve | pass | 2 | 9 | 6 | 0 | 1.5s |\n")
 	require.Contains(t, md, "| settings | leak | 2 | 9 | 6 | 2 | 1.5s |\n")
@@ -287,6 +288,12 @@ func TestMarkdownSummary(t *testing.T) {
 		require.Less(t, strings.Index(md, order[i-1]), strings.Index(md, order[i]), order[i])
 	}
 
+	noControls := failing("x")
+	noControls.Phases = nil
+	buf.Reset()
+	require.NoError(t, sample(noControls).WriteMarkdown(&buf))
+	require.Contains(t, buf.String(), "Positive controls: none ran.")
+
 	c = sample(passing("a"))
 	for i := range 30 {
 		c.Tenants = append(c.Tenants, Tenant{Name: fmt.Sprintf("t%03d", i)})
@@ -296,6 +303,7 @@ func TestMarkdownSummary(t *testing.T) {
 	require.NoError(t, c.WriteMarkdown(&buf))
 	require.True(t, strings.HasPrefix(buf.String(), "## tenantcanary: certified"))
 	require.Contains(t, buf.String(), "12 of 13 seeded faults caught")
+	require.Contains(t, buf.String(), "Positive controls: 1 of 1 held")
 	require.Contains(t, buf.String(), "tenants default (launch), alpha, beta, t000, t001, ... (33 in all), ")
 	require.NotContains(t, buf.String(), "### Leaks")
 	require.NotContains(t, buf.String(), "### Skipped")

@@ -37,6 +37,11 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, ", tenants %s, %s, %s %s, %s.\n",
 		c.tenantNames(), c.Date.Format("2006-01-02T15:04:05Z07:00"), c.Tool.Name, c.Tool.Version, seconds(c.Duration))
+	if held, all := c.controls(); all > 0 {
+		fmt.Fprintf(&b, "Positive controls: %d of %d held (each tenant's own canaries seen where they belong).\n", held, all)
+	} else if len(c.Scenarios) > 0 {
+		b.WriteString("Positive controls: none ran.\n")
+	}
 	if dp := c.DetectionPower; dp != nil {
 		fmt.Fprintf(&b, "Detection power of this build: %d of %d seeded faults caught.\n", dp.Caught, dp.Seeded)
 	} else {
@@ -170,4 +175,19 @@ func (c *Certificate) WriteTable(w io.Writer) error {
 		return fmt.Errorf("write table: %w", err)
 	}
 	return nil
+}
+
+// controls counts the positive controls that held, and all of them.
+func (c *Certificate) controls() (held, all int) {
+	for _, r := range c.Scenarios {
+		for _, p := range r.Phases {
+			for _, ctl := range p.Controls {
+				all++
+				if ctl.Passed {
+					held++
+				}
+			}
+		}
+	}
+	return held, all
 }

@@ -40,23 +40,29 @@ type certifyOptions struct {
 // errHelp: -h was asked for.
 var errHelp = errors.New("help requested")
 
-func parseCertify(args []string) (certifyOptions, error) {
-	o := certifyOptions{}
+// certifyFlags declares the run's flags.
+func certifyFlags() (*flag.FlagSet, *certifyOptions) {
+	o := &certifyOptions{}
 	fs := flag.NewFlagSet("canary-run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.target, "target", "agentd", "the embedded `agentd`, or a target YAML FILE")
-	fs.IntVar(&o.tenants, "tenants", 3, "tenants per scenario")
+	fs.IntVar(&o.tenants, "tenants", 3, "tenants per scenario (2 to 100)")
 	fs.StringVar(&o.run, "run", "", "run only the scenarios whose ID matches this `REGEXP`")
 	fs.StringVar(&o.out, "out", "canary-out", "write the certificate into this `DIR`")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work tree (sandboxes, homes, logs) under DIR/work for a look")
 	fs.DurationVar(&o.timeout, "timeout", 0, "cap on each scenario (0: each scenario's own)")
 	fs.IntVar(&o.parallel, "parallel", 1, "scenarios run at once")
 	fs.BoolVar(&o.selfTest, "self-test", false, "prove the harness catches seeded leaks (not in this build)")
+	return fs, o
+}
+
+func parseCertify(args []string) (certifyOptions, error) {
+	fs, o := certifyFlags()
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return o, errHelp
+			return *o, errHelp
 		}
-		return o, err
+		return *o, err
 	}
 	var errs []error
 	if fs.NArg() > 0 {
@@ -82,7 +88,7 @@ func parseCertify(args []string) (certifyOptions, error) {
 			errs = append(errs, err)
 		}
 	}
-	return o, errors.Join(errs...)
+	return *o, errors.Join(errs...)
 }
 
 // loadTarget is the embedded agentd (this binary re-executed as
@@ -107,7 +113,7 @@ func loadTarget(name string) (harness.Target, certificate.Target, error) {
 func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	o, err := parseCertify(args)
 	if errors.Is(err, errHelp) {
-		fmt.Fprint(stdout, usageText)
+		printHelp(stdout)
 		return 0
 	}
 	if err != nil {

@@ -26,6 +26,7 @@ const usageText = `usage:
       serve one fake provider per tenant for a staging server until interrupted
   canary-run agentd ARGS...
       run the embedded agentd (the default target)
+  canary-run version
 
 exit: 0 certified (scan: nothing found), 1 leaks found, 2 a usage error
       or the harness or the target failed
@@ -49,11 +50,14 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		case "fakellm":
 			return runFakeLLM(ctx, args[1:], stdout, stderr)
 		case "help", "-h", "-help", "--help":
-			fmt.Fprint(stdout, usageText)
+			printHelp(stdout)
+			return 0
+		case "version":
+			fmt.Fprintln(stdout, certificate.ToolName+" canary-run "+certificate.ToolVersion())
 			return 0
 		}
 		if !strings.HasPrefix(args[0], "-") {
-			fmt.Fprintf(stderr, "canary-run: unknown command %q (commands: scan, fakellm, agentd; or flags for a run)\n%s", args[0], usageText)
+			fmt.Fprintf(stderr, "canary-run: unknown command %q (commands: scan, fakellm, agentd, version; or flags for a run)\n%s", args[0], usageText)
 			return exitUsage
 		}
 	}
@@ -64,4 +68,13 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 func usageError(stderr io.Writer, cmd string, err error, usage string) int {
 	fmt.Fprintf(stderr, "%s: %v\n%s\n", cmd, err, usage)
 	return exitUsage
+}
+
+// printHelp prints the usage and the run's flags with their defaults.
+func printHelp(w io.Writer) {
+	fmt.Fprint(w, usageText)
+	fmt.Fprintln(w, "\nflags of a run:")
+	fs, _ := certifyFlags()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -124,4 +125,26 @@ func TestOutUnderAFileFailsBeforeRunning(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, `--out "`+filepath.Join(file, "cert")+`": mkdir `)
 	require.NotContains(t, stderr, "phase", "no scenario started")
+}
+
+func TestFlagsReachTheRun(t *testing.T) {
+	t.Parallel()
+	o, err := parseCertify([]string{"--target", "t.yaml", "--tenants", "32", "--run", "^pooled", "--out", "o", "--keep",
+		"--timeout", "90s", "--parallel", "2", "--self-test"})
+	require.NoError(t, err)
+	require.Equal(t, certifyOptions{target: "t.yaml", tenants: 32, run: "^pooled", out: "o", keep: true,
+		timeout: 90 * time.Second, parallel: 2, selfTest: true}, o)
+	o, err = parseCertify(nil)
+	require.NoError(t, err)
+	require.Equal(t, certifyOptions{target: "agentd", tenants: 3, out: "canary-out", parallel: 1}, o)
+}
+
+func TestVersionAndHelpDefaults(t *testing.T) {
+	t.Parallel()
+	code, stdout, _ := runCLI(t, "version")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `^tenantcanary canary-run \S+\n$`, stdout)
+	_, stdout, _ = runCLI(t, "--help")
+	require.Contains(t, stdout, "flags of a run:")
+	require.Contains(t, stdout, `write the certificate into this DIR (default "canary-out")`)
 }
