@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/cron"
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
@@ -127,7 +128,10 @@ func runTUI(ctx context.Context, env *Env, args []string) int {
 		out = frames
 	}
 	log := serverLog(env)
-	srv := server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: "tui"})
+	srv, code := newServer(env, h, log, "tui")
+	if srv == nil {
+		return code
+	}
 	d := rpc.NewDispatcher()
 	srv.Register(d)
 	conn := rpc.NewLineConn(out)
@@ -293,7 +297,10 @@ func runCron(ctx context.Context, env *Env, args []string) int {
 			fmt.Fprintf(env.Stdout, "%s\t%s\t%s\tnext %s\tenabled=%v\n", j.ID, j.Name, j.Schedule, j.NextRun.Format(time.RFC3339), j.Enabled)
 		}
 	case "tick":
-		srv := server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: serverLog(env), Source: "cron"})
+		srv, code := newServer(env, h, serverLog(env), "cron")
+		if srv == nil {
+			return code
+		}
 		sigctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
 		results, err := srv.TickCron(sigctx, time.Now())
@@ -320,4 +327,21 @@ func runCron(ctx context.Context, env *Env, args []string) int {
 		return ExitUsage
 	}
 	return ExitOK
+}
+
+// newServer builds the server for a command, with the seeded faults of
+// AGENTD_FAULTS when AGENTD_ALLOW_FAULTS=1 allows them (refused
+// otherwise). It returns nil and the exit status on failure.
+func newServer(env *Env, h profile.Homes, log *slog.Logger, source string) (*server.Server, int) {
+	fs, err := faults.FromEnv(env.Getenv)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "agentd: %v\n", err)
+		return nil, ExitUsage
+	}
+	if len(fs) > 0 {
+		msg := "SEEDED ISOLATION FAULTS ARE ON: this agentd leaks tenant data on purpose (test-only): " + strings.Join(fs.Names(), ",")
+		fmt.Fprintf(env.Stderr, "agentd: WARNING: %s\n", msg)
+		log.Warn(msg)
+	}
+	return server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: source, Faults: fs}), ExitOK
 }

@@ -35,12 +35,13 @@ type tenant struct {
 
 // world is a sandbox: HOME, a launch home, tenants.
 type world struct {
-	t       testing.TB
-	root    string
-	home    string
-	launch  string
-	managed string
-	tenants map[string]*tenant
+	t        testing.TB
+	root     string
+	home     string
+	launch   string
+	managed  string
+	tenants  map[string]*tenant
+	extraEnv []string // added to every command run with w.run
 }
 
 func newWorld(t testing.TB) *world {
@@ -125,7 +126,7 @@ func (w *world) run(args ...string) (stdout, stderr string, code int) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	procgroup.Prepare(cmd)
-	cmd.Env = w.env()
+	cmd.Env = w.env(w.extraEnv...)
 	cmd.Dir = w.root
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e

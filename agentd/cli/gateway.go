@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/gateway"
-	"github.com/tenantcanary/tenantcanary/agentd/server"
 )
 
 func runGateway(ctx context.Context, env *Env, args []string) int {
@@ -51,7 +50,10 @@ func runGateway(ctx context.Context, env *Env, args []string) int {
 		}
 	}
 	logger := serverLog(env)
-	srv := server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: logger, Source: "gateway"})
+	srv, code := newServer(env, h, logger, "gateway")
+	if srv == nil {
+		return code
+	}
 	g, err := gateway.New(gateway.Options{Homes: h, Server: srv, Log: logger})
 	if err != nil {
 		_ = srv.Shutdown(context.Background())

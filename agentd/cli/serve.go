@@ -70,7 +70,11 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	bound := ln.Addr().(*net.TCPAddr).Port
 
 	logger := serverLog(env)
-	srv := server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: logger, Source: "serve"})
+	srv, code := newServer(env, h, logger, "serve")
+	if srv == nil {
+		ln.Close()
+		return code
+	}
 	d := rpc.NewDispatcher()
 	srv.Register(d)
 	ws := wsserve.New(wsserve.Options{Token: token, Dispatcher: d, OnOpen: srv.Ready, OnClose: srv.DropConn})

@@ -5,7 +5,7 @@
 // lives in process-global state, so one profile's scope can never be
 // reached through another's.
 //
-//	pool := scope.NewPool(homes, os.Environ(), serverLog)
+//	pool := scope.NewPool(homes, os.Environ(), nil)
 //	defer pool.Close()
 //	sc, err := pool.Get(ctx, "work")     // profile.ErrUnknownProfile if absent
 //	snap, err := sc.Load()               // config.yaml (under the managed scope) and .env, now

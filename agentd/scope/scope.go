@@ -10,10 +10,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/agent"
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/store"
@@ -25,15 +28,24 @@ type Scope struct {
 	DB      *store.DB
 	Log     *slog.Logger // the profile's logs/agent.log
 
-	baseEnv []string
-	logFile *os.File
-	http    *http.Client
-	closeMu sync.Mutex
-	closed  bool
+	baseEnv  []string
+	logFile  *os.File
+	http     *http.Client
+	closeMu  sync.Mutex
+	closed   bool
+	borrowed bool       // DB belongs to another scope (the shared-state-db fault)
+	pool     *Pool      // for the seeded faults' process-wide state; nil outside a pool
+	faults   faults.Set // seeded faults (test-only)
 }
 
 // Open opens a profile's scope: its home skeleton, state.db and log.
 func Open(ctx context.Context, p profile.Profile, baseEnv []string) (*Scope, error) {
+	return open(ctx, p, baseEnv, nil)
+}
+
+// open opens a scope; a non-nil shared DB is used instead of the profile's
+// own (the shared-state-db fault) and is not closed with the scope.
+func open(ctx context.Context, p profile.Profile, baseEnv []string, shared *store.DB) (*Scope, error) {
 	if err := p.Skeleton(); err != nil {
 		return nil, fmt.Errorf("open scope of profile %q: %w", p.Name, err)
 	}
@@ -41,10 +53,13 @@ func Open(ctx context.Context, p profile.Profile, baseEnv []string) (*Scope, err
 	if err != nil {
 		return nil, fmt.Errorf("open log of profile %q: %w", p.Name, err)
 	}
-	db, err := store.Open(ctx, p.File("state.db"))
-	if err != nil {
-		lf.Close()
-		return nil, fmt.Errorf("open scope of profile %q: %w", p.Name, err)
+	db := shared
+	if db == nil {
+		db, err = store.Open(ctx, p.File("state.db"))
+		if err != nil {
+			lf.Close()
+			return nil, fmt.Errorf("open scope of profile %q: %w", p.Name, err)
+		}
 	}
 	transport := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -54,12 +69,13 @@ func Open(ctx context.Context, p profile.Profile, baseEnv []string) (*Scope, err
 		Proxy:                 nil, // a tenant's key never travels through a proxy named in agentd's environment
 	}
 	s := &Scope{
-		Profile: p,
-		DB:      db,
-		Log:     slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug})).With("profile", p.Name),
-		baseEnv: append([]string(nil), baseEnv...),
-		logFile: lf,
-		http:    &http.Client{Transport: transport},
+		Profile:  p,
+		DB:       db,
+		Log:      slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug})).With("profile", p.Name),
+		baseEnv:  append([]string(nil), baseEnv...),
+		logFile:  lf,
+		http:     &http.Client{Transport: transport},
+		borrowed: shared != nil,
 	}
 	return s, nil
 }
@@ -75,7 +91,10 @@ func (s *Scope) Close() error {
 	if t, ok := s.http.Transport.(*http.Transport); ok {
 		t.CloseIdleConnections()
 	}
-	err := s.DB.Close()
+	var err error
+	if !s.borrowed {
+		err = s.DB.Close()
+	}
 	if lerr := s.logFile.Close(); err == nil && lerr != nil {
 		err = fmt.Errorf("close log of profile %q: %w", s.Profile.Name, lerr)
 	}
@@ -117,7 +136,68 @@ func (s *Scope) Load() (*Snapshot, error) {
 	if cfg.Model.KeyEnv != "" {
 		snap.Key, _ = env.Lookup(cfg.Model.KeyEnv)
 	}
+	if len(s.faults) > 0 {
+		if err := s.seedLoadFaults(snap); err != nil {
+			return nil, err
+		}
+	}
 	return snap, nil
+}
+
+// seedLoadFaults applies the seeded faults that corrupt what a profile
+// reads (test-only; see package faults).
+func (s *Scope) seedLoadFaults(snap *Snapshot) error {
+	if s.faults.Has(faults.DotenvIntoProcess) {
+		// The bug: the .env lands in the process environment, and tools
+		// inherit the process environment.
+		for _, v := range snap.Env {
+			_ = os.Setenv(v.Name, v.Value)
+		}
+		snap.ToolEnv = overlay(os.Environ(), s.Profile, snap.Env)
+	}
+	if s.faults.Has(faults.LaunchEnvBleed) && s.pool != nil && s.Profile.Name != profile.LaunchName {
+		// The bug: the launch profile's .env is loaded under every profile's.
+		launch, err := s.pool.homes.Get("")
+		if err != nil {
+			return err
+		}
+		lenv, err := launch.LoadEnv()
+		if err != nil {
+			return err
+		}
+		snap.ToolEnv = profile.ToolEnv(s.baseEnv, s.Profile, append(append(profile.Env{}, lenv...), snap.Env...))
+	}
+	if s.faults.Has(faults.SharedCredential) && s.pool != nil && s.Profile.Name != "" {
+		// The bug: a process-wide key cache keyed by the variable's name.
+		s.pool.mu.Lock()
+		if cached, ok := s.pool.credCache[snap.Config.Model.KeyEnv]; ok {
+			snap.Key = cached
+		} else {
+			s.pool.credCache[snap.Config.Model.KeyEnv] = snap.Key
+		}
+		s.pool.mu.Unlock()
+	}
+	return nil
+}
+
+// overlay is environ (unscrubbed) with env and the profile's homes on top.
+func overlay(environ []string, p profile.Profile, env profile.Env) []string {
+	m := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	for _, v := range env {
+		m[v.Name] = v.Value
+	}
+	m["HOME"], m["AGENTD_HOME"] = p.Home, p.Home
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Client is an LLM client for the profile's provider, with its key.
@@ -162,19 +242,22 @@ func readOptional(path string) (string, error) {
 type Pool struct {
 	homes   profile.Homes
 	baseEnv []string
+	faults  faults.Set
 
-	mu     sync.Mutex
-	scopes map[string]*Scope
-	closed bool
+	mu        sync.Mutex
+	scopes    map[string]*Scope
+	closed    bool
+	credCache map[string]string // the shared-credential fault's cache
 }
 
 // ErrClosed is returned by Get after Close.
 var ErrClosed = errors.New("scope pool closed")
 
 // NewPool returns a pool over homes; baseEnv is agentd's own environment,
-// scrubbed before any of it reaches a tool subprocess.
-func NewPool(homes profile.Homes, baseEnv []string) *Pool {
-	return &Pool{homes: homes, baseEnv: append([]string(nil), baseEnv...), scopes: map[string]*Scope{}}
+// scrubbed before any of it reaches a tool subprocess. fs are seeded
+// faults (nil in production).
+func NewPool(homes profile.Homes, baseEnv []string, fs faults.Set) *Pool {
+	return &Pool{homes: homes, baseEnv: append([]string(nil), baseEnv...), faults: fs, scopes: map[string]*Scope{}, credCache: map[string]string{}}
 }
 
 // Homes is the pool's homes.
@@ -194,17 +277,35 @@ func (p *Pool) Get(ctx context.Context, name string) (*Scope, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.getLocked(ctx, prof)
+}
+
+func (p *Pool) getLocked(ctx context.Context, prof profile.Profile) (*Scope, error) {
 	if p.closed {
 		return nil, ErrClosed
 	}
-	if s, ok := p.scopes[name]; ok {
+	if s, ok := p.scopes[prof.Name]; ok {
 		return s, nil
 	}
-	s, err := Open(ctx, prof, p.baseEnv)
+	var shared *store.DB
+	if p.faults.Has(faults.SharedStateDB) && prof.Name != profile.LaunchName {
+		// The bug: every profile's sessions go into the launch state.db.
+		launchProf, err := p.homes.Get("")
+		if err != nil {
+			return nil, err
+		}
+		launch, err := p.getLocked(ctx, launchProf)
+		if err != nil {
+			return nil, err
+		}
+		shared = launch.DB
+	}
+	s, err := open(ctx, prof, p.baseEnv, shared)
 	if err != nil {
 		return nil, err
 	}
-	p.scopes[name] = s
+	s.pool, s.faults = p, p.faults
+	p.scopes[prof.Name] = s
 	return s, nil
 }
 

@@ -18,7 +18,7 @@ func TestPoolScopesAreSeparate(t *testing.T) {
 	homes := profile.Homes{Launch: filepath.Join(root, "launch"), Managed: filepath.Join(root, "managed")}
 	_, err := homes.Create("b")
 	require.NoError(t, err)
-	pool := NewPool(homes, []string{"PATH=/bin", "OPENAI_API_KEY=process-secret"})
+	pool := NewPool(homes, []string{"PATH=/bin", "OPENAI_API_KEY=process-secret"}, nil)
 	defer pool.Close()
 	ctx := context.Background()
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/agentd/agent"
 	"github.com/tenantcanary/tenantcanary/agentd/cron"
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
@@ -35,6 +37,8 @@ type Options struct {
 	Tools func(sc *scope.Scope) *agent.Registry
 	// MaxIterations caps model calls per turn (agent.DefaultMaxIterations).
 	MaxIterations int
+	// Faults are seeded isolation bugs (test-only; see package faults).
+	Faults faults.Set
 }
 
 // Server holds the live sessions of every profile it serves.
@@ -51,6 +55,8 @@ type Server struct {
 	shutting   bool
 	registry   *agent.Registry
 	shutdownMu sync.Mutex
+	conns      map[string]rpc.Conn // open connections (for the broadcast-events fault)
+	shared     *terminal.Shell     // the shared-shell fault's one shell
 }
 
 // New returns a Server.
@@ -65,7 +71,7 @@ func New(opts Options) *Server {
 	reg := agent.NewRegistry()
 	_ = reg.Register(agent.TerminalTool{})
 	return &Server{
-		opts: opts, pool: scope.NewPool(opts.Homes, opts.BaseEnv), log: opts.Log,
+		opts: opts, pool: scope.NewPool(opts.Homes, opts.BaseEnv, opts.Faults), log: opts.Log, conns: map[string]rpc.Conn{},
 		baseCtx: ctx, cancelAll: cancel, sessions: map[string]*Session{}, registry: reg,
 	}
 }
@@ -75,6 +81,9 @@ func (s *Server) Pool() *scope.Pool { return s.pool }
 
 // Ready sends the gateway.ready event on conn.
 func (s *Server) Ready(conn rpc.Conn) error {
+	s.mu.Lock()
+	s.conns[conn.ID()] = conn
+	s.mu.Unlock()
 	return conn.Send(rpc.EventFrame(rpc.Event{Type: "gateway.ready", Payload: map[string]any{
 		"version": Version, "pid": os.Getpid(), "profile": profile.LaunchName,
 	}}))
@@ -104,12 +113,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, sess := range sessions {
 		sess.close()
 	}
+	s.mu.Lock()
+	shared := s.shared
+	s.mu.Unlock()
+	if shared != nil {
+		_ = shared.Close()
+	}
 	return s.pool.Close()
 }
 
 // DropConn closes the sessions owned by a connection that has gone.
 func (s *Server) DropConn(connID string) {
 	s.mu.Lock()
+	delete(s.conns, connID)
 	var gone []*Session
 	for id, sess := range s.sessions {
 		if sess.conn != nil && sess.conn.ID() == connID {
@@ -233,7 +249,12 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 		}
 		history = fromStored(msgs)
 	}
+	model := snap.Config.Model.Default
+	if s.opts.Faults.Has(faults.ModelBleed) {
+		model = s.launchModel()
+	}
 	sess := &Session{ID: newLiveID(), Stored: stored, Scope: sc, conn: c.Conn, history: history}
+	s.seedSessionFaults(sess)
 	s.mu.Lock()
 	if s.shutting {
 		s.mu.Unlock()
@@ -244,7 +265,7 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 	sc.Log.Info("session open", "session", sess.ID, "stored", stored, "resumed", len(history) > 0, "model", snap.Config.Model.Default)
 	return &sessionResult{
 		SessionID: sess.ID, StoredSessionID: stored, Messages: len(history),
-		Info: sessionInfo{Model: snap.Config.Model.Default, ProfileName: sc.Profile.Name, Cwd: snap.Config.Terminal.Cwd},
+		Info: sessionInfo{Model: model, ProfileName: sc.Profile.Name, Cwd: snap.Config.Terminal.Cwd},
 	}, nil
 }
 
@@ -387,12 +408,19 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (strin
 	sess.mu.Lock()
 	history := sess.history
 	sess.mu.Unlock()
+	model := snap.Config.Model.Default
+	if s.opts.Faults.Has(faults.ModelBleed) {
+		model = s.launchModel()
+	}
+	if s.opts.Faults.Has(faults.LogSecretEncoded) {
+		s.log.Info("turn start", "profile", sc.Profile.Name, "key_b64", base64.StdEncoding.EncodeToString([]byte(snap.Key)))
+	}
 	started := time.Now()
 	sc.Log.Info("turn start", "session", sess.ID, "stored", sess.Stored, "model", snap.Config.Model.Default,
 		"base_url", snap.Config.Model.BaseURL, "key_env", snap.Config.Model.KeyEnv, "key", snap.KeyFingerprint())
 	answer, history, err := agent.Run(ctx, agent.Turn{
 		Client:        sc.Client(snap),
-		Model:         snap.Config.Model.Default,
+		Model:         model,
 		System:        system,
 		History:       history,
 		Tools:         tools,
@@ -468,6 +496,7 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 		}
 	}
 	sess := &Session{ID: newLiveID(), Stored: st.ID, Scope: sc, sink: d.Sink, history: append([]llm.Message(nil), d.History...), busy: true}
+	s.seedSessionFaults(sess)
 	defer sess.close()
 	sc.Log.Info("detached turn start", "source", d.Source, "title", d.Title, "session", sess.ID)
 	return s.runTurn(ctx, sess, d.Text)
@@ -476,7 +505,11 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 // RunJob implements cron.Runner: the job runs as a turn in a session of
 // its own in profile p's scope.
 func (s *Server) RunJob(ctx context.Context, p profile.Profile, job cron.Job) (string, error) {
-	answer, err := s.RunDetached(ctx, Detached{Profile: p.Name, Source: "cron", Title: "cron: " + job.Name, Text: job.Prompt})
+	name := p.Name
+	if s.opts.Faults.Has(faults.CronLaunchScope) {
+		name = profile.LaunchName // the bug: every job runs in the launch scope
+	}
+	answer, err := s.RunDetached(ctx, Detached{Profile: name, Source: "cron", Title: "cron: " + job.Name, Text: job.Prompt})
 	if err != nil {
 		return "", fmt.Errorf("cron job %s: %w", job.ID, err)
 	}
@@ -529,6 +562,14 @@ func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
 	sc, err := s.target(ctx, c, p.SessionID, p.Profile)
 	if err != nil {
 		return nil, err
+	}
+	if p.Profile != "" && s.opts.Faults.Has(faults.WrongWriteScope) {
+		if sc, err = s.scopeFor(ctx, ""); err != nil { // the bug: the launch profile's file
+			return nil, err
+		}
+	}
+	if p.Key == "cwd" && s.opts.Faults.Has(faults.GlobalCwd) {
+		_ = os.Chdir(value) // the bug: a process-wide working directory
 	}
 	if err := sc.Profile.SetConfig(full, value); err != nil {
 		return nil, rpc.Errorf(rpc.CodeInternal, "config.set: %v", err)
@@ -714,4 +755,48 @@ func (s *Server) cronList(ctx context.Context, c *rpc.Call) (any, error) {
 		return nil, rpc.Errorf(rpc.CodeInternal, "cron.list: %v", err)
 	}
 	return map[string]any{"profile": sc.Profile.Name, "jobs": jobs}, nil
+}
+
+// launchModel is the launch profile's model (the model-bleed fault).
+func (s *Server) launchModel() string {
+	sc, err := s.pool.Get(context.Background(), "")
+	if err != nil {
+		return ""
+	}
+	snap, err := sc.Load()
+	if err != nil {
+		return ""
+	}
+	return snap.Config.Model.Default
+}
+
+// seedSessionFaults wires the seeded faults that act on a live session
+// (test-only; see package faults).
+func (s *Server) seedSessionFaults(sess *Session) {
+	if s.opts.Faults.Has(faults.BroadcastEvents) {
+		sess.broadcast = func(frame []byte) {
+			s.mu.Lock()
+			conns := make([]rpc.Conn, 0, len(s.conns))
+			for _, c := range s.conns {
+				conns = append(conns, c)
+			}
+			s.mu.Unlock()
+			for _, c := range conns {
+				_ = c.Send(frame)
+			}
+		}
+	}
+	if s.opts.Faults.Has(faults.SharedShell) {
+		sess.sharedShell = func(opts terminal.Options) *terminal.Shell {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.shared == nil {
+				s.shared = terminal.New(opts)
+			}
+			return s.shared
+		}
+	}
+	if s.opts.Faults.Has(faults.GlobalCwd) {
+		sess.processCwd = true
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -36,6 +37,11 @@ type Session struct {
 	shellCwd   string            // cwd the shell was last put in from config
 	shellEnv   map[string]string // environment the shell was last given
 	cancelTurn context.CancelFunc
+
+	// Seeded faults (test-only; see package faults).
+	broadcast   func(frame []byte)                          // broadcast-events
+	sharedShell func(opts terminal.Options) *terminal.Shell // shared-shell
+	processCwd  bool                                        // global-cwd: shells start in the process cwd
 }
 
 func newLiveID() string {
@@ -50,10 +56,15 @@ func (s *Session) emit(typ string, payload any) {
 		s.sink(typ, payload)
 		return
 	}
+	frame := rpc.EventFrame(rpc.Event{Type: typ, SessionID: s.ID, Payload: payload})
+	if s.broadcast != nil {
+		s.broadcast(frame)
+		return
+	}
 	if s.conn == nil {
 		return
 	}
-	_ = s.conn.Send(rpc.EventFrame(rpc.Event{Type: typ, SessionID: s.ID, Payload: payload}))
+	_ = s.conn.Send(frame)
 }
 
 // shellFor returns the session's shell, started (or brought up to date)
@@ -65,7 +76,16 @@ func (s *Session) shellFor(ctx context.Context, snap *scope.Snapshot) (*terminal
 		return nil, fmt.Errorf("session %s is closed", s.ID)
 	}
 	cwd := snap.Config.Terminal.Cwd
+	if s.processCwd {
+		if wd, err := os.Getwd(); err == nil {
+			cwd = wd
+		}
+	}
 	env := envMap(snap.ToolEnv)
+	if s.sharedShell != nil {
+		s.mu.Unlock()
+		return s.sharedShell(terminal.Options{Dir: cwd, Env: snap.ToolEnv}), nil
+	}
 	if s.shell == nil {
 		s.shell = terminal.New(terminal.Options{Dir: cwd, Env: snap.ToolEnv})
 		s.shellCwd, s.shellEnv = cwd, env
