@@ -34,6 +34,34 @@ type Env struct {
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
 	Environ        []string
+	Self           []string // argv that runs this program as agentd again (see SelfArgv)
+}
+
+// SelfArgv is the argv prefix that re-executes the running program as
+// agentd (for children such as plugin hosts), given Main's args: the
+// executable, then whatever arguments came before agentd's own. For the
+// agentd binary that is just the executable; for a program that calls Main
+// from `prog agentd ...` it is [prog agentd].
+func SelfArgv(args []string) []string {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return selfArgv(os.Args, exe, args)
+}
+
+func selfArgv(osArgs []string, exe string, args []string) []string {
+	self := []string{exe}
+	if len(args) == 0 || len(osArgs) < len(args) {
+		return self
+	}
+	cut := len(osArgs) - len(args) + 1
+	for i, a := range args[1:] {
+		if osArgs[cut+i] != a {
+			return self // Main was not called with this process's arguments
+		}
+	}
+	return append(self, osArgs[1:cut]...)
 }
 
 // Command is one subcommand.
@@ -59,7 +87,7 @@ var commands = []Command{
 // Main runs agentd with args (args[0] is the program name, whatever it is)
 // and returns the exit status.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	env := &Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv, Environ: os.Environ()}
+	env := &Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv, Environ: os.Environ(), Self: SelfArgv(args)}
 	if len(args) < 2 {
 		usage(stderr)
 		return ExitUsage
@@ -343,5 +371,5 @@ func newServer(env *Env, h profile.Homes, log *slog.Logger, source string) (*ser
 		fmt.Fprintf(env.Stderr, "agentd: WARNING: %s\n", msg)
 		log.Warn(msg)
 	}
-	return server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: source, Faults: fs}), ExitOK
+	return server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: source, Faults: fs, Self: env.Self}), ExitOK
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -36,6 +37,54 @@ type Scope struct {
 	borrowed bool       // DB belongs to another scope (the shared-state-db fault)
 	pool     *Pool      // for the seeded faults' process-wide state; nil outside a pool
 	faults   faults.Set // seeded faults (test-only)
+
+	valMu  sync.Mutex
+	values map[any]any // extension values (a profile's plugin loader, say)
+	order  []any       // keys in creation order, closed in reverse
+}
+
+// Value returns the scope's extension value under key, made by init on
+// first use; later callers get the same value. This is where per-profile
+// extensions (the profile's plugin loader, say) live, so that nothing of a
+// profile is kept in process-global state. A value that implements
+// io.Closer is closed when the scope closes (in reverse creation order).
+func (s *Scope) Value(key any, init func() (any, error)) (any, error) {
+	s.valMu.Lock()
+	defer s.valMu.Unlock()
+	if v, ok := s.values[key]; ok {
+		return v, nil
+	}
+	s.closeMu.Lock()
+	closed := s.closed
+	s.closeMu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("scope of profile %q is closed", s.Profile.Name)
+	}
+	v, err := init()
+	if err != nil {
+		return nil, err
+	}
+	if s.values == nil {
+		s.values = map[any]any{}
+	}
+	s.values[key] = v
+	s.order = append(s.order, key)
+	return v, nil
+}
+
+func (s *Scope) closeValues() error {
+	s.valMu.Lock()
+	defer s.valMu.Unlock()
+	var errs []error
+	for i := len(s.order) - 1; i >= 0; i-- {
+		if c, ok := s.values[s.order[i]].(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	s.values, s.order = nil, nil
+	return errors.Join(errs...)
 }
 
 // Open opens a profile's scope: its home skeleton, state.db and log.
@@ -83,11 +132,13 @@ func open(ctx context.Context, p profile.Profile, baseEnv []string, shared *stor
 // Close closes the database and the log. Safe to call twice.
 func (s *Scope) Close() error {
 	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
 	if s.closed {
+		s.closeMu.Unlock()
 		return nil
 	}
 	s.closed = true
+	s.closeMu.Unlock()
+	verr := s.closeValues() // extensions first: they may still use the log
 	if t, ok := s.http.Transport.(*http.Transport); ok {
 		t.CloseIdleConnections()
 	}
@@ -98,7 +149,7 @@ func (s *Scope) Close() error {
 	if lerr := s.logFile.Close(); err == nil && lerr != nil {
 		err = fmt.Errorf("close log of profile %q: %w", s.Profile.Name, lerr)
 	}
-	return err
+	return errors.Join(verr, err)
 }
 
 // Snapshot is a profile's configuration and environment as read now.

@@ -88,3 +88,30 @@ func TestSystemPromptParts(t *testing.T) {
 	require.NoError(t, sc.Close())
 	require.NoError(t, sc.Close(), "Close twice")
 }
+
+type closer struct {
+	closed *[]string
+	name   string
+}
+
+func (c closer) Close() error { *c.closed = append(*c.closed, c.name); return nil }
+
+func TestValuesLiveAndDieWithTheScope(t *testing.T) {
+	t.Parallel()
+	sc, err := Open(context.Background(), profile.Profile{Name: "p", Home: t.TempDir()}, nil)
+	require.NoError(t, err)
+	var closed []string
+	inits := 0
+	for i := 0; i < 2; i++ {
+		v, err := sc.Value("loader", func() (any, error) { inits++; return closer{&closed, "loader"}, nil })
+		require.NoError(t, err)
+		require.Equal(t, "loader", v.(closer).name)
+	}
+	require.Equal(t, 1, inits)
+	_, err = sc.Value("second", func() (any, error) { return closer{&closed, "second"}, nil })
+	require.NoError(t, err)
+	require.NoError(t, sc.Close())
+	require.Equal(t, []string{"second", "loader"}, closed, "closed with the scope, in reverse order")
+	_, err = sc.Value("late", func() (any, error) { return 1, nil })
+	require.ErrorContains(t, err, "closed")
+}

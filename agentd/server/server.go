@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,7 +40,13 @@ type Options struct {
 	MaxIterations int
 	// Faults are seeded isolation bugs (test-only; see package faults).
 	Faults faults.Set
+	// Self is the argv that runs this program as agentd again (the prefix
+	// of `agentd plugin-host`, say); see cli.SelfArgv.
+	Self []string
 }
+
+// Options returns the options the server was made with.
+func (s *Server) Options() Options { return s.opts }
 
 // Server holds the live sessions of every profile it serves.
 type Server struct {
@@ -497,7 +504,17 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 	}
 	sess := &Session{ID: newLiveID(), Stored: st.ID, Scope: sc, sink: d.Sink, history: append([]llm.Message(nil), d.History...), busy: true}
 	s.seedSessionFaults(sess)
-	defer sess.close()
+	// Registered (with no owner connection, so no request can address it)
+	// for the nested calls of its turn's plugin tools.
+	s.mu.Lock()
+	s.sessions[sess.ID] = sess
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.sessions, sess.ID)
+		s.mu.Unlock()
+		sess.close()
+	}()
 	sc.Log.Info("detached turn start", "source", d.Source, "title", d.Title, "session", sess.ID)
 	return s.runTurn(ctx, sess, d.Text)
 }
@@ -799,4 +816,48 @@ func (s *Server) seedSessionFaults(sess *Session) {
 	if s.opts.Faults.Has(faults.GlobalCwd) {
 		sess.processCwd = true
 	}
+}
+
+// ErrUnknownSession is returned by DispatchTool for a session that is not live.
+var ErrUnknownSession = errors.New("unknown live session")
+
+// ErrUnknownTool is returned by DispatchTool for a tool the session's
+// profile does not offer.
+var ErrUnknownTool = errors.New("unknown tool")
+
+// DispatchTool runs one of the tools offered in a live session's turns as
+// that session: in its profile's scope, with its shell. It is how a
+// plugin's nested call (plugin -> ctx.DispatchTool -> server) comes back
+// into the server as the session that made the outer call.
+func (s *Server) DispatchTool(ctx context.Context, sessionID, tool string, args map[string]any) (string, error) {
+	s.mu.Lock()
+	sess := s.sessions[sessionID]
+	s.mu.Unlock()
+	if sess == nil {
+		return "", fmt.Errorf("dispatch %s: %w %q", tool, ErrUnknownSession, sessionID)
+	}
+	sc := sess.Scope
+	snap, err := sc.Load()
+	if err != nil {
+		return "", fmt.Errorf("dispatch %s: %w", tool, err)
+	}
+	tools := s.registry
+	if s.opts.Tools != nil {
+		tools = s.opts.Tools(sc)
+	}
+	t, ok := tools.Get(tool)
+	if !ok {
+		return "", fmt.Errorf("dispatch: %w %q in profile %q", ErrUnknownTool, tool, sc.Profile.Name)
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return "", fmt.Errorf("dispatch %s: encode arguments: %w", tool, err)
+	}
+	if args == nil {
+		raw = []byte("{}")
+	}
+	return t.Call(ctx, &agent.Env{
+		Session: sess.ID, Stored: sess.Stored, Profile: sc.Profile.Name, Home: sc.Profile.Home,
+		Shell: func(ctx context.Context) (*terminal.Shell, error) { return sess.shellFor(ctx, snap) },
+	}, raw)
 }
