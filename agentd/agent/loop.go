@@ -79,7 +79,7 @@ func Run(ctx context.Context, t Turn, text string) (answer string, history []llm
 		if t.System != "" {
 			msgs = append(msgs, llm.Message{Role: "system", Content: t.System})
 		}
-		msgs = append(msgs, history...)
+		msgs = append(msgs, Repair(history)...)
 		resp, err := t.Client.Stream(ctx, llm.Request{Model: t.Model, Messages: msgs, Tools: specs}, func(d string) {
 			emit("message.delta", map[string]any{"text": d})
 		})
@@ -157,4 +157,49 @@ func SystemPrompt(parts ...string) string {
 		}
 	}
 	return strings.Join(keep, "\n\n")
+}
+
+// Repair returns history with a stand-in result after every tool call that
+// has none (a turn cut short by a crash or a cancel), since providers refuse
+// a tool call without its result. history itself is not changed.
+func Repair(history []llm.Message) []llm.Message {
+	answered := map[string]bool{}
+	for _, m := range history {
+		if m.Role == "tool" {
+			answered[m.ToolCallID] = true
+		}
+	}
+	var out []llm.Message
+	for i, m := range history {
+		if out != nil {
+			out = append(out, m)
+		}
+		var missing []llm.ToolCall
+		for _, c := range m.ToolCalls {
+			if !answered[c.ID] {
+				missing = append(missing, c)
+			}
+		}
+		if m.Role != "assistant" || len(missing) == 0 {
+			continue
+		}
+		if out == nil {
+			out = append([]llm.Message(nil), history[:i+1]...)
+		}
+		// The stand-ins go right after the results that do exist.
+		j := i + 1
+		for j < len(history) && history[j].Role == "tool" {
+			out = append(out, history[j])
+			j++
+		}
+		for _, c := range missing {
+			out = append(out, llm.Message{Role: "tool", ToolCallID: c.ID, Name: c.Function.Name,
+				Content: "error: no result (the turn was interrupted before this tool call finished)"})
+		}
+		return append(out, Repair(history[j:])...)
+	}
+	if out == nil {
+		return history
+	}
+	return out
 }

@@ -114,3 +114,28 @@ func TestSystemPromptOrder(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "soul\n\nmemory\n\ncustom", SystemPrompt(" soul\n", "", "memory", "custom"))
 }
+
+func TestRepairAddsMissingToolResults(t *testing.T) {
+	t.Parallel()
+	call := func(id string) llm.ToolCall {
+		return llm.ToolCall{ID: id, Type: "function", Function: llm.FunctionCall{Name: "terminal"}}
+	}
+	clean := []llm.Message{{Role: "user", Content: "a"}, {Role: "assistant", ToolCalls: []llm.ToolCall{call("1")}}, {Role: "tool", ToolCallID: "1"}, {Role: "assistant", Content: "ok"}}
+	require.Equal(t, clean, Repair(clean))
+
+	broken := []llm.Message{
+		{Role: "user", Content: "a"},
+		{Role: "assistant", ToolCalls: []llm.ToolCall{call("1"), call("2")}},
+		{Role: "tool", ToolCallID: "1"},
+		{Role: "user", Content: "b"},
+		{Role: "assistant", ToolCalls: []llm.ToolCall{call("3")}},
+	}
+	got := Repair(broken)
+	var shape []string
+	for _, m := range got {
+		shape = append(shape, m.Role+":"+m.ToolCallID)
+	}
+	require.Equal(t, []string{"user:", "assistant:", "tool:1", "tool:2", "user:", "assistant:", "tool:3"}, shape)
+	require.Contains(t, got[3].Content, "interrupted")
+	require.Len(t, broken, 5, "the input is not changed")
+}
