@@ -9,7 +9,7 @@
 //
 //	reg := agent.NewRegistry()
 //	_ = reg.Register(agent.TerminalTool{})
-//	text, err := agent.Run(ctx, agent.Turn{
+//	answer, history, err := agent.Run(ctx, agent.Turn{
 //		Client: client, Model: "m", System: prompt, History: history,
 //		Tools: reg, Env: &agent.Env{Session: sid, Shell: shellFor},
 //		Emit: emit, Persist: persist,

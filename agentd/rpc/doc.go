@@ -15,5 +15,5 @@
 //		}
 //		return map[string]string{"echo": p.Echo}, nil
 //	})
-//	err := rpc.ServeLines(ctx, d, os.Stdin, os.Stdout, onReady)
+//	err := rpc.ServeLines(ctx, d, os.Stdin, rpc.NewLineConn(os.Stdout))
 package rpc

@@ -334,14 +334,15 @@ var endRE = regexp.MustCompile(`^_E_(-?\d+)__\n`)
 
 // exec runs one command. The command is handed to eval as one single-quoted
 // word, so a syntax error in it is the command's error and the sentinel
-// line after it always runs.
+// line after it always runs; its stdin is /dev/null, so a command that
+// reads input ends instead of swallowing the sentinel line.
 func (p *proc) exec(ctx context.Context, command string, timeout time.Duration, limit int) (Result, error) {
 	res := Result{ExitCode: -1}
 	startMark := "__AGENTD_" + p.nonce + "_S__\n"
 	endMark := "\n__AGENTD_" + p.nonce
 	quoted := "'" + strings.ReplaceAll(command, "'", `'\''`) + "'"
 	script := "printf '%s%s\\n' __AGENTD_" + p.nonce + " _S__\n" +
-		"eval " + quoted + "\n" +
+		"eval " + quoted + " </dev/null\n" +
 		"__agentd_rc=$?; printf '\\n%s%s%d__\\n' __AGENTD_" + p.nonce + " _E_ \"$__agentd_rc\"\n"
 	if _, err := p.pty.WriteString(script); err != nil {
 		res.Exited = true

@@ -69,6 +69,9 @@ func TestExitStatusQuotingAndNoTrailingNewline(t *testing.T) {
 	res = run(t, sh, "echo one\necho two")
 	require.Equal(t, "one\ntwo\n", res.Output, "multi-line commands run whole")
 
+	res = run(t, sh, "cat; read -r x; echo \"read:[$x]\"")
+	require.Equal(t, "read:[]\n", res.Output, "commands read an empty stdin, never the sentinel")
+
 	res = run(t, sh, "echo 'unclosed")
 	require.NotEqual(t, 0, res.ExitCode, "a syntax error is the command's failure")
 	res = run(t, sh, "echo still alive")
