@@ -217,3 +217,33 @@ func TestServeProfileLifecycleUnderLoad(t *testing.T) {
 	require.Equal(t, "complete", c.turn(sa, "still served")["status"], "the server keeps serving the others")
 	s.stop()
 }
+
+func TestServeSettingsWritesBySessionAndByProfile(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	alpha := w.addTenant("alpha", true)
+	beta := w.addTenant("beta", false)
+	gamma := w.addTenant("gamma", false)
+	s := w.startServe(nil)
+	cb, cg := s.dial(), s.dial()
+	sb, _ := cb.create("beta")
+	before := map[string]string{}
+	for _, tn := range []*tenant{alpha, gamma} {
+		before[tn.name] = string(mustRead(t, filepath.Join(tn.home, "config.yaml")))
+	}
+	cb.ok("config.set", map[string]any{"key": "prompt", "value": "custom-beta", "session_id": sb})
+	cb.ok("config.set", map[string]any{"key": "model", "value": "model-beta-2", "session_id": sb})
+	for _, tn := range []*tenant{alpha, gamma} {
+		require.Equal(t, before[tn.name], string(mustRead(t, filepath.Join(tn.home, "config.yaml"))), tn.name)
+	}
+	cg.ok("config.set", map[string]any{"key": "prompt", "value": "custom-gamma", "profile": "gamma"})
+	require.Equal(t, before["alpha"], string(mustRead(t, filepath.Join(alpha.home, "config.yaml"))))
+	require.NotContains(t, string(mustRead(t, filepath.Join(beta.home, "config.yaml"))), "custom-gamma")
+
+	cb.turn(sb, "probe")
+	recs := beta.srv.RequestsOf(fakellm.KindMain)
+	require.Equal(t, "model-beta-2", recs[0].Model(), "the next turn sees the write")
+	require.Contains(t, string(recs[0].RawBody), "custom-beta")
+	require.NotContains(t, string(recs[0].RawBody), "custom-gamma")
+	s.stop()
+}
