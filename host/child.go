@@ -46,7 +46,9 @@ func ServeChild(ctx context.Context, stdin io.Reader, stdout io.Writer, stderr i
 	c := &child{ctx: ctx, stderr: stderr, inflight: map[uint64]context.CancelFunc{}}
 	c.conn = newConn("plugin host's parent", stdin, stdout, DefaultMaxFrame, c.handle)
 	c.conn.start()
-	if err := c.conn.send(&Frame{Op: opHello, Body: mustJSON(helloBody{Protocol: ProtocolVersion, PID: os.Getpid()})}); err != nil {
+	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer hcancel()
+	if err := c.conn.send(hctx, &Frame{Op: opHello, Body: mustJSON(helloBody{Protocol: ProtocolVersion, PID: os.Getpid()})}); err != nil {
 		return fmt.Errorf("serve plugin host: say hello: %w", err)
 	}
 	select {
@@ -193,7 +195,7 @@ func (c *child) handle(f *Frame) {
 	ctx, done := c.callCtx(f)
 	defer done()
 	body, err := c.serve(ctx, f)
-	c.conn.reply(f.ID, body, err)
+	c.conn.reply(ctx, f.ID, body, err)
 }
 
 func (c *child) serve(ctx context.Context, f *Frame) (any, error) {

@@ -28,7 +28,7 @@ func Register(ctx plugin.Context) error {
 }
 `
 
-func probeHome(t *testing.T) string {
+func probeHome(t testing.TB) string {
 	home := newHome(t)
 	writePlugin(t, home, "hostprobe", "name: hostprobe\nversion: \"1.0\"\n", readTestdata(t, "hostprobe.go.txt"))
 	writePlugin(t, home, "platformprobe", "name: platformprobe\nversion: \"1.0\"\n", platformPlugin)

@@ -97,6 +97,7 @@ type hostProc struct {
 	loading   string
 	loaded    bool
 	stopping  bool
+	reaped    bool // waited for: its pid may be reused, never signal it
 	plugins   []PluginStatus
 	tools     map[string]ToolSpec
 	hooks     map[string][]Ref
@@ -334,6 +335,15 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 	h.desc = fmt.Sprintf("plugin host for profile %s (pid %d)", m.cfg.Profile, h.pid)
 	h.conn = newConn(h.desc, br, stdin, m.cfg.MaxFrame, func(f *Frame) { m.serveHost(h, f) })
 	h.conn.readEnd = func(error) { go m.monitor(h) }
+	// A host that stops reading its stdin (hung, stopped) breaks the
+	// connection at a write deadline; kill it so the monitor reaps it.
+	h.conn.afterFail = func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if !h.stopping && !h.reaped {
+			_ = procgroup.Kill(h.pgid)
+		}
+	}
 	h.conn.start()
 	return h, nil
 }
@@ -351,6 +361,7 @@ func (m *Manager) monitor(h *hostProc) {
 	_ = procgroup.Kill(h.pgid)
 	werr := h.cmd.Wait()
 	h.mu.Lock()
+	h.reaped = true
 	stopping, loading, loaded := h.stopping, h.loading, h.loaded
 	h.mu.Unlock()
 	err := fmt.Errorf("%s exited (%v): %w", h.desc, werr, ErrUnavailable)
@@ -384,7 +395,11 @@ func (m *Manager) stop(h *hostProc) {
 	select {
 	case <-h.dead:
 	case <-t.C:
-		_ = procgroup.Kill(h.pgid)
+		h.mu.Lock()
+		if !h.reaped {
+			_ = procgroup.Kill(h.pgid)
+		}
+		h.mu.Unlock()
 		<-h.dead
 	}
 }
@@ -462,6 +477,12 @@ func (m *Manager) serveHost(h *hostProc, f *Frame) {
 	if f.ID == 0 {
 		return
 	}
+	timeout := m.cfg.CallTimeout
+	if f.TimeoutMS > 0 {
+		timeout = min(timeout, time.Duration(f.TimeoutMS)*time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	if f.Op == opLoading {
 		var b loadingBody
 		err := decode(f, &b)
@@ -470,24 +491,18 @@ func (m *Manager) serveHost(h *hostProc, f *Frame) {
 			h.loading = b.Name
 			h.mu.Unlock()
 		}
-		h.conn.reply(f.ID, nil, err)
+		h.conn.reply(ctx, f.ID, nil, err)
 		return
 	}
 	session := ""
 	if f.Parent != 0 {
 		s, ok := h.conn.sessionOf(f.Parent)
 		if !ok {
-			h.conn.reply(f.ID, nil, fmt.Errorf("nested %s names call %d, which is not in flight: %w", f.Op, f.Parent, ErrNotFound))
+			h.conn.reply(ctx, f.ID, nil, fmt.Errorf("nested %s names call %d, which is not in flight: %w", f.Op, f.Parent, ErrNotFound))
 			return
 		}
 		session = s
 	}
-	timeout := m.cfg.CallTimeout
-	if f.TimeoutMS > 0 {
-		timeout = min(timeout, time.Duration(f.TimeoutMS)*time.Millisecond)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	ctx = plugin.WithSession(ctx, session)
 	var out string
 	var err error
@@ -506,10 +521,10 @@ func (m *Manager) serveHost(h *hostProc, f *Frame) {
 		err = fmt.Errorf("operation %q: %w", f.Op, ErrUnsupported)
 	}
 	if err != nil {
-		h.conn.reply(f.ID, nil, err)
+		h.conn.reply(ctx, f.ID, nil, err)
 		return
 	}
-	h.conn.reply(f.ID, resultBody{out}, nil)
+	h.conn.reply(ctx, f.ID, resultBody{out}, nil)
 }
 
 // request sends one request to the live host (starting it if need be) and

@@ -9,6 +9,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // ProtocolVersion is the wire protocol's version; the parent refuses a host
@@ -121,20 +122,25 @@ type pending struct {
 	session string
 }
 
-// conn is one side of the protocol: a reader goroutine routing replies to
-// their waiters and requests to handle, and a writer goroutine that
-// batches frames into as few writes as the load allows.
+// conn is one side of the protocol. Callers write their own frames (one
+// write each, under a lock that waits no longer than their deadline), and
+// the goroutine reading routes replies to their waiters; on a request it
+// starts a successor reader and serves the request itself, so a call costs
+// no goroutine hand-off on the serving side.
 type conn struct {
 	name     string
 	br       *bufio.Reader
-	bw       *bufio.Writer
+	w        io.Writer
 	closeW   func() error
+	setDL    func(time.Time) error
 	maxFrame int
 	handle   func(*Frame)
 	// readEnd is called once when reading stops; nil means fail(err).
 	readEnd func(error)
+	// afterFail, if set, runs once after the connection breaks.
+	afterFail func()
 
-	out    chan []byte
+	wsem   chan struct{}
 	nextID atomic.Uint64
 
 	mu      sync.Mutex
@@ -142,31 +148,36 @@ type conn struct {
 	err     error
 	done    chan struct{}
 
-	wg sync.WaitGroup
+	wg sync.WaitGroup // the reader
 }
 
 func newConn(name string, r io.Reader, w io.Writer, maxFrame int, handle func(*Frame)) *conn {
 	if maxFrame <= 0 {
 		maxFrame = DefaultMaxFrame
 	}
+	br, ok := r.(*bufio.Reader)
+	if !ok {
+		br = bufio.NewReaderSize(r, 64<<10)
+	}
 	c := &conn{
-		name: name, br: bufio.NewReaderSize(r, 64<<10), bw: bufio.NewWriterSize(w, 64<<10),
-		maxFrame: maxFrame, handle: handle, out: make(chan []byte, 1024),
-		pending: map[uint64]*pending{}, done: make(chan struct{}),
+		name: name, br: br, w: w, maxFrame: maxFrame, handle: handle,
+		wsem: make(chan struct{}, 1), pending: map[uint64]*pending{}, done: make(chan struct{}),
 	}
 	if cl, ok := w.(io.Closer); ok {
 		c.closeW = cl.Close
+	}
+	if d, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok {
+		c.setDL = d.SetWriteDeadline
 	}
 	return c
 }
 
 func (c *conn) start() {
-	c.wg.Add(2)
+	c.wg.Add(1)
 	go c.readLoop()
-	go c.writeLoop()
 }
 
-// wait returns once both goroutines have stopped.
+// wait returns once reading has stopped.
 func (c *conn) wait() { c.wg.Wait() }
 
 // readFrame reads one line of at most max bytes (newline excluded).
@@ -192,7 +203,6 @@ func readFrame(br *bufio.Reader, max int) ([]byte, error) {
 }
 
 func (c *conn) readLoop() {
-	defer c.wg.Done()
 	var err error
 	for {
 		var line []byte
@@ -215,48 +225,29 @@ func (c *conn) readLoop() {
 			}
 			continue
 		}
-		go c.handle(f)
+		// A successor reads on while this goroutine serves the request:
+		// a handler may block (or call the peer back) for as long as it
+		// likes without stopping the stream.
+		c.wg.Add(1)
+		go c.readLoop()
+		c.wg.Done()
+		c.handle(f)
+		return
 	}
 	if c.readEnd != nil {
 		c.readEnd(err)
 	} else {
 		c.fail(err)
 	}
+	c.wg.Done()
 }
 
-func (c *conn) writeLoop() {
-	defer c.wg.Done()
-	defer func() {
-		if c.closeW != nil {
-			_ = c.closeW()
-		}
-	}()
-	for {
-		select {
-		case <-c.done:
-			return
-		case b := <-c.out:
-			_, err := c.bw.Write(b)
-			for err == nil && len(c.out) > 0 {
-				_, err = c.bw.Write(<-c.out)
-			}
-			if err == nil {
-				err = c.bw.Flush()
-			}
-			if err != nil {
-				c.fail(fmt.Errorf("write to %s: %w", c.name, err))
-				return
-			}
-		}
-	}
-}
-
-// fail breaks the connection with err; every waiter gets it. Only the
-// first call counts.
+// fail breaks the connection with err and closes the writing side; every
+// waiter gets err. Only the first call counts.
 func (c *conn) fail(err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.err != nil {
+		c.mu.Unlock()
 		return
 	}
 	if err == nil || errors.Is(err, io.EOF) {
@@ -264,6 +255,13 @@ func (c *conn) fail(err error) {
 	}
 	c.err = err
 	close(c.done)
+	c.mu.Unlock()
+	if c.closeW != nil {
+		_ = c.closeW()
+	}
+	if c.afterFail != nil {
+		c.afterFail()
+	}
 }
 
 func (c *conn) broken() error {
@@ -272,7 +270,10 @@ func (c *conn) broken() error {
 	return c.err
 }
 
-func (c *conn) send(f *Frame) error {
+// send writes one frame, waiting for the write lock no longer than ctx
+// allows. A write that cannot finish by ctx's deadline (the peer stopped
+// reading) leaves a torn frame, so it breaks the connection.
+func (c *conn) send(ctx context.Context, f *Frame) error {
 	b, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("encode %q frame: %w", f.Op, err)
@@ -282,11 +283,25 @@ func (c *conn) send(f *Frame) error {
 	}
 	b = append(b, '\n')
 	select {
-	case c.out <- b:
-		return nil
+	case c.wsem <- struct{}{}:
 	case <-c.done:
 		return c.broken()
+	case <-ctx.Done():
+		return fmt.Errorf("write to %s: %w (%v)", c.name, ErrTimeout, ctx.Err())
 	}
+	defer func() { <-c.wsem }()
+	if err := c.broken(); err != nil {
+		return err
+	}
+	if c.setDL != nil {
+		dl, _ := ctx.Deadline()
+		_ = c.setDL(dl)
+	}
+	if _, err := c.w.Write(b); err != nil {
+		c.fail(fmt.Errorf("write to %s: %v: %w", c.name, err, ErrUnavailable))
+		return c.broken()
+	}
+	return nil
 }
 
 // request sends f as a request and waits for its reply. session is kept
@@ -308,7 +323,7 @@ func (c *conn) request(ctx context.Context, f *Frame, session string) (json.RawM
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}
-	if err := c.send(f); err != nil {
+	if err := c.send(ctx, f); err != nil {
 		forget()
 		return nil, err
 	}
@@ -323,7 +338,9 @@ func (c *conn) request(ctx context.Context, f *Frame, session string) (json.RawM
 		return nil, c.broken()
 	case <-ctx.Done():
 		forget()
-		_ = c.send(&Frame{Op: opCancel, Body: mustJSON(cancelBody{ID: id})})
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.send(cctx, &Frame{Op: opCancel, Body: mustJSON(cancelBody{ID: id})})
+		cancel()
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, fmt.Errorf("%w (%v)", ErrTimeout, ctx.Err())
 		}
@@ -342,7 +359,7 @@ func (c *conn) sessionOf(id uint64) (string, bool) {
 	return p.session, true
 }
 
-func (c *conn) reply(re uint64, body any, err error) {
+func (c *conn) reply(ctx context.Context, re uint64, body any, err error) {
 	r := &Frame{Re: re}
 	if err != nil {
 		r.Err = wireError(err)
@@ -354,8 +371,9 @@ func (c *conn) reply(re uint64, body any, err error) {
 			r.Body = b
 		}
 	}
-	if serr := c.send(r); errors.Is(serr, ErrFrameTooLarge) {
-		_ = c.send(&Frame{Re: re, Err: &Error{Code: CodeUnsupported, Message: serr.Error()}})
+	// A reply waits for the write lock no longer than the call's deadline.
+	if serr := c.send(ctx, r); errors.Is(serr, ErrFrameTooLarge) {
+		_ = c.send(ctx, &Frame{Re: re, Err: &Error{Code: CodeUnsupported, Message: fmt.Sprintf("reply over the frame limit of %d bytes", c.maxFrame)}})
 	}
 }
 

@@ -1,0 +1,141 @@
+package host
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestReadFrameLimit(t *testing.T) {
+	t.Parallel()
+	br := bufio.NewReaderSize(strings.NewReader(strings.Repeat("x", 100)+"\n{}\n"), 16)
+	_, err := readFrame(br, 50)
+	require.ErrorIs(t, err, ErrFrameTooLarge)
+	require.Contains(t, err.Error(), "more than 50 bytes")
+
+	br = bufio.NewReaderSize(strings.NewReader(strings.Repeat("y", 40)+"\n"), 16)
+	line, err := readFrame(br, 50)
+	require.NoError(t, err, "a frame longer than the buffer but within the limit is read whole")
+	require.Equal(t, strings.Repeat("y", 40)+"\n", string(line))
+}
+
+// pair connects two conns over in-memory pipes.
+func pair(t *testing.T, maxFrame int, aHandle, bHandle func(*conn, *Frame)) (*conn, *conn) {
+	t.Helper()
+	ar, bw := io.Pipe()
+	br, aw := io.Pipe()
+	var a, b *conn
+	a = newConn("side a", ar, aw, maxFrame, func(f *Frame) { aHandle(a, f) })
+	b = newConn("side b", br, bw, maxFrame, func(f *Frame) { bHandle(b, f) })
+	a.start()
+	b.start()
+	t.Cleanup(func() {
+		a.fail(ErrClosed)
+		b.fail(ErrClosed)
+		_ = ar.Close()
+		_ = br.Close()
+		a.wait()
+		b.wait()
+	})
+	return a, b
+}
+
+func TestRequestsCrossBothWaysWithTheirOwnIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	echo := func(c *conn, f *Frame) { c.reply(ctx, f.ID, resultBody{f.Op + ":" + f.Session}, nil) }
+	// b answers a's request only after asking a something itself (nesting
+	// on the same pipes).
+	var a, b *conn
+	a, b = pair(t, DefaultMaxFrame, echo, func(c *conn, f *Frame) {
+		inner, err := c.request(ctx, &Frame{Op: "inner"}, "")
+		if err != nil {
+			c.reply(ctx, f.ID, nil, err)
+			return
+		}
+		c.reply(ctx, f.ID, resultBody{"outer(" + string(inner) + ")"}, nil)
+	})
+	raw, err := a.request(ctx, &Frame{Op: "outer", Session: "s"}, "s")
+	require.NoError(t, err)
+	var r resultBody
+	require.NoError(t, json.Unmarshal(raw, &r))
+	require.Equal(t, `outer({"result":"inner:"})`, r.Result)
+	require.Equal(t, uint64(1), a.nextID.Load())
+	require.Equal(t, uint64(1), b.nextID.Load(), "each side numbers its own requests")
+}
+
+func TestTypedErrorsCrossTheWire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	errs := map[string]error{"timeout": ErrTimeout, "unsupported": ErrUnsupported, "plugin": errors.New("boom"), "stale": ErrStaleRef}
+	a, _ := pair(t, DefaultMaxFrame, nil, func(c *conn, f *Frame) { c.reply(ctx, f.ID, nil, errs[f.Op]) })
+	for op, want := range map[string]error{"timeout": ErrTimeout, "unsupported": ErrUnsupported, "plugin": ErrPlugin, "stale": ErrStaleRef} {
+		_, err := a.request(ctx, &Frame{Op: op}, "")
+		require.ErrorIs(t, err, want, op)
+	}
+}
+
+func TestOversizedFramesAreRefusedBothWays(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b := pair(t, 120, nil, func(c *conn, f *Frame) { c.reply(ctx, f.ID, resultBody{strings.Repeat("z", 200)}, nil) })
+	_, err := a.request(ctx, &Frame{Op: "x", Body: json.RawMessage(`"` + strings.Repeat("q", 200) + `"`)}, "")
+	require.ErrorIs(t, err, ErrFrameTooLarge, "the sender refuses to send it")
+	_, err = a.request(ctx, &Frame{Op: "x"}, "")
+	require.ErrorIs(t, err, ErrUnsupported, "a reply too large to send arrives as an error")
+	require.Contains(t, err.Error(), "frame limit of 120 bytes")
+	require.NoError(t, b.broken())
+}
+
+func TestGarbageBreaksTheConnectionWithAProtocolError(t *testing.T) {
+	t.Parallel()
+	r, w := io.Pipe()
+	c := newConn("peer", r, io.Discard, 0, func(*Frame) {})
+	c.start()
+	go func() { _, _ = w.Write([]byte("not json\n")) }()
+	c.wait()
+	require.ErrorIs(t, c.broken(), ErrProtocol)
+	_, err := c.request(context.Background(), &Frame{Op: "x"}, "")
+	require.ErrorIs(t, err, ErrProtocol)
+}
+
+func TestRequestTimesOutAndTellsThePeer(t *testing.T) {
+	t.Parallel()
+	cancelled := make(chan uint64, 1)
+	a, _ := pair(t, DefaultMaxFrame, nil, func(c *conn, f *Frame) {
+		if f.Op == opCancel {
+			var b cancelBody
+			_ = json.Unmarshal(f.Body, &b)
+			cancelled <- b.ID
+		}
+		// never replies to anything else
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := a.request(ctx, &Frame{Op: "hang"}, "")
+	require.ErrorIs(t, err, ErrTimeout)
+	select {
+	case id := <-cancelled:
+		require.Equal(t, uint64(1), id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the peer was never told to cancel")
+	}
+}
+
+func TestStaleReferencesNeverReachANewGeneration(t *testing.T) {
+	t.Parallel()
+	g := newRegistry(2, true, nil, nil)
+	g.hooks[1] = &hookEntry{plugin: "p", event: "e", fn: func(context.Context, map[string]any) error { return nil }}
+	require.NoError(t, g.runHook(context.Background(), Ref{Gen: 2, ID: 1}, nil), "positive control")
+	err := g.runHook(context.Background(), Ref{Gen: 1, ID: 1}, nil)
+	require.ErrorIs(t, err, ErrStaleRef)
+	_, err = g.callProvider(context.Background(), providerArgs{Ref: Ref{Gen: 1, ID: 1}, Method: "prefetch"})
+	require.ErrorIs(t, err, ErrStaleRef)
+}
