@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -20,13 +21,18 @@ import (
 type Hashes map[string]string
 
 // HashTree hashes every regular file under roots (symlinks not followed).
-// Overlapping roots are fine. A file that cannot be read is an error: a
-// write-scope check over a partial snapshot would prove nothing.
+// Overlapping roots are fine. A file that vanishes between the listing and
+// the read (a live target's temp file) is simply not there; any other file
+// that cannot be read is an error: a write-scope check over a partial
+// snapshot would prove nothing.
 func HashTree(ctx context.Context, roots ...string) (Hashes, error) {
 	out := Hashes{}
 	for _, root := range roots {
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) && path != root {
+					return nil
+				}
 				return fmt.Errorf("walk %s: %w", path, err)
 			}
 			if err := ctx.Err(); err != nil {
@@ -36,6 +42,9 @@ func HashTree(ctx context.Context, roots ...string) (Hashes, error) {
 				return nil
 			}
 			f, err := os.Open(path)
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
 			if err != nil {
 				return fmt.Errorf("hash %s: %w", path, err)
 			}
