@@ -1,11 +1,14 @@
 package host_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/host"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/isolation"
 	"github.com/tenantcanary/tenantcanary/plugin"
 )
@@ -99,12 +103,43 @@ func TestPluginRunsOutOfProcessAndSurvivesItsHostCrashing(t *testing.T) {
 	require.Contains(t, bad.Error, isolation.UnsupportedMethods["RegisterPlatform"])
 	require.Empty(t, statusOf(t, e.m, "hostprobe").Error)
 
+	// The plugin's own errors and panics are typed, and cost nothing else.
+	_, err = e.m.Call(ctx, "s1", "hostprobe_fail", nil)
+	require.ErrorIs(t, err, host.ErrPlugin)
+	require.Contains(t, err.Error(), "the plugin's own failure")
+	_, err = e.m.Call(ctx, "s1", "hostprobe_panic", nil)
+	require.ErrorIs(t, err, host.ErrPlugin)
+	require.Contains(t, err.Error(), "the plugin panicked")
+	require.Equal(t, hostPID, e.m.PID())
+
+	// Calls in flight when the host dies each get an error naming it.
+	inflight := make(chan error, 3)
+	for n := range 3 {
+		go func() {
+			_, err := e.m.Call(ctx, "s1", "hostprobe_hang", map[string]any{"n": n})
+			inflight <- err
+		}()
+	}
+	require.Eventually(t, func() bool {
+		for n := range 3 {
+			if _, err := os.Stat(filepath.Join(e.home, fmt.Sprintf("hanging-%d", n))); err != nil {
+				return false
+			}
+		}
+		return true
+	}, eventually, tick, "the hanging calls never started")
+
 	// A plugin killing its host costs one error naming the host.
 	_, err = e.m.Call(ctx, "s1", "hostprobe_crash", nil)
 	require.Error(t, err)
 	require.ErrorIs(t, err, host.ErrUnavailable)
 	require.Contains(t, err.Error(), "plugin host")
 	require.Contains(t, err.Error(), "exit status 3")
+	for range 3 {
+		err := <-inflight
+		require.ErrorIs(t, err, host.ErrUnavailable)
+		require.Contains(t, err.Error(), "plugin host")
+	}
 
 	var after map[string]any
 	require.Eventually(t, func() bool {
@@ -361,3 +396,46 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// The host dies with its parent: a server killed with SIGKILL (no chance
+// to clean up) leaves no host behind.
+func TestHostDiesWithItsParent(t *testing.T) {
+	t.Parallel()
+	home := probeHome(t)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = []string{parentEnv + "=" + home, "PATH=" + os.Getenv("PATH")}
+	procgroup.Prepare(cmd)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() {
+		_ = procgroup.Kill(cmd.Process.Pid)
+		_ = cmd.Wait()
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	hostPID, err := strconv.Atoi(strings.TrimSpace(line))
+	require.NoError(t, err, "the parent said %q", line)
+	require.True(t, procgroup.Alive(hostPID), "positive control: the host runs while its parent does")
+	require.NotEqual(t, cmd.Process.Pid, hostPID)
+
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	require.Eventually(t, func() bool { return !procgroup.Alive(hostPID) }, eventually, tick, "host %d outlived its parent", hostPID)
+}
+
+func TestOpenPicksTheLoaderByMode(t *testing.T) {
+	t.Parallel()
+	home := probeHome(t)
+	cfg := host.Config{Profile: "p", Command: hostCommand(), Home: home, Env: hostEnvFor(home), PluginsDir: filepath.Join(home, "plugins"), Backend: &server{}}
+	l, err := host.Open(isolation.Host, cfg)
+	require.NoError(t, err)
+	require.IsType(t, &host.Manager{}, l)
+	require.NoError(t, l.Close())
+	require.False(t, markerExists(home, "loaded-hostprobe", os.Getpid()), "opening in host mode ran no plugin code here")
+	_, err = host.Open("sandbox", cfg)
+	require.ErrorContains(t, err, `unknown isolation mode "sandbox"`)
+}

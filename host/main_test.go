@@ -16,6 +16,9 @@ import (
 const (
 	hostEnv = "TENANTCANARY_PLUGIN_HOST"
 	echoEnv = "TENANTCANARY_PIPE_ECHO"
+	// parentEnv makes the binary a server that starts a host for the
+	// plugins folder it names, prints the host's pid, and waits.
+	parentEnv = "TENANTCANARY_HOST_PARENT"
 )
 
 func TestMain(m *testing.M) {
@@ -25,6 +28,20 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "plugin host:", err)
 			os.Exit(1)
 		}
+		os.Exit(0)
+	case os.Getenv(parentEnv) != "":
+		home := os.Getenv(parentEnv)
+		m, err := host.New(host.Config{Profile: "orphan", Command: []string{os.Args[0]}, Home: home,
+			Env: []string{hostEnv + "=1", "HOME=" + home}, PluginsDir: home + "/plugins", Backend: &server{}})
+		if err == nil {
+			err = m.Start(context.Background())
+		}
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println(m.PID())
+		_, _ = bufio.NewReader(os.Stdin).ReadByte()
 		os.Exit(0)
 	case os.Getenv(echoEnv) == "1":
 		r := bufio.NewReader(os.Stdin)
