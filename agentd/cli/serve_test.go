@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
 // cronRan polls cron.list until the job has a last run, and returns its status.
@@ -118,7 +119,21 @@ func TestServePooledProfilesInterleavedWithCron(t *testing.T) {
 	for _, e := range conns["beta"].events(sids["alpha"]) {
 		t.Fatalf("beta's connection received alpha's event %v", e)
 	}
+	var shells []int
+	for _, tn := range all {
+		for _, r := range toolResults(tn.srv) {
+			_, _, pid := snapshot(t, r)
+			shells = append(shells, pid)
+		}
+	}
+	for _, pid := range shells {
+		require.True(t, pid > 0)
+	}
 	s.stop()
+	for _, pid := range shells {
+		require.Eventually(t, func() bool { return !procgroup.Alive(pid) }, 10*time.Second, 10*time.Millisecond,
+			"shell %d survived agentd serve", pid)
+	}
 }
 
 func TestServeTokenHealthAndPortInUse(t *testing.T) {
