@@ -36,7 +36,7 @@ const maxBody = 64 << 20
 type Options struct {
 	Keys         []string  // accepted keys (one or a set); empty accepts any key, or none
 	Addr         string    // listen address; default "127.0.0.1:0"
-	AdvertiseURL string    // base URL to advertise instead of the listen address (e.g. behind a staging proxy)
+	AdvertiseURL string    // base URL to advertise instead of the listen address (staging); a bare scheme and host gets the listener's port and /v1
 	Model        string    // model listed by GET <base>/models and echoed when a request names none; default "fakellm"
 	Responder    Responder // main requests, once the script is empty
 	AuxResponder Responder // aux requests (never consume the script); default: a short text
@@ -121,7 +121,7 @@ func New(opts Options) (*Server, error) {
 	s.URL = "http://" + ln.Addr().String()
 	s.BaseURL = s.URL + "/v1"
 	if advertise != "" {
-		s.BaseURL = advertise
+		s.BaseURL = withPort(advertise, ln.Addr())
 	}
 	s.srv = &http.Server{
 		Handler:           http.HandlerFunc(s.serve),
@@ -393,4 +393,20 @@ func (s *Server) pause(ctx context.Context, d time.Duration) bool {
 	case <-s.done:
 		return false
 	}
+}
+
+// withPort completes an advertised URL that is a bare scheme and host
+// ("http://staging-runner"): it gets the listener's port and /v1, so many
+// providers on port 0 can share one advertised host. A URL with a port or
+// a path is a proxy's and is taken as it is.
+func withPort(advertise string, addr net.Addr) string {
+	u, err := url.Parse(advertise)
+	if err != nil || u.Port() != "" || (u.Path != "" && u.Path != "/") {
+		return advertise
+	}
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(tcp.Port))
+	}
+	u.Path = "/v1"
+	return u.String()
 }

@@ -170,6 +170,11 @@ func TestOptions(t *testing.T) {
 	_ = resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "https://llm.example/p/bob/v1", direct.Requests()[0].Server)
+
+	// A bare host is completed with the listener's port and /v1.
+	bare := start(t, fakellm.Options{AdvertiseURL: "http://runner.staging"})
+	_, port, _ := strings.Cut(strings.TrimPrefix(bare.URL, "http://"), ":")
+	assert.Equal(t, "http://runner.staging:"+port+"/v1", bare.BaseURL)
 }
 
 // lockedBuffer is a journal sink safe to read while the server writes.
