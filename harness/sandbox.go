@@ -58,8 +58,19 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 		return nil, err
 	}
 	opts.Tenants.Layout = target.Layout
-	set, err := tenants.Build(root, opts.Tenants)
-	if err != nil {
+	var set *tenants.Set
+	if target.TenantsFile != "" {
+		// A staging run: the tenants the server was provisioned with, their
+		// providers in the `canary-run fakellm` process.
+		roster, err := tenants.ReadRoster(target.TenantsFile)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		set, err = tenants.FromRoster(root, roster, target.Layout, target.Journal)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+	} else if set, err = tenants.Build(root, opts.Tenants); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	s := &Sandbox{Root: set.Root, RunID: id, Target: target, Set: set, Logs: filepath.Join(set.Root, "logs")}

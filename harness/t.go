@@ -21,6 +21,7 @@ type T interface {
 	Fatalf(format string, args ...any)
 	FailNow()
 	Failed() bool
+	Skipf(format string, args ...any)
 	Cleanup(func())
 	TempDir() string
 	Context() context.Context
@@ -28,8 +29,9 @@ type T interface {
 
 // Outcome is what a standalone run produced.
 type Outcome struct {
-	Failed bool
-	Log    []string // every Logf/Errorf/Fatalf line, in order
+	Failed  bool
+	Skipped bool
+	Log     []string // every Logf/Errorf/Fatalf line, in order
 }
 
 // RunStandalone runs fn with a T of its own, outside `go test`: Fatalf and
@@ -57,7 +59,7 @@ func RunStandalone(ctx context.Context, name, tempRoot string, keep bool, fn fun
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return Outcome{Failed: st.failed, Log: append([]string(nil), st.log...)}
+	return Outcome{Failed: st.failed, Skipped: st.skipped, Log: append([]string(nil), st.log...)}
 }
 
 type standaloneT struct {
@@ -67,6 +69,7 @@ type standaloneT struct {
 
 	mu       sync.Mutex
 	failed   bool
+	skipped  bool
 	log      []string
 	cleanups []func()
 	temps    []string
@@ -97,6 +100,14 @@ func (s *standaloneT) Fatalf(format string, args ...any) {
 func (s *standaloneT) FailNow() {
 	s.mu.Lock()
 	s.failed = true
+	s.mu.Unlock()
+	runtime.Goexit()
+}
+
+func (s *standaloneT) Skipf(format string, args ...any) {
+	s.Logf(format, args...)
+	s.mu.Lock()
+	s.skipped = true
 	s.mu.Unlock()
 	runtime.Goexit()
 }

@@ -50,6 +50,12 @@ type Target struct {
 	// (false for a remote staging server: file checks are skipped, with
 	// that reason).
 	Files bool `yaml:"files"`
+	// TenantsFile is the roster `canary-run fakellm` wrote for a staging
+	// run: the tenants the staging server was provisioned with, whose
+	// providers run in that process. Journal overrides the roster's
+	// journal path.
+	TenantsFile string `yaml:"tenants_file"`
+	Journal     string `yaml:"journal"`
 
 	readyRE *regexp.Regexp
 }
@@ -129,6 +135,9 @@ func (t *Target) Validate() error {
 	if (len(t.Serve) > 0 || t.URL != "") && t.TokenVar == "" && t.Token == "" {
 		errs = append(errs, errors.New("serve backend without token_var (or token for a running server)"))
 	}
+	if t.URL != "" && t.TenantsFile == "" {
+		errs = append(errs, errors.New("url (a running server) needs tenants_file: the roster `canary-run fakellm` wrote for the tenants it was provisioned with"))
+	}
 	if t.Files && len(t.ProfileRoot) == 0 && t.URL == "" {
 		errs = append(errs, errors.New("files: true needs profile_root, the command that proves the profiles resolve inside the sandbox"))
 	}
@@ -175,3 +184,32 @@ func (t *Target) ReadyRE() *regexp.Regexp {
 // Remote reports whether the target is a running server the harness did not
 // start.
 func (t *Target) Remote() bool { return t.URL != "" || t.GatewayURL != "" }
+
+// Supports reports whether the harness can drive backend b on this target,
+// and if not, why.
+func (t *Target) Supports(b Backend) (bool, string) {
+	switch b {
+	case BackendStdio:
+		if len(t.Stdio) == 0 {
+			return false, "the target gives no stdio command"
+		}
+		if t.Remote() {
+			return false, "a stdio backend runs beside the harness, and the target is a running remote server"
+		}
+	case BackendServe:
+		if len(t.Serve) == 0 && t.URL == "" {
+			return false, "the target gives neither a serve command nor a url"
+		}
+	case BackendGateway:
+		if len(t.Gateway) == 0 && t.GatewayURL == "" {
+			return false, "the target gives neither a gateway command nor a gateway_url"
+		}
+	default:
+		return false, fmt.Sprintf("unknown backend %q", b)
+	}
+	return true, ""
+}
+
+// CanRestart reports whether the harness starts (and so can restart) the
+// serve backend.
+func (t *Target) CanRestart() bool { return len(t.Serve) > 0 && t.URL == "" }

@@ -21,10 +21,10 @@ const StateDB = "state.db"
 func ControlKeys(ts []*tenants.Tenant) []Finding {
 	var out []Finding
 	for _, t := range ts {
-		if t.Provider == nil {
+		if !t.HasProvider() {
 			continue
 		}
-		recs := t.Provider.Requests()
+		recs := t.Requests()
 		ok := false
 		for _, r := range recs {
 			ok = ok || r.Auth == t.ProviderKey()
@@ -43,10 +43,10 @@ func ControlKeys(ts []*tenants.Tenant) []Finding {
 func ControlSnapshots(ts []*tenants.Tenant) []Finding {
 	var out []Finding
 	for _, t := range ts {
-		if t.Provider == nil {
+		if !t.HasProvider() {
 			continue
 		}
-		for _, s := range EnvSnapshots(t, t.Provider.Requests()) {
+		for _, s := range EnvSnapshots(t, t.Requests()) {
 			if !strings.Contains(s.Text, t.Value(tenants.EnvMarker)) {
 				out = append(out, Finding{Invariant: Control, Tenant: t.Name,
 					Where:  Where{Request: intp(s.Request), Origin: s.Origin, ToolCall: s.ToolCall},

@@ -19,8 +19,8 @@ func RequestLeaks(ts []*tenants.Tenant) []Finding {
 	}
 	var out []Finding
 	for _, t := range ts {
-		if t.Provider != nil {
-			out = append(out, m.requestLeaks(ts, t, t.Provider.Requests())...)
+		if t.HasProvider() {
+			out = append(out, m.requestLeaks(ts, t, t.Requests())...)
 		}
 	}
 	return Dedup(out)

@@ -163,8 +163,8 @@ func SnapshotLeaks(ts []*tenants.Tenant) []Finding {
 	}
 	var out []Finding
 	for _, t := range ts {
-		if t.Provider != nil {
-			out = append(out, m.snapshotLeaks(t, t.Provider.Requests())...)
+		if t.HasProvider() {
+			out = append(out, m.snapshotLeaks(t, t.Requests())...)
 		}
 	}
 	return Dedup(out)
@@ -233,10 +233,10 @@ func containsPath(dirs []string, p string) bool {
 func SnapshotShortfall(ts []*tenants.Tenant, min int) []Finding {
 	var out []Finding
 	for _, t := range ts {
-		if t.Provider == nil {
+		if !t.HasProvider() {
 			continue
 		}
-		if n := len(EnvSnapshots(t, t.Provider.Requests())); n < min {
+		if n := len(EnvSnapshots(t, t.Requests())); n < min {
 			out = append(out, Finding{Invariant: Shortfall, Tenant: t.Name,
 				Detail: fmt.Sprintf("%d env snapshot(s) reached its provider, want at least %d", n, min)})
 		}

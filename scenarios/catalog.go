@@ -46,6 +46,39 @@ type Spec struct {
 	MinTenants int
 	Timeout    time.Duration // cap on the whole scenario; at most MaxTimeout
 	Phases     []Phase
+	// Needs are what the scenario needs of a target beyond its backends;
+	// a target without them skips the scenario, with the reason.
+	Needs []Need
+}
+
+// Need is something a scenario needs of its target.
+type Need string
+
+const (
+	NeedRestart Need = "restart" // the harness starts the serve backend, so it can restart it
+	NeedFiles   Need = "files"   // the harness reads and writes the target's homes
+)
+
+// unmet says why target cannot run spec, or "" when it can.
+func (s Spec) unmet(target harness.Target) string {
+	for _, b := range s.Backends {
+		if ok, why := target.Supports(b); !ok {
+			return fmt.Sprintf("needs the %s backend: %s", b, why)
+		}
+	}
+	for _, n := range s.Needs {
+		switch n {
+		case NeedRestart:
+			if !target.CanRestart() {
+				return "needs to restart the server, and the harness did not start it"
+			}
+		case NeedFiles:
+			if !target.Files || target.Remote() {
+				return "needs the target's files, which the harness cannot reach"
+			}
+		}
+	}
+	return ""
 }
 
 // MaxTimeout caps any scenario's timeout.
@@ -85,6 +118,11 @@ func (s Spec) validate() error {
 	for _, f := range s.Focus {
 		if !known[f] {
 			errs = append(errs, fmt.Errorf("focus %q is not an invariant", f))
+		}
+	}
+	for _, n := range s.Needs {
+		if n != NeedRestart && n != NeedFiles {
+			errs = append(errs, fmt.Errorf("need %q is unknown", n))
 		}
 	}
 	if s.Snapshots == nil {

@@ -21,7 +21,7 @@ var (
 // lastSnapshot is the newest env snapshot t's provider received.
 func (e *Env) lastSnapshot(t *tenants.Tenant) string {
 	e.T.Helper()
-	snaps := invariants.EnvSnapshots(t, t.Provider.Requests())
+	snaps := invariants.EnvSnapshots(t, t.Requests())
 	if len(snaps) == 0 {
 		e.T.Fatalf("%s: no env snapshot reached its provider", t.Name)
 	}
@@ -31,7 +31,7 @@ func (e *Env) lastSnapshot(t *tenants.Tenant) string {
 // lastSystemPrompt is the system message of the newest main request on t's
 // provider.
 func (e *Env) lastSystemPrompt(t *tenants.Tenant) string {
-	recs := t.Provider.Requests()
+	recs := t.Requests()
 	for i := len(recs) - 1; i >= 0; i-- {
 		for _, m := range recs[i].Messages() {
 			if role, _ := m["role"].(string); role == "system" {
@@ -70,6 +70,7 @@ func settingsWrites() Spec {
 		Focus:     []Invariant{WriteScope, EnvSnapshots, Requests},
 		Snapshots: perTenant(1),
 		Timeout:   3 * time.Minute,
+		Needs:     []Need{NeedFiles},
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) {
 				e.ServePerTenant()
@@ -150,6 +151,7 @@ func profileLifecycle() Spec {
 		Focus:     []Invariant{Files, WriteScope, EnvSnapshots},
 		Snapshots: perTenant(1),
 		Timeout:   3 * time.Minute,
+		Needs:     []Need{NeedFiles},
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) {
 				e.ServePerTenant()
@@ -243,6 +245,7 @@ func restartResume() Spec {
 		Focus:     []Invariant{Files, EnvSnapshots, LaunchBleed},
 		Snapshots: perTenant(4),
 		Timeout:   4 * time.Minute,
+		Needs:     []Need{NeedRestart},
 		Phases: []Phase{
 			{Name: "before", Run: func(e *Env) {
 				e.ServePerTenant()
@@ -300,7 +303,7 @@ func gateway() Spec {
 			{Name: "foreign-keys", Run: func(e *Env) {
 				g := e.gatewayOf
 				for _, route := range e.Tenants {
-					before := len(route.Provider.Requests())
+					before := len(route.Requests())
 					for _, key := range e.Tenants {
 						if key == route {
 							continue
@@ -318,7 +321,7 @@ func gateway() Spec {
 							}
 						}
 					}
-					if after := len(route.Provider.Requests()); after != before {
+					if after := len(route.Requests()); after != before {
 						e.T.Errorf("foreign keys on %s's route drove %d request(s) to its provider", route.Name, after-before)
 					}
 				}

@@ -71,11 +71,11 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 	texts := append([]ownedText(nil), e.texts...)
 	e.mu.Unlock()
 	for _, t := range ts {
-		if t.Provider == nil {
+		if !t.HasProvider() {
 			continue
 		}
-		counts.Requests += len(t.Provider.Requests())
-		counts.Snapshots += len(invariants.EnvSnapshots(t, t.Provider.Requests()))
+		counts.Requests += len(t.Requests())
+		counts.Snapshots += len(invariants.EnvSnapshots(t, t.Requests()))
 		if n := expected[t.Name]; n > 0 {
 			out = append(out, invariants.SnapshotShortfall([]*tenants.Tenant{t}, n)...)
 		}
@@ -149,7 +149,7 @@ func (e *Env) controls(ctx context.Context, conns []ownedConn) ([]Control, []inv
 	}
 	e.mu.Unlock()
 	for _, t := range e.Box.Set.Tenants {
-		if t.Provider == nil || !driven[t.Name] {
+		if !t.HasProvider() || !driven[t.Name] {
 			continue
 		}
 		one := []*tenants.Tenant{t}

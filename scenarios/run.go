@@ -87,6 +87,9 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 	// Registered first, so it runs last: after the sandbox is closed and
 	// its survivors are counted.
 	t.Cleanup(func() {
+		if rep.Result == Skipped {
+			return
+		}
 		rep.Duration = time.Since(start)
 		if box != nil {
 			for _, tn := range box.Set.Tenants {
@@ -99,6 +102,11 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 		}
 		progress(cfg.Progress, "%-20s %s in %v (%d findings)", spec.ID, rep.Result, rep.Duration.Round(time.Millisecond), len(rep.Findings()))
 	})
+	if why := spec.unmet(cfg.Target); why != "" {
+		rep.Result, rep.Reason = Skipped, why
+		progress(cfg.Progress, "%-20s skipped: %s", spec.ID, why)
+		t.Skipf("%s on %s: %s", spec.ID, cfg.Target.Name, why)
+	}
 	timeout := spec.Timeout
 	if cfg.Timeout > 0 && cfg.Timeout < timeout {
 		timeout = cfg.Timeout
@@ -222,6 +230,11 @@ func RunCatalog(ctx context.Context, cat *Catalog, cfg Config) ([]Report, error)
 		return nil, fmt.Errorf("run catalog: no work dir")
 	}
 	cfg.Interrupt = ctx
+	if cfg.Target.TenantsFile != "" {
+		// A staging run's scenarios share one server and one set of
+		// tenants: one at a time, so each sees only its own requests.
+		cfg.Parallel = 1
+	}
 	reports := make([]Report, len(specs))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, cfg.Parallel))
@@ -231,6 +244,9 @@ func RunCatalog(ctx context.Context, cat *Catalog, cfg Config) ([]Report, error)
 			out := harness.RunStandalone(gctx, spec.ID, filepath.Join(cfg.WorkDir, spec.ID), cfg.Keep, func(t harness.T) {
 				runInto(t, spec, cfg, rep)
 			})
+			if out.Skipped && rep.Result == "" {
+				rep.Result = Skipped
+			}
 			if out.Failed && rep.Result == Pass {
 				rep.Result = Failed
 			}

@@ -22,10 +22,7 @@ type HomeExtras struct {
 // model, key variable, workdir and memory switched on.
 func (t *Tenant) Config(layout Layout) map[string]any {
 	layout = layout.WithDefaults()
-	base := ""
-	if t.Provider != nil {
-		base = t.Provider.BaseURL
-	}
+	base := t.ProviderURL()
 	return map[string]any{
 		"model": map[string]any{
 			"provider": "custom", "base_url": base, "default": t.Model(),

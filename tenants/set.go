@@ -2,8 +2,7 @@ package tenants
 
 import (
 	"fmt"
-	"net"
-	"net/url"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -54,6 +53,13 @@ type Options struct {
 	AdvertiseHost string
 	// Responder makes each tenant's main responder; default DefaultResponder.
 	Responder func(*Tenant) fakellm.Responder
+	// WorkRoot is where the workdirs are made; default Root/work. A staging
+	// run sets the folder the target's host will have them in.
+	WorkRoot string
+	// Journal, if set, receives every provider's records as JSON lines
+	// (fakellm's journal): a staging run reads them from another process.
+	// It must be safe for concurrent writes.
+	Journal io.Writer
 }
 
 // Set is the tenants of one run under one sandbox root.
@@ -125,7 +131,13 @@ func Build(root string, opts Options) (*Set, error) {
 	if err := CheckSandboxHome(s.Home); err != nil {
 		return nil, fmt.Errorf("build tenants: %w", err)
 	}
-	workRoot := filepath.Join(abs, "work")
+	workRoot := opts.WorkRoot
+	if workRoot == "" {
+		workRoot = filepath.Join(abs, "work")
+	}
+	if workRoot, err = filepath.Abs(workRoot); err != nil {
+		return nil, fmt.Errorf("build tenants: resolve work root: %w", err)
+	}
 	s.opts, s.workRoot = opts, workRoot
 	for _, n := range names {
 		t, err := s.newTenant(n, n == launch)
@@ -215,24 +227,22 @@ func (s *Set) newTenant(name string, launch bool) (*Tenant, error) {
 	if respond == nil {
 		respond = DefaultResponder
 	}
+	advertise := ""
+	if s.opts.AdvertiseHost != "" {
+		advertise = "http://" + s.opts.AdvertiseHost
+	}
 	srv, err := fakellm.New(fakellm.Options{
-		Keys:      []string{t.ProviderKey()},
-		Addr:      s.opts.ProviderAddr,
-		Model:     t.Model(),
-		Responder: respond(t),
+		Keys:         []string{t.ProviderKey()},
+		Addr:         s.opts.ProviderAddr,
+		AdvertiseURL: advertise,
+		Model:        t.Model(),
+		Responder:    respond(t),
+		Journal:      s.opts.Journal,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build tenant %s: start provider: %w", name, err)
 	}
 	t.Provider = srv
-	if s.opts.AdvertiseHost != "" {
-		u, err := url.Parse(srv.URL)
-		if err != nil {
-			srv.Close()
-			return nil, fmt.Errorf("build tenant %s: provider URL %q: %w", name, srv.URL, err)
-		}
-		srv.BaseURL = "http://" + net.JoinHostPort(s.opts.AdvertiseHost, u.Port()) + "/v1"
-	}
 	return t, nil
 }
 

@@ -20,7 +20,8 @@ type Tenant struct {
 	Tag      string          // 10 random hex digits shared by the tenant's base canaries
 	Provider *fakellm.Server // the tenant's own provider; nil when built without providers
 
-	workRoot string // where minted workdirs are made
+	workRoot string          // where minted workdirs are made
+	remote   *remoteProvider // the provider in another process (staging), if any
 
 	mu     sync.Mutex
 	minted []Canary
@@ -123,4 +124,55 @@ func (t *Tenant) Workdirs() []string {
 		}
 	}
 	return out
+}
+
+// HasProvider reports whether the tenant has a provider, here or in another
+// process.
+func (t *Tenant) HasProvider() bool { return t.Provider != nil || t.remote != nil }
+
+// ProviderURL is the base URL the target must use for the tenant's
+// provider.
+func (t *Tenant) ProviderURL() string {
+	switch {
+	case t.Provider != nil:
+		return t.Provider.BaseURL
+	case t.remote != nil:
+		return t.remote.baseURL
+	}
+	return ""
+}
+
+// Requests returns the requests the tenant's provider recorded: from the
+// provider itself, or, for a provider in another process, from its
+// journal (only the records journaled since this set was built).
+func (t *Tenant) Requests() []fakellm.Record {
+	if t.Provider != nil {
+		return t.Provider.Requests()
+	}
+	if t.remote == nil {
+		return nil
+	}
+	all, _ := t.remote.journal.records()
+	var out []fakellm.Record
+	seen := 0
+	for _, r := range all {
+		if r.Server != t.remote.baseURL {
+			continue
+		}
+		if seen++; seen > t.remote.skip {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// RequestsErr is the error of the last read of a remote provider's
+// journal, or nil.
+func (t *Tenant) RequestsErr() error {
+	if t.remote == nil {
+		return nil
+	}
+	t.remote.journal.mu.Lock()
+	defer t.remote.journal.mu.Unlock()
+	return t.remote.journal.err
 }

@@ -27,89 +27,6 @@ const (
 	stagingJournalFile  = "journal.jsonl"
 )
 
-// stagingTenant is one tenant of a staging run, as the tenants file records
-// it: everything a later run needs to recognise its canaries and reach its
-// provider.
-type stagingTenant struct {
-	Name         string           `json:"name"`
-	Tag          string           `json:"tag"`
-	Launch       bool             `json:"launch"`
-	BaseURL      string           `json:"base_url"`
-	Key          string           `json:"key"`
-	Model        string           `json:"model"`
-	APIServerKey string           `json:"api_server_key"`
-	Canaries     []tenants.Canary `json:"canaries"`
-}
-
-// stagingFile is the tenants file of a staging run.
-type stagingFile struct {
-	Version int             `json:"version"`
-	Launch  string          `json:"launch"`
-	Journal string          `json:"journal"`
-	Tenants []stagingTenant `json:"tenants"`
-}
-
-// stagingFileVersion is the format of the tenants file.
-const stagingFileVersion = 1
-
-// errStagingFile: a tenants file is not one `canary-run fakellm` wrote, or
-// its canaries do not follow from its tags.
-var errStagingFile = errors.New("not a staging tenants file")
-
-// readStagingFile reads and checks a tenants file: every tenant's canaries
-// are the ones its name and tag make, so a later run rebuilding the
-// tenants from name and tag looks for exactly these.
-func readStagingFile(path string) (stagingFile, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return stagingFile{}, fmt.Errorf("read tenants file: %w", err)
-	}
-	var f stagingFile
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		return f, fmt.Errorf("read tenants file %s: %w: %w", path, errStagingFile, err)
-	}
-	if f.Version != stagingFileVersion {
-		return f, fmt.Errorf("read tenants file %s: version %d, want %d: %w", path, f.Version, stagingFileVersion, errStagingFile)
-	}
-	if len(f.Tenants) == 0 {
-		return f, fmt.Errorf("read tenants file %s: no tenant: %w", path, errStagingFile)
-	}
-	launches := 0
-	for _, t := range f.Tenants {
-		if t.Launch {
-			launches++
-		}
-		want := canariesOf(t.Name, t.Tag)
-		if len(t.Canaries) < len(want) {
-			return f, fmt.Errorf("read tenants file %s: tenant %s: %d canaries, want at least %d: %w", path, t.Name, len(t.Canaries), len(want), errStagingFile)
-		}
-		for i, c := range want {
-			if t.Canaries[i] != c {
-				return f, fmt.Errorf("read tenants file %s: tenant %s: canary %d is %+v, but name and tag make %+v: %w", path, t.Name, i, t.Canaries[i], c, errStagingFile)
-			}
-		}
-		if t.Key != tenants.CanaryValue(tenants.ProviderKey, t.Name, t.Tag) || t.Model != tenants.CanaryValue(tenants.Model, t.Name, t.Tag) {
-			return f, fmt.Errorf("read tenants file %s: tenant %s: key or model does not follow from its tag: %w", path, t.Name, errStagingFile)
-		}
-	}
-	if launches != 1 {
-		return f, fmt.Errorf("read tenants file %s: %d launch tenants, want 1: %w", path, launches, errStagingFile)
-	}
-	return f, nil
-}
-
-// canariesOf is the base canaries a tenant's name and tag make, in
-// tenants.BaseKinds order.
-func canariesOf(name, tag string) []tenants.Canary {
-	out := make([]tenants.Canary, 0, len(tenants.BaseKinds))
-	for _, k := range tenants.BaseKinds {
-		out = append(out, tenants.Canary{Owner: name, Kind: k, Value: tenants.CanaryValue(k, name, tag)})
-	}
-	return out
-}
-
 // tenantNames is the --tenants file: a JSON array of names, or
 // {"names": [...], "launch": "default"}.
 type tenantNames struct {
@@ -220,8 +137,12 @@ func runFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if _, port, _ := net.SplitHostPort(o.listen); port != "0" && len(names.Names) > 1 {
 		return usageError(stderr, cmd, fmt.Errorf("--listen %s: a fixed port serves one provider, and there are %d tenants: use port 0", o.listen, len(names.Names)), fakellmUsage)
 	}
-	// The sandbox root only holds the workdirs tenants.Build makes; the
-	// target is elsewhere.
+	if o.out, err = filepath.Abs(o.out); err != nil {
+		return usageError(stderr, cmd, fmt.Errorf("--out: %w", err), fakellmUsage)
+	}
+	// The sandbox root holds nothing the target reads; the workdirs the
+	// roster names go under --out/work, for a target on this host (a
+	// remote one makes the same paths on its host).
 	root, err := os.MkdirTemp("", "canary-fakellm-")
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
@@ -230,6 +151,7 @@ func runFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	defer os.RemoveAll(root)
 	set, err := tenants.Build(root, tenants.Options{
 		Names: names.Names, Launch: names.Launch, ProviderAddr: o.listen, AdvertiseHost: o.advertise,
+		WorkRoot: filepath.Join(o.out, "work"),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
@@ -239,9 +161,6 @@ func runFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
 		return exitUsage
-	}
-	if o.out, err = filepath.Abs(o.out); err != nil {
-		return usageError(stderr, cmd, fmt.Errorf("--out: %w", err), fakellmUsage)
 	}
 	if o.journal == "" {
 		o.journal = filepath.Join(o.out, stagingJournalFile)
@@ -261,17 +180,10 @@ func runFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		t.Provider.Journal(journal)
 	}
 
-	sf := stagingFile{Version: stagingFileVersion, Launch: set.Launch().Name, Journal: o.journal}
-	var canaries []tenants.Canary
-	for _, t := range set.Tenants {
-		sf.Tenants = append(sf.Tenants, stagingTenant{
-			Name: t.Name, Tag: t.Tag, Launch: t.Launch, BaseURL: t.Provider.BaseURL,
-			Key: t.ProviderKey(), Model: t.Model(), APIServerKey: t.APIServerKey(), Canaries: t.Canaries(),
-		})
-		canaries = append(canaries, t.Canaries()...)
-	}
+	sf := set.Roster(o.journal)
+	canaries := set.Canaries()
 	tenantsPath, canariesPath := filepath.Join(o.out, stagingTenantsFile), filepath.Join(o.out, stagingCanariesFile)
-	if err := writeJSON(tenantsPath, sf); err != nil {
+	if err := tenants.WriteRoster(tenantsPath, sf); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
 		return exitUsage
 	}

@@ -77,7 +77,7 @@ func TestFakeLLMServesJournalsAndStops(t *testing.T) {
 
 	// The tenants file holds the same tenants, consistent with their tags,
 	// and the canaries file feeds `canary-run scan`.
-	sf, err := readStagingFile(filepath.Join(out, stagingTenantsFile))
+	sf, err := tenants.ReadRoster(filepath.Join(out, stagingTenantsFile))
 	require.NoError(t, err)
 	require.Equal(t, "alpha", sf.Launch)
 	require.Equal(t, journal, sf.Journal)
@@ -120,35 +120,4 @@ func TestFakeLLMServesJournalsAndStops(t *testing.T) {
 	code, scanOut, scanErr := runCLI(t, "scan", "--canaries", filepath.Join(out, stagingCanariesFile), journal)
 	require.Equal(t, 1, code, scanErr)
 	require.Contains(t, scanOut, "beta provider_key raw "+journal)
-}
-
-func TestReadStagingFileRefusesInconsistentTenants(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	good := stagingFile{Version: stagingFileVersion, Launch: "default", Tenants: []stagingTenant{
-		{Name: "default", Tag: "0123456789", Launch: true, Key: tenants.CanaryValue(tenants.ProviderKey, "default", "0123456789"),
-			Model: tenants.CanaryValue(tenants.Model, "default", "0123456789"), Canaries: canariesOf("default", "0123456789")},
-	}}
-	path := filepath.Join(dir, "t.json")
-	require.NoError(t, writeJSON(path, good))
-	_, err := readStagingFile(path)
-	require.NoError(t, err)
-
-	for name, mutate := range map[string]func(*stagingFile){
-		"wrong version":   func(f *stagingFile) { f.Version = 9 },
-		"no tenant":       func(f *stagingFile) { f.Tenants = nil },
-		"tag mismatch":    func(f *stagingFile) { f.Tenants[0].Tag = "ffffffffff" },
-		"no launch":       func(f *stagingFile) { f.Tenants[0].Launch = false },
-		"missing canary":  func(f *stagingFile) { f.Tenants[0].Canaries = f.Tenants[0].Canaries[:3] },
-		"key not the tag": func(f *stagingFile) { f.Tenants[0].Key = "sk-other" },
-	} {
-		f := good
-		f.Tenants = append([]stagingTenant(nil), good.Tenants...)
-		f.Tenants[0].Canaries = append([]tenants.Canary(nil), good.Tenants[0].Canaries...)
-		mutate(&f)
-		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".json")
-		require.NoError(t, writeJSON(p, f))
-		_, err := readStagingFile(p)
-		require.ErrorIs(t, err, errStagingFile, name)
-	}
 }

@@ -1,0 +1,91 @@
+package scenarios
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+type lockedFile struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+func (l *lockedFile) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Write(p)
+}
+
+// A staging run: the server runs somewhere the harness did not start it
+// and whose files it cannot read; the providers run in another process
+// (here: providers journaling to a file, as `canary-run fakellm` does) and
+// the run reads their journal. What can be checked passes; what cannot is
+// skipped with its reason, never passed.
+func TestStagingTargetFromRoster(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	journal := filepath.Join(dir, "journal.jsonl")
+	jf, err := os.Create(journal)
+	require.NoError(t, err)
+	defer jf.Close()
+	// The operator's side: providers, homes provisioned from them, a server.
+	stage, err := tenants.Build(filepath.Join(dir, "staging"), tenants.Options{Names: tenants.Names(3), Journal: &lockedFile{f: jf}})
+	require.NoError(t, err)
+	defer stage.Close()
+	require.NoError(t, stage.WriteHomes(tenants.HomeExtras{}))
+	roster := filepath.Join(dir, "tenants.json")
+	require.NoError(t, tenants.WriteRoster(roster, stage.Roster(journal)))
+
+	env, err := stage.Env(map[string]string{"AGENTD_SESSION_TOKEN": "staging-token", "AGENTD_MANAGED_DIR": filepath.Join(dir, "managed")})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := harness.StartProc(ctx, harness.ProcSpec{Name: "staging serve", Env: env, Dir: stage.Home,
+		Argv: []string{agentdBin, "serve", "--host", "127.0.0.1", "--port", "0", "--cron", "--cron-interval", "500ms"}})
+	require.NoError(t, err)
+	defer srv.Kill()
+	m, err := srv.WaitLine(ctx, regexp.MustCompile(harness.DefaultReadyLine))
+	require.NoError(t, err)
+
+	target := harness.Target{Name: "staging", URL: "http://" + m[1] + ":" + m[2], Token: "staging-token", TenantsFile: roster}
+	require.NoError(t, target.Validate())
+	runCtx, runCancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer runCancel()
+	reps, err := RunCatalog(runCtx, Default(), Config{Target: target, WorkDir: t.TempDir()})
+	require.NoError(t, err)
+	results := map[string]Result{}
+	for _, r := range reps {
+		results[r.ID] = r.Result
+		switch r.Result {
+		case Skipped:
+			assert.NotEmpty(t, r.Reason, r.ID)
+		case Pass:
+			// Files were not checked, and the report says so.
+			require.NotEmpty(t, r.Skipped, r.ID)
+			assert.Equal(t, string(Files), r.Skipped[0].Invariant)
+			assert.Contains(t, r.Skipped[0].Reason, "not reachable")
+			last := r.Phases[len(r.Phases)-1]
+			assert.Positive(t, last.Counts.Snapshots, "%s read its snapshots from the journal", r.ID)
+			for _, c := range last.Controls {
+				assert.True(t, c.Passed, "%s: %+v", r.ID, c)
+			}
+		default:
+			t.Errorf("%s: %s: %s\n%v", r.ID, r.Result, r.Reason, r.Log)
+		}
+	}
+	assert.Equal(t, map[string]Result{
+		"stdio-separate": Skipped, "pooled-serve": Pass, "concurrent-turns": Pass, "settings-writes": Skipped,
+		"profile-lifecycle": Skipped, "restart-resume": Skipped, "gateway": Skipped, "shell-reuse": Pass,
+	}, results)
+}
