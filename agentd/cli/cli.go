@@ -14,10 +14,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/agentd/agent"
 	"github.com/tenantcanary/tenantcanary/agentd/cron"
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
+	"github.com/tenantcanary/tenantcanary/agentd/plugins"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
 )
 
@@ -371,5 +374,20 @@ func newServer(env *Env, h profile.Homes, log *slog.Logger, source string) (*ser
 		fmt.Fprintf(env.Stderr, "agentd: WARNING: %s\n", msg)
 		log.Warn(msg)
 	}
-	return server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: source, Faults: fs, Self: env.Self}), ExitOK
+	// A profile's turns offer the built-in tools and its plugins' tools;
+	// the plugins call back into this server (nested calls, facades).
+	var srv *server.Server
+	builtins := []agent.Tool{agent.TerminalTool{}}
+	pluginOpts := plugins.Options{Command: append(append([]string(nil), env.Self...), "plugin-host")}
+	tools := func(sc *scope.Scope) *agent.Registry {
+		o := pluginOpts
+		o.Backend = srv
+		reg, err := plugins.Registry(context.Background(), sc, builtins, o)
+		if err != nil {
+			sc.Log.Error("plugins unavailable in this turn", "err", err)
+		}
+		return reg
+	}
+	srv = server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: source, Faults: fs, Self: env.Self, Tools: tools})
+	return srv, ExitOK
 }

@@ -152,6 +152,10 @@ func (s *Scope) Close() error {
 	return errors.Join(verr, err)
 }
 
+// LogWriter is the profile's log file, for text that is not slog records
+// (what a plugin prints, copied from its host's stderr).
+func (s *Scope) LogWriter() io.Writer { return s.logFile }
+
 // Snapshot is a profile's configuration and environment as read now.
 type Snapshot struct {
 	Config  *profile.Config

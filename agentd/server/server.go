@@ -22,6 +22,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/agentd/store"
 	"github.com/tenantcanary/tenantcanary/agentd/terminal"
+	"github.com/tenantcanary/tenantcanary/host"
 )
 
 // Version is reported in gateway.ready.
@@ -860,4 +861,57 @@ func (s *Server) DispatchTool(ctx context.Context, sessionID, tool string, args 
 		Session: sess.ID, Stored: sess.Stored, Profile: sc.Profile.Name, Home: sc.Profile.Home,
 		Shell: func(ctx context.Context) (*terminal.Shell, error) { return sess.shellFor(ctx, snap) },
 	}, raw)
+}
+
+// Facade serves a plugin's facade call as the live session: "state" get
+// and set (a key-value store of the session) and "llm" complete (one
+// answer from the session's profile's own provider and model, no tools).
+func (s *Server) Facade(ctx context.Context, sessionID, facade, method string, args []string) (string, error) {
+	s.mu.Lock()
+	sess := s.sessions[sessionID]
+	s.mu.Unlock()
+	if sess == nil {
+		return "", fmt.Errorf("facade %s.%s: %w %q", facade, method, ErrUnknownSession, sessionID)
+	}
+	need := func(n int) error {
+		if len(args) < n {
+			return fmt.Errorf("facade %s.%s: want %d arguments, got %d", facade, method, n, len(args))
+		}
+		return nil
+	}
+	switch facade + "." + method {
+	case "state.get":
+		if err := need(1); err != nil {
+			return "", err
+		}
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		return sess.state[args[0]], nil
+	case "state.set":
+		if err := need(2); err != nil {
+			return "", err
+		}
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		if sess.state == nil {
+			sess.state = map[string]string{}
+		}
+		sess.state[args[0]] = args[1]
+		return "", nil
+	case "llm.complete":
+		if err := need(1); err != nil {
+			return "", err
+		}
+		snap, err := sess.Scope.Load()
+		if err != nil {
+			return "", fmt.Errorf("facade llm.complete: %w", err)
+		}
+		resp, err := sess.Scope.Client(snap).Stream(ctx, llm.Request{Model: snap.Config.Model.Default,
+			Messages: []llm.Message{{Role: "user", Content: args[0]}}}, nil)
+		if err != nil {
+			return "", fmt.Errorf("facade llm.complete: %w", err)
+		}
+		return resp.Message.Content, nil
+	}
+	return "", fmt.Errorf("facade %s.%s: %w", facade, method, host.ErrUnsupported)
 }

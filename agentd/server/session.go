@@ -37,6 +37,7 @@ type Session struct {
 	shellCwd   string            // cwd the shell was last put in from config
 	shellEnv   map[string]string // environment the shell was last given
 	cancelTurn context.CancelFunc
+	state      map[string]string // the plugins' state facade of this session
 
 	// Seeded faults (test-only; see package faults).
 	broadcast   func(frame []byte)                          // broadcast-events

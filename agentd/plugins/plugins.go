@@ -1,0 +1,205 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/agentd/agent"
+	"github.com/tenantcanary/tenantcanary/agentd/llm"
+	"github.com/tenantcanary/tenantcanary/agentd/scope"
+	"github.com/tenantcanary/tenantcanary/host"
+	"github.com/tenantcanary/tenantcanary/isolation"
+)
+
+// Options configure how a profile's plugins load.
+type Options struct {
+	// Command runs a plugin host (e.g. [agentd plugin-host]); the profile's
+	// plugins.host.launcher is put before it.
+	Command []string
+	// Backend serves the plugins' nested calls (DispatchTool, facades).
+	Backend host.Backend
+	// CallTimeout bounds a plugin call without an earlier deadline.
+	CallTimeout time.Duration
+}
+
+type valueKey struct{}
+
+// loaded is one profile's plugins; loader is nil when it has none.
+type loaded struct {
+	loader host.Loader
+	mode   isolation.Mode
+}
+
+func (l *loaded) Close() error {
+	if l.loader == nil {
+		return nil
+	}
+	return l.loader.Close()
+}
+
+// HasPlugins reports whether dir holds at least one plugin folder (a
+// subfolder with a plugin.yaml).
+func HasPlugins(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, e.Name(), "plugin.yaml")); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Loader returns the profile's plugin loader, made once per scope (and
+// closed with it): nil when the profile has no plugins when first asked.
+func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) {
+	v, err := sc.Value(valueKey{}, func() (any, error) {
+		dir := sc.Profile.File("plugins")
+		if !HasPlugins(dir) {
+			return &loaded{}, nil
+		}
+		if opts.Backend == nil {
+			return nil, errors.New("load plugins: no backend for their nested calls")
+		}
+		snap, err := sc.Load()
+		if err != nil {
+			return nil, err
+		}
+		set, err := isolation.LoadSettings(sc.Profile.Home, sc.Profile.Managed)
+		if err != nil {
+			return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
+		}
+		for _, w := range set.Warnings {
+			sc.Log.Warn("plugins: " + w)
+		}
+		enabled := snap.Config.Plugins.Enabled
+		if set.Mode == isolation.Host {
+			if len(opts.Command) == 0 {
+				return nil, fmt.Errorf("plugins of profile %q: host mode needs a plugin host command", sc.Profile.Name)
+			}
+			m, err := host.New(host.Config{
+				Profile:     sc.Profile.Name,
+				Command:     append(append([]string(nil), set.Launcher...), opts.Command...),
+				Home:        sc.Profile.Home,
+				Env:         snap.ToolEnv, // the profile's environment only
+				PluginsDir:  dir,
+				Enabled:     enabled,
+				Backend:     opts.Backend,
+				Log:         sc.LogWriter(),
+				CallTimeout: opts.CallTimeout,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
+			}
+			sc.Log.Info("plugins: host mode", "launcher", len(set.Launcher) > 0)
+			return &loaded{loader: m, mode: set.Mode}, nil
+		}
+		ip, err := host.LoadInProcess(host.InProcessConfig{
+			Profile: sc.Profile.Name, Mode: set.Mode, Source: isolation.SourceUser, PluginsDir: dir,
+			Enabled: enabled, Backend: opts.Backend, Log: sc.LogWriter(), Env: snap.ToolEnv, CallTimeout: opts.CallTimeout,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
+		}
+		sc.Log.Info("plugins: in-process mode")
+		return &loaded{loader: ip, mode: set.Mode}, nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	l := v.(*loaded)
+	return l.loader, l.mode, nil
+}
+
+// Registry is the tools of the profile's turns: builtins, then the tools
+// of its plugins (a plugin tool named like a built-in one is left out). An
+// error loading or listing the plugins is returned with the built-in
+// registry, so turns go on without them.
+func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts Options) (*agent.Registry, error) {
+	reg := agent.NewRegistry()
+	for _, t := range builtins {
+		if err := reg.Register(t); err != nil {
+			return reg, err
+		}
+	}
+	loader, _, err := Loader(sc, opts)
+	if err != nil || loader == nil {
+		return reg, err
+	}
+	logStatus(ctx, sc, loader)
+	specs, err := loader.Tools(ctx)
+	if err != nil {
+		return reg, fmt.Errorf("list plugin tools of profile %q: %w", sc.Profile.Name, err)
+	}
+	var errs []error
+	for _, spec := range specs {
+		if err := reg.Register(&Tool{spec: spec, loader: loader}); err != nil {
+			errs = append(errs, fmt.Errorf("plugin %s: %w", spec.Plugin, err))
+		}
+	}
+	return reg, errors.Join(errs...)
+}
+
+// Tool is a plugin's tool as the agent loop sees it.
+type Tool struct {
+	spec   host.ToolSpec
+	loader host.Loader
+}
+
+// Spec implements agent.Tool.
+func (t *Tool) Spec() llm.FunctionDef {
+	params := json.RawMessage(`{"type":"object"}`)
+	if len(t.spec.Schema) > 0 {
+		if b, err := json.Marshal(t.spec.Schema); err == nil {
+			params = b
+		}
+	}
+	return llm.FunctionDef{Name: t.spec.Name, Description: t.spec.Description, Parameters: params}
+}
+
+// Call implements agent.Tool: the plugin runs it as the calling session.
+func (t *Tool) Call(ctx context.Context, env *agent.Env, args json.RawMessage) (string, error) {
+	var m map[string]any
+	if len(args) > 0 {
+		if err := json.Unmarshal(args, &m); err != nil {
+			return "", fmt.Errorf("%s: bad arguments: %w", t.spec.Name, err)
+		}
+	}
+	session := ""
+	if env != nil {
+		session = env.Session
+	}
+	return t.loader.Call(ctx, session, t.spec.Name, m)
+}
+
+type statusKey struct{}
+
+// logStatus writes, once per scope, how loading each plugin went to the
+// profile's log.
+func logStatus(ctx context.Context, sc *scope.Scope, loader host.Loader) {
+	_, _ = sc.Value(statusKey{}, func() (any, error) {
+		list, err := loader.Plugins(ctx)
+		if err != nil {
+			sc.Log.Error("plugins: list", "err", err)
+			return true, nil
+		}
+		for _, p := range list {
+			if p.Error != "" {
+				sc.Log.Error("plugin did not load", "plugin", p.Name, "err", p.Error)
+				continue
+			}
+			sc.Log.Info("plugin loaded", "plugin", p.Name, "tools", len(p.Tools), "verdict", p.Verdict, "warnings", p.Warnings)
+		}
+		return true, nil
+	})
+}
