@@ -158,6 +158,7 @@ func (c *child) callCtx(f *Frame) (context.Context, func()) {
 	}
 	ctx = plugin.WithSession(ctx, f.Session)
 	ctx = context.WithValue(ctx, callKey{}, f.ID)
+	ctx = withReadToken(ctx, f)
 	c.mu.Lock()
 	c.inflight[f.ID] = cancel
 	c.mu.Unlock()

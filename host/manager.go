@@ -481,7 +481,7 @@ func (m *Manager) serveHost(h *hostProc, f *Frame) {
 	if f.TimeoutMS > 0 {
 		timeout = min(timeout, time.Duration(f.TimeoutMS)*time.Millisecond)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(withReadToken(context.Background(), f), timeout)
 	defer cancel()
 	if f.Op == opLoading {
 		var b loadingBody

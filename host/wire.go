@@ -115,6 +115,37 @@ type Frame struct {
 	TimeoutMS int64           `json:"timeout_ms,omitempty"`
 	Body      json.RawMessage `json:"body,omitempty"`
 	Err       *Error          `json:"err,omitempty"`
+
+	tok *readToken // the reading goroutine serving this request
+}
+
+// handoffDelay is how long a request may hold the reading goroutine
+// before a successor takes over reading.
+const handoffDelay = 50 * time.Microsecond
+
+// readToken is held by a reading goroutine while it serves a request.
+type readToken struct {
+	c     *conn
+	state atomic.Int32 // 0 serving, 1 handed off, 2 back to reading
+}
+
+// handoff starts a successor reader unless the server is done already.
+func (t *readToken) handoff() {
+	if t != nil && t.state.CompareAndSwap(0, 1) {
+		t.c.wg.Add(1)
+		go t.c.readLoop()
+	}
+}
+
+type readTokenKey struct{}
+
+// withReadToken marks ctx as served by f's reading goroutine, so a request
+// made under it hands reading off before it waits.
+func withReadToken(ctx context.Context, f *Frame) context.Context {
+	if f.tok == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, readTokenKey{}, f.tok)
 }
 
 type pending struct {
@@ -225,13 +256,19 @@ func (c *conn) readLoop() {
 			}
 			continue
 		}
-		// A successor reads on while this goroutine serves the request:
-		// a handler may block (or call the peer back) for as long as it
-		// likes without stopping the stream.
-		c.wg.Add(1)
-		go c.readLoop()
-		c.wg.Done()
+		// This goroutine serves the request itself (no hand-off, the
+		// fast path), and hands reading to a successor the moment the
+		// handler waits on the peer, or after handoffDelay, so a handler
+		// may block or call back for as long as it likes.
+		tok := &readToken{c: c}
+		f.tok = tok
+		t := time.AfterFunc(handoffDelay, tok.handoff)
 		c.handle(f)
+		if tok.state.CompareAndSwap(0, 2) {
+			t.Stop()
+			continue
+		}
+		c.wg.Done()
 		return
 	}
 	if c.readEnd != nil {
@@ -326,6 +363,11 @@ func (c *conn) request(ctx context.Context, f *Frame, session string) (json.RawM
 	if err := c.send(ctx, f); err != nil {
 		forget()
 		return nil, err
+	}
+	// The reply may need the very goroutine that is serving us: let a
+	// successor read.
+	if tok, _ := ctx.Value(readTokenKey{}).(*readToken); tok != nil {
+		tok.handoff()
 	}
 	select {
 	case r := <-p.ch:
