@@ -60,6 +60,7 @@ func ServeChild(ctx context.Context, stdin io.Reader, stdout io.Writer, stderr i
 		}
 	}
 	c.conn.wait()
+	fmt.Fprintf(stderr, "plugin host %d: the connection closed (%v); exiting\n", os.Getpid(), c.conn.broken())
 	if err := c.conn.broken(); err != nil && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
 		return fmt.Errorf("serve plugin host: %w", err)
 	}

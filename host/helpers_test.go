@@ -116,7 +116,8 @@ func newHome(t testing.TB) string {
 func hostCommand() []string { return []string{os.Args[0]} }
 
 func hostEnvFor(home string) []string {
-	return []string{hostEnv + "=1", "HOME=" + home, "PATH=" + os.Getenv("PATH"), "PROFILE_CANARY=canary-" + filepath.Base(home)}
+	// GORACE: a race-enabled child would otherwise sleep a second at exit.
+	return []string{hostEnv + "=1", "GORACE=atexit_sleep_ms=0", "HOME=" + home, "PATH=" + os.Getenv("PATH"), "PROFILE_CANARY=canary-" + filepath.Base(home)}
 }
 
 // newEnv starts nothing: the manager starts its host on first use. At

@@ -173,7 +173,7 @@ func TestHostRunsWithTheProfilesEnvironmentAndHome(t *testing.T) {
 	require.Contains(t, envs, isolation.HostProcessEnv+"=1")
 	for _, kv := range envs {
 		k, _, _ := strings.Cut(kv, "=")
-		require.Contains(t, []string{hostEnv, "HOME", "PATH", "PROFILE_CANARY", isolation.HostProcessEnv}, k,
+		require.Contains(t, []string{hostEnv, "GORACE", "HOME", "PATH", "PROFILE_CANARY", isolation.HostProcessEnv}, k,
 			"the host's environment holds %q, which the profile did not give it", k)
 	}
 }
@@ -333,6 +333,10 @@ func TestHungToolTimesOutAndTheHostKeepsServing(t *testing.T) {
 	defer cancel()
 	_, err = e.m.Call(ctx, "s", "hostprobe_hang", nil)
 	require.ErrorIs(t, err, host.ErrTimeout)
+
+	// Hung handlers do not keep the host alive once its stdin closes.
+	require.NoError(t, e.m.Close())
+	require.Contains(t, e.log.String(), fmt.Sprintf("plugin host %d: the connection closed", pid))
 }
 
 func TestOversizedResultIsAClearErrorNotADeadHost(t *testing.T) {

@@ -358,7 +358,13 @@ func (m *Manager) forget(h *hostProc) {
 // death (and quarantines the plugin that was loading), then fails every
 // call in flight with an error naming the host.
 func (m *Manager) monitor(h *hostProc) {
-	_ = procgroup.Kill(h.pgid)
+	h.mu.Lock()
+	if !h.stopping {
+		// Its stream ended unasked: the host is dead or broken. A host
+		// being stopped gets its grace period in stop instead.
+		_ = procgroup.Kill(h.pgid)
+	}
+	h.mu.Unlock()
 	werr := h.cmd.Wait()
 	h.mu.Lock()
 	h.reaped = true

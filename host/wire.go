@@ -132,7 +132,6 @@ type readToken struct {
 // handoff starts a successor reader unless the server is done already.
 func (t *readToken) handoff() {
 	if t != nil && t.state.CompareAndSwap(0, 1) {
-		t.c.wg.Add(1)
 		go t.c.readLoop()
 	}
 }
@@ -179,7 +178,7 @@ type conn struct {
 	err     error
 	done    chan struct{}
 
-	wg sync.WaitGroup // the reader
+	wg sync.WaitGroup // the reading role, passed from reader to successor
 }
 
 func newConn(name string, r io.Reader, w io.Writer, maxFrame int, handle func(*Frame)) *conn {
@@ -268,8 +267,7 @@ func (c *conn) readLoop() {
 			t.Stop()
 			continue
 		}
-		c.wg.Done()
-		return
+		return // the successor holds the reading role (and its wg count)
 	}
 	if c.readEnd != nil {
 		c.readEnd(err)
