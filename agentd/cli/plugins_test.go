@@ -24,7 +24,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/plugin"
 )
 
-func probe(pctx plugin.Context, c context.Context) (string, error) {
+func probe(pctx plugin.Context, c context.Context, tag string) (string, error) {
 	marker := os.Getenv("ENV_MARKER")
 	wd, _ := os.Getwd()
 	pid := os.Getpid()
@@ -32,7 +32,11 @@ func probe(pctx plugin.Context, c context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	err = pctx.State().Set(c, "k", "v-"+marker)
+	prev, err := pctx.State().Get(c, "k")
+	if err != nil {
+		return "", err
+	}
+	err = pctx.State().Set(c, "k", tag)
 	if err != nil {
 		return "", err
 	}
@@ -40,14 +44,15 @@ func probe(pctx plugin.Context, c context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := json.Marshal(map[string]any{"pid": pid, "marker": marker, "wd": wd, "nested": nested, "state": got})
+	b, err := json.Marshal(map[string]any{"pid": pid, "marker": marker, "wd": wd, "nested": nested, "prev": prev, "state": got})
 	return string(b), err
 }
 
 func Register(pctx plugin.Context) error {
 	return pctx.RegisterTool(plugin.Tool{Name: "plugin_probe", Toolset: "probe", Description: "probe where the plugin runs",
 		ContextHandler: func(c context.Context, args map[string]any) (string, error) {
-			return probe(pctx, c)
+			tag, _ := args["tag"].(string)
+			return probe(pctx, c, tag)
 		}})
 }
 `
@@ -57,6 +62,7 @@ type probeResult struct {
 	Marker string `json:"marker"`
 	Wd     string `json:"wd"`
 	Nested string `json:"nested"`
+	Prev   string `json:"prev"`
 	State  string `json:"state"`
 }
 
@@ -71,7 +77,7 @@ func pluginTenant(t *testing.T, tn *tenant, isolation string) *fakellm.Server {
 		if msgs[len(msgs)-1]["role"] == "tool" {
 			return fakellm.Text("plugin probed")
 		}
-		return fakellm.ToolCall("plugin_probe", map[string]any{})
+		return fakellm.ToolCall("plugin_probe", map[string]any{"tag": msgs[len(msgs)-1]["content"]})
 	}})
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
@@ -84,9 +90,10 @@ func pluginTenant(t *testing.T, tn *tenant, isolation string) *fakellm.Server {
 func probeOf(t *testing.T, srv *fakellm.Server) probeResult {
 	t.Helper()
 	results := toolResults(srv)
-	require.Len(t, results, 1)
+	require.NotEmpty(t, results)
 	var p probeResult
-	require.NoError(t, json.Unmarshal([]byte(results[0]), &p), results[0])
+	last := results[len(results)-1]
+	require.NoError(t, json.Unmarshal([]byte(last), &p), last)
 	return p
 }
 
@@ -124,12 +131,54 @@ func TestPluginsPerProfileHostAndInProcess(t *testing.T) {
 	// Either way, the nested call ran as the calling session: its shell, cwd and env.
 	require.Equal(t, "NESTED-"+alpha.marker+"\n"+alpha.workdir+"\n", pa.Nested)
 	require.Equal(t, "NESTED-"+beta.marker+"\n"+beta.workdir+"\n", pb.Nested)
-	require.Equal(t, "v-"+alpha.marker, pa.State)
+	require.Equal(t, "probe", pa.State, "the state facade is the session's")
+	require.Empty(t, pa.Prev)
 	for _, r := range []string{toolResults(srvA)[0]} {
 		require.NotContains(t, r, beta.marker)
 	}
 	require.NotContains(t, toolResults(srvB)[0], alpha.marker)
+
+	// A second session of alpha on another connection, served by the same
+	// host: its nested calls and state are its own.
+	cc := s.dial()
+	sc2, _ := cc.create("")
+	cc.turn(sc2, "second-session")
+	p2 := probeOf(t, srvA)
+	require.Equal(t, pa.Pid, p2.Pid, "one host per profile")
+	require.Empty(t, p2.Prev, "a new session starts with empty state")
+	require.Equal(t, "second-session", p2.State)
 	s.stop()
 	require.Eventually(t, func() bool { return !procgroup.Alive(pa.Pid) }, 10*time.Second, 10*time.Millisecond,
 		"the plugin host %d ended with the server", pa.Pid)
+}
+
+func TestPluginFaultsLeak(t *testing.T) {
+	t.Parallel()
+	t.Run("plugin-in-process", func(t *testing.T) {
+		t.Parallel()
+		w := newWorld(t)
+		alpha := w.addTenant("alpha", true)
+		srv := pluginTenant(t, alpha, "host")
+		s := w.startServe(nil, "AGENTD_FAULTS=plugin-in-process", "AGENTD_ALLOW_FAULTS=1")
+		c := s.dial()
+		sid, _ := c.create("")
+		c.turn(sid, "probe")
+		require.Equal(t, s.pid, probeOf(t, srv).Pid, "host mode ignored: the plugin ran in the server")
+		s.stop()
+	})
+	t.Run("context-lost", func(t *testing.T) {
+		t.Parallel()
+		w := newWorld(t)
+		alpha := w.addTenant("alpha", true)
+		srv := pluginTenant(t, alpha, "host")
+		s := w.startServe(nil, "AGENTD_FAULTS=context-lost", "AGENTD_ALLOW_FAULTS=1")
+		ca, cb := s.dial(), s.dial()
+		sa, _ := ca.create("")
+		sb, _ := cb.create("")
+		ca.turn(sa, "tag-of-session-a")
+		require.Empty(t, probeOf(t, srv).Prev)
+		cb.turn(sb, "tag-of-session-b")
+		require.Equal(t, "tag-of-session-a", probeOf(t, srv).Prev, "b's nested call ran as a")
+		s.stop()
+	})
 }

@@ -43,11 +43,11 @@ const (
 	// LogSecretEncoded: the server's own log carries the provider key,
 	// base64-encoded.
 	LogSecretEncoded Name = "log-secret-encoded"
-	// ContextLost: a nested plugin call runs as the session that started
-	// the plugin host (seeded by the plugin host).
+	// ContextLost: a nested plugin call runs as the session whose call
+	// started the profile's plugins, whoever makes it.
 	ContextLost Name = "context-lost"
-	// PluginInProcess: plugins.isolation: host is ignored (seeded by the
-	// plugin loader).
+	// PluginInProcess: plugins.isolation: host is ignored; plugins load
+	// in the server's process.
 	PluginInProcess Name = "plugin-in-process"
 )
 

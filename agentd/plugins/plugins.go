@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/agent"
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/host"
@@ -25,6 +27,8 @@ type Options struct {
 	Backend host.Backend
 	// CallTimeout bounds a plugin call without an earlier deadline.
 	CallTimeout time.Duration
+	// Faults are seeded isolation bugs (test-only; see package faults).
+	Faults faults.Set
 }
 
 type valueKey struct{}
@@ -33,6 +37,7 @@ type valueKey struct{}
 type loaded struct {
 	loader host.Loader
 	mode   isolation.Mode
+	lost   *lostContext // the context-lost fault, when seeded
 }
 
 func (l *loaded) Close() error {
@@ -83,7 +88,17 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 			sc.Log.Warn("plugins: " + w)
 		}
 		enabled := snap.Config.Plugins.Enabled
-		if set.Mode == isolation.Host {
+		backend := opts.Backend
+		var lost *lostContext
+		if opts.Faults.Has(faults.ContextLost) {
+			lost = &lostContext{b: backend}
+			backend = lost
+		}
+		mode := set.Mode
+		if opts.Faults.Has(faults.PluginInProcess) {
+			mode = isolation.InProcess // the bug: plugins.isolation: host is ignored
+		}
+		if mode == isolation.Host {
 			if len(opts.Command) == 0 {
 				return nil, fmt.Errorf("plugins of profile %q: host mode needs a plugin host command", sc.Profile.Name)
 			}
@@ -94,7 +109,7 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 				Env:         snap.ToolEnv, // the profile's environment only
 				PluginsDir:  dir,
 				Enabled:     enabled,
-				Backend:     opts.Backend,
+				Backend:     backend,
 				Log:         sc.LogWriter(),
 				CallTimeout: opts.CallTimeout,
 			})
@@ -102,23 +117,67 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 				return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
 			}
 			sc.Log.Info("plugins: host mode", "launcher", len(set.Launcher) > 0)
-			return &loaded{loader: m, mode: set.Mode}, nil
+			return &loaded{loader: m, mode: mode, lost: lost}, nil
 		}
 		ip, err := host.LoadInProcess(host.InProcessConfig{
-			Profile: sc.Profile.Name, Mode: set.Mode, Source: isolation.SourceUser, PluginsDir: dir,
-			Enabled: enabled, Backend: opts.Backend, Log: sc.LogWriter(), Env: snap.ToolEnv, CallTimeout: opts.CallTimeout,
+			Profile: sc.Profile.Name, Mode: mode, Source: isolation.SourceUser, PluginsDir: dir,
+			Enabled: enabled, Backend: backend, Log: sc.LogWriter(), Env: snap.ToolEnv, CallTimeout: opts.CallTimeout,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
 		}
 		sc.Log.Info("plugins: in-process mode")
-		return &loaded{loader: ip, mode: set.Mode}, nil
+		return &loaded{loader: ip, mode: mode, lost: lost}, nil
 	})
 	if err != nil {
 		return nil, "", err
 	}
 	l := v.(*loaded)
+	if l.lost != nil {
+		return lostLoader{Loader: l.loader, lost: l.lost}, l.mode, nil
+	}
 	return l.loader, l.mode, nil
+}
+
+// lostContext is the context-lost fault: nested calls run as the session
+// whose call started the plugins, whoever makes them.
+type lostContext struct {
+	b     host.Backend
+	mu    sync.Mutex
+	first string
+}
+
+func (l *lostContext) remember(session string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.first == "" {
+		l.first = session
+	}
+}
+
+func (l *lostContext) session() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.first
+}
+
+func (l *lostContext) DispatchTool(ctx context.Context, _ string, tool string, args map[string]any) (string, error) {
+	return l.b.DispatchTool(ctx, l.session(), tool, args)
+}
+
+func (l *lostContext) Facade(ctx context.Context, _ string, facade, method string, args []string) (string, error) {
+	return l.b.Facade(ctx, l.session(), facade, method, args)
+}
+
+// lostLoader records the first calling session for lostContext.
+type lostLoader struct {
+	host.Loader
+	lost *lostContext
+}
+
+func (l lostLoader) Call(ctx context.Context, session, tool string, args map[string]any) (string, error) {
+	l.lost.remember(session)
+	return l.Loader.Call(ctx, session, tool, args)
 }
 
 // Registry is the tools of the profile's turns: builtins, then the tools
