@@ -76,7 +76,11 @@ func (m *Manager) modelProfiles(ctx context.Context, f pluginload.Found) ([]plug
 	if err != nil {
 		return nil, err
 	}
-	c = modelCache{Plugin: f.Name, Fingerprint: filepath.Base(path), Profiles: profiles}
+	fp, err := pluginload.Fingerprint(f.Dir)
+	if err != nil {
+		return nil, err
+	}
+	c = modelCache{Plugin: f.Name, Fingerprint: fp, Profiles: profiles}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("cache model provider %s: %w", f.Name, err)
 	}

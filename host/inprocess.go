@@ -73,7 +73,7 @@ func LoadInProcess(cfg InProcessConfig) (*InProcess, error) {
 		cfg.Env = os.Environ()
 	}
 	p := &InProcess{cfg: cfg, reg: newRegistry(1, false, directReach{cfg.Backend}, cfg.Log)}
-	p.reg.env = cfg.Env
+	p.reg.env, p.reg.mode, p.reg.source = cfg.Env, cfg.Mode, cfg.Source
 	for _, f := range found {
 		p.reg.load(f)
 	}

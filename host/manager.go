@@ -168,7 +168,16 @@ func (m *Manager) ensure(ctx context.Context) (*hostProc, error) {
 		}
 		if h := m.cur; h != nil {
 			m.mu.Unlock()
-			return h, nil
+			if h.conn.broken() == nil {
+				return h, nil
+			}
+			// Dying, not yet reaped: wait for the monitor, then restart.
+			select {
+			case <-h.dead:
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("wait for the %s to be reaped: %w", h.desc, ctx.Err())
+			}
 		}
 		if ch := m.starting; ch != nil {
 			m.mu.Unlock()

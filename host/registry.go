@@ -28,6 +28,8 @@ type registry struct {
 	reach    reach
 	out      io.Writer
 	env      []string // a restricted (in-process) plugin's environment
+	mode     isolation.Mode
+	source   isolation.Source
 
 	mu       sync.Mutex
 	nextID   uint64
@@ -57,8 +59,12 @@ func newRegistry(gen uint64, hostMode bool, r reach, out io.Writer) *registry {
 	if out == nil {
 		out = io.Discard
 	}
+	mode := isolation.InProcess
+	if hostMode {
+		mode = isolation.Host
+	}
 	return &registry{
-		gen: gen, hostMode: hostMode, reach: r, out: out,
+		gen: gen, hostMode: hostMode, reach: r, out: out, mode: mode,
 		tools: map[string]*toolEntry{}, hooks: map[uint64]*hookEntry{},
 		objects: map[uint64]*objEntry{}, schemas: map[string]func() (map[string]any, error){},
 	}
@@ -67,6 +73,12 @@ func newRegistry(gen uint64, hostMode bool, r reach, out io.Writer) *registry {
 // load interprets one plugin and commits its registrations if it loaded.
 func (g *registry) load(f pluginload.Found) PluginStatus {
 	rec := &recorder{name: f.Name, hostMode: g.hostMode, reach: g.reach}
+	// The one question before user code runs in this process: in a host
+	// (isolation.HostProcessEnv) it is always yes; in the server it
+	// depends on the profile's mode.
+	if err := isolation.MayLoadInProcess("plugin "+f.Name, g.source, g.mode); err != nil {
+		return g.record(PluginStatus{Name: f.Name, Kind: f.Kind, Dir: f.Dir, Error: err.Error()})
+	}
 	err := pluginload.Load(f.Dir, rec, pluginload.Options{Out: g.out, Unrestricted: g.hostMode, Env: g.env})
 	rec.mu.Lock()
 	if err == nil && rec.refusal != nil {
@@ -83,6 +95,10 @@ func (g *registry) load(f pluginload.Found) PluginStatus {
 		st.Error = err.Error()
 		st.Tools, st.Hooks, st.Providers, st.HasSchema = nil, nil, nil, false
 	}
+	return g.record(st)
+}
+
+func (g *registry) record(st PluginStatus) PluginStatus {
 	g.mu.Lock()
 	g.statuses = append(g.statuses, st)
 	g.mu.Unlock()

@@ -186,7 +186,7 @@ type Options struct {
 
 // Load interprets the plugin in dir and calls its Register with pctx. A
 // panic in the plugin becomes an error. Load runs user code in the calling
-// process: callers ask the isolation package first.
+// process: every caller asks isolation.MayLoadInProcess first.
 func Load(dir string, pctx plugin.Context, opt Options) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
