@@ -85,8 +85,9 @@ type env struct {
 	srv  *server
 	m    *host.Manager
 
-	mu   sync.Mutex
-	pids map[int]bool
+	mu    sync.Mutex
+	pids  map[int]bool
+	pgids map[int]bool
 }
 
 type syncBuffer struct {
@@ -125,7 +126,7 @@ func hostEnvFor(home string) []string {
 // the child's log is printed only when the test failed.
 func newEnv(t testing.TB, home string, tweak func(*host.Config)) *env {
 	t.Helper()
-	e := &env{t: t, home: home, log: &syncBuffer{}, srv: &server{}, pids: map[int]bool{}}
+	e := &env{t: t, home: home, log: &syncBuffer{}, srv: &server{}, pids: map[int]bool{}, pgids: map[int]bool{}}
 	cfg := host.Config{
 		Profile: filepath.Base(home), Command: hostCommand(), Home: home, Env: hostEnvFor(home),
 		PluginsDir: filepath.Join(home, "plugins"), Backend: e.srv, Log: e.log,
@@ -145,7 +146,9 @@ func newEnv(t testing.TB, home string, tweak func(*host.Config)) *env {
 		defer e.mu.Unlock()
 		for pid := range e.pids {
 			require.False(t, procgroup.Alive(pid), "plugin host pid %d survived Close", pid)
-			require.Empty(t, procgroup.GroupMembers(pid), "process group %d has members after Close", pid)
+		}
+		for pgid := range e.pgids {
+			require.Empty(t, procgroup.GroupMembers(pgid), "process group %d has members after Close", pgid)
 		}
 		if t.Failed() {
 			t.Logf("plugin host log:\n%s", e.log.String())
@@ -155,10 +158,14 @@ func newEnv(t testing.TB, home string, tweak func(*host.Config)) *env {
 }
 
 func (e *env) seePID() {
-	if pid := e.m.PID(); pid > 0 {
-		e.mu.Lock()
+	pid, pgid := e.m.PID(), e.m.PGID()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if pid > 0 {
 		e.pids[pid] = true
-		e.mu.Unlock()
+	}
+	if pgid > 0 {
+		e.pgids[pgid] = true
 	}
 }
 

@@ -152,6 +152,17 @@ func (m *Manager) PID() int {
 	return m.cur.pid
 }
 
+// PGID is the live host's process group (the launcher's, when there is
+// one), or 0.
+func (m *Manager) PGID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur == nil {
+		return 0
+	}
+	return m.cur.pgid
+}
+
 // Generation counts the hosts started so far; the live host has this one.
 func (m *Manager) Generation() uint64 {
 	m.mu.Lock()
