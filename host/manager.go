@@ -56,6 +56,10 @@ type Config struct {
 	Backoff func(deaths int) time.Duration
 	// MaxFrame limits one frame's size (default DefaultMaxFrame).
 	MaxFrame int
+	// StopGrace is how long a host stopped by Close may take to exit on
+	// its own (it exits when its stdin closes) before its process group is
+	// killed (default 5s).
+	StopGrace time.Duration
 }
 
 func defaultBackoff(n int) time.Duration {
@@ -132,6 +136,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 5 * time.Second
 	}
 	return &Manager{cfg: cfg, quarantined: map[string]string{}, procs: map[*hostProc]bool{}}, nil
 }
@@ -416,7 +423,7 @@ func (m *Manager) stop(h *hostProc) {
 	h.stopping = true
 	h.mu.Unlock()
 	h.conn.fail(fmt.Errorf("%s: %w", h.desc, ErrClosed))
-	t := time.NewTimer(2 * time.Second)
+	t := time.NewTimer(m.cfg.StopGrace)
 	defer t.Stop()
 	select {
 	case <-h.dead:
