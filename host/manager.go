@@ -419,6 +419,9 @@ func (m *Manager) monitor(h *hostProc) {
 // stop ends one host: close its stdin (it exits on EOF), then kill its
 // group if it lingers.
 func (m *Manager) stop(h *hostProc) {
+	if h.conn == nil {
+		return // never got past its hello; spawn reaped it
+	}
 	h.mu.Lock()
 	h.stopping = true
 	h.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"sync"
 
 	"github.com/tenantcanary/tenantcanary/isolation"
@@ -215,6 +216,7 @@ func (g *registry) hookRefs(event string) []Ref {
 			out = append(out, Ref{g.gen, id})
 		}
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID }) // registration order
 	return out
 }
 
