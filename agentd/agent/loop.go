@@ -26,6 +26,10 @@ type Turn struct {
 	Tools         *Registry
 	Env           *Env
 	MaxIterations int
+	// ContextLength is the model's context in tokens (model.context_length);
+	// when set, the oldest whole turns of History are left out of a request
+	// that would not fit (about 4 characters a token). 0 sends everything.
+	ContextLength int
 
 	// Emit receives the turn events (message.start, message.delta,
 	// tool.start, tool.complete, message.complete) as they happen.
@@ -79,7 +83,7 @@ func Run(ctx context.Context, t Turn, text string) (answer string, history []llm
 		if t.System != "" {
 			msgs = append(msgs, llm.Message{Role: "system", Content: t.System})
 		}
-		msgs = append(msgs, Repair(history)...)
+		msgs = append(msgs, Fit(Repair(history), t.ContextLength, len(t.System))...)
 		resp, err := t.Client.Stream(ctx, llm.Request{Model: t.Model, Messages: msgs, Tools: specs}, func(d string) {
 			emit("message.delta", map[string]any{"text": d})
 		})
@@ -202,4 +206,42 @@ func Repair(history []llm.Message) []llm.Message {
 		return history
 	}
 	return out
+}
+
+// Fit leaves out the oldest whole turns (a user message and everything up
+// to the next one) of history until it fits in contextLength tokens, at
+// about 4 characters a token, with reserved characters taken already (the
+// system prompt). The last turn is always kept. contextLength 0 keeps all.
+func Fit(history []llm.Message, contextLength, reserved int) []llm.Message {
+	if contextLength <= 0 {
+		return history
+	}
+	budget := contextLength*4 - reserved
+	size := func(m llm.Message) int {
+		n := len(m.Content) + 16
+		for _, c := range m.ToolCalls {
+			n += len(c.Function.Name) + len(c.Function.Arguments) + 16
+		}
+		return n
+	}
+	total := 0
+	for _, m := range history {
+		total += size(m)
+	}
+	start := 0
+	for total > budget {
+		// The next turn boundary after start.
+		next := start + 1
+		for next < len(history) && history[next].Role != "user" {
+			next++
+		}
+		if next >= len(history) {
+			break // the last turn stays whole
+		}
+		for _, m := range history[start:next] {
+			total -= size(m)
+		}
+		start = next
+	}
+	return history[start:]
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,4 +139,20 @@ func TestRepairAddsMissingToolResults(t *testing.T) {
 	require.Equal(t, []string{"user:", "assistant:", "tool:1", "tool:2", "user:", "assistant:", "tool:3"}, shape)
 	require.Contains(t, got[3].Content, "interrupted")
 	require.Len(t, broken, 5, "the input is not changed")
+}
+
+func TestFitDropsOldestWholeTurns(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 400)
+	h := []llm.Message{
+		{Role: "user", Content: big}, {Role: "assistant", ToolCalls: []llm.ToolCall{{ID: "1"}}}, {Role: "tool", ToolCallID: "1", Content: big},
+		{Role: "user", Content: big}, {Role: "assistant", Content: big},
+		{Role: "user", Content: "last"},
+	}
+	require.Equal(t, h, Fit(h, 0, 0), "no limit")
+	require.Equal(t, h, Fit(h, 10000, 0), "fits")
+	got := Fit(h, 300, 0) // ~1200 characters: the first turn goes
+	require.Equal(t, h[3:], got)
+	require.Equal(t, "user", got[0].Role, "a turn is never cut in half")
+	require.Equal(t, h[5:], Fit(h, 1, 0), "the last turn always stays")
 }

@@ -433,6 +433,7 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (strin
 		History:       history,
 		Tools:         tools,
 		MaxIterations: s.opts.MaxIterations,
+		ContextLength: snap.Config.Model.ContextLength,
 		Env: &agent.Env{
 			Session: sess.ID, Stored: sess.Stored, Profile: sc.Profile.Name, Home: sc.Profile.Home,
 			Shell: func(ctx context.Context) (*terminal.Shell, error) { return sess.shellFor(ctx, snap) },
