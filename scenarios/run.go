@@ -226,8 +226,15 @@ func RunCatalog(ctx context.Context, cat *Catalog, cfg Config) ([]Report, error)
 			return nil, err
 		}
 	}
+	return runSpecs(ctx, specs, cfg, "")
+}
+
+// runSpecs runs specs cfg.Parallel at a time, each standalone in a sandbox
+// under cfg.WorkDir (in a folder named label, when not empty), and returns
+// their reports in order.
+func runSpecs(ctx context.Context, specs []Spec, cfg Config, label string) ([]Report, error) {
 	if cfg.WorkDir == "" {
-		return nil, fmt.Errorf("run catalog: no work dir")
+		return nil, fmt.Errorf("run scenarios: no work dir")
 	}
 	cfg.Interrupt = ctx
 	if cfg.Target.TenantsFile != "" {
@@ -236,27 +243,36 @@ func RunCatalog(ctx context.Context, cat *Catalog, cfg Config) ([]Report, error)
 		cfg.Parallel = 1
 	}
 	reports := make([]Report, len(specs))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(1, cfg.Parallel))
-	for i, spec := range specs {
+	runJobs(ctx, cfg.Parallel, len(specs), func(i int) {
+		spec := specs[i]
+		rep := &Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus}
+		out := harness.RunStandalone(ctx, spec.ID, filepath.Join(cfg.WorkDir, label, spec.ID), cfg.Keep, func(t harness.T) {
+			runInto(t, spec, cfg, rep)
+		})
+		if out.Skipped && rep.Result == "" {
+			rep.Result = Skipped
+		}
+		if out.Failed && rep.Result == Pass {
+			rep.Result = Failed
+		}
+		if rep.Result != Pass && len(rep.Log) == 0 {
+			rep.Log = out.Log
+		}
+		reports[i] = *rep
+	})
+	return reports, ctx.Err()
+}
+
+// runJobs calls job(0..n-1), parallel at a time (at least one), and
+// returns when all have returned.
+func runJobs(ctx context.Context, parallel, n int, job func(i int)) {
+	g, _ := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, parallel))
+	for i := 0; i < n; i++ {
 		g.Go(func() error {
-			rep := &Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus}
-			out := harness.RunStandalone(gctx, spec.ID, filepath.Join(cfg.WorkDir, spec.ID), cfg.Keep, func(t harness.T) {
-				runInto(t, spec, cfg, rep)
-			})
-			if out.Skipped && rep.Result == "" {
-				rep.Result = Skipped
-			}
-			if out.Failed && rep.Result == Pass {
-				rep.Result = Failed
-			}
-			if rep.Result != Pass && len(rep.Log) == 0 {
-				rep.Log = out.Log
-			}
-			reports[i] = *rep
+			job(i)
 			return nil
 		})
 	}
 	_ = g.Wait()
-	return reports, ctx.Err()
 }

@@ -1,0 +1,241 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/invariants"
+)
+
+// Fault is one bug the embedded target can seed (AGENTD_FAULTS) and what
+// must catch it: the scenario that exercises it and the invariant whose
+// finding proves it was seen. A self-test runs each fault's scenario with
+// the fault on and expects that invariant among the findings.
+type Fault struct {
+	Name     string
+	Scenario string
+	Expect   invariants.Invariant
+	Why      string // how the leak shows, in one line
+}
+
+// Faults is the detection-power catalog: every seeded fault of agentd,
+// each modelled on a leak pooled servers really have.
+func Faults() []Fault {
+	return []Fault{
+		{"dotenv-into-process", "pooled-serve", invariants.Snapshot, "a profile's .env lands in the process environment and other profiles' tools inherit it"},
+		{"launch-env-bleed", "pooled-serve", invariants.Snapshot, "the launch profile's variables reach every profile's tools"},
+		{"shared-shell", "shell-reuse", invariants.Snapshot, "one shell serves every profile: another tenant's cwd and shell state show"},
+		{"global-cwd", "settings-writes", invariants.Snapshot, "config.set cwd moves the process's cwd: probes run in another tenant's workdir"},
+		{"cron-launch-scope", "pooled-serve", invariants.Request, "cron jobs run in the launch profile's scope: its provider gets other tenants' cron prompts"},
+		{"shared-credential", "pooled-serve", invariants.Request, "a process-wide key cache: a provider sees another tenant's key"},
+		{"model-bleed", "pooled-serve", invariants.LaunchBleed, "a named profile's session reports the launch model"},
+		{"wrong-write-scope", "settings-writes", invariants.WriteScope, "config.set by profile writes the launch profile's config"},
+		{"broadcast-events", "pooled-serve", invariants.RPC, "turn events go to every connection"},
+		{"shared-state-db", "pooled-serve", invariants.File, "every profile's sessions go into the launch profile's state.db"},
+		{"log-secret-encoded", "pooled-serve", invariants.Text, "the server logs a provider key base64-encoded"},
+	}
+}
+
+// FaultEnv is the target environment that turns fault on.
+func FaultEnv(fault string) map[string]string {
+	return map[string]string{"AGENTD_FAULTS": fault, "AGENTD_ALLOW_FAULTS": "1"}
+}
+
+// FaultOutcome is one row of a self-test.
+type FaultOutcome struct {
+	Fault    string               `json:"fault"`
+	Scenario string               `json:"scenario"`
+	Expected invariants.Invariant `json:"expected"`
+	Caught   bool                 `json:"caught"`   // a finding of the expected invariant
+	Findings int                  `json:"findings"` // every finding of the faulty run
+	Seen     []string             `json:"seen"`     // the invariants the faulty run found, sorted
+	Clean    bool                 `json:"clean"`    // the same scenario with no fault passed
+	Error    string               `json:"error,omitempty"`
+}
+
+// SelfTestResult is a whole self-test.
+type SelfTestResult struct {
+	Outcomes []FaultOutcome
+	Clean    []Report // the clean run of every scenario the faults use
+}
+
+// Passed reports whether every fault was caught by its expected invariant
+// and every clean run was clean.
+func (r SelfTestResult) Passed() bool {
+	for _, o := range r.Outcomes {
+		if !o.Caught || !o.Clean {
+			return false
+		}
+	}
+	return len(r.Outcomes) > 0
+}
+
+// Caught counts the faults caught by their expected invariant.
+func (r SelfTestResult) Caught() int {
+	n := 0
+	for _, o := range r.Outcomes {
+		if o.Caught {
+			n++
+		}
+	}
+	return n
+}
+
+// validateFaults checks that every fault names a scenario of cat, once.
+func validateFaults(cat *Catalog, faults []Fault) error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, f := range faults {
+		if seen[f.Name] {
+			errs = append(errs, fmt.Errorf("fault %q listed twice", f.Name))
+		}
+		seen[f.Name] = true
+		if _, err := cat.Get(f.Scenario); err != nil {
+			errs = append(errs, fmt.Errorf("fault %q: %w", f.Name, err))
+		}
+		if f.Expect == "" || !f.Expect.Leak() {
+			errs = append(errs, fmt.Errorf("fault %q: expected invariant %q is not a leak check", f.Name, f.Expect))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SelfTest runs, for every fault, its scenario with the fault on, and every
+// scenario the faults use once with none, cfg.Parallel at a time.
+func SelfTest(ctx context.Context, cat *Catalog, cfg Config, faults []Fault) (SelfTestResult, error) {
+	if err := validateFaults(cat, faults); err != nil {
+		return SelfTestResult{}, fmt.Errorf("self-test: %w", err)
+	}
+	// One catalog run per fault, plus one clean run of the scenarios used.
+	var used []string
+	usedSet := map[string]bool{}
+	for _, f := range faults {
+		if !usedSet[f.Scenario] {
+			usedSet[f.Scenario] = true
+			used = append(used, f.Scenario)
+		}
+	}
+	type job struct {
+		fault string
+		spec  Spec
+	}
+	var jobs []job
+	for _, id := range used {
+		s, _ := cat.Get(id)
+		jobs = append(jobs, job{spec: s})
+	}
+	for _, f := range faults {
+		s, _ := cat.Get(f.Scenario)
+		s.ID = f.Scenario // the report keeps the scenario's ID
+		jobs = append(jobs, job{fault: f.Name, spec: s})
+	}
+	reports := make([]Report, len(jobs))
+	errs := make([]error, len(jobs))
+	runJobs(ctx, cfg.Parallel, len(jobs), func(i int) {
+		c := cfg
+		if jobs[i].fault != "" {
+			c.Target = withEnv(cfg.Target, FaultEnv(jobs[i].fault))
+			if c.Progress != nil {
+				c.Progress = prefixWriter{w: c.Progress, prefix: "[" + jobs[i].fault + "] "}
+			}
+		}
+		reps, err := runSpecs(ctx, []Spec{jobs[i].spec}, c, jobs[i].fault)
+		if len(reps) == 1 {
+			reports[i] = reps[0]
+		}
+		errs[i] = err
+	})
+	var res SelfTestResult
+	clean := map[string]Report{}
+	for i, j := range jobs {
+		if j.fault == "" {
+			clean[j.spec.ID] = reports[i]
+			res.Clean = append(res.Clean, reports[i])
+		}
+	}
+	for i, j := range jobs {
+		if j.fault == "" {
+			continue
+		}
+		var f Fault
+		for _, x := range faults {
+			if x.Name == j.fault {
+				f = x
+			}
+		}
+		rep := reports[i]
+		o := FaultOutcome{Fault: f.Name, Scenario: f.Scenario, Expected: f.Expect, Clean: clean[f.Scenario].Result == Pass}
+		seen := map[string]bool{}
+		for _, fd := range rep.Findings() {
+			o.Findings++
+			seen[string(fd.Invariant)] = true
+			if fd.Invariant == f.Expect {
+				o.Caught = true
+			}
+		}
+		for s := range seen {
+			o.Seen = append(o.Seen, s)
+		}
+		sort.Strings(o.Seen)
+		if errs[i] != nil {
+			o.Error = errs[i].Error()
+		} else if !o.Caught && rep.Reason != "" {
+			o.Error = rep.Reason
+		}
+		res.Outcomes = append(res.Outcomes, o)
+	}
+	return res, ctx.Err()
+}
+
+// withEnv returns a copy of target whose processes also get env.
+func withEnv(target harness.Target, env map[string]string) harness.Target {
+	out := target
+	out.Env = map[string]string{}
+	for k, v := range target.Env {
+		out.Env[k] = v
+	}
+	for k, v := range env {
+		out.Env[k] = v
+	}
+	return out
+}
+
+// prefixWriter prefixes every write (a progress line) with a label.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(p.w, p.prefix+string(b)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// WriteSelfTestTable prints the self-test's table: fault, scenario,
+// expected invariant, caught or missed, findings, and whether the clean run
+// was clean.
+func WriteSelfTestTable(w io.Writer, r SelfTestResult) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FAULT\tSCENARIO\tEXPECTED\tRESULT\tFINDINGS\tSEEN\tCLEAN RUN")
+	for _, o := range r.Outcomes {
+		result := "caught"
+		if !o.Caught {
+			result = "MISSED"
+		}
+		clean := "clean"
+		if !o.Clean {
+			clean = "NOT CLEAN"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", o.Fault, o.Scenario, o.Expected, result, o.Findings, strings.Join(o.Seen, ","), clean)
+	}
+	fmt.Fprintf(tw, "detection power: %d/%d faults caught by their expected invariant\n", r.Caught(), len(r.Outcomes))
+	return tw.Flush()
+}
