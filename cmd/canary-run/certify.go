@@ -23,7 +23,7 @@ const (
 	maxTenants = 100
 )
 
-const runUsage = "usage: canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--out DIR] [--keep] [--timeout D] [--parallel N] [--self-test]"
+const runUsage = "usage: canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--out DIR] [--keep] [--timeout D] [--parallel N] [--self-test | --no-self-test]"
 
 // certifyOptions are the main run's flags.
 type certifyOptions struct {
@@ -35,6 +35,7 @@ type certifyOptions struct {
 	timeout  time.Duration
 	parallel int
 	selfTest bool
+	noSelf   bool
 }
 
 // errHelp: -h was asked for.
@@ -52,7 +53,8 @@ func certifyFlags() (*flag.FlagSet, *certifyOptions) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the work tree (sandboxes, homes, logs) under DIR/work for a look")
 	fs.DurationVar(&o.timeout, "timeout", 0, "cap on each scenario (0: each scenario's own)")
 	fs.IntVar(&o.parallel, "parallel", 1, "scenarios run at once")
-	fs.BoolVar(&o.selfTest, "self-test", false, "prove the harness catches seeded leaks (not in this build)")
+	fs.BoolVar(&o.selfTest, "self-test", false, "only prove the harness catches every seeded leak of the embedded agentd (and that the same scenarios are clean); exit 0 when it does")
+	fs.BoolVar(&o.noSelf, "no-self-test", false, "certify without measuring the harness's detection power (the certificate says it was not measured)")
 	return fs, o
 }
 
@@ -82,6 +84,12 @@ func parseCertify(args []string) (certifyOptions, error) {
 	}
 	if o.parallel < 1 {
 		errs = append(errs, fmt.Errorf("--parallel %d: want 1 or more", o.parallel))
+	}
+	if o.selfTest && o.noSelf {
+		errs = append(errs, errors.New("--self-test and --no-self-test exclude each other"))
+	}
+	if o.selfTest && o.run != "" {
+		errs = append(errs, errors.New("--self-test runs the scenarios every fault needs: --run does not apply"))
 	}
 	if o.run != "" {
 		if _, err := scenarios.Default().Match(o.run); err != nil {
@@ -119,10 +127,6 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	if err != nil {
 		return usageError(stderr, "canary-run", err, runUsage)
 	}
-	if o.selfTest {
-		fmt.Fprintln(stderr, "canary-run: --self-test: not available in this build (seeded faults come with issue 8)")
-		return exitUsage
-	}
 	target, certTarget, err := loadTarget(o.target)
 	if err != nil {
 		return usageError(stderr, "canary-run", err, runUsage)
@@ -137,17 +141,37 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	}
 
 	start := time.Now()
-	reports, runErr := runWork(ctx, out, o, target, stderr)
+	var reports []scenarios.Report
+	var runErr error
+	if !o.selfTest {
+		reports, runErr = runWork(ctx, out, o, stderr, func(work string) ([]scenarios.Report, error) {
+			return scenarios.RunCatalog(ctx, scenarios.Default(), catalogConfig(o, target, work, stderr))
+		})
+	}
+	var power *certificate.DetectionPower
+	var selfErr error
+	if !o.noSelf && runErr == nil {
+		power, selfErr = selfTest(ctx, out, o, stderr)
+	}
 	ts := certificate.TenantsOf(reports)
 	if len(ts) == 0 {
 		ts = tenantsOf(o.tenants)
 	}
 	cert := certificate.New(certTarget, ts, reports, time.Since(start))
-	if runErr != nil {
-		if ctx.Err() != nil {
-			runErr = fmt.Errorf("interrupted: %w", runErr)
+	cert.DetectionPower = power
+	if o.selfTest {
+		cert.Verdict = certificate.Certified
+		if power == nil || power.Caught != power.Seeded || !allClean(power) {
+			cert.Verdict = certificate.Failed
 		}
-		cert.Fail(runErr)
+	}
+	for _, err := range []error{runErr, selfErr} {
+		if err != nil {
+			if ctx.Err() != nil {
+				err = fmt.Errorf("interrupted: %w", err)
+			}
+			cert.Fail(err)
+		}
 	}
 	fmt.Fprintln(stderr)
 	if err := cert.WriteTable(stderr); err != nil {
@@ -161,24 +185,29 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	return certificate.ExitCode(cert.Verdict)
 }
 
-// runWork runs the catalog in a work tree: DIR/work when kept, else a
-// temporary folder removed afterwards.
-func runWork(ctx context.Context, out string, o certifyOptions, target harness.Target, stderr io.Writer) ([]scenarios.Report, error) {
+// runWork runs fn in a work tree: DIR/work when kept, else a temporary
+// folder removed afterwards.
+func runWork[T any](ctx context.Context, out string, o certifyOptions, stderr io.Writer, fn func(work string) (T, error)) (T, error) {
+	var zero T
 	var work string
 	if o.keep {
 		work = filepath.Join(out, "work")
 		if err := os.MkdirAll(work, 0o755); err != nil {
-			return nil, fmt.Errorf("make the work tree: %w", err)
+			return zero, fmt.Errorf("make the work tree: %w", err)
 		}
 		fmt.Fprintf(stderr, "canary-run: keeping the work tree in %s\n", work)
 	} else {
 		var err error
 		if work, err = os.MkdirTemp("", "canary-run-"); err != nil {
-			return nil, fmt.Errorf("make the work tree: %w", err)
+			return zero, fmt.Errorf("make the work tree: %w", err)
 		}
 		defer os.RemoveAll(work)
 	}
-	return scenarios.RunCatalog(ctx, scenarios.Default(), scenarios.Config{
+	return fn(work)
+}
+
+func catalogConfig(o certifyOptions, target harness.Target, work string, stderr io.Writer) scenarios.Config {
+	return scenarios.Config{
 		Target:   target,
 		Tenants:  o.tenants,
 		Run:      o.run,
@@ -187,7 +216,60 @@ func runWork(ctx context.Context, out string, o certifyOptions, target harness.T
 		Timeout:  o.timeout,
 		Parallel: o.parallel,
 		Progress: stderr,
+	}
+}
+
+// selfTestTenants is how many tenants the self-test's scenarios run with:
+// enough for a launch profile and two others.
+const selfTestTenants = 3
+
+// selfTest measures the harness's detection power: every seeded fault of
+// the embedded agentd (whatever the target of the run) through the
+// scenario that must catch it, and those scenarios clean. It prints the
+// table and returns the result for the certificate; a self-test that does
+// not pass is an error, since a harness that misses a seeded leak cannot
+// certify anything.
+func selfTest(ctx context.Context, out string, o certifyOptions, stderr io.Writer) (*certificate.DetectionPower, error) {
+	target, _, err := loadTarget("agentd")
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(stderr, "canary-run: self-test: every seeded fault of the embedded agentd, and the same scenarios clean")
+	res, err := runWork(ctx, out, o, stderr, func(work string) (scenarios.SelfTestResult, error) {
+		cfg := catalogConfig(o, target, filepath.Join(work, "self-test"), stderr)
+		cfg.Run, cfg.Tenants = "", selfTestTenants
+		return scenarios.SelfTest(ctx, scenarios.Default(), cfg, scenarios.Faults())
 	})
+	if len(res.Outcomes) == 0 {
+		if err == nil {
+			err = fmt.Errorf("self-test ran no fault")
+		}
+		return nil, err
+	}
+	fmt.Fprintln(stderr)
+	if werr := scenarios.WriteSelfTestTable(stderr, res); werr != nil && err == nil {
+		err = werr
+	}
+	power := &certificate.DetectionPower{Caught: res.Caught(), Seeded: len(res.Outcomes)}
+	for _, oc := range res.Outcomes {
+		power.Faults = append(power.Faults, certificate.FaultResult{
+			Fault: oc.Fault, Scenario: oc.Scenario, Expected: string(oc.Expected),
+			Caught: oc.Caught, Findings: oc.Findings, CleanRun: oc.Clean,
+		})
+	}
+	if err == nil && !res.Passed() {
+		err = fmt.Errorf("self-test: the harness caught %d of %d seeded faults by their expected invariant (or a clean run was not clean): it cannot certify", res.Caught(), len(res.Outcomes))
+	}
+	return power, err
+}
+
+func allClean(p *certificate.DetectionPower) bool {
+	for _, f := range p.Faults {
+		if !f.CleanRun {
+			return false
+		}
+	}
+	return true
 }
 
 // tenantsOf names the tenants each scenario runs with, for a run where no

@@ -41,7 +41,7 @@ func TestCertifyEmbeddedAgentd(t *testing.T) {
 		return "", false
 	}
 	var stdout, stderr syncBuffer
-	code := dispatch(t.Context(), []string{"--run", "^stdio-separate$", "--tenants", "2", "--out", out, "--keep"},
+	code := dispatch(t.Context(), []string{"--run", "^stdio-separate$", "--tenants", "2", "--out", out, "--keep", "--no-self-test"},
 		strings.NewReader(""), &stdout, &stderr, env)
 	require.Equal(t, 0, code, "stderr:\n%s", &stderr)
 	require.Empty(t, embeddedAgentds(t, filepath.Join(out, "work")), "no agentd outlives the run")
@@ -104,7 +104,7 @@ func TestCertifyInterrupted(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- dispatch(ctx, []string{"--run", "^restart-resume$", "--tenants", "2", "--out", out, "--keep"},
+		done <- dispatch(ctx, []string{"--run", "^restart-resume$", "--tenants", "2", "--out", out, "--keep", "--no-self-test"},
 			strings.NewReader(""), &stdout, &stderr, noEnv)
 	}()
 	// Positive control for the survivor check below: it sees the run's
@@ -124,4 +124,25 @@ func TestCertifyInterrupted(t *testing.T) {
 	require.Equal(t, certificate.Failed, c.Verdict)
 	require.Contains(t, c.Error, "interrupted")
 	require.Contains(t, stderr.String(), "run failed: interrupted")
+}
+
+// TestSelfTestCommand is `canary-run --self-test`: every seeded fault of the
+// embedded agentd caught by its expected invariant, the same scenarios
+// clean, the detection power in the certificate, exit 0.
+func TestSelfTestCommand(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "cert")
+	var stdout, stderr syncBuffer
+	code := dispatch(t.Context(), []string{"--self-test", "--parallel", "2", "--out", out}, strings.NewReader(""), &stdout, &stderr, noEnv)
+	require.Equal(t, 0, code, "stderr:\n%s", &stderr)
+	require.Regexp(t, `(?m)^FAULT\s+SCENARIO\s+EXPECTED\s+RESULT`, stderr.String())
+	require.Regexp(t, `(?m)^shared-shell\s+shell-reuse\s+env_snapshot\s+caught\s+[1-9]`, stderr.String())
+	c := readCertificate(t, out)
+	require.Equal(t, certificate.Certified, c.Verdict)
+	require.NotNil(t, c.DetectionPower)
+	require.Equal(t, len(scenarios.Faults()), c.DetectionPower.Seeded)
+	require.Equal(t, c.DetectionPower.Seeded, c.DetectionPower.Caught)
+	for _, f := range c.DetectionPower.Faults {
+		require.True(t, f.Caught && f.CleanRun, "%+v", f)
+	}
 }

@@ -46,7 +46,8 @@ func TestUsageErrors(t *testing.T) {
 		{"missing target file", []string{"--target", filepath.Join(dir, "missing.yaml"), "--out", out}, "load target: open "},
 		{"bad target file", []string{"--target", badTarget, "--out", out}, "field bogus not found"},
 		{"several errors at once", []string{"--tenants", "0", "--parallel", "0", "--out", out}, "--tenants 0: want 2 to 100\n--parallel 0"},
-		{"self-test", []string{"--self-test", "--out", out}, "--self-test: not available in this build"},
+		{"self-test and not", []string{"--self-test", "--no-self-test", "--out", out}, "--self-test and --no-self-test exclude each other"},
+		{"self-test with run", []string{"--self-test", "--run", "^pooled", "--out", out}, "--run does not apply"},
 		{"scan without canaries", []string{"scan", dir}, "--canaries FILE is required"},
 		{"fakellm without listen", []string{"fakellm", "--tenants", names, "--out", out}, "--listen ADDR is required"},
 		{"fakellm without tenants", []string{"fakellm", "--listen", "127.0.0.1:0", "--out", out}, "--tenants FILE is required"},
@@ -130,10 +131,13 @@ func TestOutUnderAFileFailsBeforeRunning(t *testing.T) {
 func TestFlagsReachTheRun(t *testing.T) {
 	t.Parallel()
 	o, err := parseCertify([]string{"--target", "t.yaml", "--tenants", "32", "--run", "^pooled", "--out", "o", "--keep",
-		"--timeout", "90s", "--parallel", "2", "--self-test"})
+		"--timeout", "90s", "--parallel", "2", "--no-self-test"})
 	require.NoError(t, err)
 	require.Equal(t, certifyOptions{target: "t.yaml", tenants: 32, run: "^pooled", out: "o", keep: true,
-		timeout: 90 * time.Second, parallel: 2, selfTest: true}, o)
+		timeout: 90 * time.Second, parallel: 2, noSelf: true}, o)
+	o, err = parseCertify([]string{"--self-test"})
+	require.NoError(t, err)
+	require.True(t, o.selfTest)
 	o, err = parseCertify(nil)
 	require.NoError(t, err)
 	require.Equal(t, certifyOptions{target: "agentd", tenants: 3, out: "canary-out", parallel: 1}, o)
