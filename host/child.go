@@ -37,6 +37,13 @@ func ServeChild(ctx context.Context, stdin io.Reader, stdout io.Writer, stderr i
 		}
 		stdout = proto
 	}
+	if f, ok := stdin.(*os.File); ok && f == os.Stdin {
+		proto, err := privateStdin()
+		if err != nil {
+			return fmt.Errorf("serve plugin host: %w", err)
+		}
+		stdin = proto
+	}
 	// A host never starts a host of its own: every loader here loads directly.
 	if err := os.Setenv(isolation.HostProcessEnv, "1"); err != nil {
 		return fmt.Errorf("serve plugin host: %w", err)
@@ -74,11 +81,35 @@ func privateStdout() (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("copy stdout: %w", err)
 	}
-	syscall.CloseOnExec(fd)
 	if err := syscall.Dup3(2, 1, 0); err != nil {
 		return nil, fmt.Errorf("point stdout at stderr: %w", err)
 	}
-	return os.NewFile(uintptr(fd), "plugin-host-protocol"), nil
+	return private(fd, "plugin-host-protocol-out")
+}
+
+// privateStdin moves the protocol off descriptor 0: it returns a copy of
+// it and points 0 at /dev/null, so plugin code cannot read the stream.
+func privateStdin() (*os.File, error) {
+	fd, err := syscall.Dup(0)
+	if err != nil {
+		return nil, fmt.Errorf("copy stdin: %w", err)
+	}
+	null, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+	}
+	defer syscall.Close(null)
+	if err := syscall.Dup3(null, 0, 0); err != nil {
+		return nil, fmt.Errorf("point stdin at %s: %w", os.DevNull, err)
+	}
+	return private(fd, "plugin-host-protocol-in")
+}
+
+// private wraps fd as a blocking *os.File: a blocking read returns to the
+// reading goroutine directly, which measured faster here than the poller.
+func private(fd int, name string) (*os.File, error) {
+	syscall.CloseOnExec(fd)
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 type child struct {

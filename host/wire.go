@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -252,6 +253,9 @@ func (c *conn) readLoop() {
 			c.mu.Unlock()
 			if p != nil {
 				p.ch <- f
+				// Let the waiter run now: the next read may block this
+				// thread in a syscall with the waiter queued behind it.
+				runtime.Gosched()
 			}
 			continue
 		}
