@@ -52,6 +52,7 @@ func ServeChild(ctx context.Context, stdin io.Reader, stdout io.Writer, stderr i
 	defer cancel()
 	c := &child{ctx: ctx, stderr: stderr, inflight: map[uint64]context.CancelFunc{}}
 	c.conn = newConn("plugin host's parent", stdin, stdout, DefaultMaxFrame, c.handle)
+	c.conn.selfRead = true
 	c.conn.start()
 	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer hcancel()

@@ -127,12 +127,21 @@ const handoffDelay = 50 * time.Microsecond
 // readToken is held by a reading goroutine while it serves a request.
 type readToken struct {
 	c     *conn
-	state atomic.Int32 // 0 serving, 1 handed off, 2 back to reading
+	timer *time.Timer
+	state atomic.Int32
 }
+
+// The states of a readToken.
+const (
+	tokServing  = iota // serving the request, still owning the reading role
+	tokHanded          // a successor reads; the server exits when done
+	tokDone            // served; back to reading
+	tokSelfRead        // a request made while serving reads its own reply
+)
 
 // handoff starts a successor reader unless the server is done already.
 func (t *readToken) handoff() {
-	if t != nil && t.state.CompareAndSwap(0, 1) {
+	if t != nil && t.state.CompareAndSwap(tokServing, tokHanded) {
 		go t.c.readLoop()
 	}
 }
@@ -170,6 +179,9 @@ type conn struct {
 	readEnd func(error)
 	// afterFail, if set, runs once after the connection breaks.
 	afterFail func()
+	// selfRead lets a request made while serving read its own reply (see
+	// readForReply). Only for a side whose peer bounds every wait.
+	selfRead bool
 
 	wsem   chan struct{}
 	nextID atomic.Uint64
@@ -233,52 +245,113 @@ func readFrame(br *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-func (c *conn) readLoop() {
-	var err error
-	for {
-		var line []byte
-		line, err = readFrame(c.br, c.maxFrame)
-		if err != nil {
-			break
-		}
-		f := new(Frame)
-		if err = json.Unmarshal(line, f); err != nil {
-			err = fmt.Errorf("decode frame %.80q: %v: %w", line, err, ErrProtocol)
-			break
-		}
-		if f.Re != 0 {
-			c.mu.Lock()
-			p := c.pending[f.Re]
-			delete(c.pending, f.Re)
-			c.mu.Unlock()
-			if p != nil {
-				p.ch <- f
-				// Let the waiter run now: the next read may block this
-				// thread in a syscall with the waiter queued behind it.
-				runtime.Gosched()
-			}
-			continue
-		}
-		// This goroutine serves the request itself (no hand-off, the
-		// fast path), and hands reading to a successor the moment the
-		// handler waits on the peer, or after handoffDelay, so a handler
-		// may block or call back for as long as it likes.
-		tok := &readToken{c: c}
-		f.tok = tok
-		t := time.AfterFunc(handoffDelay, tok.handoff)
-		c.handle(f)
-		if tok.state.CompareAndSwap(0, 2) {
-			t.Stop()
-			continue
-		}
-		return // the successor holds the reading role (and its wg count)
+// readOne reads and decodes one frame.
+func (c *conn) readOne() (*Frame, error) {
+	line, err := readFrame(c.br, c.maxFrame)
+	if err != nil {
+		return nil, err
 	}
+	f := new(Frame)
+	if err := json.Unmarshal(line, f); err != nil {
+		return nil, fmt.Errorf("decode frame %.80q: %v: %w", line, err, ErrProtocol)
+	}
+	return f, nil
+}
+
+// deliver hands a reply to its waiter.
+func (c *conn) deliver(f *Frame) {
+	c.mu.Lock()
+	p := c.pending[f.Re]
+	delete(c.pending, f.Re)
+	c.mu.Unlock()
+	if p != nil {
+		p.ch <- f
+		// Let the waiter run now: the next read may block this thread in
+		// a syscall with the waiter queued behind it.
+		runtime.Gosched()
+	}
+}
+
+// end finishes the reading role when the stream ends.
+func (c *conn) end(err error) {
 	if c.readEnd != nil {
 		c.readEnd(err)
 	} else {
 		c.fail(err)
 	}
 	c.wg.Done()
+}
+
+func (c *conn) readLoop() {
+	for {
+		f, err := c.readOne()
+		if err != nil {
+			c.end(err)
+			return
+		}
+		if f.Re != 0 {
+			c.deliver(f)
+			continue
+		}
+		// This goroutine serves the request itself (no hand-off, the
+		// fast path), and hands reading to a successor when the handler
+		// waits on the peer, or after handoffDelay, so a handler may block
+		// or call back for as long as it likes.
+		tok := &readToken{c: c}
+		f.tok = tok
+		tok.timer = time.AfterFunc(handoffDelay, tok.handoff)
+		c.handle(f)
+		if tok.state.CompareAndSwap(tokServing, tokDone) {
+			tok.timer.Stop()
+			continue
+		}
+		return // the successor holds the reading role (and its wg count)
+	}
+}
+
+// readForReply is request's wait when the requesting goroutine holds the
+// reading role (selfRead conns): it reads the stream itself until its reply
+// comes, delivering other replies and serving notifications in place and
+// requests in goroutines of their own, then resumes serving. The peer ends
+// the wait in time: a reply carries the request's deadline, and the parent
+// cancels what it stops waiting for.
+func (c *conn) readForReply(ctx context.Context, id uint64, tok *readToken) (json.RawMessage, error) {
+	resume := func() {
+		tok.state.Store(tokServing)
+		tok.timer.Reset(handoffDelay)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			c.mu.Lock()
+			delete(c.pending, id)
+			c.mu.Unlock()
+			resume()
+			return nil, fmt.Errorf("%w (%v)", ErrTimeout, err)
+		}
+		f, err := c.readOne()
+		if err != nil {
+			tok.state.Store(tokHanded) // the role ends here
+			c.end(err)
+			return nil, c.broken()
+		}
+		switch {
+		case f.Re == id:
+			c.mu.Lock()
+			delete(c.pending, id)
+			c.mu.Unlock()
+			resume()
+			if f.Err != nil {
+				return nil, f.Err
+			}
+			return f.Body, nil
+		case f.Re != 0:
+			c.deliver(f)
+		case f.ID == 0:
+			c.handle(f) // a notification (cancel): quick, and it may be ours
+		default:
+			go c.handle(f)
+		}
+	}
 }
 
 // fail breaks the connection with err and closes the writing side; every
@@ -366,9 +439,12 @@ func (c *conn) request(ctx context.Context, f *Frame, session string) (json.RawM
 		forget()
 		return nil, err
 	}
-	// The reply may need the very goroutine that is serving us: let a
-	// successor read.
-	if tok, _ := ctx.Value(readTokenKey{}).(*readToken); tok != nil {
+	// The reply may need the very goroutine that is serving us: read it
+	// ourselves, or let a successor read.
+	if tok, _ := ctx.Value(readTokenKey{}).(*readToken); tok != nil && tok.c == c {
+		if c.selfRead && tok.state.CompareAndSwap(tokServing, tokSelfRead) {
+			return c.readForReply(ctx, id, tok)
+		}
 		tok.handoff()
 	}
 	select {
