@@ -203,6 +203,22 @@ func TestConcurrentSessionsEachSeeTheirOwnSessionInNestedCalls(t *testing.T) {
 			}()
 		}
 	}
+	// Goroutines of one handler calling back at once, from two sessions.
+	for _, s := range []string{"session-B", "session-C"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := e.m.Call(context.Background(), s, "hostprobe_fanout", nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			want := strings.TrimSuffix(strings.Repeat(fmt.Sprintf(`{"session":%q}`+"\n", s), 8), "\n")
+			if out != want {
+				errs <- fmt.Errorf("fan-out as %s got %s", s, out)
+			}
+		}()
+	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
