@@ -17,8 +17,8 @@ import (
 )
 
 // ServeChild runs a plugin host on the given streams: it says hello, then
-// serves the parent's requests until stdin closes (nil) or ctx ends. It is
-// what `agentd plugin-host` runs.
+// serves the parent's requests until stdin closes (nil) or ctx ends (nil;
+// the caller should then exit). It is what `agentd plugin-host` runs.
 //
 // When stdout is os.Stdout, the protocol moves to a private copy of file
 // descriptor 1 and descriptor 1 itself is pointed at stderr, so nothing a
@@ -61,13 +61,13 @@ func ServeChild(ctx context.Context, stdin io.Reader, stdout io.Writer, stderr i
 	}
 	select {
 	case <-c.conn.done:
+		c.conn.wait()
 	case <-ctx.Done():
+		// A blocking read cannot be interrupted: the reader goes with the
+		// process, which is about to exit.
 		c.conn.fail(ctx.Err())
-		if cl, ok := stdin.(io.Closer); ok {
-			_ = cl.Close()
-		}
+		return nil
 	}
-	c.conn.wait()
 	fmt.Fprintf(stderr, "plugin host %d: the connection closed (%v); exiting\n", os.Getpid(), c.conn.broken())
 	if err := c.conn.broken(); err != nil && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
 		return fmt.Errorf("serve plugin host: %w", err)
