@@ -158,3 +158,35 @@ func TestRunAuditCommand(t *testing.T) {
 	require.Equal(t, 1, isolation.RunAuditCommand([]string{bad}, &out, &errb))
 	require.Contains(t, errb.String(), "broken")
 }
+
+func TestEveryTableEntryHasAReasonAndAVerdict(t *testing.T) {
+	t.Parallel()
+	for _, table := range []map[string]string{isolation.UnsupportedMethods, isolation.SkippedMethods, isolation.RemoteFacades, isolation.ObjectMethods} {
+		for method, reason := range table {
+			require.NotEmpty(t, reason, method)
+			f, ok := isolation.CheckMethod(method)
+			require.True(t, ok, method)
+			require.Equal(t, method, f.Surface)
+			require.NotEmpty(t, f.Reason)
+		}
+	}
+	for event := range isolation.DegradedHooks {
+		f, ok := isolation.CheckHook(event)
+		require.True(t, ok)
+		require.Equal(t, isolation.Degraded, f.Effect)
+	}
+	_, ok := isolation.CheckMethod("RegisterTool")
+	require.False(t, ok, "tools cross unchanged")
+	_, ok = isolation.CheckHook("post_tool_call")
+	require.False(t, ok)
+
+	v, reasons := isolation.Judge(nil)
+	require.Equal(t, isolation.VerdictPortable, v)
+	require.Empty(t, reasons)
+	cli, _ := isolation.CheckMethod("RegisterCLICommand")
+	plat, _ := isolation.CheckMethod("RegisterPlatform")
+	v, reasons = isolation.Judge([]isolation.Finding{cli, plat, cli})
+	require.Equal(t, isolation.VerdictInProcess, v)
+	require.Len(t, reasons, 1, "only the blocking finding is a reason for in_process")
+	require.Contains(t, reasons[0], "RegisterPlatform")
+}

@@ -110,3 +110,47 @@ func TestFingerprintChangesWithContent(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, a, b)
 }
+
+func TestDiscoverFindsGeneralAndModelProviderPlugins(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	mk := func(rel, manifest string) {
+		dir := filepath.Join(root, rel)
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "plugin.yaml"), []byte(manifest), 0o644))
+	}
+	mk("zeta", "name: zeta\n")
+	mk("alpha", "version: \"2\"\n") // no name: the folder's
+	mk(filepath.Join(pluginload.ModelProvidersDir, "m1"), "name: m1\nkind: model-provider\n")
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "not-a-plugin"), 0o755))
+
+	found, err := pluginload.Discover(root, nil)
+	require.NoError(t, err)
+	var names, kinds []string
+	for _, f := range found {
+		names = append(names, f.Name)
+		kinds = append(kinds, f.Kind)
+	}
+	require.Equal(t, []string{"alpha", "m1", "zeta"}, names)
+	require.Equal(t, []string{pluginload.KindGeneral, pluginload.KindModelProvider, pluginload.KindGeneral}, kinds)
+
+	found, err = pluginload.Discover(root, []string{"zeta"})
+	require.NoError(t, err)
+	require.Len(t, found, 1)
+	require.Equal(t, "zeta", found[0].Name)
+
+	found, err = pluginload.Discover(filepath.Join(root, "missing"), nil)
+	require.NoError(t, err)
+	require.Empty(t, found)
+
+	mk("bad", "name: bad\nkind: daemon\n")
+	_, err = pluginload.Discover(root, nil)
+	require.ErrorContains(t, err, `unknown kind "daemon"`)
+}
+
+func TestRestrictedLoadTurnsExitIntoAnError(t *testing.T) {
+	t.Parallel()
+	src := "package probe\n\nimport (\n\t\"os\"\n\n\t\"github.com/tenantcanary/tenantcanary/plugin\"\n)\n\nfunc Register(ctx plugin.Context) error {\n\tos.Exit(4)\n\treturn nil\n}\n"
+	err := pluginload.Load(writePlugin(t, src), &recorder{}, pluginload.Options{})
+	require.ErrorContains(t, err, "os.Exit(4)")
+}
