@@ -27,6 +27,7 @@ version: "1.2"
 url: http://10.0.0.5:8080
 token: secret-token
 gateway_url: http://10.0.0.5:8081
+tenants_file: stage/tenants.json
 layout: {home_var: HERMES_HOME, launch_dir: .hermes}
 `))
 	require.NoError(t, err)
@@ -34,6 +35,17 @@ layout: {home_var: HERMES_HOME, launch_dir: .hermes}
 	assert.False(t, tg.Files)
 	assert.Equal(t, "HERMES_HOME", tg.Layout.HomeVar)
 	assert.Equal(t, "8080", tg.ReadyRE().FindStringSubmatch("backend listening on 127.0.0.1:8080")[2])
+	for _, b := range []Backend{BackendServe, BackendGateway} {
+		ok, why := tg.Supports(b)
+		assert.True(t, ok, "%s: %s", b, why)
+	}
+	ok, why := tg.Supports(BackendStdio)
+	assert.False(t, ok)
+	assert.Contains(t, why, "no stdio command")
+	assert.False(t, tg.CanRestart())
+
+	_, err = LoadTarget(writeFile(t, "name: s\nurl: http://x:1\ntoken: t\n"))
+	assert.ErrorContains(t, err, "needs tenants_file")
 }
 
 func TestLoadTargetNamesEveryProblem(t *testing.T) {

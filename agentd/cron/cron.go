@@ -186,8 +186,18 @@ func (j Jobs) Trigger(id string, now time.Time) (Job, error) {
 // Claim takes the jobs due at now and moves their next run one interval
 // on, under the lock, so no other ticker fires them too.
 func (j Jobs) Claim(now time.Time) ([]Job, error) {
+	// A tick that finds nothing due writes nothing: a ticker over every
+	// profile must not touch a profile's files on every tick (nor create
+	// its cron folder), or each tick would be a write no one addressed.
+	jobs, err := j.read()
+	if err != nil {
+		return nil, err
+	}
+	if !anyDue(jobs, now) {
+		return nil, nil
+	}
 	var due []Job
-	err := j.update(func(jobs []Job) ([]Job, error) {
+	err = j.update(func(jobs []Job) ([]Job, error) {
 		for i := range jobs {
 			if !jobs[i].Enabled || jobs[i].NextRun.After(now) {
 				continue
@@ -292,4 +302,14 @@ func RunOne(ctx context.Context, p profile.Profile, job Job, runner Runner) Resu
 // SortByNext orders jobs by next run.
 func SortByNext(jobs []Job) {
 	sort.Slice(jobs, func(a, b int) bool { return jobs[a].NextRun.Before(jobs[b].NextRun) })
+}
+
+// anyDue reports whether a job is enabled and due at now.
+func anyDue(jobs []Job, now time.Time) bool {
+	for _, j := range jobs {
+		if j.Enabled && !j.NextRun.After(now) {
+			return true
+		}
+	}
+	return false
 }

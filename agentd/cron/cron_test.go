@@ -91,3 +91,38 @@ func TestTriggerTickRecordsAndWritesOutput(t *testing.T) {
 	}
 	require.Empty(t, Tick(context.Background(), []profile.Profile{a, b}, now.Add(2*time.Second), rec), "a fired job is not due again until its interval passes")
 }
+
+// A tick that finds nothing due touches no file: a ticker over every
+// profile may write only where a job actually ran.
+func TestClaimWithNothingDueWritesNothing(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	idle := ForProfile(profile.Profile{Name: "idle", Home: filepath.Join(root, "idle")})
+	due, err := idle.Claim(time.Now())
+	require.NoError(t, err)
+	require.Empty(t, due)
+	require.NoDirExists(t, idle.Dir, "no cron folder made for a profile without jobs")
+
+	busy := ForProfile(profile.Profile{Name: "busy", Home: filepath.Join(root, "busy")})
+	job, err := busy.Create("j", "p", "every 1h", time.Now())
+	require.NoError(t, err)
+	before, err := os.ReadFile(busy.path())
+	require.NoError(t, err)
+	entries, err := os.ReadDir(busy.Dir)
+	require.NoError(t, err)
+	due, err = busy.Claim(time.Now())
+	require.NoError(t, err)
+	require.Empty(t, due)
+	after, err := os.ReadFile(busy.path())
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+	again, err := os.ReadDir(busy.Dir)
+	require.NoError(t, err)
+	require.Equal(t, len(entries), len(again))
+
+	_, err = busy.Trigger(job.ID, time.Now())
+	require.NoError(t, err)
+	due, err = busy.Claim(time.Now().Add(time.Second))
+	require.NoError(t, err)
+	require.Len(t, due, 1, "positive control: a due job is claimed")
+}
