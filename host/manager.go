@@ -192,6 +192,11 @@ func (m *Manager) ensure(ctx context.Context) (*hostProc, error) {
 			// Dying, not yet reaped: wait for the monitor, then restart.
 			select {
 			case <-h.dead:
+				m.mu.Lock()
+				if m.cur == h { // it died before it was made current
+					m.cur = nil
+				}
+				m.mu.Unlock()
 				continue
 			case <-ctx.Done():
 				return nil, fmt.Errorf("wait for the %s to be reaped: %w", h.desc, ctx.Err())
