@@ -23,9 +23,15 @@ const (
 	RPC         Invariant = "rpc"
 	WriteScope  Invariant = "write_scope"
 	LaunchBleed Invariant = "launch_bleed"
-	Shortfall   Invariant = "snapshot_shortfall"
-	Control     Invariant = "control"
-	Harness     Invariant = "harness"
+	// PluginBoundary: a tenant's plugin code ran inside the pooled server's
+	// process, or read another tenant's home through its sandbox.
+	PluginBoundary Invariant = "plugin_boundary"
+	// SessionContext: a nested call (plugin -> server) ran as another
+	// session than the one whose call made it.
+	SessionContext Invariant = "session_context"
+	Shortfall      Invariant = "snapshot_shortfall"
+	Control        Invariant = "control"
+	Harness        Invariant = "harness"
 )
 
 // Leak reports whether a finding of this invariant is an isolation failure,

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/fakellm"
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
 // Invariant names one check of DESIGN.md's list.
@@ -46,6 +48,9 @@ type Spec struct {
 	MinTenants int
 	Timeout    time.Duration // cap on the whole scenario; at most MaxTimeout
 	Phases     []Phase
+	// Responder makes each tenant provider's main responder; default
+	// tenants.DefaultResponder (every user turn runs the env probe).
+	Responder func(*tenants.Tenant) fakellm.Responder
 	// Needs are what the scenario needs of a target beyond its backends;
 	// a target without them skips the scenario, with the reason.
 	Needs []Need

@@ -19,6 +19,7 @@ func Default() *Catalog {
 		restartResume(),
 		gateway(),
 		shellReuse(),
+		pluginHosts(),
 	)
 	if err != nil {
 		// The catalog is data compiled into the binary; TestCatalogIsValid

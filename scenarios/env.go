@@ -178,6 +178,25 @@ func (e *Env) Turn(c *harness.Conn, t *tenants.Tenant, sid string) {
 	}
 }
 
+// Prompt runs one turn of t's session sid on c with text, expecting no
+// snapshot of it (a turn whose tools are not the env probe).
+func (e *Env) Prompt(c *harness.Conn, t *tenants.Tenant, sid, text string) {
+	e.T.Helper()
+	ctx, cancel := e.ctx(90 * time.Second)
+	defer cancel()
+	if _, err := c.Turn(ctx, sid, text); err != nil {
+		e.T.Fatalf("turn of %s: %v", t.Name, err)
+	}
+}
+
+// Find adds a finding a phase made itself (a check only the scenario can
+// make); it is reported with the phase's other findings.
+func (e *Env) Find(f invariants.Finding) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pending = append(e.pending, f)
+}
+
 // ExpectSnapshots raises the number of snapshots t's provider must have
 // received by n.
 func (e *Env) ExpectSnapshots(t *tenants.Tenant, n int) {

@@ -125,7 +125,7 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 	root := t.TempDir()
 	var err error
 	box, err = harness.NewSandbox(ctx, root, cfg.Target, harness.SandboxOptions{
-		Tenants: tenants.Options{Names: tenants.Names(n)},
+		Tenants: tenants.Options{Names: tenants.Names(n), Responder: spec.Responder},
 		Extras:  cfg.Extras,
 	})
 	if err != nil {

@@ -39,6 +39,8 @@ func Faults() []Fault {
 		{"broadcast-events", "pooled-serve", invariants.RPC, "turn events go to every connection"},
 		{"shared-state-db", "pooled-serve", invariants.File, "every profile's sessions go into the launch profile's state.db"},
 		{"log-secret-encoded", "pooled-serve", invariants.Text, "the server logs a provider key base64-encoded"},
+		{"context-lost", "plugin-hosts", invariants.SessionContext, "a nested plugin call runs as the session that started the host"},
+		{"plugin-in-process", "plugin-hosts", invariants.PluginBoundary, "plugins.isolation: host is ignored: plugin code runs in the pooled server"},
 	}
 }
 

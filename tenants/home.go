@@ -16,6 +16,7 @@ import (
 type HomeExtras struct {
 	Config map[string]any    // deep-merged over the base config.yaml
 	Env    map[string]string // added to .env (overriding a base variable of the same name)
+	Files  map[string]string // more files, by path relative to the home (plugins/<name>/..., say)
 }
 
 // Config is the base config.yaml of the tenant, before extras: its provider,
@@ -69,6 +70,18 @@ func (t *Tenant) WriteHome(layout Layout, extras HomeExtras) error {
 		".env":               FormatDotEnv(env),
 		"memories/MEMORY.md": []byte(t.Value(Memory) + "\n"),
 		"SOUL.md":            []byte("You are " + t.Value(Soul) + ".\n"),
+	}
+	for rel, data := range extras.Files {
+		if filepath.IsAbs(rel) || !filepath.IsLocal(rel) {
+			return fmt.Errorf("write home of %s: extra file %q is not a path inside the home", t.Name, rel)
+		}
+		if _, ok := files[rel]; ok {
+			return fmt.Errorf("write home of %s: extra file %q would replace a planted one", t.Name, rel)
+		}
+		if err := os.MkdirAll(filepath.Join(t.Home, filepath.Dir(rel)), 0o755); err != nil {
+			return fmt.Errorf("write home of %s: %w", t.Name, err)
+		}
+		files[rel] = []byte(data)
 	}
 	for rel, data := range files {
 		mode := os.FileMode(0o644)

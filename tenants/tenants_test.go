@@ -112,6 +112,7 @@ func TestWrittenHomeParsesBackToPlantedValues(t *testing.T) {
 	extras := HomeExtras{
 		Config: map[string]any{"plugins": map[string]any{"isolation": "host"}, "model": map[string]any{"context_length": 4096}},
 		Env:    map[string]string{"QUOTED": `a "b" $c \d`, "MULTI": "x\ny"},
+		Files:  map[string]string{"plugins/p/plugin.yaml": "name: p\n"},
 	}
 	require.NoError(t, s.WriteHomes(extras))
 	for _, tn := range s.Tenants {
@@ -132,6 +133,7 @@ func TestWrittenHomeParsesBackToPlantedValues(t *testing.T) {
 		assert.Equal(t, "x\ny", h.Env["MULTI"])
 		assert.Equal(t, tn.Value(Memory)+"\n", h.Memory)
 		assert.Contains(t, h.Soul, tn.Value(Soul))
+		assert.FileExists(t, filepath.Join(tn.Home, "plugins", "p", "plugin.yaml"))
 		info, err := os.Stat(filepath.Join(tn.Home, ".env"))
 		require.NoError(t, err)
 		assert.Equal(t, os.FileMode(0o600), info.Mode().Perm(), ".env holds secrets")
@@ -146,6 +148,16 @@ func TestWrittenHomeParsesBackToPlantedValues(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{s.Get("alpha").Value(EnvName)}, onlyA)
+}
+
+func TestWriteHomeRefusesFilesOutsideOrOverPlanted(t *testing.T) {
+	t.Parallel()
+	s := buildFiles(t, "default")
+	for _, bad := range []string{"../escape", "/etc/x", ".env"} {
+		err := s.Tenants[0].WriteHome(s.Layout, HomeExtras{Files: map[string]string{bad: "x"}})
+		assert.ErrorContains(t, err, bad)
+	}
+	assert.NoFileExists(t, filepath.Join(s.Root, "home", "escape"))
 }
 
 func TestParseDotEnvNamesTheBadLine(t *testing.T) {

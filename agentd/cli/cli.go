@@ -22,6 +22,8 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
+	"github.com/tenantcanary/tenantcanary/host"
+	"github.com/tenantcanary/tenantcanary/isolation"
 )
 
 // Exit statuses.
@@ -81,6 +83,8 @@ var commands = []Command{
 	{"gateway", "OpenAI-compatible HTTP gateway for every profile: --host H --port P", runGateway},
 	{"profile", "profile root|list|create NAME|delete NAME", runProfile},
 	{"cron", "cron create|trigger|list|tick", runCron},
+	{"plugins", "plugins audit DIR [--json]: the static pool-safety audit of a plugin's source", runPlugins},
+	{"plugin-host", "serve one profile's plugins on stdin/stdout (started by agentd itself)", runPluginHost},
 	{"version", "print the version", func(_ context.Context, env *Env, _ []string) int {
 		fmt.Fprintln(env.Stdout, server.Version)
 		return ExitOK
@@ -390,4 +394,27 @@ func newServer(env *Env, h profile.Homes, log *slog.Logger, source string) (*ser
 	}
 	srv = server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: source, Faults: fs, Self: env.Self, Tools: tools})
 	return srv, ExitOK
+}
+
+// runPlugins is `agentd plugins audit DIR [--json]`.
+func runPlugins(_ context.Context, env *Env, args []string) int {
+	if len(args) == 0 || args[0] != "audit" {
+		fmt.Fprintln(env.Stderr, "usage: agentd plugins audit DIR [--json]")
+		return ExitUsage
+	}
+	return isolation.RunAuditCommand(args[1:], env.Stdout, env.Stderr)
+}
+
+// runPluginHost is the plugin host child: the protocol on stdin/stdout,
+// everything a plugin prints on stderr. It exits when stdin closes.
+func runPluginHost(ctx context.Context, env *Env, args []string) int {
+	if len(args) > 0 {
+		fmt.Fprintf(env.Stderr, "agentd plugin-host: takes no arguments, got %q\n", args)
+		return ExitUsage
+	}
+	if err := host.ServeChild(ctx, env.Stdin, env.Stdout, env.Stderr); err != nil {
+		fmt.Fprintf(env.Stderr, "agentd plugin-host: %v\n", err)
+		return 1
+	}
+	return ExitOK
 }

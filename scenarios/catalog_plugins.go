@@ -1,0 +1,341 @@
+package scenarios
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// PluginName is the plugin every tenant of the plugin scenario gets.
+const PluginName = "canaryprobe"
+
+// pluginProbeTool is the plugin's tool: it reports where it runs (pid,
+// cwd, the whole environment), tries to read the files it is given, keeps
+// a tag in the session's state (returning the one it found), and makes a
+// nested call back into the server.
+const pluginProbeTool = "canary_plugin_probe"
+
+// pluginSource is the plugin's Go source, interpreted by yaegi in the
+// tenant's plugin host.
+const pluginSource = `package canaryprobe
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"sort"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+func reads(paths []any) map[string]string {
+	out := map[string]string{}
+	for _, p := range paths {
+		path, _ := p.(string)
+		if _, err := os.ReadFile(path); err != nil {
+			out[path] = "error: " + err.Error()
+		} else {
+			out[path] = "ok"
+		}
+	}
+	return out
+}
+
+func probe(pctx plugin.Context, c context.Context, args map[string]any) (string, error) {
+	env := os.Environ()
+	sort.Strings(env)
+	wd, _ := os.Getwd()
+	tag, _ := args["tag"].(string)
+	prev, err := pctx.State().Get(c, "canary-tag")
+	if err != nil {
+		return "", err
+	}
+	if err := pctx.State().Set(c, "canary-tag", tag); err != nil {
+		return "", err
+	}
+	paths, _ := args["read"].([]any)
+	nested, err := pctx.DispatchTool(c, "terminal", map[string]any{"command": "echo NESTED-CWD=$(pwd)"})
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(map[string]any{"pid": os.Getpid(), "cwd": wd, "env": env, "prev": prev,
+		"reads": reads(paths), "nested": nested})
+	return string(b), err
+}
+
+func Register(pctx plugin.Context) error {
+	return pctx.RegisterTool(plugin.Tool{Name: "` + pluginProbeTool + `", Toolset: "canary",
+		Description: "report where this plugin runs",
+		Schema:      map[string]any{"type": "object", "properties": map[string]any{}},
+		ContextHandler: func(c context.Context, args map[string]any) (string, error) {
+			return probe(pctx, c, args)
+		}})
+}
+`
+
+// pluginPrompt is the user text that makes the plugin responder call the
+// probe tool with args.
+const pluginPrompt = "PLUGIN-PROBE "
+
+// pluginArgs are the probe's arguments, carried in the user's prompt.
+type pluginArgs struct {
+	Tag  string   `json:"tag"`
+	Read []string `json:"read"`
+}
+
+// pluginDump is what the probe tool returns.
+type pluginDump struct {
+	Pid    int               `json:"pid"`
+	Cwd    string            `json:"cwd"`
+	Env    []string          `json:"env"`
+	Prev   string            `json:"prev"`
+	Reads  map[string]string `json:"reads"`
+	Nested string            `json:"nested"`
+}
+
+// pluginResponder answers a PLUGIN-PROBE prompt with a call of the probe
+// tool, and everything else as the default responder does.
+func pluginResponder(t *tenants.Tenant) fakellm.Responder {
+	def := tenants.DefaultResponder(t)
+	return func(r fakellm.Record) fakellm.Response {
+		msgs := r.Messages()
+		if n := len(msgs); n > 0 {
+			if role, _ := msgs[n-1]["role"].(string); role == "user" {
+				text, _ := msgs[n-1]["content"].(string)
+				if raw, ok := strings.CutPrefix(text, pluginPrompt); ok {
+					var args pluginArgs
+					if json.Unmarshal([]byte(raw), &args) == nil {
+						return fakellm.ToolCall(pluginProbeTool, args)
+					}
+				}
+			}
+		}
+		return def(r)
+	}
+}
+
+// bwrapLauncher is a plugins.host.launcher that shows the host the whole
+// file system read-only except the sandbox, of which it sees only the
+// tenant's own home (read-write); the launch profile's home holds the
+// other profiles, so their folder is hidden again.
+func bwrapLauncher(root string, t *tenants.Tenant, profilesDir string) []string {
+	argv := []string{"bwrap", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+		"--tmpfs", root, "--bind", t.Home, t.Home}
+	if t.Launch {
+		argv = append(argv, "--tmpfs", filepath.Join(t.Home, profilesDir))
+	}
+	return append(argv, "--chdir", t.Home)
+}
+
+// pluginState is what the plugin scenario keeps between phases.
+type pluginState struct {
+	sandboxed bool
+	hostPid   map[string]int
+	tags      map[string]string // the tag each tenant's first session stored
+}
+
+// probePlugin runs one PLUGIN-PROBE turn of t's session sid and returns
+// the plugin's dump, checking what must hold of any dump: the plugin ran
+// outside the server's process, in t's home, with t's environment, and
+// (sandboxed) read only t's own home.
+func (e *Env) probePlugin(c *harness.Conn, t *tenants.Tenant, sid, tag string, st *pluginState) pluginDump {
+	e.T.Helper()
+	var read []string
+	for _, u := range e.Tenants {
+		read = append(read, filepath.Join(u.Home, ".env"))
+	}
+	args, _ := json.Marshal(pluginArgs{Tag: tag, Read: read})
+	e.Prompt(c, t, sid, pluginPrompt+string(args))
+	d := e.lastPluginDump(t)
+	where := invariants.Where{Label: "plugin " + PluginName + " of " + t.Name}
+	if d.Pid == e.Server.Pid() {
+		e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Where: where,
+			Detail: fmt.Sprintf("the plugin ran inside the pooled server's process (pid %d)", d.Pid)})
+	}
+	if d.Cwd != t.Home {
+		e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Where: where,
+			Detail: fmt.Sprintf("the plugin host runs in %q, not its profile's home %q", d.Cwd, t.Home)})
+	}
+	// Positive controls: the dump is this tenant's environment, and its
+	// own home is readable.
+	env := "\n" + strings.Join(d.Env, "\n") + "\n"
+	if !strings.Contains(env, "\nTENANT_MARKER="+t.Value(tenants.EnvMarker)+"\n") ||
+		!strings.Contains(env, "\n"+t.Value(tenants.EnvName)+"=") {
+		e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: where,
+			Detail: "the plugin's environment does not show its own env marker and env name"})
+	}
+	own := filepath.Join(t.Home, ".env")
+	if d.Reads[own] != "ok" {
+		e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: where,
+			Detail: fmt.Sprintf("the plugin could not read its own home: %s", d.Reads[own])})
+	}
+	if st.sandboxed {
+		for _, u := range e.Tenants {
+			p := filepath.Join(u.Home, ".env")
+			if u != t && d.Reads[p] == "ok" {
+				e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Owner: u.Name, Where: where,
+					Detail: fmt.Sprintf("the sandboxed plugin read %s's home (%s)", u.Name, p)})
+			}
+		}
+	}
+	if want := "NESTED-CWD=" + t.Workdir; !strings.Contains(d.Nested, want) {
+		e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name, Where: where,
+			Detail: fmt.Sprintf("the plugin's nested terminal call did not run in its session's shell (%q)", truncateText(d.Nested, 200))})
+	}
+	return d
+}
+
+// lastPluginDump decodes the newest result of the probe tool that reached
+// t's provider.
+func (e *Env) lastPluginDump(t *tenants.Tenant) pluginDump {
+	e.T.Helper()
+	recs := t.Requests()
+	for i := len(recs) - 1; i >= 0; i-- {
+		msgs := recs[i].Messages()
+		for j := len(msgs) - 1; j >= 0; j-- {
+			if role, _ := msgs[j]["role"].(string); role != "tool" {
+				continue
+			}
+			content, _ := msgs[j]["content"].(string)
+			var d pluginDump
+			if err := json.Unmarshal([]byte(content), &d); err != nil || d.Pid == 0 {
+				e.T.Fatalf("%s: the plugin probe did not answer with its dump: %s", t.Name, truncateText(content, 500))
+			}
+			return d
+		}
+	}
+	e.T.Fatalf("%s: no plugin probe result reached its provider", t.Name)
+	return pluginDump{}
+}
+
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func pluginHosts() Spec {
+	st := &pluginState{}
+	return Spec{
+		ID:        "plugin-hosts",
+		Purpose:   "a plugin per tenant in host mode runs out of the server, as its own tenant, sandboxed; one tenant's host dying disturbs no other",
+		Backends:  []harness.Backend{harness.BackendServe},
+		Focus:     []Invariant{Requests, EnvSnapshots},
+		Snapshots: perTenant(0),
+		Timeout:   4 * time.Minute,
+		Needs:     []Need{NeedFiles},
+		Responder: pluginResponder,
+		Phases: []Phase{
+			{Name: "install", Run: func(e *Env) {
+				*st = pluginState{hostPid: map[string]int{}, tags: map[string]string{}}
+				_, err := exec.LookPath("bwrap")
+				st.sandboxed = err == nil
+				if !st.sandboxed {
+					e.skip("plugin_sandbox", "bubblewrap (bwrap) is not installed: the launcher check that a plugin cannot read another tenant's home was not made")
+				}
+				for _, t := range e.Tenants {
+					plugins := map[string]any{"enabled": []any{PluginName}, "isolation": "host"}
+					if st.sandboxed {
+						launcher := []any{}
+						for _, a := range bwrapLauncher(e.Box.Root, t, e.Box.Set.Layout.ProfilesDir) {
+							launcher = append(launcher, a)
+						}
+						plugins["host"] = map[string]any{"launcher": launcher}
+					}
+					err := t.WriteHome(e.Box.Set.Layout, tenants.HomeExtras{
+						Config: map[string]any{"plugins": plugins},
+						Files: map[string]string{
+							"plugins/" + PluginName + "/plugin.yaml": "name: " + PluginName + "\nversion: \"1.0\"\nkind: general\n",
+							"plugins/" + PluginName + "/plugin.go":   pluginSource,
+						},
+					})
+					if err != nil {
+						e.T.Fatalf("install the plugin for %s: %v", t.Name, err)
+					}
+				}
+				e.ServePerTenant()
+				e.OpenSessions()
+			}},
+			{Name: "probe", Run: func(e *Env) {
+				for _, t := range e.Tenants {
+					tag, err := t.Mint("session_tag")
+					if err != nil {
+						e.T.Fatalf("%v", err)
+					}
+					d := e.probePlugin(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
+					st.hostPid[t.Name], st.tags[t.Name] = d.Pid, tag.Value
+					if d.Prev != "" {
+						e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name,
+							Detail: fmt.Sprintf("a new session's first plugin call found state %q", d.Prev)})
+					}
+				}
+				// One host per profile: every tenant's host is its own process.
+				seen := map[int]string{}
+				for name, pid := range st.hostPid {
+					if other, ok := seen[pid]; ok && pid != e.Server.Pid() {
+						e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: name, Owner: other,
+							Detail: fmt.Sprintf("%s and %s share the plugin host %d", name, other, pid)})
+					}
+					seen[pid] = name
+				}
+			}},
+			{Name: "second-session", Run: func(e *Env) {
+				// A nested call runs as the session that made it: a second
+				// session of the same tenant finds no state of the first.
+				for _, t := range e.Tenants {
+					c := e.Conns[t.Name]
+					s := e.CreateSession(c, t)
+					tag, err := t.Mint("session_tag")
+					if err != nil {
+						e.T.Fatalf("%v", err)
+					}
+					d := e.probePlugin(c, t, s.SessionID, tag.Value, st)
+					if d.Prev != "" {
+						e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name,
+							Where:  invariants.Where{Label: "session " + s.SessionID},
+							Detail: fmt.Sprintf("the plugin's nested state call ran as another session: it found %q (the first session stored %q)", d.Prev, st.tags[t.Name])})
+					}
+					if d.Pid != st.hostPid[t.Name] {
+						e.T.Errorf("%s: the second session got plugin host %d, the first %d: want one host per profile", t.Name, d.Pid, st.hostPid[t.Name])
+					}
+				}
+			}},
+			{Name: "kill-one-host", Run: func(e *Env) {
+				victim := e.Tenants[len(e.Tenants)-1]
+				pid := st.hostPid[victim.Name]
+				if pid == e.Server.Pid() || pid <= 0 {
+					e.T.Fatalf("no plugin host of %s to kill (pid %d)", victim.Name, pid)
+				}
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					e.T.Fatalf("kill the plugin host of %s: %v", victim.Name, err)
+				}
+				for _, t := range e.Tenants {
+					tag, err := t.Mint("session_tag")
+					if err != nil {
+						e.T.Fatalf("%v", err)
+					}
+					d := e.probePlugin(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
+					switch {
+					case t == victim && d.Pid == pid:
+						e.T.Errorf("%s: still answered by the killed host %d", t.Name, pid)
+					case t != victim && d.Pid != st.hostPid[t.Name]:
+						e.T.Errorf("%s: its plugin host changed from %d to %d when %s's died", t.Name, st.hostPid[t.Name], d.Pid, victim.Name)
+					}
+				}
+				if !procAlive(e.Server) {
+					e.T.Errorf("the server died with a plugin host")
+				}
+			}},
+		},
+	}
+}
