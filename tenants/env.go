@@ -97,9 +97,37 @@ func stripped(name string, layout Layout) bool {
 	return false
 }
 
+// awayFromHomes keeps a variable only if it does not point into a real
+// home (a config file, a tool's state): a search path keeps its other
+// entries.
+func awayFromHomes(name, value string, reals []string) (string, bool) {
+	inHome := func(p string) bool {
+		for _, r := range reals {
+			if p == r || within(p, r) {
+				return true
+			}
+		}
+		return false
+	}
+	if name == "PATH" || strings.HasSuffix(name, "PATH") {
+		var keep []string
+		for _, part := range strings.Split(value, ":") {
+			if part != "" && !inHome(filepath.Clean(part)) {
+				keep = append(keep, part)
+			}
+		}
+		return strings.Join(keep, ":"), len(keep) > 0
+	}
+	if filepath.IsAbs(value) && inHome(filepath.Clean(value)) {
+		return "", false
+	}
+	return value, true
+}
+
 // HermeticEnv builds a child environment from base (usually os.Environ()):
 // everything credential-shaped, vendor- or target-prefixed, proxy and XDG
-// variables removed; HOME set to home and the layout's home variable to the
+// variables removed, and every variable that points into the real user's
+// home (search paths lose those entries); HOME set to home and the layout's home variable to the
 // launch folder under it; then extra applied. The result is sorted. It
 // refuses a home that is, or holds, the real user's home.
 func HermeticEnv(base []string, home string, layout Layout, extra map[string]string) ([]string, error) {
@@ -111,13 +139,16 @@ func HermeticEnv(base []string, home string, layout Layout, extra map[string]str
 	if err != nil {
 		return nil, fmt.Errorf("resolve sandbox home %q: %w", home, err)
 	}
+	reals := RealHomes()
 	env := map[string]string{}
 	for _, kv := range base {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok || name == "" || stripped(name, layout) {
 			continue
 		}
-		env[name] = value
+		if value, ok = awayFromHomes(name, value, reals); ok {
+			env[name] = value
+		}
 	}
 	env["HOME"] = abs
 	env[layout.HomeVar] = filepath.Join(abs, layout.LaunchDir)

@@ -203,6 +203,11 @@ func TestHermeticEnvStripsCredentialsAndAnchorsHome(t *testing.T) {
 		"XDG_CONFIG_HOME=/real/.config", "CANARY_ALPHA_ABC=1", "TENANT_MARKER=m", "FOO_BASE_URL=http://x",
 		"SSH_AUTH_SOCK=/tmp/agent", "HOME=/root", "NOT_A_PAIR",
 	}
+	for _, real := range RealHomes() {
+		base = append(base, "TF_CLI_CONFIG_FILE="+filepath.Join(real, ".terraformrc"), "PYENV_ROOT="+real+"/.pyenv",
+			"GOPATH="+filepath.Join(real, "go"))
+		base[0] += ":" + filepath.Join(real, "bin")
+	}
 	env, err := HermeticEnv(base, sandbox, AgentdLayout(), map[string]string{"EXTRA": "1"})
 	require.NoError(t, err)
 	got := map[string]string{}

@@ -1,0 +1,47 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// BenchmarkCleanCatalog is the flakiness run: the whole clean catalog
+// against agentd, b.N times in a row; any finding or harness failure fails
+// it. `go test -run '^$' -bench CleanCatalog -benchtime 20x ./scenarios`
+// reports the wall time of one catalog run (ns/op) with 3 tenants.
+func BenchmarkCleanCatalog(b *testing.B) {
+	benchCatalog(b, 3)
+}
+
+// BenchmarkCatalogTenants is the catalog's wall time with 2 and with 32
+// tenants per scenario.
+func BenchmarkCatalogTenants(b *testing.B) {
+	for _, n := range []int{2, 32} {
+		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) { benchCatalog(b, n) })
+	}
+}
+
+func benchCatalog(b *testing.B, tenants int) {
+	var runs, findings, failures int
+	for i := 0; i < b.N; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		reps, err := RunCatalog(ctx, Default(), Config{Target: agentdTarget(), Tenants: tenants, WorkDir: b.TempDir()})
+		cancel()
+		if err != nil {
+			b.Fatalf("run %d: %v", i, err)
+		}
+		runs++
+		for _, r := range reps {
+			findings += len(r.Findings())
+			if r.Result != Pass {
+				failures++
+				b.Errorf("run %d: %s: %s %s\n%v", i, r.ID, r.Result, r.Reason, r.Log)
+			}
+		}
+	}
+	b.ReportMetric(float64(findings), "findings")
+	b.ReportMetric(float64(failures), "failures")
+	b.Logf("%d clean catalog runs with %d tenants: %d findings, %d scenario failures", runs, tenants, findings, failures)
+}
