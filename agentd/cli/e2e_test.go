@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/agentd/store"
-	"github.com/tenantcanary/tenantcanary/agentd/terminal"
 	"github.com/tenantcanary/tenantcanary/fakellm"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
@@ -415,7 +414,7 @@ func childOf(ppid int, name string) int {
 	return 0
 }
 
-func sessionMembers(sid int) []int { return terminal.SessionMembers(sid) }
+func sessionMembers(sid int) []int { return procgroup.SessionMembers(sid) }
 
 func TestSIGTERMCancelsTurnAndReapsShell(t *testing.T) {
 	t.Parallel()

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
 // ErrClosed is returned by Run after Close.
@@ -445,11 +447,11 @@ func (p *proc) exitStatus() string {
 func (p *proc) kill() {
 	p.killOnce.Do(func() {
 		pid := p.cmd.Process.Pid
-		KillSession(pid)
+		procgroup.KillSession(pid)
 		_ = p.pty.Close()
 		<-p.waited
 		<-p.readDone
 		// Members that were forking while we scanned.
-		KillSession(pid)
+		procgroup.KillSession(pid)
 	})
 }

@@ -98,7 +98,7 @@ func TestTimeoutKillsAndRestarts(t *testing.T) {
 	res := run(t, sh, "sleep 300 & echo started; sleep 300")
 	require.True(t, res.TimedOut)
 	require.Contains(t, res.Output, "started\n")
-	require.Eventually(t, func() bool { return !procgroup.Alive(first) && len(SessionMembers(first)) == 0 },
+	require.Eventually(t, func() bool { return !procgroup.Alive(first) && len(procgroup.SessionMembers(first)) == 0 },
 		10*time.Second, 10*time.Millisecond, "the timed-out shell's session %d is gone", first)
 
 	res = run(t, sh, "echo \"[$GONE]\"")
@@ -122,7 +122,7 @@ func TestKilledShellIsRestarted(t *testing.T) {
 	sh := newShell(t, Options{})
 	run(t, sh, "true")
 	pid := sh.Pid()
-	KillSession(pid)
+	procgroup.KillSession(pid)
 	require.Eventually(t, func() bool { return !procgroup.Alive(pid) }, 10*time.Second, 10*time.Millisecond)
 	res := run(t, sh, "echo back")
 	require.Equal(t, "back\n", res.Output)
@@ -136,9 +136,9 @@ func TestCloseKillsEverything(t *testing.T) {
 	bg := strings.TrimSpace(res.Output)
 	require.NotEmpty(t, bg)
 	pid := sh.Pid()
-	require.NotEmpty(t, SessionMembers(pid))
+	require.NotEmpty(t, procgroup.SessionMembers(pid))
 	require.NoError(t, sh.Close())
-	require.Empty(t, SessionMembers(pid), "nothing of the shell's session survives Close")
+	require.Empty(t, procgroup.SessionMembers(pid), "nothing of the shell's session survives Close")
 	_, err := sh.Run(context.Background(), "true")
 	require.ErrorIs(t, err, ErrClosed)
 	require.NoError(t, sh.Close(), "Close twice")
@@ -155,10 +155,10 @@ func TestContextCancelKillsCommand(t *testing.T) {
 		_, err := sh.Run(ctx, "sleep 300")
 		done <- err
 	}()
-	require.Eventually(t, func() bool { return len(SessionMembers(pid)) >= 2 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(procgroup.SessionMembers(pid)) >= 2 }, 10*time.Second, 5*time.Millisecond)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
-	require.Empty(t, SessionMembers(pid))
+	require.Empty(t, procgroup.SessionMembers(pid))
 }
 
 func BenchmarkRun(b *testing.B) {

@@ -18,15 +18,10 @@ func Marked(id string) []int {
 		return nil
 	}
 	want := []byte(MarkerVar + "=" + id + "\x00")
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	self := os.Getpid()
 	var out []int
-	for _, e := range entries {
-		var pid int
-		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid <= 0 || pid == self {
+	for _, pid := range pids() {
+		if pid == self {
 			continue
 		}
 		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))

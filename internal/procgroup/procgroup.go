@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -66,48 +67,83 @@ func Alive(pid int) bool {
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised command name, which may itself
-	// contain ") ", so cut at the last one.
-	s := string(stat)
-	i := strings.LastIndex(s, ") ")
-	if i < 0 || i+2 >= len(s) {
-		return true
-	}
-	return s[i+2] != 'Z' && s[i+2] != 'X'
+	st, ok := readStat(pid)
+	return ok && st.live()
 }
 
 // GroupMembers lists the live pids whose process group is pgid, read from
 // /proc. It lets a test prove a group is empty after a kill.
 func GroupMembers(pgid int) []int {
+	return members(func(st procStat) bool { return st.pgrp == pgid })
+}
+
+// SessionMembers lists the live pids whose session is sid: a shell started
+// with setsid leads its own session, and whatever it starts stays in it
+// even in process groups of its own.
+func SessionMembers(sid int) []int {
+	return members(func(st procStat) bool { return st.session == sid })
+}
+
+// KillSession sends SIGKILL to the group sid leads and to every other live
+// member of session sid.
+func KillSession(sid int) {
+	if sid <= 0 {
+		return
+	}
+	_ = syscall.Kill(-sid, syscall.SIGKILL)
+	for _, pid := range SessionMembers(sid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// procStat is the part of /proc/PID/stat this package reads.
+type procStat struct {
+	state      byte
+	ppid, pgrp int
+	session    int
+}
+
+// readStat parses /proc/pid/stat; the state follows the parenthesised
+// command name, which may itself contain ") ", so it cuts at the last one.
+func readStat(pid int) (procStat, bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, false
+	}
+	s := string(data)
+	i := strings.LastIndex(s, ") ")
+	if i < 0 {
+		return procStat{}, false
+	}
+	var st procStat
+	if _, err := fmt.Sscanf(s[i+2:], "%c %d %d %d", &st.state, &st.ppid, &st.pgrp, &st.session); err != nil {
+		return procStat{}, false
+	}
+	return st, true
+}
+
+func (st procStat) live() bool { return st.state != 'Z' && st.state != 'X' }
+
+// pids lists every pid in /proc.
+func pids() []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	var out []int
+	out := make([]int, 0, len(entries))
 	for _, e := range entries {
-		var pid int
-		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid <= 0 {
-			continue
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 {
+			out = append(out, pid)
 		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		i := strings.LastIndex(s, ") ")
-		if i < 0 {
-			continue
-		}
-		var state byte
-		var ppid, pg int
-		if _, err := fmt.Sscanf(s[i+2:], "%c %d %d", &state, &ppid, &pg); err != nil {
-			continue
-		}
-		if pg == pgid && state != 'Z' && state != 'X' {
+	}
+	return out
+}
+
+// members lists the live pids whose stat satisfies match.
+func members(match func(procStat) bool) []int {
+	var out []int
+	for _, pid := range pids() {
+		if st, ok := readStat(pid); ok && st.live() && match(st) {
 			out = append(out, pid)
 		}
 	}
