@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"sync"
 	"time"
@@ -367,6 +368,11 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 	h.desc = fmt.Sprintf("plugin host for profile %s (pid %d)", m.cfg.Profile, h.pid)
 	h.conn = newConn(h.desc, br, stdin, m.cfg.MaxFrame, func(f *Frame) { m.serveHost(h, f) })
 	h.conn.readEnd = func(error) { go m.monitor(h) }
+	if f, ok := stdout.(*os.File); ok && f.SetReadDeadline(time.Time{}) == nil {
+		// A caller reads its own reply (no hand-off from a reader
+		// goroutine); a read deadline bounds its wait.
+		h.conn.useLeader(f.SetReadDeadline)
+	}
 	// A host that stops reading its stdin (hung, stopped) breaks the
 	// connection at a write deadline; kill it so the monitor reaps it.
 	h.conn.afterFail = func() {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -155,8 +156,19 @@ const (
 // handoff starts a successor reader unless the server is done already.
 func (t *readToken) handoff() {
 	if t != nil && t.state.CompareAndSwap(tokServing, tokHanded) {
+		if t.c.leader {
+			t.c.passRole()
+			return
+		}
 		go t.c.readLoop()
 	}
+}
+
+// resume gives the reading role back to the request being served, after a
+// request it made read its own reply.
+func (t *readToken) resume() {
+	t.state.Store(tokServing)
+	t.timer.Reset(handoffDelay)
 }
 
 type readTokenKey struct{}
@@ -173,7 +185,16 @@ func withReadToken(ctx context.Context, f *Frame) context.Context {
 type pending struct {
 	ch      chan *Frame
 	session string
+	waiting bool // parked on ch, ready to take the reading role
 }
+
+// leadFrame, sent to a waiter, hands it the reading role.
+var leadFrame = &Frame{}
+
+// idleDelay is how long a leader conn's stream may go unread while no
+// request is in flight before a background reader takes over (to notice a
+// peer that dies while idle).
+const idleDelay = time.Millisecond
 
 // conn is one side of the protocol. Callers write their own frames (one
 // write each, under a lock that waits no longer than their deadline), and
@@ -195,14 +216,24 @@ type conn struct {
 	// selfRead lets a request made while serving read its own reply (see
 	// readForReply). Only for a side whose peer bounds every wait.
 	selfRead bool
+	// leader conns (a reader with deadlines) let a requester read its own
+	// reply: one goroutine at a time holds the reading role, delivers the
+	// replies of others, serves the peer's requests, and passes the role
+	// on to a waiting requester when its own reply comes (see lead).
+	leader bool
+	setRDL func(time.Time) error
+	carry  []byte      // a frame's start, read before a deadline cut in (role holder only)
+	idle   *time.Timer // starts a background reader once the stream is idle
 
 	wsem   chan struct{}
 	nextID atomic.Uint64
 
-	mu      sync.Mutex
-	pending map[uint64]*pending
-	err     error
-	done    chan struct{}
+	mu       sync.Mutex
+	pending  map[uint64]*pending
+	err      error
+	done     chan struct{}
+	roleHeld bool // leader conns: some goroutine holds the reading role
+	ended    bool // reading has stopped for good
 
 	wg sync.WaitGroup // the reading role, passed from reader to successor
 }
@@ -228,9 +259,100 @@ func newConn(name string, r io.Reader, w io.Writer, maxFrame int, handle func(*F
 	return c
 }
 
+// useLeader makes c a leader conn; r is the stream c reads, and must
+// support read deadlines.
+func (c *conn) useLeader(setReadDeadline func(time.Time) error) {
+	c.leader = true
+	c.setRDL = setReadDeadline
+}
+
 func (c *conn) start() {
 	c.wg.Add(1)
+	if c.leader {
+		c.idle = time.AfterFunc(time.Hour, c.idleRead)
+		c.idle.Stop()
+		c.roleHeld = true
+	}
 	go c.readLoop()
+}
+
+// idleRead takes the free reading role when the stream has been idle.
+func (c *conn) idleRead() {
+	c.mu.Lock()
+	if c.roleHeld || c.ended {
+		c.mu.Unlock()
+		return
+	}
+	c.roleHeld = true
+	c.mu.Unlock()
+	c.readLoop()
+}
+
+// passRole hands the reading role to a waiting requester, or to a new
+// background reader: the stream must be read.
+func (c *conn) passRole() {
+	c.mu.Lock()
+	c.passLocked(true)
+	c.mu.Unlock()
+}
+
+// releaseRole gives the reading role up: to a waiting requester, or to a
+// background reader if the connection broke (to read to its end), or to
+// nobody (the idle timer then starts a background reader).
+func (c *conn) releaseRole() {
+	c.mu.Lock()
+	c.passLocked(false)
+	c.mu.Unlock()
+}
+
+func (c *conn) passLocked(mustRead bool) {
+	if c.ended {
+		return
+	}
+	for _, p := range c.pending {
+		if p.waiting {
+			p.waiting = false
+			p.ch <- leadFrame // room: a pending waiter has had no reply
+			return
+		}
+	}
+	if mustRead || c.err != nil {
+		go c.readLoop()
+		return
+	}
+	c.roleHeld = false
+	c.idle.Reset(idleDelay)
+}
+
+// claimLocked takes the free reading role for the requester of id, or
+// marks it waiting for its reply or the role. A reply delivered already
+// waits in p.ch.
+func (c *conn) claimLocked(id uint64, p *pending) bool {
+	if _, ok := c.pending[id]; !ok {
+		return false
+	}
+	if !c.roleHeld && !c.ended && c.err == nil {
+		c.roleHeld = true
+		return true
+	}
+	p.waiting = true
+	return false
+}
+
+// abandon forgets request id, passing the reading role on if it had just
+// been handed to p.
+func (c *conn) abandon(id uint64, p *pending) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pending, id)
+	p.waiting = false
+	select {
+	case r := <-p.ch:
+		if r == leadFrame {
+			c.passLocked(false)
+		}
+	default:
+	}
 }
 
 // wait returns once reading has stopped.
@@ -238,7 +360,16 @@ func (c *conn) wait() { c.wg.Wait() }
 
 // readFrame reads one line of at most max bytes (newline excluded).
 func readFrame(br *bufio.Reader, max int) ([]byte, error) {
+	return readFrameCarry(br, max, nil)
+}
+
+// readFrameCarry is readFrame keeping, in *carry, what it read of a frame
+// before a read deadline cut in, and starting from it next time.
+func readFrameCarry(br *bufio.Reader, max int, carry *[]byte) ([]byte, error) {
 	var buf []byte
+	if carry != nil && len(*carry) > 0 {
+		buf, *carry = *carry, nil
+	}
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(buf)+len(line) > max+1 {
@@ -249,6 +380,9 @@ func readFrame(br *bufio.Reader, max int) ([]byte, error) {
 			continue
 		}
 		if err != nil {
+			if carry != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+				*carry = append(buf, line...)
+			}
 			return nil, err
 		}
 		if buf == nil {
@@ -258,9 +392,23 @@ func readFrame(br *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-// readOne reads and decodes one frame.
-func (c *conn) readOne() (*Frame, error) {
-	line, err := readFrame(c.br, c.maxFrame)
+// readOne reads and decodes one frame. On a leader conn a read deadline
+// set for another holder of the reading role is cleared and the read
+// retried; one set for ctx ends it with os.ErrDeadlineExceeded.
+func (c *conn) readOne(ctx context.Context) (*Frame, error) {
+	var line []byte
+	var err error
+	if !c.leader {
+		line, err = readFrame(c.br, c.maxFrame)
+	} else {
+		for {
+			line, err = readFrameCarry(c.br, c.maxFrame, &c.carry)
+			if !errors.Is(err, os.ErrDeadlineExceeded) || (ctx != nil && ctx.Err() != nil) {
+				break
+			}
+			_ = c.setRDL(time.Time{})
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -287,6 +435,12 @@ func (c *conn) deliver(f *Frame) {
 
 // end finishes the reading role when the stream ends.
 func (c *conn) end(err error) {
+	c.mu.Lock()
+	c.ended = true
+	c.mu.Unlock()
+	if c.idle != nil {
+		c.idle.Stop()
+	}
 	if c.readEnd != nil {
 		c.readEnd(err)
 	} else {
@@ -295,31 +449,152 @@ func (c *conn) end(err error) {
 	c.wg.Done()
 }
 
+// readLoop holds the reading role with no request of its own waiting. On
+// a leader conn it gives the role up once no request is in flight.
 func (c *conn) readLoop() {
 	for {
-		f, err := c.readOne()
+		f, err := c.readOne(nil)
 		if err != nil {
 			c.end(err)
 			return
 		}
 		if f.Re != 0 {
 			c.deliver(f)
-			continue
+		} else if !c.serveInPlace(f) {
+			return // the successor holds the reading role (and its wg count)
 		}
-		// This goroutine serves the request itself (no hand-off, the
-		// fast path), and hands reading to a successor when the handler
-		// waits on the peer, or after handoffDelay, so a handler may block
-		// or call back for as long as it likes.
-		tok := &readToken{c: c}
-		f.tok = tok
-		tok.timer = time.AfterFunc(handoffDelay, tok.handoff)
-		c.handle(f)
-		if tok.state.CompareAndSwap(tokServing, tokDone) {
-			tok.timer.Stop()
-			continue
+		if c.leader {
+			c.mu.Lock()
+			if c.err == nil && len(c.pending) == 0 {
+				c.passLocked(false)
+				c.mu.Unlock()
+				return
+			}
+			c.mu.Unlock()
 		}
-		return // the successor holds the reading role (and its wg count)
 	}
+}
+
+// serveInPlace serves a request or notification on the goroutine holding
+// the reading role (no hand-off, the fast path), which hands reading to a
+// successor when the handler waits on the peer, or after handoffDelay, so
+// a handler may block or call back for as long as it likes. It reports
+// whether this goroutine still holds the role.
+func (c *conn) serveInPlace(f *Frame) bool {
+	if f.ID == 0 {
+		c.handle(f) // a notification (cancel): quick
+		return true
+	}
+	tok := &readToken{c: c}
+	f.tok = tok
+	tok.timer = time.AfterFunc(handoffDelay, tok.handoff)
+	c.handle(f)
+	if tok.state.CompareAndSwap(tokServing, tokDone) {
+		tok.timer.Stop()
+		return true
+	}
+	return false
+}
+
+// lead reads the stream, holding the reading role, until the reply to id
+// comes, delivering others' replies and serving the peer's requests on the
+// way; then it passes the role on (or, with tok, back to the request being
+// served whose handler made this one). A deadline on the read bounds the
+// wait by ctx.
+func (c *conn) lead(ctx context.Context, id uint64, p *pending, tok *readToken) (json.RawMessage, error) {
+	stop := context.AfterFunc(ctx, func() { _ = c.setRDL(time.Unix(1, 0)) })
+	defer stop()
+	giveBack := func() {
+		if tok != nil {
+			tok.resume()
+		} else {
+			c.releaseRole()
+		}
+	}
+	for {
+		f, err := c.readOne(ctx)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				_ = c.setRDL(time.Time{})
+				c.abandon(id, p)
+				giveBack()
+				return nil, c.stopped(ctx, id)
+			}
+			if tok != nil {
+				tok.state.Store(tokHanded) // the role ends here
+			}
+			c.end(err)
+			select {
+			case <-c.done:
+				return nil, c.broken()
+			case <-ctx.Done():
+				return nil, c.stopped(ctx, id)
+			}
+		}
+		switch {
+		case f.Re == id:
+			c.mu.Lock()
+			delete(c.pending, id)
+			c.mu.Unlock()
+			giveBack()
+			if f.Err != nil {
+				return nil, f.Err
+			}
+			return f.Body, nil
+		case f.Re != 0:
+			c.deliver(f)
+		default:
+			if !c.serveInPlace(f) {
+				// The role went to a successor while serving.
+				if tok != nil {
+					tok.state.Store(tokHanded)
+				}
+				return c.await(ctx, id, p)
+			}
+		}
+	}
+}
+
+// await waits for the reply to id, sent already: it takes the reading
+// role if it is free (leader conns), or waits to be given the reply or
+// the role.
+func (c *conn) await(ctx context.Context, id uint64, p *pending) (json.RawMessage, error) {
+	if c.leader {
+		c.mu.Lock()
+		lead := c.claimLocked(id, p)
+		c.mu.Unlock()
+		if lead {
+			return c.lead(ctx, id, p, nil)
+		}
+	}
+	select {
+	case r := <-p.ch:
+		if r == leadFrame {
+			return c.lead(ctx, id, p, nil)
+		}
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return r.Body, nil
+	case <-c.done:
+		c.abandon(id, p)
+		return nil, c.broken()
+	case <-ctx.Done():
+		c.abandon(id, p)
+		return nil, c.stopped(ctx, id)
+	}
+}
+
+// stopped tells the peer we stopped waiting on request id, and is the
+// error for it.
+func (c *conn) stopped(ctx context.Context, id uint64) error {
+	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = c.send(cctx, &Frame{Op: opCancel, Body: mustJSON(cancelBody{ID: id})})
+	cancel()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w (%v)", ErrTimeout, ctx.Err())
+	}
+	return ctx.Err()
 }
 
 // readForReply is request's wait when the requesting goroutine holds the
@@ -341,7 +616,7 @@ func (c *conn) readForReply(ctx context.Context, id uint64, tok *readToken) (jso
 			resume()
 			return nil, fmt.Errorf("%w (%v)", ErrTimeout, err)
 		}
-		f, err := c.readOne()
+		f, err := c.readOne(nil)
 		if err != nil {
 			tok.state.Store(tokHanded) // the role ends here
 			c.end(err)
@@ -380,6 +655,11 @@ func (c *conn) fail(err error) {
 	}
 	c.err = err
 	close(c.done)
+	if c.leader && !c.roleHeld && !c.ended {
+		// Nobody reads: read the stream to its end.
+		c.roleHeld = true
+		go c.readLoop()
+	}
 	c.mu.Unlock()
 	if c.closeW != nil {
 		_ = c.closeW()
@@ -455,30 +735,15 @@ func (c *conn) request(ctx context.Context, f *Frame, session string) (json.RawM
 	// The reply may need the very goroutine that is serving us: read it
 	// ourselves, or let a successor read.
 	if tok, _ := ctx.Value(readTokenKey{}).(*readToken); tok != nil && tok.c == c {
+		if c.leader && tok.state.CompareAndSwap(tokServing, tokSelfRead) {
+			return c.lead(ctx, id, p, tok)
+		}
 		if c.selfRead && tok.state.CompareAndSwap(tokServing, tokSelfRead) {
 			return c.readForReply(ctx, id, tok)
 		}
 		tok.handoff()
 	}
-	select {
-	case r := <-p.ch:
-		if r.Err != nil {
-			return nil, r.Err
-		}
-		return r.Body, nil
-	case <-c.done:
-		forget()
-		return nil, c.broken()
-	case <-ctx.Done():
-		forget()
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = c.send(cctx, &Frame{Op: opCancel, Body: mustJSON(cancelBody{ID: id})})
-		cancel()
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%w (%v)", ErrTimeout, ctx.Err())
-		}
-		return nil, ctx.Err()
-	}
+	return c.await(ctx, id, p)
 }
 
 // sessionOf is the session of an outstanding request of ours.
