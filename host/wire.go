@@ -136,12 +136,12 @@ type Frame struct {
 
 // handoffDelay is how long a request may hold the reading goroutine
 // before a successor takes over reading.
-const handoffDelay = 50 * time.Microsecond
+const handoffDelay = 500 * time.Microsecond
 
 // readToken is held by a reading goroutine while it serves a request.
 type readToken struct {
 	c     *conn
-	timer *time.Timer
+	since atomic.Int64 // when it started (or resumed) serving, in ns
 	state atomic.Int32
 }
 
@@ -167,8 +167,43 @@ func (t *readToken) handoff() {
 // resume gives the reading role back to the request being served, after a
 // request it made read its own reply.
 func (t *readToken) resume() {
+	t.since.Store(time.Now().UnixNano())
 	t.state.Store(tokServing)
-	t.timer.Reset(handoffDelay)
+	t.c.watch()
+}
+
+// watch arms the watchdog unless it is armed: one timer per conn, armed
+// only while a request is served in place, rather than one per request (a
+// timer added per request wakes an idle thread of the runtime each time).
+func (c *conn) watch() {
+	if c.wdArmed.CompareAndSwap(false, true) {
+		c.wd.Reset(handoffDelay)
+	}
+}
+
+// watchdog hands reading off from a request served in place for longer
+// than handoffDelay, and re-arms itself while one is being served.
+func (c *conn) watchdog() {
+	for {
+		next := time.Duration(-1)
+		if t := c.serving.Load(); t != nil && t.state.Load() == tokServing {
+			left := handoffDelay - time.Duration(time.Now().UnixNano()-t.since.Load())
+			if left <= 0 {
+				t.handoff()
+			} else {
+				next = left
+			}
+		}
+		if next >= 0 {
+			c.wd.Reset(next)
+			return
+		}
+		c.wdArmed.Store(false)
+		// A request may have started serving as we disarmed.
+		if t := c.serving.Load(); t == nil || t.state.Load() != tokServing || !c.wdArmed.CompareAndSwap(false, true) {
+			return
+		}
+	}
 }
 
 type readTokenKey struct{}
@@ -228,6 +263,10 @@ type conn struct {
 	wsem   chan struct{}
 	nextID atomic.Uint64
 
+	serving atomic.Pointer[readToken] // the request served in place, innermost
+	wd      *time.Timer               // the watchdog (see watch)
+	wdArmed atomic.Bool
+
 	mu       sync.Mutex
 	pending  map[uint64]*pending
 	err      error
@@ -253,6 +292,8 @@ func newConn(name string, r io.Reader, w io.Writer, maxFrame int, handle func(*F
 	if cl, ok := w.(io.Closer); ok {
 		c.closeW = cl.Close
 	}
+	c.wd = time.AfterFunc(time.Hour, c.watchdog)
+	c.wd.Stop()
 	if d, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok {
 		c.setDL = d.SetWriteDeadline
 	}
@@ -486,14 +527,13 @@ func (c *conn) serveInPlace(f *Frame) bool {
 		return true
 	}
 	tok := &readToken{c: c}
+	tok.since.Store(time.Now().UnixNano())
 	f.tok = tok
-	tok.timer = time.AfterFunc(handoffDelay, tok.handoff)
+	prev := c.serving.Swap(tok)
+	c.watch()
 	c.handle(f)
-	if tok.state.CompareAndSwap(tokServing, tokDone) {
-		tok.timer.Stop()
-		return true
-	}
-	return false
+	c.serving.CompareAndSwap(tok, prev)
+	return tok.state.CompareAndSwap(tokServing, tokDone)
 }
 
 // lead reads the stream, holding the reading role, until the reply to id
@@ -604,10 +644,7 @@ func (c *conn) stopped(ctx context.Context, id uint64) error {
 // the wait in time: a reply carries the request's deadline, and the parent
 // cancels what it stops waiting for.
 func (c *conn) readForReply(ctx context.Context, id uint64, tok *readToken) (json.RawMessage, error) {
-	resume := func() {
-		tok.state.Store(tokServing)
-		tok.timer.Reset(handoffDelay)
-	}
+	resume := tok.resume
 	for {
 		if err := ctx.Err(); err != nil {
 			c.mu.Lock()
