@@ -183,6 +183,9 @@ func (g *registry) callTool(ctx context.Context, name string, args map[string]an
 		}
 		return err
 	})
+	if err == nil {
+		return out, nil
+	}
 	return out, pluginErr(fmt.Sprintf("tool %s of plugin %s", name, e.plugin), err)
 }
 

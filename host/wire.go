@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -716,10 +717,7 @@ func (c *conn) broken() error {
 // allows. A write that cannot finish by ctx's deadline (the peer stopped
 // reading) leaves a torn frame, so it breaks the connection.
 func (c *conn) send(ctx context.Context, f *Frame) error {
-	b, err := json.Marshal(f)
-	if err != nil {
-		return fmt.Errorf("encode %q frame: %w", f.Op, err)
-	}
+	b := appendFrame(make([]byte, 0, 128+len(f.Body)), f)
 	if len(b) > c.maxFrame {
 		return fmt.Errorf("send a %q frame of %d bytes (limit %d): %w", f.Op, len(b), c.maxFrame, ErrFrameTooLarge)
 	}
@@ -810,6 +808,73 @@ func (c *conn) reply(ctx context.Context, re uint64, body any, err error) {
 	if serr := c.send(ctx, r); errors.Is(serr, ErrFrameTooLarge) {
 		_ = c.send(ctx, &Frame{Re: re, Err: &Error{Code: CodeUnsupported, Message: fmt.Sprintf("reply over the frame limit of %d bytes", c.maxFrame)}})
 	}
+}
+
+// appendFrame appends f's JSON encoding (what json.Marshal gives, without
+// its reflection): f.Body must be valid, compact JSON, as json.Marshal
+// writes it.
+func appendFrame(b []byte, f *Frame) []byte {
+	b = append(b, '{')
+	n := len(b)
+	key := func(k string) {
+		if len(b) > n {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, k...)
+		b = append(b, '"', ':')
+	}
+	if f.ID != 0 {
+		key("id")
+		b = strconv.AppendUint(b, f.ID, 10)
+	}
+	if f.Re != 0 {
+		key("re")
+		b = strconv.AppendUint(b, f.Re, 10)
+	}
+	if f.Op != "" {
+		key("op")
+		b = appendString(b, f.Op)
+	}
+	if f.Parent != 0 {
+		key("parent")
+		b = strconv.AppendUint(b, f.Parent, 10)
+	}
+	if f.Session != "" {
+		key("session")
+		b = appendString(b, f.Session)
+	}
+	if f.TimeoutMS != 0 {
+		key("timeout_ms")
+		b = strconv.AppendInt(b, f.TimeoutMS, 10)
+	}
+	if len(f.Body) != 0 {
+		key("body")
+		b = append(b, f.Body...)
+	}
+	if f.Err != nil {
+		key("err")
+		b = append(b, `{"code":`...)
+		b = appendString(b, string(f.Err.Code))
+		b = append(b, `,"message":`...)
+		b = appendString(b, f.Err.Message)
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string: plain ASCII directly, anything
+// else through encoding/json.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 func mustJSON(v any) json.RawMessage {

@@ -139,3 +139,20 @@ func TestStaleReferencesNeverReachANewGeneration(t *testing.T) {
 	_, err = g.callProvider(context.Background(), providerArgs{Ref: Ref{Gen: 1, ID: 1}, Method: "prefetch"})
 	require.ErrorIs(t, err, ErrStaleRef)
 }
+
+// The hand-written frame encoder writes what encoding/json writes.
+func TestAppendFrameMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	frames := []Frame{
+		{},
+		{ID: 1, Op: opCall, Session: "s", TimeoutMS: 30000, Body: mustJSON(callBody{Tool: "t", Args: map[string]any{"a": "<b>&\"c\"\n", "n": 1.5}})},
+		{Re: 7, Body: mustJSON(resultBody{"ok"})},
+		{Re: 8, Err: &Error{Code: CodePlugin, Message: "tool \"x\" failed:\t\x01 ünïcödé \u2028 <html> & \\"}},
+		{ID: 1<<64 - 1, Parent: 42, Op: opDispatch, Session: "sess\x7f\xff", TimeoutMS: -3},
+	}
+	for _, f := range frames {
+		want, err := json.Marshal(&f)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(appendFrame(nil, &f)))
+	}
+}
