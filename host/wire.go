@@ -2,11 +2,13 @@ package host
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -455,10 +457,162 @@ func (c *conn) readOne(ctx context.Context) (*Frame, error) {
 		return nil, err
 	}
 	f := new(Frame)
+	if decodeFrame(line, f) {
+		return f, nil
+	}
+	*f = Frame{}
 	if err := json.Unmarshal(line, f); err != nil {
 		return nil, fmt.Errorf("decode frame %.80q: %v: %w", line, err, ErrProtocol)
 	}
 	return f, nil
+}
+
+// decodeFrame decodes a frame as appendFrame writes it (no whitespace,
+// plain ASCII strings, no err) without reflection. It reports false for
+// anything else, which json.Unmarshal then decodes or refuses.
+func decodeFrame(line []byte, f *Frame) bool {
+	line = bytes.TrimSuffix(line, []byte{'\n'})
+	if len(line) < 2 || line[0] != '{' || line[len(line)-1] != '}' {
+		return false
+	}
+	i := 1
+	if line[i] == '}' {
+		return i == len(line)-1
+	}
+	for {
+		k, next, ok := plainString(line, i)
+		if !ok || next >= len(line) || line[next] != ':' {
+			return false
+		}
+		i = next + 1
+		switch k {
+		case "id", "re", "parent":
+			n, next, ok := plainUint(line, i)
+			if !ok {
+				return false
+			}
+			switch k {
+			case "id":
+				f.ID = n
+			case "re":
+				f.Re = n
+			default:
+				f.Parent = n
+			}
+			i = next
+		case "timeout_ms":
+			neg := i < len(line) && line[i] == '-'
+			if neg {
+				i++
+			}
+			n, next, ok := plainUint(line, i)
+			if !ok || n > math.MaxInt64 {
+				return false
+			}
+			f.TimeoutMS = int64(n)
+			if neg {
+				f.TimeoutMS = -f.TimeoutMS
+			}
+			i = next
+		case "op", "session":
+			v, next, ok := plainString(line, i)
+			if !ok {
+				return false
+			}
+			if k == "op" {
+				f.Op = v
+			} else {
+				f.Session = v
+			}
+			i = next
+		case "body":
+			end, ok := skipValue(line, i)
+			if !ok || !json.Valid(line[i:end]) {
+				return false
+			}
+			f.Body = append(json.RawMessage(nil), line[i:end]...)
+			i = end
+		default:
+			return false
+		}
+		if i >= len(line) {
+			return false
+		}
+		switch line[i] {
+		case ',':
+			i++
+		case '}':
+			return i == len(line)-1
+		default:
+			return false
+		}
+	}
+}
+
+// plainString reads a JSON string at b[i] made of printable ASCII with no
+// escapes.
+func plainString(b []byte, i int) (string, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return string(b[i+1 : j]), j + 1, true
+		case c < 0x20 || c >= 0x80 || c == '\\':
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// plainUint reads an unsigned JSON integer at b[i].
+func plainUint(b []byte, i int) (uint64, int, bool) {
+	j := i
+	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		j++
+	}
+	if j == i || (b[i] == '0' && j > i+1) || (j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E')) {
+		return 0, 0, false
+	}
+	n, err := strconv.ParseUint(string(b[i:j]), 10, 64)
+	return n, j, err == nil
+}
+
+// skipValue finds the end of the JSON value starting at b[i] (its syntax is
+// checked by the caller).
+func skipValue(b []byte, i int) (int, bool) {
+	depth := 0
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			j++
+			for j < len(b) && b[j] != '"' {
+				if b[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if j >= len(b) {
+				return 0, false
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth < 0 {
+				return j, j > i
+			}
+		case ',':
+			if depth == 0 {
+				return j, j > i
+			}
+		}
+		if depth == 0 && (b[j] == '"' || b[j] == '}' || b[j] == ']') {
+			return j + 1, true
+		}
+	}
+	return 0, false
 }
 
 // deliver hands a reply to its waiter.

@@ -156,3 +156,50 @@ func TestAppendFrameMatchesEncodingJSON(t *testing.T) {
 		require.Equal(t, string(want), string(appendFrame(nil, &f)))
 	}
 }
+
+// The hand-written frame decoder agrees with encoding/json on what it
+// takes, and leaves everything else (errors included) to encoding/json.
+func TestDecodeFrameMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	lines := []string{
+		`{}`,
+		`{"id":1,"op":"call","session":"s","timeout_ms":30000,"body":{"tool":"t","args":{"a":"x\"}","b":[1,{"c":null}]}}}`,
+		`{"re":7,"body":{"result":"ok"}}`,
+		`{"re":7,"body":"a string"}`,
+		`{"re":7,"body":null}`,
+		`{"re":7,"body":12.5}`,
+		`{"id":18446744073709551615,"parent":42,"op":"dispatch","timeout_ms":-3}`,
+		`{"re":8,"err":{"code":"plugin","message":"boom"}}`,
+		`{"id":1,"id":2}`,
+		`{"op":"caf\u00e9"}`,
+		`{"unknown":1,"id":3}`,
+		` {"id":1}`,
+		`{"id":1 }`,
+		`{"id":01}`,
+		`{"id":-1}`,
+		`{"id":1.5}`,
+		`{"id":18446744073709551616}`,
+		`{"id":"1"}`,
+		`{"body":{"a":}}`,
+		`{"body":}`,
+		`{"body":[1,2}`,
+		`{"body":{"a":1}`,
+		`{"op":"x"`,
+		`{"op":"x"}}`,
+		`{"op":"x",}`,
+		`{"timeout_ms":-}`,
+		`not json`,
+	}
+	fast := 0
+	for _, l := range lines {
+		var want Frame
+		werr := json.Unmarshal([]byte(l), &want)
+		var got Frame
+		if decodeFrame([]byte(l+"\n"), &got) {
+			fast++
+			require.NoError(t, werr, "decoded %s, which encoding/json refuses", l)
+			require.Equal(t, want, got, l)
+		}
+	}
+	require.GreaterOrEqual(t, fast, 6, "the fast path took the frames it is for")
+}
