@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -204,7 +203,7 @@ func (c *child) callCtx(f *Frame) (context.Context, func()) {
 }
 
 func decode(f *Frame, v any) error {
-	if err := json.Unmarshal(f.Body, v); err != nil {
+	if err := decodeBody(f.Body, v); err != nil {
 		return fmt.Errorf("decode %q request: %v: %w", f.Op, err, ErrProtocol)
 	}
 	return nil
@@ -343,7 +342,7 @@ func (c *child) upcall(ctx context.Context, op string, body any) (string, error)
 		return "", err
 	}
 	var r resultBody
-	if err := json.Unmarshal(raw, &r); err != nil {
+	if err := decodeBody(raw, &r); err != nil {
 		return "", fmt.Errorf("decode %s reply: %v: %w", op, err, ErrProtocol)
 	}
 	return r.Result, nil

@@ -586,7 +586,7 @@ func (m *Manager) request(ctx context.Context, what, op, session string, body an
 }
 
 func (m *Manager) requestOn(ctx context.Context, h *hostProc, what, op, session string, body any) (json.RawMessage, error) {
-	b, err := json.Marshal(body)
+	b, err := encodeBody(body)
 	if err != nil {
 		return nil, fmt.Errorf("%s: arguments are not plain data: %w", what, err)
 	}
@@ -653,7 +653,7 @@ func (m *Manager) Call(ctx context.Context, session, tool string, args map[strin
 		return "", err
 	}
 	var r resultBody
-	if err := json.Unmarshal(raw, &r); err != nil {
+	if err := decodeBody(raw, &r); err != nil {
 		return "", fmt.Errorf("%s: %v: %w", what, err, ErrProtocol)
 	}
 	return r.Result, nil

@@ -951,7 +951,7 @@ func (c *conn) reply(ctx context.Context, re uint64, body any, err error) {
 	if err != nil {
 		r.Err = wireError(err)
 	} else if body != nil {
-		b, merr := json.Marshal(body)
+		b, merr := encodeBody(body)
 		if merr != nil {
 			r.Err = &Error{Code: CodePlugin, Message: "encode reply: " + merr.Error()}
 		} else {
@@ -1031,8 +1031,53 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// encodeBody is json.Marshal(v), without reflection for the bodies every
+// call carries: a result, a tool call with no arguments.
+func encodeBody(v any) ([]byte, error) {
+	switch b := v.(type) {
+	case resultBody:
+		return append(appendString([]byte(`{"result":`), b.Result), '}'), nil
+	case callBody:
+		if b.Args == nil {
+			return append(appendString([]byte(`{"tool":`), b.Tool), `,"args":null}`...), nil
+		}
+	}
+	return json.Marshal(v)
+}
+
+// decodeBody is json.Unmarshal(raw, v), without reflection for the bodies
+// encodeBody writes that way.
+func decodeBody(raw []byte, v any) error {
+	switch b := v.(type) {
+	case *resultBody:
+		if s, ok := plainObject(raw, `{"result":`, `}`); ok {
+			b.Result = s
+			return nil
+		}
+	case *callBody:
+		if s, ok := plainObject(raw, `{"tool":`, `,"args":null}`); ok {
+			b.Tool, b.Args = s, nil
+			return nil
+		}
+	}
+	return json.Unmarshal(raw, v)
+}
+
+// plainObject reads prefix, a plain string (see plainString), suffix: all
+// of raw.
+func plainObject(raw []byte, prefix, suffix string) (string, bool) {
+	if !bytes.HasPrefix(raw, []byte(prefix)) {
+		return "", false
+	}
+	s, next, ok := plainString(raw, len(prefix))
+	if !ok || string(raw[next:]) != suffix {
+		return "", false
+	}
+	return s, true
+}
+
 func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
+	b, err := encodeBody(v)
 	if err != nil {
 		panic(fmt.Sprintf("host: encode %T: %v", v, err))
 	}
