@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -262,6 +263,9 @@ type conn struct {
 	setRDL func(time.Time) error
 	carry  []byte      // a frame's start, read before a deadline cut in (role holder only)
 	idle   *time.Timer // starts a background reader once the stream is idle
+	// rawW, when the writing side is a pollable file, writes a frame
+	// without a deadline when the pipe has room for it.
+	rawW syscall.RawConn
 
 	wsem   chan struct{}
 	nextID atomic.Uint64
@@ -275,7 +279,11 @@ type conn struct {
 	err      error
 	done     chan struct{}
 	roleHeld bool // leader conns: some goroutine holds the reading role
-	ended    bool // reading has stopped for good
+	// idleSince is when the role was last given up to nobody; idleArmed
+	// says the idle timer will look at it.
+	idleSince time.Time
+	idleArmed bool
+	ended     bool // reading has stopped for good
 
 	wg sync.WaitGroup // the reading role, passed from reader to successor
 }
@@ -297,8 +305,13 @@ func newConn(name string, r io.Reader, w io.Writer, maxFrame int, handle func(*F
 	}
 	c.wd = time.AfterFunc(time.Hour, c.watchdog)
 	c.wd.Stop()
-	if d, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok {
+	if d, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok && d.SetWriteDeadline(time.Time{}) == nil {
 		c.setDL = d.SetWriteDeadline
+		if sc, ok := w.(interface {
+			SyscallConn() (syscall.RawConn, error)
+		}); ok {
+			c.rawW, _ = sc.SyscallConn()
+		}
 	}
 	return c
 }
@@ -320,13 +333,22 @@ func (c *conn) start() {
 	go c.readLoop()
 }
 
-// idleRead takes the free reading role when the stream has been idle.
+// idleRead takes the free reading role when the stream has been idle for
+// idleDelay. The timer is armed once per idle spell, not once per call (a
+// timer reset per call wakes an idle runtime thread each time).
 func (c *conn) idleRead() {
 	c.mu.Lock()
 	if c.roleHeld || c.ended {
+		c.idleArmed = false // whoever holds the role re-arms it on release
 		c.mu.Unlock()
 		return
 	}
+	if left := idleDelay - time.Since(c.idleSince); left > 0 {
+		c.idle.Reset(left)
+		c.mu.Unlock()
+		return
+	}
+	c.idleArmed = false
 	c.roleHeld = true
 	c.mu.Unlock()
 	c.readLoop()
@@ -365,7 +387,11 @@ func (c *conn) passLocked(mustRead bool) {
 		return
 	}
 	c.roleHeld = false
-	c.idle.Reset(idleDelay)
+	c.idleSince = time.Now()
+	if !c.idleArmed {
+		c.idleArmed = true
+		c.idle.Reset(idleDelay)
+	}
 }
 
 // claimLocked takes the free reading role for the requester of id, or
@@ -887,15 +913,58 @@ func (c *conn) send(ctx context.Context, f *Frame) error {
 	if err := c.broken(); err != nil {
 		return err
 	}
+	if c.rawW != nil {
+		// Most frames fit in the pipe at once: write without setting a
+		// deadline (setting one per frame wakes an idle runtime thread).
+		n, err := c.tryWrite(b)
+		if err != nil {
+			c.fail(fmt.Errorf("write to %s: %v: %w", c.name, err, ErrUnavailable))
+			return c.broken()
+		}
+		if b = b[n:]; len(b) == 0 {
+			return nil
+		}
+	}
 	if c.setDL != nil {
 		dl, _ := ctx.Deadline()
 		_ = c.setDL(dl)
+		if c.rawW != nil {
+			defer func() { _ = c.setDL(time.Time{}) }()
+		}
 	}
 	if _, err := c.w.Write(b); err != nil {
 		c.fail(fmt.Errorf("write to %s: %v: %w", c.name, err, ErrUnavailable))
 		return c.broken()
 	}
 	return nil
+}
+
+// tryWrite writes what of b the pipe takes now, without waiting.
+func (c *conn) tryWrite(b []byte) (int, error) {
+	n := 0
+	var werr error
+	err := c.rawW.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			m, e := syscall.Write(int(fd), b[n:])
+			if m > 0 {
+				n += m
+			}
+			switch {
+			case e == syscall.EINTR:
+				continue
+			case e == syscall.EAGAIN || (e == nil && m <= 0):
+				return true
+			case e != nil:
+				werr = e
+				return true
+			}
+		}
+		return true
+	})
+	if werr == nil {
+		werr = err
+	}
+	return n, werr
 }
 
 // request sends f as a request and waits for its reply. session is kept
