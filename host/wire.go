@@ -238,8 +238,11 @@ const idleDelay = time.Millisecond
 // conn is one side of the protocol. Callers write their own frames (one
 // write each, under a lock that waits no longer than their deadline), and
 // the goroutine reading routes replies to their waiters; on a request it
-// starts a successor reader and serves the request itself, so a call costs
-// no goroutine hand-off on the serving side.
+// serves the request itself, handing reading to a successor if the request
+// waits on the peer or takes longer than handoffDelay, so a call costs no
+// goroutine hand-off on the serving side. On a leader conn (the parent's)
+// a caller also reads its own reply when nobody else is reading (see lead),
+// so a call costs no hand-off on the calling side either.
 type conn struct {
 	name     string
 	br       *bufio.Reader
