@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 )
 
 func TestTwoTenantsHammerTwoServers(t *testing.T) {
@@ -177,31 +177,13 @@ func TestOptions(t *testing.T) {
 	assert.Equal(t, "http://runner.staging:"+port+"/v1", bare.BaseURL)
 }
 
-// lockedBuffer is a journal sink safe to read while the server writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) Bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Clone(l.b.Bytes())
-}
-
 type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestJournal(t *testing.T) {
 	t.Parallel()
-	var alice, shared lockedBuffer
+	var alice, shared syncio.Buffer
 	a := start(t, fakellm.Options{Journal: &alice, Keys: []string{"sk-a"},
 		Script: []fakellm.Response{fakellm.Text("one"), fakellm.ToolCall("terminal", map[string]string{"command": "ls"})}})
 	b := start(t, fakellm.Options{Keys: []string{"sk-b"}})

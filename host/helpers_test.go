@@ -1,7 +1,6 @@
 package host_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/host"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 )
 
 func readTestdata(t testing.TB, name string) string {
@@ -81,30 +81,13 @@ func (s *server) Facade(ctx context.Context, session, facade, method string, arg
 type env struct {
 	t    testing.TB
 	home string
-	log  *syncBuffer
+	log  *syncio.Buffer
 	srv  *server
 	m    *host.Manager
 
 	mu    sync.Mutex
 	pids  map[int]bool
 	pgids map[int]bool
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func newHome(t testing.TB) string {
@@ -126,7 +109,7 @@ func hostEnvFor(home string) []string {
 // the child's log is printed only when the test failed.
 func newEnv(t testing.TB, home string, tweak func(*host.Config)) *env {
 	t.Helper()
-	e := &env{t: t, home: home, log: &syncBuffer{}, srv: &server{}, pids: map[int]bool{}, pgids: map[int]bool{}}
+	e := &env{t: t, home: home, log: &syncio.Buffer{}, srv: &server{}, pids: map[int]bool{}, pgids: map[int]bool{}}
 	cfg := host.Config{
 		Profile: filepath.Base(home), Command: hostCommand(), Home: home, Env: hostEnvFor(home),
 		PluginsDir: filepath.Join(home, "plugins"), Backend: e.srv, Log: e.log,

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,19 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
-
-type lockedFile struct {
-	mu sync.Mutex
-	f  *os.File
-}
-
-func (l *lockedFile) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.f.Write(p)
-}
 
 // A staging run: the server runs somewhere the harness did not start it
 // and whose files it cannot read; the providers run in another process
@@ -40,7 +29,7 @@ func TestStagingTargetFromRoster(t *testing.T) {
 	require.NoError(t, err)
 	defer jf.Close()
 	// The operator's side: providers, homes provisioned from them, a server.
-	stage, err := tenants.Build(filepath.Join(dir, "staging"), tenants.Options{Names: tenants.Names(3), Journal: &lockedFile{f: jf}})
+	stage, err := tenants.Build(filepath.Join(dir, "staging"), tenants.Options{Names: tenants.Names(3), Journal: &syncio.Writer{W: jf}})
 	require.NoError(t, err)
 	defer stage.Close()
 	require.NoError(t, stage.WriteHomes(tenants.HomeExtras{}))

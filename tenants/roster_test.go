@@ -6,23 +6,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 )
-
-type syncFile struct {
-	mu sync.Mutex
-	f  *os.File
-}
-
-func (s *syncFile) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.f.Write(p)
-}
 
 func chat(t *testing.T, base, key string) int {
 	t.Helper()
@@ -43,7 +32,7 @@ func TestRosterRoundTripAndJournalledRequests(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	// The staging side: providers journaling to a file.
-	stage, err := Build(filepath.Join(dir, "stage"), Options{Names: []string{"default", "alpha"}, Journal: &syncFile{f: f},
+	stage, err := Build(filepath.Join(dir, "stage"), Options{Names: []string{"default", "alpha"}, Journal: &syncio.Writer{W: f},
 		AdvertiseHost: "127.0.0.1"})
 	require.NoError(t, err)
 	defer stage.Close()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 )
 
 const probe = "echo SNAPSHOT-BEGIN; env | sort; echo CWD=$(pwd); echo PID=$$; echo SNAPSHOT-END"
@@ -145,7 +146,7 @@ type agentd struct {
 	t      testing.TB
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	stderr *lockedBuffer
+	stderr *syncio.Buffer
 	pid    int
 
 	write     func(line string) error // sends one frame
@@ -162,23 +163,6 @@ type agentd struct {
 	waitErr error
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func (w *world) startTUI(extraEnv ...string) *agentd {
 	t := w.t
 	t.Helper()
@@ -190,7 +174,7 @@ func (w *world) startTUI(extraEnv ...string) *agentd {
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	a := &agentd{t: t, cmd: cmd, stdin: stdin, stderr: &lockedBuffer{}, change: make(chan struct{}), exited: make(chan struct{})}
+	a := &agentd{t: t, cmd: cmd, stdin: stdin, stderr: &syncio.Buffer{}, change: make(chan struct{}), exited: make(chan struct{})}
 	a.write = func(line string) error {
 		_, err := io.WriteString(stdin, line+"\n")
 		return err

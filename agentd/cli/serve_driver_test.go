@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 )
 
 // served is a running `agentd serve` child.
@@ -25,7 +26,7 @@ type served struct {
 	pid     int
 	port    int
 	token   string
-	stderr  *lockedBuffer
+	stderr  *syncio.Buffer
 	exited  chan struct{}
 	waitErr error
 }
@@ -41,7 +42,7 @@ func (w *world) startServe(args []string, extraEnv ...string) *served {
 func (w *world) startListener(argv []string, extraEnv ...string) *served {
 	t := w.t
 	t.Helper()
-	s := &served{t: t, token: "tok-" + tag(), stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	s := &served{t: t, token: "tok-" + tag(), stderr: &syncio.Buffer{}, exited: make(chan struct{})}
 	cmd := exec.Command(os.Args[0], argv...)
 	procgroup.Prepare(cmd)
 	cmd.Env = w.env(append([]string{"AGENTD_SESSION_TOKEN=" + s.token}, extraEnv...)...)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/certificate"
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 	"github.com/tenantcanary/tenantcanary/scenarios"
 )
 
@@ -40,7 +41,7 @@ func TestCertifyEmbeddedAgentd(t *testing.T) {
 		}
 		return "", false
 	}
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncio.Buffer
 	code := dispatch(t.Context(), []string{"--run", "^stdio-separate$", "--tenants", "2", "--out", out, "--keep", "--no-self-test"},
 		strings.NewReader(""), &stdout, &stderr, env)
 	require.Equal(t, 0, code, "stderr:\n%s", &stderr)
@@ -101,7 +102,7 @@ func TestCertifyInterrupted(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "cert")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncio.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- dispatch(ctx, []string{"--run", "^restart-resume$", "--tenants", "2", "--out", out, "--keep", "--no-self-test"},
@@ -132,7 +133,7 @@ func TestCertifyInterrupted(t *testing.T) {
 func TestSelfTestCommand(t *testing.T) {
 	t.Parallel()
 	out := filepath.Join(t.TempDir(), "cert")
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncio.Buffer
 	code := dispatch(t.Context(), []string{"--self-test", "--parallel", "2", "--out", out}, strings.NewReader(""), &stdout, &stderr, noEnv)
 	require.Equal(t, 0, code, "stderr:\n%s", &stderr)
 	require.Regexp(t, `(?m)^FAULT\s+SCENARIO\s+EXPECTED\s+RESULT`, stderr.String())

@@ -12,9 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -107,18 +107,6 @@ func parseFakeLLM(args []string) (fakellmOptions, error) {
 // interrupted.
 const closeGrace = 10 * time.Second
 
-// lockedWriter serialises the journal lines of many providers.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
 // runFakeLLM serves one provider per tenant until ctx ends.
 func runFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	const cmd = "canary-run fakellm"
@@ -175,7 +163,7 @@ func runFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	defer jf.Close()
 
-	journal := &lockedWriter{w: jf}
+	journal := &syncio.Writer{W: jf}
 	for _, t := range set.Tenants {
 		t.Provider.Journal(journal)
 	}

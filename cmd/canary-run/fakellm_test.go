@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -47,7 +48,7 @@ func TestFakeLLMServesJournalsAndStops(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncio.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- dispatch(ctx, []string{"fakellm", "--listen", "127.0.0.1:0", "--tenants", names, "--out", out,

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 )
 
 // TestInterruptCancels sends this process a SIGINT while interruptible
 // holds it: the context ends and the message says how to quit at once. Not
 // parallel: the signal is process-wide.
 func TestInterruptCancels(t *testing.T) {
-	var stderr syncBuffer
+	var stderr syncio.Buffer
 	ctx, stop := interruptible(context.Background(), &stderr)
 	defer stop()
 	require.NoError(t, ctx.Err())
@@ -29,7 +30,7 @@ func TestInterruptCancels(t *testing.T) {
 
 func TestStopWithoutSignal(t *testing.T) {
 	t.Parallel()
-	var stderr syncBuffer
+	var stderr syncio.Buffer
 	ctx, stop := interruptible(context.Background(), &stderr)
 	stop()
 	require.ErrorIs(t, ctx.Err(), context.Canceled)
