@@ -95,6 +95,9 @@ func TestBubblewrapLauncherHidesOtherTenantsHomes(t *testing.T) {
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bwrap is not installed (.ci/run installs bubblewrap)")
 	}
+	if out, err := exec.Command("bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true").CombinedOutput(); err != nil {
+		t.Skipf("bwrap cannot run here (user namespaces refused?): %v: %s", err, out)
+	}
 	read := func(e *env, path string) (string, error) {
 		out, err := e.m.Call(context.Background(), "s", "tenant_read", map[string]any{"path": path})
 		e.seePID()

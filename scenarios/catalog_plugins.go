@@ -136,6 +136,21 @@ func bwrapLauncher(root string, t *tenants.Tenant, profilesDir string) []string 
 	return append(argv, "--chdir", t.Home)
 }
 
+// bwrapUnusable says why bubblewrap cannot sandbox a plugin host here (not
+// installed, or user namespaces refused), or "" when a trial run works.
+func bwrapUnusable(e *Env) string {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		return "bubblewrap (bwrap) is not installed"
+	}
+	ctx, cancel := e.ctx(10 * time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "bwrap", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("bubblewrap cannot run here (%v: %s)", err, strings.TrimSpace(string(out)))
+	}
+	return ""
+}
+
 // pluginState is what the plugin scenario keeps between phases.
 type pluginState struct {
 	sandboxed bool
@@ -238,10 +253,10 @@ func pluginHosts() Spec {
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
 				*st = pluginState{hostPid: map[string]int{}, tags: map[string]string{}}
-				_, err := exec.LookPath("bwrap")
-				st.sandboxed = err == nil
-				if !st.sandboxed {
-					e.skip("plugin_sandbox", "bubblewrap (bwrap) is not installed: the launcher check that a plugin cannot read another tenant's home was not made")
+				if why := bwrapUnusable(e); why != "" {
+					e.skip("plugin_sandbox", why+": the launcher check that a plugin cannot read another tenant's home was not made")
+				} else {
+					st.sandboxed = true
 				}
 				for _, t := range e.Tenants {
 					plugins := map[string]any{"enabled": []any{PluginName}, "isolation": "host"}
