@@ -3,7 +3,9 @@ package plugin
 import "context"
 
 // Handler runs a tool synchronously. Its result is the tool's output text
-// (JSON by convention).
+// (JSON by convention). It has no context, so a nested call it makes
+// (DispatchTool, State, LLM) runs as no session: a tool that calls back
+// into the server should be a ContextHandler.
 type Handler func(args map[string]any) (string, error)
 
 // ContextHandler runs a tool with the caller's context: its deadline, and
