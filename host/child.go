@@ -332,7 +332,13 @@ func (c *child) facade(ctx context.Context, facade, method string, args []string
 }
 
 func (c *child) upcall(ctx context.Context, op string, body any) (string, error) {
-	f := &Frame{Op: op, Body: mustJSON(body)}
+	// The body carries what a plugin passed (tool arguments): a value JSON
+	// cannot carry is the plugin's error, not a dead host.
+	enc, err := encodeBody(body)
+	if err != nil {
+		return "", fmt.Errorf("encode the call's arguments: %w", err)
+	}
+	f := &Frame{Op: op, Body: enc}
 	f.Parent, _ = ctx.Value(callKey{}).(uint64)
 	if dl, ok := ctx.Deadline(); ok {
 		f.TimeoutMS = max(1, time.Until(dl).Milliseconds())

@@ -459,3 +459,32 @@ func TestOpenPicksTheLoaderByMode(t *testing.T) {
 	_, err = host.Open("sandbox", cfg)
 	require.ErrorContains(t, err, `unknown isolation mode "sandbox"`)
 }
+
+const badArgsPlugin = `package badargs
+
+import (
+	"context"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+func Register(ctx plugin.Context) error {
+	return ctx.RegisterTool(plugin.Tool{Name: "badargs_dispatch", ContextHandler: func(c context.Context, args map[string]any) (string, error) {
+		// A function cannot cross the wire: the nested call must fail, not the host.
+		return ctx.DispatchTool(c, "native_echo", map[string]any{"f": func() {}})
+	}})
+}
+`
+
+func TestNestedCallWithArgumentsJSONCannotCarryFailsThatCallOnly(t *testing.T) {
+	t.Parallel()
+	home := newHome(t)
+	writePlugin(t, home, "badargs", "name: badargs\n", badArgsPlugin)
+	writePlugin(t, home, "hostprobe", "name: hostprobe\n", readTestdata(t, "hostprobe.go.txt"))
+	e := newEnv(t, home, nil)
+	pid := pidOf(e.call("s", "hostprobe_pid", nil))
+	_, err := e.m.Call(context.Background(), "s", "badargs_dispatch", nil)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "encode the call's arguments")
+	require.Equal(t, pid, pidOf(e.call("s", "hostprobe_pid", nil)), "the same host still serves")
+}
