@@ -27,6 +27,34 @@ type matcher struct {
 	ts []*tenants.Tenant
 }
 
+// Checker holds one matcher compiled from every canary of a set of tenants
+// (minted ones included, as of NewChecker), so that a check run scanning
+// many places compiles it once. The package's functions each make one for
+// a single check. Mint no canary between NewChecker and its last use, or
+// the new one is not looked for.
+type Checker struct {
+	m matcher
+}
+
+// NewChecker compiles the canaries of ts.
+func NewChecker(ts []*tenants.Tenant) (*Checker, error) {
+	m, err := compile(ts)
+	if err != nil {
+		return nil, err
+	}
+	return &Checker{m: m}, nil
+}
+
+// withChecker runs check with a fresh Checker over ts; a matcher that does
+// not compile is a harness finding placed at place.
+func withChecker(ts []*tenants.Tenant, place string, check func(*Checker) []Finding) []Finding {
+	c, err := NewChecker(ts)
+	if err != nil {
+		return harnessFinding(place, err)
+	}
+	return check(c)
+}
+
 func compile(ts []*tenants.Tenant) (matcher, error) {
 	var cs []tenants.Canary
 	for _, t := range ts {

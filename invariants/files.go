@@ -17,10 +17,13 @@ import (
 // mid-run) may hold no tenant's secret. A file that could not be read is a
 // Harness finding: the scan was incomplete there.
 func FileLeaks(ctx context.Context, s *tenants.Set) []Finding {
-	m, err := compile(s.Tenants)
-	if err != nil {
-		return harnessFinding(s.LaunchHome, err)
-	}
+	return withChecker(s.Tenants, s.LaunchHome, func(c *Checker) []Finding { return c.FileLeaks(ctx, s) })
+}
+
+// FileLeaks is the package's FileLeaks; s's tenants must be the ones c was
+// made for.
+func (c *Checker) FileLeaks(ctx context.Context, s *tenants.Set) []Finding {
+	m := c.m
 	roots := []string{s.LaunchHome}
 	for _, t := range s.Tenants {
 		if !within(t.Home, s.LaunchHome) {

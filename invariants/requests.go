@@ -13,14 +13,15 @@ import (
 // model, and no header or body holds another tenant's canary in any
 // encoding. Tenants without a provider are skipped.
 func RequestLeaks(ts []*tenants.Tenant) []Finding {
-	m, err := compile(ts)
-	if err != nil {
-		return harnessFinding("", err)
-	}
+	return withChecker(ts, "", (*Checker).RequestLeaks)
+}
+
+// RequestLeaks is the package's RequestLeaks over c's tenants.
+func (c *Checker) RequestLeaks() []Finding {
 	var out []Finding
-	for _, t := range ts {
+	for _, t := range c.m.ts {
 		if t.HasProvider() {
-			out = append(out, m.requestLeaks(ts, t, t.Requests())...)
+			out = append(out, c.m.requestLeaks(c.m.ts, t, t.Requests())...)
 		}
 	}
 	return Dedup(out)

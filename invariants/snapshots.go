@@ -157,14 +157,15 @@ func unescapeJSON(s string) string {
 // the probe ran in one of the tenant's own workdirs (its CWD= line) and
 // shows no other tenant's canary in any encoding.
 func SnapshotLeaks(ts []*tenants.Tenant) []Finding {
-	m, err := compile(ts)
-	if err != nil {
-		return harnessFinding("", err)
-	}
+	return withChecker(ts, "", (*Checker).SnapshotLeaks)
+}
+
+// SnapshotLeaks is the package's SnapshotLeaks over c's tenants.
+func (c *Checker) SnapshotLeaks() []Finding {
 	var out []Finding
-	for _, t := range ts {
+	for _, t := range c.m.ts {
 		if t.HasProvider() {
-			out = append(out, m.snapshotLeaks(t, t.Requests())...)
+			out = append(out, c.m.snapshotLeaks(t, t.Requests())...)
 		}
 	}
 	return Dedup(out)

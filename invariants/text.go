@@ -10,11 +10,12 @@ import (
 // other tenant's canary counts; without one (a shared log), every tenant's
 // secrets do.
 func TextLeaks(ts []*tenants.Tenant, label string, text []byte, owner string) []Finding {
-	m, err := compile(ts)
-	if err != nil {
-		return harnessFinding(owner, err)
-	}
-	return Dedup(m.find(Text, owner, text, Where{Label: label}, true, owner == ""))
+	return withChecker(ts, owner, func(c *Checker) []Finding { return c.TextLeaks(label, text, owner) })
+}
+
+// TextLeaks is the package's TextLeaks over c's tenants.
+func (c *Checker) TextLeaks(label string, text []byte, owner string) []Finding {
+	return Dedup(c.m.find(Text, owner, text, Where{Label: label}, true, owner == ""))
 }
 
 // Frame is one JSON-RPC frame delivered on a connection. Method is the
@@ -29,10 +30,12 @@ type Frame struct {
 // owner (label names the connection): replies and events alike, whether or
 // not they name a session, may hold no other tenant's canary.
 func FrameLeaks(ts []*tenants.Tenant, owner, label string, frames []Frame) []Finding {
-	m, err := compile(ts)
-	if err != nil {
-		return harnessFinding(owner, err)
-	}
+	return withChecker(ts, owner, func(c *Checker) []Finding { return c.FrameLeaks(owner, label, frames) })
+}
+
+// FrameLeaks is the package's FrameLeaks over c's tenants.
+func (c *Checker) FrameLeaks(owner, label string, frames []Frame) []Finding {
+	m := c.m
 	var out []Finding
 	for i, fr := range frames {
 		w := Where{Label: label, Frame: intp(i), Method: fr.Method}

@@ -55,10 +55,16 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 	var out []invariants.Finding
 	var counts Counts
 
+	// One matcher for the whole check run: every place below is scanned
+	// for the same canaries.
+	chk, err := invariants.NewChecker(ts)
+	if err != nil {
+		return []invariants.Finding{{Invariant: invariants.Harness, Detail: err.Error()}}, nil, counts
+	}
 	// 1. Requests on every provider.
-	out = append(out, invariants.RequestLeaks(ts)...)
+	out = append(out, chk.RequestLeaks()...)
 	// 2. Env snapshots, and liveness per tenant.
-	out = append(out, invariants.SnapshotLeaks(ts)...)
+	out = append(out, chk.SnapshotLeaks()...)
 	e.mu.Lock()
 	expected := map[string]int{}
 	for k, v := range e.expected {
@@ -74,29 +80,31 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 		if !t.HasProvider() {
 			continue
 		}
-		counts.Requests += len(t.Requests())
-		counts.Snapshots += len(invariants.EnvSnapshots(t, t.Requests()))
+		recs := t.Requests()
+		counts.Requests += len(recs)
+		counts.Snapshots += len(invariants.EnvSnapshots(t, recs))
 		if n := expected[t.Name]; n > 0 {
 			out = append(out, invariants.SnapshotShortfall([]*tenants.Tenant{t}, n)...)
 		}
 	}
 	// 3. Files under every home.
 	if e.Box.Target.Files {
-		out = append(out, invariants.FileLeaks(ctx, e.Box.Set)...)
+		out = append(out, chk.FileLeaks(ctx, e.Box.Set)...)
 		counts.Files, counts.Bytes = treeSize(e.Box.Set.LaunchHome)
 	} else {
 		e.skip(string(Files), "the target's files are not reachable from the harness")
 	}
-	// 4. Text: every process log the harness kept, and every RPC frame.
+	// 4. Text: every process log the harness kept, every stream it
+	// received, and every RPC frame.
 	for _, p := range e.Box.Procs() {
 		owner := ""
 		if strings.HasPrefix(p.Name(), "stdio-") {
 			owner = strings.TrimPrefix(p.Name(), "stdio-")
 		}
-		out = append(out, invariants.TextLeaks(ts, "log of "+p.Name(), []byte(p.Output()), owner)...)
+		out = append(out, chk.TextLeaks("log of "+p.Name(), []byte(p.Output()), owner)...)
 	}
 	for _, x := range texts {
-		out = append(out, invariants.TextLeaks(ts, x.label, x.data, x.owner)...)
+		out = append(out, chk.TextLeaks(x.label, x.data, x.owner)...)
 	}
 	for _, c := range conns {
 		frames := c.conn.Frames()
@@ -109,7 +117,7 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 		if c.owner != nil {
 			owner = c.owner.Name
 		}
-		out = append(out, invariants.FrameLeaks(ts, owner, c.label, fr)...)
+		out = append(out, chk.FrameLeaks(owner, c.label, fr)...)
 	}
 	// 5. Write scope: the writes this phase made.
 	out = append(out, pending...)
