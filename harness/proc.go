@@ -285,7 +285,3 @@ func (p *Proc) Output() string {
 	}
 	return string(bytes.TrimSpace(data))
 }
-
-func deadlineSoon() time.Time { return time.Now().Add(time.Second) }
-
-func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

@@ -111,3 +111,17 @@ func TestStartProcRejectsBadSpec(t *testing.T) {
 	_, err = StartProc(context.Background(), ProcSpec{Name: "badlog", Argv: []string{"true"}, LogPath: filepath.Join(t.TempDir(), "no", "dir", "log")})
 	require.ErrorContains(t, err, "open log")
 }
+
+func TestSIGTERMByDefaultActionIsACleanStopForTheSandbox(t *testing.T) {
+	t.Parallel()
+	p, err := StartProc(context.Background(), ProcSpec{Name: "sleeper", Argv: []string{"sleep", "300"}})
+	require.NoError(t, err)
+	err = p.Stop(10 * time.Second)
+	require.Error(t, err)
+	assert.True(t, isSignalExit(err), "%v", err)
+	q, err := StartProc(context.Background(), ProcSpec{Name: "failer", Argv: []string{"sh", "-c", "exit 3"}})
+	require.NoError(t, err)
+	<-q.Done()
+	assert.False(t, isSignalExit(q.ExitErr()))
+	assert.False(t, isSignalExit(nil))
+}

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
@@ -224,14 +226,21 @@ func (s *Sandbox) Close() error {
 		for _, pid := range left {
 			cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 			desc = append(desc, fmt.Sprintf("%d (%s)", pid, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")))
-			_ = procgroup.Kill(pid)
-			_ = syscallKill(pid)
+			_ = procgroup.Kill(pid)                // its group, if it leads one
+			_ = syscall.Kill(pid, syscall.SIGKILL) // and itself, if it does not
 		}
 		errs = append(errs, fmt.Errorf("processes of run %s outlived their owners: %s", s.RunID, strings.Join(desc, ", ")))
 	}
 	return errors.Join(errs...)
 }
 
+// isSignalExit reports whether err is the exit of a process that SIGTERM
+// ended by its default action: asked to stop, it stopped.
 func isSignalExit(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "signal: terminated")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return false
+	}
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM
 }

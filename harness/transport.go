@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"time"
 
 	"github.com/gorilla/websocket"
 )
@@ -93,7 +94,7 @@ func DialWebsocket(ctx context.Context, base, token string) (*Conn, error) {
 	c := &Conn{RPC: newRPC("websocket "+u.Host, send), readDone: make(chan struct{})}
 	c.closeFn = func() {
 		wmu.Lock()
-		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), deadlineSoon())
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 		wmu.Unlock()
 		ws.Close()
 	}

@@ -111,35 +111,32 @@ func WriteScopeChanges(s *tenants.Set, addressed string, before, after Hashes, e
 	return out
 }
 
+// expectedAnywhere reports whether an absolute pattern matches path.
 func expectedAnywhere(path string, patterns []string) bool {
-	for _, p := range patterns {
-		if !filepath.IsAbs(p) {
-			continue
-		}
-		if strings.HasSuffix(p, "/") && strings.HasPrefix(path, p) {
-			return true
-		}
-		if ok, _ := filepath.Match(p, path); ok {
-			return true
-		}
-	}
-	return false
+	return matchAny(path, patterns, true)
 }
 
+// expectedIn reports whether a pattern relative to home matches path.
 func expectedIn(home, path string, patterns []string) bool {
 	rel, err := filepath.Rel(home, path)
 	if err != nil {
 		return false
 	}
-	rel = filepath.ToSlash(rel)
+	return matchAny(filepath.ToSlash(rel), patterns, false)
+}
+
+// matchAny reports whether one of the patterns that are absolute (or, with
+// abs false, relative) matches name: a pattern ending in "/" matches
+// everything under that folder, any other one as filepath.Match does.
+func matchAny(name string, patterns []string, abs bool) bool {
 	for _, p := range patterns {
-		if filepath.IsAbs(p) {
+		if filepath.IsAbs(p) != abs {
 			continue
 		}
-		if strings.HasSuffix(p, "/") && strings.HasPrefix(rel, p) {
+		if strings.HasSuffix(p, "/") && strings.HasPrefix(name, p) {
 			return true
 		}
-		if ok, _ := filepath.Match(p, rel); ok {
+		if ok, _ := filepath.Match(p, name); ok {
 			return true
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/internal/syncio"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -36,7 +37,9 @@ func TestStagingTargetFromRoster(t *testing.T) {
 	roster := filepath.Join(dir, "tenants.json")
 	require.NoError(t, tenants.WriteRoster(roster, stage.Roster(journal)))
 
-	env, err := stage.Env(map[string]string{"AGENTD_SESSION_TOKEN": "staging-token", "AGENTD_MANAGED_DIR": filepath.Join(dir, "managed")})
+	marker := "staging-" + filepath.Base(dir)
+	env, err := stage.Env(map[string]string{"AGENTD_SESSION_TOKEN": "staging-token", "AGENTD_MANAGED_DIR": filepath.Join(dir, "managed"),
+		procgroup.MarkerVar: marker})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -44,6 +47,14 @@ func TestStagingTargetFromRoster(t *testing.T) {
 		Argv: []string{agentdBin, "serve", "--host", "127.0.0.1", "--port", "0", "--cron", "--cron-interval", "500ms"}})
 	require.NoError(t, err)
 	defer srv.Kill()
+	defer func() {
+		// The staging server is the test's own child: stopped, nothing it
+		// started (shells) may outlive it.
+		require.NotEmpty(t, procgroup.Marked(marker), "positive control: the server and its shells carry the marker")
+		require.NoError(t, srv.Stop(20*time.Second))
+		require.Eventually(t, func() bool { return len(procgroup.Marked(marker)) == 0 }, 10*time.Second, 10*time.Millisecond,
+			"processes of the staging server outlived it: %v", procgroup.Marked(marker))
+	}()
 	m, err := srv.WaitLine(ctx, regexp.MustCompile(harness.DefaultReadyLine))
 	require.NoError(t, err)
 
