@@ -757,14 +757,7 @@ func (c *conn) lead(ctx context.Context, id uint64, p *pending, tok *readToken) 
 		}
 		switch {
 		case f.Re == id:
-			c.mu.Lock()
-			delete(c.pending, id)
-			c.mu.Unlock()
-			giveBack()
-			if f.Err != nil {
-				return nil, f.Err
-			}
-			return f.Body, nil
+			return c.ownReply(id, f, giveBack)
 		case f.Re != 0:
 			c.deliver(f)
 		default:
@@ -809,6 +802,20 @@ func (c *conn) await(ctx context.Context, id uint64, p *pending) (json.RawMessag
 	}
 }
 
+// ownReply ends the wait of the goroutine reading for request id, whose
+// reply f has come: it forgets the request, passes the reading role on
+// with release, and returns the reply's body or error.
+func (c *conn) ownReply(id uint64, f *Frame, release func()) (json.RawMessage, error) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+	release()
+	if f.Err != nil {
+		return nil, f.Err
+	}
+	return f.Body, nil
+}
+
 // stopped tells the peer we stopped waiting on request id, and is the
 // error for it.
 func (c *conn) stopped(ctx context.Context, id uint64) error {
@@ -845,14 +852,7 @@ func (c *conn) readForReply(ctx context.Context, id uint64, tok *readToken) (jso
 		}
 		switch {
 		case f.Re == id:
-			c.mu.Lock()
-			delete(c.pending, id)
-			c.mu.Unlock()
-			resume()
-			if f.Err != nil {
-				return nil, f.Err
-			}
-			return f.Body, nil
+			return c.ownReply(id, f, resume)
 		case f.Re != 0:
 			c.deliver(f)
 		case f.ID == 0:
