@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -53,8 +54,115 @@ func TestResolve(t *testing.T) {
 	require.Equal(t, []string{"runner", "-x"}, s.Launcher, "the managed launcher wins")
 	s = isolation.Resolve(cfg(nil, "bwrap --die-with-parent"), nil)
 	require.Equal(t, []string{"bwrap", "--die-with-parent"}, s.Launcher)
+	s = isolation.Resolve(cfg(nil, "bwrap --setenv X 'a b' \"c \\\" d\""), nil)
+	require.Equal(t, []string{"bwrap", "--setenv", "X", "a b", `c " d`}, s.Launcher, "a string splits with shell quoting")
 	s = isolation.Resolve(cfg(nil, 7), nil)
-	require.Len(t, s.Warnings, 1)
+	require.ErrorIs(t, s.Err(), isolation.ErrBadSettings)
+	require.ErrorContains(t, s.Err(), "plugins.host.launcher in the profile config")
+	s = isolation.Resolve(cfg(nil, "runner 'open"), nil)
+	require.ErrorContains(t, s.Err(), "never closed")
+}
+
+func TestModeSourceAndPooledDefault(t *testing.T) {
+	t.Parallel()
+	s := isolation.Resolve(nil, nil)
+	require.False(t, s.Set)
+	require.Equal(t, isolation.InProcess, s.Mode)
+	p := s.ForPooled()
+	require.Equal(t, isolation.Host, p.Mode, "pooled serving defaults to host")
+	require.Contains(t, p.Why, "pooled")
+
+	s = isolation.Resolve(cfg("in_process", nil), nil)
+	require.True(t, s.Set)
+	require.Equal(t, isolation.InProcess, s.ForPooled().Mode, "an explicit in_process stays")
+	require.Contains(t, s.Why, "profile config")
+
+	s = isolation.Resolve(cfg("in_process", nil), cfg("host", nil))
+	require.Equal(t, isolation.Host, s.ForPooled().Mode)
+	require.Contains(t, s.Why, "pinned")
+
+	s = isolation.Resolve(cfg("sandboxed", nil), nil)
+	require.False(t, s.Set, "an unknown mode is not a choice")
+	require.Equal(t, isolation.Host, s.ForPooled().Mode)
+}
+
+func TestSplitArgs(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string][]string{
+		"":                          nil,
+		"  a\tb  c ":                {"a", "b", "c"},
+		`a 'b c' d`:                 {"a", "b c", "d"},
+		`a"b c"d`:                   {"ab cd"},
+		`"a \" \$ \x"`:              {`a " $ \x`},
+		`'it''s'`:                   {"its"},
+		`a\ b`:                      {"a b"},
+		`''`:                        {""},
+		"bwrap --bind \"$HOME\" /h": {"bwrap", "--bind", "$HOME", "/h"},
+	} {
+		got, err := isolation.SplitArgs(in)
+		require.NoError(t, err, "%q", in)
+		require.Equal(t, want, got, "%q", in)
+	}
+	for _, bad := range []string{`'a`, `"a`, `a\`} {
+		_, err := isolation.SplitArgs(bad)
+		require.Error(t, err, "%q", bad)
+		require.ErrorContains(t, err, bad)
+	}
+}
+
+func TestHostLimits(t *testing.T) {
+	t.Parallel()
+	s := isolation.Resolve(nil, nil)
+	require.NoError(t, s.Err())
+	require.Equal(t, isolation.DefaultHostLimits(), s.Limits)
+	require.Equal(t, 30*time.Second, s.Limits.CallTimeout)
+
+	host := func(kv map[string]any) map[string]any {
+		return map[string]any{"plugins": map[string]any{"host": kv}}
+	}
+	s = isolation.Resolve(host(map[string]any{"call_timeout": "2s", "memory_limit": "512MiB", "cpu_limit": "1m",
+		"file_size_limit": "off", "open_files_limit": 64, "processes_limit": "100"}), nil)
+	require.NoError(t, s.Err())
+	require.Equal(t, isolation.HostLimits{CallTimeout: 2 * time.Second, Memory: 512 << 20, CPU: time.Minute,
+		OpenFiles: 64, Processes: 100}, s.Limits)
+
+	s = isolation.Resolve(host(map[string]any{"call_timeout": "2s"}), host(map[string]any{"call_timeout": "5s", "memory_limit": "1G"}))
+	require.Equal(t, 5*time.Second, s.Limits.CallTimeout, "the operator's value wins")
+	require.Equal(t, int64(1<<30), s.Limits.Memory)
+
+	for key, bad := range map[string]any{"call_timeout": "soon", "memory_limit": "lots", "cpu_limit": []any{1}, "open_files_limit": "-1"} {
+		s = isolation.Resolve(host(map[string]any{key: bad}), nil)
+		require.ErrorIs(t, s.Err(), isolation.ErrBadSettings, key)
+		require.ErrorContains(t, s.Err(), "plugins.host."+key+" in the profile config", key)
+	}
+	s = isolation.Resolve(host(map[string]any{"call_timeout": "off"}), nil)
+	require.ErrorContains(t, s.Err(), "call_timeout", "a call always has a deadline")
+}
+
+func TestInProcessHazardsFindGoroutines(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "plugin.go"), []byte(`package p
+
+import (
+	"time"
+)
+
+func Register() {
+	go func() { panic("x") }()
+	time.AfterFunc(time.Second, func() {})
+}
+`), 0o644))
+	got, err := isolation.InProcessHazards(dir)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Contains(t, got[0], "plugin.go:8: go statement")
+	require.Contains(t, got[1], "plugin.go:9: time.AfterFunc")
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "plugin.go"), []byte("package p\n\nfunc Register() {}\n"), 0o644))
+	got, err = isolation.InProcessHazards(dir)
+	require.NoError(t, err)
+	require.Empty(t, got)
 }
 
 func TestLoadSettingsManagedPinWins(t *testing.T) {

@@ -39,10 +39,43 @@ type Settings struct {
 	// Pinned reports that the managed scope set the mode, so the profile's
 	// own value was not consulted.
 	Pinned bool
+	// Set reports that a scope set plugins.isolation (to a valid mode);
+	// when it is false Mode is the default, which pooled serving replaces
+	// (see ForPooled).
+	Set bool
+	// Why says where Mode came from, for the profile's log.
+	Why string
 	// Launcher is the argv prefix (a sandbox runner) the host runs under.
 	Launcher []string
+	// Limits bound the host: its call deadline and rlimits.
+	Limits HostLimits
 	// Warnings says what was wrong with the configuration, if anything.
 	Warnings []string
+	// Errors are values that cannot be used (a launcher with an open
+	// quote, a limit that is not a size): Err reports them.
+	Errors []string
+}
+
+// Err is an error naming every unusable value, or nil.
+func (s Settings) Err() error {
+	if len(s.Errors) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrBadSettings, strings.Join(s.Errors, "; "))
+}
+
+// ErrBadSettings marks a plugins setting whose value cannot be used.
+var ErrBadSettings = errors.New("bad plugins settings")
+
+// ForPooled is s as a pooled server (one process serving every profile)
+// resolves it: when no scope set plugins.isolation, third-party plugins run
+// in a host.
+func (s Settings) ForPooled() Settings {
+	if !s.Set {
+		s.Mode = Host
+		s.Why = "not set in the profile or managed config; a pooled server runs third-party plugins in a host by default"
+	}
+	return s
 }
 
 // ManagedDir is $AGENTD_MANAGED_DIR, or DefaultManagedDir.
@@ -66,7 +99,8 @@ func LoadSettings(home, managedDir string) (Settings, error) {
 			return Settings{}, err
 		}
 	}
-	return Resolve(profile, managed), nil
+	s := Resolve(profile, managed)
+	return s, s.Err()
 }
 
 func readYAML(path string) (map[string]any, error) {
@@ -96,31 +130,34 @@ func Resolve(profile, managed map[string]any) Settings {
 		raw, from = lookup(profile, "plugins", "isolation"), "profile config"
 	}
 	s.Mode = InProcess
+	s.Why = "not set in the profile or managed config; the default for a single-profile server"
 	if raw != nil {
 		v := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(fmt.Sprint(raw))), "-", "_")
 		switch Mode(v) {
 		case InProcess, Host:
 			s.Mode = Mode(v)
+			s.Set = true
+			s.Why = "set in the " + from
+			if s.Pinned {
+				s.Why = "pinned by the managed config"
+			}
 		default:
 			s.Warnings = append(s.Warnings, fmt.Sprintf(
 				"plugins.isolation %q in the %s is not one of %q, %q; loading plugins in-process", fmt.Sprint(raw), from, InProcess, Host))
 		}
 	}
-	l := lookup(managed, "plugins", "host", "launcher")
+	l, from := lookup(managed, "plugins", "host", "launcher"), "managed config"
 	if l == nil {
-		l = lookup(profile, "plugins", "host", "launcher")
+		l, from = lookup(profile, "plugins", "host", "launcher"), "profile config"
 	}
-	switch l := l.(type) {
-	case string:
-		s.Launcher = strings.Fields(l)
-	case []any:
-		for _, p := range l {
-			s.Launcher = append(s.Launcher, fmt.Sprint(p))
-		}
-	case nil:
-	default:
-		s.Warnings = append(s.Warnings, fmt.Sprintf("plugins.host.launcher is a %T; want a string or a list of strings", l))
+	launcher, err := ParseArgv(l)
+	if err != nil {
+		s.Errors = append(s.Errors, fmt.Sprintf("plugins.host.launcher in the %s: %v", from, err))
 	}
+	s.Launcher = launcher
+	var errs []string
+	s.Limits, errs = resolveLimits(profile, managed)
+	s.Errors = append(s.Errors, errs...)
 	return s
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/tenantcanary/tenantcanary/isolation"
 )
 
 // Config is a profile's effective configuration: the managed scope
@@ -36,7 +38,10 @@ type Config struct {
 		Enabled   []string `yaml:"enabled"`
 		Isolation string   `yaml:"isolation"`
 		Host      struct {
-			Launcher []string `yaml:"launcher"`
+			// Launcher is a list, or one string split with shell
+			// quoting rules. The limits (plugins.host.call_timeout,
+			// memory_limit, ...) are read by isolation.Resolve.
+			Launcher isolation.Argv `yaml:"launcher"`
 		} `yaml:"host"`
 	} `yaml:"plugins"`
 	Gateway struct {

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/isolation"
 )
 
 func testHomes(t *testing.T) Homes {
@@ -98,7 +100,7 @@ agent:
 	cfg, err := p.LoadConfig()
 	require.NoError(t, err)
 	require.Equal(t, "host", cfg.Plugins.Isolation, "the managed pin wins")
-	require.Equal(t, []string{"bwrap", "--die-with-parent"}, cfg.Plugins.Host.Launcher)
+	require.Equal(t, isolation.Argv{"bwrap", "--die-with-parent"}, cfg.Plugins.Host.Launcher)
 	require.Equal(t, "own-model", cfg.Model.Default, "keys the managed scope does not set stay the profile's")
 	require.Equal(t, "OWN_KEY", cfg.Model.KeyEnv)
 	require.Equal(t, "/work/own", cfg.Terminal.Cwd)
@@ -142,6 +144,32 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 	_, err = p.LoadConfig()
 	require.ErrorIs(t, err, ErrBadConfig)
 	require.ErrorContains(t, err, filepath.Join(h.Managed, "config.yaml"))
+}
+
+func TestPluginsLauncherIsAStringOrAListInEitherScope(t *testing.T) {
+	t.Parallel()
+	h := testHomes(t)
+	p, err := h.Get("")
+	require.NoError(t, err)
+	write(t, p.File("config.yaml"), "plugins:\n  host:\n    launcher: \"bwrap --ro-bind / / --setenv X 'a b'\"\n")
+	cfg, err := p.LoadConfig()
+	require.NoError(t, err, "a launcher string in the profile scope")
+	require.Equal(t, isolation.Argv{"bwrap", "--ro-bind", "/", "/", "--setenv", "X", "a b"}, cfg.Plugins.Host.Launcher)
+
+	write(t, filepath.Join(h.Managed, "config.yaml"), "plugins:\n  host:\n    launcher: runner -q\n")
+	cfg, err = p.LoadConfig()
+	require.NoError(t, err, "a launcher string in the operator scope")
+	require.Equal(t, isolation.Argv{"runner", "-q"}, cfg.Plugins.Host.Launcher, "the operator's wins")
+
+	write(t, filepath.Join(h.Managed, "config.yaml"), "plugins:\n  host:\n    launcher: [runner, -x y]\n")
+	cfg, err = p.LoadConfig()
+	require.NoError(t, err)
+	require.Equal(t, isolation.Argv{"runner", "-x y"}, cfg.Plugins.Host.Launcher, "a list is taken as it is")
+
+	write(t, filepath.Join(h.Managed, "config.yaml"), "plugins:\n  host:\n    launcher: \"runner 'open\"\n")
+	_, err = p.LoadConfig()
+	require.ErrorIs(t, err, ErrBadConfig)
+	require.ErrorContains(t, err, "never closed")
 }
 
 func TestMergeIsDeepAndPure(t *testing.T) {
