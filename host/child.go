@@ -19,6 +19,10 @@ import (
 // serves the parent's requests until stdin closes (nil) or ctx ends (nil;
 // the caller should then exit). It is what `agentd plugin-host` runs.
 //
+// On the process's own stdin and stdout it first becomes the host's keeper
+// (see keep): it runs the host proper as its child, cleans up after it, and
+// exits with the host's status without returning.
+//
 // When stdout is os.Stdout, the protocol moves to a private copy of file
 // descriptor 1 and descriptor 1 itself is pointed at stderr, so nothing a
 // plugin prints can reach the protocol stream.
@@ -29,6 +33,12 @@ func ServeChild(ctx context.Context, stdin io.Reader, stdout io.Writer, stderr i
 	if stderr == nil {
 		stderr = io.Discard
 	}
+	if in, ok := stdin.(*os.File); ok && in == os.Stdin {
+		if out, ok := stdout.(*os.File); ok && out == os.Stdout && os.Getenv(keeperEnv) == "" {
+			return keep(stderr)
+		}
+	}
+	_ = os.Unsetenv(keeperEnv) // plugins see the profile's environment only
 	if f, ok := stdout.(*os.File); ok && f == os.Stdout {
 		proto, err := privateStdout()
 		if err != nil {
@@ -127,6 +137,8 @@ type callKey struct{}
 type loadBody struct {
 	Gen     uint64             `json:"gen"`
 	Plugins []pluginload.Found `json:"plugins"`
+	// Limits are set before any plugin loads.
+	Limits Limits `json:"limits"`
 }
 
 type loadReply struct {
@@ -157,6 +169,7 @@ type schemaBody struct {
 
 type extractBody struct {
 	Plugin pluginload.Found `json:"plugin"`
+	Limits Limits           `json:"limits"`
 }
 
 type extractReply struct {
@@ -244,6 +257,9 @@ func (c *child) serve(ctx context.Context, f *Frame) (any, error) {
 		if err := decode(f, &b); err != nil {
 			return nil, err
 		}
+		if err := b.Limits.apply(); err != nil {
+			return nil, err
+		}
 		g := newRegistry(0, true, c, c.stderr)
 		st := g.load(b.Plugin)
 		if st.Error != "" {
@@ -299,6 +315,10 @@ func (c *child) load(ctx context.Context, b loadBody) (any, error) {
 	if c.reg != nil {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("plugins are already loaded in this host: %w", ErrUnsupported)
+	}
+	if err := b.Limits.apply(); err != nil {
+		c.mu.Unlock()
+		return nil, err
 	}
 	g := newRegistry(b.Gen, true, c, c.stderr)
 	c.reg = g

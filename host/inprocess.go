@@ -101,11 +101,41 @@ func (p *InProcess) callCtx(ctx context.Context, session string) (context.Contex
 func (p *InProcess) Call(ctx context.Context, session, tool string, args map[string]any) (string, error) {
 	ctx, cancel := p.callCtx(ctx, session)
 	defer cancel()
-	out, err := p.reg.callTool(ctx, tool, args)
+	var out string
+	err := p.bounded(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = p.reg.callTool(ctx, tool, args)
+		return err
+	})
 	if err != nil {
-		return "", fmt.Errorf("call tool %s in-process: %w", tool, err)
+		return "", fmt.Errorf("call tool %s of profile %s in-process: %w", tool, p.cfg.Profile, err)
 	}
 	return out, nil
+}
+
+// bounded runs fn on a goroutine of its own and returns at ctx's end even if
+// fn does not: in-process, plugin code that ignores its context (a busy
+// loop) cannot be stopped, but it need not hold its caller, the session or
+// the server's shutdown. The goroutine is left to finish on its own; only a
+// plugin host can end such code.
+func (p *InProcess) bounded(ctx context.Context, fn func(context.Context) error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		fmt.Fprintf(p.log(), "agentd: profile %s: an in-process plugin call ran past its deadline and is still running; "+
+			"plugins.isolation: host would have ended it\n", p.cfg.Profile)
+		return fmt.Errorf("no answer by the deadline (%v); the call is abandoned but cannot be stopped in-process: %w", ctx.Err(), ErrTimeout)
+	}
+}
+
+func (p *InProcess) log() io.Writer {
+	if p.cfg.Log == nil {
+		return io.Discard
+	}
+	return p.cfg.Log
 }
 
 // Hook runs every hook registered for event, as session.
@@ -114,8 +144,11 @@ func (p *InProcess) Hook(ctx context.Context, session, event string, payload map
 	defer cancel()
 	var errs []error
 	for _, r := range p.reg.hookRefs(event) {
-		if err := p.reg.runHook(ctx, r, payload); err != nil {
+		if err := p.bounded(ctx, func(ctx context.Context) error { return p.reg.runHook(ctx, r, payload) }); err != nil {
 			errs = append(errs, err)
+			if errors.Is(err, ErrTimeout) {
+				break
+			}
 		}
 	}
 	if len(errs) > 0 {

@@ -10,7 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/isolation"
@@ -46,7 +49,11 @@ type Config struct {
 	Log io.Writer
 
 	// CallTimeout bounds every call that has no earlier deadline
-	// (default 30s). StartTimeout bounds starting and loading (default 30s).
+	// (default 30s, plugins.host.call_timeout). A call into the host that
+	// runs past its deadline kills the host (its whole tree) so that the
+	// plugin code stops; the next call starts a new one, and the death
+	// counts against the restart budget. StartTimeout bounds starting and
+	// loading (default 30s).
 	CallTimeout  time.Duration
 	StartTimeout time.Duration
 	// MaxDeaths deaths within DeathWindow stop restarts (default 3 in 10m).
@@ -61,6 +68,13 @@ type Config struct {
 	// its own (it exits when its stdin closes) before its process group is
 	// killed (default 5s).
 	StopGrace time.Duration
+	// Limits are the rlimits the host sets on itself before loading any
+	// plugin (LimitsOf gives them from plugins.host settings).
+	Limits Limits
+	// KeepPastDeadline leaves a host whose call ran past its deadline
+	// running (the call still fails). It exists for the positive control
+	// of the deadline kill; never set it in a server.
+	KeepPastDeadline bool
 }
 
 func defaultBackoff(n int) time.Duration {
@@ -98,7 +112,11 @@ type hostProc struct {
 	dead    chan struct{}
 	exitErr error
 
+	tail     *tailWriter            // the end of what the host wrote to stderr
+	lastCall atomic.Pointer[string] // what was last asked of it
+
 	mu        sync.Mutex
+	killedFor string // why the manager killed it, if it did
 	loading   string
 	loaded    bool
 	stopping  bool
@@ -305,7 +323,10 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = m.cfg.Home
 	cmd.Env = append(append([]string(nil), m.cfg.Env...), isolation.HostProcessEnv+"=1")
-	cmd.Stderr = m.cfg.Log
+	tail := &tailWriter{}
+	cmd.Stderr = io.MultiWriter(m.cfg.Log, tail)
+	// A process the host left holding its stderr must not hold Wait.
+	cmd.WaitDelay = 2 * time.Second
 	procgroup.Prepare(cmd)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -318,7 +339,7 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start plugin host for profile %s: %v: %w", m.cfg.Profile, err, ErrUnavailable)
 	}
-	h := &hostProc{gen: gen, cmd: cmd, pgid: cmd.Process.Pid, pid: cmd.Process.Pid, dead: make(chan struct{})}
+	h := &hostProc{gen: gen, cmd: cmd, pgid: cmd.Process.Pid, pid: cmd.Process.Pid, dead: make(chan struct{}), tail: tail}
 	h.desc = fmt.Sprintf("plugin host for profile %s (pid %d)", m.cfg.Profile, h.pid)
 	m.mu.Lock()
 	m.procs[h] = true
@@ -352,10 +373,10 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 	select {
 	case herr = <-helloc:
 		if herr != nil {
-			_ = procgroup.Kill(h.pgid)
+			h.kill()
 		}
 	case <-ctx.Done():
-		_ = procgroup.Kill(h.pgid)
+		h.kill()
 		<-helloc
 		herr = fmt.Errorf("no hello: %w", ctx.Err())
 	}
@@ -379,11 +400,36 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if !h.stopping && !h.reaped {
-			_ = procgroup.Kill(h.pgid)
+			h.kill()
 		}
 	}
 	h.conn.start()
 	return h, nil
+}
+
+// kill ends the host's whole tree: its process group, and every process
+// below it however it left the group (setsid, a double fork under the
+// keeper). Never after it was reaped: its pid may name another process.
+func (h *hostProc) kill() {
+	procgroup.KillTree(h.cmd.Process.Pid, h.pgid)
+}
+
+// exitGrace is how long a host whose stream ended may take to exit on its
+// own before its tree is killed.
+const exitGrace = 2 * time.Second
+
+// waitExited returns once the child pid has exited, without reaping it
+// (waitid with WNOWAIT): until Wait reaps it, its pid names no other
+// process, so its tree may still be killed safely.
+func waitExited(pid int) {
+	const pPID, wExited, wNoWait = 1, 4, 0x01000000
+	var info [128]byte // siginfo_t
+	for {
+		_, _, e := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), uintptr(unsafe.Pointer(&info[0])), wExited|wNoWait, 0, 0)
+		if e != syscall.EINTR {
+			return
+		}
+	}
 }
 
 func (m *Manager) forget(h *hostProc) {
@@ -397,18 +443,49 @@ func (m *Manager) forget(h *hostProc) {
 // call in flight with an error naming the host.
 func (m *Manager) monitor(h *hostProc) {
 	h.mu.Lock()
-	if !h.stopping {
-		// Its stream ended unasked: the host is dead or broken. A host
-		// being stopped gets its grace period in stop instead.
-		_ = procgroup.Kill(h.pgid)
-	}
+	stopping := h.stopping
 	h.mu.Unlock()
+	if !stopping {
+		// Its stream ended unasked: the host is dead or broken. Its
+		// keeper exits right after it, having killed what it left, with
+		// its status; a keeper that does not is killed with its tree. A
+		// host being stopped gets its grace period in stop instead.
+		exited := make(chan struct{})
+		go func() {
+			defer close(exited)
+			waitExited(h.cmd.Process.Pid)
+		}()
+		t := time.NewTimer(exitGrace)
+		select {
+		case <-exited:
+		case <-t.C:
+			h.mu.Lock()
+			h.kill()
+			h.mu.Unlock()
+			<-exited
+		}
+		t.Stop()
+	}
 	werr := h.cmd.Wait()
 	h.mu.Lock()
 	h.reaped = true
-	stopping, loading, loaded := h.stopping, h.loading, h.loaded
+	stopping, loading, loaded, killedFor := h.stopping, h.loading, h.loaded, h.killedFor
 	h.mu.Unlock()
-	err := fmt.Errorf("%s exited (%v): %w", h.desc, werr, ErrUnavailable)
+	why := fmt.Sprint(werr)
+	if killedFor != "" {
+		why = killedFor
+	} else {
+		if last := h.tail.lastWords(); last != "" {
+			why = fmt.Sprintf("%v: %s", werr, last)
+		}
+		if c := h.lastCall.Load(); c != nil {
+			why += "; the last call was: " + *c
+		}
+	}
+	err := fmt.Errorf("%s exited (%s): %w", h.desc, why, ErrUnavailable)
+	if !stopping {
+		fmt.Fprintf(m.cfg.Log, "agentd: %s exited (%s); the next call starts a new host\n", h.desc, why)
+	}
 	m.mu.Lock()
 	if m.cur == h {
 		m.cur = nil
@@ -444,7 +521,7 @@ func (m *Manager) stop(h *hostProc) {
 	case <-t.C:
 		h.mu.Lock()
 		if !h.reaped {
-			_ = procgroup.Kill(h.pgid)
+			h.kill()
 		}
 		h.mu.Unlock()
 		<-h.dead
@@ -490,7 +567,7 @@ func (m *Manager) load(ctx context.Context, h *hostProc) error {
 		send = append(send, f)
 	}
 	m.mu.Unlock()
-	raw, err := h.conn.request(ctx, &Frame{Op: opLoad, Body: mustJSON(loadBody{Gen: h.gen, Plugins: send})}, "")
+	raw, err := h.conn.request(ctx, &Frame{Op: opLoad, Body: mustJSON(loadBody{Gen: h.gen, Plugins: send, Limits: m.cfg.Limits})}, "")
 	if err != nil {
 		return fmt.Errorf("load plugins into the %s: %w", h.desc, err)
 	}
@@ -593,21 +670,54 @@ func (m *Manager) requestOn(ctx context.Context, h *hostProc, what, op, session 
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 	defer cancel()
 	f := &Frame{Op: op, Session: session, Body: b}
+	h.lastCall.Store(&what)
+	var allowed time.Duration
 	if dl, ok := ctx.Deadline(); ok {
-		f.TimeoutMS = max(1, time.Until(dl).Milliseconds())
+		allowed = time.Until(dl)
+		f.TimeoutMS = max(1, allowed.Milliseconds())
 	}
 	raw, err := h.conn.request(ctx, f, session)
 	if err != nil {
-		if errors.Is(err, ErrTimeout) {
-			return nil, fmt.Errorf("%s in the %s: %w", what, h.desc, err)
-		}
 		var we *Error
+		if errors.Is(err, ErrTimeout) && !errors.As(err, &we) {
+			// Not the plugin's own timeout error: the host did not answer.
+			return nil, m.pastDeadline(h, what, allowed, err)
+		}
 		if errors.As(err, &we) {
 			return nil, fmt.Errorf("%s in the %s: %w", what, h.desc, err)
 		}
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return raw, nil
+}
+
+// pastDeadline ends a host whose call ran past its deadline: the plugin
+// code may still be running (a busy loop, an allocation), and only ending
+// the process stops it. The error names the call, the host (so the
+// profile) and the deadline.
+func (m *Manager) pastDeadline(h *hostProc, what string, allowed time.Duration, err error) error {
+	limit := fmt.Sprintf("its deadline of %v", allowed.Round(time.Millisecond))
+	if allowed >= m.cfg.CallTimeout-time.Millisecond {
+		limit = fmt.Sprintf("plugins.host.call_timeout (%v)", m.cfg.CallTimeout)
+	}
+	if m.cfg.KeepPastDeadline {
+		return fmt.Errorf("%s in the %s: no answer within %s: %w", what, h.desc, limit, err)
+	}
+	h.mu.Lock()
+	killed := false
+	if !h.stopping && !h.reaped && h.killedFor == "" {
+		h.killedFor = fmt.Sprintf("killed: %s ran past %s", what, limit)
+		h.kill()
+		killed = true
+	}
+	h.mu.Unlock()
+	if killed {
+		// Calls from now on wait for the restart rather than reach it.
+		h.conn.fail(fmt.Errorf("%s: %s: %w", h.desc, h.killedFor, ErrUnavailable))
+		fmt.Fprintf(m.cfg.Log, "agentd: %s: %s ran past %s; killed the host and everything it started\n", h.desc, what, limit)
+	}
+	return fmt.Errorf("%s in the %s: no answer within %s; the host was killed (a new one starts on the next call): %w",
+		what, h.desc, limit, err)
 }
 
 // Plugins reports every discovered plugin and how loading it went in the
@@ -643,11 +753,12 @@ func (m *Manager) Call(ctx context.Context, session, tool string, args map[strin
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
 	h.mu.Lock()
-	_, ok := h.tools[tool]
+	spec, ok := h.tools[tool]
 	h.mu.Unlock()
 	if !ok {
 		return "", fmt.Errorf("%s: no plugin in the %s registered it: %w", what, h.desc, ErrNotFound)
 	}
+	what = fmt.Sprintf("call tool %s of plugin %s", tool, spec.Plugin)
 	raw, err := m.requestOn(ctx, h, what, opCall, session, callBody{Tool: tool, Args: args})
 	if err != nil {
 		return "", err

@@ -68,7 +68,7 @@ func TestManagedPinWinsOverTheProfilesInProcess(t *testing.T) {
 	// The in-process path asks first and refuses, running no plugin code.
 	_, err = host.LoadInProcess(host.InProcessConfig{Profile: "p", Mode: s.Mode, PluginsDir: filepath.Join(home, "plugins"), Backend: &server{}})
 	require.ErrorIs(t, err, isolation.ErrRefused)
-	require.Contains(t, err.Error(), "plugin hostprobe")
+	require.Contains(t, err.Error(), "would run inside the server process")
 	require.False(t, markerExists(home, "loaded-hostprobe", os.Getpid()))
 
 	e := newEnv(t, home, func(c *host.Config) { c.Enabled = []string{"hostprobe"} })

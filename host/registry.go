@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/tenantcanary/tenantcanary/isolation"
@@ -79,6 +80,18 @@ func (g *registry) load(f pluginload.Found) PluginStatus {
 	// depends on the profile's mode.
 	if err := isolation.MayLoadInProcess("plugin "+f.Name, g.source, g.mode); err != nil {
 		return g.record(PluginStatus{Name: f.Name, Kind: f.Kind, Dir: f.Dir, Error: err.Error()})
+	}
+	if !g.hostMode {
+		// In this process a panic on a goroutine of the plugin's own would
+		// end the server: such code runs only in a host.
+		hz, err := isolation.InProcessHazards(f.Dir)
+		if err == nil && len(hz) > 0 {
+			err = fmt.Errorf("plugin %s starts goroutines, which only a plugin host can run safely "+
+				"(set plugins.isolation: %s): %s: %w", f.Name, isolation.Host, strings.Join(hz, "; "), ErrUnsupported)
+		}
+		if err != nil {
+			return g.record(PluginStatus{Name: f.Name, Kind: f.Kind, Dir: f.Dir, Error: err.Error()})
+		}
 	}
 	err := pluginload.Load(f.Dir, rec, pluginload.Options{Out: g.out, Unrestricted: g.hostMode, Env: g.env})
 	rec.mu.Lock()

@@ -1,0 +1,300 @@
+package host_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/host"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+)
+
+// The defences of a profile's plugin host against a hostile plugin
+// (testdata/hostile.go.txt): a deadline that kills, rlimits, a panic on a
+// goroutine of the plugin's own, processes that leave the host's group.
+// Every process of a test's hosts carries the test's run marker in its
+// environment, so a /proc scan proves none survives.
+
+func hostileHome(t testing.TB) string {
+	home := newHome(t)
+	writePlugin(t, home, "hostile", "name: hostile\nversion: \"1.0\"\n", readTestdata(t, "hostile.go.txt"))
+	return home
+}
+
+// marked gives the host a run marker of its own and, at cleanup, proves no
+// process carrying it is left (killing any that is, after failing).
+func marked(t *testing.T, c *host.Config) string {
+	t.Helper()
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	id := "hostguard-" + hex.EncodeToString(b)
+	c.Env = append(c.Env, procgroup.MarkerVar+"="+id)
+	return id
+}
+
+// requireNoneMarked waits for every process carrying id to be gone.
+func requireNoneMarked(t *testing.T, id, after string) {
+	t.Helper()
+	ok := assertEventually(func() bool { return len(procgroup.Marked(id)) == 0 })
+	if !ok {
+		left := procgroup.Marked(id)
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		t.Fatalf("after %s, processes of the host survive: %v", after, describe(left))
+	}
+}
+
+func assertEventually(cond func() bool) bool {
+	deadline := time.Now().Add(eventually)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(tick)
+	}
+	return cond()
+}
+
+func describe(pids []int) []string {
+	var out []string
+	for _, pid := range pids {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		out = append(out, fmt.Sprintf("%d %q", pid, strings.ReplaceAll(string(cmd), "\x00", " ")))
+	}
+	return out
+}
+
+// cpuTicks is the CPU time pid has used, in clock ticks (utime+stime).
+func cpuTicks(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndex(s, ")")+2:])
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return utime + stime
+}
+
+func TestCallPastItsDeadlineKillsOnlyThatProfilesHost(t *testing.T) {
+	t.Parallel()
+	var id string
+	e := newEnv(t, hostileHome(t), func(c *host.Config) {
+		c.CallTimeout = 2 * time.Second
+		id = marked(t, c)
+	})
+	other := newEnv(t, probeHome(t), nil)
+	otherPID := pidOf(other.call("s", "hostprobe_pid", nil))
+
+	first := pidOf(e.call("s", "hostile_pid", nil))
+	_, err := e.m.Call(context.Background(), "s", "hostile_spin", nil)
+	require.ErrorIs(t, err, host.ErrTimeout)
+	for _, want := range []string{"hostile_spin", "plugin hostile", "profile " + filepath.Base(e.home), "plugins.host.call_timeout (2s)", "killed"} {
+		require.Contains(t, err.Error(), want)
+	}
+	require.True(t, markerExists(e.home, "spinning", first), "positive control: the busy loop ran in the host")
+	require.Eventually(t, func() bool { return !procgroup.Alive(first) }, eventually, tick, "the spinning host %d still runs", first)
+	requireNoneMarked(t, id, "the deadline kill")
+
+	second := pidOf(e.call("s", "hostile_pid", nil))
+	require.NotEqual(t, first, second, "a new host serves the next call")
+	require.Equal(t, uint64(2), e.m.Generation())
+	require.Contains(t, e.log.String(), "ran past plugins.host.call_timeout")
+
+	require.True(t, procgroup.Alive(otherPID), "another profile's host was touched")
+	require.Equal(t, otherPID, pidOf(other.call("s", "hostprobe_pid", nil)))
+
+	// A caller's own shorter deadline is the deadline, and is named.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = e.m.Call(ctx, "s", "hostile_spin", nil)
+	require.ErrorIs(t, err, host.ErrTimeout)
+	require.Contains(t, err.Error(), "its deadline of")
+	require.Eventually(t, func() bool { return !procgroup.Alive(second) }, eventually, tick)
+}
+
+func TestWithoutTheDeadlineKillTheBusyLoopKeepsBurning(t *testing.T) {
+	t.Parallel()
+	// The positive control of the deadline kill: the same call, the host
+	// left running, burns CPU after its caller gave up.
+	e := newEnv(t, hostileHome(t), func(c *host.Config) {
+		c.CallTimeout = time.Second
+		c.KeepPastDeadline = true
+		c.StopGrace = time.Second
+	})
+	pid := pidOf(e.call("s", "hostile_pid", nil))
+	_, err := e.m.Call(context.Background(), "s", "hostile_spin", nil)
+	require.ErrorIs(t, err, host.ErrTimeout)
+	require.NotContains(t, err.Error(), "killed")
+	before := cpuTicks(t, pid)
+	require.Eventually(t, func() bool { return cpuTicks(t, pid)-before >= 30 }, eventually, tick,
+		"the busy loop stopped burning CPU on its own")
+	require.Equal(t, pid, e.m.PID(), "the host was replaced")
+}
+
+func TestMemoryLimitEndsOnlyThatHost(t *testing.T) {
+	t.Parallel()
+	var id string
+	e := newEnv(t, hostileHome(t), func(c *host.Config) {
+		c.Limits = host.Limits{Memory: 1 << 30, CPUSeconds: 60, FileSize: 1 << 20, OpenFiles: 256}
+		id = marked(t, c)
+	})
+	other := newEnv(t, probeHome(t), nil)
+	otherPID := pidOf(other.call("s", "hostprobe_pid", nil))
+
+	first := pidOf(e.call("s", "hostile_pid", nil))
+	_, err := e.m.Call(context.Background(), "s", "hostile_alloc", nil)
+	require.ErrorIs(t, err, host.ErrUnavailable)
+	for _, want := range []string{"hostile_alloc", "plugin hostile", "profile " + filepath.Base(e.home), "out of memory"} {
+		require.Contains(t, err.Error(), want)
+	}
+	requireNoneMarked(t, id, "the memory limit")
+	require.NotEqual(t, first, pidOf(e.call("s", "hostile_pid", nil)), "a new host serves the next call")
+	require.True(t, procgroup.Alive(otherPID), "another profile's host died")
+	require.Equal(t, otherPID, pidOf(other.call("s", "hostprobe_pid", nil)))
+}
+
+func TestWithoutAMemoryLimitTheAllocationSucceeds(t *testing.T) {
+	t.Parallel()
+	// The positive control of the memory limit: 4 GiB is allowed here.
+	e := newEnv(t, hostileHome(t), nil)
+	v := e.call("s", "hostile_alloc", nil)
+	require.EqualValues(t, 4<<30, v["allocated"])
+}
+
+func TestAHostsDeathEndsEveryProcessItStarted(t *testing.T) {
+	t.Parallel()
+	for _, end := range []string{"close", "deadline", "crash"} {
+		t.Run(end, func(t *testing.T) {
+			t.Parallel()
+			var id string
+			e := newEnv(t, hostileHome(t), func(c *host.Config) {
+				c.CallTimeout = 3 * time.Second
+				id = marked(t, c)
+			})
+			v := e.call("s", "hostile_spawn", nil)
+			hostPID, setsidPID := pidOf(v), int(v["setsid"].(float64))
+			// Positive control: the scan sees the host, the keeper, and
+			// both escapees (the double fork's orphan included).
+			require.Eventually(t, func() bool { return len(procgroup.Marked(id)) >= 4 }, eventually, tick,
+				"the marker scan never saw the host's processes: %v", describe(procgroup.Marked(id)))
+			require.NotContains(t, procgroup.GroupMembers(e.m.PGID()), setsidPID, "the setsid child left the host's group")
+			switch end {
+			case "close":
+				require.NoError(t, e.m.Close())
+			case "deadline":
+				_, err := e.m.Call(context.Background(), "s", "hostile_spin", nil)
+				require.ErrorIs(t, err, host.ErrTimeout)
+			case "crash":
+				require.NoError(t, syscall.Kill(hostPID, syscall.SIGKILL))
+			}
+			requireNoneMarked(t, id, end)
+		})
+	}
+}
+
+func TestWithoutTheKeeperADoubleForkSurvivesTheHost(t *testing.T) {
+	t.Parallel()
+	// The positive control of the keeper: a host started as the keeper's
+	// inner host, with no keeper above it, leaves the double fork's orphan
+	// behind when it is closed.
+	var id string
+	e := newEnv(t, hostileHome(t), func(c *host.Config) {
+		id = marked(t, c)
+		c.Env = append(c.Env, "AGENTD_PLUGIN_HOST_KEEPER=inner")
+	})
+	e.call("s", "hostile_spawn", nil)
+	require.NoError(t, e.m.Close())
+	left := procgroup.Marked(id)
+	defer func() {
+		for _, pid := range procgroup.Marked(id) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		requireNoneMarked(t, id, "the test's own cleanup")
+	}()
+	var orphans []string
+	for _, d := range describe(left) {
+		if strings.Contains(d, "sleep 601") {
+			orphans = append(orphans, d)
+		}
+	}
+	require.NotEmpty(t, orphans, "the double fork's orphan did not survive without the keeper: the keeper test proves nothing")
+}
+
+func TestAPanicOnAPluginsGoroutineEndsOnlyItsHost(t *testing.T) {
+	t.Parallel()
+	var id string
+	e := newEnv(t, hostileHome(t), func(c *host.Config) { id = marked(t, c) })
+	first := pidOf(e.call("s", "hostile_pid", nil))
+	out, err := e.m.Call(context.Background(), "s", "hostile_gopanic", nil)
+	require.NoError(t, err)
+	require.Equal(t, "started", out)
+	require.Eventually(t, func() bool { return !procgroup.Alive(first) }, eventually, tick, "the host survived its plugin's panic")
+	requireNoneMarked(t, id, "the panic")
+	require.Eventually(t, func() bool {
+		l := e.log.String()
+		return strings.Contains(l, "exited (exit status 2: panic: hostile goroutine panicked") &&
+			strings.Contains(l, "the last call was: call tool hostile_gopanic of plugin hostile")
+	}, eventually, tick, "the profile's log does not say why the host died")
+	require.NotEqual(t, first, pidOf(e.call("s", "hostile_pid", nil)), "a new host serves the next call")
+}
+
+func TestInProcessRefusesGoroutinesAndABusyLoopDoesNotHoldItsCaller(t *testing.T) {
+	t.Parallel()
+	home := newHome(t)
+	writePlugin(t, home, "hostile", "name: hostile\nversion: \"1.0\"\n", readTestdata(t, "hostile.go.txt"))
+	writePlugin(t, home, "spinner", "name: spinner\nversion: \"1.0\"\n", `package spinner
+
+import (
+	"os"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+func Register(ctx plugin.Context) error {
+	return ctx.RegisterTool(plugin.Tool{Name: "spin_until_told", Handler: func(args map[string]any) (string, error) {
+		_ = os.WriteFile(args["dir"].(string)+"/spinning", nil, 0o600)
+		for {
+			if _, err := os.Stat(args["dir"].(string) + "/stop"); err == nil {
+				break
+			}
+		}
+		_ = os.WriteFile(args["dir"].(string)+"/stopped", nil, 0o600)
+		return "done", nil
+	}})
+}
+`)
+	ip, err := host.LoadInProcess(host.InProcessConfig{
+		Profile: "inproc", Mode: "in_process", PluginsDir: filepath.Join(home, "plugins"),
+		Backend: &server{}, CallTimeout: time.Second,
+	})
+	require.NoError(t, err)
+	st := statusOf(t, ip, "hostile")
+	require.Contains(t, st.Error, "go statement", "a plugin that starts goroutines loaded in-process")
+	require.Contains(t, st.Error, "plugins.isolation: host")
+	_, err = ip.Call(context.Background(), "s", "hostile_gopanic", nil)
+	require.ErrorIs(t, err, host.ErrNotFound, "its tools are not registered")
+	require.Empty(t, statusOf(t, ip, "spinner").Error, "positive control: a plugin with no goroutine loads")
+
+	dir := t.TempDir()
+	_, err = ip.Call(context.Background(), "s", "spin_until_told", map[string]any{"dir": dir})
+	require.ErrorIs(t, err, host.ErrTimeout, "the busy loop held its caller")
+	require.FileExists(t, filepath.Join(dir, "spinning"))
+	require.NoFileExists(t, filepath.Join(dir, "stopped"), "positive control: the loop was still running when the call returned")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "stop"), nil, 0o600))
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "stopped"))
+		return err == nil
+	}, eventually, tick)
+}
