@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -99,6 +100,10 @@ type Manager struct {
 	closed      bool
 	procs       map[*hostProc]bool
 	lastErr     error
+	// known are the tools the last host that loaded registered: with no
+	// host (its restart budget spent) they stay listed, and calling one
+	// fails with the reason.
+	known map[string]ToolSpec
 }
 
 // hostProc is one generation of the host: one process and its connection.
@@ -580,9 +585,16 @@ func (m *Manager) load(ctx context.Context, h *hostProc) error {
 	h.loaded = true
 	h.plugins = append(r.Plugins, skipped...)
 	h.tools, h.hooks, h.providers = map[string]ToolSpec{}, map[string][]Ref{}, map[string]ProviderSpec{}
+	known := map[string]ToolSpec{}
+	defer func() {
+		m.mu.Lock()
+		m.known = known
+		m.mu.Unlock()
+	}()
 	for _, p := range r.Plugins {
 		for _, t := range p.Tools {
 			h.tools[t.Name] = t
+			known[t.Name] = t
 		}
 		for _, hk := range p.Hooks {
 			h.hooks[hk.Event] = append(h.hooks[hk.Event], hk.Ref)
@@ -732,10 +744,23 @@ func (m *Manager) Plugins(ctx context.Context) ([]PluginStatus, error) {
 	return append([]PluginStatus(nil), h.plugins...), nil
 }
 
-// Tools lists the tools of the plugins loaded in the host.
+// Tools lists the tools of the plugins loaded in the host. When the host
+// cannot run because its restart budget is spent, it returns the tools the
+// last host had with the error (wrapping ErrBudgetExhausted): a caller keeps
+// them listed, and calling one fails with the reason.
 func (m *Manager) Tools(ctx context.Context) ([]ToolSpec, error) {
 	ps, err := m.Plugins(ctx)
 	if err != nil {
+		if errors.Is(err, ErrBudgetExhausted) {
+			m.mu.Lock()
+			out := make([]ToolSpec, 0, len(m.known))
+			for _, t := range m.known {
+				out = append(out, t)
+			}
+			m.mu.Unlock()
+			sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+			return out, err
+		}
 		return nil, err
 	}
 	var out []ToolSpec
@@ -750,6 +775,12 @@ func (m *Manager) Call(ctx context.Context, session, tool string, args map[strin
 	what := "call tool " + tool
 	h, err := m.ensure(ctx)
 	if err != nil {
+		m.mu.Lock()
+		spec, ok := m.known[tool]
+		m.mu.Unlock()
+		if ok {
+			what = fmt.Sprintf("call tool %s of plugin %s", tool, spec.Plugin)
+		}
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
 	h.mu.Lock()

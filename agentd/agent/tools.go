@@ -22,6 +22,9 @@ type Env struct {
 	Home    string // profile home
 	// Shell returns the session's persistent shell, starting it if needed.
 	Shell func(ctx context.Context) (*terminal.Shell, error)
+	// Emit, when set, sends an event to the session's connection (a tool
+	// reports an error the user can act on with an "error" event).
+	Emit func(typ string, payload any)
 }
 
 // Tool is one tool the model may call.

@@ -382,7 +382,8 @@ func newServer(env *Env, h profile.Homes, log *slog.Logger, source string) (*ser
 	// the plugins call back into this server (nested calls, facades).
 	var srv *server.Server
 	builtins := []agent.Tool{agent.TerminalTool{}}
-	pluginOpts := plugins.Options{Command: append(append([]string(nil), env.Self...), "plugin-host"), Faults: fs}
+	pluginOpts := plugins.Options{Command: append(append([]string(nil), env.Self...), "plugin-host"), Faults: fs,
+		Pooled: source == "serve" || source == "gateway"}
 	tools := func(sc *scope.Scope) *agent.Registry {
 		o := pluginOpts
 		o.Backend = srv

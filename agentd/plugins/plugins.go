@@ -25,7 +25,11 @@ type Options struct {
 	Command []string
 	// Backend serves the plugins' nested calls (DispatchTool, facades).
 	Backend host.Backend
-	// CallTimeout bounds a plugin call without an earlier deadline.
+	// Pooled says the server serves every profile from one process
+	// (`agentd serve`, `agentd gateway`): a profile whose configuration
+	// does not set plugins.isolation runs its plugins in a host.
+	Pooled bool
+	// CallTimeout, when set, replaces plugins.host.call_timeout (tests).
 	CallTimeout time.Duration
 	// Faults are seeded isolation bugs (test-only; see package faults).
 	Faults faults.Set
@@ -87,6 +91,13 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 		for _, w := range set.Warnings {
 			sc.Log.Warn("plugins: " + w)
 		}
+		if opts.Pooled {
+			set = set.ForPooled()
+		}
+		callTimeout := set.Limits.CallTimeout
+		if opts.CallTimeout > 0 {
+			callTimeout = opts.CallTimeout
+		}
 		enabled := snap.Config.Plugins.Enabled
 		backend := opts.Backend
 		var lost *lostContext
@@ -111,22 +122,24 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 				Enabled:     enabled,
 				Backend:     backend,
 				Log:         sc.LogWriter(),
-				CallTimeout: opts.CallTimeout,
+				CallTimeout: callTimeout,
+				Limits:      host.LimitsOf(set.Limits),
 			})
 			if err != nil {
 				return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
 			}
-			sc.Log.Info("plugins: host mode", "launcher", len(set.Launcher) > 0)
+			sc.Log.Info("plugins: host mode", "why", set.Why, "launcher", set.Launcher, "call_timeout", callTimeout,
+				"memory_limit", set.Limits.Memory, "cpu_limit", set.Limits.CPU)
 			return &loaded{loader: m, mode: mode, lost: lost}, nil
 		}
 		ip, err := host.LoadInProcess(host.InProcessConfig{
 			Profile: sc.Profile.Name, Mode: mode, Source: isolation.SourceUser, PluginsDir: dir,
-			Enabled: enabled, Backend: backend, Log: sc.LogWriter(), Env: snap.ToolEnv, CallTimeout: opts.CallTimeout,
+			Enabled: enabled, Backend: backend, Log: sc.LogWriter(), Env: snap.ToolEnv, CallTimeout: callTimeout,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
 		}
-		sc.Log.Info("plugins: in-process mode")
+		sc.Log.Info("plugins: in-process mode", "why", set.Why)
 		return &loaded{loader: ip, mode: mode, lost: lost}, nil
 	})
 	if err != nil {
@@ -197,10 +210,15 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 	}
 	logStatus(ctx, sc, loader)
 	specs, err := loader.Tools(ctx)
-	if err != nil {
-		return reg, fmt.Errorf("list plugin tools of profile %q: %w", sc.Profile.Name, err)
-	}
 	var errs []error
+	if err != nil {
+		// With its restart budget spent the host lists the tools it had:
+		// they stay offered, and calling one says why it cannot run.
+		errs = append(errs, fmt.Errorf("list plugin tools of profile %q: %w", sc.Profile.Name, err))
+		if !errors.Is(err, host.ErrBudgetExhausted) {
+			return reg, errs[0]
+		}
+	}
 	for _, spec := range specs {
 		if err := reg.Register(&Tool{spec: spec, loader: loader}); err != nil {
 			errs = append(errs, fmt.Errorf("plugin %s: %w", spec.Plugin, err))
@@ -238,7 +256,14 @@ func (t *Tool) Call(ctx context.Context, env *agent.Env, args json.RawMessage) (
 	if env != nil {
 		session = env.Session
 	}
-	return t.loader.Call(ctx, session, t.spec.Name, m)
+	out, err := t.loader.Call(ctx, session, t.spec.Name, m)
+	if err != nil && errors.Is(err, host.ErrBudgetExhausted) && env != nil && env.Emit != nil {
+		// The user can act on this one (fix or remove the plugin, then
+		// restart the server): say it outside the tool result too.
+		env.Emit("error", map[string]any{"message": fmt.Sprintf(
+			"plugin %s of profile %s cannot run: %v", t.spec.Plugin, env.Profile, err)})
+	}
+	return out, err
 }
 
 type statusKey struct{}

@@ -437,6 +437,7 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (strin
 		Env: &agent.Env{
 			Session: sess.ID, Stored: sess.Stored, Profile: sc.Profile.Name, Home: sc.Profile.Home,
 			Shell: func(ctx context.Context) (*terminal.Shell, error) { return sess.shellFor(ctx, snap) },
+			Emit:  emit,
 		},
 		Emit: emit,
 		Persist: func(ctx context.Context, m llm.Message) error {
