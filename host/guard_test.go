@@ -218,10 +218,14 @@ func TestWithoutTheKeeperADoubleForkSurvivesTheHost(t *testing.T) {
 	require.NoError(t, e.m.Close())
 	left := procgroup.Marked(id)
 	defer func() {
-		for _, pid := range procgroup.Marked(id) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		requireNoneMarked(t, id, "the test's own cleanup")
+		ok := assertEventually(func() bool {
+			left := procgroup.Marked(id)
+			for _, pid := range left {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			return len(left) == 0
+		})
+		require.True(t, ok, "the test could not kill what it left: %v", describe(procgroup.Marked(id)))
 	}()
 	var orphans []string
 	for _, d := range describe(left) {
@@ -297,4 +301,47 @@ func Register(ctx plugin.Context) error {
 		_, err := os.Stat(filepath.Join(dir, "stopped"))
 		return err == nil
 	}, eventually, tick)
+}
+
+func TestAPlainHandlersNestedCallsRunAsItsCallersSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, probeHome(t), nil)
+	// Many sessions at once, so a call could only find its own session by
+	// knowing which call is running.
+	errs := make(chan error, 16)
+	for i := range 16 {
+		go func() {
+			s := fmt.Sprintf("session-%d", i)
+			out, err := e.m.Call(context.Background(), s, "hostprobe_plain_whoami", map[string]any{"set": "v-" + s})
+			if err == nil && out != fmt.Sprintf(`{"inner":{"session":%q},"state":"v-%s"}`, s, s) {
+				err = fmt.Errorf("as %s got %s", s, out)
+			}
+			errs <- err
+		}()
+	}
+	for range 16 {
+		require.NoError(t, <-errs)
+	}
+
+	// The stand-in refuses what agentd refuses: a closed session.
+	e.srv.close("session-gone")
+	_, err := e.m.Call(context.Background(), "session-gone", "hostprobe_plain_whoami", nil)
+	require.ErrorContains(t, err, `unknown live session "session-gone"`, "the stand-in server checks no session")
+
+	// A goroutine the plugin started belongs to no call: refused, never
+	// run as some session.
+	_, err = e.m.Call(context.Background(), "s", "hostprobe_plain_goroutine", nil)
+	require.ErrorContains(t, err, "belongs to no call")
+}
+
+func TestInProcessPlainHandlersNestedCallsRunAsItsCallersSession(t *testing.T) {
+	t.Parallel()
+	home := probeHome(t)
+	srv := &server{}
+	l, err := host.LoadInProcess(host.InProcessConfig{Profile: "p", Mode: "in_process", PluginsDir: filepath.Join(home, "plugins"), Backend: srv})
+	require.NoError(t, err)
+	srv.loader = l
+	out, err := l.Call(context.Background(), "sess-1", "hostprobe_plain_whoami", map[string]any{"set": "x"})
+	require.NoError(t, err)
+	require.Equal(t, `{"inner":{"session":"sess-1"},"state":"x"}`, out)
 }

@@ -3,6 +3,8 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -40,9 +42,37 @@ type server struct {
 	mu     sync.Mutex
 	loader host.Loader
 	state  map[string]map[string]string
+	closed map[string]bool
+}
+
+// errUnknownSession is the stand-in's agentd.ErrUnknownSession.
+var errUnknownSession = errors.New("unknown live session")
+
+// live refuses what agentd refuses: a nested call with no session, or one
+// whose session is not live (closed, or never opened).
+func (s *server) live(session string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if session == "" || s.closed[session] {
+		return fmt.Errorf("%w %q", errUnknownSession, session)
+	}
+	return nil
+}
+
+// close ends a session: nested calls naming it are refused from now on.
+func (s *server) close(session string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed == nil {
+		s.closed = map[string]bool{}
+	}
+	s.closed[session] = true
 }
 
 func (s *server) DispatchTool(ctx context.Context, session, tool string, args map[string]any) (string, error) {
+	if err := s.live(session); err != nil {
+		return "", fmt.Errorf("dispatch %s: %w", tool, err)
+	}
 	switch tool {
 	case "session_probe":
 		b, err := json.Marshal(map[string]any{"session": session})
@@ -57,6 +87,9 @@ func (s *server) DispatchTool(ctx context.Context, session, tool string, args ma
 }
 
 func (s *server) Facade(ctx context.Context, session, facade, method string, args []string) (string, error) {
+	if err := s.live(session); err != nil {
+		return "", fmt.Errorf("%s.%s: %w", facade, method, err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state == nil {

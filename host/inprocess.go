@@ -94,7 +94,8 @@ func (p *InProcess) Tools(ctx context.Context) ([]ToolSpec, error) {
 
 func (p *InProcess) callCtx(ctx context.Context, session string) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
-	return plugin.WithSession(ctx, session), cancel
+	// callKey marks it as a call's context (in-process, with no id).
+	return context.WithValue(plugin.WithSession(ctx, session), callKey{}, uint64(0)), cancel
 }
 
 // Call runs a plugin tool as session.

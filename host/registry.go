@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -40,6 +41,12 @@ type registry struct {
 	hooks    map[uint64]*hookEntry
 	objects  map[uint64]*objEntry
 	schemas  map[string]func() (map[string]any, error)
+
+	// plain maps the goroutine running a plain Handler (which gets no
+	// context) to its call's context, so the handler's nested calls run
+	// as the session of the call that invoked it.
+	plainMu sync.Mutex
+	plain   map[uint64]context.Context
 }
 
 type toolEntry struct {
@@ -69,12 +76,13 @@ func newRegistry(gen uint64, hostMode bool, r reach, out io.Writer) *registry {
 		gen: gen, hostMode: hostMode, reach: r, out: out, mode: mode,
 		tools: map[string]*toolEntry{}, hooks: map[uint64]*hookEntry{},
 		objects: map[uint64]*objEntry{}, schemas: map[string]func() (map[string]any, error){},
+		plain: map[uint64]context.Context{},
 	}
 }
 
 // load interprets one plugin and commits its registrations if it loaded.
 func (g *registry) load(f pluginload.Found) PluginStatus {
-	rec := &recorder{name: f.Name, hostMode: g.hostMode, reach: g.reach}
+	rec := &recorder{name: f.Name, hostMode: g.hostMode, reach: g.reach, g: g}
 	// The one question before user code runs in this process: in a host
 	// (isolation.HostProcessEnv) it is always yes; in the server it
 	// depends on the profile's mode.
@@ -191,9 +199,18 @@ func (g *registry) callTool(ctx context.Context, name string, args map[string]an
 		var err error
 		if e.tool.ContextHandler != nil {
 			out, err = e.tool.ContextHandler(ctx, args)
-		} else {
-			out, err = e.tool.Handler(args)
+			return err
 		}
+		id := goid()
+		g.plainMu.Lock()
+		g.plain[id] = ctx
+		g.plainMu.Unlock()
+		defer func() {
+			g.plainMu.Lock()
+			delete(g.plain, id)
+			g.plainMu.Unlock()
+		}()
+		out, err = e.tool.Handler(args)
 		return err
 	})
 	if err == nil {
@@ -338,6 +355,7 @@ type recorder struct {
 	name     string
 	hostMode bool
 	reach    reach
+	g        *registry // for the plain Handlers' calls
 
 	mu       sync.Mutex // findings may grow after loading (State, LLM)
 	tools    []plugin.Tool
@@ -468,23 +486,75 @@ func (r *recorder) RegisterCLICommand(name, help string, run func(args []string)
 }
 
 func (r *recorder) DispatchTool(ctx context.Context, name string, args map[string]any) (string, error) {
-	if ctx == nil {
-		ctx = context.Background()
+	ctx, err := r.callContext(ctx, "DispatchTool("+name+")")
+	if err != nil {
+		return "", err
 	}
 	return r.reach.dispatch(ctx, name, args)
 }
 
+// callContext is the context a nested call runs in: ctx when it belongs to
+// a call (a ContextHandler's, a hook's, a provider method's), else that of
+// the plain Handler running on this goroutine. A call from anywhere else (a
+// goroutine the plugin started, code run while loading) has no session
+// and is refused.
+func (r *recorder) callContext(ctx context.Context, what string) (context.Context, error) {
+	if ctx != nil && (plugin.SessionID(ctx) != "" || ctx.Value(callKey{}) != nil) {
+		return ctx, nil
+	}
+	if r.g != nil {
+		id := goid()
+		r.g.plainMu.Lock()
+		c, ok := r.g.plain[id]
+		r.g.plainMu.Unlock()
+		if ok {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("plugin %s: %s belongs to no call, so to no session: make it from a tool handler, "+
+		"with a ContextHandler's context to use it from a goroutine of the plugin's own: %w", r.name, what, ErrNotFound)
+}
+
+// goid is the calling goroutine's id, read from its stack header
+// ("goroutine 18 [running]:").
+func goid() uint64 {
+	var buf [32]byte
+	n := runtime.Stack(buf[:], false)
+	b := buf[:n]
+	const prefix = "goroutine "
+	if len(b) < len(prefix) {
+		return 0
+	}
+	var id uint64
+	for _, c := range b[len(prefix):] {
+		if c < '0' || c > '9' {
+			break
+		}
+		id = id*10 + uint64(c-'0')
+	}
+	return id
+}
+
 func (r *recorder) State() plugin.State {
 	_ = r.boundary("State")
-	return stateFacade{r.reach}
+	return stateFacade{r}
 }
 
 func (r *recorder) LLM() plugin.LLM {
 	_ = r.boundary("LLM")
-	return llmFacade{r.reach}
+	return llmFacade{r}
 }
 
-type stateFacade struct{ r reach }
+// facade makes one facade call in the context of the call it belongs to.
+func (r *recorder) facade(ctx context.Context, facade, method string, args []string) (string, error) {
+	ctx, err := r.callContext(ctx, facade+"."+method)
+	if err != nil {
+		return "", err
+	}
+	return r.reach.facade(ctx, facade, method, args)
+}
+
+type stateFacade struct{ r *recorder }
 
 func (s stateFacade) Get(ctx context.Context, key string) (string, error) {
 	return s.r.facade(ctx, "state", "get", []string{key})
@@ -495,7 +565,7 @@ func (s stateFacade) Set(ctx context.Context, key, value string) error {
 	return err
 }
 
-type llmFacade struct{ r reach }
+type llmFacade struct{ r *recorder }
 
 func (l llmFacade) Complete(ctx context.Context, prompt string) (string, error) {
 	return l.r.facade(ctx, "llm", "complete", []string{prompt})
