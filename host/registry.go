@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/tenantcanary/tenantcanary/isolation"
 	"github.com/tenantcanary/tenantcanary/plugin"
@@ -42,11 +43,12 @@ type registry struct {
 	objects  map[uint64]*objEntry
 	schemas  map[string]func() (map[string]any, error)
 
-	// plain maps the goroutine running a plain Handler (which gets no
-	// context) to its call's context, so the handler's nested calls run
-	// as the session of the call that invoked it.
+	// plain maps the thread running a plain Handler (which gets no
+	// context; it runs locked to its thread) to its call's context, so
+	// the handler's nested calls run as the session of the call that
+	// invoked it.
 	plainMu sync.Mutex
-	plain   map[uint64]context.Context
+	plain   map[int]context.Context // by thread id
 }
 
 type toolEntry struct {
@@ -76,7 +78,7 @@ func newRegistry(gen uint64, hostMode bool, r reach, out io.Writer) *registry {
 		gen: gen, hostMode: hostMode, reach: r, out: out, mode: mode,
 		tools: map[string]*toolEntry{}, hooks: map[uint64]*hookEntry{},
 		objects: map[uint64]*objEntry{}, schemas: map[string]func() (map[string]any, error){},
-		plain: map[uint64]context.Context{},
+		plain: map[int]context.Context{},
 	}
 }
 
@@ -201,7 +203,10 @@ func (g *registry) callTool(ctx context.Context, name string, args map[string]an
 			out, err = e.tool.ContextHandler(ctx, args)
 			return err
 		}
-		id := goid()
+		// The handler runs locked to this thread, so the thread names its
+		// call: no other goroutine runs here until it returns.
+		runtime.LockOSThread()
+		id := syscall.Gettid()
 		g.plainMu.Lock()
 		g.plain[id] = ctx
 		g.plainMu.Unlock()
@@ -209,6 +214,7 @@ func (g *registry) callTool(ctx context.Context, name string, args map[string]an
 			g.plainMu.Lock()
 			delete(g.plain, id)
 			g.plainMu.Unlock()
+			runtime.UnlockOSThread()
 		}()
 		out, err = e.tool.Handler(args)
 		return err
@@ -503,7 +509,7 @@ func (r *recorder) callContext(ctx context.Context, what string) (context.Contex
 		return ctx, nil
 	}
 	if r.g != nil {
-		id := goid()
+		id := syscall.Gettid()
 		r.g.plainMu.Lock()
 		c, ok := r.g.plain[id]
 		r.g.plainMu.Unlock()
@@ -515,25 +521,6 @@ func (r *recorder) callContext(ctx context.Context, what string) (context.Contex
 		"with a ContextHandler's context to use it from a goroutine of the plugin's own: %w", r.name, what, ErrNotFound)
 }
 
-// goid is the calling goroutine's id, read from its stack header
-// ("goroutine 18 [running]:").
-func goid() uint64 {
-	var buf [32]byte
-	n := runtime.Stack(buf[:], false)
-	b := buf[:n]
-	const prefix = "goroutine "
-	if len(b) < len(prefix) {
-		return 0
-	}
-	var id uint64
-	for _, c := range b[len(prefix):] {
-		if c < '0' || c > '9' {
-			break
-		}
-		id = id*10 + uint64(c-'0')
-	}
-	return id
-}
 
 func (r *recorder) State() plugin.State {
 	_ = r.boundary("State")
