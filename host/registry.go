@@ -521,7 +521,6 @@ func (r *recorder) callContext(ctx context.Context, what string) (context.Contex
 		"with a ContextHandler's context to use it from a goroutine of the plugin's own: %w", r.name, what, ErrNotFound)
 }
 
-
 func (r *recorder) State() plugin.State {
 	_ = r.boundary("State")
 	return stateFacade{r}
