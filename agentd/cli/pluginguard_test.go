@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
 func TestPooledServeRunsUnconfiguredPluginsInAHost(t *testing.T) {
@@ -103,5 +106,72 @@ func TestASpentRestartBudgetIsAToolResultAndAnErrorEvent(t *testing.T) {
 	for _, want := range []string{"plugin crasher", "profile beta", "died 3 times"} {
 		require.True(t, strings.Contains(errEvents[0], want), "error event %q does not name %q", errEvents[0], want)
 	}
+	s.stop()
+}
+
+const spinnerPlugin = `package spinner
+
+import (
+	"os"
+	"strconv"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+func Register(ctx plugin.Context) error {
+	return ctx.RegisterTool(plugin.Tool{Name: "spin", Description: "never answers", Handler: func(args map[string]any) (string, error) {
+		_ = os.WriteFile("spinning-"+strconv.Itoa(os.Getpid()), []byte(os.Getenv("TC_LAUNCHED")), 0o600)
+		n := 0
+		for {
+			n++
+		}
+		return strconv.Itoa(n), nil
+	}})
+}
+`
+
+func TestOperatorScopeLauncherStringAndCallTimeoutReachTheHost(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	alpha := w.addTenant("alpha", true)
+	dir := filepath.Join(alpha.home, "plugins", "spinner")
+	writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: spinner\nversion: \"1.0\"\n")
+	writeFile(t, filepath.Join(dir, "plugin.go"), spinnerPlugin)
+	srv, err := fakellm.New(fakellm.Options{Keys: []string{alpha.key}, Responder: func(r fakellm.Record) fakellm.Response {
+		msgs := r.Messages()
+		if msgs[len(msgs)-1]["role"] == "tool" {
+			return fakellm.Text("done")
+		}
+		return fakellm.ToolCall("spin", nil)
+	}})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	writeFile(t, filepath.Join(alpha.home, "config.yaml"), fmt.Sprintf(
+		"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\nplugins:\n  host:\n    call_timeout: 10m\n",
+		srv.BaseURL, alpha.model))
+	// The operator's scope: a launcher as one string (env runs the rest
+	// of the command line), and a call deadline that wins over the
+	// profile's.
+	writeFile(t, filepath.Join(w.managed, "config.yaml"),
+		"plugins:\n  isolation: host\n  host:\n    launcher: \"env 'TC_LAUNCHED=by env'\"\n    call_timeout: 2s\n")
+
+	s := w.startServe(nil)
+	c := s.dial()
+	sid, _ := c.create("")
+	require.Equal(t, "complete", c.turn(sid, "spin")["status"])
+	results := toolResults(srv)
+	require.Len(t, results, 1)
+	for _, want := range []string{"spin", "plugin spinner", "profile", "plugins.host.call_timeout (2s)", "killed"} {
+		require.Contains(t, results[0], want)
+	}
+	spun, _ := filepath.Glob(filepath.Join(alpha.home, "spinning-*"))
+	require.Len(t, spun, 1, "positive control: the plugin ran")
+	launched, err := os.ReadFile(spun[0])
+	require.NoError(t, err)
+	require.Equal(t, "by env", string(launched), "the host did not run under the operator's launcher string")
+	pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(spun[0]), "spinning-"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return !procgroup.Alive(pid) }, 10*time.Second, 10*time.Millisecond,
+		"the spinning host %d outlived its deadline", pid)
 	s.stop()
 }
