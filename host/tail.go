@@ -33,7 +33,8 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		if s := string(t.line); strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ") {
+		if s := string(t.line); strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ") ||
+			strings.Contains(s, "ERROR: ThreadSanitizer") { // a race-enabled host's own out-of-memory
 			t.last = s
 		}
 		t.line = t.line[:0]
