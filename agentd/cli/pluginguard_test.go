@@ -175,3 +175,75 @@ func TestOperatorScopeLauncherStringAndCallTimeoutReachTheHost(t *testing.T) {
 		"the spinning host %d outlived its deadline", pid)
 	s.stop()
 }
+
+const goPanickerPlugin = `package gopanicker
+
+import "github.com/tenantcanary/tenantcanary/plugin"
+
+func Register(ctx plugin.Context) error {
+	return ctx.RegisterTool(plugin.Tool{Name: "go_panic", Description: "panics on a goroutine", Handler: func(args map[string]any) (string, error) {
+		go func() { panic("x") }()
+		return "started", nil
+	}})
+}
+`
+
+const busyPlugin = `package busy
+
+import "github.com/tenantcanary/tenantcanary/plugin"
+
+func Register(ctx plugin.Context) error {
+	return ctx.RegisterTool(plugin.Tool{Name: "busy_spin", Description: "never answers", Handler: func(args map[string]any) (string, error) {
+		n := 0
+		for {
+			n++
+		}
+		return "", nil
+	}})
+}
+`
+
+func TestInProcessPluginsCannotEndOrWedgeThePooledServer(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	alpha := w.addTenant("alpha", true)
+	for name, src := range map[string]string{"gopanicker": goPanickerPlugin, "busy": busyPlugin} {
+		dir := filepath.Join(alpha.home, "plugins", name)
+		writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: "+name+"\nversion: \"1.0\"\n")
+		writeFile(t, filepath.Join(dir, "plugin.go"), src)
+	}
+	srv, err := fakellm.New(fakellm.Options{Keys: []string{alpha.key}, Responder: func(r fakellm.Record) fakellm.Response {
+		msgs := r.Messages()
+		if msgs[len(msgs)-1]["role"] == "tool" {
+			return fakellm.Text("done")
+		}
+		text, _ := msgs[len(msgs)-1]["content"].(string)
+		return fakellm.ToolCall(text, nil)
+	}})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	writeFile(t, filepath.Join(alpha.home, "config.yaml"), fmt.Sprintf(
+		"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\nplugins:\n  isolation: in_process\n  host:\n    call_timeout: 2s\n",
+		srv.BaseURL, alpha.model))
+
+	s := w.startServe(nil)
+	c := s.dial()
+	sid, _ := c.create("")
+	// A plugin that starts goroutines is refused in-process: its tool is
+	// never offered, so its panic can never end the server.
+	require.Equal(t, "complete", c.turn(sid, "go_panic")["status"])
+	require.Contains(t, toolResults(srv)[0], `unknown tool "go_panic"`)
+	reqs := srv.RequestsOf(fakellm.KindMain)
+	require.NotContains(t, string(reqs[0].RawBody), `"name":"go_panic"`)
+	require.Contains(t, string(reqs[0].RawBody), `"name":"busy_spin"`, "positive control: the other plugin loaded in-process")
+
+	// A busy loop answers at its deadline, and the session goes on.
+	require.Equal(t, "complete", c.turn(sid, "busy_spin")["status"])
+	require.Contains(t, toolResults(srv)[1], "cannot be stopped in-process")
+	require.Equal(t, "complete", c.turn(sid, "go_panic")["status"], "the session was wedged")
+	log, err := os.ReadFile(filepath.Join(alpha.home, "logs", "agent.log"))
+	require.NoError(t, err)
+	require.Contains(t, string(log), "starts goroutines, which only a plugin host can run safely")
+	// The server still stops in time with the loop running.
+	s.stop()
+}
