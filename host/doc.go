@@ -12,6 +12,17 @@
 // plugin that killed its host while loading. The child side is ServeChild.
 // InProcess is the same Loader for plugins.isolation: in_process.
 //
+// A host is contained: a call past its deadline (Config.CallTimeout,
+// plugins.host.call_timeout) kills it and its whole tree, and the next call
+// starts a new one; the host sets its rlimits (Config.Limits, LimitsOf) on
+// itself before any plugin code runs; its first process is a keeper, a
+// child subreaper running no plugin code, which kills everything the host
+// started when the host ends (setsid and double forks included), so nothing
+// outlives a host with or without a PID namespace. A host's death is
+// logged with the runtime's last words (a panic, out of memory) and the
+// last call it was given. A plain Handler's nested calls run as the
+// session of the call that invoked it.
+//
 //	m, err := host.New(host.Config{
 //		Profile: "alice", Command: []string{self, "plugin-host"},
 //		Home: home, Env: env, PluginsDir: filepath.Join(home, "plugins"),

@@ -12,6 +12,14 @@
 //		return err // errors.Is(err, isolation.ErrRefused)
 //	}
 //
+// Settings also carry the host's launcher (a list, or one string split
+// with shell quoting rules: SplitArgs, Argv) and its limits (HostLimits:
+// plugins.host.call_timeout, memory_limit, cpu_limit, file_size_limit,
+// open_files_limit, processes_limit), where the managed scope wins too;
+// Settings.ForPooled makes host the default of a pooled server.
+//
 // The audit (AuditDir, RunAuditCommand for `agentd plugins audit DIR
-// [--json]`) parses plugin source with go/parser and never runs it.
+// [--json]`) parses plugin source with go/parser and never runs it;
+// InProcessHazards finds the goroutine constructs (InProcessRefused) an
+// in-process loader refuses.
 package isolation
