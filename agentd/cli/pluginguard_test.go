@@ -247,3 +247,70 @@ func TestInProcessPluginsCannotEndOrWedgeThePooledServer(t *testing.T) {
 	// The server still stops in time with the loop running.
 	s.stop()
 }
+
+const hookPlugin = `package hookrec
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+func record(event string) plugin.Hook {
+	return func(c context.Context, p map[string]any) error {
+		f, err := os.OpenFile("hooks.log", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = fmt.Fprintf(f, "%s %v %v %s %d\n", event, p["tool_name"], p["session_id"], plugin.SessionID(c), os.Getpid())
+		return err
+	}
+}
+
+func Register(ctx plugin.Context) error {
+	if err := ctx.RegisterHook("pre_tool_call", record("pre_tool_call")); err != nil {
+		return err
+	}
+	return ctx.RegisterHook("post_tool_call", record("post_tool_call"))
+}
+`
+
+func TestToolCallHooksRunInEachProfilesHostAsTheCallingSession(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	alpha := w.addTenant("alpha", true)
+	beta := w.addTenant("beta", false)
+	for _, tn := range []*tenant{alpha, beta} {
+		dir := filepath.Join(tn.home, "plugins", "hookrec")
+		writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: hookrec\nversion: \"1.0\"\n")
+		writeFile(t, filepath.Join(dir, "plugin.go"), hookPlugin)
+	}
+	s := w.startServe(nil)
+	ca, cb := s.dial(), s.dial()
+	sa, _ := ca.create("")
+	sb, _ := cb.create("beta")
+	require.Equal(t, "complete", ca.turn(sa, "probe")["status"])
+	require.Equal(t, "complete", cb.turn(sb, "probe")["status"])
+	s.stop()
+
+	for _, c := range []struct {
+		tn       *tenant
+		own      string
+		neighbor string
+	}{{alpha, sa, sb}, {beta, sb, sa}} {
+		b, err := os.ReadFile(filepath.Join(c.tn.home, "hooks.log"))
+		require.NoError(t, err, "%s's hooks never ran", c.tn.name)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		require.Len(t, lines, 2, "%s: %q", c.tn.name, b)
+		for i, ev := range []string{"pre_tool_call", "post_tool_call"} {
+			f := strings.Fields(lines[i])
+			require.Len(t, f, 5, lines[i])
+			require.Equal(t, []string{ev, "terminal", c.own, c.own}, f[:4], "%s's hook saw another tool call or session", c.tn.name)
+			require.NotEqual(t, strconv.Itoa(s.pid), f[4], "the hook ran in the server")
+		}
+		require.NotContains(t, string(b), c.neighbor)
+	}
+}

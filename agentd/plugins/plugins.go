@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -199,14 +200,17 @@ func (l lostLoader) Call(ctx context.Context, session, tool string, args map[str
 // registry, so turns go on without them.
 func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts Options) (*agent.Registry, error) {
 	reg := agent.NewRegistry()
+	loader, _, lerr := Loader(sc, opts)
 	for _, t := range builtins {
+		if loader != nil {
+			t = &hooked{Tool: t, loader: loader, log: sc.Log}
+		}
 		if err := reg.Register(t); err != nil {
 			return reg, err
 		}
 	}
-	loader, _, err := Loader(sc, opts)
-	if err != nil || loader == nil {
-		return reg, err
+	if lerr != nil || loader == nil {
+		return reg, lerr
 	}
 	logStatus(ctx, sc, loader)
 	specs, err := loader.Tools(ctx)
@@ -220,7 +224,7 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 		}
 	}
 	for _, spec := range specs {
-		if err := reg.Register(&Tool{spec: spec, loader: loader}); err != nil {
+		if err := reg.Register(&hooked{Tool: &Tool{spec: spec, loader: loader}, loader: loader, log: sc.Log}); err != nil {
 			errs = append(errs, fmt.Errorf("plugin %s: %w", spec.Plugin, err))
 		}
 	}
@@ -264,6 +268,52 @@ func (t *Tool) Call(ctx context.Context, env *agent.Env, args json.RawMessage) (
 			"plugin %s of profile %s cannot run: %v", t.spec.Plugin, env.Profile, err)})
 	}
 	return out, err
+}
+
+// The hook events agentd runs, in the profile's plugins, as the calling
+// session: before and after every tool call (built-in or a plugin's).
+const (
+	HookPreToolCall  = "pre_tool_call"
+	HookPostToolCall = "post_tool_call"
+)
+
+// hooked runs the tool call hooks around a tool. A hook's error is logged;
+// it never fails the tool (a dead plugin host must not take the built-in
+// tools with it).
+type hooked struct {
+	agent.Tool
+	loader host.Loader
+	log    *slog.Logger
+}
+
+// Call implements agent.Tool.
+func (h *hooked) Call(ctx context.Context, env *agent.Env, args json.RawMessage) (string, error) {
+	name := h.Spec().Name
+	session := ""
+	if env != nil {
+		session = env.Session
+	}
+	var argv any = string(args)
+	var m map[string]any
+	if json.Unmarshal(args, &m) == nil {
+		argv = m
+	}
+	h.hook(ctx, session, HookPreToolCall, map[string]any{"tool_name": name, "args": argv, "session_id": session})
+	out, err := h.Tool.Call(ctx, env, args)
+	post := map[string]any{"tool_name": name, "args": argv, "session_id": session, "result": out}
+	if err != nil {
+		post["error"] = err.Error()
+	}
+	h.hook(ctx, session, HookPostToolCall, post)
+	return out, err
+}
+
+func (h *hooked) hook(ctx context.Context, session, event string, payload map[string]any) {
+	// A spent restart budget is reported once per call, by the plugin's
+	// tool (see Tool.Call), not by every hook of every tool.
+	if err := h.loader.Hook(ctx, session, event, payload); err != nil && h.log != nil && !errors.Is(err, host.ErrBudgetExhausted) {
+		h.log.Warn("plugins: hook failed", "event", event, "tool", payload["tool_name"], "session", session, "err", err)
+	}
 }
 
 type statusKey struct{}
