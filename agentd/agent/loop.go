@@ -84,9 +84,17 @@ func Run(ctx context.Context, t Turn, text string) (answer string, history []llm
 			msgs = append(msgs, llm.Message{Role: "system", Content: t.System})
 		}
 		msgs = append(msgs, Fit(Repair(history), t.ContextLength, len(t.System))...)
+		t.Tools.runHook(ctx, t.Env, HookPreLLMCall, map[string]any{"model": t.Model, "messages": len(msgs), "tools": len(specs)})
 		resp, err := t.Client.Stream(ctx, llm.Request{Model: t.Model, Messages: msgs, Tools: specs}, func(d string) {
 			emit("message.delta", map[string]any{"text": d})
 		})
+		post := map[string]any{"model": t.Model}
+		if err != nil {
+			post["error"] = err.Error()
+		} else {
+			post["text"], post["tool_calls"] = resp.Message.Content, len(resp.Message.ToolCalls)
+		}
+		t.Tools.runHook(ctx, t.Env, HookPostLLMCall, post)
 		if err != nil {
 			return "", history, err
 		}

@@ -43,6 +43,38 @@ var ErrDuplicateTool = errors.New("tool already registered")
 type Registry struct {
 	mu    sync.RWMutex
 	tools map[string]Tool
+	hook  HookFunc
+}
+
+// HookFunc runs the hooks registered for event (plugins' hooks, say) as
+// the turn's session. Run calls it before and after each model call
+// (HookPreLLMCall, HookPostLLMCall); it must not fail the turn.
+type HookFunc func(ctx context.Context, env *Env, event string, payload map[string]any)
+
+// The model call hook events Run fires through the registry's HookFunc.
+const (
+	HookPreLLMCall  = "pre_llm_call"
+	HookPostLLMCall = "post_llm_call"
+)
+
+// SetHook sets the function Run calls at its hook points.
+func (r *Registry) SetHook(h HookFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hook = h
+}
+
+// runHook calls the registry's HookFunc, if any.
+func (r *Registry) runHook(ctx context.Context, env *Env, event string, payload map[string]any) {
+	if r == nil {
+		return
+	}
+	r.mu.RLock()
+	h := r.hook
+	r.mu.RUnlock()
+	if h != nil {
+		h(ctx, env, event, payload)
+	}
 }
 
 // NewRegistry returns an empty registry.

@@ -271,14 +271,16 @@ func record(event string) plugin.Hook {
 }
 
 func Register(ctx plugin.Context) error {
-	if err := ctx.RegisterHook("pre_tool_call", record("pre_tool_call")); err != nil {
-		return err
+	for _, ev := range []string{"pre_tool_call", "post_tool_call", "pre_llm_call", "post_llm_call"} {
+		if err := ctx.RegisterHook(ev, record(ev)); err != nil {
+			return err
+		}
 	}
-	return ctx.RegisterHook("post_tool_call", record("post_tool_call"))
+	return nil
 }
 `
 
-func TestToolCallHooksRunInEachProfilesHostAsTheCallingSession(t *testing.T) {
+func TestToolAndModelCallHooksRunInEachProfilesHostAsTheCallingSession(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
@@ -304,11 +306,16 @@ func TestToolCallHooksRunInEachProfilesHostAsTheCallingSession(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(c.tn.home, "hooks.log"))
 		require.NoError(t, err, "%s's hooks never ran", c.tn.name)
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		require.Len(t, lines, 2, "%s: %q", c.tn.name, b)
-		for i, ev := range []string{"pre_tool_call", "post_tool_call"} {
+		want := []string{"pre_llm_call", "post_llm_call", "pre_tool_call", "post_tool_call", "pre_llm_call", "post_llm_call"}
+		require.Len(t, lines, len(want), "%s: %q", c.tn.name, b)
+		for i, ev := range want {
 			f := strings.Fields(lines[i])
 			require.Len(t, f, 5, lines[i])
-			require.Equal(t, []string{ev, "terminal", c.own, c.own}, f[:4], "%s's hook saw another tool call or session", c.tn.name)
+			tool := "<nil>"
+			if strings.HasSuffix(ev, "_tool_call") {
+				tool = "terminal"
+			}
+			require.Equal(t, []string{ev, tool, c.own, c.own}, f[:4], "%s's hook saw another call or session", c.tn.name)
 			require.NotEqual(t, strconv.Itoa(s.pid), f[4], "the hook ran in the server")
 		}
 		require.NotContains(t, string(b), c.neighbor)

@@ -212,6 +212,14 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 	if lerr != nil || loader == nil {
 		return reg, lerr
 	}
+	reg.SetHook(func(ctx context.Context, env *agent.Env, event string, payload map[string]any) {
+		session := ""
+		if env != nil {
+			session = env.Session
+		}
+		payload["session_id"] = session
+		(&hooked{loader: loader, log: sc.Log}).hook(ctx, session, event, payload)
+	})
 	logStatus(ctx, sc, loader)
 	specs, err := loader.Tools(ctx)
 	var errs []error
@@ -271,7 +279,9 @@ func (t *Tool) Call(ctx context.Context, env *agent.Env, args json.RawMessage) (
 }
 
 // The hook events agentd runs, in the profile's plugins, as the calling
-// session: before and after every tool call (built-in or a plugin's).
+// session: before and after every tool call (built-in or a plugin's), and
+// before and after every model call (agent.HookPreLLMCall,
+// agent.HookPostLLMCall).
 const (
 	HookPreToolCall  = "pre_tool_call"
 	HookPostToolCall = "post_tool_call"
