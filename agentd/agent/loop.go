@@ -78,6 +78,17 @@ func Run(ctx context.Context, t Turn, text string) (answer string, history []llm
 	if t.Tools != nil {
 		specs = t.Tools.Specs()
 	}
+	mem := t.Tools.mem()
+	if mem != nil {
+		if extra := mem.Prefetch(ctx, t.Env, text); extra != "" {
+			t.System = strings.TrimSpace(t.System + "\n\n" + extra)
+		}
+		defer func() {
+			if err == nil {
+				mem.Sync(ctx, t.Env, text, answer)
+			}
+		}()
+	}
 	for iter := 0; iter < maxIter; iter++ {
 		msgs := make([]llm.Message, 0, len(history)+1)
 		if t.System != "" {

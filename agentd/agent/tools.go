@@ -41,9 +41,10 @@ var ErrDuplicateTool = errors.New("tool already registered")
 
 // Registry holds the tools offered to the model. Safe for concurrent use.
 type Registry struct {
-	mu    sync.RWMutex
-	tools map[string]Tool
-	hook  HookFunc
+	mu     sync.RWMutex
+	tools  map[string]Tool
+	hook   HookFunc
+	memory Memory
 }
 
 // HookFunc runs the hooks registered for event (plugins' hooks, say) as
@@ -56,6 +57,30 @@ const (
 	HookPreLLMCall  = "pre_llm_call"
 	HookPostLLMCall = "post_llm_call"
 )
+
+// Memory is a turn's memory: Run asks it before the turn for text to add
+// to the system prompt, and gives it the turn's exchange after. Neither
+// may fail the turn.
+type Memory interface {
+	Prefetch(ctx context.Context, env *Env, query string) string
+	Sync(ctx context.Context, env *Env, user, assistant string)
+}
+
+// SetMemory sets the memory Run consults.
+func (r *Registry) SetMemory(m Memory) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.memory = m
+}
+
+func (r *Registry) mem() Memory {
+	if r == nil {
+		return nil
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.memory
+}
 
 // SetHook sets the function Run calls at its hook points.
 func (r *Registry) SetHook(h HookFunc) {

@@ -321,3 +321,96 @@ func TestToolAndModelCallHooksRunInEachProfilesHostAsTheCallingSession(t *testin
 		require.NotContains(t, string(b), c.neighbor)
 	}
 }
+
+const memoryPlugin = `package memrec
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+type mem struct{}
+
+func (mem) Name() string                         { return "memrec" }
+func (mem) IsAvailable(ctx context.Context) bool { return true }
+
+func logLine(format string, args ...any) error {
+	f, err := os.OpenFile("memory.log", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = fmt.Fprintf(f, format+"\n", args...)
+	return err
+}
+
+func (mem) Initialize(ctx context.Context, sessionID string) error {
+	return logLine("init %s %s", sessionID, plugin.SessionID(ctx))
+}
+
+func (mem) Prefetch(ctx context.Context, query string) (string, error) {
+	b, err := os.ReadFile("memory.last")
+	if err != nil {
+		return "", nil
+	}
+	return "remembered " + strings.TrimSpace(string(b)), logLine("prefetch %s %s", plugin.SessionID(ctx), query)
+}
+
+func (mem) SyncTurn(ctx context.Context, user, assistant string) error {
+	if err := os.WriteFile("memory.last", []byte(user), 0o600); err != nil {
+		return err
+	}
+	return logLine("sync %s %s|%s", plugin.SessionID(ctx), user, assistant)
+}
+
+func Register(ctx plugin.Context) error { return ctx.RegisterMemoryProvider(mem{}) }
+`
+
+func TestMemoryProvidersRunInEachProfilesHostAsTheSession(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	alpha := w.addTenant("alpha", true)
+	beta := w.addTenant("beta", false)
+	for _, tn := range []*tenant{alpha, beta} {
+		dir := filepath.Join(tn.home, "plugins", "memrec")
+		writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: memrec\nversion: \"1.0\"\n")
+		writeFile(t, filepath.Join(dir, "plugin.go"), memoryPlugin)
+	}
+	s := w.startServe(nil)
+	ca, cb := s.dial(), s.dial()
+	sa, _ := ca.create("")
+	sb, _ := cb.create("beta")
+	turns := map[*tenant][]string{alpha: {"first-" + alpha.marker, "second-" + alpha.marker}, beta: {"first-" + beta.marker, "second-" + beta.marker}}
+	for i := range 2 {
+		require.Equal(t, "complete", ca.turn(sa, turns[alpha][i])["status"])
+		require.Equal(t, "complete", cb.turn(sb, turns[beta][i])["status"])
+	}
+	s.stop()
+
+	for _, c := range []struct {
+		tn            *tenant
+		own, neighbor string
+		other         *tenant
+	}{{alpha, sa, sb, beta}, {beta, sb, sa, alpha}} {
+		b, err := os.ReadFile(filepath.Join(c.tn.home, "memory.log"))
+		require.NoError(t, err, "%s's memory provider never ran", c.tn.name)
+		log := string(b)
+		require.Equal(t, 1, strings.Count(log, "init "), "initialised once per session: %q", log)
+		require.Contains(t, log, fmt.Sprintf("init %s %s\n", c.own, c.own))
+		require.Contains(t, log, fmt.Sprintf("sync %s %s|", c.own, turns[c.tn][0]))
+		require.Contains(t, log, fmt.Sprintf("prefetch %s %s\n", c.own, turns[c.tn][1]))
+		require.NotContains(t, log, c.neighbor)
+		require.NotContains(t, log, c.other.marker)
+
+		// The second turn's system prompt carries what the first synced,
+		// and only the tenant's own.
+		reqs := c.tn.srv.RequestsOf(fakellm.KindMain)
+		last := string(reqs[len(reqs)-1].RawBody)
+		require.Contains(t, last, "remembered "+turns[c.tn][0])
+		require.NotContains(t, last, c.other.marker)
+	}
+}

@@ -212,6 +212,9 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 	if lerr != nil || loader == nil {
 		return reg, lerr
 	}
+	if mem := memoryOf(ctx, sc, loader); mem != nil {
+		reg.SetMemory(mem)
+	}
 	reg.SetHook(func(ctx context.Context, env *agent.Env, event string, payload map[string]any) {
 		session := ""
 		if env != nil {
