@@ -3,9 +3,12 @@ package plugin
 import "context"
 
 // Handler runs a tool synchronously. Its result is the tool's output text
-// (JSON by convention). It has no context, so a nested call it makes
-// (DispatchTool, State, LLM) runs as no session: a tool that calls back
-// into the server should be a ContextHandler.
+// (JSON by convention). It has no context: a nested call it makes
+// (DispatchTool, State, LLM) with a nil or background context runs as the
+// session of the call that invoked it, found by the goroutine it runs on.
+// A goroutine the handler starts belongs to no call, and its nested calls
+// are refused: a tool that calls back from goroutines of its own should be
+// a ContextHandler and pass its context on.
 type Handler func(args map[string]any) (string, error)
 
 // ContextHandler runs a tool with the caller's context: its deadline, and

@@ -276,7 +276,12 @@ func Register(ctx plugin.Context) error {
 			return err
 		}
 	}
-	return nil
+	return ctx.RegisterConfigSchema(func() (map[string]any, error) {
+		if err := os.WriteFile("schema-ran", []byte(fmt.Sprint(os.Getpid())), 0o600); err != nil {
+			return nil, err
+		}
+		return map[string]any{"level": map[string]any{"type": "string"}}, nil
+	})
 }
 `
 
@@ -319,6 +324,14 @@ func TestToolAndModelCallHooksRunInEachProfilesHostAsTheCallingSession(t *testin
 			require.NotEqual(t, strconv.Itoa(s.pid), f[4], "the hook ran in the server")
 		}
 		require.NotContains(t, string(b), c.neighbor)
+
+		// The config schema ran in the host when the plugin loaded.
+		pid, err := os.ReadFile(filepath.Join(c.tn.home, "schema-ran"))
+		require.NoError(t, err, "%s's config schema never ran", c.tn.name)
+		require.NotEqual(t, strconv.Itoa(s.pid), string(pid), "the config schema ran in the server")
+		log, err := os.ReadFile(filepath.Join(c.tn.home, "logs", "agent.log"))
+		require.NoError(t, err)
+		require.Contains(t, string(log), "plugin config schema")
 	}
 }
 

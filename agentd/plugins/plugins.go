@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/host"
 	"github.com/tenantcanary/tenantcanary/isolation"
+	"github.com/tenantcanary/tenantcanary/plugin"
 )
 
 // Options configure how a profile's plugins load.
@@ -346,6 +348,20 @@ func logStatus(ctx context.Context, sc *scope.Scope, loader host.Loader) {
 				continue
 			}
 			sc.Log.Info("plugin loaded", "plugin", p.Name, "tools", len(p.Tools), "verdict", p.Verdict, "warnings", p.Warnings)
+			if p.HasSchema {
+				// A config schema runs where the plugin runs, once it loads.
+				schema, err := loader.ConfigSchema(plugin.WithSession(ctx, ""), p.Name)
+				if err != nil {
+					sc.Log.Error("plugin config schema failed", "plugin", p.Name, "err", err)
+					continue
+				}
+				keys := make([]string, 0, len(schema))
+				for k := range schema {
+					keys = append(keys, k)
+				}
+				sort.Strings(keys)
+				sc.Log.Info("plugin config schema", "plugin", p.Name, "keys", keys)
+			}
 		}
 		return true, nil
 	})
