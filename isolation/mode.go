@@ -119,8 +119,10 @@ func readYAML(path string) (map[string]any, error) {
 }
 
 // Resolve gives the plugins settings of a profile config under a managed
-// config. The managed plugins.isolation and plugins.host.launcher win over
-// the profile's. An unknown mode warns and means in-process.
+// config. The managed plugins.isolation, plugins.host.launcher and limits
+// win over the profile's. An unknown mode warns and counts as unset
+// (in-process, or host under ForPooled); an unusable launcher or limit is
+// in Errors (see Err).
 func Resolve(profile, managed map[string]any) Settings {
 	var s Settings
 	raw, from := lookup(managed, "plugins", "isolation"), "managed config"
