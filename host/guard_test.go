@@ -340,7 +340,8 @@ func TestInProcessPlainHandlersNestedCallsRunAsItsCallersSession(t *testing.T) {
 	t.Parallel()
 	home := probeHome(t)
 	srv := &server{}
-	l, err := host.LoadInProcess(host.InProcessConfig{Profile: "p", Mode: "in_process", PluginsDir: filepath.Join(home, "plugins"), Backend: srv})
+	l, err := host.LoadInProcess(host.InProcessConfig{Profile: "p", Mode: "in_process", PluginsDir: filepath.Join(home, "plugins"),
+		Backend: srv, Env: []string{"PROBE_MARKER_DIR=" + home}})
 	require.NoError(t, err)
 	srv.loader = l
 	out, err := l.Call(context.Background(), "sess-1", "hostprobe_plain_whoami", map[string]any{"set": "x"})
