@@ -55,6 +55,7 @@ type Proc struct {
 	exitErr error
 
 	readers sync.WaitGroup
+	drained chan struct{} // closed once stdout and stderr are both read to EOF
 	done    chan struct{}
 	stopped sync.Once
 }
@@ -68,7 +69,7 @@ func StartProc(ctx context.Context, spec ProcSpec) (*Proc, error) {
 	if len(spec.Argv) == 0 {
 		return nil, fmt.Errorf("start %s: empty argv", spec.Name)
 	}
-	p := &Proc{spec: spec, done: make(chan struct{})}
+	p := &Proc{spec: spec, drained: make(chan struct{}), done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	cmd := procgroup.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir, cmd.Env = spec.Dir, spec.Env
@@ -108,6 +109,7 @@ func StartProc(ctx context.Context, spec ProcSpec) (*Proc, error) {
 	go func() {
 		// Readers first: Wait closes the pipes, which would cut the last lines.
 		p.readers.Wait()
+		close(p.drained)
 		err := cmd.Wait()
 		p.mu.Lock()
 		p.exited, p.exitErr = true, err
@@ -208,7 +210,15 @@ func (p *Proc) WaitLine(ctx context.Context, re *regexp.Regexp) ([]string, error
 	for i := 0; ; i++ {
 		line, err := p.Line(ctx, i)
 		if err != nil {
-			if ctx.Err() != nil {
+			if errors.Is(err, ErrExited) {
+				// stdout closed first; a start-up error is usually on
+				// stderr, which may still be in flight. Read it to its end
+				// (or until ctx ends) before the error quotes the tail.
+				select {
+				case <-p.drained:
+				case <-ctx.Done():
+				}
+			} else if ctx.Err() != nil {
 				err = ErrNotReady
 			}
 			return nil, fmt.Errorf("%s: waiting for a line matching %q: %w\nlast output:\n%s", p.spec.Name, re, err, p.Tail())
