@@ -30,7 +30,7 @@ func (v Verdict) Headline() string {
 // to read it.
 func (c *Certificate) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## tenantcanary: %s\n\n", c.Verdict.Headline())
+	fmt.Fprintf(&b, "## tenantcanary: %s\n\n", c.Headline())
 	fmt.Fprintf(&b, "**Verdict: %s** (exit %d). Target %s", c.Verdict, ExitCode(c.Verdict), c.Target.Name)
 	if c.Target.Version != "" {
 		fmt.Fprintf(&b, " %s", c.Target.Version)
@@ -171,7 +171,7 @@ func (c *Certificate) WriteTable(w io.Writer) error {
 			return fmt.Errorf("write table: %w", err)
 		}
 	}
-	if _, err := fmt.Fprintf(w, "verdict: %s (exit %d) in %s\n", c.Verdict.Headline(), ExitCode(c.Verdict), seconds(c.Duration)); err != nil {
+	if _, err := fmt.Fprintf(w, "verdict: %s (exit %d) in %s\n", c.Headline(), ExitCode(c.Verdict), seconds(c.Duration)); err != nil {
 		return fmt.Errorf("write table: %w", err)
 	}
 	return nil
