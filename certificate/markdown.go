@@ -35,8 +35,8 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 	if c.Target.Version != "" {
 		fmt.Fprintf(&b, " %s", c.Target.Version)
 	}
-	fmt.Fprintf(&b, ", tenants %s, %s, %s %s, %s.\n",
-		c.tenantNames(), c.Date.Format("2006-01-02T15:04:05Z07:00"), c.Tool.Name, c.Tool.Version, seconds(c.Duration))
+	fmt.Fprintf(&b, ", tenants %s, %s, %s, %s.\n",
+		c.tenantNames(), c.Date.Format("2006-01-02T15:04:05Z07:00"), c.Tool, seconds(c.Duration))
 	if held, all := c.controls(); all > 0 {
 		fmt.Fprintf(&b, "Positive controls: %d of %d held (each tenant's own canaries seen where they belong).\n", held, all)
 	} else if len(c.Scenarios) > 0 {
