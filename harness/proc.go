@@ -23,6 +23,7 @@ import (
 var (
 	ErrExited   = errors.New("process exited")
 	ErrNotReady = errors.New("process not ready before the deadline")
+	ErrStart    = errors.New("process could not be started")
 )
 
 // ProcSpec describes a child the harness runs.
@@ -101,7 +102,7 @@ func StartProc(ctx context.Context, spec ProcSpec) (*Proc, error) {
 		return fail(err)
 	}
 	if err := cmd.Start(); err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("%w: %w", ErrStart, err))
 	}
 	p.readers.Add(2)
 	go p.pump(stdout, "out", true)
@@ -161,6 +162,10 @@ func (p *Proc) Name() string { return p.spec.Name }
 
 // Stdin is the pipe to the child's stdin, or nil without ProcSpec.Stdin.
 func (p *Proc) Stdin() io.WriteCloser { return p.stdin }
+
+// Drained is closed once stdout and stderr are both read to their end
+// (the child closed them, usually by exiting).
+func (p *Proc) Drained() <-chan struct{} { return p.drained }
 
 // Done is closed once the child has exited and its output is read.
 func (p *Proc) Done() <-chan struct{} { return p.done }
