@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/internal/version"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/scenarios"
 )
@@ -37,10 +37,28 @@ const (
 // ErrFormat: a certificate could not be read back.
 var ErrFormat = errors.New("not a tenantcanary certificate")
 
-// Tool names the harness build that produced the certificate.
+// Tool names the harness build that produced the certificate: its
+// version and the commit it was built from (see internal/version: under
+// `go run` the commit is read from the checkout's .git, and CommitSource
+// says so).
 type Tool struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
+	Name         string `json:"name"`
+	Version      string `json:"version"`
+	Commit       string `json:"commit,omitempty"`
+	Modified     bool   `json:"modified,omitempty"`
+	CommitSource string `json:"commit_source,omitempty"`
+}
+
+// String is the tool's name, version and commit, as the summary shows it.
+func (t Tool) String() string {
+	in := version.Info{Version: t.Version, Commit: t.Commit, Modified: t.Modified, CommitSource: t.CommitSource}
+	return t.Name + " " + in.String()
+}
+
+// ThisTool is the running build.
+func ThisTool() Tool {
+	in := version.Get()
+	return Tool{Name: ToolName, Version: in.Version, Commit: in.Commit, Modified: in.Modified, CommitSource: in.CommitSource}
 }
 
 // Target names the server under test.
@@ -113,13 +131,16 @@ type Certificate struct {
 	// DetectionPower is nil when no self-test ran with this build.
 	DetectionPower *DetectionPower `json:"detection_power"`
 	Duration       time.Duration   `json:"duration_ns"`
+	// Shard is set when the run was one slice of the catalog
+	// (canary-run --shard K/N); Merge joins the slices.
+	Shard *Shard `json:"shard,omitempty"`
 }
 
 // New makes the certificate of a run that ended now, taking the verdict
 // from the reports.
 func New(target Target, tenants []Tenant, reports []scenarios.Report, elapsed time.Duration) *Certificate {
 	return &Certificate{
-		Tool:      Tool{Name: ToolName, Version: ToolVersion()},
+		Tool:      ThisTool(),
 		Target:    target,
 		Date:      time.Now().UTC().Truncate(time.Second),
 		Tenants:   tenants,
@@ -141,37 +162,8 @@ func (c *Certificate) Fail(err error) {
 	}
 }
 
-// ToolVersion is this build's module version, or "devel" (with the VCS
-// revision when the build recorded one).
-func ToolVersion() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
-	}
-	if v := info.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	var rev, modified string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			modified = s.Value
-		}
-	}
-	if rev == "" {
-		return "devel"
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	v := "devel-" + rev
-	if modified == "true" {
-		v += "-dirty"
-	}
-	return v
-}
+// ToolVersion is this build's version and commit in one line.
+func ToolVersion() string { return version.Get().String() }
 
 // Effective is the result a report counts as: its Result, except that a
 // "pass" holding a leak finding counts as a leak and one holding another

@@ -11,7 +11,9 @@ import (
 	"github.com/tenantcanary/tenantcanary/scenarios"
 )
 
-// The JUnit XML shapes (the schema Jenkins, GitLab and GitHub test views read).
+// The JUnit XML shapes, within Jenkins' junit-10.xsd (the schema Jenkins,
+// GitLab and GitHub test views read): the root carries no skipped count
+// (the schema has none there); each suite does.
 type (
 	// JUnitSuites is the root element.
 	JUnitSuites struct {
@@ -20,7 +22,6 @@ type (
 		Tests    int          `xml:"tests,attr"`
 		Failures int          `xml:"failures,attr"`
 		Errors   int          `xml:"errors,attr"`
-		Skipped  int          `xml:"skipped,attr"`
 		Time     string       `xml:"time,attr"`
 		Suites   []JUnitSuite `xml:"testsuite"`
 	}
@@ -65,9 +66,10 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.3f", d.Seconds()) }
 // JUnit is the certificate as JUnit test suites: one suite per scenario,
 // one case per phase; a phase with findings has a <failure> listing every
 // finding one a line, a phase that ended in a harness or target error an
-// <error>; a skipped scenario is one <skipped> case with the reason. A
-// failed scenario whose failure no phase shows gets a "scenario" case with
-// an <error> holding the reason.
+// <error>; a skipped scenario is one <skipped> case with the reason, and so
+// is every check skipped inside a scenario that ran ("check file"), so a
+// CI reporter never counts it as passed. A failed scenario whose failure no
+// phase shows gets a "scenario" case with an <error> holding the reason.
 func (c *Certificate) JUnit() JUnitSuites {
 	root := JUnitSuites{Name: ToolName + " " + c.Target.Name, Time: secs(c.Duration)}
 	if c.Error != "" {
@@ -84,7 +86,6 @@ func (c *Certificate) JUnit() JUnitSuites {
 		root.Tests += s.Tests
 		root.Failures += s.Failures
 		root.Errors += s.Errors
-		root.Skipped += s.Skipped
 	}
 	return root
 }
@@ -145,6 +146,12 @@ func suiteOf(r *scenarios.Report, date time.Time) JUnitSuite {
 		}
 		s.Cases = append(s.Cases, JUnitCase{Name: "scenario", Classname: r.ID, Time: secs(0),
 			Error: &JUnitProblem{Message: oneLine(reason), Type: "harness", Text: reason}})
+	}
+	if r.Result != scenarios.Skipped {
+		for _, sk := range r.Skipped {
+			s.Cases = append(s.Cases, JUnitCase{Name: "check " + sk.Invariant, Classname: r.ID, Time: secs(0),
+				Skipped: &JUnitProblem{Message: sk.Reason}})
+		}
 	}
 	if r.Result != scenarios.Pass && len(r.Log) > 0 {
 		s.SystemOut = strings.Join(r.Log, "\n")

@@ -30,13 +30,13 @@ func (v Verdict) Headline() string {
 // to read it.
 func (c *Certificate) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## tenantcanary: %s\n\n", c.Verdict.Headline())
+	fmt.Fprintf(&b, "## tenantcanary: %s\n\n", c.Headline())
 	fmt.Fprintf(&b, "**Verdict: %s** (exit %d). Target %s", c.Verdict, ExitCode(c.Verdict), c.Target.Name)
 	if c.Target.Version != "" {
 		fmt.Fprintf(&b, " %s", c.Target.Version)
 	}
-	fmt.Fprintf(&b, ", tenants %s, %s, %s %s, %s.\n",
-		c.tenantNames(), c.Date.Format("2006-01-02T15:04:05Z07:00"), c.Tool.Name, c.Tool.Version, seconds(c.Duration))
+	fmt.Fprintf(&b, ", tenants %s, %s, %s, %s.\n",
+		c.tenantNames(), c.Date.Format("2006-01-02T15:04:05Z07:00"), c.Tool, seconds(c.Duration))
 	if held, all := c.controls(); all > 0 {
 		fmt.Fprintf(&b, "Positive controls: %d of %d held (each tenant's own canaries seen where they belong).\n", held, all)
 	} else if len(c.Scenarios) > 0 {
@@ -171,7 +171,7 @@ func (c *Certificate) WriteTable(w io.Writer) error {
 			return fmt.Errorf("write table: %w", err)
 		}
 	}
-	if _, err := fmt.Fprintf(w, "verdict: %s (exit %d) in %s\n", c.Verdict.Headline(), ExitCode(c.Verdict), seconds(c.Duration)); err != nil {
+	if _, err := fmt.Fprintf(w, "verdict: %s (exit %d) in %s\n", c.Headline(), ExitCode(c.Verdict), seconds(c.Duration)); err != nil {
 		return fmt.Errorf("write table: %w", err)
 	}
 	return nil

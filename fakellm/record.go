@@ -60,6 +60,30 @@ func (r Record) Messages() []map[string]any {
 	return out
 }
 
+// EndsWithToolResult reports whether the conversation's last message hands
+// back tool results: an OpenAI "tool" message, or an Anthropic "user"
+// message whose content holds a tool_result block (Anthropic has no tool
+// role). A responder answers it with text to end the tool loop.
+func (r Record) EndsWithToolResult() bool {
+	msgs := r.Messages()
+	if len(msgs) == 0 {
+		return false
+	}
+	last := msgs[len(msgs)-1]
+	switch role, _ := last["role"].(string); role {
+	case "tool":
+		return true
+	case "user":
+		blocks, _ := last["content"].([]any)
+		for _, b := range blocks {
+			if bm, ok := b.(map[string]any); ok && bm["type"] == "tool_result" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // clone returns a deep copy, so callers can never mutate the server's log.
 func (r Record) clone() Record {
 	c := r

@@ -23,6 +23,7 @@ import (
 var (
 	ErrExited   = errors.New("process exited")
 	ErrNotReady = errors.New("process not ready before the deadline")
+	ErrStart    = errors.New("process could not be started")
 )
 
 // ProcSpec describes a child the harness runs.
@@ -55,6 +56,7 @@ type Proc struct {
 	exitErr error
 
 	readers sync.WaitGroup
+	drained chan struct{} // closed once stdout and stderr are both read to EOF
 	done    chan struct{}
 	stopped sync.Once
 }
@@ -68,7 +70,7 @@ func StartProc(ctx context.Context, spec ProcSpec) (*Proc, error) {
 	if len(spec.Argv) == 0 {
 		return nil, fmt.Errorf("start %s: empty argv", spec.Name)
 	}
-	p := &Proc{spec: spec, done: make(chan struct{})}
+	p := &Proc{spec: spec, drained: make(chan struct{}), done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	cmd := procgroup.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir, cmd.Env = spec.Dir, spec.Env
@@ -100,7 +102,7 @@ func StartProc(ctx context.Context, spec ProcSpec) (*Proc, error) {
 		return fail(err)
 	}
 	if err := cmd.Start(); err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("%w: %w", ErrStart, err))
 	}
 	p.readers.Add(2)
 	go p.pump(stdout, "out", true)
@@ -108,6 +110,7 @@ func StartProc(ctx context.Context, spec ProcSpec) (*Proc, error) {
 	go func() {
 		// Readers first: Wait closes the pipes, which would cut the last lines.
 		p.readers.Wait()
+		close(p.drained)
 		err := cmd.Wait()
 		p.mu.Lock()
 		p.exited, p.exitErr = true, err
@@ -160,6 +163,10 @@ func (p *Proc) Name() string { return p.spec.Name }
 // Stdin is the pipe to the child's stdin, or nil without ProcSpec.Stdin.
 func (p *Proc) Stdin() io.WriteCloser { return p.stdin }
 
+// Drained is closed once stdout and stderr are both read to their end
+// (the child closed them, usually by exiting).
+func (p *Proc) Drained() <-chan struct{} { return p.drained }
+
 // Done is closed once the child has exited and its output is read.
 func (p *Proc) Done() <-chan struct{} { return p.done }
 
@@ -208,7 +215,15 @@ func (p *Proc) WaitLine(ctx context.Context, re *regexp.Regexp) ([]string, error
 	for i := 0; ; i++ {
 		line, err := p.Line(ctx, i)
 		if err != nil {
-			if ctx.Err() != nil {
+			if errors.Is(err, ErrExited) {
+				// stdout closed first; a start-up error is usually on
+				// stderr, which may still be in flight. Read it to its end
+				// (or until ctx ends) before the error quotes the tail.
+				select {
+				case <-p.drained:
+				case <-ctx.Done():
+				}
+			} else if ctx.Err() != nil {
 				err = ErrNotReady
 			}
 			return nil, fmt.Errorf("%s: waiting for a line matching %q: %w\nlast output:\n%s", p.spec.Name, re, err, p.Tail())

@@ -48,9 +48,13 @@ func TestProcNeverReadyAndEarlyExitAreDistinct(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	p := startBash(t, ctx, `echo starting; exec sleep 300`)
+	// The line is in before the short wait starts, so the error must quote
+	// it however slow the machine is; the short deadline is meant to pass.
+	_, err := p.Line(ctx, 0)
+	require.NoError(t, err)
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	_, err := p.WaitLine(short, regexp.MustCompile(`ready`))
+	_, err = p.WaitLine(short, regexp.MustCompile(`ready`))
 	require.ErrorIs(t, err, ErrNotReady)
 	assert.Contains(t, err.Error(), "out: starting", "the error shows the last output")
 
@@ -62,6 +66,13 @@ func TestProcNeverReadyAndEarlyExitAreDistinct(t *testing.T) {
 	var exit interface{ ExitCode() int }
 	require.True(t, errors.As(q.ExitErr(), &exit))
 	assert.Equal(t, 75, exit.ExitCode())
+
+	// stdout closes well before the start-up error reaches stderr: the
+	// error still quotes it, because WaitLine reads stderr to its end first.
+	r := startBash(t, ctx, `exec 1>&-; sleep 0.3; echo "fatal: late on stderr" >&2; exit 75`)
+	_, err = r.WaitLine(ctx, regexp.MustCompile(`ready`))
+	require.ErrorIs(t, err, ErrExited)
+	assert.Contains(t, err.Error(), "late on stderr")
 }
 
 func TestProcStopKillsTheWholeGroupOnEveryPath(t *testing.T) {

@@ -37,7 +37,11 @@ func TestAHostThatStopsReadingCostsATimeout(t *testing.T) {
 	e.seePID()
 	pid := e.m.PID()
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// The stopped host never takes the 1 MiB frame, so the call always
+	// waits the whole deadline; it is seconds long so that a loaded machine
+	// still reaches the write before it (a sub-second one could end first
+	// and be reported as a timeout of the queue, not a broken write).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	_, err := e.m.Call(ctx, "s", "hostprobe_echo", map[string]any{"big": strings.Repeat("y", 1<<20)})
 	require.ErrorIs(t, err, host.ErrUnavailable, "a write the host does not take by the deadline breaks the connection")

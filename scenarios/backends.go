@@ -49,6 +49,7 @@ func (e *Env) StartServe() *Serve {
 	argv := harness.Expand(tg.Serve, map[string]string{"host": "127.0.0.1", "port": "0", "cron_interval": CronInterval})
 	p, err := e.Box.Start(e.Ctx, "serve", argv, false, map[string]string{tg.TokenVar: token})
 	if err != nil {
+		e.targetCannotStart("serve backend", err)
 		e.T.Fatalf("start serve backend: %v", err)
 	}
 	ctx, cancel := e.ctx(60 * time.Second)
@@ -56,6 +57,7 @@ func (e *Env) StartServe() *Serve {
 	m, err := p.WaitLine(ctx, tg.ReadyRE())
 	if err != nil {
 		p.Kill()
+		e.targetCannotStart("serve backend", err)
 		e.T.Fatalf("serve backend not ready: %v", err)
 	}
 	e.Server = &Serve{Proc: p, Base: "http://" + net.JoinHostPort(m[1], m[2]), Token: token}
@@ -105,6 +107,7 @@ func (e *Env) StartGateway() *Gateway {
 	argv := harness.Expand(tg.Gateway, map[string]string{"host": "127.0.0.1", "port": "0"})
 	p, err := e.Box.Start(e.Ctx, "gateway", argv, false, nil)
 	if err != nil {
+		e.targetCannotStart("gateway", err)
 		e.T.Fatalf("start gateway: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(e.Ctx, 60*time.Second)
@@ -112,6 +115,7 @@ func (e *Env) StartGateway() *Gateway {
 	m, err := p.WaitLine(ctx, tg.ReadyRE())
 	if err != nil {
 		p.Kill()
+		e.targetCannotStart("gateway", err)
 		e.T.Fatalf("gateway not ready: %v", err)
 	}
 	g := &Gateway{Proc: p, Client: &harness.GatewayClient{Base: "http://" + net.JoinHostPort(m[1], m[2])}}

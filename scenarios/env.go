@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -38,6 +39,7 @@ type Env struct {
 	expected map[string]int // snapshots each tenant's provider must have received
 	gateway  *Gateway
 	pending  []invariants.Finding // write-scope findings made since the last check
+	down     *targetDown          // where a start-up failure of the target stops the run
 	texts    []ownedText          // streams the harness received (gateway replies)
 	deleted  map[string]bool      // tenants whose profile a phase deleted
 }
@@ -124,10 +126,18 @@ func (e *Env) StartStdio(owner *tenants.Tenant) *harness.Conn {
 	defer cancel()
 	p, err := e.Box.Start(e.Ctx, "stdio-"+owner.Name, e.Box.Target.Stdio, true, nil)
 	if err != nil {
+		e.targetCannotStart("stdio backend", err)
 		e.T.Fatalf("start stdio backend for %s: %v", owner.Name, err)
 	}
 	c, err := harness.DialStdio(ctx, p)
 	if err != nil {
+		// Dialing stdio is waiting for its ready event: any failure is one
+		// of start-up; its reason is usually on the child's stderr.
+		select {
+		case <-p.Drained():
+		case <-ctx.Done():
+		}
+		e.targetCannotStart("stdio backend", fmt.Errorf("%w: %w\nlast output:\n%s", harness.ErrNotReady, err, p.Tail()))
 		e.T.Fatalf("connect to stdio backend of %s: %v", owner.Name, err)
 	}
 	e.T.Cleanup(c.Close)

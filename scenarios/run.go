@@ -29,6 +29,8 @@ type Config struct {
 	// Interrupt, when it ends, kills every scenario's processes at once
 	// (canary-run's SIGINT); RunCatalog sets it to its context.
 	Interrupt context.Context
+
+	down *targetDown // set by runSpecs: the target could not start
 }
 
 // recordingT passes everything to the scenario's T and keeps the failure
@@ -130,6 +132,7 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 	})
 	if err != nil {
 		rep.Reason = err.Error()
+		cfg.down.note(spec.ID, "sandbox", err)
 		rt.Fatalf("%s: %v", spec.ID, err)
 	}
 	t.Cleanup(func() {
@@ -137,7 +140,7 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 			rt.Errorf("%s: %v", spec.ID, err)
 		}
 	})
-	env := &Env{T: rt, Ctx: ctx, Spec: spec, Box: box, Tenants: box.Set.Tenants, Report: rep}
+	env := &Env{T: rt, Ctx: ctx, Spec: spec, Box: box, Tenants: box.Set.Tenants, Report: rep, down: cfg.down}
 	seen := map[string]bool{}
 	for _, ph := range spec.Phases {
 		progress(cfg.Progress, "%-20s phase %s", spec.ID, ph.Name)
@@ -243,9 +246,16 @@ func runSpecs(ctx context.Context, specs []Spec, cfg Config, label string) ([]Re
 		cfg.Parallel = 1
 	}
 	reports := make([]Report, len(specs))
+	cfg.down = &targetDown{}
 	runJobs(ctx, cfg.Parallel, len(specs), func(i int) {
 		spec := specs[i]
 		rep := &Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus}
+		if why := cfg.down.why(); why != "" && spec.unmet(cfg.Target) == "" {
+			rep.Result, rep.Reason = Failed, "not run: "+why
+			progress(cfg.Progress, "%-20s not run: %s", spec.ID, why)
+			reports[i] = *rep
+			return
+		}
 		out := harness.RunStandalone(ctx, spec.ID, filepath.Join(cfg.WorkDir, label, spec.ID), cfg.Keep, func(t harness.T) {
 			runInto(t, spec, cfg, rep)
 		})

@@ -29,11 +29,8 @@ func (t *Tenant) ProbeCommand() string {
 // probe, and a tool result with the text "probe done for <tenant>".
 func DefaultResponder(t *Tenant) fakellm.Responder {
 	return func(r fakellm.Record) fakellm.Response {
-		msgs := r.Messages()
-		if n := len(msgs); n > 0 {
-			if role, _ := msgs[n-1]["role"].(string); role == "tool" {
-				return fakellm.Text("probe done for " + t.Name)
-			}
+		if r.EndsWithToolResult() {
+			return fakellm.Text("probe done for " + t.Name)
 		}
 		return fakellm.ToolCall("terminal", map[string]string{"command": t.ProbeCommand()})
 	}

@@ -86,7 +86,7 @@ var commands = []Command{
 	{"plugins", "plugins audit DIR [--json]: the static pool-safety audit of a plugin's source", runPlugins},
 	{"plugin-host", "serve one profile's plugins on stdin/stdout (started by agentd itself)", runPluginHost},
 	{"version", "print the version", func(_ context.Context, env *Env, _ []string) int {
-		fmt.Fprintln(env.Stdout, server.Version)
+		fmt.Fprintln(env.Stdout, versionLine())
 		return ExitOK
 	}},
 }
@@ -100,12 +100,19 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return ExitUsage
 	}
 	name, rest := args[1], args[2:]
-	if name == "help" || name == "-h" || name == "--help" {
+	if name == "help" || name == "-h" || name == "-help" || name == "--help" {
 		usage(stdout)
+		return ExitOK
+	}
+	if name == "-version" || name == "--version" {
+		fmt.Fprintln(stdout, versionLine())
 		return ExitOK
 	}
 	for _, c := range commands {
 		if c.Name == name {
+			if helpAndVersion(ctx, env, c, rest) {
+				return ExitOK
+			}
 			return c.Run(ctx, env, rest)
 		}
 	}
@@ -117,8 +124,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: agentd COMMAND [ARGS]")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.Name, c.Summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.Name, c.Summary)
 	}
+	fmt.Fprintln(w, "\nagentd COMMAND --help describes a command and its flags; agentd --version prints the version.")
 }
 
 func homes(env *Env) (profile.Homes, error) { return profile.Resolve(env.Getenv) }

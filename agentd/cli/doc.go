@@ -10,5 +10,6 @@
 // Commands: tui (the stdio JSON-RPC backend), serve (websocket, every
 // profile in one process, with the cron ticker), gateway (OpenAI-compatible
 // HTTP), profile root|list|create|delete,
-// cron create|trigger|list|tick, version.
+// cron create|trigger|list|tick, version. Every command answers --help
+// (its usage and its flag set's flags) and --version.
 package cli

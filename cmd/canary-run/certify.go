@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/server"
@@ -23,7 +24,7 @@ const (
 	maxTenants = 100
 )
 
-const runUsage = "usage: canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--out DIR] [--keep] [--timeout D] [--parallel N] [--self-test | --no-self-test]"
+const runUsage = "usage: canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--shard K/N] [--out DIR] [--keep] [--timeout D] [--parallel N] [--self-test | --no-self-test]"
 
 // certifyOptions are the main run's flags.
 type certifyOptions struct {
@@ -36,6 +37,7 @@ type certifyOptions struct {
 	parallel int
 	selfTest bool
 	noSelf   bool
+	shard    string // K/N as given
 }
 
 // errHelp: -h was asked for.
@@ -55,6 +57,7 @@ func certifyFlags() (*flag.FlagSet, *certifyOptions) {
 	fs.IntVar(&o.parallel, "parallel", 1, "scenarios run at once")
 	fs.BoolVar(&o.selfTest, "self-test", false, "only prove the harness catches every seeded leak of the embedded agentd (and that the same scenarios are clean); exit 0 when it does")
 	fs.BoolVar(&o.noSelf, "no-self-test", false, "certify without measuring the harness's detection power (the certificate says it was not measured)")
+	fs.StringVar(&o.shard, "shard", "", "run only slice `K/N` of the selected scenarios (every Nth from the Kth, in catalog order); shard 1 also measures the detection power; join the shards' certificates with canary-run merge")
 	return fs, o
 }
 
@@ -93,6 +96,13 @@ func parseCertify(args []string) (certifyOptions, error) {
 	}
 	if o.run != "" {
 		if _, err := scenarios.Default().Match(o.run); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.shard != "" {
+		if o.selfTest {
+			errs = append(errs, errors.New("--self-test runs the whole fault matrix: --shard does not apply"))
+		} else if _, err := shardRun(o.run, o.shard); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -140,6 +150,16 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		return usageError(stderr, "canary-run", fmt.Errorf("--out %q: %w", o.out, err), runUsage)
 	}
 
+	var shard *certificate.Shard
+	if o.shard != "" {
+		sh, _ := shardRun(o.run, o.shard) // checked by parseCertify
+		shard = &sh.Shard
+		o.run = sh.Run
+		if sh.K > 1 {
+			o.noSelf = true // shard 1 measures the detection power for all
+		}
+		fmt.Fprintf(stderr, "canary-run: shard %d/%d: %s\n", sh.K, sh.N, strings.Join(sh.IDs, ", "))
+	}
 	start := time.Now()
 	var reports []scenarios.Report
 	var runErr error
@@ -151,7 +171,7 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	var power *certificate.DetectionPower
 	var selfErr error
 	if !o.noSelf && runErr == nil {
-		power, selfErr = selfTest(ctx, out, o, stderr)
+		power, selfErr = selfTest(ctx, out, o, stdout, stderr)
 	}
 	ts := certificate.TenantsOf(reports)
 	if len(ts) == 0 {
@@ -159,6 +179,7 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	}
 	cert := certificate.New(certTarget, ts, reports, time.Since(start))
 	cert.DetectionPower = power
+	cert.Shard = shard
 	if o.selfTest {
 		cert.Verdict = certificate.Certified
 		if power == nil || power.Caught != power.Seeded || !allClean(power) {
@@ -173,15 +194,16 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 			cert.Fail(err)
 		}
 	}
-	fmt.Fprintln(stderr)
-	if err := cert.WriteTable(stderr); err != nil {
+	// The result (the table, the verdict, where the certificate is) goes to
+	// stdout; progress went to stderr.
+	if err := cert.WriteTable(stdout); err != nil {
 		fmt.Fprintf(stderr, "canary-run: %v\n", err)
 	}
 	if err := cert.Write(out, lookupEnv); err != nil {
 		fmt.Fprintf(stderr, "canary-run: %v\n", err)
 		return certificate.ExitFailed
 	}
-	fmt.Fprintf(stderr, "certificate: %s\n", filepath.Join(out, certificate.JSONFile))
+	fmt.Fprintf(stdout, "certificate: %s\n", filepath.Join(out, certificate.JSONFile))
 	return certificate.ExitCode(cert.Verdict)
 }
 
@@ -229,7 +251,7 @@ const selfTestTenants = 3
 // table and returns the result for the certificate; a self-test that does
 // not pass is an error, since a harness that misses a seeded leak cannot
 // certify anything.
-func selfTest(ctx context.Context, out string, o certifyOptions, stderr io.Writer) (*certificate.DetectionPower, error) {
+func selfTest(ctx context.Context, out string, o certifyOptions, stdout, stderr io.Writer) (*certificate.DetectionPower, error) {
 	target, _, err := loadTarget("agentd")
 	if err != nil {
 		return nil, err
@@ -246,8 +268,7 @@ func selfTest(ctx context.Context, out string, o certifyOptions, stderr io.Write
 		}
 		return nil, err
 	}
-	fmt.Fprintln(stderr)
-	if werr := scenarios.WriteSelfTestTable(stderr, res); werr != nil && err == nil {
+	if werr := scenarios.WriteSelfTestTable(stdout, res); werr != nil && err == nil {
 		err = werr
 	}
 	power := &certificate.DetectionPower{Caught: res.Caught(), Seeded: len(res.Outcomes)}

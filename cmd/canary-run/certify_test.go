@@ -47,13 +47,16 @@ func TestCertifyEmbeddedAgentd(t *testing.T) {
 	require.Equal(t, 0, code, "stderr:\n%s", &stderr)
 	require.Empty(t, embeddedAgentds(t, filepath.Join(out, "work")), "no agentd outlives the run")
 
-	// Progress as it goes, then the final table and where the certificate is.
-	errOut := stderr.String()
+	// Progress as it goes on stderr, then the result on stdout: the final
+	// table, the verdict and where the certificate is.
+	errOut, result := stderr.String(), stdout.String()
 	require.Contains(t, errOut, "stdio-separate")
-	require.Regexp(t, `(?m)^SCENARIO\s+RESULT\s+PHASES`, errOut)
-	require.Regexp(t, `(?m)^stdio-separate\s+pass\s+\d+\s+[1-9]\d*\s+[1-9]\d*\s+0\s`, errOut)
-	require.Contains(t, errOut, "verdict: certified")
-	require.Contains(t, errOut, "certificate: "+filepath.Join(out, certificate.JSONFile))
+	require.Regexp(t, `(?m)^SCENARIO\s+RESULT\s+PHASES`, result)
+	require.Regexp(t, `(?m)^stdio-separate\s+pass\s+\d+\s+[1-9]\d*\s+[1-9]\d*\s+0\s`, result)
+	require.Contains(t, result, "verdict: certified")
+	require.Contains(t, result, "certificate: "+filepath.Join(out, certificate.JSONFile))
+	require.NotContains(t, errOut, "verdict:", "the result is not mixed into the progress")
+	require.NotContains(t, result, "phase ", "the progress is not mixed into the result")
 
 	c := readCertificate(t, out)
 	require.Equal(t, certificate.Certified, c.Verdict)
@@ -124,7 +127,7 @@ func TestCertifyInterrupted(t *testing.T) {
 	c := readCertificate(t, out)
 	require.Equal(t, certificate.Failed, c.Verdict)
 	require.Contains(t, c.Error, "interrupted")
-	require.Contains(t, stderr.String(), "run failed: interrupted")
+	require.Contains(t, stdout.String(), "run failed: interrupted")
 }
 
 // TestSelfTestCommand is `canary-run --self-test`: every seeded fault of the
@@ -136,8 +139,8 @@ func TestSelfTestCommand(t *testing.T) {
 	var stdout, stderr syncio.Buffer
 	code := dispatch(t.Context(), []string{"--self-test", "--parallel", "2", "--out", out}, strings.NewReader(""), &stdout, &stderr, noEnv)
 	require.Equal(t, 0, code, "stderr:\n%s", &stderr)
-	require.Regexp(t, `(?m)^FAULT\s+SCENARIO\s+EXPECTED\s+RESULT`, stderr.String())
-	require.Regexp(t, `(?m)^shared-shell\s+shell-reuse\s+env_snapshot\s+caught\s+[1-9]`, stderr.String())
+	require.Regexp(t, `(?m)^FAULT\s+SCENARIO\s+EXPECTED\s+RESULT`, stdout.String())
+	require.Regexp(t, `(?m)^shared-shell\s+shell-reuse\s+env_snapshot\s+caught\s+[1-9]`, stdout.String())
 	c := readCertificate(t, out)
 	require.Equal(t, certificate.Certified, c.Verdict)
 	require.NotNil(t, c.DetectionPower)

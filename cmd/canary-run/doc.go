@@ -14,12 +14,19 @@
 //
 // Subcommands:
 //
+//	canary-run merge [--out DIR] SHARD-DIR...
 //	canary-run scan --canaries FILE [--json] PATH...
-//	canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--journal FILE] [--advertise-host H]
+//	canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--journal FILE] [--advertise-host H] [--homes DIR [--layout agentd|FILE]]
 //	canary-run agentd ARGS...
 //
-// scan looks for canaries in files (for staging hosts the harness cannot
-// read); fakellm serves one fake provider per tenant for a staging server,
-// journaling every request; agentd runs the embedded reference server,
-// which is how the default target needs no install.
+// merge joins the certificates of the shards of one run (canary-run
+// --shard K/N runs every Nth scenario from the Kth); scan looks for
+// canaries in files (for staging hosts the harness cannot read); fakellm
+// serves one fake provider per tenant for a staging server, journaling
+// every request, and with --homes writes the tenants' homes for it; agentd
+// runs the embedded reference server, which is how the default target
+// needs no install.
+//
+// Every command takes --help and --version. Results (the verdict table,
+// findings, the certificate's path) go to stdout, progress to stderr.
 package main

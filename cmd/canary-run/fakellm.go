@@ -14,11 +14,22 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/internal/syncio"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-const fakellmUsage = "usage: canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--journal FILE] [--advertise-host H]"
+const fakellmUsage = "usage: canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--journal FILE] [--advertise-host H] [--homes DIR [--layout agentd|FILE]]"
+
+const fakellmAbout = `Serve one fake LLM provider per tenant for a staging server, journaling every
+request, until interrupted. It writes the roster (DIR/tenants.json: tenants,
+tags, base URLs, keys, models, workdirs, canaries), DIR/canaries.json and the
+journal; with --homes it also writes every tenant's home, ready for the
+server to serve: config.yaml (provider, base URL, model, key variable,
+workdir) and .env (the provider key, API_SERVER_KEY, TENANT_MARKER and the
+tenant's own CANARY_ variable), with memory and soul. The launch tenant's
+home is HOMES/home/<launch folder>, the others HOMES/home/<launch
+folder>/profiles/NAME: start the server with HOME=HOMES/home.`
 
 // The files `canary-run fakellm` writes into --out.
 const (
@@ -66,22 +77,31 @@ type fakellmOptions struct {
 	out       string
 	journal   string
 	advertise string
+	homes     string
+	layout    string
+}
+
+func fakellmFlags() (*flag.FlagSet, *fakellmOptions) {
+	o := &fakellmOptions{}
+	fs := flag.NewFlagSet("canary-run fakellm", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.listen, "listen", "", "`HOST:PORT` every provider listens on (port 0: one free port each)")
+	fs.StringVar(&o.tenants, "tenants", "", "JSON `FILE` of tenant names: [\"default\", \"alpha\"] or {\"names\": [...], \"launch\": NAME}")
+	fs.StringVar(&o.out, "out", "canary-out", "write tenants.json and canaries.json (and the journal by default) into this `DIR`")
+	fs.StringVar(&o.journal, "journal", "", "journal every request to this `FILE` (default DIR/journal.jsonl)")
+	fs.StringVar(&o.advertise, "advertise-host", "", "`HOST` the target reaches the providers at, in the printed base URLs")
+	fs.StringVar(&o.homes, "homes", "", "also write every tenant's home under this new `DIR` (HOME=DIR/home), ready for the staging server")
+	fs.StringVar(&o.layout, "layout", "agentd", "the homes' layout: `agentd`, or a target FILE whose layout: names the server's")
+	return fs, o
 }
 
 func parseFakeLLM(args []string) (fakellmOptions, error) {
-	var o fakellmOptions
-	fs := flag.NewFlagSet("canary-run fakellm", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.listen, "listen", "", "HOST:PORT every provider listens on (port 0: one free port each)")
-	fs.StringVar(&o.tenants, "tenants", "", "JSON file of tenant names")
-	fs.StringVar(&o.out, "out", "canary-out", "write tenants.json and canaries.json (and the journal by default) here")
-	fs.StringVar(&o.journal, "journal", "", "journal every request to this file (default DIR/journal.jsonl)")
-	fs.StringVar(&o.advertise, "advertise-host", "", "host the target reaches the providers at, in the printed base URLs")
+	fs, o := fakellmFlags()
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return o, errHelp
+			return *o, errHelp
 		}
-		return o, err
+		return *o, err
 	}
 	var errs []error
 	if fs.NArg() > 0 {
@@ -100,7 +120,30 @@ func parseFakeLLM(args []string) (fakellmOptions, error) {
 	if o.out == "" {
 		errs = append(errs, errors.New("--out is empty"))
 	}
-	return o, errors.Join(errs...)
+	if o.homes == "" && o.layout != "agentd" {
+		errs = append(errs, errors.New("--layout applies to --homes, which is not given"))
+	}
+	if o.homes != "" {
+		if entries, err := os.ReadDir(o.homes); err == nil && len(entries) > 0 {
+			errs = append(errs, fmt.Errorf("--homes %s: not empty: give a new folder, so no earlier tenant's home is mixed in", o.homes))
+		}
+		if _, err := homesLayout(o.layout); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return *o, errors.Join(errs...)
+}
+
+// homesLayout is the layout --layout names: agentd's, or a target file's.
+func homesLayout(name string) (tenants.Layout, error) {
+	if name == "agentd" {
+		return tenants.AgentdLayout(), nil
+	}
+	t, err := harness.LoadTarget(name)
+	if err != nil {
+		return tenants.Layout{}, fmt.Errorf("--layout: %w", err)
+	}
+	return t.Layout.WithDefaults(), nil
 }
 
 // closeGrace bounds how long the providers may take to close once
@@ -112,7 +155,8 @@ func runFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	const cmd = "canary-run fakellm"
 	o, err := parseFakeLLM(args)
 	if errors.Is(err, errHelp) {
-		fmt.Fprintln(stdout, fakellmUsage)
+		fs, _ := fakellmFlags()
+		printCommandHelp(stdout, fakellmUsage, fakellmAbout, fs)
 		return 0
 	}
 	if err != nil {
@@ -128,24 +172,34 @@ func runFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if o.out, err = filepath.Abs(o.out); err != nil {
 		return usageError(stderr, cmd, fmt.Errorf("--out: %w", err), fakellmUsage)
 	}
-	// The sandbox root holds nothing the target reads; the workdirs the
-	// roster names go under --out/work, for a target on this host (a
-	// remote one makes the same paths on its host).
-	root, err := os.MkdirTemp("", "canary-fakellm-")
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
-		return exitUsage
+	// Without --homes the sandbox root holds nothing the target reads; the
+	// workdirs the roster names go under --out/work, for a target on this
+	// host (a remote one makes the same paths on its host). With --homes,
+	// the root is that folder and the homes are written into it.
+	layout, _ := homesLayout(o.layout) // checked by parseFakeLLM
+	root := o.homes
+	if root == "" {
+		if root, err = os.MkdirTemp("", "canary-fakellm-"); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+			return exitUsage
+		}
+		defer os.RemoveAll(root)
 	}
-	defer os.RemoveAll(root)
 	set, err := tenants.Build(root, tenants.Options{
 		Names: names.Names, Launch: names.Launch, ProviderAddr: o.listen, AdvertiseHost: o.advertise,
-		WorkRoot: filepath.Join(o.out, "work"),
+		WorkRoot: filepath.Join(o.out, "work"), Layout: layout,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
 		return exitUsage
 	}
 	defer set.Close()
+	if o.homes != "" {
+		if err := set.WriteHomes(tenants.HomeExtras{}); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+			return exitUsage
+		}
+	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
 		return exitUsage
@@ -188,6 +242,9 @@ func runFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "%s: base_url=%s key=%s model=%s%s\n", t.Name, t.BaseURL, t.Key, t.Model, launch)
 	}
 	fmt.Fprintf(stdout, "tenants file: %s\ncanaries file: %s\njournal: %s\n", tenantsPath, canariesPath, o.journal)
+	if o.homes != "" {
+		fmt.Fprintf(stdout, "homes: HOME=%s (launch home %s, %s=%s)\n", set.Home, set.LaunchHome, set.Layout.HomeVar, set.LaunchHome)
+	}
 	fmt.Fprintf(stdout, "serving %d providers until interrupted\n", len(sf.Tenants))
 
 	<-ctx.Done()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,17 +17,22 @@ import (
 const exitUsage = certificate.ExitFailed
 
 const usageText = `usage:
-  canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--out DIR]
-             [--keep] [--timeout D] [--parallel N] [--self-test]
+  canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--shard K/N] [--out DIR]
+             [--keep] [--timeout D] [--parallel N] [--self-test | --no-self-test]
       run the scenario catalog against a pooled server and write the
       certificate (certificate.json, junit.xml, summary.md) into --out
+  canary-run merge [--out DIR] SHARD-DIR...
+      join the certificates of the shards of one run (--shard K/N) into one
   canary-run scan --canaries FILE [--json] PATH...
       look for canaries in files and trees, in every encoding
-  canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--journal FILE] [--advertise-host H]
+  canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--homes DIR [--layout agentd|FILE]] ...
       serve one fake provider per tenant for a staging server until interrupted
   canary-run agentd ARGS...
       run the embedded agentd (the default target)
-  canary-run version
+  canary-run version | --version
+
+Results (the verdict table, findings) go to stdout, progress to stderr.
+Every command takes --help.
 
 exit: 0 certified (scan: nothing found), 1 leaks found, 2 a usage error
       or the harness or the target failed
@@ -41,10 +47,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // dispatch is run with the environment lookup ($GITHUB_STEP_SUMMARY) as a
 // parameter, so tests leave the real one alone.
 func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	if len(args) > 0 && args[0] == "agentd" {
+		// agentd answers its own --help and --version.
+		return cli.Main(ctx, append([]string{"agentd"}, args[1:]...), stdin, stdout, stderr)
+	}
+	if askedVersion(args) {
+		printVersion(stdout)
+		return 0
+	}
 	if len(args) > 0 {
 		switch args[0] {
-		case "agentd":
-			return cli.Main(ctx, append([]string{"agentd"}, args[1:]...), stdin, stdout, stderr)
+		case "merge":
+			return runMerge(ctx, args[1:], stdout, stderr, lookupEnv)
 		case "scan":
 			return scancmd.Run(ctx, args[1:], stdout, stderr)
 		case "fakellm":
@@ -53,11 +67,11 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			printHelp(stdout)
 			return 0
 		case "version":
-			fmt.Fprintln(stdout, certificate.ToolName+" canary-run "+certificate.ToolVersion())
+			printVersion(stdout)
 			return 0
 		}
 		if !strings.HasPrefix(args[0], "-") {
-			fmt.Fprintf(stderr, "canary-run: unknown command %q (commands: scan, fakellm, agentd, version; or flags for a run)\n%s", args[0], usageText)
+			fmt.Fprintf(stderr, "canary-run: unknown command %q (commands: merge, scan, fakellm, agentd, version; or flags for a run)\n%s", args[0], usageText)
 			return exitUsage
 		}
 	}
@@ -77,4 +91,33 @@ func printHelp(w io.Writer) {
 	fs, _ := certifyFlags()
 	fs.SetOutput(w)
 	fs.PrintDefaults()
+}
+
+// askedVersion: --version anywhere before a "--", for any command but
+// agentd (which answers it itself).
+func askedVersion(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-version", "--version":
+			return true
+		}
+	}
+	return false
+}
+
+// printVersion prints this build's version and commit, saying where the
+// commit came from (or that it is unknown).
+func printVersion(w io.Writer) {
+	fmt.Fprintln(w, certificate.ToolName+" canary-run "+certificate.ToolVersion())
+}
+
+// printCommandHelp prints a subcommand's usage, what it does, and its
+// flags with their defaults.
+func printCommandHelp(w io.Writer, usage, about string, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "%s\n%s\n\nflags:\n", usage, about)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
 }

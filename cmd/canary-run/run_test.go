@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,11 +101,45 @@ func TestHelp(t *testing.T) {
 	require.Contains(t, stdout, fakellmUsage)
 }
 
+// TestEveryCommandHasHelpAndVersion: --help exits 0 with the flags listed,
+// --version exits 0 with the version and commit, for every command.
+func TestEveryCommandHasHelpAndVersion(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args  []string
+		flags []string
+	}{
+		{nil, []string{"-target", "-tenants", "-run", "-shard", "-out", "-keep", "-timeout", "-parallel", "-self-test", "-no-self-test"}},
+		{[]string{"fakellm"}, []string{"-listen", "-tenants", "-out", "-journal", "-advertise-host", "-homes", "-layout"}},
+		{[]string{"merge"}, []string{"-out"}},
+	} {
+		for _, h := range []string{"--help", "-h"} {
+			code, stdout, stderr := runCLI(t, append(tc.args, h)...)
+			require.Equal(t, 0, code, "%v %s: %s", tc.args, h, stderr)
+			require.Empty(t, stderr)
+			for _, f := range tc.flags {
+				require.Regexp(t, `(?m)^  `+f+`( |$)`, stdout, "%v %s lists %s", tc.args, h, f)
+			}
+		}
+	}
+	for _, args := range [][]string{{"--version"}, {"version"}, {"fakellm", "--version"}, {"merge", "--version"}, {"scan", "--version"}, {"--out", "x", "--version"}} {
+		code, stdout, stderr := runCLI(t, args...)
+		require.Equal(t, 0, code, "%v: %s", args, stderr)
+		require.Regexp(t, `^tenantcanary canary-run v\d+\.\d+\.\d+\S* \(commit `, stdout, "%v", args)
+	}
+	code, stdout, _ := runCLI(t, "agentd", "--version")
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "tenantcanary v")
+	code, stdout, _ = runCLI(t, "agentd", "serve", "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "-cron-interval")
+}
+
 func TestAgentdIsEmbedded(t *testing.T) {
 	t.Parallel()
 	code, stdout, stderr := runCLI(t, "agentd", "version")
 	require.Equal(t, 0, code, stderr)
-	require.Equal(t, server.Version+"\n", stdout)
+	require.True(t, strings.HasPrefix(stdout, server.Version+", tenantcanary v"), stdout)
 }
 
 func TestFakeLLMBadTenantNameWritesNothing(t *testing.T) {
@@ -147,7 +182,7 @@ func TestVersionAndHelpDefaults(t *testing.T) {
 	t.Parallel()
 	code, stdout, _ := runCLI(t, "version")
 	require.Equal(t, 0, code)
-	require.Regexp(t, `^tenantcanary canary-run \S+\n$`, stdout)
+	require.Regexp(t, `^tenantcanary canary-run v\d+\.\d+\.\d+\S* \(commit [^\n]+\)\n$`, stdout)
 	_, stdout, _ = runCLI(t, "--help")
 	require.Contains(t, stdout, "flags of a run:")
 	require.Contains(t, stdout, `write the certificate into this DIR (default "canary-out")`)
