@@ -473,4 +473,3 @@ func probeBwrap() error {
 	}
 	return nil
 }
-

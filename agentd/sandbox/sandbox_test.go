@@ -52,7 +52,7 @@ func need(t testing.TB, m sandbox.Mode) {
 // in its .env, and a folder outside every home.
 type world struct {
 	root, launch, alpha, beta, outside string
-	canary                              map[string]string // home -> its canary
+	canary                             map[string]string // home -> its canary
 }
 
 func newWorld(t *testing.T) *world {
