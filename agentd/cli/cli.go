@@ -20,6 +20,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/plugins"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
 	"github.com/tenantcanary/tenantcanary/host"
@@ -85,6 +86,8 @@ var commands = []Command{
 	{"cron", "cron create|trigger|list|tick", runCron},
 	{"plugins", "plugins audit DIR [--json]: the static pool-safety audit of a plugin's source", runPlugins},
 	{"plugin-host", "serve one profile's plugins on stdin/stdout (started by agentd itself)", runPluginHost},
+	{"sandbox", "sandbox check: which tool sandboxes (terminal.sandbox) work here, and why the others do not", runSandbox},
+	{sandbox.LauncherCommand, "run a command in a profile's Landlock sandbox as its subreaper (started by agentd itself)", runSandboxExec},
 	{"version", "print the version", func(_ context.Context, env *Env, _ []string) int {
 		fmt.Fprintln(env.Stdout, server.Version)
 		return ExitOK
@@ -382,7 +385,7 @@ func newServer(env *Env, h profile.Homes, log *slog.Logger, source string) (*ser
 	// the plugins call back into this server (nested calls, facades).
 	var srv *server.Server
 	builtins := []agent.Tool{agent.TerminalTool{}}
-	pluginOpts := plugins.Options{Command: append(append([]string(nil), env.Self...), "plugin-host"), Faults: fs}
+	pluginOpts := plugins.Options{Command: append(append([]string(nil), env.Self...), "plugin-host"), Self: env.Self, Faults: fs}
 	tools := func(sc *scope.Scope) *agent.Registry {
 		o := pluginOpts
 		o.Backend = srv
@@ -417,4 +420,18 @@ func runPluginHost(ctx context.Context, env *Env, args []string) int {
 		return 1
 	}
 	return ExitOK
+}
+
+// runSandbox is `agentd sandbox check`.
+func runSandbox(_ context.Context, env *Env, args []string) int {
+	if len(args) != 1 || args[0] != "check" {
+		fmt.Fprintln(env.Stderr, "usage: agentd sandbox check")
+		return ExitUsage
+	}
+	return sandbox.Check(env.Stdout)
+}
+
+// runSandboxExec is the Landlock launcher child (see sandbox.RunLauncher).
+func runSandboxExec(_ context.Context, env *Env, args []string) int {
+	return sandbox.RunLauncher(args, env.Stderr)
 }

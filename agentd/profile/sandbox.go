@@ -61,7 +61,8 @@ var ErrWorkdirExposes = errors.New("workdir would expose another profile's files
 // launch home without the profiles folder), cwd read-write when it is
 // outside the home, the managed scope hidden when it lies in a system
 // folder. A cwd in another profile's home, in the launch home (for a named
-// profile) or above any home is refused (ErrWorkdirExposes).
+// profile) or above any home is refused (ErrWorkdirExposes) unless m is
+// None.
 func (p Profile) SandboxPolicy(m sandbox.Mode, cwd string, self []string) (sandbox.Policy, error) {
 	pol := sandbox.Policy{Mode: m, Home: p.Home, Dir: cwd, Self: append([]string(nil), self...)}
 	launch := p.Home
@@ -85,6 +86,10 @@ func (p Profile) SandboxPolicy(m sandbox.Mode, cwd string, self []string) (sandb
 	}
 	cwd = filepath.Clean(cwd)
 	switch {
+	case m == sandbox.None: // nothing is confined: there is nothing to expose
+		if !within(cwd, p.Home) {
+			pol.Work = []string{cwd}
+		}
 	case within(cwd, root) && (p.Name == LaunchName || !within(cwd, p.Home)), within(root, cwd) && p.Name != LaunchName,
 		within(cwd, launch) && !within(cwd, p.Home), within(launch, cwd) && cwd != launch:
 		return sandbox.Policy{}, fmt.Errorf("terminal.cwd %s of profile %q: %w (want a folder in its home %s, or outside every agentd home)",

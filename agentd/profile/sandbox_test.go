@@ -80,3 +80,13 @@ func TestSandboxPolicyKeepsOtherHomesOut(t *testing.T) {
 		require.ErrorIs(t, err, ErrWorkdirExposes, "profile %s cwd %s", bad.p.Name, bad.cwd)
 	}
 }
+
+func TestSandboxPolicyNoneConfinesNothing(t *testing.T) {
+	t.Parallel()
+	h := testHomes(t)
+	alpha, err := h.Create("alpha")
+	require.NoError(t, err)
+	pol, err := alpha.SandboxPolicy(sandbox.None, h.Launch, nil)
+	require.NoError(t, err, "mode none confines nothing, so no workdir exposes anything more")
+	require.Equal(t, h.Launch, pol.Dir)
+}
