@@ -101,11 +101,14 @@ func (s *Session) shellFor(ctx context.Context, snap *scope.Snapshot) (*terminal
 		box = b
 	}
 	if s.shell != nil && !reflect.DeepEqual(box, s.shellBox) {
-		// A workdir the running sandbox does not hold (or a new mode): a
-		// new shell in a new sandbox.
-		old := s.shell
-		s.shell = nil
-		defer old.Close()
+		// A workdir the running sandbox does not hold (or a new mode): the
+		// next shell starts in a new sandbox, with the new settings.
+		sh := s.shell
+		s.shellCwd, s.shellEnv, s.shellBox = cwd, env, box
+		s.mu.Unlock()
+		sh.SetStart(cwd, snap.ToolEnv)
+		sh.Reconfine(box, "its sandbox changed (workdir "+cwd+")")
+		return sh, nil
 	}
 	if s.shell == nil {
 		s.shell = terminal.New(terminal.Options{Dir: cwd, Env: snap.ToolEnv, Sandbox: box})

@@ -206,3 +206,19 @@ func reportP50(b *testing.B, ds []time.Duration) {
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	b.ReportMetric(float64(ds[len(ds)/2])/float64(time.Millisecond), "p50-ms")
 }
+
+// TestReconfineRestartsTheShell: a new sandbox ends the running shell
+// and its tree; the next command runs in the new one and says so.
+func TestReconfineRestartsTheShell(t *testing.T) {
+	t.Parallel()
+	s := newSandboxed(t, sandbox.Bwrap, nil)
+	run(t, s.sh, "export KEPT=yes; setsid sleep 600 & true")
+	other := t.TempDir()
+	pol := &sandbox.Policy{Mode: sandbox.Bwrap, Home: s.home, Work: []string{other}, Self: selfArgv(t)}
+	s.sh.SetStart(other, s.sh.opts.Env)
+	s.sh.Reconfine(pol, "its sandbox changed")
+	require.Empty(t, procgroup.Marked(s.mark), "the old sandbox's tree is gone")
+	res := run(t, s.sh, "echo kept=$KEPT; pwd; echo x > f && cat f")
+	require.Equal(t, "kept=\n"+other+"\nx\n", res.Output)
+	require.Contains(t, res.Restarted, "its sandbox changed")
+}

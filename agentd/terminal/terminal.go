@@ -92,6 +92,21 @@ func (s *Shell) SetStart(dir string, env []string) {
 	s.opts.Env = append([]string(nil), env...)
 }
 
+// Reconfine sets the sandbox of the shells started from now on. A running
+// shell is ended (state and all: its sandbox cannot change around it) and
+// the next Run reports why it was restarted.
+func (s *Shell) Reconfine(pol *sandbox.Policy, why string) {
+	s.run.Lock()
+	defer s.run.Unlock()
+	s.mu.Lock()
+	s.opts.Sandbox = pol
+	p := s.proc
+	s.mu.Unlock()
+	if p != nil {
+		s.drop(p, why)
+	}
+}
+
 // Starts is how many shells this Shell has started.
 func (s *Shell) Starts() int {
 	s.mu.Lock()
