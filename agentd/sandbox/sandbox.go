@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -115,7 +116,7 @@ type Cmd struct {
 
 	infoR, infoW *os.File
 	infoDone     chan struct{}
-	inner        int // bwrap's pid 1, in our numbering
+	inner        atomic.Int64 // bwrap's pid 1, in our numbering (0 until known)
 	pid          int
 }
 
@@ -347,7 +348,7 @@ func (c *Cmd) Started() {
 			ChildPid int `json:"child-pid"`
 		}
 		if err := json.NewDecoder(c.infoR).Decode(&info); err == nil {
-			c.inner = info.ChildPid
+			c.inner.Store(int64(info.ChildPid))
 		}
 	}()
 }
@@ -381,8 +382,8 @@ func (c *Cmd) Stop(waited <-chan struct{}) {
 		case <-waited:
 		case <-time.After(stopGrace):
 		}
-		if c.inner > 0 {
-			_ = syscall.Kill(c.inner, syscall.SIGKILL)
+		if inner := int(c.inner.Load()); inner > 0 {
+			_ = syscall.Kill(inner, syscall.SIGKILL)
 		}
 		_ = syscall.Kill(c.pid, syscall.SIGKILL)
 	case c.contain:
@@ -399,14 +400,15 @@ func (c *Cmd) Stop(waited <-chan struct{}) {
 	if c.bwrap && c.contain {
 		// The outer bwrap may exit as soon as the command did; its pid 1
 		// (killed with it) is gone only once its namespace is empty.
-		if c.inner == 0 {
-			select {
-			case <-c.infoDone:
-			case <-time.After(stopGrace):
-			}
+		select {
+		case <-c.infoDone:
+		case <-time.After(stopGrace):
 		}
-		_ = syscall.Kill(c.inner, syscall.SIGKILL)
-		for deadline := time.Now().Add(stopGrace); c.inner > 0 && procgroup.Alive(c.inner) && time.Now().Before(deadline); {
+		inner := int(c.inner.Load())
+		if inner > 0 {
+			_ = syscall.Kill(inner, syscall.SIGKILL)
+		}
+		for deadline := time.Now().Add(stopGrace); inner > 0 && procgroup.Alive(inner) && time.Now().Before(deadline); {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
