@@ -131,7 +131,8 @@ func TestConfinement(t *testing.T) {
 				"echo " + mark + " > ${TMPDIR:-/tmp}/tmp-file && cat ${TMPDIR:-/tmp}/tmp-file",
 				"echo cwd=$(pwd)",
 			}, " 2>&1; ") + " 2>&1; true"
-			env := append(baseEnv(w.alpha), "PROBE_ENV=probe-"+mark)
+			// Unconfined, a write to $TMPDIR lands in the real one: the test's.
+			env := append(baseEnv(w.alpha), "PROBE_ENV=probe-"+mark, "TMPDIR="+t.TempDir())
 			out := run(t, sandbox.Policy{Mode: mode, Home: w.alpha, Dir: w.alpha, Self: self(t)}, env, script)
 
 			// What the tenant may see, in every mode.
