@@ -520,7 +520,13 @@ func (p *proc) kill() {
 		_ = p.pty.Close()
 		<-p.waited
 		<-p.readDone
-		// Members that were forking while we scanned.
-		procgroup.KillSession(pid)
+		// Members that were forking while we scanned, and those not yet
+		// dead of their SIGKILL: kill returns once the session is empty.
+		for deadline := time.Now().Add(startTimeout); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			procgroup.KillSession(pid)
+			if len(procgroup.SessionMembers(pid)) == 0 {
+				break
+			}
+		}
 	})
 }
