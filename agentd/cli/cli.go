@@ -381,6 +381,11 @@ func newServer(env *Env, h profile.Homes, log *slog.Logger, source string) (*ser
 		fmt.Fprintf(env.Stderr, "agentd: WARNING: %s\n", msg)
 		log.Warn(msg)
 	}
+	if m, err := sandbox.Effective(sandbox.Auto); err != nil {
+		log.Warn("tool sandbox: none works here; terminals of profiles other than the launch one are refused in pooled serving unless the managed scope sets terminal.sandbox: none", "why", err.Error())
+	} else {
+		log.Info("tool sandbox", "auto", string(m))
+	}
 	// A profile's turns offer the built-in tools and its plugins' tools;
 	// the plugins call back into this server (nested calls, facades).
 	var srv *server.Server
