@@ -24,12 +24,14 @@ import (
 var ErrLauncherUsage = errors.New("usage: agentd sandbox-exec SPEC -- COMMAND [ARGS] (started by agentd itself)")
 
 // RunLauncher is `agentd sandbox-exec SPEC -- COMMAND...` (args follow the
-// subcommand's name). It confines itself to the spec with Landlock (when
-// the spec says so) on the thread that starts the command, becomes a child
-// subreaper, runs the command, and when the command ends, agentd sends
-// SIGTERM or agentd dies (parent-death signal), kills every descendant,
-// those that called setsid or were orphaned by a double fork included.
-// It exits with the command's status.
+// subcommand's name). It runs in two stages: the first starts the second
+// (the keeper) in a session of its own and passes signals on; the keeper
+// confines the thread that starts the command with Landlock (when the spec
+// says so), becomes a child subreaper, runs the command, and when the
+// command ends, it gets SIGTERM, or the first stage dies (parent-death
+// signal: agentd died, or killed the first stage's group), kills every
+// descendant, those that called setsid or were orphaned by a double fork
+// included. It exits with the command's status.
 func RunLauncher(args []string, stderr io.Writer) int {
 	if len(args) < 3 || args[1] != "--" {
 		fmt.Fprintln(stderr, ErrLauncherUsage)
@@ -54,6 +56,9 @@ func RunLauncher(args []string, stderr io.Writer) int {
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	if spec.Contain && !spec.Keeper {
+		return runFirstStage(spec, args, sigs, fail)
+	}
 	if spec.Contain {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 			return fail("become a child subreaper: %v", err)
@@ -142,6 +147,52 @@ func RunLauncher(args []string, stderr io.Writer) int {
 	}
 	killTree(allGone)
 	return code
+}
+
+// runFirstStage starts the keeper (this launcher again, the spec marked
+// Keeper) in a session of its own and waits for it, passing on SIGTERM,
+// SIGINT and SIGHUP. A SIGKILL of this stage (its supervisor killing its
+// process group, say) reaches the keeper as its parent-death signal,
+// SIGTERM, and the keeper still ends the whole tree.
+func runFirstStage(spec launchSpec, args []string, sigs <-chan os.Signal, fail func(string, ...any) int) int {
+	exe, err := os.Executable()
+	if err != nil {
+		return fail("find this program to start the keeper: %v", err)
+	}
+	spec.Keeper, spec.Parent = true, os.Getpid()
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return fail("encode the keeper's spec: %v", err)
+	}
+	prefix := os.Args[:len(os.Args)-len(args)] // [self..., sandbox-exec]
+	argv := append(append(append([]string{}, prefix...), string(b)), args[1:]...)
+	keeper := &exec.Cmd{Path: exe, Args: argv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGTERM}}
+	runtime.LockOSThread() // the keeper's parent-death signal is tied to this thread
+	if err := keeper.Start(); err != nil {
+		return fail("start the keeper: %v", err)
+	}
+	done := make(chan int, 1)
+	go func() {
+		err := keeper.Wait()
+		if ee, ok := err.(*exec.ExitError); ok {
+			done <- exitCode(ee.Sys().(syscall.WaitStatus))
+			return
+		}
+		if err != nil {
+			done <- 126
+			return
+		}
+		done <- 0
+	}()
+	for {
+		select {
+		case code := <-done:
+			return code
+		case sig := <-sigs:
+			_ = keeper.Process.Signal(sig)
+		}
+	}
 }
 
 // killTree kills every descendant until none is left (the reaper saw

@@ -103,6 +103,11 @@ type launchSpec struct {
 	RWFiles  []string `json:"rw_files,omitempty"`
 	ShowProc bool     `json:"show_proc,omitempty"`
 	Tmp      bool     `json:"tmp"`
+	// Keeper is set in the second stage: the launcher agentd started (the
+	// first stage) re-executes itself as the keeper, in a session of its
+	// own, so that a kill of the first stage's process group or session
+	// still leaves the keeper to end the tree.
+	Keeper bool `json:"keeper,omitempty"`
 }
 
 // Cmd is a sandboxed command ready to start: the caller sets its stdio

@@ -291,3 +291,27 @@ func TestCheckNamesEveryMode(t *testing.T) {
 		require.Equal(t, 1, code, b.String())
 	}
 }
+
+// TestKilledLauncherStillEndsTheTree: a supervisor that SIGKILLs the
+// launcher's session (as a plugin host's supervisor kills its group) still
+// leaves nothing behind: the keeper, in a session of its own, gets its
+// parent-death signal and ends the tree; bwrap's namespace dies with it.
+func TestKilledLauncherStillEndsTheTree(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			if mode != sandbox.None {
+				need(t, mode)
+			}
+			home := t.TempDir()
+			marker := "killed-" + token(t)
+			c, waited := startTree(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}, marker)
+			require.GreaterOrEqual(t, len(procgroup.Marked(marker)), 4, "the tree is there before the kill")
+			procgroup.KillSession(c.Process.Pid)
+			<-waited
+			require.Eventually(t, func() bool { return len(procgroup.Marked(marker)) == 0 }, 20*time.Second, 10*time.Millisecond,
+				"the tree outlived a SIGKILL of the launcher's session")
+		})
+	}
+}
