@@ -59,13 +59,20 @@ const hostile = "cat $HOME/../../.env; cat $HOME/../*/.env; cat $HOME/../../SOUL
 func TestPooledTerminalIsSandboxed(t *testing.T) {
 	t.Parallel()
 	needSandbox(t)
-	for _, fault := range []string{"", "no-tool-sandbox"} {
-		t.Run("fault="+fault, func(t *testing.T) {
+	for _, tc := range []struct{ mode, fault string }{{"auto", ""}, {"landlock", ""}, {"auto", "no-tool-sandbox"}} {
+		fault := tc.fault
+		t.Run("mode="+tc.mode+",fault="+fault, func(t *testing.T) {
 			t.Parallel()
+			if tc.mode != "auto" {
+				if err := sandbox.Available(sandbox.Mode(tc.mode)); err != nil {
+					t.Skipf("%s cannot run here: %v", tc.mode, err)
+				}
+			}
 			w := newWorld(t)
 			alpha := w.addTenant("alpha", true)
 			beta := w.addTenant("beta", false)
 			cmdTenant(t, beta, "")
+			writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: "+tc.mode+"\n")
 			var env []string
 			if fault != "" {
 				env = []string{"AGENTD_FAULTS=" + fault, "AGENTD_ALLOW_FAULTS=1"}
@@ -100,13 +107,19 @@ func TestPooledTerminalContainment(t *testing.T) {
 	t.Parallel()
 	needSandbox(t)
 	const leave = "setsid sleep 600 & (sleep 600 &); nohup sleep 600 >/dev/null 2>&1 & echo started"
-	for _, how := range []string{"session.close", "profiles.delete", "stop", "stop with escaped-process"} {
+	for _, how := range []string{"session.close", "profiles.delete", "stop", "stop under landlock", "stop with escaped-process"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t)
 			w.addTenant("alpha", true)
 			beta := w.addTenant("beta", false)
 			cmdTenant(t, beta, "")
+			if strings.Contains(how, "landlock") {
+				if err := sandbox.Available(sandbox.Landlock); err != nil {
+					t.Skipf("landlock cannot run here: %v", err)
+				}
+				writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: landlock\n")
+			}
 			var env []string
 			if strings.Contains(how, "escaped-process") {
 				env = []string{"AGENTD_FAULTS=escaped-process", "AGENTD_ALLOW_FAULTS=1"}
@@ -127,7 +140,7 @@ func TestPooledTerminalContainment(t *testing.T) {
 				cb.ok("session.close", map[string]any{"session_id": sb})
 			case "profiles.delete":
 				cb.ok("profiles.delete", map[string]any{"name": "beta"})
-			default:
+			default: // stop
 				s.stop()
 			}
 			if strings.Contains(how, "escaped-process") {
@@ -136,7 +149,7 @@ func TestPooledTerminalContainment(t *testing.T) {
 			}
 			require.Eventually(t, func() bool { return len(tenantProcs(beta)) == 0 }, 10*time.Second, 10*time.Millisecond,
 				"a process of beta's terminal survived %s", how)
-			if how != "stop" {
+			if !strings.HasPrefix(how, "stop") {
 				s.stop()
 			}
 		})
@@ -193,4 +206,33 @@ func TestSandboxCheckCommand(t *testing.T) {
 	_, errOut, code := w.run("sandbox", "nope")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "usage: agentd sandbox check")
+}
+
+// TestPluginHostUnderLandlock: with terminal.sandbox: landlock the default
+// launcher runs the plugin host through the Landlock launcher: the plugin
+// runs as its profile, in its home, and nothing of it outlives the server.
+func TestPluginHostUnderLandlock(t *testing.T) {
+	t.Parallel()
+	if err := sandbox.Available(sandbox.Landlock); err != nil {
+		t.Skipf("landlock cannot run here: %v", err)
+	}
+	w := newWorld(t)
+	alpha := w.addTenant("alpha", true)
+	srv := pluginTenant(t, alpha, "host")
+	writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: landlock\n")
+	s := w.startServe(nil)
+	ca := s.dial()
+	sa, _ := ca.create("")
+	require.Equal(t, "complete", ca.turn(sa, "probe")["status"])
+	p := probeOf(t, srv)
+	require.NotEqual(t, s.pid, p.Pid, "the plugin ran out of the server")
+	require.Equal(t, alpha.home, p.Wd)
+	require.Equal(t, alpha.marker, p.Marker)
+	require.Equal(t, "NESTED-"+alpha.marker+"\n"+alpha.workdir+"\n", p.Nested)
+	log := string(mustRead(t, filepath.Join(alpha.home, "logs", "agent.log")))
+	require.Contains(t, log, "launcher=landlock")
+	require.NotEmpty(t, tenantProcs(alpha), "positive control: alpha's plugin host runs")
+	s.stop()
+	require.Eventually(t, func() bool { return len(tenantProcs(alpha)) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"alpha's plugin host outlived the server")
 }
