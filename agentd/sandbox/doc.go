@@ -13,11 +13,13 @@
 // (bwrap where it works, else landlock, else none). Whether a mode works
 // here is probed once and cached; Check prints the verdicts.
 //
-//	pol := sandbox.Policy{Mode: sandbox.Bwrap, Home: home, Dir: home, Self: self}
-//	argv, err := pol.Wrap([]string{"bash", "-i"})
-//	cmd := exec.Command(argv[0], argv[1:]...)
-//	cmd.Env = toolEnv // the environment passes through unchanged
-//	st, err := pol.Prepare(cmd) // adds what Stop needs to end it all
-//	_ = cmd.Start(); st.Started(cmd.Process.Pid)
-//	defer st.Stop(waited) // ends the command and every process it started
+//	pol := sandbox.Policy{Mode: sandbox.Auto, Home: home, Dir: home, Self: self}
+//	c, err := pol.Command([]string{"bash", "-i"}, toolEnv) // the environment passes through unchanged
+//	_ = c.Start()
+//	c.Started()
+//	waited := make(chan struct{})
+//	go func() { _ = c.Wait(); close(waited) }()
+//	defer c.Stop(waited) // ends the command and every process it started
+//
+//	prefix, err := pol.Prefix() // the same sandbox as an argv prefix (a plugin host's launcher)
 package sandbox
