@@ -20,6 +20,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/plugins"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
 	"github.com/tenantcanary/tenantcanary/host"
@@ -85,6 +86,8 @@ var commands = []Command{
 	{"cron", "cron create|trigger|list|tick", runCron},
 	{"plugins", "plugins audit DIR [--json]: the static pool-safety audit of a plugin's source", runPlugins},
 	{"plugin-host", "serve one profile's plugins on stdin/stdout (started by agentd itself)", runPluginHost},
+	{"sandbox", "sandbox check: which tool sandboxes (terminal.sandbox) work here, and why the others do not", runSandbox},
+	{sandbox.LauncherCommand, "run a command in a profile's Landlock sandbox as its subreaper (started by agentd itself)", runSandboxExec},
 	{"version", "print the version", func(_ context.Context, env *Env, _ []string) int {
 		fmt.Fprintln(env.Stdout, versionLine())
 		return ExitOK
@@ -386,11 +389,16 @@ func newServer(env *Env, h profile.Homes, log *slog.Logger, source string) (*ser
 		fmt.Fprintf(env.Stderr, "agentd: WARNING: %s\n", msg)
 		log.Warn(msg)
 	}
+	if m, err := sandbox.Effective(sandbox.Auto); err != nil {
+		log.Warn("tool sandbox: none works here; terminals of profiles other than the launch one are refused in pooled serving unless the managed scope sets terminal.sandbox: none", "why", err.Error())
+	} else {
+		log.Info("tool sandbox", "auto", string(m))
+	}
 	// A profile's turns offer the built-in tools and its plugins' tools;
 	// the plugins call back into this server (nested calls, facades).
 	var srv *server.Server
 	builtins := []agent.Tool{agent.TerminalTool{}}
-	pluginOpts := plugins.Options{Command: append(append([]string(nil), env.Self...), "plugin-host"), Faults: fs,
+	pluginOpts := plugins.Options{Command: append(append([]string(nil), env.Self...), "plugin-host"), Self: env.Self, Faults: fs,
 		Pooled: source == "serve" || source == "gateway"}
 	tools := func(sc *scope.Scope) *agent.Registry {
 		o := pluginOpts
@@ -426,4 +434,18 @@ func runPluginHost(ctx context.Context, env *Env, args []string) int {
 		return 1
 	}
 	return ExitOK
+}
+
+// runSandbox is `agentd sandbox check`.
+func runSandbox(_ context.Context, env *Env, args []string) int {
+	if len(args) != 1 || args[0] != "check" {
+		fmt.Fprintln(env.Stderr, "usage: agentd sandbox check")
+		return ExitUsage
+	}
+	return sandbox.Check(env.Stdout)
+}
+
+// runSandboxExec is the Landlock launcher child (see sandbox.RunLauncher).
+func runSandboxExec(_ context.Context, env *Env, args []string) int {
+	return sandbox.RunLauncher(args, env.Stderr)
 }

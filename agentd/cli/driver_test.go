@@ -22,7 +22,9 @@ import (
 	"github.com/tenantcanary/tenantcanary/internal/syncio"
 )
 
-const probe = "echo SNAPSHOT-BEGIN; env | sort; echo CWD=$(pwd); echo PID=$$; echo SNAPSHOT-END"
+// PID is the shell's pid and its PID namespace: in a sandbox two shells
+// can both be pid 2, each in a namespace of its own.
+const probe = "echo SNAPSHOT-BEGIN; env | sort; echo CWD=$(pwd); echo PID=$$@$(readlink /proc/self/ns/pid 2>/dev/null); echo SNAPSHOT-END"
 
 // tenant is one profile with its own provider and canaries.
 type tenant struct {
@@ -418,7 +420,7 @@ func toolResults(srv *fakellm.Server) []string {
 }
 
 // snapshot cuts the probe's output out of a tool result.
-func snapshot(t *testing.T, result string) (env map[string]string, cwd string, pid int) {
+func snapshot(t *testing.T, result string) (env map[string]string, cwd string, shell string) {
 	t.Helper()
 	i := strings.Index(result, "SNAPSHOT-BEGIN\n")
 	j := strings.Index(result, "SNAPSHOT-END")
@@ -429,14 +431,21 @@ func snapshot(t *testing.T, result string) (env map[string]string, cwd string, p
 		case strings.HasPrefix(line, "CWD="):
 			cwd = strings.TrimPrefix(line, "CWD=")
 		case strings.HasPrefix(line, "PID="):
-			fmt.Sscanf(strings.TrimPrefix(line, "PID="), "%d", &pid)
+			shell = strings.TrimPrefix(line, "PID=")
 		default:
 			if k, v, ok := strings.Cut(line, "="); ok {
 				env[k] = v
 			}
 		}
 	}
-	return env, cwd, pid
+	return env, cwd, shell
+}
+
+// tenantProcs lists the live processes carrying the tenant's ENV_MARKER
+// (its shells, plugin hosts and all they started), read from /proc, which
+// sees through the sandboxes' PID namespaces.
+func tenantProcs(tn *tenant) []int {
+	return procgroup.WithEnv("ENV_MARKER=" + tn.marker)
 }
 
 // forget drops the frames seen so far (benchmarks keep scans short).

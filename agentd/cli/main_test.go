@@ -15,7 +15,8 @@ func TestMain(m *testing.M) {
 	// agentd runs its plugin hosts as `<self> plugin-host` with the
 	// profile's environment only (no AGENTD_TEST_MAIN), so that argument
 	// alone makes this binary agentd too.
-	if os.Getenv("AGENTD_TEST_MAIN") == "1" || (len(os.Args) > 1 && os.Args[1] == "plugin-host") {
+	// The same for the sandbox launcher, `<self> sandbox-exec`.
+	if os.Getenv("AGENTD_TEST_MAIN") == "1" || (len(os.Args) > 1 && (os.Args[1] == "plugin-host" || os.Args[1] == "sandbox-exec")) {
 		os.Exit(cli.Main(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())

@@ -49,12 +49,22 @@ const (
 	// PluginInProcess: plugins.isolation: host is ignored; plugins load
 	// in the server's process.
 	PluginInProcess Name = "plugin-in-process"
+	// NoToolSandbox: a profile's terminal runs with no sandbox, whatever
+	// terminal.sandbox says.
+	NoToolSandbox Name = "no-tool-sandbox"
+	// EscapedProcess: terminal containment is off: what a command starts
+	// with setsid (or a double fork) survives session close and server stop.
+	EscapedProcess Name = "escaped-process"
+	// HostSharedPIDNS: the plugin host's default launcher gives no PID
+	// namespace and the host's /proc, so a plugin sees other processes.
+	HostSharedPIDNS Name = "host-shared-pidns"
 )
 
 // All lists every fault, sorted.
 func All() []Name {
 	all := []Name{DotenvIntoProcess, LaunchEnvBleed, SharedShell, GlobalCwd, CronLaunchScope, SharedCredential,
-		ModelBleed, WrongWriteScope, BroadcastEvents, SharedStateDB, LogSecretEncoded, ContextLost, PluginInProcess}
+		ModelBleed, WrongWriteScope, BroadcastEvents, SharedStateDB, LogSecretEncoded, ContextLost, PluginInProcess,
+		NoToolSandbox, EscapedProcess, HostSharedPIDNS}
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	return all
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -15,6 +16,8 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/agent"
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
+	"github.com/tenantcanary/tenantcanary/agentd/profile"
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/host"
 	"github.com/tenantcanary/tenantcanary/isolation"
@@ -36,6 +39,9 @@ type Options struct {
 	CallTimeout time.Duration
 	// Faults are seeded isolation bugs (test-only; see package faults).
 	Faults faults.Set
+	// Self is the argv that runs agentd again: the default launcher's
+	// Landlock launcher (`agentd sandbox-exec`).
+	Self []string
 }
 
 type valueKey struct{}
@@ -116,9 +122,17 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 			if len(opts.Command) == 0 {
 				return nil, fmt.Errorf("plugins of profile %q: host mode needs a plugin host command", sc.Profile.Name)
 			}
+			launcher, sandboxed := set.Launcher, "plugins.host.launcher"
+			if len(launcher) == 0 {
+				l, mode, err := DefaultLauncher(sc.Profile, opts)
+				if err != nil {
+					return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
+				}
+				launcher, sandboxed = l, string(mode)
+			}
 			m, err := host.New(host.Config{
 				Profile:     sc.Profile.Name,
-				Command:     append(append([]string(nil), set.Launcher...), opts.Command...),
+				Command:     append(append([]string(nil), launcher...), opts.Command...),
 				Home:        sc.Profile.Home,
 				Env:         snap.ToolEnv, // the profile's environment only
 				PluginsDir:  dir,
@@ -131,7 +145,7 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 			if err != nil {
 				return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
 			}
-			sc.Log.Info("plugins: host mode", "why", set.Why, "launcher", set.Launcher, "call_timeout", callTimeout,
+			sc.Log.Info("plugins: host mode", "why", set.Why, "launcher", set.Launcher, "sandboxed", sandboxed, "call_timeout", callTimeout,
 				"memory_limit", set.Limits.Memory, "cpu_limit", set.Limits.CPU)
 			return &loaded{loader: m, mode: mode, lost: lost}, nil
 		}
@@ -153,6 +167,47 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 		return lostLoader{Loader: l.loader, lost: l.lost}, l.mode, nil
 	}
 	return l.loader, l.mode, nil
+}
+
+// DefaultLauncher is the plugin host's launcher when plugins.host.launcher
+// is not set: the profile's sandbox in the mode terminal.sandbox resolves
+// to (own PID namespace, only its own home and agentd's executable), or
+// none (nil) when that mode is none. An operator's or the profile's
+// launcher overrides it.
+func DefaultLauncher(p profile.Profile, opts Options) ([]string, sandbox.Mode, error) {
+	set, err := p.TerminalSandbox()
+	if err != nil {
+		return nil, "", err
+	}
+	mode, _ := sandbox.Effective(set.Mode)
+	if mode == sandbox.None {
+		return nil, mode, nil
+	}
+	if err := sandbox.Available(mode); err != nil {
+		return nil, "", fmt.Errorf("sandbox the plugin host (terminal.sandbox %s in %s): %w", mode, set.From, err)
+	}
+	pol, err := p.SandboxPolicy(mode, "", opts.Self)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(opts.Command) > 0 {
+		exe := opts.Command[0]
+		if !filepath.IsAbs(exe) {
+			if exe, err = exec.LookPath(exe); err != nil {
+				return nil, "", fmt.Errorf("sandbox the plugin host: find %s: %w", opts.Command[0], err)
+			}
+			if exe, err = filepath.Abs(exe); err != nil {
+				return nil, "", fmt.Errorf("sandbox the plugin host: %w", err)
+			}
+		}
+		pol.ReadOnly = append(pol.ReadOnly, exe)
+	}
+	pol.SharedPID = opts.Faults.Has(faults.HostSharedPIDNS) // the bug: the host sees every process
+	prefix, err := pol.Prefix()
+	if err != nil {
+		return nil, "", fmt.Errorf("sandbox the plugin host: %w", err)
+	}
+	return prefix, mode, nil
 }
 
 // lostContext is the context-lost fault: nested calls run as the session

@@ -29,6 +29,7 @@ type Config struct {
 	Terminal struct {
 		Backend string `yaml:"backend"`
 		Cwd     string `yaml:"cwd"`
+		Sandbox string `yaml:"sandbox"` // auto | bwrap | landlock | none: see TerminalSandbox
 	} `yaml:"terminal"`
 	Memory struct {
 		MemoryEnabled *bool `yaml:"memory_enabled"`

@@ -19,6 +19,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/agentd/store"
 	"github.com/tenantcanary/tenantcanary/agentd/terminal"
@@ -261,7 +262,8 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 	if s.opts.Faults.Has(faults.ModelBleed) {
 		model = s.launchModel()
 	}
-	sess := &Session{ID: newLiveID(), Stored: stored, Scope: sc, conn: c.Conn, history: history}
+	sess := &Session{ID: newLiveID(), Stored: stored, Scope: sc, conn: c.Conn, history: history,
+		sandboxFor: func(cwd string) (*sandbox.Policy, error) { return s.shellSandbox(sc, cwd) }}
 	s.seedSessionFaults(sess)
 	s.mu.Lock()
 	if s.shutting {
@@ -505,7 +507,8 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 			return "", err
 		}
 	}
-	sess := &Session{ID: newLiveID(), Stored: st.ID, Scope: sc, sink: d.Sink, history: append([]llm.Message(nil), d.History...), busy: true}
+	sess := &Session{ID: newLiveID(), Stored: st.ID, Scope: sc, sink: d.Sink, history: append([]llm.Message(nil), d.History...), busy: true,
+		sandboxFor: func(cwd string) (*sandbox.Policy, error) { return s.shellSandbox(sc, cwd) }}
 	s.seedSessionFaults(sess)
 	// Registered (with no owner connection, so no request can address it)
 	// for the nested calls of its turn's plugin tools.

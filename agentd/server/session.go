@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/agentd/store"
 	"github.com/tenantcanary/tenantcanary/agentd/terminal"
@@ -34,8 +36,10 @@ type Session struct {
 	closed     bool
 	history    []llm.Message
 	shell      *terminal.Shell
-	shellCwd   string            // cwd the shell was last put in from config
-	shellEnv   map[string]string // environment the shell was last given
+	shellCwd   string                                    // cwd the shell was last put in from config
+	shellEnv   map[string]string                         // environment the shell was last given
+	shellBox   *sandbox.Policy                           // the shell's sandbox (nil: unconfined)
+	sandboxFor func(cwd string) (*sandbox.Policy, error) // the sandbox of a shell in cwd; nil: none
 	cancelTurn context.CancelFunc
 	state      map[string]string // the plugins' state facade of this session
 
@@ -87,9 +91,28 @@ func (s *Session) shellFor(ctx context.Context, snap *scope.Snapshot) (*terminal
 		s.mu.Unlock()
 		return s.sharedShell(terminal.Options{Dir: cwd, Env: snap.ToolEnv}), nil
 	}
+	var box *sandbox.Policy
+	if s.sandboxFor != nil {
+		b, err := s.sandboxFor(cwd)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		box = b
+	}
+	if s.shell != nil && !reflect.DeepEqual(box, s.shellBox) {
+		// A workdir the running sandbox does not hold (or a new mode): the
+		// next shell starts in a new sandbox, with the new settings.
+		sh := s.shell
+		s.shellCwd, s.shellEnv, s.shellBox = cwd, env, box
+		s.mu.Unlock()
+		sh.SetStart(cwd, snap.ToolEnv)
+		sh.Reconfine(box, "its sandbox changed (workdir "+cwd+")")
+		return sh, nil
+	}
 	if s.shell == nil {
-		s.shell = terminal.New(terminal.Options{Dir: cwd, Env: snap.ToolEnv})
-		s.shellCwd, s.shellEnv = cwd, env
+		s.shell = terminal.New(terminal.Options{Dir: cwd, Env: snap.ToolEnv, Sandbox: box})
+		s.shellCwd, s.shellEnv, s.shellBox = cwd, env, box
 		sh := s.shell
 		s.mu.Unlock()
 		return sh, nil

@@ -8,6 +8,10 @@
 // so. Shell state (exported variables, the working directory) persists from
 // one command to the next within one Shell and nowhere else.
 //
+// With Options.Sandbox the shell runs confined to its profile (package
+// sandbox), and ending the shell (Close, a timeout, a dead shell) ends every
+// process it started, in whatever session or group.
+//
 //	sh := terminal.New(terminal.Options{Dir: cwd, Env: env})
 //	defer sh.Close()
 //	res, err := sh.Run(ctx, "export X=1; pwd")

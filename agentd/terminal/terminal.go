@@ -18,6 +18,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
@@ -38,6 +39,11 @@ type Options struct {
 	Shell     string        // shell binary, "bash" when empty
 	Timeout   time.Duration // per-command limit, DefaultTimeout when zero
 	OutputCap int           // bytes of output kept per command, DefaultOutputCap when zero
+	// Sandbox, when set, confines every shell this Shell starts (its Dir
+	// is the shell's); Close, a timeout and a dead shell then end every
+	// process the shell started, setsid and double forks included. Nil
+	// runs bash unconfined, its session killed on Close.
+	Sandbox *sandbox.Policy
 }
 
 // Result is one command's outcome.
@@ -86,6 +92,21 @@ func (s *Shell) SetStart(dir string, env []string) {
 	s.opts.Env = append([]string(nil), env...)
 }
 
+// Reconfine sets the sandbox of the shells started from now on. A running
+// shell is ended (state and all: its sandbox cannot change around it) and
+// the next Run reports why it was restarted.
+func (s *Shell) Reconfine(pol *sandbox.Policy, why string) {
+	s.run.Lock()
+	defer s.run.Unlock()
+	s.mu.Lock()
+	s.opts.Sandbox = pol
+	p := s.proc
+	s.mu.Unlock()
+	if p != nil {
+		s.drop(p, why)
+	}
+}
+
 // Starts is how many shells this Shell has started.
 func (s *Shell) Starts() int {
 	s.mu.Lock()
@@ -94,7 +115,8 @@ func (s *Shell) Starts() int {
 }
 
 // Pid is the current shell's pid (also its process group and session id),
-// 0 when none runs.
+// 0 when none runs. In a sandbox it is the sandbox's outermost process
+// (bwrap, or the launcher) rather than bash.
 func (s *Shell) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -192,6 +214,7 @@ func (s *Shell) ensure(ctx context.Context) (*proc, string, error) {
 // proc is one running bash and the goroutines that own its PTY.
 type proc struct {
 	cmd   *exec.Cmd
+	sb    *sandbox.Cmd // nil without a sandbox
 	pty   *os.File
 	nonce string
 
@@ -213,18 +236,43 @@ func newNonce() string {
 }
 
 func start(ctx context.Context, opts Options) (*proc, error) {
-	cmd := exec.Command(opts.Shell, "--noprofile", "--norc", "--noediting", "-i")
-	cmd.Dir = opts.Dir
-	cmd.Env = opts.Env
-	if cmd.Env == nil {
-		cmd.Env = []string{}
+	argv := []string{opts.Shell, "--noprofile", "--norc", "--noediting", "-i"}
+	env := opts.Env
+	if env == nil {
+		env = []string{}
+	}
+	var cmd *exec.Cmd
+	var sb *sandbox.Cmd
+	if opts.Sandbox != nil {
+		pol := *opts.Sandbox
+		pol.Dir = opts.Dir
+		c, err := pol.Command(argv, env)
+		if err != nil {
+			return nil, fmt.Errorf("start %s in a sandbox: %w", opts.Shell, err)
+		}
+		sb, cmd = c, c.Cmd
+	} else {
+		cmd = exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = opts.Dir
+		cmd.Env = env
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL}
 	f, err := pty.StartWithAttrs(cmd, &pty.Winsize{Rows: 50, Cols: 250}, cmd.SysProcAttr)
 	if err != nil {
+		if sb != nil {
+			sb.StartFailed()
+		}
 		return nil, fmt.Errorf("start %s in %s: %w", opts.Shell, opts.Dir, err)
 	}
-	p := &proc{cmd: cmd, pty: f, nonce: newNonce(), notify: make(chan struct{}, 1), waited: make(chan struct{}), readDone: make(chan struct{})}
+	if sb != nil {
+		sb.Started()
+	}
+	if f, err = pollable(f); err != nil {
+		procgroup.KillSession(cmd.Process.Pid)
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("start %s: %w", opts.Shell, err)
+	}
+	p := &proc{cmd: cmd, sb: sb, pty: f, nonce: newNonce(), notify: make(chan struct{}, 1), waited: make(chan struct{}), readDone: make(chan struct{})}
 	go p.read()
 	go func() {
 		p.waitErr = cmd.Wait()
@@ -248,6 +296,23 @@ func start(ctx context.Context, opts Options) (*proc, error) {
 		return nil, fmt.Errorf("start %s in %s: shell never became ready: %w", opts.Shell, opts.Dir, err)
 	}
 	return p, nil
+}
+
+// pollable returns the PTY master as a file the runtime polls, so that
+// Close ends a Read blocked on it even while a process that escaped the
+// kill (no containment) still holds the terminal open.
+func pollable(f *os.File) (*os.File, error) {
+	fd, err := syscall.Dup(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("duplicate the pty: %w", err)
+	}
+	syscall.CloseOnExec(fd)
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("make the pty non-blocking: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), nil
 }
 
 // read copies the PTY stream into buf until the PTY closes.
@@ -443,15 +508,25 @@ func (p *proc) exitStatus() string {
 }
 
 // kill ends the shell's whole session (the shell, its process group and any
-// group a command made), closes the PTY and waits for the owning goroutines.
+// group a command made) and, in a sandbox, every process it started in any
+// session; then it closes the PTY and waits for the owning goroutines.
 func (p *proc) kill() {
 	p.killOnce.Do(func() {
 		pid := p.cmd.Process.Pid
+		if p.sb != nil {
+			p.sb.Stop(p.waited) // the whole tree, in whatever session
+		}
 		procgroup.KillSession(pid)
 		_ = p.pty.Close()
 		<-p.waited
 		<-p.readDone
-		// Members that were forking while we scanned.
-		procgroup.KillSession(pid)
+		// Members that were forking while we scanned, and those not yet
+		// dead of their SIGKILL: kill returns once the session is empty.
+		for deadline := time.Now().Add(startTimeout); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			procgroup.KillSession(pid)
+			if len(procgroup.SessionMembers(pid)) == 0 {
+				break
+			}
+		}
 	})
 }

@@ -17,7 +17,14 @@ func Marked(id string) []int {
 	if id == "" {
 		return nil
 	}
-	want := []byte(MarkerVar + "=" + id + "\x00")
+	return WithEnv(MarkerVar + "=" + id)
+}
+
+// WithEnv lists the live pids (but this one) whose environment holds the
+// entry kv (NAME=VALUE), read from /proc: from outside, it sees through
+// PID namespaces.
+func WithEnv(kv string) []int {
+	want := []byte(kv + "\x00")
 	self := os.Getpid()
 	var out []int
 	for _, pid := range pids() {

@@ -1,0 +1,238 @@
+package cli_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
+	"github.com/tenantcanary/tenantcanary/fakellm"
+)
+
+// cmdTenant points tn at a provider whose model runs the user's text as a
+// terminal command, then answers; extra is appended to its config.yaml.
+func cmdTenant(t *testing.T, tn *tenant, extra string) *fakellm.Server {
+	t.Helper()
+	srv, err := fakellm.New(fakellm.Options{Keys: []string{tn.key}, Responder: func(r fakellm.Record) fakellm.Response {
+		msgs := r.Messages()
+		if msgs[len(msgs)-1]["role"] == "tool" {
+			return fakellm.Text("ran")
+		}
+		return fakellm.ToolCall("terminal", map[string]string{"command": fmt.Sprint(msgs[len(msgs)-1]["content"])})
+	}})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	writeFile(t, filepath.Join(tn.home, "config.yaml"), fmt.Sprintf(
+		"model:\n  base_url: %s\n  default: m\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: %s\n%s", srv.BaseURL, tn.workdir, extra))
+	tn.srv = srv
+	return srv
+}
+
+// ranIn runs command as one turn of session sid and returns the tool result.
+func ranIn(t *testing.T, a *agentd, tn *tenant, sid, command string) string {
+	t.Helper()
+	a.turn(sid, command)
+	results := toolResults(tn.srv)
+	require.NotEmpty(t, results)
+	return results[len(results)-1]
+}
+
+func needSandbox(t *testing.T) {
+	t.Helper()
+	if _, err := sandbox.Effective(sandbox.Auto); err != nil {
+		t.Skipf("no tool sandbox works here: %v", err)
+	}
+}
+
+// hostile is what a hostile tenant's model asks its terminal.
+const hostile = "cat $HOME/../../.env; cat $HOME/../*/.env; cat $HOME/../../SOUL.md; tr '\\0' '\\n' < /proc/*/environ; " +
+	"echo beta-was-here >> $HOME/../../SOUL.md; true"
+
+// TestPooledTerminalIsSandboxed: in pooled serve, beta's terminal reaches
+// none of alpha's (the launch profile's) files or processes; with the
+// no-tool-sandbox fault it reads them all (the positive control).
+func TestPooledTerminalIsSandboxed(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	for _, tc := range []struct{ mode, fault string }{{"auto", ""}, {"landlock", ""}, {"auto", "no-tool-sandbox"}} {
+		fault := tc.fault
+		t.Run("mode="+tc.mode+",fault="+fault, func(t *testing.T) {
+			t.Parallel()
+			if tc.mode != "auto" {
+				if err := sandbox.Available(sandbox.Mode(tc.mode)); err != nil {
+					t.Skipf("%s cannot run here: %v", tc.mode, err)
+				}
+			}
+			w := newWorld(t)
+			alpha := w.addTenant("alpha", true)
+			beta := w.addTenant("beta", false)
+			cmdTenant(t, beta, "")
+			writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: "+tc.mode+"\n")
+			var env []string
+			if fault != "" {
+				env = []string{"AGENTD_FAULTS=" + fault, "AGENTD_ALLOW_FAULTS=1"}
+			}
+			s := w.startServe(nil, env...)
+			ca, cb := s.dial(), s.dial()
+			sa, _ := ca.create("")
+			ca.turn(sa, "probe") // alpha's shell runs, its key in its environment
+			sb, _ := cb.create("beta")
+			out := ranIn(t, cb, beta, sb, hostile)
+			soul := string(mustRead(t, filepath.Join(alpha.home, "SOUL.md")))
+			if fault != "" {
+				require.Contains(t, out, alpha.key, "positive control: unconfined, beta reads the launch .env")
+				require.Contains(t, out, alpha.soul)
+				require.Contains(t, soul, "beta-was-here", "positive control: unconfined, beta writes alpha's SOUL.md")
+			} else {
+				for _, c := range []string{alpha.key, alpha.marker, alpha.soul, "sk-agentd-process-secret"} {
+					require.NotContains(t, out, c, "beta's sandboxed terminal shows alpha's or the server's data")
+				}
+				require.NotContains(t, soul, "beta-was-here", "beta wrote into alpha's home")
+			}
+			s.stop()
+		})
+	}
+}
+
+// TestPooledTerminalContainment: what a terminal starts with setsid, nohup
+// or a double fork ends with session close, profile delete and the
+// server's stop; with the escaped-process fault a setsid child survives
+// the stop (the positive control).
+func TestPooledTerminalContainment(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	const leave = "setsid sleep 600 & (sleep 600 &); nohup sleep 600 >/dev/null 2>&1 & echo started"
+	for _, how := range []string{"session.close", "profiles.delete", "stop", "stop under landlock", "stop with escaped-process"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t)
+			w.addTenant("alpha", true)
+			beta := w.addTenant("beta", false)
+			cmdTenant(t, beta, "")
+			if strings.Contains(how, "landlock") {
+				if err := sandbox.Available(sandbox.Landlock); err != nil {
+					t.Skipf("landlock cannot run here: %v", err)
+				}
+				writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: landlock\n")
+			}
+			var env []string
+			if strings.Contains(how, "escaped-process") {
+				env = []string{"AGENTD_FAULTS=escaped-process", "AGENTD_ALLOW_FAULTS=1"}
+			}
+			t.Cleanup(func() {
+				for _, pid := range tenantProcs(beta) {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
+			s := w.startServe(nil, env...)
+			cb := s.dial()
+			sb, _ := cb.create("beta")
+			require.Contains(t, ranIn(t, cb, beta, sb, leave), "started")
+			require.Eventually(t, func() bool { return len(tenantProcs(beta)) >= 4 }, 20*time.Second, 10*time.Millisecond,
+				"positive control: beta's shell and its three sleepers run")
+			switch how {
+			case "session.close":
+				cb.ok("session.close", map[string]any{"session_id": sb})
+			case "profiles.delete":
+				cb.ok("profiles.delete", map[string]any{"name": "beta"})
+			default: // stop
+				s.stop()
+			}
+			if strings.Contains(how, "escaped-process") {
+				require.NotEmpty(t, tenantProcs(beta), "without containment a setsid child outlives the server")
+				return
+			}
+			require.Eventually(t, func() bool { return len(tenantProcs(beta)) == 0 }, 10*time.Second, 10*time.Millisecond,
+				"a process of beta's terminal survived %s", how)
+			if !strings.HasPrefix(how, "stop") {
+				s.stop()
+			}
+		})
+	}
+}
+
+// TestPooledServeRefusesAnUnsandboxedTerminal: with terminal.sandbox: none
+// a pooled server refuses the terminal of a named profile (not the launch
+// one's) with the reason, unless the managed scope itself says none; a bad
+// value is an error naming the file and key.
+func TestPooledServeRefusesAnUnsandboxedTerminal(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	alpha := w.addTenant("alpha", true)
+	beta := w.addTenant("beta", false)
+	cmdTenant(t, alpha, "  sandbox: none\n")
+	cmdTenant(t, beta, "  sandbox: none\n")
+	s := w.startServe(nil)
+	ca, cb := s.dial(), s.dial()
+	sa, _ := ca.create("")
+	sb, _ := cb.create("beta")
+
+	out := ranIn(t, cb, beta, sb, "echo ran-beta")
+	require.NotContains(t, out, "ran-beta")
+	require.Contains(t, out, `terminal refused for profile "beta"`)
+	require.Contains(t, out, "terminal.sandbox is none in "+filepath.Join(beta.home, "config.yaml"))
+	require.Contains(t, out, filepath.Join(w.managed, "config.yaml"), "the error says where the operator can allow it")
+	require.Contains(t, ranIn(t, ca, alpha, sa, "echo ran-alpha"), "ran-alpha", "the launch profile's terminal runs")
+
+	writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: none\n")
+	require.Contains(t, ranIn(t, cb, beta, sb, "echo ran-beta"), "ran-beta", "the operator allowed it")
+
+	writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: jail\n")
+	sb2, _ := cb.create("beta")
+	out = ranIn(t, cb, beta, sb2, "echo ran-beta")
+	require.NotContains(t, out, "ran-beta")
+	require.Contains(t, out, filepath.Join(w.managed, "config.yaml"))
+	require.Contains(t, out, `terminal.sandbox: bad sandbox mode "jail"`)
+	s.stop()
+}
+
+func TestSandboxCheckCommand(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	out, _, code := w.run("sandbox", "check")
+	require.Contains(t, out, "bwrap")
+	require.Contains(t, out, "landlock")
+	require.Contains(t, out, "auto     -> ")
+	if _, err := sandbox.Effective(sandbox.Auto); err == nil {
+		require.Equal(t, 0, code, out)
+	} else {
+		require.Equal(t, 1, code, out)
+	}
+	_, errOut, code := w.run("sandbox", "nope")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "usage: agentd sandbox check")
+}
+
+// TestPluginHostUnderLandlock: with terminal.sandbox: landlock the default
+// launcher runs the plugin host through the Landlock launcher: the plugin
+// runs as its profile, in its home, and nothing of it outlives the server.
+func TestPluginHostUnderLandlock(t *testing.T) {
+	t.Parallel()
+	if err := sandbox.Available(sandbox.Landlock); err != nil {
+		t.Skipf("landlock cannot run here: %v", err)
+	}
+	w := newWorld(t)
+	alpha := w.addTenant("alpha", true)
+	srv := pluginTenant(t, alpha, "host")
+	writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: landlock\n")
+	s := w.startServe(nil)
+	ca := s.dial()
+	sa, _ := ca.create("")
+	require.Equal(t, "complete", ca.turn(sa, "probe")["status"])
+	p := probeOf(t, srv)
+	require.NotEqual(t, s.pid, p.Pid, "the plugin ran out of the server")
+	require.Equal(t, alpha.home, p.Wd)
+	require.Equal(t, alpha.marker, p.Marker)
+	require.Equal(t, "NESTED-"+alpha.marker+"\n"+alpha.workdir+"\n", p.Nested)
+	log := string(mustRead(t, filepath.Join(alpha.home, "logs", "agent.log")))
+	require.Contains(t, log, "launcher=landlock")
+	require.NotEmpty(t, tenantProcs(alpha), "positive control: alpha's plugin host runs")
+	s.stop()
+	require.Eventually(t, func() bool { return len(tenantProcs(alpha)) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"alpha's plugin host outlived the server")
+}

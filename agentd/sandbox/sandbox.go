@@ -1,0 +1,482 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+)
+
+// Mode is a value of terminal.sandbox.
+type Mode string
+
+// The modes.
+const (
+	Auto     Mode = "auto"
+	Bwrap    Mode = "bwrap"
+	Landlock Mode = "landlock"
+	None     Mode = "none"
+)
+
+// Modes lists the modes in the order the docs give them.
+var Modes = []Mode{Auto, Bwrap, Landlock, None}
+
+// LauncherCommand is the agentd subcommand that runs the Landlock launcher:
+// `agentd sandbox-exec POLICY -- COMMAND...`.
+const LauncherCommand = "sandbox-exec"
+
+var (
+	// ErrBadMode is a terminal.sandbox value that is not one of Modes.
+	ErrBadMode = errors.New("bad sandbox mode")
+	// ErrUnavailable is a mode that cannot run on this machine.
+	ErrUnavailable = errors.New("sandbox unavailable")
+)
+
+// ParseMode reads a terminal.sandbox value; "" is Auto.
+func ParseMode(s string) (Mode, error) {
+	v := Mode(strings.ToLower(strings.TrimSpace(s)))
+	if v == "" {
+		return Auto, nil
+	}
+	for _, m := range Modes {
+		if v == m {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("%w %q: want one of auto, bwrap, landlock, none", ErrBadMode, s)
+}
+
+// SystemDirs are the folders of the read-only system root: the only ones
+// of the host's file system a sandboxed command sees, besides its home,
+// workdir and private /tmp. A symlink among them (/bin -> usr/bin) stays a
+// symlink.
+var SystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+
+// Policy is what one sandboxed command may see and touch.
+type Policy struct {
+	// Mode is Bwrap, Landlock or None; Auto is resolved with Effective.
+	Mode Mode
+	// Home is the profile's home: visible, read-write.
+	Home string
+	// Hide are folders beneath Home or a system dir the command must not
+	// see (the launch home's profiles folder, the managed scope).
+	Hide []string
+	// Work are more read-write folders (the workdir, when not in Home).
+	Work []string
+	// ReadOnly are more paths visible read-only (agentd's own executable,
+	// for a plugin host).
+	ReadOnly []string
+	// Dir is the working directory, inside Home or Work.
+	Dir string
+	// Self is the argv that runs agentd again: the launcher of landlock,
+	// and of containment in mode none. Without it, none runs the command
+	// directly (its session is still killed on Stop).
+	Self []string
+
+	// NoContain is the escaped-process fault: no namespace and no
+	// subreaper, so a command's setsid children outlive it.
+	NoContain bool
+	// SharedPID is the host-shared-pidns fault: no PID (IPC, UTS)
+	// namespace and the host's /proc.
+	SharedPID bool
+}
+
+// launchSpec is the launcher's argument (JSON): paths only, never the
+// environment, which passes through the launcher unchanged.
+type launchSpec struct {
+	Landlock bool     `json:"landlock"`
+	Contain  bool     `json:"contain"`
+	Parent   int      `json:"parent"`
+	RODirs   []string `json:"ro_dirs,omitempty"`
+	ROFiles  []string `json:"ro_files,omitempty"`
+	RWDirs   []string `json:"rw_dirs,omitempty"`
+	RWFiles  []string `json:"rw_files,omitempty"`
+	ShowProc bool     `json:"show_proc,omitempty"`
+	Tmp      bool     `json:"tmp"`
+	// Keeper is set in the second stage: the launcher agentd started (the
+	// first stage) re-executes itself as the keeper, in a session of its
+	// own, so that a kill of the first stage's process group or session
+	// still leaves the keeper to end the tree.
+	Keeper bool `json:"keeper,omitempty"`
+}
+
+// Cmd is a sandboxed command ready to start: the caller sets its stdio
+// and process attributes, starts it, calls Started, and ends it (and
+// everything it started) with Stop.
+type Cmd struct {
+	*exec.Cmd
+	Mode    Mode // the mode it runs in
+	contain bool // Stop asks a supervisor (bwrap, the launcher) to end the tree
+	bwrap   bool
+
+	infoR, infoW *os.File
+	infoDone     chan struct{}
+	inner        atomic.Int64 // bwrap's pid 1, in our numbering (0 until known)
+	pid          int
+}
+
+// Command returns argv sandboxed by p, with env as its whole environment
+// (it passes through bwrap and the launcher unchanged) and p.Dir as its
+// working directory.
+func (p Policy) Command(argv []string, env []string) (*Cmd, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("sandbox command: empty argv")
+	}
+	full, mode, err := p.wrap(argv, true)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cmd{Cmd: exec.Command(full[0], full[1:]...), Mode: mode}
+	c.Env = append([]string{}, env...)
+	c.Dir = p.Dir
+	switch {
+	case mode == Bwrap:
+		c.bwrap, c.contain = true, !p.NoContain
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox command: info pipe: %w", err)
+		}
+		c.infoR, c.infoW = r, w
+		c.ExtraFiles = []*os.File{w} // fd 3, named in the argv by wrap
+	case len(p.Self) > 0 && !p.NoContain:
+		c.contain = true // the launcher
+	}
+	return c, nil
+}
+
+// Wrap returns the argv that runs argv sandboxed by p, for a caller that
+// starts it itself (a plugin host's launcher prefix): the environment and
+// working directory are the caller's.
+func (p Policy) Wrap(argv []string) ([]string, error) {
+	full, _, err := p.wrap(argv, false)
+	return full, err
+}
+
+// Prefix is Wrap's argv before the command: a plugin host's launcher.
+func (p Policy) Prefix() ([]string, error) {
+	full, _, err := p.wrap([]string{"X"}, false)
+	if err != nil {
+		return nil, err
+	}
+	return full[:len(full)-1], nil
+}
+
+func (p Policy) wrap(argv []string, infoFD bool) ([]string, Mode, error) {
+	mode := p.Mode
+	if mode == Auto || mode == "" {
+		m, err := Effective(Auto)
+		if err != nil {
+			return nil, "", err
+		}
+		mode = m
+	}
+	if err := p.check(); err != nil {
+		return nil, "", err
+	}
+	if p.NoContain && mode == Bwrap {
+		// The escaped-process fault: confinement without containment.
+		if Available(Landlock) == nil {
+			mode = Landlock
+		} else {
+			mode = None
+		}
+	}
+	switch mode {
+	case Bwrap:
+		if err := Available(Bwrap); err != nil {
+			return nil, "", err
+		}
+		return append(p.bwrapArgs(infoFD), argv...), mode, nil
+	case Landlock:
+		if err := Available(Landlock); err != nil {
+			return nil, "", err
+		}
+		if len(p.Self) == 0 {
+			return nil, "", fmt.Errorf("sandbox landlock: no agentd executable to run the launcher (Policy.Self is empty)")
+		}
+		return p.launcher(true, argv), mode, nil
+	case None:
+		if len(p.Self) == 0 || p.NoContain {
+			return append([]string{}, argv...), mode, nil
+		}
+		return p.launcher(false, argv), mode, nil
+	}
+	return nil, "", fmt.Errorf("%w %q", ErrBadMode, mode)
+}
+
+func (p Policy) check() error {
+	for _, d := range append(append([]string{p.Home, p.Dir}, p.Work...), p.ReadOnly...) {
+		if d != "" && !filepath.IsAbs(d) {
+			return fmt.Errorf("sandbox policy: path %q is not absolute", d)
+		}
+	}
+	if p.Home == "" {
+		return errors.New("sandbox policy: no home")
+	}
+	return nil
+}
+
+// bwrapArgs is bubblewrap's argv up to the command.
+func (p Policy) bwrapArgs(infoFD bool) []string {
+	a := []string{"bwrap", "--die-with-parent", "--new-session"}
+	if !p.SharedPID {
+		a = append(a, "--unshare-pid", "--unshare-ipc", "--unshare-uts")
+	}
+	for _, d := range SystemDirs {
+		if t, err := os.Readlink(d); err == nil {
+			a = append(a, "--symlink", t, d)
+			continue
+		}
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			a = append(a, "--ro-bind", d, d)
+		}
+	}
+	if p.SharedPID {
+		a = append(a, "--ro-bind", "/proc", "/proc")
+	} else {
+		a = append(a, "--proc", "/proc")
+	}
+	a = append(a, "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run")
+	a = append(a, "--bind", p.Home, p.Home)
+	for _, w := range p.Work {
+		if !within(w, p.Home) {
+			a = append(a, "--bind", w, w)
+		}
+	}
+	for _, r := range p.ReadOnly {
+		a = append(a, "--ro-bind", r, r)
+	}
+	for _, h := range p.Hide {
+		if st, err := os.Stat(h); err == nil && st.IsDir() {
+			a = append(a, "--tmpfs", h)
+		}
+	}
+	a = append(a, "--setenv", "TMPDIR", "/tmp")
+	if p.Dir != "" {
+		a = append(a, "--chdir", p.Dir)
+	}
+	if infoFD {
+		a = append(a, "--info-fd", "3")
+	}
+	return append(a, "--")
+}
+
+// launcher is `agentd sandbox-exec SPEC -- argv`.
+func (p Policy) launcher(landlock bool, argv []string) []string {
+	s := launchSpec{Landlock: landlock, Contain: !p.NoContain, Parent: os.Getpid(), Tmp: landlock, ShowProc: p.SharedPID}
+	if landlock {
+		for _, d := range SystemDirs {
+			if _, err := os.Stat(d); err == nil {
+				s.RODirs = append(s.RODirs, d)
+			}
+		}
+		s.RWFiles = append(s.RWFiles, "/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
+		s.ROFiles = append(s.ROFiles, "/dev/urandom", "/dev/random")
+		s.RWDirs, s.RWFiles = homeRules(p.Home, p.Hide, s.RWDirs, s.RWFiles)
+		for _, w := range p.Work {
+			if !within(w, p.Home) {
+				s.RWDirs = append(s.RWDirs, w)
+			}
+		}
+		s.ROFiles = append(s.ROFiles, p.ReadOnly...)
+	}
+	b, _ := json.Marshal(s)
+	out := append(append([]string{}, p.Self...), LauncherCommand, string(b), "--")
+	return append(out, argv...)
+}
+
+// homeRules grants home read-write; a home with a hidden folder beneath it
+// (the launch home's profiles) is granted entry by entry instead, since
+// Landlock only ever adds access down a tree.
+func homeRules(home string, hide, dirs, files []string) ([]string, []string) {
+	var hidden []string
+	for _, h := range hide {
+		if within(h, home) && h != home {
+			hidden = append(hidden, h)
+		}
+	}
+	if len(hidden) == 0 {
+		return append(dirs, home), files
+	}
+	entries, err := os.ReadDir(home)
+	if err != nil {
+		return dirs, files
+	}
+	for _, e := range entries {
+		path := filepath.Join(home, e.Name())
+		skip := false
+		for _, h := range hidden {
+			if within(h, path) {
+				skip = true // the hidden folder or an ancestor of it
+			}
+		}
+		switch {
+		case skip:
+		case e.IsDir():
+			dirs = append(dirs, path)
+		case e.Type().IsRegular():
+			files = append(files, path)
+		}
+	}
+	return dirs, files
+}
+
+// within reports whether path is dir or beneath it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// Started records the pid of the started command (the caller calls it
+// right after Start).
+func (c *Cmd) Started() {
+	c.pid = c.Process.Pid
+	if !c.bwrap {
+		return
+	}
+	c.infoW.Close()
+	c.infoDone = make(chan struct{})
+	go func() {
+		defer close(c.infoDone)
+		defer c.infoR.Close()
+		var info struct {
+			ChildPid int `json:"child-pid"`
+		}
+		if err := json.NewDecoder(c.infoR).Decode(&info); err == nil {
+			c.inner.Store(int64(info.ChildPid))
+		}
+	}()
+}
+
+// StartFailed releases what Command prepared when Start failed.
+func (c *Cmd) StartFailed() {
+	if c.infoR != nil {
+		c.infoR.Close()
+		c.infoW.Close()
+	}
+}
+
+// stopGrace is how long a supervisor gets to end its tree before it is
+// killed outright.
+const stopGrace = 10 * time.Second
+
+// Stop ends the command and every process it started, and returns once
+// they are gone. waited is closed when the caller's Wait on the command
+// returned (the caller owns Wait). Call it on every path, also after the
+// command ended on its own.
+func (c *Cmd) Stop(waited <-chan struct{}) {
+	if c.pid == 0 {
+		return
+	}
+	switch {
+	case c.bwrap && c.contain:
+		// bwrap's pid 1 ends its namespace when it dies; the outer bwrap
+		// exits once it has reaped it, so waited means all of it is gone.
+		select {
+		case <-c.infoDone:
+		case <-waited:
+		case <-time.After(stopGrace):
+		}
+		if inner := int(c.inner.Load()); inner > 0 {
+			_ = syscall.Kill(inner, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(c.pid, syscall.SIGKILL)
+	case c.contain:
+		// The launcher kills its whole tree on SIGTERM, then exits.
+		_ = syscall.Kill(c.pid, syscall.SIGTERM)
+		select {
+		case <-waited:
+		case <-time.After(stopGrace):
+		}
+	}
+	procgroup.KillSession(c.pid)
+	<-waited
+	procgroup.KillSession(c.pid)
+	if c.bwrap && c.contain {
+		// The outer bwrap may exit as soon as the command did; its pid 1
+		// (killed with it) is gone only once its namespace is empty.
+		select {
+		case <-c.infoDone:
+		case <-time.After(stopGrace):
+		}
+		inner := int(c.inner.Load())
+		if inner > 0 {
+			_ = syscall.Kill(inner, syscall.SIGKILL)
+		}
+		for deadline := time.Now().Add(stopGrace); inner > 0 && procgroup.Alive(inner) && time.Now().Before(deadline); {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+}
+
+// probe results, once per process.
+var (
+	probeOnce sync.Once
+	probed    map[Mode]error
+)
+
+// Available says whether mode m can run here: nil, or why not (wrapping
+// ErrUnavailable). Auto and None are always available.
+func Available(m Mode) error {
+	probeOnce.Do(func() {
+		probed = map[Mode]error{Bwrap: probeBwrap(), Landlock: probeLandlock()}
+	})
+	if err, ok := probed[m]; ok {
+		return err
+	}
+	return nil
+}
+
+// Effective resolves Auto to the best mode that works here: bwrap, else
+// landlock, else None with the reasons (an error wrapping ErrUnavailable).
+// Other modes come back as they are.
+func Effective(m Mode) (Mode, error) {
+	if m != Auto && m != "" {
+		return m, nil
+	}
+	berr := Available(Bwrap)
+	if berr == nil {
+		return Bwrap, nil
+	}
+	lerr := Available(Landlock)
+	if lerr == nil {
+		return Landlock, nil
+	}
+	return None, fmt.Errorf("no sandbox works here: %v; %v", berr, lerr)
+}
+
+func probeBwrap() error {
+	path, err := exec.LookPath("bwrap")
+	if err != nil {
+		return fmt.Errorf("%w: bwrap: bubblewrap is not installed (package bubblewrap)", ErrUnavailable)
+	}
+	home, err := os.MkdirTemp("", "agentd-sandbox-probe-")
+	if err != nil {
+		return fmt.Errorf("%w: bwrap: probe: %v", ErrUnavailable, err)
+	}
+	defer os.RemoveAll(home)
+	p := Policy{Mode: Bwrap, Home: home, Dir: home}
+	argv := append(p.bwrapArgs(false), "true")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := procgroup.CommandContext(ctx, path, argv[1:]...)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: bwrap: a trial run did not end within 20s", ErrUnavailable)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: bwrap: a trial run with new PID, IPC and UTS namespaces failed (%v: %s): user namespaces are refused here (sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor profile for bwrap)",
+			ErrUnavailable, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

@@ -1,0 +1,317 @@
+package sandbox_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+)
+
+// TestMain lets the test binary be the launcher: `<test> sandbox-exec ...`.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.LauncherCommand {
+		os.Exit(sandbox.RunLauncher(os.Args[2:], os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func self(t testing.TB) []string {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	return []string{exe}
+}
+
+func token(t testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// need skips the test with the reason when mode m cannot run here.
+func need(t testing.TB, m sandbox.Mode) {
+	t.Helper()
+	if err := sandbox.Available(m); err != nil {
+		t.Skipf("mode %s cannot run here: %v", m, err)
+	}
+}
+
+// world is a launch home with two named profiles, each holding a canary
+// in its .env, and a folder outside every home.
+type world struct {
+	root, launch, alpha, beta, outside string
+	canary                             map[string]string // home -> its canary
+}
+
+func newWorld(t *testing.T) *world {
+	root := t.TempDir()
+	w := &world{root: root, launch: filepath.Join(root, "launch"), outside: filepath.Join(root, "outside"), canary: map[string]string{}}
+	w.alpha = filepath.Join(w.launch, "profiles", "alpha")
+	w.beta = filepath.Join(w.launch, "profiles", "beta")
+	for _, h := range []string{w.launch, w.alpha, w.beta, w.outside} {
+		require.NoError(t, os.MkdirAll(h, 0o700))
+		c := "canary-" + filepath.Base(h) + "-" + token(t)
+		w.canary[h] = c
+		require.NoError(t, os.WriteFile(filepath.Join(h, ".env"), []byte("KEY="+c+"\n"), 0o600))
+	}
+	return w
+}
+
+// run runs script under p with env and returns its combined output.
+func run(t *testing.T, p sandbox.Policy, env []string, script string) string {
+	t.Helper()
+	c, err := p.Command([]string{"bash", "-c", script}, env)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	procgroup.Prepare(c.Cmd)
+	c.SysProcAttr.Setpgid, c.SysProcAttr.Setsid = false, true
+	require.NoError(t, c.Start())
+	c.Started()
+	waited := make(chan struct{})
+	go func() { _ = c.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(60 * time.Second):
+		t.Errorf("script did not end within 60s")
+	}
+	c.Stop(waited)
+	return out.String()
+}
+
+func baseEnv(home string) []string {
+	return []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home}
+}
+
+// TestConfinement: inside the sandbox a shell reads and writes its own
+// home, workdir and /tmp, and nothing of a sibling home, the launch home,
+// another process's environment or anywhere else; the same script with
+// mode none (the positive control) does reach all of them.
+func TestConfinement(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			if mode != sandbox.None {
+				need(t, mode)
+			}
+			w := newWorld(t)
+			// A process outside the sandbox with a canary in its environment.
+			procCanary := "proc-canary-" + token(t)
+			other := exec.Command("sleep", "600")
+			other.Env = []string{"OTHER=" + procCanary}
+			procgroup.Prepare(other)
+			require.NoError(t, other.Start())
+			t.Cleanup(func() { _ = procgroup.Kill(other.Process.Pid); _ = other.Wait() })
+
+			mark := "write-" + token(t)
+			script := strings.Join([]string{
+				"cat .env",
+				"cat $HOME/../beta/.env",
+				"cat $HOME/../../.env",
+				"cat " + w.outside + "/.env",
+				"cat $HOME/../*/.env",
+				fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", other.Process.Pid),
+				fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", os.Getpid()),
+				"echo " + mark + " > $HOME/../beta/pwned",
+				"echo " + mark + " > " + w.outside + "/pwned",
+				"echo " + mark + " > own-file && cat own-file",
+				"echo " + mark + " > ${TMPDIR:-/tmp}/tmp-file && cat ${TMPDIR:-/tmp}/tmp-file",
+				"echo cwd=$(pwd)",
+			}, " 2>&1; ") + " 2>&1; true"
+			// Unconfined, a write to $TMPDIR lands in the real one: the test's.
+			env := append(baseEnv(w.alpha), "PROBE_ENV=probe-"+mark, "TMPDIR="+t.TempDir())
+			out := run(t, sandbox.Policy{Mode: mode, Home: w.alpha, Dir: w.alpha, Self: self(t)}, env, script)
+
+			// What the tenant may see, in every mode.
+			require.Contains(t, out, w.canary[w.alpha], "its own .env")
+			require.Equal(t, 2, strings.Count(out, mark), "own file and tmp written and read back:\n%s", out)
+			require.Contains(t, out, "cwd="+w.alpha)
+
+			foreign := []string{w.canary[w.beta], w.canary[w.launch], w.canary[w.outside], procCanary}
+			landed := func(path string) bool { _, err := os.Stat(path); return err == nil }
+			if mode == sandbox.None {
+				for _, c := range foreign {
+					require.Contains(t, out, c, "positive control: without a sandbox the script reads it")
+				}
+				require.True(t, landed(filepath.Join(w.beta, "pwned")), "positive control: writes land in a sibling home")
+				require.True(t, landed(filepath.Join(w.outside, "pwned")))
+				return
+			}
+			for _, c := range foreign {
+				require.NotContains(t, out, c, "a foreign canary read from inside the %s sandbox", mode)
+			}
+			require.False(t, landed(filepath.Join(w.beta, "pwned")), "a write into a sibling home")
+			require.False(t, landed(filepath.Join(w.outside, "pwned")), "a write outside home and tmp")
+			require.NotContains(t, out, "AGENTD_", "nothing of the test process's environment")
+		})
+	}
+}
+
+// TestLaunchHomeHidesProfiles: the launch profile sees its own home but
+// not the profiles folder beneath it.
+func TestLaunchHomeHidesProfiles(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			need(t, mode)
+			w := newWorld(t)
+			p := sandbox.Policy{Mode: mode, Home: w.launch, Hide: []string{filepath.Join(w.launch, "profiles")}, Dir: w.launch, Self: self(t)}
+			out := run(t, p, baseEnv(w.launch), "cat .env; cat profiles/alpha/.env profiles/beta/.env; echo x > profiles/alpha/pwned; true")
+			require.Contains(t, out, w.canary[w.launch])
+			require.NotContains(t, out, w.canary[w.alpha])
+			require.NotContains(t, out, w.canary[w.beta])
+			_, err := os.Stat(filepath.Join(w.alpha, "pwned"))
+			require.Error(t, err, "a write into a profile beneath the launch home")
+		})
+	}
+}
+
+// startTree runs a script that leaves a setsid child, a double-forked
+// orphan and a nohup child behind, all marked, and waits for "ready".
+func startTree(t *testing.T, p sandbox.Policy, marker string) (*sandbox.Cmd, chan struct{}) {
+	t.Helper()
+	script := "setsid sleep 600 & (sleep 600 &) ; nohup sleep 600 >/dev/null 2>&1 & sleep 0.2; echo ready; sleep 600"
+	env := append(baseEnv(p.Home), procgroup.MarkerVar+"="+marker)
+	c, err := p.Command([]string{"bash", "-c", script}, env)
+	require.NoError(t, err)
+	out, err := c.StdoutPipe()
+	require.NoError(t, err)
+	procgroup.Prepare(c.Cmd)
+	c.SysProcAttr.Setpgid, c.SysProcAttr.Setsid = false, true
+	require.NoError(t, c.Start())
+	c.Started()
+	waited := make(chan struct{})
+	t.Cleanup(func() {
+		for _, pid := range procgroup.Marked(marker) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+	go func() { _ = c.Wait(); close(waited) }()
+	return c, waited
+}
+
+// TestStopEndsTheWholeTree: Stop ends setsid, double-forked and nohup
+// children; the escaped-process fault (no containment) leaves them.
+func TestStopEndsTheWholeTree(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			if mode != sandbox.None {
+				need(t, mode)
+			}
+			home := t.TempDir()
+			marker := "tree-" + token(t)
+			c, waited := startTree(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}, marker)
+			require.GreaterOrEqual(t, len(procgroup.Marked(marker)), 4, "the tree is there before Stop")
+			c.Stop(waited)
+			require.Empty(t, procgroup.Marked(marker), "no process of the tree survives Stop")
+		})
+	}
+	t.Run("escaped-process fault", func(t *testing.T) {
+		t.Parallel()
+		home := t.TempDir()
+		marker := "tree-" + token(t)
+		c, waited := startTree(t, sandbox.Policy{Mode: sandbox.Bwrap, Home: home, Dir: home, Self: self(t), NoContain: true}, marker)
+		c.Stop(waited)
+		require.NotEmpty(t, procgroup.Marked(marker), "without containment the setsid child outlives Stop")
+	})
+}
+
+// TestCommandEndingEndsItsTree: when the command exits on its own, what it
+// left behind goes with it.
+func TestCommandEndingEndsItsTree(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			if mode != sandbox.None {
+				need(t, mode)
+			}
+			home := t.TempDir()
+			marker := "exit-" + token(t)
+			env := append(baseEnv(home), procgroup.MarkerVar+"="+marker)
+			c, err := sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}.Command(
+				[]string{"bash", "-c", "setsid sleep 600 & (sleep 600 &); exit 3"}, env)
+			require.NoError(t, err)
+			procgroup.Prepare(c.Cmd)
+			require.NoError(t, c.Start())
+			c.Started()
+			err = c.Wait()
+			waited := make(chan struct{})
+			close(waited)
+			c.Stop(waited)
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee)
+			require.Equal(t, 3, ee.ExitCode(), "the command's status comes through")
+			require.Empty(t, procgroup.Marked(marker), "nothing the command left behind survives it")
+		})
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]sandbox.Mode{"": sandbox.Auto, "auto": sandbox.Auto, " BWRAP ": sandbox.Bwrap, "landlock": sandbox.Landlock, "none": sandbox.None} {
+		got, err := sandbox.ParseMode(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	_, err := sandbox.ParseMode("chroot")
+	require.ErrorIs(t, err, sandbox.ErrBadMode)
+	require.ErrorContains(t, err, `"chroot"`)
+}
+
+func TestCheckNamesEveryMode(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	code := sandbox.Check(&b)
+	for _, m := range []string{"bwrap", "landlock", "auto"} {
+		require.Contains(t, b.String(), m)
+	}
+	if _, err := sandbox.Effective(sandbox.Auto); err == nil {
+		require.Equal(t, 0, code, b.String())
+	} else {
+		require.Equal(t, 1, code, b.String())
+	}
+}
+
+// TestKilledLauncherStillEndsTheTree: a supervisor that SIGKILLs the
+// launcher's session (as a plugin host's supervisor kills its group) still
+// leaves nothing behind: the keeper, in a session of its own, gets its
+// parent-death signal and ends the tree; bwrap's namespace dies with it.
+func TestKilledLauncherStillEndsTheTree(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			if mode != sandbox.None {
+				need(t, mode)
+			}
+			home := t.TempDir()
+			marker := "killed-" + token(t)
+			c, waited := startTree(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}, marker)
+			require.GreaterOrEqual(t, len(procgroup.Marked(marker)), 4, "the tree is there before the kill")
+			procgroup.KillSession(c.Process.Pid)
+			<-waited
+			require.Eventually(t, func() bool { return len(procgroup.Marked(marker)) == 0 }, 20*time.Second, 10*time.Millisecond,
+				"the tree outlived a SIGKILL of the launcher's session")
+		})
+	}
+}

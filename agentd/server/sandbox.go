@@ -1,0 +1,64 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
+	"github.com/tenantcanary/tenantcanary/agentd/profile"
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
+	"github.com/tenantcanary/tenantcanary/agentd/scope"
+)
+
+// ErrTerminalRefused is a terminal a pooled server will not run: one of a
+// profile other than the launch one with no sandbox, unless the operator
+// allowed that.
+var ErrTerminalRefused = errors.New("terminal refused")
+
+// pooled reports whether the server serves many tenants in one process
+// (serve, gateway, a cron tick): there an unconfined terminal of one
+// profile would see every other profile.
+func (s *Server) pooled() bool { return s.opts.Source != "tui" }
+
+// shellSandbox is the sandbox of a terminal of sc's profile working in
+// cwd: terminal.sandbox resolved (auto: bwrap, else landlock, else none).
+// With none, a pooled server refuses the terminal of any profile but the
+// launch one unless the managed scope itself says none.
+func (s *Server) shellSandbox(sc *scope.Scope, cwd string) (*sandbox.Policy, error) {
+	p := sc.Profile
+	if s.opts.Faults.Has(faults.NoToolSandbox) {
+		pol, err := p.SandboxPolicy(sandbox.None, cwd, s.opts.Self) // the bug: terminal.sandbox is ignored
+		return &pol, err
+	}
+	set, err := p.TerminalSandbox()
+	if err != nil {
+		return nil, fmt.Errorf("terminal of profile %q: %w", p.Name, err)
+	}
+	mode, why := set.Mode, ""
+	switch mode {
+	case sandbox.Auto:
+		m, err := sandbox.Effective(sandbox.Auto)
+		mode = m
+		if err != nil {
+			why = err.Error()
+		}
+	case sandbox.Bwrap, sandbox.Landlock:
+		if err := sandbox.Available(mode); err != nil {
+			return nil, fmt.Errorf("terminal of profile %q: terminal.sandbox is %s (in %s) and it cannot run here: %w", p.Name, mode, set.From, err)
+		}
+	default:
+		why = "terminal.sandbox is none in " + set.From
+	}
+	if mode == sandbox.None && s.pooled() && p.Name != profile.LaunchName && !(set.Pinned && set.Mode == sandbox.None) {
+		return nil, fmt.Errorf("%w for profile %q: it would run with no sandbox (%s), and a pooled agentd runs the terminal of a profile other than the launch one only in a sandbox; "+
+			"see `agentd sandbox check`, or let the operator allow it with terminal.sandbox: none in %s",
+			ErrTerminalRefused, p.Name, why, filepath.Join(p.Managed, "config.yaml"))
+	}
+	pol, err := p.SandboxPolicy(mode, cwd, s.opts.Self)
+	if err != nil {
+		return nil, err
+	}
+	pol.NoContain = s.opts.Faults.Has(faults.EscapedProcess)
+	return &pol, nil
+}
