@@ -145,7 +145,7 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 			if err != nil {
 				return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
 			}
-			sc.Log.Info("plugins: host mode", "why", set.Why, "launcher", set.Launcher, "sandboxed", sandboxed, "call_timeout", callTimeout,
+			sc.Log.Info("plugins: host mode", "why", set.Why, "launcher", sandboxed, "argv", set.Launcher, "call_timeout", callTimeout,
 				"memory_limit", set.Limits.Memory, "cpu_limit", set.Limits.CPU)
 			return &loaded{loader: m, mode: mode, lost: lost}, nil
 		}
