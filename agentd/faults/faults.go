@@ -49,12 +49,17 @@ const (
 	// PluginInProcess: plugins.isolation: host is ignored; plugins load
 	// in the server's process.
 	PluginInProcess Name = "plugin-in-process"
+	// NoConnLimit: no per-connection or per-profile limit on requests and
+	// turns in flight and no fair scheduling: one flooding tenant takes
+	// every worker and its neighbours' turns wait behind it.
+	NoConnLimit Name = "no-conn-limit"
 )
 
 // All lists every fault, sorted.
 func All() []Name {
 	all := []Name{DotenvIntoProcess, LaunchEnvBleed, SharedShell, GlobalCwd, CronLaunchScope, SharedCredential,
-		ModelBleed, WrongWriteScope, BroadcastEvents, SharedStateDB, LogSecretEncoded, ContextLost, PluginInProcess}
+		ModelBleed, WrongWriteScope, BroadcastEvents, SharedStateDB, LogSecretEncoded, ContextLost, PluginInProcess,
+		NoConnLimit}
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	return all
 }

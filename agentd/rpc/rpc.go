@@ -21,6 +21,7 @@ const (
 	CodeUnknownSession = 4044 // no such live or stored session
 	CodeUnknownProfile = 4064 // no such profile
 	CodeConflict       = 4090 // exists already, or busy
+	CodeTooBusy        = 4290 // too many requests or turns in flight; Data carries retry_after_ms
 	CodeUnavailable    = 5030 // shutting down
 )
 
@@ -88,10 +89,30 @@ type Then struct {
 	After  func()
 }
 
+// Admit runs before a request's handler: it returns once the request may
+// run (perhaps after waiting its turn), with a func to call when it is
+// done, or an error that becomes the request's reply.
+type Admit func(ctx context.Context, c *Call) (release func(), err error)
+
+// TenantConn is a Conn that knows which profile's tenant opened it (a
+// per-tenant token, say); admission counts its requests to that profile.
+type TenantConn interface {
+	Conn
+	Tenant() string
+}
+
 // Dispatcher routes requests to handlers.
 type Dispatcher struct {
 	mu       sync.RWMutex
 	handlers map[string]Handler
+	admit    Admit
+}
+
+// SetAdmit makes every request pass a before its handler runs.
+func (d *Dispatcher) SetAdmit(a Admit) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.admit = a
 }
 
 // NewDispatcher returns an empty dispatcher.
@@ -161,7 +182,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, conn Conn, frame []byte) {
 		return
 	}
 	d.mu.RLock()
-	h := d.handlers[*req.Method]
+	h, admit := d.handlers[*req.Method], d.admit
 	d.mu.RUnlock()
 	if h == nil {
 		if id != nil {
@@ -170,6 +191,16 @@ func (d *Dispatcher) Dispatch(ctx context.Context, conn Conn, frame []byte) {
 		return
 	}
 	call := &Call{Conn: conn, Method: *req.Method, ID: id, Params: req.Params}
+	if admit != nil {
+		release, err := admit(ctx, call)
+		if err != nil {
+			if id != nil {
+				reply(conn, id, nil, asError(err))
+			}
+			return
+		}
+		defer release()
+	}
 	result, err := safeCall(ctx, h, call)
 	var then Then
 	if t, ok := result.(Then); ok {

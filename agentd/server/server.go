@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/agent"
 	"github.com/tenantcanary/tenantcanary/agentd/cron"
+	"github.com/tenantcanary/tenantcanary/agentd/fair"
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
@@ -44,7 +46,20 @@ type Options struct {
 	// Self is the argv that runs this program as agentd again (the prefix
 	// of `agentd plugin-host`, say); see cli.SelfArgv.
 	Self []string
+	// Limits bound the requests and turns in flight (zero fields take
+	// DefaultLimits). The no-conn-limit fault switches them off.
+	Limits Limits
+	// StopTimeout bounds how long Shutdown waits for turns it cancelled
+	// (after its context's grace) before it gives up on them (ErrWedged);
+	// DefaultStopTimeout when zero.
+	StopTimeout time.Duration
 }
+
+// DefaultStopTimeout is Options.StopTimeout's default.
+const DefaultStopTimeout = 5 * time.Second
+
+// ErrWedged is returned by Shutdown when turns ignored their cancellation.
+var ErrWedged = errors.New("turns still running after cancellation")
 
 // Options returns the options the server was made with.
 func (s *Server) Options() Options { return s.opts }
@@ -65,6 +80,11 @@ type Server struct {
 	shutdownMu sync.Mutex
 	conns      map[string]rpc.Conn // open connections (for the broadcast-events fault)
 	shared     *terminal.Shell     // the shared-shell fault's one shell
+
+	limits  Limits
+	reqs    *fair.Scheduler // request handlers; nil = no limit (fault)
+	turnQ   *fair.Scheduler // turns; nil = no limit (fault)
+	running atomic.Int64    // turns started and not yet returned
 }
 
 // New returns a Server.
@@ -76,12 +96,20 @@ func New(opts Options) *Server {
 		opts.Source = "tui"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = DefaultStopTimeout
+	}
 	reg := agent.NewRegistry()
 	_ = reg.Register(agent.TerminalTool{})
-	return &Server{
+	s := &Server{
 		opts: opts, pool: scope.NewPool(opts.Homes, opts.BaseEnv, opts.Faults), log: opts.Log, conns: map[string]rpc.Conn{},
 		baseCtx: ctx, cancelAll: cancel, sessions: map[string]*Session{}, registry: reg,
 	}
+	if !opts.Faults.Has(faults.NoConnLimit) {
+		s.limits = opts.Limits.withDefaults()
+		s.reqs, s.turnQ = s.limits.requestScheduler(), s.limits.turnScheduler()
+	}
+	return s
 }
 
 // Pool is the server's scope pool.
@@ -97,21 +125,34 @@ func (s *Server) Ready(conn rpc.Conn) error {
 	}}))
 }
 
-// Shutdown stops new turns, waits for running ones until ctx ends, then
-// cancels what is left, closes every session's shell and every scope.
+// Shutdown stops new work (turns still waiting for a slot end at once),
+// waits for running turns until ctx ends, then cancels what is left and
+// waits at most Options.StopTimeout more; then it closes every session's
+// shell and every scope. It returns within ctx's grace plus StopTimeout
+// even when a turn ignores its cancellation (ErrWedged).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutdownMu.Lock()
 	defer s.shutdownMu.Unlock()
 	s.mu.Lock()
 	s.shutting = true
 	s.mu.Unlock()
+	s.turnQ.Close()
+	s.reqs.Close()
 	done := make(chan struct{})
-	go func() { s.turns.Wait(); close(done) }()
+	go func() { s.turns.Wait(); close(done) }() // ends when the last turn does
+	var wedged error
 	select {
 	case <-done:
 	case <-ctx.Done():
 		s.cancelAll()
-		<-done
+		stop := time.NewTimer(s.opts.StopTimeout)
+		select {
+		case <-done:
+		case <-stop.C:
+			wedged = fmt.Errorf("%w: %d turns did not stop within %s of being cancelled", ErrWedged, s.running.Load(), s.opts.StopTimeout)
+			s.log.Error("shutdown: giving up on wedged turns", "turns", s.running.Load())
+		}
+		stop.Stop()
 	}
 	s.cancelAll()
 	s.mu.Lock()
@@ -127,7 +168,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if shared != nil {
 		_ = shared.Close()
 	}
-	return s.pool.Close()
+	return errors.Join(wedged, s.pool.Close())
 }
 
 // DropConn closes the sessions owned by a connection that has gone.
@@ -149,6 +190,9 @@ func (s *Server) DropConn(connID string) {
 
 // Register adds the protocol's methods to d.
 func (s *Server) Register(d *rpc.Dispatcher) {
+	if s.reqs != nil {
+		d.SetAdmit(s.Admit)
+	}
 	d.Handle("session.create", s.sessionCreate)
 	d.Handle("session.resume", s.sessionResume)
 	d.Handle("session.close", s.sessionClose)
@@ -353,6 +397,12 @@ func (s *Server) promptSubmit(ctx context.Context, c *rpc.Call) (any, error) {
 		s.mu.Unlock()
 		return nil, rpc.Errorf(rpc.CodeConflict, "session %q is busy with a turn", sess.ID)
 	}
+	ticket, err := s.turnQ.Enqueue(sess.Scope.Profile.Name, c.Conn.ID())
+	if err != nil {
+		sess.mu.Unlock()
+		s.mu.Unlock()
+		return nil, s.refusal("turns", err)
+	}
 	sess.busy = true
 	tctx, cancel := context.WithCancel(s.baseCtx)
 	sess.cancelTurn = cancel
@@ -363,13 +413,17 @@ func (s *Server) promptSubmit(ctx context.Context, c *rpc.Call) (any, error) {
 		go func() {
 			defer s.turns.Done()
 			defer cancel()
-			s.runTurn(tctx, sess, p.Text)
+			defer ticket.Release()
+			s.runTurn(tctx, sess, p.Text, ticket)
 		}()
 	}}, nil
 }
 
-// runTurn plays one turn of a session in its profile's scope.
-func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (string, error) {
+// runTurn plays one turn of a session in its profile's scope, once its
+// ticket holds a turn slot.
+func (s *Server) runTurn(ctx context.Context, sess *Session, text string, ticket *fair.Ticket) (string, error) {
+	s.running.Add(1)
+	defer s.running.Add(-1)
 	sess.turn.Lock()
 	defer sess.turn.Unlock()
 	// The session is free again the moment message.complete goes out, so a
@@ -387,6 +441,15 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (strin
 			release()
 		}
 		sess.emit(typ, payload)
+	}
+	if err := ticket.Wait(ctx); err != nil {
+		if errors.Is(err, fair.ErrClosed) || s.baseCtx.Err() != nil {
+			err = ErrShuttingDown
+		}
+		err = fmt.Errorf("turn not started: %w", err)
+		emit("message.start", map[string]any{})
+		emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
+		return "", err
 	}
 	sc := sess.Scope
 	if cur, err := s.pool.Get(ctx, sc.Profile.Name); err != nil || cur != sc {
@@ -465,6 +528,9 @@ type Detached struct {
 	Text    string        // the user's message
 	// Sink receives the turn events; nil drops them.
 	Sink func(typ string, payload any)
+	// Member names who asked, for fair turns inside the profile (a gateway
+	// client's address, say); Source when empty.
+	Member string
 }
 
 // ErrShuttingDown is returned for work refused because the server stops.
@@ -490,6 +556,24 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 	sc, err := s.pool.Get(ctx, d.Profile)
 	if err != nil {
 		return "", err
+	}
+	member := d.Member
+	if member == "" {
+		member = d.Source
+	}
+	ticket, err := s.turnQ.Enqueue(sc.Profile.Name, member)
+	if err != nil {
+		if errors.Is(err, fair.ErrClosed) {
+			return "", ErrShuttingDown
+		}
+		return "", fmt.Errorf("%w: %v; retry after %s", ErrTooBusy, err, s.limits.RetryAfter)
+	}
+	defer ticket.Release()
+	if err := ticket.Wait(ctx); err != nil {
+		if errors.Is(err, fair.ErrClosed) || s.baseCtx.Err() != nil {
+			return "", ErrShuttingDown
+		}
+		return "", fmt.Errorf("turn not started: %w", err)
 	}
 	snap, err := sc.Load()
 	if err != nil {
@@ -518,7 +602,7 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 		sess.close()
 	}()
 	sc.Log.Info("detached turn start", "source", d.Source, "title", d.Title, "session", sess.ID)
-	return s.runTurn(ctx, sess, d.Text)
+	return s.runTurn(ctx, sess, d.Text, ticket)
 }
 
 // RunJob implements cron.Runner: the job runs as a turn in a session of
