@@ -200,7 +200,9 @@ func TestRequestsOfAProfileQueueAndOverflowIsRefused(t *testing.T) {
 // wedgeTool never returns until the test lets it, whatever its context says.
 type wedgeTool struct{ until <-chan struct{} }
 
-func (w wedgeTool) Spec() llm.FunctionDef { return llm.FunctionDef{Name: "wedge", Description: "never returns"} }
+func (w wedgeTool) Spec() llm.FunctionDef {
+	return llm.FunctionDef{Name: "wedge", Description: "never returns"}
+}
 func (w wedgeTool) Call(context.Context, *agent.Env, json.RawMessage) (string, error) {
 	<-w.until
 	return "unwedged", nil
