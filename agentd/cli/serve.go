@@ -34,6 +34,7 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	port := fs.Int("port", 8787, "port to listen on (0 = any free port)")
 	cronOn := fs.Bool("cron", false, "run the cron ticker over every served profile (also AGENTD_CRON=1)")
 	interval := fs.Duration("cron-interval", 60*time.Second, "time between cron ticks")
+	limits := limitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
@@ -70,7 +71,7 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	bound := ln.Addr().(*net.TCPAddr).Port
 
 	logger := serverLog(env)
-	srv, code := newServer(env, h, logger, "serve")
+	srv, code := newServer(env, h, logger, "serve", *limits)
 	if srv == nil {
 		ln.Close()
 		return code
@@ -111,13 +112,13 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	shutErr := srv.Shutdown(gctx)
 	cancel()
 	ticker.Wait()
-	ws.Close()
+	closeErr := ws.Close()
 	logger.Info("serve stopped")
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return fail(env, "serve: %v", serveErr)
 	}
-	if shutErr != nil {
-		return fail(env, "serve: shutdown: %v", shutErr)
+	if err := errors.Join(shutErr, closeErr); err != nil {
+		return fail(env, "serve: shutdown: %v", err)
 	}
 	return ExitOK
 }

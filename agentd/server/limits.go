@@ -98,6 +98,10 @@ func (l Limits) turnScheduler() *fair.Scheduler {
 // Limits returns the limits in force (zero with the no-conn-limit fault).
 func (s *Server) Limits() Limits { return s.limits }
 
+// Load is a snapshot of the requests and turns running and waiting, by
+// profile.
+func (s *Server) Load() (requests, turns fair.Stats) { return s.reqs.Stats(), s.turnQ.Stats() }
+
 // Admit is the dispatcher's admission (rpc.Dispatcher.SetAdmit): a request
 // waits for a slot of its profile and connection, or is refused when
 // their queue is full. Register installs it.

@@ -531,6 +531,9 @@ type Detached struct {
 	// Member names who asked, for fair turns inside the profile (a gateway
 	// client's address, say); Source when empty.
 	Member string
+	// OnStart, when set, runs once the turn holds its slot, before its
+	// first event; an error returned before it ran means no turn started.
+	OnStart func()
 }
 
 // ErrShuttingDown is returned for work refused because the server stops.
@@ -574,6 +577,9 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 			return "", ErrShuttingDown
 		}
 		return "", fmt.Errorf("turn not started: %w", err)
+	}
+	if d.OnStart != nil {
+		d.OnStart()
 	}
 	snap, err := sc.Load()
 	if err != nil {

@@ -31,7 +31,7 @@ func newServer(t *testing.T, opts Options) (*Handler, *httptest.Server) {
 	h := New(opts)
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
-		h.Close()
+		_ = h.Close()
 		srv.Close()
 	})
 	return h, srv
@@ -134,4 +134,45 @@ func connNum(id string) int {
 	var n int
 	_, _ = fmt.Sscanf(id, "ws-%d", &n)
 	return n
+}
+
+// A request waiting on its context ends when Close cancels it; one that
+// ignores its context cannot hold Close past CloseTimeout.
+func TestCloseIsBoundedByAWedgedHandler(t *testing.T) {
+	t.Parallel()
+	d := rpc.NewDispatcher()
+	unwedge := make(chan struct{})
+	entered := make(chan string, 2)
+	d.Handle("wait", func(ctx context.Context, c *rpc.Call) (any, error) {
+		entered <- "wait"
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	d.Handle("wedge", func(ctx context.Context, c *rpc.Call) (any, error) {
+		entered <- "wedge"
+		<-unwedge
+		return nil, nil
+	})
+	h, srv := newServer(t, Options{Dispatcher: d, CloseTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { close(unwedge) }) // before newServer's own cleanup
+	c, _, err := websocket.DefaultDialer.Dial(wsURL(srv, "tok"), nil)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.WriteMessage(websocket.TextMessage, []byte(`{"jsonrpc":"2.0","id":1,"method":"wait"}`)))
+	require.NoError(t, c.WriteMessage(websocket.TextMessage, []byte(`{"jsonrpc":"2.0","id":2,"method":"wedge"}`)))
+	<-entered
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- h.Close() }()
+	select {
+	case err = <-closed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Close did not return with a wedged handler")
+	}
+	require.ErrorIs(t, err, ErrCloseTimeout)
+	// The waiting request was cancelled and answered before the close frame.
+	_, msg, err := c.ReadMessage()
+	require.NoError(t, err)
+	require.Contains(t, string(msg), `"id":1`)
+	require.Contains(t, string(msg), "context canceled")
 }
