@@ -16,12 +16,12 @@ import (
 
 // Defaults for Options fields left zero.
 const (
-	DefaultQueue     = 1024
-	DefaultMaxFrame  = 16 << 20
+	DefaultQueue    = 1024
+	DefaultMaxFrame = 16 << 20
 	// DefaultCloseTimeout bounds Close's wait for requests in flight.
 	DefaultCloseTimeout = 5 * time.Second
-	writeTimeout     = 10 * time.Second
-	closeGraceWindow = time.Second
+	writeTimeout        = 10 * time.Second
+	closeGraceWindow    = time.Second
 )
 
 // ErrQueueFull is the reason a slow connection is closed.
@@ -53,8 +53,8 @@ type Handler struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 
-	mu     sync.Mutex
-	conns  map[*Conn]struct{}
+	mu       sync.Mutex
+	conns    map[*Conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup // connections
 	inflight sync.WaitGroup // requests being dispatched
