@@ -78,7 +78,11 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	}
 	d := rpc.NewDispatcher()
 	srv.Register(d)
-	ws := wsserve.New(wsserve.Options{Token: token, Dispatcher: d, OnOpen: srv.Ready, OnClose: srv.DropConn})
+	// A connection is read no faster than its requests are admitted (its
+	// running and waiting ones); none with the no-conn-limit fault.
+	lim := srv.Limits()
+	ws := wsserve.New(wsserve.Options{Token: token, Dispatcher: d, OnOpen: srv.Ready, OnClose: srv.DropConn,
+		MaxInFlight: lim.ConnRequests + lim.ConnQueue})
 	hs := &http.Server{Handler: ws, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(env.Stderr, "agentd serve: http: ", 0)}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()

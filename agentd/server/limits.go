@@ -36,7 +36,7 @@ type Limits struct {
 func DefaultLimits() Limits {
 	cpu := runtime.NumCPU()
 	return Limits{
-		Requests: max(8, 4*cpu), ProfileRequests: max(4, 2*cpu), ConnRequests: 4,
+		Requests: max(8, 4*cpu), ProfileRequests: max(2, cpu), ConnRequests: 2,
 		Turns: max(16, 8*cpu), ProfileTurns: 4,
 		ConnQueue: 256, ProfileQueue: 1024, Queue: 4096,
 		RetryAfter: time.Second,

@@ -44,6 +44,11 @@ type Options struct {
 	OnClose func(connID string)
 	// CloseTimeout bounds Close's wait (DefaultCloseTimeout when zero).
 	CloseTimeout time.Duration
+	// MaxInFlight bounds the requests of one connection read and not yet
+	// answered: past it the connection is not read until one is answered,
+	// so a flooding client is held back by TCP instead of costing the
+	// server work. Zero means no bound.
+	MaxInFlight int
 }
 
 // Handler serves /api/ws and /api/health.
@@ -142,7 +147,20 @@ func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	var reqs sync.WaitGroup
 	defer reqs.Wait()
+	var inflight chan struct{} // a slot per request read and not answered
+	if h.opts.MaxInFlight > 0 {
+		inflight = make(chan struct{}, h.opts.MaxInFlight)
+	}
 	for {
+		if inflight != nil {
+			select {
+			case inflight <- struct{}{}:
+			case <-h.ctx.Done():
+				return
+			case <-c.done:
+				return
+			}
+		}
 		typ, msg, err := ws.ReadMessage()
 		if err != nil {
 			if errors.Is(err, websocket.ErrReadLimit) {
@@ -151,6 +169,9 @@ func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if typ != websocket.TextMessage && typ != websocket.BinaryMessage {
+			if inflight != nil {
+				<-inflight
+			}
 			continue
 		}
 		h.mu.Lock()
@@ -164,6 +185,9 @@ func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
 		go func() {
 			defer h.inflight.Done()
 			defer reqs.Done()
+			if inflight != nil {
+				defer func() { <-inflight }()
+			}
 			h.opts.Dispatcher.Dispatch(h.ctx, c, msg)
 		}()
 	}

@@ -176,3 +176,64 @@ func TestCloseIsBoundedByAWedgedHandler(t *testing.T) {
 	require.Contains(t, string(msg), `"id":1`)
 	require.Contains(t, string(msg), "context canceled")
 }
+
+// A connection at MaxInFlight is not read until a request is answered:
+// a request sent behind two held ones runs only after one of them returned.
+func TestAConnectionIsReadNoFasterThanItIsAnswered(t *testing.T) {
+	t.Parallel()
+	d := rpc.NewDispatcher()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	entered, returned := 0, 0
+	d.Handle("hold", func(ctx context.Context, c *rpc.Call) (any, error) {
+		mu.Lock()
+		entered++
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		mu.Lock()
+		returned++
+		mu.Unlock()
+		return map[string]bool{"ok": true}, nil
+	})
+	d.Handle("count", func(ctx context.Context, c *rpc.Call) (any, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return map[string]int{"returned": returned}, nil
+	})
+	_, srv := newServer(t, Options{Dispatcher: d, MaxInFlight: 2})
+	c, _, err := websocket.DefaultDialer.Dial(wsURL(srv, "tok"), nil)
+	require.NoError(t, err)
+	defer c.Close()
+	for _, frame := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"hold"}`, `{"jsonrpc":"2.0","id":2,"method":"hold"}`, `{"jsonrpc":"2.0","id":3,"method":"count"}`,
+	} {
+		require.NoError(t, c.WriteMessage(websocket.TextMessage, []byte(frame)))
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n := entered
+		mu.Unlock()
+		if n == 2 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the two held requests never started")
+	}
+	release <- struct{}{} // one hold returns
+	for {
+		_, msg, err := c.ReadMessage()
+		require.NoError(t, err)
+		var m struct {
+			ID     int            `json:"id"`
+			Result map[string]any `json:"result"`
+		}
+		require.NoError(t, json.Unmarshal(msg, &m))
+		if m.ID == 3 {
+			require.EqualValues(t, 1, m.Result["returned"], "count was read only once a held request was answered")
+			break
+		}
+	}
+	close(release)
+}
