@@ -20,5 +20,6 @@ func limitFlags(fs *flag.FlagSet) *server.Limits {
 	fs.IntVar(&l.ConnQueue, "conn-queue", 0, fmt.Sprintf("requests, and turns, one connection may have waiting; past it: error 4290 (default %d)", d.ConnQueue))
 	fs.IntVar(&l.ProfileQueue, "profile-queue", 0, fmt.Sprintf("requests, and turns, one profile may have waiting; past it: error 4290 (default %d)", d.ProfileQueue))
 	fs.IntVar(&l.Queue, "max-queue", 0, fmt.Sprintf("requests, and turns, waiting in all; past it: error 4290 (default %d)", d.Queue))
+	fs.IntVar(&l.ProfileSessions, "profile-sessions", 0, fmt.Sprintf("live sessions of connections in one profile; past it: error 4290 (default %d)", d.ProfileSessions))
 	return l
 }

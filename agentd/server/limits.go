@@ -27,6 +27,9 @@ type Limits struct {
 	ConnQueue       int // requests, and turns, one connection may have waiting
 	ProfileQueue    int // requests, and turns, one profile may have waiting
 	Queue           int // requests, and turns, waiting in all
+	// ProfileSessions bounds the live sessions of connections in one
+	// profile; session.create and session.resume past it get 4290.
+	ProfileSessions int
 	// RetryAfter is the hint a refusal carries (retry_after_ms).
 	RetryAfter time.Duration
 }
@@ -38,7 +41,7 @@ func DefaultLimits() Limits {
 	return Limits{
 		Requests: max(8, 4*cpu), ProfileRequests: max(2, cpu), ConnRequests: 2,
 		Turns: max(16, 8*cpu), ProfileTurns: 4,
-		ConnQueue: 256, ProfileQueue: 1024, Queue: 4096,
+		ConnQueue: 256, ProfileQueue: 1024, Queue: 4096, ProfileSessions: 256,
 		RetryAfter: time.Second,
 	}
 }
@@ -50,6 +53,7 @@ func (l Limits) withDefaults() Limits {
 		{&l.Requests, &d.Requests}, {&l.ProfileRequests, &d.ProfileRequests}, {&l.ConnRequests, &d.ConnRequests},
 		{&l.Turns, &d.Turns}, {&l.ProfileTurns, &d.ProfileTurns},
 		{&l.ConnQueue, &d.ConnQueue}, {&l.ProfileQueue, &d.ProfileQueue}, {&l.Queue, &d.Queue},
+		{&l.ProfileSessions, &d.ProfileSessions},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.d
@@ -67,9 +71,10 @@ func (l Limits) Validate() error {
 		name string
 		v    int
 	}{
-		{"requests", l.Requests}, {"profile-requests", l.ProfileRequests}, {"conn-requests", l.ConnRequests},
-		{"turns", l.Turns}, {"profile-turns", l.ProfileTurns},
-		{"conn-queue", l.ConnQueue}, {"profile-queue", l.ProfileQueue}, {"queue", l.Queue},
+		{"max-requests", l.Requests}, {"profile-requests", l.ProfileRequests}, {"conn-requests", l.ConnRequests},
+		{"max-turns", l.Turns}, {"profile-turns", l.ProfileTurns},
+		{"conn-queue", l.ConnQueue}, {"profile-queue", l.ProfileQueue}, {"max-queue", l.Queue},
+		{"profile-sessions", l.ProfileSessions},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("limit %s must be positive (0 = default), got %d", f.name, f.v)
@@ -158,6 +163,28 @@ func (s *Server) requestProfile(c *rpc.Call) string {
 		return unknownGroup
 	}
 	return p.Profile
+}
+
+// tooManySessions is the refusal of a session past ProfileSessions, or
+// nil. s.mu is held.
+func (s *Server) tooManySessions(name string) *rpc.Error {
+	if s.limits.ProfileSessions == 0 {
+		return nil
+	}
+	n := 0
+	for _, sess := range s.sessions {
+		if sess.conn != nil && sess.Scope.Profile.Name == name {
+			n++
+		}
+	}
+	if n < s.limits.ProfileSessions {
+		return nil
+	}
+	return &rpc.Error{
+		Code:    rpc.CodeTooBusy,
+		Message: fmt.Sprintf("too many live sessions: profile %q has %d; close one, or retry after %s", name, n, s.limits.RetryAfter),
+		Data:    map[string]any{"retry_after_ms": s.limits.RetryAfter.Milliseconds(), "bound": "sessions", "limit": s.limits.ProfileSessions},
+	}
 }
 
 // ErrTooBusy is returned for a detached turn refused by a full queue.

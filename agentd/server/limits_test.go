@@ -259,3 +259,18 @@ func TestLimitsValidateAndDefaults(t *testing.T) {
 	require.LessOrEqual(t, DefaultLimits().ProfileRequests, DefaultLimits().Requests, "one profile never takes every request slot")
 	require.Less(t, DefaultLimits().ProfileTurns, DefaultLimits().Turns, "one profile never takes every turn slot")
 }
+
+func TestLiveSessionsOfAProfileAreBounded(t *testing.T) {
+	t.Parallel()
+	f := newFixtureWith(t, heldForB(nil), func(o *Options) { o.Limits = Limits{ProfileSessions: 2} })
+	a, other := newConn("a"), newConn("other")
+	first := sessionID(t, f.call(a, "session.create", map[string]any{"profile": "b"}))
+	sessionID(t, f.call(other, "session.create", map[string]any{"profile": "b"}))
+	refused := f.call(a, "session.create", map[string]any{"profile": "b"})
+	require.Equal(t, rpc.CodeTooBusy, code(refused), "%v", refused)
+	require.Equal(t, "sessions", errData(refused)["bound"])
+	require.Contains(t, refused["error"].(map[string]any)["message"], `profile "b" has 2`)
+	sessionID(t, f.call(a, "session.create", map[string]any{})) // another profile is not counted
+	require.Equal(t, 0, code(f.call(a, "session.close", map[string]any{"session_id": first})))
+	sessionID(t, f.call(a, "session.create", map[string]any{"profile": "b"}))
+}

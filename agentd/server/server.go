@@ -281,6 +281,12 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 		sc.Log.Error("load config", "err", err)
 		return nil, rpc.Errorf(rpc.CodeInternal, "load profile %q: %v", sc.Profile.Name, err)
 	}
+	s.mu.Lock()
+	full := s.tooManySessions(sc.Profile.Name)
+	s.mu.Unlock()
+	if full != nil {
+		return nil, full
+	}
 	var history []llm.Message
 	if stored == "" {
 		st, err := sc.DB.CreateSession(ctx, store.Session{Profile: sc.Profile.Name, Model: snap.Config.Model.Default, Source: s.opts.Source})
@@ -311,6 +317,10 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 	if s.shutting {
 		s.mu.Unlock()
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "agentd is shutting down")
+	}
+	if full := s.tooManySessions(sc.Profile.Name); full != nil { // raced past the first check
+		s.mu.Unlock()
+		return nil, full
 	}
 	s.sessions[sess.ID] = sess
 	s.mu.Unlock()
