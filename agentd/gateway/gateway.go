@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -174,7 +175,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Member: "gateway:" + r.RemoteAddr}
 	if !req.Stream {
 		answer, err := g.opts.Server.RunDetached(r.Context(), d)
-		if g.refused(w, err) {
+		if g.refused(r.Context(), w, err) {
 			return
 		}
 		if err != nil {
@@ -219,7 +220,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	_, err = g.opts.Server.RunDetached(r.Context(), d)
 	if !started {
-		if !g.refused(w, err) {
+		if !g.refused(r.Context(), w, err) {
 			apiError(w, http.StatusBadGateway, "turn failed: "+err.Error())
 		}
 		return
@@ -261,11 +262,18 @@ func (g *Gateway) authorize(name, header string) (profile.Profile, bool, error) 
 	return p, match && hasBearer, nil
 }
 
-// refused answers a turn refused for load (429 with Retry-After) or for
-// shutdown (503); it reports whether it answered.
-func (g *Gateway) refused(w http.ResponseWriter, err error) bool {
+// refused answers a turn refused for load (429 with Retry-After, held
+// back for the refusal delay like the websocket's 4290) or for shutdown
+// (503); it reports whether it answered.
+func (g *Gateway) refused(ctx context.Context, w http.ResponseWriter, err error) bool {
 	switch {
 	case errors.Is(err, server.ErrTooBusy):
+		t := time.NewTimer(g.opts.Server.Limits().RefusalDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
 		secs := int(g.opts.Server.Limits().RetryAfter.Round(time.Second) / time.Second)
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, secs)))
 		apiError(w, http.StatusTooManyRequests, err.Error())

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Error codes.
@@ -106,6 +107,18 @@ type Dispatcher struct {
 	mu       sync.RWMutex
 	handlers map[string]Handler
 	admit    Admit
+	tarpit   time.Duration
+}
+
+// SetRefusalDelay holds every CodeTooBusy reply back for d (or until the
+// dispatch context ends) after the request gave back whatever it held:
+// a client that floods past its limits is answered no faster, and a
+// transport that bounds the requests in flight per connection reads it
+// no faster either.
+func (d *Dispatcher) SetRefusalDelay(delay time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.tarpit = delay
 }
 
 // SetAdmit makes every request pass a before its handler runs.
@@ -182,7 +195,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, conn Conn, frame []byte) {
 		return
 	}
 	d.mu.RLock()
-	h, admit := d.handlers[*req.Method], d.admit
+	h, admit, tarpit := d.handlers[*req.Method], d.admit, d.tarpit
 	d.mu.RUnlock()
 	if h == nil {
 		if id != nil {
@@ -191,17 +204,20 @@ func (d *Dispatcher) Dispatch(ctx context.Context, conn Conn, frame []byte) {
 		return
 	}
 	call := &Call{Conn: conn, Method: *req.Method, ID: id, Params: req.Params}
+	release := func() {}
 	if admit != nil {
-		release, err := admit(ctx, call)
-		if err != nil {
+		var err error
+		if release, err = admit(ctx, call); err != nil {
+			hold(ctx, tarpit, err)
 			if id != nil {
 				reply(conn, id, nil, asError(err))
 			}
 			return
 		}
-		defer release()
 	}
 	result, err := safeCall(ctx, h, call)
+	release()
+	hold(ctx, tarpit, err)
 	var then Then
 	if t, ok := result.(Then); ok {
 		then = t
@@ -219,6 +235,20 @@ func (d *Dispatcher) Dispatch(ctx context.Context, conn Conn, frame []byte) {
 	}
 	if err == nil && then.After != nil {
 		then.After()
+	}
+}
+
+// hold waits out the refusal delay when err is a CodeTooBusy refusal.
+func hold(ctx context.Context, delay time.Duration, err error) {
+	var e *Error
+	if delay <= 0 || !errors.As(err, &e) || e.Code != CodeTooBusy {
+		return
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

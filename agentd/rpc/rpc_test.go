@@ -202,3 +202,45 @@ func TestAdmitRunsBeforeEveryHandler(t *testing.T) {
 	require.Equal(t, CodeMethodNotFound, code(c.last(t)))
 	require.Equal(t, []string{"echo"}, admitted, "an unknown method is not admitted")
 }
+
+// A refusal is held back after the request gave its slot back, and the
+// hold ends with the dispatch context.
+func TestRefusalsAreHeldAfterTheSlotIsBack(t *testing.T) {
+	t.Parallel()
+	d := NewDispatcher()
+	d.SetRefusalDelay(time.Hour)
+	var mu sync.Mutex
+	var order []string
+	d.SetAdmit(func(ctx context.Context, c *Call) (func(), error) {
+		return func() { mu.Lock(); order = append(order, "release"); mu.Unlock() }, nil
+	})
+	d.Handle("busy", func(ctx context.Context, c *Call) (any, error) {
+		return nil, Errorf(CodeTooBusy, "too many turns in flight")
+	})
+	c := &memConn{done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		d.Dispatch(ctx, c, []byte(`{"jsonrpc":"2.0","id":1,"method":"busy"}`))
+		mu.Lock()
+		order = append(order, "replied")
+		mu.Unlock()
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(order)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the slot never came back")
+	}
+	c.mu.Lock()
+	require.Empty(t, c.frames, "the refusal is held back")
+	c.mu.Unlock()
+	cancel()
+	<-returned
+	require.Equal(t, CodeTooBusy, code(c.last(t)))
+	require.Equal(t, []string{"release", "replied"}, order)
+}

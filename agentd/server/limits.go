@@ -32,6 +32,9 @@ type Limits struct {
 	ProfileSessions int
 	// RetryAfter is the hint a refusal carries (retry_after_ms).
 	RetryAfter time.Duration
+	// RefusalDelay holds a refusal's reply back, so that a client flooding
+	// past its limits is answered, and read, no faster (a tarpit).
+	RefusalDelay time.Duration
 }
 
 // DefaultLimits suit the machine: request handlers are short and share
@@ -42,7 +45,7 @@ func DefaultLimits() Limits {
 		Requests: max(8, 4*cpu), ProfileRequests: max(2, cpu), ConnRequests: 2,
 		Turns: max(16, 8*cpu), ProfileTurns: 4,
 		ConnQueue: 256, ProfileQueue: 1024, Queue: 4096, ProfileSessions: 256,
-		RetryAfter: time.Second,
+		RetryAfter: time.Second, RefusalDelay: 250 * time.Millisecond,
 	}
 }
 
@@ -62,6 +65,9 @@ func (l Limits) withDefaults() Limits {
 	if l.RetryAfter == 0 {
 		l.RetryAfter = d.RetryAfter
 	}
+	if l.RefusalDelay == 0 {
+		l.RefusalDelay = d.RefusalDelay
+	}
 	return l
 }
 
@@ -80,8 +86,8 @@ func (l Limits) Validate() error {
 			return fmt.Errorf("limit %s must be positive (0 = default), got %d", f.name, f.v)
 		}
 	}
-	if l.RetryAfter < 0 {
-		return fmt.Errorf("limit retry-after must not be negative, got %s", l.RetryAfter)
+	if l.RetryAfter < 0 || l.RefusalDelay < 0 {
+		return fmt.Errorf("limits retry-after and refusal-delay must not be negative, got %s and %s", l.RetryAfter, l.RefusalDelay)
 	}
 	return nil
 }

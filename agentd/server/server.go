@@ -192,6 +192,7 @@ func (s *Server) DropConn(connID string) {
 func (s *Server) Register(d *rpc.Dispatcher) {
 	if s.reqs != nil {
 		d.SetAdmit(s.Admit)
+		d.SetRefusalDelay(s.limits.RefusalDelay)
 	}
 	d.Handle("session.create", s.sessionCreate)
 	d.Handle("session.resume", s.sessionResume)
