@@ -156,12 +156,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.cancelAll()
 	s.mu.Lock()
-	sessions := s.sessions
+	sessions := make([]*Session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		sessions = append(sessions, sess)
+	}
 	s.sessions = map[string]*Session{}
 	s.mu.Unlock()
-	for _, sess := range sessions {
-		sess.close()
-	}
+	closeSessions(sessions)
 	s.mu.Lock()
 	shared := s.shared
 	s.mu.Unlock()
@@ -183,9 +184,24 @@ func (s *Server) DropConn(connID string) {
 		}
 	}
 	s.mu.Unlock()
-	for _, sess := range gone {
-		sess.close()
+	closeSessions(gone)
+}
+
+// closeSessions ends sessions a few at a time: a close waits for its
+// shell's processes to go, and a flooding connection may hold hundreds.
+func closeSessions(list []*Session) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, sess := range list {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() { // ends with the close
+			defer wg.Done()
+			defer func() { <-sem }()
+			sess.close()
+		}()
 	}
+	wg.Wait()
 }
 
 // Register adds the protocol's methods to d.
@@ -780,9 +796,7 @@ func (s *Server) profilesDelete(ctx context.Context, c *rpc.Call) (any, error) {
 		}
 	}
 	s.mu.Unlock()
-	for _, sess := range gone {
-		sess.close()
-	}
+	closeSessions(gone)
 	s.pool.Drop(p.Name)
 	if err := s.opts.Homes.Delete(p.Name); err != nil {
 		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.delete: %v", err)
