@@ -174,7 +174,7 @@ func runTUI(ctx context.Context, env *Env, args []string) int {
 		out = frames
 	}
 	log := serverLog(env)
-	srv, code := newServer(env, h, log, "tui")
+	srv, code := newServer(env, h, log, "tui", server.Limits{})
 	if srv == nil {
 		return code
 	}
@@ -343,7 +343,7 @@ func runCron(ctx context.Context, env *Env, args []string) int {
 			fmt.Fprintf(env.Stdout, "%s\t%s\t%s\tnext %s\tenabled=%v\n", j.ID, j.Name, j.Schedule, j.NextRun.Format(time.RFC3339), j.Enabled)
 		}
 	case "tick":
-		srv, code := newServer(env, h, serverLog(env), "cron")
+		srv, code := newServer(env, h, serverLog(env), "cron", server.Limits{})
 		if srv == nil {
 			return code
 		}
@@ -378,7 +378,11 @@ func runCron(ctx context.Context, env *Env, args []string) int {
 // newServer builds the server for a command, with the seeded faults of
 // AGENTD_FAULTS when AGENTD_ALLOW_FAULTS=1 allows them (refused
 // otherwise). It returns nil and the exit status on failure.
-func newServer(env *Env, h profile.Homes, log *slog.Logger, source string) (*server.Server, int) {
+func newServer(env *Env, h profile.Homes, log *slog.Logger, source string, lim server.Limits) (*server.Server, int) {
+	if err := lim.Validate(); err != nil {
+		fmt.Fprintf(env.Stderr, "agentd %s: %v\n", source, err)
+		return nil, ExitUsage
+	}
 	fs, err := faults.FromEnv(env.Getenv)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "agentd: %v\n", err)
@@ -409,7 +413,7 @@ func newServer(env *Env, h profile.Homes, log *slog.Logger, source string) (*ser
 		}
 		return reg
 	}
-	srv = server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: source, Faults: fs, Self: env.Self, Tools: tools})
+	srv = server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: source, Faults: fs, Self: env.Self, Tools: tools, Limits: lim})
 	return srv, ExitOK
 }
 

@@ -22,6 +22,7 @@ func runGateway(ctx context.Context, env *Env, args []string) int {
 	fs.SetOutput(env.Stderr)
 	host := fs.String("host", "", "address to listen on (gateway.api_server.host of the launch profile, else 127.0.0.1)")
 	port := fs.Int("port", -1, "port (gateway.api_server.port of the launch profile, else 8642; 0 = any free port)")
+	limits := limitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
@@ -50,7 +51,7 @@ func runGateway(ctx context.Context, env *Env, args []string) int {
 		}
 	}
 	logger := serverLog(env)
-	srv, code := newServer(env, h, logger, "gateway")
+	srv, code := newServer(env, h, logger, "gateway", *limits)
 	if srv == nil {
 		return code
 	}

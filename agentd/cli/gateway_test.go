@@ -128,7 +128,7 @@ func TestGatewayOwnKeysOnlyAndOneGatewayPerProfile(t *testing.T) {
 		}
 		require.Len(t, own.srv.Requests(), before, "refused requests drove nothing on %s", route)
 	}
-	require.Equal(t, 404, chat(t, g.port, "/p/ghost/v1/chat/completions", "x", "p", false).status)
+	require.Equal(t, 401, chat(t, g.port, "/p/ghost/v1/chat/completions", "x", "p", false).status, "an unknown profile is not told apart from a wrong key")
 
 	// A second gateway for the same profiles refuses to serve twice.
 	_, stderr, code := w.run("gateway", "--host", "127.0.0.1", "--port", "0")

@@ -12,6 +12,9 @@ import (
 // AGENTD_TEST_MAIN=1 runs cli.Main with its arguments, so the end-to-end
 // tests drive a race-instrumented agentd with no build step.
 func TestMain(m *testing.M) {
+	if os.Getenv("AGENTD_BENCH_FLOODER") == "1" { // BenchmarkNoisyNeighbour's flooding tenant
+		os.Exit(runFlooder())
+	}
 	// agentd runs its plugin hosts as `<self> plugin-host` with the
 	// profile's environment only (no AGENTD_TEST_MAIN), so that argument
 	// alone makes this binary agentd too.

@@ -34,6 +34,7 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	port := fs.Int("port", 8787, "port to listen on (0 = any free port)")
 	cronOn := fs.Bool("cron", false, "run the cron ticker over every served profile (also AGENTD_CRON=1)")
 	interval := fs.Duration("cron-interval", 60*time.Second, "time between cron ticks")
+	limits := limitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
@@ -70,14 +71,18 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	bound := ln.Addr().(*net.TCPAddr).Port
 
 	logger := serverLog(env)
-	srv, code := newServer(env, h, logger, "serve")
+	srv, code := newServer(env, h, logger, "serve", *limits)
 	if srv == nil {
 		ln.Close()
 		return code
 	}
 	d := rpc.NewDispatcher()
 	srv.Register(d)
-	ws := wsserve.New(wsserve.Options{Token: token, Dispatcher: d, OnOpen: srv.Ready, OnClose: srv.DropConn})
+	// A connection is read no faster than its requests are admitted (its
+	// running and waiting ones); none with the no-conn-limit fault.
+	lim := srv.Limits()
+	ws := wsserve.New(wsserve.Options{Token: token, Dispatcher: d, OnOpen: srv.Ready, OnClose: srv.DropConn,
+		MaxInFlight: lim.ConnRequests + lim.ConnQueue})
 	hs := &http.Server{Handler: ws, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(env.Stderr, "agentd serve: http: ", 0)}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
@@ -111,7 +116,10 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	shutErr := srv.Shutdown(gctx)
 	cancel()
 	ticker.Wait()
-	ws.Close()
+	if err := ws.Close(); err != nil {
+		// Bounded, not clean: say so, but the server did stop.
+		fmt.Fprintf(env.Stderr, "agentd serve: warning: %v\n", err)
+	}
 	logger.Info("serve stopped")
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return fail(env, "serve: %v", serveErr)

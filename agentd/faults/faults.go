@@ -58,13 +58,17 @@ const (
 	// HostSharedPIDNS: the plugin host's default launcher gives no PID
 	// namespace and the host's /proc, so a plugin sees other processes.
 	HostSharedPIDNS Name = "host-shared-pidns"
+	// NoConnLimit: no per-connection or per-profile limit on requests and
+	// turns in flight and no fair scheduling: one flooding tenant takes
+	// every worker and its neighbours' turns wait behind it.
+	NoConnLimit Name = "no-conn-limit"
 )
 
 // All lists every fault, sorted.
 func All() []Name {
 	all := []Name{DotenvIntoProcess, LaunchEnvBleed, SharedShell, GlobalCwd, CronLaunchScope, SharedCredential,
 		ModelBleed, WrongWriteScope, BroadcastEvents, SharedStateDB, LogSecretEncoded, ContextLost, PluginInProcess,
-		NoToolSandbox, EscapedProcess, HostSharedPIDNS}
+		NoToolSandbox, EscapedProcess, HostSharedPIDNS, NoConnLimit}
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	return all
 }

@@ -23,5 +23,5 @@ func TestFromEnv(t *testing.T) {
 	require.True(t, s.Has(ModelBleed))
 	require.False(t, s.Has(GlobalCwd))
 	require.Equal(t, []string{"model-bleed", "shared-shell"}, s.Names())
-	require.Len(t, All(), 16)
+	require.Len(t, All(), 17)
 }

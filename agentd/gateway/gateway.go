@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -121,25 +122,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusMethodNotAllowed, "use POST")
 		return
 	}
-	p, err := g.opts.Homes.Get(name)
-	if err != nil {
-		apiError(w, http.StatusNotFound, "unknown profile")
-		return
-	}
-	// The key check comes before anything is read or run for the profile.
-	env, err := p.LoadEnv()
+	// The key check comes before anything is read or run for the profile,
+	// and before the caller learns whether the profile exists: an unknown
+	// profile, one without a gateway key and a wrong key get the same 401.
+	p, ok, err := g.authorize(name, r.Header.Get("Authorization"))
 	if err != nil {
 		g.opts.Log.Error("gateway: profile .env unreadable", "profile", p.Name)
 		apiError(w, http.StatusInternalServerError, "profile configuration error")
 		return
 	}
-	want, _ := env.Lookup(KeyEnv)
-	got, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if want == "" {
-		apiError(w, http.StatusForbidden, "the gateway is not enabled for this profile (no "+KeyEnv+")")
-		return
-	}
-	if !hasBearer || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(want)) != 1 {
+	if !ok {
 		apiError(w, http.StatusUnauthorized, "missing or wrong API key")
 		return
 	}
@@ -179,9 +171,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := "chatcmpl-" + randHex(12)
 	created := time.Now().Unix()
 	model := cfg.Model.Default
-	d := server.Detached{Profile: p.Name, Source: "gateway", Title: "gateway", History: msgs[:len(msgs)-1], Text: msgs[len(msgs)-1].Content}
+	d := server.Detached{Profile: p.Name, Source: "gateway", Title: "gateway", History: msgs[:len(msgs)-1], Text: msgs[len(msgs)-1].Content,
+		Member: "gateway:" + r.RemoteAddr}
 	if !req.Stream {
 		answer, err := g.opts.Server.RunDetached(r.Context(), d)
+		if g.refused(r.Context(), w, err) {
+			return
+		}
 		if err != nil {
 			apiError(w, http.StatusBadGateway, "turn failed: "+err.Error())
 			return
@@ -193,9 +189,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 	chunk := func(delta map[string]any, finish any) {
 		b, _ := json.Marshal(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
@@ -205,7 +198,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
-	chunk(map[string]any{"role": "assistant", "content": ""}, nil)
+	// The stream starts once the turn holds its slot, so a turn refused
+	// for load is still a plain 429.
+	started := false
+	d.OnStart = func() {
+		started = true
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+		chunk(map[string]any{"role": "assistant", "content": ""}, nil)
+	}
 	d.Sink = func(typ string, payload any) {
 		if typ != "message.delta" {
 			return
@@ -216,7 +218,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if _, err := g.opts.Server.RunDetached(r.Context(), d); err != nil {
+	_, err = g.opts.Server.RunDetached(r.Context(), d)
+	if !started {
+		if !g.refused(r.Context(), w, err) {
+			apiError(w, http.StatusBadGateway, "turn failed: "+err.Error())
+		}
+		return
+	}
+	if err != nil {
 		b, _ := json.Marshal(map[string]any{"error": map[string]string{"message": "turn failed: " + err.Error(), "type": "server_error"}})
 		fmt.Fprintf(w, "data: %s\n\n", b)
 	} else {
@@ -226,6 +235,54 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if flusher != nil {
 		flusher.Flush()
 	}
+}
+
+// authorize reports whether the Authorization header carries the named
+// profile's gateway key. An unknown profile, or one without a key, is
+// compared with a key no one has, so it answers no differently; only an
+// unreadable .env of an existing profile is an error.
+func (g *Gateway) authorize(name, header string) (profile.Profile, bool, error) {
+	got, hasBearer := strings.CutPrefix(header, "Bearer ")
+	got = strings.TrimSpace(got)
+	want := ""
+	p, err := g.opts.Homes.Get(name)
+	if err == nil {
+		env, err := p.LoadEnv()
+		if err != nil {
+			return p, false, err
+		}
+		if want, _ = env.Lookup(KeyEnv); want == "" {
+			g.opts.Log.Info("gateway: refused a request for a profile without "+KeyEnv, "profile", p.Name)
+		}
+	}
+	if want == "" {
+		want = "no key:" + randHex(16) // matches no header
+	}
+	match := subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+	return p, match && hasBearer, nil
+}
+
+// refused answers a turn refused for load (429 with Retry-After, held
+// back for the refusal delay like the websocket's 4290) or for shutdown
+// (503); it reports whether it answered.
+func (g *Gateway) refused(ctx context.Context, w http.ResponseWriter, err error) bool {
+	switch {
+	case errors.Is(err, server.ErrTooBusy):
+		t := time.NewTimer(g.opts.Server.Limits().RefusalDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		secs := int(g.opts.Server.Limits().RetryAfter.Round(time.Second) / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, secs)))
+		apiError(w, http.StatusTooManyRequests, err.Error())
+		return true
+	case errors.Is(err, server.ErrShuttingDown):
+		apiError(w, http.StatusServiceUnavailable, "agentd is shutting down")
+		return true
+	}
+	return false
 }
 
 // route maps a path to a profile name ("" = launch).

@@ -14,6 +14,10 @@ import (
 // MaxLineFrame is the largest frame ServeLines accepts.
 const MaxLineFrame = 16 << 20
 
+// MaxLineInFlight bounds the requests ServeLines has read and not yet
+// answered: past it, the input is not read until one is answered.
+const MaxLineInFlight = 1024
+
 var connSeq atomic.Int64
 
 // NewConnID returns a process-unique connection id with the given prefix.
@@ -94,7 +98,13 @@ func ServeLines(ctx context.Context, d *Dispatcher, r io.Reader, conn *LineConn)
 			}
 		}
 	}()
+	inflight := make(chan struct{}, MaxLineInFlight)
 	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case inflight <- struct{}{}:
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -107,6 +117,7 @@ func ServeLines(ctx context.Context, d *Dispatcher, r io.Reader, conn *LineConn)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer func() { <-inflight }()
 				if line == nil {
 					reply(conn, null, nil, Errorf(CodeParse, "parse error: frame larger than %d bytes", MaxLineFrame))
 					return

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Error codes.
@@ -21,6 +22,7 @@ const (
 	CodeUnknownSession = 4044 // no such live or stored session
 	CodeUnknownProfile = 4064 // no such profile
 	CodeConflict       = 4090 // exists already, or busy
+	CodeTooBusy        = 4290 // too many requests or turns in flight; Data carries retry_after_ms
 	CodeUnavailable    = 5030 // shutting down
 )
 
@@ -88,10 +90,42 @@ type Then struct {
 	After  func()
 }
 
+// Admit runs before a request's handler: it returns once the request may
+// run (perhaps after waiting its turn), with a func to call when it is
+// done, or an error that becomes the request's reply.
+type Admit func(ctx context.Context, c *Call) (release func(), err error)
+
+// TenantConn is a Conn that knows which profile's tenant opened it (a
+// per-tenant token, say); admission counts its requests to that profile.
+type TenantConn interface {
+	Conn
+	Tenant() string
+}
+
 // Dispatcher routes requests to handlers.
 type Dispatcher struct {
 	mu       sync.RWMutex
 	handlers map[string]Handler
+	admit    Admit
+	tarpit   time.Duration
+}
+
+// SetRefusalDelay holds every CodeTooBusy reply back for d (or until the
+// dispatch context ends) after the request gave back whatever it held:
+// a client that floods past its limits is answered no faster, and a
+// transport that bounds the requests in flight per connection reads it
+// no faster either.
+func (d *Dispatcher) SetRefusalDelay(delay time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.tarpit = delay
+}
+
+// SetAdmit makes every request pass a before its handler runs.
+func (d *Dispatcher) SetAdmit(a Admit) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.admit = a
 }
 
 // NewDispatcher returns an empty dispatcher.
@@ -161,7 +195,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, conn Conn, frame []byte) {
 		return
 	}
 	d.mu.RLock()
-	h := d.handlers[*req.Method]
+	h, admit, tarpit := d.handlers[*req.Method], d.admit, d.tarpit
 	d.mu.RUnlock()
 	if h == nil {
 		if id != nil {
@@ -170,7 +204,20 @@ func (d *Dispatcher) Dispatch(ctx context.Context, conn Conn, frame []byte) {
 		return
 	}
 	call := &Call{Conn: conn, Method: *req.Method, ID: id, Params: req.Params}
+	release := func() {}
+	if admit != nil {
+		var err error
+		if release, err = admit(ctx, call); err != nil {
+			hold(ctx, tarpit, err)
+			if id != nil {
+				reply(conn, id, nil, asError(err))
+			}
+			return
+		}
+	}
 	result, err := safeCall(ctx, h, call)
+	release()
+	hold(ctx, tarpit, err)
 	var then Then
 	if t, ok := result.(Then); ok {
 		then = t
@@ -188,6 +235,20 @@ func (d *Dispatcher) Dispatch(ctx context.Context, conn Conn, frame []byte) {
 	}
 	if err == nil && then.After != nil {
 		then.After()
+	}
+}
+
+// hold waits out the refusal delay when err is a CodeTooBusy refusal.
+func hold(ctx context.Context, delay time.Duration, err error) {
+	var e *Error
+	if delay <= 0 || !errors.As(err, &e) || e.Code != CodeTooBusy {
+		return
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -174,3 +174,73 @@ func TestOversizeFrame(t *testing.T) {
 	require.Contains(t, got, `"code":-32700`)
 	require.Contains(t, got, `"text":"after"`, "the stream stays in step after an oversize frame")
 }
+
+func TestAdmitRunsBeforeEveryHandler(t *testing.T) {
+	t.Parallel()
+	d := testDispatcher()
+	var admitted, released []string
+	d.SetAdmit(func(ctx context.Context, c *Call) (func(), error) {
+		if strings.Contains(string(c.Params), "refuse") {
+			return nil, &Error{Code: CodeTooBusy, Message: "too many requests in flight", Data: map[string]int{"retry_after_ms": 1000}}
+		}
+		admitted = append(admitted, c.Method)
+		return func() { released = append(released, c.Method) }, nil
+	})
+	c := &memConn{done: make(chan struct{})}
+	d.Dispatch(context.Background(), c, []byte(`{"jsonrpc":"2.0","id":1,"method":"echo","params":{"text":"hi"}}`))
+	require.Equal(t, "hi", c.last(t)["result"].(map[string]any)["text"])
+	require.Equal(t, []string{"echo"}, admitted)
+	require.Equal(t, []string{"echo"}, released, "the slot is given back once the handler returned")
+	d.Dispatch(context.Background(), c, []byte(`{"jsonrpc":"2.0","id":2,"method":"echo","params":{"text":"refuse"}}`))
+	r := c.last(t)
+	require.Equal(t, CodeTooBusy, code(r))
+	require.EqualValues(t, 1000, r["error"].(map[string]any)["data"].(map[string]any)["retry_after_ms"])
+	n := len(c.frames)
+	d.Dispatch(context.Background(), c, []byte(`{"jsonrpc":"2.0","method":"echo","params":{"text":"refuse"}}`))
+	require.Len(t, c.frames, n, "a refused notification gets no reply")
+	d.Dispatch(context.Background(), c, []byte(`{"jsonrpc":"2.0","id":3,"method":"nope"}`))
+	require.Equal(t, CodeMethodNotFound, code(c.last(t)))
+	require.Equal(t, []string{"echo"}, admitted, "an unknown method is not admitted")
+}
+
+// A refusal is held back after the request gave its slot back, and the
+// hold ends with the dispatch context.
+func TestRefusalsAreHeldAfterTheSlotIsBack(t *testing.T) {
+	t.Parallel()
+	d := NewDispatcher()
+	d.SetRefusalDelay(time.Hour)
+	var mu sync.Mutex
+	var order []string
+	d.SetAdmit(func(ctx context.Context, c *Call) (func(), error) {
+		return func() { mu.Lock(); order = append(order, "release"); mu.Unlock() }, nil
+	})
+	d.Handle("busy", func(ctx context.Context, c *Call) (any, error) {
+		return nil, Errorf(CodeTooBusy, "too many turns in flight")
+	})
+	c := &memConn{done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		d.Dispatch(ctx, c, []byte(`{"jsonrpc":"2.0","id":1,"method":"busy"}`))
+		mu.Lock()
+		order = append(order, "replied")
+		mu.Unlock()
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(order)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the slot never came back")
+	}
+	c.mu.Lock()
+	require.Empty(t, c.frames, "the refusal is held back")
+	c.mu.Unlock()
+	cancel()
+	<-returned
+	require.Equal(t, CodeTooBusy, code(c.last(t)))
+	require.Equal(t, []string{"release", "replied"}, order)
+}

@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/agent"
 	"github.com/tenantcanary/tenantcanary/agentd/cron"
+	"github.com/tenantcanary/tenantcanary/agentd/fair"
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
@@ -45,7 +47,20 @@ type Options struct {
 	// Self is the argv that runs this program as agentd again (the prefix
 	// of `agentd plugin-host`, say); see cli.SelfArgv.
 	Self []string
+	// Limits bound the requests and turns in flight (zero fields take
+	// DefaultLimits). The no-conn-limit fault switches them off.
+	Limits Limits
+	// StopTimeout bounds how long Shutdown waits for turns it cancelled
+	// (after its context's grace) before it gives up on them (ErrWedged);
+	// DefaultStopTimeout when zero.
+	StopTimeout time.Duration
 }
+
+// DefaultStopTimeout is Options.StopTimeout's default.
+const DefaultStopTimeout = 5 * time.Second
+
+// ErrWedged is returned by Shutdown when turns ignored their cancellation.
+var ErrWedged = errors.New("turns still running after cancellation")
 
 // Options returns the options the server was made with.
 func (s *Server) Options() Options { return s.opts }
@@ -66,6 +81,11 @@ type Server struct {
 	shutdownMu sync.Mutex
 	conns      map[string]rpc.Conn // open connections (for the broadcast-events fault)
 	shared     *terminal.Shell     // the shared-shell fault's one shell
+
+	limits  Limits
+	reqs    *fair.Scheduler // request handlers; nil = no limit (fault)
+	turnQ   *fair.Scheduler // turns; nil = no limit (fault)
+	running atomic.Int64    // turns started and not yet returned
 }
 
 // New returns a Server.
@@ -77,12 +97,20 @@ func New(opts Options) *Server {
 		opts.Source = "tui"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = DefaultStopTimeout
+	}
 	reg := agent.NewRegistry()
 	_ = reg.Register(agent.TerminalTool{})
-	return &Server{
+	s := &Server{
 		opts: opts, pool: scope.NewPool(opts.Homes, opts.BaseEnv, opts.Faults), log: opts.Log, conns: map[string]rpc.Conn{},
 		baseCtx: ctx, cancelAll: cancel, sessions: map[string]*Session{}, registry: reg,
 	}
+	if !opts.Faults.Has(faults.NoConnLimit) {
+		s.limits = opts.Limits.withDefaults()
+		s.reqs, s.turnQ = s.limits.requestScheduler(), s.limits.turnScheduler()
+	}
+	return s
 }
 
 // Pool is the server's scope pool.
@@ -98,37 +126,51 @@ func (s *Server) Ready(conn rpc.Conn) error {
 	}}))
 }
 
-// Shutdown stops new turns, waits for running ones until ctx ends, then
-// cancels what is left, closes every session's shell and every scope.
+// Shutdown stops new work (turns still waiting for a slot end at once),
+// waits for running turns until ctx ends, then cancels what is left and
+// waits at most Options.StopTimeout more; then it closes every session's
+// shell and every scope. It returns within ctx's grace plus StopTimeout
+// even when a turn ignores its cancellation (ErrWedged).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutdownMu.Lock()
 	defer s.shutdownMu.Unlock()
 	s.mu.Lock()
 	s.shutting = true
 	s.mu.Unlock()
+	s.turnQ.Close()
+	s.reqs.Close()
 	done := make(chan struct{})
-	go func() { s.turns.Wait(); close(done) }()
+	go func() { s.turns.Wait(); close(done) }() // ends when the last turn does
+	var wedged error
 	select {
 	case <-done:
 	case <-ctx.Done():
 		s.cancelAll()
-		<-done
+		stop := time.NewTimer(s.opts.StopTimeout)
+		select {
+		case <-done:
+		case <-stop.C:
+			wedged = fmt.Errorf("%w: %d turns did not stop within %s of being cancelled", ErrWedged, s.running.Load(), s.opts.StopTimeout)
+			s.log.Error("shutdown: giving up on wedged turns", "turns", s.running.Load())
+		}
+		stop.Stop()
 	}
 	s.cancelAll()
 	s.mu.Lock()
-	sessions := s.sessions
+	sessions := make([]*Session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		sessions = append(sessions, sess)
+	}
 	s.sessions = map[string]*Session{}
 	s.mu.Unlock()
-	for _, sess := range sessions {
-		sess.close()
-	}
+	closeSessions(sessions)
 	s.mu.Lock()
 	shared := s.shared
 	s.mu.Unlock()
 	if shared != nil {
 		_ = shared.Close()
 	}
-	return s.pool.Close()
+	return errors.Join(wedged, s.pool.Close())
 }
 
 // DropConn closes the sessions owned by a connection that has gone.
@@ -143,13 +185,32 @@ func (s *Server) DropConn(connID string) {
 		}
 	}
 	s.mu.Unlock()
-	for _, sess := range gone {
-		sess.close()
+	closeSessions(gone)
+}
+
+// closeSessions ends sessions a few at a time: a close waits for its
+// shell's processes to go, and a flooding connection may hold hundreds.
+func closeSessions(list []*Session) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, sess := range list {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() { // ends with the close
+			defer wg.Done()
+			defer func() { <-sem }()
+			sess.close()
+		}()
 	}
+	wg.Wait()
 }
 
 // Register adds the protocol's methods to d.
 func (s *Server) Register(d *rpc.Dispatcher) {
+	if s.reqs != nil {
+		d.SetAdmit(s.Admit)
+		d.SetRefusalDelay(s.limits.RefusalDelay)
+	}
 	d.Handle("session.create", s.sessionCreate)
 	d.Handle("session.resume", s.sessionResume)
 	d.Handle("session.close", s.sessionClose)
@@ -238,6 +299,12 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 		sc.Log.Error("load config", "err", err)
 		return nil, rpc.Errorf(rpc.CodeInternal, "load profile %q: %v", sc.Profile.Name, err)
 	}
+	s.mu.Lock()
+	full := s.tooManySessions(sc.Profile.Name)
+	s.mu.Unlock()
+	if full != nil {
+		return nil, full
+	}
 	var history []llm.Message
 	if stored == "" {
 		st, err := sc.DB.CreateSession(ctx, store.Session{Profile: sc.Profile.Name, Model: snap.Config.Model.Default, Source: s.opts.Source})
@@ -269,6 +336,10 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 	if s.shutting {
 		s.mu.Unlock()
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "agentd is shutting down")
+	}
+	if full := s.tooManySessions(sc.Profile.Name); full != nil { // raced past the first check
+		s.mu.Unlock()
+		return nil, full
 	}
 	s.sessions[sess.ID] = sess
 	s.mu.Unlock()
@@ -355,6 +426,12 @@ func (s *Server) promptSubmit(ctx context.Context, c *rpc.Call) (any, error) {
 		s.mu.Unlock()
 		return nil, rpc.Errorf(rpc.CodeConflict, "session %q is busy with a turn", sess.ID)
 	}
+	ticket, err := s.turnQ.Enqueue(sess.Scope.Profile.Name, c.Conn.ID())
+	if err != nil {
+		sess.mu.Unlock()
+		s.mu.Unlock()
+		return nil, s.refusal("turns", err)
+	}
 	sess.busy = true
 	tctx, cancel := context.WithCancel(s.baseCtx)
 	sess.cancelTurn = cancel
@@ -365,13 +442,17 @@ func (s *Server) promptSubmit(ctx context.Context, c *rpc.Call) (any, error) {
 		go func() {
 			defer s.turns.Done()
 			defer cancel()
-			s.runTurn(tctx, sess, p.Text)
+			defer ticket.Release()
+			s.runTurn(tctx, sess, p.Text, ticket)
 		}()
 	}}, nil
 }
 
-// runTurn plays one turn of a session in its profile's scope.
-func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (string, error) {
+// runTurn plays one turn of a session in its profile's scope, once its
+// ticket holds a turn slot.
+func (s *Server) runTurn(ctx context.Context, sess *Session, text string, ticket *fair.Ticket) (string, error) {
+	s.running.Add(1)
+	defer s.running.Add(-1)
 	sess.turn.Lock()
 	defer sess.turn.Unlock()
 	// The session is free again the moment message.complete goes out, so a
@@ -389,6 +470,15 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (strin
 			release()
 		}
 		sess.emit(typ, payload)
+	}
+	if err := ticket.Wait(ctx); err != nil {
+		if errors.Is(err, fair.ErrClosed) || s.baseCtx.Err() != nil {
+			err = ErrShuttingDown
+		}
+		err = fmt.Errorf("turn not started: %w", err)
+		emit("message.start", map[string]any{})
+		emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
+		return "", err
 	}
 	sc := sess.Scope
 	if cur, err := s.pool.Get(ctx, sc.Profile.Name); err != nil || cur != sc {
@@ -468,6 +558,12 @@ type Detached struct {
 	Text    string        // the user's message
 	// Sink receives the turn events; nil drops them.
 	Sink func(typ string, payload any)
+	// Member names who asked, for fair turns inside the profile (a gateway
+	// client's address, say); Source when empty.
+	Member string
+	// OnStart, when set, runs once the turn holds its slot, before its
+	// first event; an error returned before it ran means no turn started.
+	OnStart func()
 }
 
 // ErrShuttingDown is returned for work refused because the server stops.
@@ -493,6 +589,27 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 	sc, err := s.pool.Get(ctx, d.Profile)
 	if err != nil {
 		return "", err
+	}
+	member := d.Member
+	if member == "" {
+		member = d.Source
+	}
+	ticket, err := s.turnQ.Enqueue(sc.Profile.Name, member)
+	if err != nil {
+		if errors.Is(err, fair.ErrClosed) {
+			return "", ErrShuttingDown
+		}
+		return "", fmt.Errorf("%w: %v; retry after %s", ErrTooBusy, err, s.limits.RetryAfter)
+	}
+	defer ticket.Release()
+	if err := ticket.Wait(ctx); err != nil {
+		if errors.Is(err, fair.ErrClosed) || s.baseCtx.Err() != nil {
+			return "", ErrShuttingDown
+		}
+		return "", fmt.Errorf("turn not started: %w", err)
+	}
+	if d.OnStart != nil {
+		d.OnStart()
 	}
 	snap, err := sc.Load()
 	if err != nil {
@@ -522,7 +639,7 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 		sess.close()
 	}()
 	sc.Log.Info("detached turn start", "source", d.Source, "title", d.Title, "session", sess.ID)
-	return s.runTurn(ctx, sess, d.Text)
+	return s.runTurn(ctx, sess, d.Text, ticket)
 }
 
 // RunJob implements cron.Runner: the job runs as a turn in a session of
@@ -683,9 +800,7 @@ func (s *Server) profilesDelete(ctx context.Context, c *rpc.Call) (any, error) {
 		}
 	}
 	s.mu.Unlock()
-	for _, sess := range gone {
-		sess.close()
-	}
+	closeSessions(gone)
 	s.pool.Drop(p.Name)
 	if err := s.opts.Homes.Delete(p.Name); err != nil {
 		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.delete: %v", err)

@@ -78,6 +78,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, responder fakellm.Responder) *fixture {
 	t.Helper()
+	return newFixtureWith(t, responder, nil)
+}
+
+// newFixtureWith lets a test adjust the server's options.
+func newFixtureWith(t *testing.T, responder fakellm.Responder, adjust func(*Options)) *fixture {
+	t.Helper()
 	root := t.TempDir()
 	homes := profile.Homes{Launch: filepath.Join(root, "launch"), Managed: filepath.Join(root, "managed")}
 	llm, err := fakellm.New(fakellm.Options{Keys: []string{"key-1"}, Responder: responder})
@@ -95,7 +101,11 @@ func newFixture(t *testing.T, responder fakellm.Responder) *fixture {
 			"model:\n  base_url: %s\n  default: model-%s\n  key_env: K\nterminal:\n  cwd: %s\n", llm.BaseURL, p.Name, p.Home)), 0o600))
 		require.NoError(t, p.SetEnv("K", "key-1"))
 	}
-	srv := New(Options{Homes: homes, BaseEnv: []string{"PATH=" + os.Getenv("PATH")}})
+	opts := Options{Homes: homes, BaseEnv: []string{"PATH=" + os.Getenv("PATH")}}
+	if adjust != nil {
+		adjust(&opts)
+	}
+	srv := New(opts)
 	t.Cleanup(func() { require.NoError(t, srv.Shutdown(context.Background())) })
 	d := rpc.NewDispatcher()
 	srv.Register(d)

@@ -10,7 +10,8 @@ import (
 	"net/url"
 	"time"
 
-	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+	"modernc.org/sqlite" // the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // ErrUnknownSession is returned for a stored session id not in the database.
@@ -42,11 +43,22 @@ var migrations = []string{
 	CREATE INDEX messages_session ON messages(session_id, id);`,
 }
 
-// DB is one profile's state database.
+// DB is one profile's state database. Every write goes through one
+// connection (w), so this process's writers queue in Go, in order and
+// under their context, instead of racing for SQLite's lock; reads use a
+// pool of their own (WAL lets them run beside the writer).
 type DB struct {
-	sql  *sql.DB
+	w    *sql.DB // the one writer connection
+	r    *sql.DB // readers (query_only)
 	path string
 }
+
+// ErrBusy: the database stayed locked (by another process) longer than
+// the busy timeout. The caller may retry.
+var ErrBusy = errors.New("state database busy: another process holds its write lock; retry later")
+
+// busyTimeout is how long SQLite waits for another process's lock.
+const busyTimeout = 10 * time.Second
 
 // Session is a stored session.
 type Session struct {
@@ -74,31 +86,58 @@ type Message struct {
 // Open opens (creating if needed) the database at path in WAL mode and
 // brings its schema up to date.
 func Open(ctx context.Context, path string) (*DB, error) {
+	return open(ctx, path, busyTimeout)
+}
+
+func dsn(path string, busy time.Duration, pragmas ...string) string {
 	q := url.Values{}
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "busy_timeout(10000)")
-	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "foreign_keys(ON)")
-	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	for _, p := range pragmas {
+		q.Add("_pragma", p)
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+func open(ctx context.Context, path string, busy time.Duration) (*DB, error) {
+	w, err := sql.Open("sqlite", dsn(path, busy, "journal_mode(WAL)", "synchronous(NORMAL)")+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open state db %s: %w", path, err)
 	}
-	d := &DB{sql: db, path: path}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
 	var mode string
-	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open state db %s: %w", path, err)
+	if err := w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open state db %s: %w", path, busyErr(err))
 	}
 	if mode != "wal" {
-		db.Close()
+		w.Close()
 		return nil, fmt.Errorf("open state db %s: journal mode is %q, want wal", path, mode)
 	}
+	r, err := sql.Open("sqlite", dsn(path, busy, "query_only(1)"))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open state db %s: %w", path, err)
+	}
+	d := &DB{w: w, r: r, path: path}
 	if err := d.migrate(ctx); err != nil {
-		db.Close()
+		d.Close()
 		return nil, err
 	}
 	return d, nil
+}
+
+// busyErr turns SQLite's "database is locked" (SQLITE_BUSY, after the busy
+// timeout) into ErrBusy, so that no caller shows SQLite's text.
+func busyErr(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY {
+		return ErrBusy
+	}
+	return err
 }
 
 // Path is the database file.
@@ -106,7 +145,7 @@ func (d *DB) Path() string { return d.path }
 
 // Close closes the database.
 func (d *DB) Close() error {
-	if err := d.sql.Close(); err != nil {
+	if err := errors.Join(d.w.Close(), d.r.Close()); err != nil {
 		return fmt.Errorf("close state db %s: %w", d.path, err)
 	}
 	return nil
@@ -115,7 +154,7 @@ func (d *DB) Close() error {
 // Version is the number of migrations applied.
 func (d *DB) Version(ctx context.Context) (int, error) {
 	var v int
-	err := d.sql.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&v)
+	err := d.r.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&v)
 	if err != nil {
 		return 0, fmt.Errorf("read schema version of %s: %w", d.path, err)
 	}
@@ -123,31 +162,31 @@ func (d *DB) Version(ctx context.Context) (int, error) {
 }
 
 func (d *DB) migrate(ctx context.Context) error {
-	tx, err := d.sql.BeginTx(ctx, nil)
+	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("migrate %s: %w", d.path, err)
+		return fmt.Errorf("migrate %s: %w", d.path, busyErr(err))
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
-		return fmt.Errorf("migrate %s: %w", d.path, err)
+		return fmt.Errorf("migrate %s: %w", d.path, busyErr(err))
 	}
 	var have int
 	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&have); err != nil {
-		return fmt.Errorf("migrate %s: %w", d.path, err)
+		return fmt.Errorf("migrate %s: %w", d.path, busyErr(err))
 	}
 	if have > len(migrations) {
 		return fmt.Errorf("migrate %s: schema version %d is newer than this agentd knows (%d)", d.path, have, len(migrations))
 	}
 	for v := have + 1; v <= len(migrations); v++ {
 		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
-			return fmt.Errorf("migrate %s to version %d: %w", d.path, v, err)
+			return fmt.Errorf("migrate %s to version %d: %w", d.path, v, busyErr(err))
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)", v, now()); err != nil {
-			return fmt.Errorf("migrate %s to version %d: %w", d.path, v, err)
+			return fmt.Errorf("migrate %s to version %d: %w", d.path, v, busyErr(err))
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate %s: %w", d.path, err)
+		return fmt.Errorf("migrate %s: %w", d.path, busyErr(err))
 	}
 	return nil
 }
@@ -175,11 +214,11 @@ func (d *DB) CreateSession(ctx context.Context, s Session) (Session, error) {
 		s.Source = "tui"
 	}
 	ts := now()
-	_, err := d.sql.ExecContext(ctx,
+	_, err := d.w.ExecContext(ctx,
 		"INSERT INTO sessions(id, profile, model, title, source, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
 		s.ID, s.Profile, s.Model, s.Title, s.Source, ts, ts)
 	if err != nil {
-		return Session{}, fmt.Errorf("create session in %s: %w", d.path, err)
+		return Session{}, fmt.Errorf("create session in %s: %w", d.path, busyErr(err))
 	}
 	s.CreatedAt, s.UpdatedAt = parseTime(ts), parseTime(ts)
 	return s, nil
@@ -189,7 +228,7 @@ func (d *DB) CreateSession(ctx context.Context, s Session) (Session, error) {
 func (d *DB) Session(ctx context.Context, id string) (Session, error) {
 	var s Session
 	var c, u string
-	err := d.sql.QueryRowContext(ctx,
+	err := d.r.QueryRowContext(ctx,
 		"SELECT id, profile, model, title, source, created_at, updated_at FROM sessions WHERE id = ?", id).
 		Scan(&s.ID, &s.Profile, &s.Model, &s.Title, &s.Source, &c, &u)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -204,7 +243,7 @@ func (d *DB) Session(ctx context.Context, id string) (Session, error) {
 
 // Sessions lists the stored sessions, newest first.
 func (d *DB) Sessions(ctx context.Context) ([]Session, error) {
-	rows, err := d.sql.QueryContext(ctx,
+	rows, err := d.r.QueryContext(ctx,
 		"SELECT id, profile, model, title, source, created_at, updated_at FROM sessions ORDER BY created_at DESC, id")
 	if err != nil {
 		return nil, fmt.Errorf("list sessions in %s: %w", d.path, err)
@@ -228,9 +267,9 @@ func (d *DB) Sessions(ctx context.Context) ([]Session, error) {
 
 // SetTitle sets a session's title.
 func (d *DB) SetTitle(ctx context.Context, id, title string) error {
-	res, err := d.sql.ExecContext(ctx, "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?", title, now(), id)
+	res, err := d.w.ExecContext(ctx, "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?", title, now(), id)
 	if err != nil {
-		return fmt.Errorf("set title of session %q in %s: %w", id, d.path, err)
+		return fmt.Errorf("set title of session %q in %s: %w", id, d.path, busyErr(err))
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("set title: %w %q in %s", ErrUnknownSession, id, d.path)
@@ -240,15 +279,15 @@ func (d *DB) SetTitle(ctx context.Context, id, title string) error {
 
 // Append commits one message to a session.
 func (d *DB) Append(ctx context.Context, sessionID string, m Message) error {
-	tx, err := d.sql.BeginTx(ctx, nil)
+	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("append message to session %q in %s: %w", sessionID, d.path, err)
+		return fmt.Errorf("append message to session %q in %s: %w", sessionID, d.path, busyErr(err))
 	}
 	defer tx.Rollback()
 	ts := now()
 	res, err := tx.ExecContext(ctx, "UPDATE sessions SET updated_at = ? WHERE id = ?", ts, sessionID)
 	if err != nil {
-		return fmt.Errorf("append message to session %q in %s: %w", sessionID, d.path, err)
+		return fmt.Errorf("append message to session %q in %s: %w", sessionID, d.path, busyErr(err))
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("append message: %w %q in %s", ErrUnknownSession, sessionID, d.path)
@@ -256,17 +295,17 @@ func (d *DB) Append(ctx context.Context, sessionID string, m Message) error {
 	if _, err := tx.ExecContext(ctx,
 		"INSERT INTO messages(session_id, role, content, tool_calls, tool_call_id, name, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
 		sessionID, m.Role, m.Content, m.ToolCalls, m.ToolCallID, m.Name, ts); err != nil {
-		return fmt.Errorf("append message to session %q in %s: %w", sessionID, d.path, err)
+		return fmt.Errorf("append message to session %q in %s: %w", sessionID, d.path, busyErr(err))
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("append message to session %q in %s: %w", sessionID, d.path, err)
+		return fmt.Errorf("append message to session %q in %s: %w", sessionID, d.path, busyErr(err))
 	}
 	return nil
 }
 
 // Messages returns a session's messages in the order they were appended.
 func (d *DB) Messages(ctx context.Context, sessionID string) ([]Message, error) {
-	rows, err := d.sql.QueryContext(ctx,
+	rows, err := d.r.QueryContext(ctx,
 		"SELECT role, content, tool_calls, tool_call_id, name, created_at FROM messages WHERE session_id = ? ORDER BY id", sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("read messages of session %q from %s: %w", sessionID, d.path, err)

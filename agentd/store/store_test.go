@@ -2,10 +2,12 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -96,9 +98,83 @@ func TestNewerSchemaIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	db, err := Open(ctx, path)
 	require.NoError(t, err)
-	_, err = db.sql.ExecContext(ctx, "INSERT INTO schema_migrations(version, applied_at) VALUES (99, 'x')")
+	_, err = db.w.ExecContext(ctx, "INSERT INTO schema_migrations(version, applied_at) VALUES (99, 'x')")
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
 	_, err = Open(ctx, path)
 	require.ErrorContains(t, err, "schema version 99 is newer")
+}
+
+// Many writers of one process, and a second handle as another process
+// would hold, all at once: every write commits, none sees SQLite's lock.
+func TestManyConcurrentWritersNeverSeeTheLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	a, err := Open(ctx, path)
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := Open(ctx, path)
+	require.NoError(t, err)
+	defer b.Close()
+	const writers, each = 120, 4
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*(each+2))
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db := a
+			if i%6 == 0 {
+				db = b
+			}
+			s, err := db.CreateSession(ctx, Session{Profile: "p", Model: "m"})
+			if err != nil {
+				errs <- err
+				return
+			}
+			for range each {
+				if err := db.Append(ctx, s.ID, Message{Role: "user", Content: "x"}); err != nil {
+					errs <- err
+				}
+				if _, err := db.Messages(ctx, s.ID); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a concurrent write failed: %v", err)
+	}
+	list, err := a.Sessions(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, writers)
+}
+
+// Another process holding the write lock past the busy timeout is
+// ErrBusy, never SQLite's "database is locked".
+func TestALockHeldElsewhereIsErrBusy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	db, err := open(ctx, path, 100*time.Millisecond)
+	require.NoError(t, err)
+	defer db.Close()
+	other, err := sql.Open("sqlite", dsn(path, 0))
+	require.NoError(t, err)
+	defer other.Close()
+	conn, err := other.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	require.NoError(t, err)
+	_, err = db.CreateSession(ctx, Session{Profile: "p", Model: "m"})
+	require.ErrorIs(t, err, ErrBusy)
+	require.NotContains(t, err.Error(), "database is locked")
+	_, err = conn.ExecContext(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	_, err = db.CreateSession(ctx, Session{Profile: "p", Model: "m"})
+	require.NoError(t, err, "the lock released, writes go through")
 }

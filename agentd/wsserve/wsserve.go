@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -15,14 +16,20 @@ import (
 
 // Defaults for Options fields left zero.
 const (
-	DefaultQueue     = 1024
-	DefaultMaxFrame  = 16 << 20
-	writeTimeout     = 10 * time.Second
-	closeGraceWindow = time.Second
+	DefaultQueue    = 1024
+	DefaultMaxFrame = 16 << 20
+	// DefaultCloseTimeout bounds Close's wait for requests in flight.
+	DefaultCloseTimeout = 5 * time.Second
+	writeTimeout        = 10 * time.Second
+	closeGraceWindow    = time.Second
 )
 
 // ErrQueueFull is the reason a slow connection is closed.
 var ErrQueueFull = errors.New("send queue full: the client is not reading fast enough")
+
+// ErrCloseTimeout: Close gave up waiting for requests that ignored their
+// cancelled context.
+var ErrCloseTimeout = errors.New("requests still running after close timeout")
 
 // Options configure a Handler.
 type Options struct {
@@ -35,6 +42,13 @@ type Options struct {
 	OnOpen func(c rpc.Conn) error
 	// OnClose runs once a connection is gone (its sessions end).
 	OnClose func(connID string)
+	// CloseTimeout bounds Close's wait (DefaultCloseTimeout when zero).
+	CloseTimeout time.Duration
+	// MaxInFlight bounds the requests of one connection read and not yet
+	// answered: past it the connection is not read until one is answered,
+	// so a flooding client is held back by TCP instead of costing the
+	// server work. Zero means no bound.
+	MaxInFlight int
 }
 
 // Handler serves /api/ws and /api/health.
@@ -44,10 +58,11 @@ type Handler struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 
-	mu     sync.Mutex
-	conns  map[*Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[*Conn]struct{}
+	closed   bool
+	wg       sync.WaitGroup // connections
+	inflight sync.WaitGroup // requests being dispatched
 }
 
 // New returns a Handler.
@@ -57,6 +72,9 @@ func New(opts Options) *Handler {
 	}
 	if opts.MaxFrame <= 0 {
 		opts.MaxFrame = DefaultMaxFrame
+	}
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = DefaultCloseTimeout
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Handler{
@@ -129,7 +147,20 @@ func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	var reqs sync.WaitGroup
 	defer reqs.Wait()
+	var inflight chan struct{} // a slot per request read and not answered
+	if h.opts.MaxInFlight > 0 {
+		inflight = make(chan struct{}, h.opts.MaxInFlight)
+	}
 	for {
+		if inflight != nil {
+			select {
+			case inflight <- struct{}{}:
+			case <-h.ctx.Done():
+				return
+			case <-c.done:
+				return
+			}
+		}
 		typ, msg, err := ws.ReadMessage()
 		if err != nil {
 			if errors.Is(err, websocket.ErrReadLimit) {
@@ -138,20 +169,36 @@ func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if typ != websocket.TextMessage && typ != websocket.BinaryMessage {
+			if inflight != nil {
+				<-inflight
+			}
 			continue
 		}
+		h.mu.Lock()
+		if h.closed { // Close is waiting for the requests in flight: no more
+			h.mu.Unlock()
+			return
+		}
+		h.inflight.Add(1)
+		h.mu.Unlock()
 		reqs.Add(1)
 		go func() {
+			defer h.inflight.Done()
 			defer reqs.Done()
+			if inflight != nil {
+				defer func() { <-inflight }()
+			}
 			h.opts.Dispatcher.Dispatch(h.ctx, c, msg)
 		}()
 	}
 }
 
-// Close stops accepting connections and closes every open one after its
-// queued frames are written (at most about a second each). It waits for
-// every connection's goroutines.
-func (h *Handler) Close() {
+// Close stops accepting connections, cancels the context of every request
+// in flight, and closes every open connection after its queued frames are
+// written. It waits for every connection's goroutines, at most
+// CloseTimeout: a request that ignores its context is left behind
+// (ErrCloseTimeout) rather than holding the server up.
+func (h *Handler) Close() error {
 	h.mu.Lock()
 	h.closed = true
 	conns := make([]*Conn, 0, len(h.conns))
@@ -159,11 +206,32 @@ func (h *Handler) Close() {
 		conns = append(conns, c)
 	}
 	h.mu.Unlock()
+	t := time.NewTimer(h.opts.CloseTimeout)
+	defer t.Stop()
+	// Cancelled requests answer first, so their replies go out before the
+	// close frames.
+	h.cancel()
+	answered := make(chan struct{})
+	go func() { h.inflight.Wait(); close(answered) }() // ends with the last request
+	select {
+	case <-answered:
+	case <-t.C:
+		for _, c := range conns {
+			c.shutdown(websocket.CloseGoingAway, "server shutting down")
+		}
+		return fmt.Errorf("close websocket server: %w (%s)", ErrCloseTimeout, h.opts.CloseTimeout)
+	}
 	for _, c := range conns {
 		c.shutdown(websocket.CloseGoingAway, "server shutting down")
 	}
-	h.wg.Wait()
-	h.cancel()
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }() // ends with the last connection
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("close websocket server: %w (%d connections still flushing after %s)", ErrCloseTimeout, h.Conns(), h.opts.CloseTimeout)
+	}
 }
 
 // Conns is the number of open connections.

@@ -31,7 +31,7 @@ func newServer(t *testing.T, opts Options) (*Handler, *httptest.Server) {
 	h := New(opts)
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
-		h.Close()
+		_ = h.Close()
 		srv.Close()
 	})
 	return h, srv
@@ -134,4 +134,106 @@ func connNum(id string) int {
 	var n int
 	_, _ = fmt.Sscanf(id, "ws-%d", &n)
 	return n
+}
+
+// A request waiting on its context ends when Close cancels it; one that
+// ignores its context cannot hold Close past CloseTimeout.
+func TestCloseIsBoundedByAWedgedHandler(t *testing.T) {
+	t.Parallel()
+	d := rpc.NewDispatcher()
+	unwedge := make(chan struct{})
+	entered := make(chan string, 2)
+	d.Handle("wait", func(ctx context.Context, c *rpc.Call) (any, error) {
+		entered <- "wait"
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	d.Handle("wedge", func(ctx context.Context, c *rpc.Call) (any, error) {
+		entered <- "wedge"
+		<-unwedge
+		return nil, nil
+	})
+	h, srv := newServer(t, Options{Dispatcher: d, CloseTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { close(unwedge) }) // before newServer's own cleanup
+	c, _, err := websocket.DefaultDialer.Dial(wsURL(srv, "tok"), nil)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.WriteMessage(websocket.TextMessage, []byte(`{"jsonrpc":"2.0","id":1,"method":"wait"}`)))
+	require.NoError(t, c.WriteMessage(websocket.TextMessage, []byte(`{"jsonrpc":"2.0","id":2,"method":"wedge"}`)))
+	<-entered
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- h.Close() }()
+	select {
+	case err = <-closed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Close did not return with a wedged handler")
+	}
+	require.ErrorIs(t, err, ErrCloseTimeout)
+	// The waiting request was cancelled and answered before the close frame.
+	_, msg, err := c.ReadMessage()
+	require.NoError(t, err)
+	require.Contains(t, string(msg), `"id":1`)
+	require.Contains(t, string(msg), "context canceled")
+}
+
+// A connection at MaxInFlight is not read until a request is answered:
+// a request sent behind two held ones runs only after one of them returned.
+func TestAConnectionIsReadNoFasterThanItIsAnswered(t *testing.T) {
+	t.Parallel()
+	d := rpc.NewDispatcher()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	entered, returned := 0, 0
+	d.Handle("hold", func(ctx context.Context, c *rpc.Call) (any, error) {
+		mu.Lock()
+		entered++
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		mu.Lock()
+		returned++
+		mu.Unlock()
+		return map[string]bool{"ok": true}, nil
+	})
+	d.Handle("count", func(ctx context.Context, c *rpc.Call) (any, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return map[string]int{"returned": returned}, nil
+	})
+	_, srv := newServer(t, Options{Dispatcher: d, MaxInFlight: 2})
+	c, _, err := websocket.DefaultDialer.Dial(wsURL(srv, "tok"), nil)
+	require.NoError(t, err)
+	defer c.Close()
+	for _, frame := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"hold"}`, `{"jsonrpc":"2.0","id":2,"method":"hold"}`, `{"jsonrpc":"2.0","id":3,"method":"count"}`,
+	} {
+		require.NoError(t, c.WriteMessage(websocket.TextMessage, []byte(frame)))
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n := entered
+		mu.Unlock()
+		if n == 2 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the two held requests never started")
+	}
+	release <- struct{}{} // one hold returns
+	for {
+		_, msg, err := c.ReadMessage()
+		require.NoError(t, err)
+		var m struct {
+			ID     int            `json:"id"`
+			Result map[string]any `json:"result"`
+		}
+		require.NoError(t, json.Unmarshal(msg, &m))
+		if m.ID == 3 {
+			require.EqualValues(t, 1, m.Result["returned"], "count was read only once a held request was answered")
+			break
+		}
+	}
+	close(release)
 }
