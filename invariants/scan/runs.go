@@ -110,10 +110,7 @@ func (w *walker) run(r []byte, off int64, at loc) {
 		return
 	}
 	body := pickBody(t, lines)
-	var cls runKind
-	for _, c := range body {
-		cls |= charKinds[c]
-	}
+	cls := kindOf(body)
 	if cls&notHex == 0 {
 		if len(body) < 2*w.m.nestMin {
 			return
@@ -260,10 +257,20 @@ func pickBody(t []byte, lines []int) []byte {
 		}
 	}
 	body := t[bs:be]
-	if mixedAlphabets(body) && last > bs && !mixedAlphabets(t[bs:last]) {
+	if last > bs && (mixedAlphabets(body) && !mixedAlphabets(t[bs:last]) ||
+		kindOf(t[bs:last])&notHex == 0 && kindOf(t[last:be])&notHex != 0) {
+		// The last line is the words after the block, not its end.
 		body = t[bs:last]
 	}
 	return body
+}
+
+func kindOf(b []byte) runKind {
+	var k runKind
+	for _, c := range b {
+		k |= charKinds[c]
+	}
+	return k
 }
 
 func mixedAlphabets(b []byte) bool {
