@@ -142,9 +142,13 @@ func TestContainersFoundAndNamed(t *testing.T) {
 		{"a.log.gz", func(l []byte) []byte { return gz(t, l) }, "gzip", false},
 		{"a.log.z", func(l []byte) []byte { return zl(t, l) }, "zlib", false},
 		{"a.log.bz2", nil, "bzip2", true},
-		{"backup.zip", func(l []byte) []byte { return zipOf(t, entry{name: "notes/readme.txt", data: []byte("nothing here")}, entry{name: "logs/a.log", data: l}) }, "zip:logs/a.log", false},
+		{"backup.zip", func(l []byte) []byte {
+			return zipOf(t, entry{name: "notes/readme.txt", data: []byte("nothing here")}, entry{name: "logs/a.log", data: l})
+		}, "zip:logs/a.log", false},
 		{"backup-gz.zip", func(l []byte) []byte { return zipOf(t, entry{name: "logs/a.log.gz", data: gz(t, l)}) }, "zip:logs/a.log.gz -> gzip", false},
-		{"home.tgz", func(l []byte) []byte { return gz(t, tarOf(t, entry{name: "home/x.txt", data: []byte("x")}, entry{name: "home/a.log", data: l})) }, "gzip -> tar:home/a.log", false},
+		{"home.tgz", func(l []byte) []byte {
+			return gz(t, tarOf(t, entry{name: "home/x.txt", data: []byte("x")}, entry{name: "home/a.log", data: l}))
+		}, "gzip -> tar:home/a.log", false},
 		{"home.tar", func(l []byte) []byte { return tarOf(t, entry{name: "home/a.log.gz", data: gz(t, l)}) }, "tar:home/a.log.gz -> gzip", false},
 		{"deep.zip", func(l []byte) []byte {
 			inner := gz(t, tarOf(t, entry{name: "p/a.log.bz2", data: nil}, entry{name: "p/a.log.gz", data: gz(t, l)}))
@@ -407,4 +411,3 @@ func FuzzFind(f *testing.F) {
 		}
 	})
 }
-
