@@ -199,9 +199,9 @@ func (m *Matcher) sqliteFile(ctx context.Context, path string, db *os.File, open
 		if st.Size() > limit {
 			err := fmt.Errorf("%s is %d bytes, over the %d-byte bound for a copy to read its rows: %w; its raw bytes were scanned in place, its rows were not read", f.Name(), st.Size(), limit, ErrTooLarge)
 			r.skip(path, err)
-			m.raw(ctx, path, db, r)
+			m.rawSparse(ctx, path, db, r)
 			if wal != nil {
-				m.raw(ctx, walPath, wal, r)
+				m.rawSparse(ctx, walPath, wal, r)
 			}
 			return
 		}
@@ -236,6 +236,53 @@ func (m *Matcher) sqliteFile(ctx context.Context, path string, db *os.File, open
 		f.Close()
 	}
 	m.sqliteRows(ctx, path, dbCopy, r)
+}
+
+// Linux lseek whences: the next byte of data, the next hole.
+const (
+	seekData = 3
+	seekHole = 4
+)
+
+// rawSparse scans f's bytes as stored, skipping the holes of a sparse file
+// (they read as zeros, which hold no canary), so a file that claims
+// gigabytes costs only what it holds. Where the file system cannot say
+// where the holes are, every byte is read.
+func (m *Matcher) rawSparse(ctx context.Context, path string, f *os.File, r *Report) {
+	st, err := f.Stat()
+	if err != nil {
+		r.skip(path, fmt.Errorf("stat %s: %w", path, err))
+		return
+	}
+	for off := int64(0); off < st.Size(); {
+		data, err := f.Seek(off, seekData)
+		if errors.Is(err, syscall.ENXIO) {
+			return // only a hole is left
+		}
+		var hole int64
+		if err == nil {
+			hole, err = f.Seek(data, seekHole)
+		}
+		if err != nil {
+			if off == 0 {
+				if _, err := f.Seek(0, io.SeekStart); err == nil {
+					m.raw(ctx, path, f, r)
+					return
+				}
+			}
+			r.skip(path, fmt.Errorf("find the data of sparse %s: %w", path, err))
+			return
+		}
+		first := len(r.Hits)
+		m.raw(ctx, path, io.NewSectionReader(f, data, hole-data), r)
+		for i := first; i < len(r.Hits); i++ {
+			if r.Hits[i].Container == "" {
+				r.Hits[i].Start += data
+				r.Hits[i].End += data
+			}
+		}
+		off = hole
+	}
 }
 
 // copyTo copies src to a new file dst, refusing to write more than limit
@@ -329,7 +376,42 @@ func (m *Matcher) sqliteTable(ctx context.Context, db *sql.DB, path, table strin
 	return rows.Err()
 }
 
-// Tree scans every regular file under root (root itself may be a file).
+// ErrNotRegular: a path named to be scanned is neither a regular file nor
+// a folder (a named pipe, a device, a socket): reading it might never end.
+var ErrNotRegular = errors.New("not a regular file or folder")
+
+// Special names the kind of a file that is neither regular nor a folder.
+func Special(mode fs.FileMode) string {
+	switch {
+	case mode&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case mode&fs.ModeCharDevice != 0:
+		return "a character device"
+	case mode&fs.ModeDevice != 0:
+		return "a block device"
+	case mode&fs.ModeSocket != 0:
+		return "a socket"
+	case mode&fs.ModeSymlink != 0:
+		return "a symlink"
+	}
+	return "a special file (" + mode.Type().String() + ")"
+}
+
+// Stream scans what r yields until its end, as File scans a file's bytes
+// (a container it starts with opened in place of its bytes), naming the
+// hits and problems name; ctx ends the scan between reads (a reader that
+// blocks must be unblocked by its owner).
+func (m *Matcher) Stream(ctx context.Context, name string, r io.Reader) Report {
+	var rep Report
+	m.walkerFor(ctx, name, "", &rep).member(r, loc{}, false)
+	if err := ctx.Err(); err != nil && len(rep.Skipped) == 0 {
+		rep.skip(name, fmt.Errorf("read %s: %w", name, err))
+	}
+	return rep
+}
+
+// Tree scans every regular file under root (root itself may be a file;
+// a root that is neither a file nor a folder is reported, ErrNotRegular).
 // Symlinks are not followed and other non-regular files hold no bytes to
 // scan; a directory or file that cannot be read is reported in Skipped (one
 // removed between the listing of its folder and its opening is not: it is
@@ -344,6 +426,9 @@ func (m *Matcher) Tree(ctx context.Context, root string) Report {
 func (m *Matcher) tree(ctx context.Context, root string, open opener, r *Report) {
 	if st, err := os.Lstat(root); err == nil && st.Mode()&fs.ModeSymlink != 0 {
 		r.skip(root, fmt.Errorf("scan tree %s: the root is a symlink, not followed (name its target)", root))
+		return
+	} else if err == nil && !st.IsDir() && !st.Mode().IsRegular() {
+		r.skip(root, fmt.Errorf("scan tree %s: %w: %s", root, ErrNotRegular, Special(st.Mode())))
 		return
 	}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {

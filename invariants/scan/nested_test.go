@@ -366,27 +366,28 @@ func TestDepthBound(t *testing.T) {
 }
 
 // TestSQLiteCopyBounded: a sparse file with a SQLite header claiming 2 GiB
-// is not copied: its bytes are scanned in place (the key written at its
-// end is found) and the rows left unread are reported.
+// is not copied (the default bound is 256 MiB): its bytes are scanned in
+// place, holes skipped, so the key written near its end is found, and the
+// rows left unread are reported.
 func TestSQLiteCopyBounded(t *testing.T) {
 	t.Parallel()
 	m := nestedMatcher(t)
-	l := m.Limits()
-	l.MaxCopy = 1 << 20
-	m = m.WithLimits(l)
 	path := filepath.Join(t.TempDir(), "state.db")
 	f, err := os.Create(path)
 	require.NoError(t, err)
 	_, err = f.Write(append([]byte(sqliteMagic), make([]byte, 84)...))
 	require.NoError(t, err)
-	_, err = f.WriteAt([]byte(betaKey), 64<<20)
+	at := int64(2<<30) - 4096
+	_, err = f.WriteAt([]byte(betaKey), at)
 	require.NoError(t, err)
+	require.NoError(t, f.Truncate(2<<30))
 	require.NoError(t, f.Close())
 	r := m.File(context.Background(), path)
 	require.Len(t, r.Hits, 1)
-	require.Equal(t, int64(64<<20), r.Hits[0].Start)
+	require.Equal(t, at, r.Hits[0].Start)
 	require.Len(t, r.Skipped, 1)
 	require.ErrorIs(t, r.Skipped[0].Err, ErrTooLarge)
+	require.Contains(t, r.Skipped[0].Reason, "is 2147483648 bytes, over the 268435456-byte bound")
 	require.Contains(t, r.Skipped[0].Reason, "its rows were not read")
 }
 

@@ -59,7 +59,7 @@ func TestScanCommand(t *testing.T) {
 	code, out, errs = run("--canaries", canaries, clean, dirty)
 	require.Equal(t, ExitFound, code, errs)
 	require.Equal(t, "alpha provider_key raw "+filepath.Join(dirty, "config.yaml")+":5\n"+
-		"beta model base64 "+filepath.Join(dirty, "logs", "old.log.gz")+"!gunzip:5\n", out)
+		"beta model base64 "+filepath.Join(dirty, "logs", "old.log.gz")+"!gzip:5\n", out)
 
 	// Flags may follow the paths; --json gives one object a line.
 	code, out, errs = run(dirty, "--json", "--canaries="+canaries)
