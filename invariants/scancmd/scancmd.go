@@ -67,11 +67,11 @@ var errHelp = errors.New("help requested")
 func flags(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("canary-run scan", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.canaries, "canaries", "", "the canaries to look for: a JSON array of {owner, kind, value}, or a roster (tenants.json as `canary-run fakellm` writes it); a regular file of at most 16 MiB")
+	fs.StringVar(&o.canaries, "canaries", "", "the `FILE` of canaries to look for: a JSON array of {owner, kind, value}, or a roster (tenants.json as canary-run fakellm writes it); a regular file of at most 16 MiB")
 	fs.BoolVar(&o.json, "json", false, "print findings as JSON lines")
 	fs.BoolVar(&o.ignoreOwn, "ignore-own", false, "a tenant's canaries inside its own home are not findings (counted on stderr): a path is the launch tenant's under the launch home and <name>'s under its profiles folder's <name>")
-	fs.StringVar(&o.home, "home", "", "with --ignore-own: the launch home (default: the deepest path component named --launch-dir)")
-	fs.StringVar(&o.launch, "launch", "", "with --ignore-own: the launch tenant (default: the roster's, else \"default\")")
+	fs.StringVar(&o.home, "home", "", "with --ignore-own: the launch home `DIR` (default: the deepest path component named --launch-dir)")
+	fs.StringVar(&o.launch, "launch", "", "with --ignore-own: the launch tenant's `NAME` (default: the roster's, else \"default\")")
 	fs.StringVar(&o.launchDir, "launch-dir", tenants.AgentdLayout().LaunchDir, "with --ignore-own and no --home: the name of the launch home's folder")
 	fs.StringVar(&o.profilesDir, "profiles-dir", tenants.AgentdLayout().ProfilesDir, "with --ignore-own: the folder of named profiles under the launch home")
 	fs.BoolVar(&o.allowSpecial, "allow-special", false, "read a named pipe or device given as PATH as a stream (up to 1 GiB; an interrupt ends it) instead of refusing it")
@@ -355,7 +355,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // MaxSpecialBytes, until its end or ctx's: a read blocked on a pipe is
 // woken by a deadline when ctx ends.
 func scanSpecial(ctx context.Context, m *scan.Matcher, path string) scan.Report {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := openSpecial(ctx, path)
 	if err != nil {
 		return scan.Report{Skipped: []scan.Skip{{Path: path, Reason: err.Error(), Err: err}}}
 	}
@@ -369,4 +369,31 @@ func scanSpecial(ctx context.Context, m *scan.Matcher, path string) scan.Report 
 		r.Skipped = append(r.Skipped, scan.Skip{Path: path, Reason: err.Error(), Err: err})
 	}
 	return r
+}
+
+// openSpecial opens a named pipe or device for reading. Opening a pipe
+// waits for its writer; when ctx ends first, the wait is ended by opening
+// the pipe for writing (and closing it at once).
+func openSpecial(ctx context.Context, path string) (*os.File, error) {
+	type opened struct {
+		f   *os.File
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		f, err := os.Open(path)
+		ch <- opened{f, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.f, o.err
+	case <-ctx.Done():
+		if w, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+		if o := <-ch; o.f != nil {
+			o.f.Close()
+		}
+		return nil, fmt.Errorf("open %s: waited for a writer: %w", path, ctx.Err())
+	}
 }
