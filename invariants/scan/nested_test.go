@@ -10,8 +10,10 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -300,7 +302,7 @@ func TestDecodeThenScan(t *testing.T) {
 func TestBombsRefused(t *testing.T) {
 	t.Parallel()
 	m := nestedMatcher(t)
-	zeros := make([]byte, 64<<20)
+	zeros := make([]byte, 24<<20) // past RatioFloor (16 MiB) at a ratio near 1000
 	withKey := append(zeros, betaKey...)
 
 	// Default limits: past 16 MiB at a ratio over 200.
@@ -411,4 +413,63 @@ func FuzzFind(f *testing.F) {
 			t.Fatalf("the key after %q was not found", data)
 		}
 	})
+}
+
+// TestRunsAgreeWithNaive: the skipping run finder reports exactly the runs
+// of runMin class bytes or more that a byte-by-byte search finds, and the
+// shorter ones a line break cuts, in text, in base64 and at the edges.
+func TestRunsAgreeWithNaive(t *testing.T) {
+	t.Parallel()
+	m := nestedMatcher(t)
+	rng := rand.New(rand.NewPCG(3, 3))
+	for round := range 200 {
+		var b []byte
+		for len(b) < 3000 {
+			switch rng.IntN(6) {
+			case 0:
+				b = append(b, base64.StdEncoding.EncodeToString(make([]byte, rng.IntN(60)))...)
+			case 1:
+				b = append(b, strings.Repeat("ab\n", rng.IntN(20))...)
+			case 2:
+				b = append(b, " .,\"é\t"[rng.IntN(7)])
+			default:
+				b = append(b, textCorpus(rng, rng.IntN(80))...)
+			}
+		}
+		var want []string
+		for s := 0; s < len(b); {
+			if !runClass[b[s]] {
+				s++
+				continue
+			}
+			e := s
+			for e < len(b) && runClass[b[e]] {
+				e++
+			}
+			cut := bytes.ContainsAny(b[s:e], "\n\\") && runClass[b[s]] && e-s >= m.nestMin
+			if e-s >= m.runMin || cut && hasInnerBreak(b[s:e]) {
+				want = append(want, fmt.Sprintf("%d:%q", s, b[s:e]))
+			}
+			s = e
+		}
+		var got []string
+		w := m.walker(context.Background(), func(Match) {}, nil)
+		w.onRun = func(off int64, r []byte) { got = append(got, fmt.Sprintf("%d:%q", off, r)) }
+		w.runs(b, 0, 0, loc{})
+		slices.Sort(got)
+		slices.Sort(want)
+		require.Equal(t, want, got, "round %d", round)
+	}
+}
+
+// hasInnerBreak: a newline or backslash with a class byte on both sides.
+func hasInnerBreak(r []byte) bool {
+	for i := 1; i+1 < len(r); i++ {
+		if r[i] == '\n' || r[i] == '\\' {
+			if r[i-1] != '\r' || i >= 2 {
+				return true
+			}
+		}
+	}
+	return false
 }

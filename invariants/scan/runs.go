@@ -3,7 +3,9 @@ package scan
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
+	"math/bits"
 	"sort"
 )
 
@@ -41,6 +43,15 @@ func (w *walker) runs(data []byte, base int64, from int, at loc) {
 		return
 	}
 	for j := from + n - 1; j < len(data); {
+		// The last 8 bytes of the window at once: a space or a byte past
+		// ASCII (no run's) ends every run there. (y's zero bytes are the
+		// spaces, found exactly: no carry crosses a byte.)
+		x := binary.LittleEndian.Uint64(data[j-7:])
+		y := x ^ 0x2020202020202020
+		if mask := (^(((y & 0x7f7f7f7f7f7f7f7f) + 0x7f7f7f7f7f7f7f7f) | y) | x) & 0x8080808080808080; mask != 0 {
+			j += (63-bits.LeadingZeros64(mask))/8 - 7 + n
+			continue
+		}
 		k := j
 		for k > j-n && runClass[data[k]] {
 			k--
@@ -96,6 +107,9 @@ func (w *walker) runs(data []byte, base int64, from int, at loc) {
 // then, within the decode bounds, decoded from hex or base64 and scanned
 // again, containers included (base64 of gzip, hex of base64).
 func (w *walker) run(r []byte, off int64, at loc) {
+	if w.onRun != nil {
+		w.onRun(off, r)
+	}
 	t, removed, lines := normalize(r)
 	if len(removed) > 0 {
 		w.m.find(t, 0, 0, func(x Match) {

@@ -74,6 +74,7 @@ type walker struct {
 	problem func(where string, e error) // a part not (wholly) scanned; where is its container path
 	total   int64                       // bytes decompression has yielded so far
 	bufs    [][]byte                    // decoded runs, one buffer per decode depth
+	onRun   func(off int64, run []byte) // a test's view of every run found
 }
 
 func (m *Matcher) walker(ctx context.Context, emit func(Match), problem func(string, error)) *walker {
