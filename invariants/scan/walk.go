@@ -75,6 +75,7 @@ type walker struct {
 	total   int64                       // bytes decompression has yielded so far
 	bufs    [][]byte                    // decoded runs, one buffer per decode depth
 	onRun   func(off int64, run []byte) // a test's view of every run found
+	free    [][]byte                    // stream buffers to reuse
 }
 
 func (m *Matcher) walker(ctx context.Context, emit func(Match), problem func(string, error)) *walker {
@@ -220,7 +221,8 @@ func (w *walker) stream(rd io.Reader, at loc) error {
 	p := w.sink(at)
 	defer p.flush()
 	overlap := max(m.maxLen-1, 0)
-	buf := make([]byte, overlap+w.chunk)
+	buf := w.getBuf(overlap + w.chunk)
+	defer func() { w.free = append(w.free, buf) }()
 	var base int64 // stream offset of buf[0]
 	kept := 0      // bytes at the head of buf already matched
 	runFrom := 0   // first byte of buf not yet looked at for runs
@@ -253,7 +255,7 @@ func (w *walker) stream(rd io.Reader, at loc) error {
 		if carry+w.chunk > len(buf) {
 			grown := make([]byte, carry+w.chunk)
 			copy(grown, buf[from:end])
-			buf = grown
+			buf = grown // the deferred put keeps the larger one
 		} else {
 			copy(buf, buf[from:end])
 		}
@@ -261,6 +263,19 @@ func (w *walker) stream(rd io.Reader, at loc) error {
 		kept = carry
 		runFrom = cut - from
 	}
+}
+
+// getBuf returns a buffer of n bytes, one a finished stream left if it
+// is large enough (the members of an archive are read one after another).
+func (w *walker) getBuf(n int) []byte {
+	for len(w.free) > 0 {
+		b := w.free[len(w.free)-1]
+		w.free = w.free[:len(w.free)-1]
+		if len(b) >= n {
+			return b[:n]
+		}
+	}
+	return make([]byte, n)
 }
 
 // countReader counts the bytes read through it.
