@@ -473,3 +473,31 @@ func hasInnerBreak(r []byte) bool {
 	}
 	return false
 }
+
+// TestLongRunDecodedInAlignedPieces: a base64 run longer than MaxRun in a
+// stream is decoded in pieces that keep the alignment, so a hex text in
+// its third piece is found, at that piece's offset. (A run that a chunk
+// holds whole is one piece.)
+func TestLongRunDecodedInAlignedPieces(t *testing.T) {
+	t.Parallel()
+	m := nestedMatcher(t)
+	l := m.Limits()
+	l.MaxRun = 256
+	m = m.WithLimits(l)
+	plain := []byte(strings.Repeat("filler ", 60) + hex.EncodeToString([]byte(betaKey)) + strings.Repeat(" filler", 60))
+	at := bytes.Index(plain, []byte(hex.EncodeToString([]byte(betaKey))))
+	require.Greater(t, at*4/3, 2*256, "the hex starts in the third piece")
+	require.Less(t, (at+2*len(betaKey))*4/3, 3*256, "and ends there")
+	data := []byte("x " + base64.StdEncoding.EncodeToString(plain) + " y")
+	for _, chunk := range []int{64, 100, 1 << 20} {
+		var got []Match
+		require.NoError(t, m.scan(bytes.NewReader(data), chunk, func(x Match) { got = append(got, x) }))
+		require.Len(t, got, 1, "chunk %d", chunk)
+		require.Equal(t, Hex, got[0].Encoding)
+		want := "base64@514"
+		if chunk > len(data) {
+			want = "base64@2" // held whole in one chunk: one piece
+		}
+		require.Equal(t, want, got[0].Container, "chunk %d", chunk)
+	}
+}

@@ -240,7 +240,9 @@ func (w *walker) stream(rd io.Reader, at loc) error {
 		if !eof && err == nil {
 			cut = openRun(buf, runFrom, end)
 			if end-cut > w.lim.MaxRun {
-				cut = end
+				// Decode a long run in pieces whose lengths keep the
+				// base64 (and hex) alignment of the next piece.
+				cut += max(w.lim.MaxRun&^3, 4)
 			}
 		}
 		w.runs(buf[:cut], base, runFrom, at)
