@@ -346,3 +346,29 @@ func TestNestedFindingNamesItsPath(t *testing.T) {
 	require.Equal(t, ExitFound, code, errs)
 	require.Equal(t, "alpha provider_key raw "+path+"!zip:profiles/gone/.env.gz!gzip:8\n", out)
 }
+
+// TestSparseDatabaseNotCopied: a sparse 2 GiB file with a SQLite header is
+// not copied into TMPDIR; its bytes are scanned in place and the rows not
+// read are reported (exit 2). Not parallel: it sets TMPDIR.
+func TestSparseDatabaseNotCopied(t *testing.T) {
+	canaries, _, _ := setup(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	path := filepath.Join(t.TempDir(), "state.db")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	_, err = f.Write(append([]byte("SQLite format 3\x00"), make([]byte, 84)...))
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte(alphaKey), 1<<30)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(2<<30))
+	require.NoError(t, f.Close())
+	code, out, errs := run("--canaries", canaries, path)
+	require.Equal(t, ExitError, code)
+	require.Equal(t, fmt.Sprintf("alpha provider_key raw %s:%d\n", path, 1<<30), out)
+	require.Contains(t, errs, "is 2147483648 bytes, over the 268435456-byte bound")
+	require.Contains(t, errs, "its rows were not read")
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Empty(t, left, "nothing copied to TMPDIR")
+}
