@@ -123,7 +123,9 @@ func (w *walker) open(k kind, r io.Reader, ra io.ReaderAt, size int64, at loc, c
 			return false
 		}
 		defer zr.Close()
-		w.member(w.bomb(zr, func() int64 { return cr.n }, true), at.child("zlib", false), false)
+		in := at.child("zlib", false)
+		in.guess = true // two bytes of signature: its bytes are scanned as stored too
+		w.member(w.bomb(zr, func() int64 { return cr.n }, true), in, false)
 	case tarArchive:
 		return w.tar(r, at, containersOnly)
 	case zipArchive:
@@ -149,7 +151,7 @@ func (w *walker) tar(r io.Reader, at loc, containersOnly bool) bool {
 	tr := tar.NewReader(cr)
 	for i := 0; ; i++ {
 		if err := w.ctx.Err(); err != nil {
-			w.problem(at.where(), fmt.Errorf("read tar: %w", err))
+			w.report(at, fmt.Errorf("read tar: %w", err))
 			return true
 		}
 		hdr, err := tr.Next()
@@ -160,7 +162,7 @@ func (w *walker) tar(r io.Reader, at loc, containersOnly bool) bool {
 			if i == 0 {
 				return false
 			}
-			w.problem(at.child("tar", false).where(), fmt.Errorf("read tar after %d members: %w", i, err))
+			w.report(at.child("tar", false), fmt.Errorf("read tar after %d members: %w", i, err))
 			return true
 		}
 		in := at.child("tar:"+hdr.Name, false)
@@ -191,7 +193,7 @@ func (w *walker) zip(ra io.ReaderAt, size int64, at loc, containersOnly bool) bo
 	}
 	for _, f := range zr.File {
 		if err := w.ctx.Err(); err != nil {
-			w.problem(at.where(), fmt.Errorf("read zip: %w", err))
+			w.report(at, fmt.Errorf("read zip: %w", err))
 			return true
 		}
 		in := at.child("zip:"+f.Name, false)
@@ -203,7 +205,7 @@ func (w *walker) zip(ra io.ReaderAt, size int64, at loc, containersOnly bool) bo
 		}
 		rc, err := f.Open()
 		if err != nil {
-			w.problem(in.where(), fmt.Errorf("open zip member: %w", err))
+			w.report(in, fmt.Errorf("open zip member: %w", err))
 			continue
 		}
 		csize := int64(f.CompressedSize64)

@@ -501,3 +501,20 @@ func TestLongRunDecodedInAlignedPieces(t *testing.T) {
 		require.Equal(t, want, got[0].Container, "chunk %d", chunk)
 	}
 }
+
+// TestDecodedGuessesAreQuiet: text that decodes to a container's signature
+// and then garbage is no problem to report (decoding is a guess), while a
+// bomb reached through a decoding still is.
+func TestDecodedGuessesAreQuiet(t *testing.T) {
+	t.Parallel()
+	m := nestedMatcher(t)
+	garbage := append([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff}, bytes.Repeat([]byte{0xde, 0xad}, 40)...)
+	r := scanFile(t, m, "a.log", []byte("blob="+base64.StdEncoding.EncodeToString(garbage)+"\n"))
+	require.Empty(t, r.Skipped)
+	require.Empty(t, r.Hits)
+
+	r = scanFile(t, m, "b.log", []byte("blob="+base64.StdEncoding.EncodeToString(gz(t, make([]byte, 24<<20)))+"\n"))
+	require.Len(t, r.Skipped, 1)
+	require.ErrorIs(t, r.Skipped[0].Err, ErrBomb)
+	require.Contains(t, r.Skipped[0].Reason, "in base64@5 -> gzip: ")
+}

@@ -95,6 +95,10 @@ type loc struct {
 	depth   int    // containers and decodings above it
 	decodes int    // decodings above it
 	dropRaw bool   // raw matches here repeat an encoded match in the parent
+	// guess: reached through a decoded run or a weak signature, which may
+	// be chance; a format error there is no problem worth reporting
+	// (decoded text is often no container at all), a bomb still is.
+	guess bool
 }
 
 // path is the container path: "zip:a/b.log -> gzip", "base64@120", "".
@@ -117,11 +121,20 @@ func (l loc) child(name string, decode bool) loc {
 }
 
 func (l loc) childAt(name string, off int64, decode bool) loc {
-	c := loc{prefix: l.path(), name: name, off: off, depth: l.depth + 1, decodes: l.decodes}
+	c := loc{prefix: l.path(), name: name, off: off, depth: l.depth + 1, decodes: l.decodes, guess: l.guess || decode}
 	if decode {
 		c.decodes++
 	}
 	return c
+}
+
+// report passes a problem at at to the caller, unless at is a guess and
+// the problem is not a bomb.
+func (w *walker) report(at loc, err error) {
+	if at.guess && !errors.Is(err, ErrBomb) {
+		return
+	}
+	w.problem(at.where(), err)
 }
 
 // where names a part for a problem report.
@@ -151,7 +164,7 @@ func (w *walker) bytes(data []byte, at loc) {
 	if k := sniff(data); k != notContainer {
 		switch {
 		case at.depth >= w.lim.MaxDepth:
-			w.problem(at.where(), fmt.Errorf("%s: %w", k, ErrTooDeep))
+			w.report(at, fmt.Errorf("%s: %w", k, ErrTooDeep))
 		case w.open(k, bytes.NewReader(data), bytes.NewReader(data), int64(len(data)), at, false) && at.depth > 0 && !k.weak():
 			return
 		}
@@ -171,7 +184,7 @@ func (w *walker) member(rd io.Reader, at loc, containersOnly bool) {
 	head, _ := br.Peek(sniffLen)
 	k := sniff(head)
 	if k != notContainer && at.depth >= w.lim.MaxDepth {
-		w.problem(at.where(), fmt.Errorf("%s: %w", k, ErrTooDeep))
+		w.report(at, fmt.Errorf("%s: %w", k, ErrTooDeep))
 		k = notContainer
 	}
 	switch {
@@ -184,11 +197,11 @@ func (w *walker) member(rd io.Reader, at loc, containersOnly bool) {
 		// bound.
 		data, err := io.ReadAll(io.LimitReader(br, w.lim.MaxBuffer+1))
 		if err != nil {
-			w.problem(at.where(), fmt.Errorf("read %s: %w", k, err))
+			w.report(at, fmt.Errorf("read %s: %w", k, err))
 			return
 		}
 		if int64(len(data)) > w.lim.MaxBuffer {
-			w.problem(at.where(), fmt.Errorf("%s over %d bytes nested in a stream: %w (its bytes are scanned as stored)", k, w.lim.MaxBuffer, ErrTooLarge))
+			w.report(at, fmt.Errorf("%s over %d bytes nested in a stream: %w (its bytes are scanned as stored)", k, w.lim.MaxBuffer, ErrTooLarge))
 			if !containersOnly {
 				w.streamProblem(io.MultiReader(bytes.NewReader(data), br), at)
 			}
@@ -209,7 +222,7 @@ func (w *walker) member(rd io.Reader, at loc, containersOnly bool) {
 
 func (w *walker) streamProblem(rd io.Reader, at loc) {
 	if err := w.stream(rd, at); err != nil {
-		w.problem(at.where(), err)
+		w.report(at, err)
 	}
 }
 
