@@ -5,8 +5,10 @@ import (
 	"archive/zip"
 	"bytes"
 	"compress/bzip2"
+	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -186,7 +188,16 @@ func (w *walker) zip(ra io.ReaderAt, size int64, at loc, containersOnly bool) bo
 	}
 	zr, err := zip.NewReader(ra, size)
 	if err != nil && !errors.Is(err, zip.ErrInsecurePath) {
-		return false
+		// No central directory (a zip cut short, or one inside other
+		// bytes): walk its local headers instead.
+		if size > w.lim.MaxBuffer {
+			return false
+		}
+		data := make([]byte, size)
+		if _, err := ra.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
+			return false
+		}
+		return w.zipLocal(data, at, containersOnly)
 	}
 	if !containersOnly {
 		w.text(zr.Comment, at.child("zip", false))
@@ -213,6 +224,46 @@ func (w *walker) zip(ra io.ReaderAt, size int64, at loc, containersOnly bool) bo
 		rc.Close()
 	}
 	return true
+}
+
+// zipLocal reads the members of a zip from their local headers, as they
+// come: a deflated member is inflated to its end, a stored one whose size
+// the header gives is read as is. It returns false when data holds no
+// local header.
+func (w *walker) zipLocal(data []byte, at loc, containersOnly bool) bool {
+	found := false
+	for off := 0; off < len(data); {
+		i := bytes.Index(data[off:], []byte("PK\x03\x04"))
+		if i < 0 || off+i+30 > len(data) {
+			break
+		}
+		h := data[off+i:]
+		flags, method := binary.LittleEndian.Uint16(h[6:]), binary.LittleEndian.Uint16(h[8:])
+		csize := int(binary.LittleEndian.Uint32(h[18:]))
+		nlen, xlen := int(binary.LittleEndian.Uint16(h[26:])), int(binary.LittleEndian.Uint16(h[28:]))
+		start := off + i + 30 + nlen + xlen
+		if start > len(data) {
+			break
+		}
+		found = true
+		in := at.child("zip:"+string(h[30:30+nlen]), false)
+		if !containersOnly {
+			w.text(string(h[30:30+nlen+xlen]), in)
+		}
+		switch {
+		case method == zip.Deflate:
+			cr := &countReader{r: bytes.NewReader(data[start:])}
+			fr := flate.NewReader(cr)
+			w.member(w.bomb(fr, func() int64 { return cr.n }, true), in, false)
+			fr.Close()
+		case method == zip.Store && flags&8 == 0 && start+csize <= len(data):
+			w.member(bytes.NewReader(data[start:start+csize]), in, containersOnly)
+		default:
+			w.report(in, fmt.Errorf("zip member without a central directory: method %d, flags %#x: not read", method, flags))
+		}
+		off = start
+	}
+	return found
 }
 
 // text matches a container's own strings (member names, comments) at at.

@@ -518,3 +518,19 @@ func TestDecodedGuessesAreQuiet(t *testing.T) {
 	require.ErrorIs(t, r.Skipped[0].Err, ErrBomb)
 	require.Contains(t, r.Skipped[0].Reason, "in base64@5 -> gzip: ")
 }
+
+// TestZipWithoutCentralDirectory: a zip cut short before its central
+// directory is read member by member from the local headers (the deflate
+// stream of each inflated to its end).
+func TestZipWithoutCentralDirectory(t *testing.T) {
+	t.Parallel()
+	m := nestedMatcher(t)
+	full := zipOf(t, entry{name: "a.txt", data: []byte("nothing here")}, entry{name: "logs/a.log", data: logWith(betaKey)})
+	cut := full[:bytes.Index(full, []byte("PK\x01\x02"))] // the central directory's first header
+	r := scanFile(t, m, "partial.zip", cut)
+	require.Empty(t, r.Skipped)
+	require.Len(t, r.Hits, 1)
+	require.Equal(t, "zip:logs/a.log", r.Hits[0].Container)
+	r = scanFile(t, m, "partial.zip", zipOf(t, entry{name: "logs/a.log", data: logWith("nothing")})[:len(cut)-40])
+	require.Empty(t, r.Hits)
+}
