@@ -306,7 +306,8 @@ func TestBombsRefused(t *testing.T) {
 	withKey := append(zeros, betaKey...)
 
 	// Default limits: past 16 MiB at a ratio over 200.
-	r := scanFile(t, m, "zeros.gz", gz(t, withKey))
+	bomb := gz(t, withKey)
+	r := scanFile(t, m, "zeros.gz", bomb)
 	require.Empty(t, r.Hits, "the key after the bomb's bound is not reached")
 	require.Len(t, r.Skipped, 1)
 	require.ErrorIs(t, r.Skipped[0].Err, ErrBomb)
@@ -336,12 +337,12 @@ func TestBombsRefused(t *testing.T) {
 	require.Contains(t, r.Skipped[0].Reason, "in gzip -> tar:a.log.gz -> gzip: ")
 
 	// Raised limits read the whole stream and find the key at its end.
-	big := m.WithLimits(Limits{MaxDepth: 5, MaxDecodeDepth: 2, MaxMember: 1 << 30, MaxTotal: 1 << 30, MaxRatio: 1 << 40,
-		RatioFloor: 1 << 40, MaxBuffer: 1 << 20, MaxRun: 1 << 20, MaxCopy: 1 << 20})
-	r = scanFile(t, big, "zeros.gz", gz(t, withKey))
+	l := small.Limits()
+	l.MaxMember = 4 << 20
+	r = scanFile(t, m.WithLimits(l), "a.tgz", gz(t, tarOf(t, entry{name: "a.log.gz", data: gz(t, withKey[len(withKey)-(2<<20):])})))
 	require.Empty(t, r.Skipped)
 	require.Len(t, r.Hits, 1)
-	require.Equal(t, int64(len(zeros)), r.Hits[0].Start)
+	require.Equal(t, int64(2<<20-len(betaKey)), r.Hits[0].Start)
 }
 
 // TestDepthBound: gzip nested seven deep is opened to MaxDepth and
@@ -513,7 +514,9 @@ func TestDecodedGuessesAreQuiet(t *testing.T) {
 	require.Empty(t, r.Skipped)
 	require.Empty(t, r.Hits)
 
-	r = scanFile(t, m, "b.log", []byte("blob="+base64.StdEncoding.EncodeToString(gz(t, make([]byte, 24<<20)))+"\n"))
+	l := m.Limits()
+	l.RatioFloor = 1 << 20
+	r = scanFile(t, m.WithLimits(l), "b.log", []byte("blob="+base64.StdEncoding.EncodeToString(gz(t, make([]byte, 4<<20)))+"\n"))
 	require.Len(t, r.Skipped, 1)
 	require.ErrorIs(t, r.Skipped[0].Err, ErrBomb)
 	require.Contains(t, r.Skipped[0].Reason, "in base64@5 -> gzip: ")

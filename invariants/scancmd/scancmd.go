@@ -37,6 +37,9 @@ const MaxCanariesBytes = 16 << 20
 // is read before the scan stops there and says so.
 const MaxSpecialBytes = 1 << 30
 
+// specialBytes is MaxSpecialBytes; a test lowers it.
+var specialBytes int64 = MaxSpecialBytes
+
 // JSONFinding is one line of --json output.
 type JSONFinding struct {
 	Owner     string `json:"owner"`
@@ -362,10 +365,10 @@ func scanSpecial(ctx context.Context, m *scan.Matcher, path string) scan.Report 
 	defer f.Close()
 	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Now()) })
 	defer stop()
-	lr := &io.LimitedReader{R: f, N: MaxSpecialBytes}
+	lr := &io.LimitedReader{R: f, N: specialBytes}
 	r := m.Stream(ctx, path, lr)
 	if lr.N == 0 {
-		err := fmt.Errorf("stopped after %d bytes (the bound for a pipe or device): %w", int64(MaxSpecialBytes), scan.ErrTooLarge)
+		err := fmt.Errorf("stopped after %d bytes (the bound for a pipe or device): %w", specialBytes, scan.ErrTooLarge)
 		r.Skipped = append(r.Skipped, scan.Skip{Path: path, Reason: err.Error(), Err: err})
 	}
 	return r
