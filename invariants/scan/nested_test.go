@@ -537,3 +537,35 @@ func TestZipWithoutCentralDirectory(t *testing.T) {
 	r = scanFile(t, m, "partial.zip", zipOf(t, entry{name: "logs/a.log", data: logWith("nothing")})[:len(cut)-40])
 	require.Empty(t, r.Hits)
 }
+
+// TestFindAcrossBlocks: bytes held in memory are matched block by block; a
+// needle, a base64 run and a run longer than several blocks that straddle
+// block boundaries are all found once.
+func TestFindAcrossBlocks(t *testing.T) {
+	t.Parallel()
+	m := nestedMatcher(t)
+	filler := textCorpus(rand.New(rand.NewPCG(1, 1)), memBlock)
+	raw := append(append([]byte(nil), filler[:memBlock-10]...), betaKey...)
+	run := base64.StdEncoding.EncodeToString(gz(t, []byte("x "+alphaSoul)))
+	withRun := append(append(append([]byte(nil), filler[:memBlock-len(run)/2]...), " "+run+" "...), filler...)
+	var random bytes.Buffer
+	for random.Len() < 3*memBlock {
+		random.Write(gz(t, textCorpus(rand.New(rand.NewPCG(2, uint64(random.Len()))), 4096)))
+	}
+	inner := append(random.Bytes(), gz(t, []byte("x "+alphaSoul))...)
+	long := append(append([]byte("blob: "), base64.StdEncoding.EncodeToString(zipOf(t, entry{name: "r", data: inner, store: true}))...), '\n')
+	for name, tc := range map[string]struct {
+		data      []byte
+		owner     string
+		container string
+	}{
+		"needle":   {raw, "beta", ""},
+		"run":      {withRun, "alpha", fmt.Sprintf("base64@%d -> gzip", memBlock-len(run)/2+1)},
+		"long run": {long, "alpha", "base64@6 -> zip:r -> gzip"}, // the member is gzip members back to back
+	} {
+		got := m.FindAll(tc.data)
+		require.Len(t, got, 1, "%s: %+v", name, got)
+		require.Equal(t, tc.owner, got[0].Pattern.Owner, name)
+		require.Equal(t, tc.container, got[0].Container, name)
+	}
+}

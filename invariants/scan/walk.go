@@ -169,10 +169,38 @@ func (w *walker) bytes(data []byte, at loc) {
 			return
 		}
 	}
+	w.inBlocks(data, at)
+}
+
+// memBlock is how much of the bytes held in memory is matched and searched
+// for runs at a time: little enough to stay in the CPU's cache between the
+// two, so the bytes come from memory once.
+const memBlock = 128 << 10
+
+// inBlocks matches data and finds its runs block by block; a run still
+// open at the end of a block waits for the next.
+func (w *walker) inBlocks(data []byte, at loc) {
 	p := w.sink(at)
-	w.m.find(data, 0, 0, p.add)
+	runFrom, open := 0, -1 // open: where a run open at the previous block's end starts
+	for start, end := 0, 0; start < len(data); start = end {
+		end = min(start+memBlock, len(data))
+		w.m.find(data[:end], 0, start, p.add)
+		cut := end
+		if end < len(data) {
+			lo := max(runFrom, start)
+			cut = openRun(data, lo, end)
+			if cut == start && open >= 0 {
+				cut = open // the whole block goes on with the open run
+			}
+			open = -1
+			if cut < end {
+				open = cut
+			}
+		}
+		w.runs(data[:cut], 0, runFrom, at)
+		runFrom = max(runFrom, cut)
+	}
 	p.flush()
-	w.runs(data, 0, 0, at)
 }
 
 // member scans a stream nested in another (an archive member, a
