@@ -50,11 +50,19 @@ func (c *Checker) FileLeaks(ctx context.Context, s *tenants.Set) []Finding {
 
 func fileWhere(h scan.Hit) Where {
 	w := Where{Path: h.Path, Offset: int64p(h.Start)}
-	switch h.Container {
-	case "gzip":
+	// The container path names how the bytes were reached: "gunzipped"
+	// for a gzip file, "row T row N C" for a SQLite value, else the layers
+	// ("zip:a.log -> gzip", "base64@120 -> gzip", "sqlite-row -> hex@0").
+	switch c := h.Container; {
+	case c == "":
+	case c == "gzip":
 		w.Part = "gunzipped"
-	case "sqlite-row":
+	case c == "sqlite-row":
 		w.Part = "row " + h.Row
+	case strings.HasPrefix(c, "sqlite-row -> "):
+		w.Part = "row " + h.Row + " -> " + strings.TrimPrefix(c, "sqlite-row -> ")
+	default:
+		w.Part = c
 	}
 	return w
 }

@@ -1,12 +1,16 @@
 package invariants
 
 import (
+	"archive/zip"
 	"bytes"
 	"compress/gzip"
 	"context"
 	"database/sql"
+	"encoding/base32"
+	"encoding/base64"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -157,4 +161,70 @@ func TestWriteScope(t *testing.T) {
 
 	_, err = HashTree(ctx, filepath.Join(s.Root, "missing"))
 	require.ErrorContains(t, err, "snapshot files under")
+}
+
+// TestFileLeaksInArchivesAndEncodings: the misses issue 12 names are
+// findings now: a zip of a deleted profile kept in the launch home, a key
+// logged as base32, base64 wrapped at 76 columns, base64 of gzip; and a
+// bomb in a home is reported as a scan that could not be made.
+func TestFileLeaksInArchivesAndEncodings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newSet(t)
+	def, alpha, beta := s.Get("default"), s.Get("alpha"), s.Get("beta")
+	require.Empty(t, FileLeaks(ctx, s), "positive control: the homes start clean")
+
+	var zb bytes.Buffer
+	z := zip.NewWriter(&zb)
+	w, err := z.Create("profiles/beta/.env")
+	require.NoError(t, err)
+	_, err = w.Write([]byte("TENANT_PROVIDER_KEY=" + beta.ProviderKey() + "\n"))
+	require.NoError(t, err)
+	require.NoError(t, z.Close())
+	write(t, filepath.Join(def.Home, "backups", "beta-deleted.zip"), zb.Bytes())
+	write(t, filepath.Join(alpha.Home, "logs", "b32.log"), []byte("key="+base32.StdEncoding.EncodeToString([]byte(beta.Model()))+"\n"))
+	mime := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("filler ", 20) + def.ProviderKey() + strings.Repeat(" filler", 20)))
+	var wrapped strings.Builder
+	for i := 0; i < len(mime); i += 76 {
+		wrapped.WriteString(mime[i:min(i+76, len(mime))] + "\r\n")
+	}
+	write(t, filepath.Join(beta.Home, "mail.eml"), []byte("Content-Transfer-Encoding: base64\r\n\r\n"+wrapped.String()))
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, err = zw.Write([]byte("soul: " + alpha.Value(tenants.Soul)))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	write(t, filepath.Join(beta.Home, "cache.json"), []byte(`{"blob":"`+base64.StdEncoding.EncodeToString(gz.Bytes())+`"}`))
+
+	got := FileLeaks(ctx, s)
+	require.ElementsMatch(t, []string{
+		"file default beta/provider_key raw", // the zip of a deleted profile
+		"file alpha beta/model base32",       // the base32 log line
+		"file beta default/provider_key base64",
+		"file beta alpha/soul raw", // base64 of gzip
+	}, findingKeys(got), Format(got))
+	parts := map[string]bool{}
+	for _, f := range got {
+		parts[filepath.Base(f.Where.Path)+" "+f.Where.Part] = true
+	}
+	require.True(t, parts["beta-deleted.zip zip:profiles/beta/.env"], parts)
+	require.True(t, parts["cache.json base64@9 -> gzip"], parts)
+
+	// A bomb: not followed, and the file check says the scan is incomplete.
+	zw = gzip.NewWriter(&gz)
+	gz.Reset()
+	_, err = zw.Write(make([]byte, 24<<20))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	write(t, filepath.Join(alpha.Home, "zeros.gz"), gz.Bytes())
+	var bomb []Finding
+	for _, f := range FileLeaks(ctx, s) {
+		if f.Invariant == Harness {
+			bomb = append(bomb, f)
+		}
+	}
+	require.Len(t, bomb, 1, Format(bomb))
+	require.Equal(t, "alpha", bomb[0].Tenant)
+	require.Contains(t, bomb[0].Detail, "not scanned: in gzip: ")
+	require.Contains(t, bomb[0].Detail, "decompression bomb refused")
 }

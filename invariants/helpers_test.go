@@ -2,6 +2,7 @@ package invariants
 
 import (
 	"bytes"
+	"encoding/base32"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -86,6 +87,16 @@ func encoded(value string, enc scan.Encoding) string {
 		for _, c := range []byte(value) {
 			fmt.Fprintf(&b, `\u%04x`, c)
 		}
+	case scan.Base32, scan.Base32Lower, scan.Base32Hex, scan.Base32HexLower:
+		alg := base32.StdEncoding
+		if enc == scan.Base32Hex || enc == scan.Base32HexLower {
+			alg = base32.HexEncoding
+		}
+		s := alg.EncodeToString([]byte(value))
+		if enc == scan.Base32Lower || enc == scan.Base32HexLower {
+			s = strings.ToLower(s)
+		}
+		return s
 	}
 	return b.String()
 }

@@ -79,6 +79,12 @@ func ReadRoster(path string) (Roster, error) {
 	if err != nil {
 		return Roster{}, fmt.Errorf("read roster: %w", err)
 	}
+	return DecodeRoster(path, data)
+}
+
+// DecodeRoster checks a roster's bytes, read from path, as ReadRoster does
+// (for a caller that reads the file its own way).
+func DecodeRoster(path string, data []byte) (Roster, error) {
 	var r Roster
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

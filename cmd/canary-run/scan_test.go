@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 
 	"github.com/tenantcanary/tenantcanary/invariants/scancmd"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -57,4 +61,56 @@ func TestScanEndToEnd(t *testing.T) {
 	code, _, stderr = runCLI(t, "scan", "--canaries", canaries, filepath.Join(dir, "missing"))
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "missing")
+}
+
+func TestScanHelpAndSpecialPaths(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := runCLI(t, "scan", "--help")
+	require.Equal(t, 0, code)
+	require.Empty(t, stderr)
+	require.Contains(t, stdout, scancmd.Usage)
+	require.Contains(t, stdout, "-ignore-own")
+
+	canaries := filepath.Join(t.TempDir(), "canaries.json")
+	require.NoError(t, os.WriteFile(canaries, []byte(`[{"owner":"alpha","kind":"model","value":"model-alpha-0011223344"}]`), 0o600))
+	pipe := filepath.Join(t.TempDir(), "pipe")
+	require.NoError(t, syscall.Mkfifo(pipe, 0o600))
+	code, stdout, stderr = runCLI(t, "scan", "--canaries", canaries, pipe)
+	require.Equal(t, 2, code)
+	require.Empty(t, stdout)
+	require.Contains(t, stderr, pipe+" is a named pipe (FIFO)")
+	code, _, stderr = runCLI(t, "scan", "--canaries", pipe, t.TempDir())
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "read canaries")
+	require.Contains(t, stderr, "not a regular file")
+}
+
+// TestSIGTERMEndsAPipeScan: `scan --allow-special` on a pipe whose writer
+// never ends it stops at SIGTERM, with exit 2. Not parallel: the signal is
+// process-wide.
+func TestSIGTERMEndsAPipeScan(t *testing.T) {
+	canaries := filepath.Join(t.TempDir(), "canaries.json")
+	require.NoError(t, os.WriteFile(canaries, []byte(`[{"owner":"alpha","kind":"model","value":"model-alpha-0011223344"}]`), 0o600))
+	pipe := filepath.Join(t.TempDir(), "pipe")
+	require.NoError(t, syscall.Mkfifo(pipe, 0o600))
+	var stderr syncio.Buffer
+	ctx, stop := interruptible(context.Background(), &stderr)
+	defer stop()
+	writer := make(chan *os.File, 1)
+	go func() {
+		w, err := os.OpenFile(pipe, os.O_WRONLY, 0) // returns once the scan has the pipe open
+		if err == nil {
+			_, _ = w.Write([]byte("a first line, then silence\n"))
+			_ = syscall.Kill(syscall.Getpid(), syscall.SIGTERM)
+		}
+		writer <- w
+	}()
+	var stdout syncio.Buffer
+	code := dispatch(ctx, []string{"scan", "--allow-special", "--canaries", canaries, pipe}, strings.NewReader(""), &stdout, &stderr, noEnv)
+	w := <-writer
+	require.NotNil(t, w)
+	require.NoError(t, w.Close())
+	require.Equal(t, 2, code, stderr.String())
+	require.Contains(t, stderr.String(), "terminated: stopping")
+	require.Contains(t, stderr.String(), "not scanned: "+pipe)
 }

@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"encoding/base32"
 	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
@@ -82,6 +83,16 @@ func plantForm(value string, enc Encoding, align int) string {
 			alg = base64.URLEncoding
 		}
 		return alg.EncodeToString([]byte(strings.Repeat("x", align) + value + "~~"))
+	case Base32, Base32Lower, Base32Hex, Base32HexLower:
+		alg := base32.StdEncoding
+		if enc == Base32Hex || enc == Base32HexLower {
+			alg = base32.HexEncoding
+		}
+		s := alg.EncodeToString([]byte(strings.Repeat("x", align%5) + value + "~~"))
+		if enc == Base32Lower || enc == Base32HexLower {
+			s = strings.ToLower(s)
+		}
+		return s
 	}
 	for _, f := range encodedForms(value) {
 		if f.enc == enc {
@@ -89,4 +100,15 @@ func plantForm(value string, enc Encoding, align int) string {
 		}
 	}
 	panic("no form " + enc)
+}
+
+// alignments is how many byte alignments an encoding's needles cover.
+func alignments(enc Encoding) int {
+	switch enc {
+	case Base64, Base64URL:
+		return 3
+	case Base32, Base32Lower, Base32Hex, Base32HexLower:
+		return 5
+	}
+	return 1
 }

@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"encoding/base32"
 	"encoding/base64"
 	"encoding/hex"
 	"strings"
@@ -22,10 +23,18 @@ const (
 	UTF16BE    Encoding = "utf16be"     // each byte preceded by a zero byte
 	Percent    Encoding = "percent"     // %XX for every byte, either case
 	JSONEscape Encoding = "json-escape" // \u00XX for every byte, either case
+	// Base32 in the standard (RFC 4648 A-Z2-7) and extended hex (0-9A-V)
+	// alphabets, upper or lower case, padded or not, at any of the 5
+	// alignments.
+	Base32         Encoding = "base32"
+	Base32Lower    Encoding = "base32-lower"
+	Base32Hex      Encoding = "base32hex"
+	Base32HexLower Encoding = "base32hex-lower"
 )
 
 // Encodings lists every encoding in the order needles are built.
-var Encodings = []Encoding{Raw, Base64, Base64URL, Hex, HexUpper, UTF16LE, UTF16BE, Percent, JSONEscape}
+var Encodings = []Encoding{Raw, Base64, Base64URL, Hex, HexUpper, UTF16LE, UTF16BE, Percent, JSONEscape,
+	Base32, Base32Lower, Base32Hex, Base32HexLower}
 
 // encodedForms returns every needle a value yields, with its encoding, in a
 // fixed order. Base64 forms are trimmed of the edge characters that depend on
@@ -59,7 +68,30 @@ func encodedForms(v string) []form {
 		}
 		out = append(out, form{Percent, p.String()}, form{JSONEscape, j.String()})
 	}
+	for _, e := range []struct {
+		upper, lower Encoding
+		alg          *base32.Encoding
+	}{{Base32, Base32Lower, base32.StdEncoding}, {Base32Hex, Base32HexLower, base32.HexEncoding}} {
+		for align := 0; align < 5; align++ {
+			s := base32Aligned(e.alg, b, align)
+			out = append(out, form{e.upper, s}, form{e.lower, strings.ToLower(s)})
+		}
+	}
 	return out
+}
+
+// base32Aligned encodes b as if align bytes preceded it, and keeps only the
+// characters whose five bits all come from b.
+func base32Aligned(enc *base32.Encoding, b []byte, align int) string {
+	buf := make([]byte, align+len(b))
+	copy(buf[align:], b)
+	s := enc.WithPadding(base32.NoPadding).EncodeToString(buf)
+	start := (8*align + 4) / 5
+	end := 8 * len(buf) / 5
+	if end <= start {
+		return ""
+	}
+	return s[start:end]
 }
 
 type form struct {

@@ -3,7 +3,6 @@ package scan
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"database/sql"
 	"errors"
@@ -18,35 +17,41 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, for row scans
 )
 
-// Hit is a Match located in a file.
+// Hit is a Match located in a file. Its Container is "" for the file's
+// own bytes (a SQLite database's raw pages included), "sqlite-row" for a
+// value read through SQL (Row then names table, row and column), or the
+// layers opened below the file ("gzip", "zip:a.log -> gzip", ...).
 type Hit struct {
 	Match
 	Path string `json:"path"` // the file as named to File or found by Tree
-	// Container says how the bytes were reached: "" for the file's own
-	// bytes (a SQLite database's raw pages included), "gzip" for a gzip
-	// file's decompressed content, "sqlite-row" for a value read through
-	// SQL, whose Row then names table, row and column.
-	Container string `json:"container,omitempty"`
-	Row       string `json:"row,omitempty"`
+	Row  string `json:"row,omitempty"`
 }
 
-// Location renders where the hit is, as path:offset with the container
-// between: "logs/a.log.gz!gunzip:120", "state.db[messages row 3 content]:0".
+// Location renders where the hit is, as path:offset with every container
+// layer after a "!" (a SQLite row in brackets): "logs/a.log.gz!gzip:120",
+// "backup.zip!zip:a/b.tgz!gzip!tar:c.log:9", "state.db[messages row 3 content]:0".
 func (h Hit) Location() string {
-	switch h.Container {
-	case "gzip":
-		return fmt.Sprintf("%s!gunzip:%d", h.Path, h.Start)
-	case "sqlite-row":
-		return fmt.Sprintf("%s[%s]:%d", h.Path, h.Row, h.Start)
+	where := h.Path
+	if h.Container != "" {
+		for _, layer := range strings.Split(h.Container, " -> ") {
+			if layer == "sqlite-row" {
+				where += "[" + h.Row + "]"
+			} else {
+				where += "!" + layer
+			}
+		}
 	}
-	return fmt.Sprintf("%s:%d", h.Path, h.Start)
+	return fmt.Sprintf("%s:%d", where, h.Start)
 }
 
-// Skip is a file (or a part of one) a scan could not read: the scan is
-// incomplete there, which a caller must report rather than ignore.
+// Skip is a file (or a part of one) a scan could not read or refused to
+// follow: the scan is incomplete there, which a caller must report rather
+// than ignore. Err is the cause (errors.Is it with ErrBomb, ErrTooDeep,
+// ErrTooLarge).
 type Skip struct {
 	Path   string `json:"path"`
 	Reason string `json:"reason"`
+	Err    error  `json:"-"`
 }
 
 // Report is what a file or tree scan found and what it could not read.
@@ -56,12 +61,11 @@ type Report struct {
 }
 
 func (r *Report) skip(path string, err error) {
-	r.Skipped = append(r.Skipped, Skip{Path: path, Reason: err.Error()})
+	r.Skipped = append(r.Skipped, Skip{Path: path, Reason: err.Error(), Err: err})
 }
 
 var (
 	sqliteMagic = []byte("SQLite format 3\x00")
-	gzipMagic   = []byte{0x1f, 0x8b}
 )
 
 // errVanished is an opener's answer for a file that a tree walk listed and
@@ -91,16 +95,28 @@ func openRegular(path string) (*os.File, error) {
 	return f, nil
 }
 
-// File scans one regular file. A gzip file is scanned both as stored and
-// decompressed. A SQLite database is copied with its -wal file to a private
-// directory first (the live files are only read, never opened as a
-// database); the copies are scanned as raw pages (the WAL's frames, free
-// pages and deleted rows included, reported under the live names) and row
-// by row through SQL, where a value split over overflow pages is whole.
+// File scans one regular file: its bytes as stored, and what is nested in
+// them within m's Limits (a gzip, bzip2, zlib, zip or tar file opened and
+// its members scanned, nested containers too; wrapped base64; base64 and
+// hex runs decoded and scanned again). A part refused (a decompression
+// bomb, a nesting past the bounds) is reported in Skipped, naming the file
+// and the member. A SQLite database is copied with its -wal file to a
+// private directory first (the live files are only read, never opened as a
+// database, and one larger than MaxCopy is not copied: its raw pages are
+// scanned in place and the rows not read, which is reported); the copies
+// are scanned as raw pages (the WAL's frames, free pages and deleted rows
+// included, reported under the live names) and row by row through SQL,
+// where a value split over overflow pages is whole.
 func (m *Matcher) File(ctx context.Context, path string) Report {
 	var r Report
 	m.file(ctx, path, openRegular, &r)
 	return r
+}
+
+// walkerFor returns a walker whose matches and problems go to r under path.
+func (m *Matcher) walkerFor(ctx context.Context, path, row string, r *Report) *walker {
+	return m.walker(ctx, func(x Match) { r.Hits = append(r.Hits, Hit{Match: x, Path: path, Row: row}) },
+		func(where string, err error) { r.skip(path, fmt.Errorf("in %s: %w", where, err)) })
 }
 
 func (m *Matcher) file(ctx context.Context, path string, open opener, r *Report) {
@@ -117,51 +133,80 @@ func (m *Matcher) file(ctx context.Context, path string, open opener, r *Report)
 		return
 	}
 	defer f.Close()
-	head := make([]byte, len(sqliteMagic))
+	head := make([]byte, sniffLen)
 	n, _ := io.ReadFull(f, head)
 	head = head[:n]
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		r.skip(path, fmt.Errorf("rewind %s: %w", path, err))
 		return
 	}
-	switch {
-	case bytes.Equal(head, sqliteMagic):
+	if bytes.HasPrefix(head, sqliteMagic) {
 		m.sqliteFile(ctx, path, f, open, r)
-	case bytes.HasPrefix(head, gzipMagic):
-		m.raw(path, f, r)
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			r.skip(path, fmt.Errorf("rewind %s: %w", path, err))
-			return
-		}
-		m.gunzip(path, f, r)
-	default:
-		m.raw(path, f, r)
+		return
 	}
+	w := m.walkerFor(ctx, path, "", r)
+	if err := w.stream(f, loc{}); err != nil {
+		r.skip(path, fmt.Errorf("read %s: %w", path, err))
+	}
+	k := sniff(head)
+	if k == notContainer {
+		return
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		r.skip(path, fmt.Errorf("rewind %s: %w", path, err))
+		return
+	}
+	st, err := f.Stat()
+	if err != nil {
+		r.skip(path, fmt.Errorf("stat %s: %w", path, err))
+		return
+	}
+	w.open(k, bufio.NewReader(f), f, st.Size(), loc{}, true)
 }
 
-func (m *Matcher) raw(path string, rd io.Reader, r *Report) {
-	err := m.Scan(rd, func(x Match) { r.Hits = append(r.Hits, Hit{Match: x, Path: path}) })
-	if err != nil {
+func (m *Matcher) raw(ctx context.Context, path string, rd io.Reader, r *Report) {
+	if err := m.walkerFor(ctx, path, "", r).stream(rd, loc{}); err != nil {
 		r.skip(path, fmt.Errorf("read %s: %w", path, err))
 	}
 }
 
-func (m *Matcher) gunzip(path string, rd io.Reader, r *Report) {
-	zr, err := gzip.NewReader(bufio.NewReader(rd))
-	if err != nil {
-		r.skip(path, fmt.Errorf("gunzip %s: %w", path, err))
-		return
-	}
-	defer zr.Close()
-	err = m.Scan(zr, func(x Match) { r.Hits = append(r.Hits, Hit{Match: x, Path: path, Container: "gzip"}) })
-	if err != nil {
-		r.skip(path, fmt.Errorf("gunzip %s (content before the error was scanned): %w", path, err))
-	}
-}
-
 // sqliteFile copies the database and its WAL, raw-scans both copies and
-// scans every row of every table of the copy.
+// scans every row of every table of the copy. A database or WAL larger
+// than MaxCopy (a sparse file claiming gigabytes) is not copied: its raw
+// bytes are scanned in place and the rows are not read, which is
+// reported.
 func (m *Matcher) sqliteFile(ctx context.Context, path string, db *os.File, open opener, r *Report) {
+	walPath := path + "-wal"
+	wal, err := open(walPath)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			r.skip(walPath, fmt.Errorf("open for scan: %w", err))
+		}
+		wal = nil
+	} else {
+		defer wal.Close()
+	}
+	limit := m.limits.MaxCopy
+	for _, f := range []*os.File{db, wal} {
+		if f == nil {
+			continue
+		}
+		st, err := f.Stat()
+		if err != nil {
+			r.skip(f.Name(), fmt.Errorf("stat %s: %w", f.Name(), err))
+			return
+		}
+		if st.Size() > limit {
+			err := fmt.Errorf("%s is %d bytes, over the %d-byte bound for a copy to read its rows: %w; its raw bytes were scanned in place, its rows were not read", f.Name(), st.Size(), limit, ErrTooLarge)
+			r.skip(path, err)
+			m.rawSparse(ctx, path, db, r)
+			if wal != nil {
+				m.rawSparse(ctx, walPath, wal, r)
+			}
+			return
+		}
+	}
+
 	dir, err := os.MkdirTemp("", "canary-scan-sqlite-*")
 	if err != nil {
 		r.skip(path, fmt.Errorf("copy %s for scanning: %w", path, err))
@@ -169,19 +214,14 @@ func (m *Matcher) sqliteFile(ctx context.Context, path string, db *os.File, open
 	}
 	defer os.RemoveAll(dir)
 	dbCopy := filepath.Join(dir, "scan.db")
-	if err := copyTo(dbCopy, db); err != nil {
+	if err := copyTo(dbCopy, db, limit); err != nil {
 		r.skip(path, fmt.Errorf("copy %s for scanning: %w", path, err))
 		return
 	}
-	walPath := path + "-wal"
-	if wal, err := open(walPath); err == nil {
-		err = copyTo(dbCopy+"-wal", wal)
-		wal.Close()
-		if err != nil {
+	if wal != nil {
+		if err := copyTo(dbCopy+"-wal", wal, limit); err != nil {
 			r.skip(walPath, fmt.Errorf("copy %s for scanning: %w", walPath, err))
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		r.skip(walPath, fmt.Errorf("open for scan: %w", err))
 	}
 	for _, c := range []struct{ copy, name string }{{dbCopy, path}, {dbCopy + "-wal", walPath}} {
 		f, err := os.Open(c.copy)
@@ -192,18 +232,71 @@ func (m *Matcher) sqliteFile(ctx context.Context, path string, db *os.File, open
 			r.skip(c.name, fmt.Errorf("open copy of %s: %w", c.name, err))
 			continue
 		}
-		m.raw(c.name, f, r)
+		m.raw(ctx, c.name, f, r)
 		f.Close()
 	}
 	m.sqliteRows(ctx, path, dbCopy, r)
 }
 
-func copyTo(dst string, src io.Reader) error {
+// Linux lseek whences: the next byte of data, the next hole.
+const (
+	seekData = 3
+	seekHole = 4
+)
+
+// rawSparse scans f's bytes as stored, skipping the holes of a sparse file
+// (they read as zeros, which hold no canary), so a file that claims
+// gigabytes costs only what it holds. Where the file system cannot say
+// where the holes are, every byte is read.
+func (m *Matcher) rawSparse(ctx context.Context, path string, f *os.File, r *Report) {
+	st, err := f.Stat()
+	if err != nil {
+		r.skip(path, fmt.Errorf("stat %s: %w", path, err))
+		return
+	}
+	for off := int64(0); off < st.Size(); {
+		data, err := f.Seek(off, seekData)
+		if errors.Is(err, syscall.ENXIO) {
+			return // only a hole is left
+		}
+		var hole int64
+		if err == nil {
+			hole, err = f.Seek(data, seekHole)
+		}
+		if err != nil {
+			if off == 0 {
+				if _, err := f.Seek(0, io.SeekStart); err == nil {
+					m.raw(ctx, path, f, r)
+					return
+				}
+			}
+			r.skip(path, fmt.Errorf("find the data of sparse %s: %w", path, err))
+			return
+		}
+		first := len(r.Hits)
+		m.raw(ctx, path, io.NewSectionReader(f, data, hole-data), r)
+		for i := first; i < len(r.Hits); i++ {
+			if r.Hits[i].Container == "" {
+				r.Hits[i].Start += data
+				r.Hits[i].End += data
+			}
+		}
+		off = hole
+	}
+}
+
+// copyTo copies src to a new file dst, refusing to write more than limit
+// bytes (a file that grew since it was measured).
+func copyTo(dst string, src io.Reader, limit int64) error {
 	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, src); err != nil {
+	n, err := io.Copy(f, io.LimitReader(src, limit+1))
+	if err == nil && n > limit {
+		err = fmt.Errorf("it grew past the %d-byte copy bound while copied: %w", limit, ErrTooLarge)
+	}
+	if err != nil {
 		f.Close()
 		return err
 	}
@@ -277,15 +370,48 @@ func (m *Matcher) sqliteTable(ctx context.Context, db *sql.DB, path, table strin
 				continue
 			}
 			where := fmt.Sprintf("%s row %d %s", table, row, cols[i])
-			m.Find(b, func(x Match) {
-				r.Hits = append(r.Hits, Hit{Match: x, Path: path, Container: "sqlite-row", Row: where})
-			})
+			m.walkerFor(ctx, path, where, r).bytes(b, loc{prefix: "sqlite-row"})
 		}
 	}
 	return rows.Err()
 }
 
-// Tree scans every regular file under root (root itself may be a file).
+// ErrNotRegular: a path named to be scanned is neither a regular file nor
+// a folder (a named pipe, a device, a socket): reading it might never end.
+var ErrNotRegular = errors.New("not a regular file or folder")
+
+// Special names the kind of a file that is neither regular nor a folder.
+func Special(mode fs.FileMode) string {
+	switch {
+	case mode&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case mode&fs.ModeCharDevice != 0:
+		return "a character device"
+	case mode&fs.ModeDevice != 0:
+		return "a block device"
+	case mode&fs.ModeSocket != 0:
+		return "a socket"
+	case mode&fs.ModeSymlink != 0:
+		return "a symlink"
+	}
+	return "a special file (" + mode.Type().String() + ")"
+}
+
+// Stream scans what r yields until its end, as File scans a file's bytes
+// (a container it starts with opened in place of its bytes), naming the
+// hits and problems name; ctx ends the scan between reads (a reader that
+// blocks must be unblocked by its owner).
+func (m *Matcher) Stream(ctx context.Context, name string, r io.Reader) Report {
+	var rep Report
+	m.walkerFor(ctx, name, "", &rep).member(r, loc{}, false)
+	if err := ctx.Err(); err != nil && len(rep.Skipped) == 0 {
+		rep.skip(name, fmt.Errorf("read %s: %w", name, err))
+	}
+	return rep
+}
+
+// Tree scans every regular file under root (root itself may be a file;
+// a root that is neither a file nor a folder is reported, ErrNotRegular).
 // Symlinks are not followed and other non-regular files hold no bytes to
 // scan; a directory or file that cannot be read is reported in Skipped (one
 // removed between the listing of its folder and its opening is not: it is
@@ -300,6 +426,9 @@ func (m *Matcher) Tree(ctx context.Context, root string) Report {
 func (m *Matcher) tree(ctx context.Context, root string, open opener, r *Report) {
 	if st, err := os.Lstat(root); err == nil && st.Mode()&fs.ModeSymlink != 0 {
 		r.skip(root, fmt.Errorf("scan tree %s: the root is a symlink, not followed (name its target)", root))
+		return
+	} else if err == nil && !st.IsDir() && !st.Mode().IsRegular() {
+		r.skip(root, fmt.Errorf("scan tree %s: %w: %s", root, ErrNotRegular, Special(st.Mode())))
 		return
 	}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {

@@ -177,7 +177,7 @@ func TestGzipAndUTF16Files(t *testing.T) {
 	require.Len(t, g, 1)
 	require.Equal(t, pats[1], g[0].Pattern)
 	require.Equal(t, Raw, g[0].Encoding)
-	require.Equal(t, filepath.Join(dir, "agent.log.1.gz")+"!gunzip:9004", g[0].Location())
+	require.Equal(t, filepath.Join(dir, "agent.log.1.gz")+"!gzip:9004", g[0].Location())
 	u := hitsBy(r, "")
 	require.Len(t, u, 1)
 	require.Equal(t, pats[12], u[0].Pattern)

@@ -2,6 +2,7 @@ package scan
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,14 +28,20 @@ const MinValueLen = 8
 var ErrBadPattern = errors.New("bad canary pattern")
 
 // Match is one occurrence of a pattern, in one encoding, in the bytes
-// scanned: Start and End are byte offsets (End exclusive) from the start of
-// the stream, and Excerpt is a short quoted piece of the bytes around it.
+// scanned or in something nested in them. Container is the way there, ""
+// for the bytes themselves, else the layers outermost first joined by
+// " -> ": "gzip", "zip:logs/a.log -> gzip", "base64@120 -> gzip",
+// "hex@8 -> base64@0", "unwrapped@64" (a base64 block with its line
+// breaks removed), "sqlite-row" (a file's SQLite row). Start and End are
+// byte offsets (End exclusive) in the innermost layer, and Excerpt is a
+// short quoted piece of the bytes around it.
 type Match struct {
-	Pattern  Pattern  `json:"pattern"`
-	Encoding Encoding `json:"encoding"`
-	Start    int64    `json:"start"`
-	End      int64    `json:"end"`
-	Excerpt  string   `json:"excerpt"`
+	Pattern   Pattern  `json:"pattern"`
+	Encoding  Encoding `json:"encoding"`
+	Container string   `json:"container,omitempty"`
+	Start     int64    `json:"start"`
+	End       int64    `json:"end"`
+	Excerpt   string   `json:"excerpt"`
 }
 
 const (
@@ -57,6 +64,9 @@ type Matcher struct {
 	patterns []Pattern
 	window   int
 	maxLen   int
+	nestMin  int // shortest needle but a raw one: what decoded bytes must hold to show anything new
+	runMin   int // shortest base64 run worth decoding (its bytes could hold nestMin)
+	limits   Limits
 
 	shift     []uint8 // 1<<shiftBits entries
 	shiftBits uint
@@ -75,7 +85,7 @@ type Matcher struct {
 // bytes; the same value may not belong to two owners or kinds (a finding
 // could not say whose it is); exact duplicates are kept once.
 func Compile(patterns []Pattern) (*Matcher, error) {
-	m := &Matcher{}
+	m := &Matcher{limits: DefaultLimits}
 	seen := make(map[string]int, len(patterns))
 	for i, p := range patterns {
 		if len(p.Value) < MinValueLen {
@@ -97,6 +107,7 @@ func Compile(patterns []Pattern) (*Matcher, error) {
 	// the same needle in both alphabets, found as Base64).
 	m.noff = append(m.noff, 0)
 	minLen := maxWindow
+	m.nestMin = 1 << 30
 	for pi, p := range m.patterns {
 		forms := encodedForms(p.Value)
 		have := make(map[string]bool, len(forms))
@@ -110,10 +121,16 @@ func Compile(patterns []Pattern) (*Matcher, error) {
 			m.npat = append(m.npat, uint32(pi))
 			m.nenc = append(m.nenc, f.enc)
 			minLen = min(minLen, len(f.value))
+			if f.enc != Raw {
+				m.nestMin = min(m.nestMin, len(f.value))
+			}
 			m.maxLen = max(m.maxLen, len(f.value))
 		}
 	}
 	m.window = minLen
+	// A raw needle in decoded bytes repeats an encoded needle in the text,
+	// so a run is decoded only when it is long enough to hold another.
+	m.runMin = max(16, (4*m.nestMin+2)/3)
 	n := len(m.npat)
 
 	// Shift table over the last `window` bytes of every needle.
@@ -173,12 +190,15 @@ func (m *Matcher) Needles() int { return len(m.npat) }
 // must overlap them by one byte less than this.
 func (m *Matcher) MaxNeedle() int { return m.maxLen }
 
-// Find calls fn for every match in data, in order of end offset (matches
-// ending at the same byte in needle order). Offsets are relative to data.
+// Find calls fn for every match in data and in what is nested in it: a
+// container data starts with (gzip, bzip2, zlib, zip, tar), base64 wrapped
+// over lines, base64 and hex runs decoded and scanned again, all within
+// m's Limits. Matches in data itself come in order of end offset (matches
+// ending at the same byte in needle order), each nested one after the
+// matches before its run or with its container. A part past a limit is
+// left unscanned without a word: File and Tree report such parts.
 func (m *Matcher) Find(data []byte, fn func(Match)) {
-	p := pairFilter{emit: fn}
-	m.find(data, 0, 0, p.add)
-	p.flush()
+	m.walker(context.Background(), fn, nil).bytes(data, loc{})
 }
 
 // FindAll returns every match in data.
@@ -240,41 +260,23 @@ func excerpt(data []byte, start, end int) string {
 	return strconv.Quote(string(data[lo:hi]))
 }
 
-// chunkSize is how much of a stream Scan reads at a time.
-const chunkSize = 1 << 20
+// chunkSize is how much of a stream Scan reads at a time (little enough to
+// stay in the CPU's cache while it is matched and searched for runs).
+const chunkSize = 256 << 10
 
 // Scan reads r to its end and calls fn for every match, with offsets from
-// the start of the stream. It holds one chunk (plus the overlap a needle may
-// span) in memory, whatever the stream's size.
+// the start of the stream, and for the wrapped base64 and the base64 and
+// hex runs in it as Find does (a container is opened by File, not here).
+// It holds one chunk (plus the overlap a needle may span, and a run still
+// open, up to MaxRun) in memory, whatever the stream's size.
 func (m *Matcher) Scan(r io.Reader, fn func(Match)) error {
 	return m.scan(r, chunkSize, fn)
 }
 
 func (m *Matcher) scan(r io.Reader, chunkSize int, fn func(Match)) error {
-	p := pairFilter{emit: fn}
-	defer p.flush()
-	fn = p.add
-	overlap := max(m.maxLen-1, 0)
-	buf := make([]byte, overlap+chunkSize)
-	var base int64 // stream offset of buf[0]
-	kept := 0      // bytes at the head of buf carried from the previous chunk
-	for {
-		n, err := io.ReadFull(r, buf[kept:])
-		end := kept + n
-		if n > 0 {
-			m.find(buf[:end], base, kept, fn)
-		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read at offset %d: %w", base+int64(end), err)
-		}
-		keep := min(overlap, end)
-		copy(buf, buf[end-keep:end])
-		base += int64(end - keep)
-		kept = keep
-	}
+	w := m.walker(context.Background(), fn, nil)
+	w.chunk = chunkSize
+	return w.stream(r, loc{})
 }
 
 // pairFilter reports UTF-16 text once: the UTF-16BE needle of a value also

@@ -3,6 +3,7 @@ package scan
 import (
 	"bytes"
 	"context"
+	"encoding/base32"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -54,6 +55,22 @@ func TestEncodedFormsDecodeBack(t *testing.T) {
 			}
 			require.True(t, found, "base64 form %q found at no alignment", f.value)
 			require.GreaterOrEqual(t, len(f.value), len(v)*4/3-2)
+		case Base32, Base32Lower, Base32Hex, Base32HexLower:
+			// Likewise at one of the five alignments, padded or not.
+			alg := base32.StdEncoding
+			if f.enc == Base32Hex || f.enc == Base32HexLower {
+				alg = base32.HexEncoding
+			}
+			found := false
+			for a := 0; a < 5; a++ {
+				s := alg.EncodeToString([]byte(strings.Repeat("Q", a) + v + "z"))
+				if f.enc == Base32Lower || f.enc == Base32HexLower {
+					s = strings.ToLower(s)
+				}
+				found = found || strings.Contains(s, f.value)
+			}
+			require.True(t, found, "base32 form %q found at no alignment", f.value)
+			require.GreaterOrEqual(t, len(f.value), len(v)*8/5-2)
 		default:
 			t.Fatalf("unknown encoding %q", f.enc)
 		}
@@ -70,8 +87,8 @@ func TestFindsEveryEncoding(t *testing.T) {
 	require.NoError(t, err)
 	target := pats[13] // beta's api_server_key
 	for _, enc := range Encodings {
-		for align := 0; align < 3; align++ {
-			if align > 0 && enc != Base64 && enc != Base64URL {
+		for align := 0; align < 5; align++ {
+			if align > 0 && alignments(enc) <= align {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s/%d", enc, align), func(t *testing.T) {

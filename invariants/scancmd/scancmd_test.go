@@ -1,17 +1,23 @@
 package scancmd
 
 import (
+	"archive/zip"
 	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
 const (
@@ -59,7 +65,7 @@ func TestScanCommand(t *testing.T) {
 	code, out, errs = run("--canaries", canaries, clean, dirty)
 	require.Equal(t, ExitFound, code, errs)
 	require.Equal(t, "alpha provider_key raw "+filepath.Join(dirty, "config.yaml")+":5\n"+
-		"beta model base64 "+filepath.Join(dirty, "logs", "old.log.gz")+"!gunzip:5\n", out)
+		"beta model base64 "+filepath.Join(dirty, "logs", "old.log.gz")+"!gzip:5\n", out)
 
 	// Flags may follow the paths; --json gives one object a line.
 	code, out, errs = run(dirty, "--json", "--canaries="+canaries)
@@ -123,4 +129,247 @@ func TestDoubleDashEndsFlags(t *testing.T) {
 	code, out, errs := run("--canaries", canaries, "--", "-odd")
 	require.Equal(t, ExitFound, code, errs)
 	require.Equal(t, "alpha provider_key raw -odd:0\n", out)
+}
+
+func TestScanHelp(t *testing.T) {
+	t.Parallel()
+	for _, h := range []string{"--help", "-h"} {
+		code, out, errs := run(h)
+		require.Equal(t, ExitClean, code)
+		require.Empty(t, errs)
+		require.Contains(t, out, Usage)
+		for _, f := range []string{"-canaries", "-json", "-ignore-own", "-home", "-launch", "-allow-special"} {
+			require.Regexp(t, `(?m)^  `+f+`\b`, out, "help lists %s", f)
+		}
+	}
+}
+
+// fifo makes a named pipe in a fresh folder.
+func fifo(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "pipe")
+	require.NoError(t, syscall.Mkfifo(p, 0o600))
+	return p
+}
+
+// TestSpecialPathsRefused: a named pipe or a device given as PATH is an
+// error naming it, before anything is scanned (no finding printed).
+func TestSpecialPathsRefused(t *testing.T) {
+	t.Parallel()
+	canaries, _, dirty := setup(t)
+	p := fifo(t)
+	for _, tc := range []struct{ path, kind string }{{p, "a named pipe (FIFO)"}, {"/dev/null", "a character device"}} {
+		code, out, errs := run("--canaries", canaries, dirty, tc.path)
+		require.Equal(t, ExitError, code)
+		require.Empty(t, out, "nothing scanned")
+		require.Contains(t, errs, tc.path+" is "+tc.kind+", not a regular file or folder")
+		require.Contains(t, errs, "--allow-special")
+	}
+}
+
+// TestAllowSpecialReadsAPipe: with --allow-special a pipe's bytes are
+// scanned to its writer's end; a device is read up to the bound.
+func TestAllowSpecialReadsAPipe(t *testing.T) {
+	t.Parallel()
+	canaries, _, _ := setup(t)
+	p := fifo(t)
+	done := make(chan error, 1)
+	go func() {
+		w, err := os.OpenFile(p, os.O_WRONLY, 0) // waits for the scan to open it
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = w.Write([]byte("piped: " + alphaKey + "\n"))
+		done <- errors.Join(err, w.Close())
+	}()
+	code, out, errs := run("--allow-special", "--canaries", canaries, p)
+	require.NoError(t, <-done)
+	require.Equal(t, ExitFound, code, errs)
+	require.Equal(t, "alpha provider_key raw "+p+":7\n", out)
+}
+
+// TestAllowSpecialDeviceBounded: /dev/zero is read up to the bound (here
+// lowered to 64 MiB) and the scan says where it stopped. Not parallel: it
+// sets the bound.
+func TestAllowSpecialDeviceBounded(t *testing.T) {
+	defer func(b int64) { specialBytes = b }(specialBytes)
+	specialBytes = 64 << 20
+	canaries, _, _ := setup(t)
+	code, out, errs := run("--allow-special", "--canaries", canaries, "/dev/zero")
+	require.Equal(t, ExitError, code)
+	require.Empty(t, out)
+	require.Contains(t, errs, "not scanned: /dev/zero: stopped after 67108864 bytes")
+}
+
+// TestInterruptEndsAPipeRead: a pipe whose writer never ends it is read
+// until the run's context ends, which the scan reports.
+func TestInterruptEndsAPipeRead(t *testing.T) {
+	t.Parallel()
+	canaries, _, _ := setup(t)
+	p := fifo(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opened := make(chan *os.File, 1)
+	go func() {
+		w, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err == nil {
+			_, _ = w.Write([]byte("some bytes, and then nothing more for ever\n"))
+		}
+		opened <- w
+		cancel() // the "SIGINT": the scan has the pipe open and waits on it
+	}()
+	var out, errb bytes.Buffer
+	code := Run(ctx, []string{"--allow-special", "--canaries", canaries, p}, &out, &errb)
+	w := <-opened
+	require.NotNil(t, w)
+	require.NoError(t, w.Close())
+	require.Equal(t, ExitError, code)
+	require.Contains(t, errb.String(), "not scanned: "+p)
+}
+
+// TestCanariesFileBounded: --canaries that is a pipe, a device or a file
+// over the bound is refused at once, naming it; a canceled run does not
+// read it.
+func TestCanariesFileBounded(t *testing.T) {
+	t.Parallel()
+	_, clean, _ := setup(t)
+	big := filepath.Join(t.TempDir(), "big.json")
+	f, err := os.Create(big)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(MaxCanariesBytes+1))
+	require.NoError(t, f.Close())
+	p := fifo(t)
+	for _, tc := range []struct{ file, want string }{
+		{p, p + " is a named pipe (FIFO), not a regular file"},
+		{"/dev/zero", "/dev/zero is a character device, not a regular file"},
+		{big, "over the 16777216-byte bound"},
+	} {
+		code, out, errs := run("--canaries", tc.file, clean)
+		require.Equal(t, ExitError, code)
+		require.Empty(t, out)
+		require.Contains(t, errs, tc.want)
+	}
+	canaries, _, _ := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errb bytes.Buffer
+	require.Equal(t, ExitError, Run(ctx, []string{"--canaries", canaries, clean}, &out, &errb))
+	require.Contains(t, errb.String(), "context canceled")
+}
+
+// roster writes a roster of a launch tenant "default" and profiles alpha
+// and beta, as `canary-run fakellm` would, and returns its path and the
+// tenants' canaries by name.
+func roster(t *testing.T) (string, map[string][]tenants.Canary) {
+	t.Helper()
+	r := tenants.Roster{Version: tenants.RosterVersion, Launch: "default", Journal: "/nowhere/journal.jsonl"}
+	own := map[string][]tenants.Canary{}
+	for i, name := range []string{"default", "alpha", "beta"} {
+		tag := fmt.Sprintf("%010x", 0xabc0+i)
+		rt := tenants.RosterTenant{Name: name, Tag: tag, Launch: i == 0, BaseURL: "http://127.0.0.1:1/" + name,
+			Key: tenants.CanaryValue(tenants.ProviderKey, name, tag), Model: tenants.CanaryValue(tenants.Model, name, tag),
+			APIServerKey: tenants.CanaryValue(tenants.APIServerKey, name, tag),
+			Workdir:      "/work/" + tenants.CanaryValue(tenants.Workdir, name, tag)}
+		for _, k := range tenants.BaseKinds {
+			rt.Canaries = append(rt.Canaries, tenants.Canary{Owner: name, Kind: k, Value: tenants.CanaryValue(k, name, tag)})
+		}
+		own[name] = rt.Canaries
+		r.Tenants = append(r.Tenants, rt)
+	}
+	path := filepath.Join(t.TempDir(), "tenants.json")
+	require.NoError(t, tenants.WriteRoster(path, r))
+	return path, own
+}
+
+// TestRosterAndIgnoreOwn: a roster is a canaries file; with --ignore-own
+// each tenant's canaries in its own home are counted, not reported, and a
+// canary in another tenant's home still is.
+func TestRosterAndIgnoreOwn(t *testing.T) {
+	t.Parallel()
+	rpath, own := roster(t)
+	key := func(name string) string { return own[name][0].Value }
+	home := filepath.Join(t.TempDir(), "home", ".agentd")
+	write := func(rel, content string) string {
+		p := filepath.Join(home, rel)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o700))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+		return p
+	}
+	write(".env", "KEY="+key("default")+"\n")
+	write("profiles/alpha/.env", "KEY="+key("alpha")+"\n")
+	write("profiles/beta/.env", "KEY="+key("beta")+"\n")
+	leak := write("profiles/beta/memories/m.md", "remember "+key("alpha")+"\n")
+	launchLeak := write("logs/agent.log", "beta said "+key("beta")+"\n")
+
+	code, out, errs := run("--canaries", rpath, home)
+	require.Equal(t, ExitFound, code, errs)
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 5, "every canary without --ignore-own")
+
+	code, out, errs = run("--canaries", rpath, "--ignore-own", home)
+	require.Equal(t, ExitFound, code, errs)
+	require.Equal(t, "beta provider_key raw "+launchLeak+":10\nalpha provider_key raw "+leak+":9\n", out)
+	require.Contains(t, errs, "3 canaries in their owner's own home ignored")
+
+	// The same tree under another name, attributed by --home.
+	moved := filepath.Join(t.TempDir(), "launch")
+	require.NoError(t, os.Rename(home, moved))
+	code, out, errs = run("--canaries", rpath, "--ignore-own", "--home", moved, moved)
+	require.Equal(t, ExitFound, code, errs)
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 2, out)
+	require.Contains(t, errs, "3 canaries in their owner's own home ignored")
+
+	code, _, errs = run("--canaries", rpath, "--home", moved, moved)
+	require.Equal(t, ExitError, code)
+	require.Contains(t, errs, "need --ignore-own")
+}
+
+// TestNestedFindingNamesItsPath: a canary in a gzip inside a zip is
+// reported with every layer.
+func TestNestedFindingNamesItsPath(t *testing.T) {
+	t.Parallel()
+	canaries, _, _ := setup(t)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, err := zw.Write([]byte("old key " + alphaKey))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	var zb bytes.Buffer
+	z := zip.NewWriter(&zb)
+	w, err := z.Create("profiles/gone/.env.gz")
+	require.NoError(t, err)
+	_, err = w.Write(gz.Bytes())
+	require.NoError(t, err)
+	require.NoError(t, z.Close())
+	path := filepath.Join(t.TempDir(), "backup.zip")
+	require.NoError(t, os.WriteFile(path, zb.Bytes(), 0o600))
+	code, out, errs := run("--canaries", canaries, path)
+	require.Equal(t, ExitFound, code, errs)
+	require.Equal(t, "alpha provider_key raw "+path+"!zip:profiles/gone/.env.gz!gzip:8\n", out)
+}
+
+// TestSparseDatabaseNotCopied: a sparse 2 GiB file with a SQLite header is
+// not copied into TMPDIR; its bytes are scanned in place and the rows not
+// read are reported (exit 2). Not parallel: it sets TMPDIR.
+func TestSparseDatabaseNotCopied(t *testing.T) {
+	canaries, _, _ := setup(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	path := filepath.Join(t.TempDir(), "state.db")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	_, err = f.Write(append([]byte("SQLite format 3\x00"), make([]byte, 84)...))
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte(alphaKey), 1<<30)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(2<<30))
+	require.NoError(t, f.Close())
+	code, out, errs := run("--canaries", canaries, path)
+	require.Equal(t, ExitError, code)
+	require.Equal(t, fmt.Sprintf("alpha provider_key raw %s:%d\n", path, 1<<30), out)
+	require.Contains(t, errs, "is 2147483648 bytes, over the 268435456-byte bound")
+	require.Contains(t, errs, "its rows were not read")
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Empty(t, left, "nothing copied to TMPDIR")
 }
