@@ -113,6 +113,9 @@ type Certificate struct {
 	// DetectionPower is nil when no self-test ran with this build.
 	DetectionPower *DetectionPower `json:"detection_power"`
 	Duration       time.Duration   `json:"duration_ns"`
+	// Seed is the run's seed (tenant orders, interleavings): `canary-run
+	// --seed N` replays them.
+	Seed uint64 `json:"seed,omitempty"`
 }
 
 // New makes the certificate of a run that ended now, taking the verdict

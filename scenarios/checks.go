@@ -125,6 +125,8 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 	for _, s := range sessions {
 		out = append(out, invariants.LaunchBleedOf(ts, s.tenant.Name, s.info.Info.Model, "session "+s.info.SessionID+" info.model")...)
 	}
+	// Operator secrets, shared places.
+	out = append(out, e.detectChecks(ctx, chk, conns, texts)...)
 	// 7. Positive controls.
 	controls, cf := e.controls(ctx, conns)
 	out = append(out, cf...)

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	mrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -19,8 +20,11 @@ type Env struct {
 	Ctx     context.Context
 	Spec    Spec
 	Box     *harness.Sandbox
-	Tenants []*tenants.Tenant
+	Tenants []*tenants.Tenant // every tenant, in the order the run's seed gives
 	Report  *Report
+	// Rand is the scenario's random source, drawn from the run's seed: use
+	// it for every order and choice, so --seed replays the scenario.
+	Rand *mrand.Rand
 
 	// State the phases of one scenario share (set by the helpers that
 	// make them): each tenant's main connection and session, and the
@@ -40,6 +44,7 @@ type Env struct {
 	pending  []invariants.Finding // write-scope findings made since the last check
 	texts    []ownedText          // streams the harness received (gateway replies)
 	deleted  map[string]bool      // tenants whose profile a phase deleted
+	operator map[string]string    // the operator's secrets the scenario made (serve tokens)
 }
 
 type ownedConn struct {

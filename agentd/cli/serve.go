@@ -77,7 +77,8 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	}
 	d := rpc.NewDispatcher()
 	srv.Register(d)
-	ws := wsserve.New(wsserve.Options{Token: token, Dispatcher: d, OnOpen: srv.Ready, OnClose: srv.DropConn})
+	ws := wsserve.New(wsserve.Options{Token: token, Dispatcher: d, OnOpen: srv.Ready, OnClose: srv.DropConn,
+		Tenant: srv.TenantOf})
 	hs := &http.Server{Handler: ws, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(env.Stderr, "agentd serve: http: ", 0)}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()

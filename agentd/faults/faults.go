@@ -55,6 +55,7 @@ const (
 func All() []Name {
 	all := []Name{DotenvIntoProcess, LaunchEnvBleed, SharedShell, GlobalCwd, CronLaunchScope, SharedCredential,
 		ModelBleed, WrongWriteScope, BroadcastEvents, SharedStateDB, LogSecretEncoded, ContextLost, PluginInProcess}
+	all = append(all, detectFaults()...)
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	return all
 }

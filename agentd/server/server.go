@@ -195,7 +195,7 @@ func (s *Server) ownedSession(c *rpc.Call, id string) (*Session, error) {
 	if sess == nil {
 		return nil, rpc.Errorf(rpc.CodeUnknownSession, "unknown session %q", id)
 	}
-	if sess.conn == nil || sess.conn.ID() != c.Conn.ID() {
+	if (sess.conn == nil || sess.conn.ID() != c.Conn.ID()) && !s.opts.Faults.Has(faults.SessionFollowsID) {
 		return nil, rpc.Errorf(rpc.CodeForbidden, "session %q belongs to another connection", id)
 	}
 	return sess, nil
@@ -215,7 +215,11 @@ func (s *Server) target(ctx context.Context, c *rpc.Call, sessionID, profileName
 		// The session's profile may have been deleted since.
 		return s.scopeFor(ctx, sess.Scope.Profile.Name)
 	}
-	return s.scopeFor(ctx, profileName)
+	name, err := s.profileFor(c, profileName)
+	if err != nil {
+		return nil, err
+	}
+	return s.scopeFor(ctx, name)
 }
 
 type sessionInfo struct {
@@ -261,7 +265,7 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 	if s.opts.Faults.Has(faults.ModelBleed) {
 		model = s.launchModel()
 	}
-	sess := &Session{ID: newLiveID(), Stored: stored, Scope: sc, conn: c.Conn, history: history}
+	sess := &Session{ID: s.liveID(), Stored: stored, Scope: sc, conn: c.Conn, history: history}
 	s.seedSessionFaults(sess)
 	s.mu.Lock()
 	if s.shutting {
@@ -284,7 +288,11 @@ func (s *Server) sessionCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := c.Bind(&p); err != nil {
 		return nil, err
 	}
-	sc, err := s.scopeFor(ctx, p.Profile)
+	name, err := s.profileFor(c, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := s.scopeFor(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -302,10 +310,15 @@ func (s *Server) sessionResume(ctx context.Context, c *rpc.Call) (any, error) {
 	if p.SessionID == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "session.resume: session_id (a stored session id) is required")
 	}
-	sc, err := s.scopeFor(ctx, p.Profile)
+	name, err := s.profileFor(c, p.Profile)
 	if err != nil {
 		return nil, err
 	}
+	sc, err := s.scopeFor(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	sc = s.resumeScopeFault(ctx, sc, p.SessionID)
 	return s.openSession(ctx, c, sc, p.SessionID)
 }
 
@@ -386,6 +399,7 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string) (strin
 		if typ == "message.complete" {
 			release()
 		}
+		s.tmpCopyFault(typ, payload)
 		sess.emit(typ, payload)
 	}
 	sc := sess.Scope
@@ -504,7 +518,7 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 			return "", err
 		}
 	}
-	sess := &Session{ID: newLiveID(), Stored: st.ID, Scope: sc, sink: d.Sink, history: append([]llm.Message(nil), d.History...), busy: true}
+	sess := &Session{ID: s.liveID(), Stored: st.ID, Scope: sc, sink: d.Sink, history: append([]llm.Message(nil), d.History...), busy: true}
 	s.seedSessionFaults(sess)
 	// Registered (with no owner connection, so no request can address it)
 	// for the nested calls of its turn's plugin tools.
@@ -621,6 +635,7 @@ func (s *Server) modelSaveKey(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := sc.Profile.SetEnv(name, p.APIKey); err != nil {
 		return nil, rpc.Errorf(rpc.CodeInternal, "model.save_key: %v", err)
 	}
+	s.saveKeyFault(ctx, name, p.APIKey)
 	sc.Log.Info("key saved", "env", name, "key", scope.Fingerprint(p.APIKey))
 	return map[string]any{"ok": true, "profile": sc.Profile.Name, "env": name}, nil
 }
@@ -642,7 +657,10 @@ func (s *Server) profilesCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := c.Bind(&p); err != nil {
 		return nil, err
 	}
-	prof, err := s.opts.Homes.Create(p.Name)
+	if err := operatorOnly(c); err != nil {
+		return nil, err
+	}
+	prof, err := s.createProfile(p.Name)
 	switch {
 	case errors.Is(err, profile.ErrBadName):
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "profiles.create: %v", err)
@@ -660,6 +678,9 @@ func (s *Server) profilesDelete(ctx context.Context, c *rpc.Call) (any, error) {
 		Name string `json:"name"`
 	}
 	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	if err := operatorOnly(c); err != nil {
 		return nil, err
 	}
 	if p.Name == "" || p.Name == profile.LaunchName {
@@ -700,7 +721,9 @@ func (s *Server) profilesList(ctx context.Context, c *rpc.Call) (any, error) {
 	}
 	names := make([]string, 0, len(list))
 	for _, p := range list {
-		names = append(names, p.Name)
+		if own := boundTo(c.Conn); own == "" || own == p.Name {
+			names = append(names, p.Name)
+		}
 	}
 	return map[string]any{"profiles": names}, nil
 }
@@ -721,7 +744,11 @@ func (s *Server) cronCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	if _, err := cron.ParseEvery(p.Every); err != nil {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.create: %v", err)
 	}
-	sc, err := s.scopeFor(ctx, p.Profile)
+	name, err := s.profileFor(c, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := s.scopeFor(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -744,7 +771,11 @@ func (s *Server) cronTrigger(ctx context.Context, c *rpc.Call) (any, error) {
 	if p.ID == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: id is required")
 	}
-	sc, err := s.scopeFor(ctx, p.Profile)
+	name, err := s.profileFor(c, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := s.scopeFor(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -765,7 +796,11 @@ func (s *Server) cronList(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := c.Bind(&p); err != nil {
 		return nil, err
 	}
-	sc, err := s.scopeFor(ctx, p.Profile)
+	name, err := s.profileFor(c, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := s.scopeFor(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -903,11 +938,12 @@ func (s *Server) Facade(ctx context.Context, sessionID, facade, method string, a
 		if err := need(1); err != nil {
 			return "", err
 		}
-		snap, err := sess.Scope.Load()
+		sc := s.facadeScope(ctx, sess.Scope)
+		snap, err := sc.Load()
 		if err != nil {
 			return "", fmt.Errorf("facade llm.complete: %w", err)
 		}
-		resp, err := sess.Scope.Client(snap).Stream(ctx, llm.Request{Model: snap.Config.Model.Default,
+		resp, err := sc.Client(snap).Stream(ctx, llm.Request{Model: snap.Config.Model.Default,
 			Messages: []llm.Message{{Role: "user", Content: args[0]}}}, nil)
 		if err != nil {
 			return "", fmt.Errorf("facade llm.complete: %w", err)

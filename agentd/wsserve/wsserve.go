@@ -35,6 +35,10 @@ type Options struct {
 	OnOpen func(c rpc.Conn) error
 	// OnClose runs once a connection is gone (its sessions end).
 	OnClose func(connID string)
+	// Tenant, when set, names the profile whose tenant credential a token
+	// other than Token is; such a connection is bound to that profile
+	// (Conn.Tenant). Nil: only Token opens a connection.
+	Tenant func(token string) (profile string, ok bool)
 }
 
 // Handler serves /api/ws and /api/health.
@@ -83,8 +87,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
-	tok := r.URL.Query().Get("token")
-	if tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(h.opts.Token)) != 1 {
+	tenant, ok := h.authenticate(r.URL.Query().Get("token"))
+	if !ok {
 		http.Error(w, "missing or wrong token", http.StatusUnauthorized)
 		return
 	}
@@ -100,7 +104,7 @@ func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader has answered
 	}
 	ws.SetReadLimit(h.opts.MaxFrame)
-	c := &Conn{id: rpc.NewConnID("ws"), ws: ws, queue: make(chan []byte, h.opts.Queue), done: make(chan struct{}), writerDone: make(chan struct{})}
+	c := &Conn{id: rpc.NewConnID("ws"), tenant: tenant, ws: ws, queue: make(chan []byte, h.opts.Queue), done: make(chan struct{}), writerDone: make(chan struct{})}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -173,9 +177,27 @@ func (h *Handler) Conns() int {
 	return len(h.conns)
 }
 
+// authenticate says whom tok admits: the operator (Token: "", true), a
+// tenant (its profile, true), or no one.
+func (h *Handler) authenticate(tok string) (tenant string, ok bool) {
+	if tok == "" {
+		return "", false
+	}
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(h.opts.Token)) == 1 {
+		return "", true
+	}
+	if h.opts.Tenant != nil {
+		if name, ok := h.opts.Tenant(tok); ok && name != "" {
+			return name, true
+		}
+	}
+	return "", false
+}
+
 // Conn is one websocket connection.
 type Conn struct {
 	id         string
+	tenant     string // the profile a tenant credential bound it to; "" for the operator
 	ws         *websocket.Conn
 	queue      chan []byte
 	done       chan struct{}
@@ -190,6 +212,10 @@ type Conn struct {
 
 // ID implements rpc.Conn.
 func (c *Conn) ID() string { return c.id }
+
+// Tenant is the profile this connection is bound to (it authenticated
+// with that profile's tenant credential), or "" for an operator connection.
+func (c *Conn) Tenant() string { return c.tenant }
 
 // Done implements rpc.Conn.
 func (c *Conn) Done() <-chan struct{} { return c.done }

@@ -23,7 +23,7 @@ const (
 	maxTenants = 100
 )
 
-const runUsage = "usage: canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--out DIR] [--keep] [--timeout D] [--parallel N] [--self-test | --no-self-test]"
+const runUsage = "usage: canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--out DIR] [--keep] [--timeout D] [--parallel N] [--seed N] [--self-test | --no-self-test]"
 
 // certifyOptions are the main run's flags.
 type certifyOptions struct {
@@ -36,6 +36,7 @@ type certifyOptions struct {
 	parallel int
 	selfTest bool
 	noSelf   bool
+	seed     uint64
 }
 
 // errHelp: -h was asked for.
@@ -54,6 +55,7 @@ func certifyFlags() (*flag.FlagSet, *certifyOptions) {
 	fs.DurationVar(&o.timeout, "timeout", 0, "cap on each scenario (0: each scenario's own)")
 	fs.IntVar(&o.parallel, "parallel", 1, "scenarios run at once")
 	fs.BoolVar(&o.selfTest, "self-test", false, "only prove the harness catches every seeded leak of the embedded agentd (and that the same scenarios are clean); exit 0 when it does")
+	fs.Uint64Var(&o.seed, "seed", 0, "replay a run's tenant orders and interleavings with its seed `N` (printed and in the certificate; 0 draws one)")
 	fs.BoolVar(&o.noSelf, "no-self-test", false, "certify without measuring the harness's detection power (the certificate says it was not measured)")
 	return fs, o
 }
@@ -140,6 +142,10 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		return usageError(stderr, "canary-run", fmt.Errorf("--out %q: %w", o.out, err), runUsage)
 	}
 
+	if o.seed == 0 {
+		o.seed = scenarios.DrawSeed()
+	}
+	fmt.Fprintf(stderr, "canary-run: seed %d (replay with --seed %d)\n", o.seed, o.seed)
 	start := time.Now()
 	var reports []scenarios.Report
 	var runErr error
@@ -159,6 +165,7 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	}
 	cert := certificate.New(certTarget, ts, reports, time.Since(start))
 	cert.DetectionPower = power
+	cert.Seed = o.seed
 	if o.selfTest {
 		cert.Verdict = certificate.Certified
 		if power == nil || power.Caught != power.Seeded || !allClean(power) {
@@ -216,6 +223,7 @@ func catalogConfig(o certifyOptions, target harness.Target, work string, stderr 
 		Timeout:  o.timeout,
 		Parallel: o.parallel,
 		Progress: stderr,
+		Seed:     o.seed,
 	}
 }
 
