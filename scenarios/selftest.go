@@ -41,6 +41,9 @@ func Faults() []Fault {
 		{"log-secret-encoded", "pooled-serve", invariants.Text, "the server logs a provider key base64-encoded"},
 		{"context-lost", "plugin-hosts", invariants.SessionContext, "a nested plugin call runs as the session that started the host"},
 		{"plugin-in-process", "plugin-hosts", invariants.PluginBoundary, "plugins.isolation: host is ignored: plugin code runs in the pooled server"},
+		{"token-in-tool-env", "pooled-serve", invariants.OperatorSecret, "the serve token reaches every tenant's tool environment"},
+		{"tmp-copy", "pooled-serve", invariants.SharedPlace, "tool output is copied into $TMPDIR, a place every tenant's processes share"},
+		{"create-copies-launch-env", "profile-lifecycle", invariants.File, "profiles.create copies the launch profile's .env into the new home"},
 	}
 }
 
