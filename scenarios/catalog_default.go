@@ -20,6 +20,7 @@ func Default() *Catalog {
 		gateway(),
 		shellReuse(),
 		pluginHosts(),
+		tenantAuthz(),
 	)
 	if err != nil {
 		// The catalog is data compiled into the binary; TestCatalogIsValid

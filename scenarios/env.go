@@ -45,6 +45,7 @@ type Env struct {
 	texts    []ownedText          // streams the harness received (gateway replies)
 	deleted  map[string]bool      // tenants whose profile a phase deleted
 	operator map[string]string    // the operator's secrets the scenario made (serve tokens)
+	authz    map[string]owned     // what each tenant owns, for the authorization probes
 }
 
 type ownedConn struct {

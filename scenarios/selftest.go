@@ -44,6 +44,9 @@ func Faults() []Fault {
 		{"token-in-tool-env", "pooled-serve", invariants.OperatorSecret, "the serve token reaches every tenant's tool environment"},
 		{"tmp-copy", "pooled-serve", invariants.SharedPlace, "tool output is copied into $TMPDIR, a place every tenant's processes share"},
 		{"create-copies-launch-env", "profile-lifecycle", invariants.File, "profiles.create copies the launch profile's .env into the new home"},
+		{"resume-any-profile", "tenant-authz", invariants.Authz, "session.resume searches every profile's state.db: a tenant resumes another's stored session"},
+		{"sequential-sessions", "tenant-authz", invariants.Authz, "live session ids follow a counter: a tenant guesses another's"},
+		{"session-follows-id", "tenant-authz", invariants.Authz, "a live session obeys whichever connection names its id"},
 	}
 }
 
