@@ -77,7 +77,10 @@ func settingsWrites() Spec {
 				e.OpenSessions()
 			}},
 			{Name: "writes", Run: func(e *Env) {
-				for i, t := range e.Tenants {
+				// Every tenant in the seed's order; each saves its key under a
+				// slug of its own, so a save that also lands in a profile
+				// missing that name (the launch profile's, say) shows.
+				for i, t := range e.Shuffled(e.Tenants) {
 					addr := addressing(e, t, i%2 == 0)
 					how := map[bool]string{true: "by session", false: "by profile"}[i%2 == 0]
 					c := e.Conns[t.Name]
@@ -100,7 +103,7 @@ func settingsWrites() Spec {
 						e.T.Fatalf("%v", err)
 					}
 					e.ScopedWrite("model.save_key "+how, t, envWrite, func() {
-						e.Call(c, "model.save_key", with(addr, "slug", "canary", "api_key", key.Value), nil)
+						e.Call(c, "model.save_key", with(addr, "slug", saveKeySlug(t), "api_key", key.Value), nil)
 					})
 				}
 			}},
@@ -123,7 +126,7 @@ func settingsWrites() Spec {
 								e.T.Errorf("%s: the turn after config.set prompt does not carry the new prompt", t.Name)
 							}
 						case tenants.SavedKey:
-							if !strings.Contains(snap, "CANARY_API_KEY="+m.Value) {
+							if !strings.Contains(snap, strings.ToUpper(saveKeySlug(t))+"_API_KEY="+m.Value) {
 								e.T.Errorf("%s: the turn after model.save_key does not see the saved key", t.Name)
 							}
 						}
@@ -366,4 +369,10 @@ func shellReuse() Spec {
 			}},
 		},
 	}
+}
+
+// saveKeySlug is the slug tenant t saves its key under in settings-writes:
+// its own (canary_<name>), which no other profile has.
+func saveKeySlug(t *tenants.Tenant) string {
+	return "canary_" + strings.ReplaceAll(t.Name, "-", "_")
 }

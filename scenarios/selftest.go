@@ -47,6 +47,7 @@ func Faults() []Fault {
 		{"resume-any-profile", "tenant-authz", invariants.Authz, "session.resume searches every profile's state.db: a tenant resumes another's stored session"},
 		{"sequential-sessions", "tenant-authz", invariants.Authz, "live session ids follow a counter: a tenant guesses another's"},
 		{"session-follows-id", "tenant-authz", invariants.Authz, "a live session obeys whichever connection names its id"},
+		{"save-key-launch-fallback", "settings-writes", invariants.WriteScope, "model.save_key also writes the launch profile's .env when the name is missing there"},
 	}
 }
 
