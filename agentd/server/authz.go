@@ -38,7 +38,10 @@ func (s *Server) TenantOf(token string) (name string, ok bool) {
 }
 
 // tenantBound is a connection a tenant credential opened.
-type tenantBound interface{ Tenant() string }
+type tenantBound interface {
+	Tenant() string
+	Credential() string
+}
 
 // boundTo is the profile conn is bound to, or "" for an operator
 // connection (the operator token, a stdio backend).
@@ -57,10 +60,32 @@ func (s *Server) profileFor(c *rpc.Call, name string) (string, error) {
 	if own == "" {
 		return name, nil
 	}
+	if !s.credentialHolds(c.Conn, own) {
+		return "", rpc.Errorf(rpc.CodeForbidden, "%s: this connection's credential no longer opens its profile (deleted, re-created or rotated): reconnect", c.Method)
+	}
 	if name == "" || name == own || (own == profile.LaunchName && name == profile.LaunchName) {
 		return own, nil
 	}
 	return "", rpc.Errorf(rpc.CodeForbidden, "%s: this connection may address only its own profile", c.Method)
+}
+
+// credentialHolds reports whether conn's tenant credential is still the
+// API_SERVER_KEY of its profile own.
+func (s *Server) credentialHolds(conn rpc.Conn, own string) bool {
+	b, ok := conn.(tenantBound)
+	if !ok {
+		return false
+	}
+	p, err := s.opts.Homes.Get(own)
+	if err != nil {
+		return false
+	}
+	env, err := p.LoadEnv()
+	if err != nil {
+		return false
+	}
+	key, found := env.Lookup(TenantKeyEnv)
+	return found && key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(b.Credential())) == 1
 }
 
 // operatorOnly refuses a tenant connection a method only the operator

@@ -87,7 +87,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
-	tenant, ok := h.authenticate(r.URL.Query().Get("token"))
+	tok := r.URL.Query().Get("token")
+	tenant, ok := h.authenticate(tok)
 	if !ok {
 		http.Error(w, "missing or wrong token", http.StatusUnauthorized)
 		return
@@ -104,7 +105,11 @@ func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader has answered
 	}
 	ws.SetReadLimit(h.opts.MaxFrame)
-	c := &Conn{id: rpc.NewConnID("ws"), tenant: tenant, ws: ws, queue: make(chan []byte, h.opts.Queue), done: make(chan struct{}), writerDone: make(chan struct{})}
+	credential := ""
+	if tenant != "" {
+		credential = tok
+	}
+	c := &Conn{id: rpc.NewConnID("ws"), tenant: tenant, credential: credential, ws: ws, queue: make(chan []byte, h.opts.Queue), done: make(chan struct{}), writerDone: make(chan struct{})}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -198,6 +203,7 @@ func (h *Handler) authenticate(tok string) (tenant string, ok bool) {
 type Conn struct {
 	id         string
 	tenant     string // the profile a tenant credential bound it to; "" for the operator
+	credential string // that tenant credential, re-checked at every call
 	ws         *websocket.Conn
 	queue      chan []byte
 	done       chan struct{}
@@ -216,6 +222,12 @@ func (c *Conn) ID() string { return c.id }
 // Tenant is the profile this connection is bound to (it authenticated
 // with that profile's tenant credential), or "" for an operator connection.
 func (c *Conn) Tenant() string { return c.tenant }
+
+// Credential is the tenant credential the connection opened with ("" for
+// the operator): the server checks it still opens the profile at every
+// call, so a deleted (or re-created) profile or a rotated key ends its
+// reach.
+func (c *Conn) Credential() string { return c.credential }
 
 // Done implements rpc.Conn.
 func (c *Conn) Done() <-chan struct{} { return c.done }
