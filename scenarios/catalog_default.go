@@ -21,6 +21,7 @@ func Default() *Catalog {
 		shellReuse(),
 		pluginHosts(),
 		tenantAuthz(),
+		profileRecreate(),
 	)
 	if err != nil {
 		// The catalog is data compiled into the binary; TestCatalogIsValid

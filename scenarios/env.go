@@ -46,6 +46,7 @@ type Env struct {
 	deleted  map[string]bool      // tenants whose profile a phase deleted
 	operator map[string]string    // the operator's secrets the scenario made (serve tokens)
 	authz    map[string]owned     // what each tenant owns, for the authorization probes
+	recreate *recreated           // the profile profile-recreate deletes and makes again
 }
 
 type ownedConn struct {
