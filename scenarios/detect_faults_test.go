@@ -20,7 +20,8 @@ import (
 // detectFaultNames are the faults of authorization, operator secrets,
 // shared places and lifecycle edges.
 var detectFaultNames = []string{"token-in-tool-env", "tmp-copy", "create-copies-launch-env",
-	"resume-any-profile", "sequential-sessions", "session-follows-id", "save-key-launch-fallback"}
+	"resume-any-profile", "sequential-sessions", "session-follows-id", "save-key-launch-fallback",
+	"llm-facade-launch-provider"}
 
 // TestSelfTestDetectFaults runs the self-test for those faults only (the
 // full matrix is TestSelfTestCatchesEverySeededFault); DETECT_FAULTS

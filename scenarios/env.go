@@ -47,6 +47,7 @@ type Env struct {
 	operator map[string]string    // the operator's secrets the scenario made (serve tokens)
 	authz    map[string]owned     // what each tenant owns, for the authorization probes
 	recreate *recreated           // the profile profile-recreate deletes and makes again
+	pluginSt *pluginState         // what plugin-hosts learnt of the hosts
 }
 
 type ownedConn struct {

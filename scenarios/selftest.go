@@ -48,6 +48,7 @@ func Faults() []Fault {
 		{"sequential-sessions", "tenant-authz", invariants.Authz, "live session ids follow a counter: a tenant guesses another's"},
 		{"session-follows-id", "tenant-authz", invariants.Authz, "a live session obeys whichever connection names its id"},
 		{"save-key-launch-fallback", "settings-writes", invariants.WriteScope, "model.save_key also writes the launch profile's .env when the name is missing there"},
+		{"llm-facade-launch-provider", "plugin-hosts", invariants.Request, "a plugin's LLM facade call goes to the launch profile's provider with its key and model"},
 	}
 }
 
