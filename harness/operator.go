@@ -61,11 +61,12 @@ func listDir(dir string) map[string]bool {
 	return out
 }
 
-// harnessTemp reports whether a system temp entry is the harness's own
-// (another test's or run's sandbox, the go tool's build folder): those
-// hold other runs' tenants, none of this run's.
+// harnessTemp reports whether a system temp entry is the harness's own:
+// another test's or run's sandbox, the go tool's build folder (other runs'
+// tenants, none of this run's), or the scanner's own copies of a database
+// it is reading (this run's, by design).
 func harnessTemp(name string) bool {
-	for _, p := range []string{"Test", "Benchmark", "Fuzz", "Example", "canary-run-", "go-build", "gopls"} {
+	for _, p := range []string{"Test", "Benchmark", "Fuzz", "Example", "canary-run-", "canary-scan-", "go-build", "gopls"} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
