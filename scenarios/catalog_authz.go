@@ -100,10 +100,11 @@ func tenantAuthz() Spec {
 				e.OpenSessions()
 				e.InterleavedTurns(1)
 				e.authz = map[string]owned{}
-				var live, stored []string
+				var live, stored, crons []string
 				for _, t := range e.Tenants {
 					s := e.Sessions[t.Name]
 					e.authz[t.Name] = owned{tenant: t, live: s.SessionID, stored: s.StoredSessionID, cron: e.CreateCron(e.Conns[t.Name], t)}
+					crons = append(crons, e.authz[t.Name].cron)
 					// A second session each, so a counter shows between
 					// neighbours.
 					s2 := e.CreateSession(e.Conns[t.Name], t)
@@ -114,6 +115,9 @@ func tenantAuthz() Spec {
 					e.Find(f)
 				}
 				for _, f := range invariants.PredictableIDs("stored session", stored) {
+					e.Find(f)
+				}
+				for _, f := range invariants.PredictableIDs("cron job", crons) {
 					e.Find(f)
 				}
 			}},
