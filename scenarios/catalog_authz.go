@@ -125,13 +125,14 @@ func tenantAuthz() Spec {
 				if !e.Box.Target.TenantCredentials {
 					e.skip(string(Authz), noCredentials)
 				}
-				mine := map[string]map[string]bool{} // attacker -> its own live ids
+				mine := map[string]map[string]bool{} // attacker -> its own live and stored ids
 				e.mu.Lock()
 				for _, s := range e.sessions {
 					if mine[s.tenant.Name] == nil {
 						mine[s.tenant.Name] = map[string]bool{}
 					}
 					mine[s.tenant.Name][s.info.SessionID] = true
+					mine[s.tenant.Name][s.info.StoredSessionID] = true
 				}
 				e.mu.Unlock()
 				for _, a := range e.Tenants {
@@ -165,8 +166,8 @@ func tenantAuthz() Spec {
 }
 
 // probeOwner makes every row of the matrix from a's main connection against
-// o's things, and the guessed neighbours of o's live id that a does not
-// own; each accepted call is an Authz finding with its evidence.
+// o's things, and the guessed neighbours of o's live and stored ids that a
+// does not own; each accepted call is an Authz finding with its evidence.
 func (e *Env) probeOwner(a *tenants.Tenant, o owned, own map[string]bool) {
 	e.T.Helper()
 	c := e.Conns[a.Name]
@@ -182,6 +183,14 @@ func (e *Env) probeOwner(a *tenants.Tenant, o owned, own map[string]bool) {
 		}
 		e.expectRefused(c, a, o.tenant, "prompt on a guessed neighbour of the owner's live id", "prompt.submit",
 			map[string]any{"session_id": id, "text": "authz probe: run the environment probe"})
+	}
+	if e.Box.Target.TenantCredentials {
+		for _, id := range invariants.Neighbours(o.stored) {
+			if own[id] {
+				continue
+			}
+			e.expectRefused(c, a, o.tenant, "resume a guessed neighbour of the owner's stored id", "session.resume", map[string]any{"session_id": id})
+		}
 	}
 }
 
