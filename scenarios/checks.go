@@ -126,9 +126,11 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 		out = append(out, invariants.LaunchBleedOf(ts, s.tenant.Name, s.info.Info.Model, "session "+s.info.SessionID+" info.model")...)
 	}
 	// Operator secrets, shared places.
-	out = append(out, e.detectChecks(ctx, chk, conns, texts)...)
+	df, dc := e.detectChecks(ctx, chk, conns, texts)
+	out = append(out, df...)
 	// 7. Positive controls.
 	controls, cf := e.controls(ctx, conns)
+	controls = append(controls, dc...)
 	out = append(out, cf...)
 	out = invariants.Dedup(out)
 	counts.Findings = len(out)

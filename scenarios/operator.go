@@ -3,6 +3,8 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,8 +53,10 @@ func (e *Env) DialOperator(s *Serve) *harness.Conn {
 
 // detectChecks are the checks of issue 12 over what the run produced:
 // the operator's secrets in every tenant-visible place, and every tenant's
-// secrets in the shared places of the sandbox.
-func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns []ownedConn, texts []ownedText) []invariants.Finding {
+// secrets in the shared places of the sandbox; with their positive
+// controls (the operator scan sees the managed secret where it belongs;
+// the shared places listed include the target's cwd and TMPDIR).
+func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns []ownedConn, texts []ownedText) ([]invariants.Finding, []Control) {
 	secrets := map[string]string{}
 	for k, v := range e.Box.Operator {
 		secrets[k] = v
@@ -65,7 +69,16 @@ func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns [
 	var out []invariants.Finding
 	op, err := invariants.NewOperator(secrets)
 	if err != nil {
-		return []invariants.Finding{{Invariant: invariants.Harness, Detail: err.Error()}}
+		return []invariants.Finding{{Invariant: invariants.Harness, Detail: err.Error()}}, nil
+	}
+	var controls []Control
+	control := func(name string, ok bool, detail string) {
+		c := Control{Tenant: invariants.OperatorOwner, Name: name, Passed: ok}
+		if !ok {
+			c.Detail = detail
+			out = append(out, invariants.Finding{Invariant: invariants.Control, Tenant: invariants.OperatorOwner, Detail: name + ": " + detail})
+		}
+		controls = append(controls, c)
 	}
 	out = append(out, op.Requests(e.Box.Set.Tenants)...)
 	for _, c := range conns {
@@ -84,12 +97,20 @@ func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns [
 	}
 	if e.Box.Target.Files && !e.Box.Target.Remote() {
 		out = append(out, op.Homes(ctx, e.Box.Set)...)
+		if v := e.Box.Operator["managed_secret"]; v != "" {
+			path := strings.ReplaceAll(e.Box.Target.ManagedConfig, "{root}", e.Box.Root)
+			data, err := os.ReadFile(path)
+			control("operator scan sees the managed secret in the managed config", err == nil && len(op.Text("", path, data)) > 0,
+				fmt.Sprintf("not seen in %s (%v)", path, err))
+		}
 		places := append(invariants.SharedPlaces(e.Box.Set, e.Box.Logs), e.Box.NewSystemTemp()...)
+		control("shared places include the target's cwd and TMPDIR", slices.Contains(places, e.Box.Cwd) && slices.Contains(places, e.Box.Tmp),
+			fmt.Sprintf("listed: %v", places))
 		out = append(out, chk.SharedPlaceLeaks(ctx, places)...)
 	} else {
 		e.skip(string(SharedPlace), "the target's files are not reachable from the harness")
 	}
-	return out
+	return out, controls
 }
 
 // excerpt is the start of b on one line, for a finding's evidence.
