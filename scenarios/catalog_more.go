@@ -81,8 +81,13 @@ func settingsWrites() Spec {
 				// slug of its own, so a save that also lands in a profile
 				// missing that name (the launch profile's, say) shows.
 				for i, t := range e.Shuffled(e.Tenants) {
+					// Every tenant makes a config.set by session and one by
+					// profile (which is which alternates), whatever order the
+					// seed gives.
 					addr := addressing(e, t, i%2 == 0)
 					how := map[bool]string{true: "by session", false: "by profile"}[i%2 == 0]
+					other := addressing(e, t, i%2 != 0)
+					otherHow := map[bool]string{true: "by session", false: "by profile"}[i%2 != 0]
 					c := e.Conns[t.Name]
 					dir, err := t.MintWorkdir()
 					if err != nil {
@@ -95,8 +100,8 @@ func settingsWrites() Spec {
 					if err != nil {
 						e.T.Fatalf("%v", err)
 					}
-					e.ScopedWrite("config.set prompt "+how, t, configWrite, func() {
-						e.Call(c, "config.set", with(addr, "key", "prompt", "value", prompt.Value), nil)
+					e.ScopedWrite("config.set prompt "+otherHow, t, configWrite, func() {
+						e.Call(c, "config.set", with(other, "key", "prompt", "value", prompt.Value), nil)
 					})
 					key, err := t.Mint(tenants.SavedKey)
 					if err != nil {
