@@ -106,6 +106,7 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 		rep.Result = verdict(rep, t.Failed())
 		if rep.Result != Pass {
 			rep.Log = rt.messages()
+			t.Logf("%s: seed %d (replay its orders with --seed %d, or Config.Seed)", spec.ID, cfg.Seed, cfg.Seed)
 		}
 		progress(cfg.Progress, "%-20s %s in %v (%d findings)", spec.ID, rep.Result, rep.Duration.Round(time.Millisecond), len(rep.Findings()))
 	})

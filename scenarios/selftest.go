@@ -122,6 +122,9 @@ func SelfTest(ctx context.Context, cat *Catalog, cfg Config, faults []Fault) (Se
 	if err := validateFaults(cat, faults); err != nil {
 		return SelfTestResult{}, fmt.Errorf("self-test: %w", err)
 	}
+	if cfg.Seed == 0 {
+		cfg.Seed = DrawSeed() // one seed for every clean and faulty run
+	}
 	// One catalog run per fault, plus one clean run of the scenarios used.
 	var used []string
 	usedSet := map[string]bool{}
