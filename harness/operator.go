@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // ManagedSecretKey is the operator-only key the harness plants in the
@@ -74,6 +75,18 @@ func harnessTemp(name string) bool {
 	return false
 }
 
+// ownedByUs reports whether path belongs to this process's user: the
+// target runs as that user, so whatever it made does (another user's
+// entries are no business of this run, and may be unreadable).
+func ownedByUs(path string) bool {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return false
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	return ok && int(sys.Uid) == os.Getuid()
+}
+
 // NewSystemTemp lists the entries of the system temp folder (os.TempDir of
 // the harness) made since the sandbox was: places a target that ignores
 // TMPDIR writes to, scanned as shared places. The sandbox itself, when it
@@ -86,7 +99,7 @@ func (s *Sandbox) NewSystemTemp() []string {
 	var out []string
 	for name := range listDir(dir) {
 		p := filepath.Join(dir, name)
-		if s.sysTmpSeen[name] || within(s.Root, p) || within(p, s.Root) || harnessTemp(name) {
+		if s.sysTmpSeen[name] || within(s.Root, p) || within(p, s.Root) || harnessTemp(name) || !ownedByUs(p) {
 			continue
 		}
 		out = append(out, p)
