@@ -134,6 +134,9 @@ type Certificate struct {
 	// Shard is set when the run was one slice of the catalog
 	// (canary-run --shard K/N); Merge joins the slices.
 	Shard *Shard `json:"shard,omitempty"`
+	// Seed is the run's seed (tenant orders, interleavings): `canary-run
+	// --seed N` replays them.
+	Seed uint64 `json:"seed,omitempty"`
 }
 
 // New makes the certificate of a run that ended now, taking the verdict

@@ -47,6 +47,9 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 	} else {
 		b.WriteString("Detection power: not measured in this run (`canary-run --self-test`).\n")
 	}
+	if c.Seed != 0 {
+		fmt.Fprintf(&b, "Seed %d (tenant orders and interleavings; `canary-run --seed %d` replays them).\n", c.Seed, c.Seed)
+	}
 	if c.Error != "" {
 		fmt.Fprintf(&b, "\nThe run failed: %s\n", code(c.Error))
 	}
@@ -101,6 +104,14 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 		}
 	}
 	list("Leaks", leaks)
+	var why []string
+	for i := range c.Scenarios {
+		r := &c.Scenarios[i]
+		for _, l := range Why(r) {
+			why = append(why, fmt.Sprintf("- %s: %s", r.ID, code(l)))
+		}
+	}
+	list("Why scenarios did not pass (first lines)", why)
 	list("Harness, target, liveness and control failures (not leaks)", other)
 
 	var skipped []string
@@ -166,6 +177,19 @@ func (c *Certificate) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write table: %w", err)
 	}
+	for i := range c.Scenarios {
+		r := &c.Scenarios[i]
+		for _, l := range Why(r) {
+			if _, err := fmt.Fprintf(w, "why %s: %s\n", r.ID, l); err != nil {
+				return fmt.Errorf("write table: %w", err)
+			}
+		}
+	}
+	if c.Seed != 0 {
+		if _, err := fmt.Fprintf(w, "seed: %d (replay with --seed %d)\n", c.Seed, c.Seed); err != nil {
+			return fmt.Errorf("write table: %w", err)
+		}
+	}
 	if c.Error != "" {
 		if _, err := fmt.Fprintf(w, "run failed: %s\n", c.Error); err != nil {
 			return fmt.Errorf("write table: %w", err)
@@ -190,4 +214,39 @@ func (c *Certificate) controls() (held, all int) {
 		}
 	}
 	return held, all
+}
+
+// WhyLines is how many lines of a failed scenario's reason the console
+// and summary.md show; certificate.json and junit.xml carry all of them.
+const WhyLines = 3
+
+// Why is the first lines of why scenario r did not pass (its log, else
+// its reason, each cut to one line of at most 300 bytes); nil when it
+// passed or was skipped.
+func Why(r *scenarios.Report) []string {
+	res := Effective(r)
+	if res == scenarios.Pass || res == scenarios.Skipped {
+		return nil
+	}
+	src := r.Log
+	if len(src) == 0 && r.Reason != "" {
+		src = []string{r.Reason}
+	}
+	var out []string
+	for _, m := range src {
+		for _, l := range strings.Split(m, "\n") {
+			l = strings.Join(strings.Fields(l), " ")
+			if l == "" {
+				continue
+			}
+			if len(l) > 300 {
+				l = l[:300] + "..."
+			}
+			out = append(out, l)
+			if len(out) == WhyLines {
+				return out
+			}
+		}
+	}
+	return out
 }

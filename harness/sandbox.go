@@ -33,8 +33,16 @@ type Sandbox struct {
 	Target Target
 	Set    *tenants.Set
 	Logs   string // folder of the processes' logs
+	// Cwd and Tmp are the working folder and TMPDIR of every target
+	// process: shared places inside the sandbox, scanned like the rest.
+	Cwd, Tmp string
+	// Operator holds the operator's secrets the harness knows (kind ->
+	// value): the managed scope's planted canary and the target file's
+	// secrets. The serve token is the scenario's (it makes it).
+	Operator map[string]string
 
-	env []string // hermetic base environment of every target process
+	env        []string        // hermetic base environment of every target process
+	sysTmpSeen map[string]bool // entries of the system temp folder when the sandbox was made
 
 	mu    sync.Mutex
 	procs []*Proc
@@ -75,17 +83,19 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 	} else if set, err = tenants.Build(root, opts.Tenants); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	s := &Sandbox{Root: set.Root, RunID: id, Target: target, Set: set, Logs: filepath.Join(set.Root, "logs")}
+	s := &Sandbox{Root: set.Root, RunID: id, Target: target, Set: set, Logs: filepath.Join(set.Root, "logs"),
+		Cwd: filepath.Join(set.Root, "cwd"), Tmp: filepath.Join(set.Root, "tmp"), Operator: map[string]string{},
+		sysTmpSeen: listDir(os.TempDir())}
 	fail := func(err error) (*Sandbox, error) {
 		s.Close()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	for _, dir := range []string{s.Logs, set.Home} {
+	for _, dir := range []string{s.Logs, set.Home, s.Cwd, s.Tmp} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fail(err)
 		}
 	}
-	extra := map[string]string{procgroup.MarkerVar: id}
+	extra := map[string]string{procgroup.MarkerVar: id, "TMPDIR": s.Tmp}
 	for k, v := range target.Env {
 		extra[k] = strings.ReplaceAll(v, "{root}", s.Root)
 	}
@@ -99,6 +109,12 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 		if err := set.WriteHomes(opts.Extras); err != nil {
 			return fail(err)
 		}
+		if err := s.plantOperatorSecrets(); err != nil {
+			return fail(err)
+		}
+	}
+	for i, v := range target.Secrets {
+		s.Operator[fmt.Sprintf("declared_secret_%d", i+1)] = v
 	}
 	return s, nil
 }
@@ -146,7 +162,7 @@ func (s *Sandbox) Env(extra map[string]string) []string {
 	return env
 }
 
-// Start runs one target process in the sandbox: cwd HOME, hermetic
+// Start runs one target process in the sandbox: cwd Cwd, TMPDIR Tmp, hermetic
 // environment (plus extra), its log in Logs. The process is stopped by
 // Close if the caller has not stopped it.
 func (s *Sandbox) Start(ctx context.Context, name string, argv []string, stdin bool, extra map[string]string) (*Proc, error) {
@@ -154,7 +170,7 @@ func (s *Sandbox) Start(ctx context.Context, name string, argv []string, stdin b
 	s.seq++
 	logPath := filepath.Join(s.Logs, fmt.Sprintf("%02d-%s.log", s.seq, strings.ReplaceAll(name, " ", "-")))
 	s.mu.Unlock()
-	p, err := StartProc(ctx, ProcSpec{Name: name, Argv: argv, Dir: s.Set.Home, Env: s.Env(extra), LogPath: logPath, Stdin: stdin})
+	p, err := StartProc(ctx, ProcSpec{Name: name, Argv: argv, Dir: s.Cwd, Env: s.Env(extra), LogPath: logPath, Stdin: stdin})
 	if err != nil {
 		return nil, err
 	}

@@ -56,6 +56,22 @@ type Target struct {
 	// journal path.
 	TenantsFile string `yaml:"tenants_file"`
 	Journal     string `yaml:"journal"`
+	// TenantCredentials says the serve backend takes a tenant credential
+	// (the tenant's API server key) as a connection token and binds that
+	// connection to the tenant's profile. The harness then dials every
+	// tenant with its own credential and the operator token only for
+	// operator work (creating and deleting profiles); without it every
+	// connection holds the operator's token, and the probes that address
+	// another tenant's profile are skipped with that reason.
+	TenantCredentials bool `yaml:"tenant_credentials"`
+	// Secrets are operator secrets the target holds beyond its token
+	// (values of its managed scope, say): canaries owned by "operator",
+	// which no tenant-visible place may carry.
+	Secrets []string `yaml:"secrets"`
+	// ManagedConfig is the operator (managed) scope's YAML file ({root} is
+	// the sandbox root): the harness plants an operator-only key there with
+	// a canary value owned by "operator". Empty: none planted.
+	ManagedConfig string `yaml:"managed_config"`
 
 	readyRE *regexp.Regexp
 }
@@ -81,6 +97,9 @@ func AgentdTarget(argv0 string, prefix ...string) Target {
 		TokenVar:    "AGENTD_SESSION_TOKEN",
 		Env:         map[string]string{"AGENTD_MANAGED_DIR": "{root}/managed"},
 		Files:       true,
+
+		TenantCredentials: true,
+		ManagedConfig:     "{root}/managed/config.yaml",
 	}
 	t.readyRE = regexp.MustCompile(t.ReadyLine)
 	return t

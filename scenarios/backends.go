@@ -43,6 +43,7 @@ func (e *Env) StartServe() *Serve {
 	tg := e.Box.Target
 	if tg.URL != "" {
 		e.Server = &Serve{Base: tg.URL, Token: tg.Token}
+		e.noteOperatorSecret("serve_token", tg.Token)
 		return e.Server
 	}
 	token := newToken()
@@ -61,6 +62,7 @@ func (e *Env) StartServe() *Serve {
 		e.T.Fatalf("serve backend not ready: %v", err)
 	}
 	e.Server = &Serve{Proc: p, Base: "http://" + net.JoinHostPort(m[1], m[2]), Token: token}
+	e.noteOperatorSecret("serve_token", token)
 	return e.Server
 }
 
@@ -77,12 +79,18 @@ func (e *Env) StopServe(s *Serve) {
 }
 
 // Dial opens a websocket connection owned by owner: every frame on it
-// belongs to owner, and a foreign canary on it is a leak.
+// belongs to owner, and a foreign canary on it is a leak. It holds owner's
+// tenant credential when the target takes them (Target.TenantCredentials),
+// else the operator's token.
 func (e *Env) Dial(s *Serve, owner *tenants.Tenant) *harness.Conn {
 	e.T.Helper()
 	ctx, cancel := e.ctx(30 * time.Second)
 	defer cancel()
-	c, err := harness.DialWebsocket(ctx, s.Base, s.Token)
+	token := s.Token
+	if e.Box.Target.TenantCredentials {
+		token = owner.APIServerKey()
+	}
+	c, err := harness.DialWebsocket(ctx, s.Base, token)
 	if err != nil {
 		e.T.Fatalf("connect to serve backend for %s: %v", owner.Name, err)
 	}

@@ -20,6 +20,8 @@ func Default() *Catalog {
 		gateway(),
 		shellReuse(),
 		pluginHosts(),
+		tenantAuthz(),
+		profileRecreate(),
 	)
 	if err != nil {
 		// The catalog is data compiled into the binary; TestCatalogIsValid

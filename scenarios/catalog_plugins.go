@@ -67,8 +67,12 @@ func probe(pctx plugin.Context, c context.Context, args map[string]any) (string,
 	if err != nil {
 		return "", err
 	}
+	answer, err := pctx.LLM().Complete(c, "` + llmFacadePrompt + `"+tag)
+	if err != nil {
+		return "", err
+	}
 	b, err := json.Marshal(map[string]any{"pid": os.Getpid(), "cwd": wd, "env": env, "prev": prev,
-		"reads": reads(paths), "nested": nested})
+		"reads": reads(paths), "nested": nested, "llm": answer})
 	return string(b), err
 }
 
@@ -86,6 +90,10 @@ func Register(pctx plugin.Context) error {
 // probe tool with args.
 const pluginPrompt = "PLUGIN-PROBE "
 
+// llmFacadePrompt starts the prompt the plugin sends through the server's
+// LLM facade (followed by its session tag, a canary of its tenant).
+const llmFacadePrompt = "LLM-FACADE "
+
 // pluginArgs are the probe's arguments, carried in the user's prompt.
 type pluginArgs struct {
 	Tag  string   `json:"tag"`
@@ -100,6 +108,7 @@ type pluginDump struct {
 	Prev   string            `json:"prev"`
 	Reads  map[string]string `json:"reads"`
 	Nested string            `json:"nested"`
+	LLM    string            `json:"llm"`
 }
 
 // pluginResponder answers a PLUGIN-PROBE prompt with a call of the probe
@@ -202,6 +211,7 @@ func (e *Env) probePlugin(c *harness.Conn, t *tenants.Tenant, sid, tag string, s
 			}
 		}
 	}
+	e.checkLLMFacade(t, tag, where)
 	if want := "NESTED-CWD=" + t.Workdir; !strings.Contains(d.Nested, want) {
 		e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name, Where: where,
 			Detail: fmt.Sprintf("the plugin's nested terminal call did not run in its session's shell (%q)", truncateText(d.Nested, 200))})
@@ -240,7 +250,8 @@ func truncateText(s string, n int) string {
 }
 
 func pluginHosts() Spec {
-	st := &pluginState{}
+	// The state lives in each run's Env: the self-test runs the same spec
+	// clean and faulty at once, and a closure variable would be shared.
 	return Spec{
 		ID:        "plugin-hosts",
 		Purpose:   "a plugin per tenant in host mode runs out of the server, as its own tenant, sandboxed; one tenant's host dying disturbs no other",
@@ -252,7 +263,8 @@ func pluginHosts() Spec {
 		Responder: pluginResponder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
-				*st = pluginState{hostPid: map[string]int{}, tags: map[string]string{}}
+				st := &pluginState{hostPid: map[string]int{}, tags: map[string]string{}}
+				e.pluginSt = st
 				if why := bwrapUnusable(e); why != "" {
 					e.skip("plugin_sandbox", why+": the launcher check that a plugin cannot read another tenant's home was not made")
 				} else {
@@ -282,6 +294,7 @@ func pluginHosts() Spec {
 				e.OpenSessions()
 			}},
 			{Name: "probe", Run: func(e *Env) {
+				st := e.pluginSt
 				for _, t := range e.Tenants {
 					tag, err := t.Mint("session_tag")
 					if err != nil {
@@ -305,6 +318,7 @@ func pluginHosts() Spec {
 				}
 			}},
 			{Name: "second-session", Run: func(e *Env) {
+				st := e.pluginSt
 				// A nested call runs as the session that made it: a second
 				// session of the same tenant finds no state of the first.
 				for _, t := range e.Tenants {
@@ -326,6 +340,7 @@ func pluginHosts() Spec {
 				}
 			}},
 			{Name: "kill-one-host", Run: func(e *Env) {
+				st := e.pluginSt
 				victim := e.Tenants[len(e.Tenants)-1]
 				pid := st.hostPid[victim.Name]
 				if pid == e.Server.Pid() || pid <= 0 {

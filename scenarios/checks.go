@@ -125,8 +125,12 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 	for _, s := range sessions {
 		out = append(out, invariants.LaunchBleedOf(ts, s.tenant.Name, s.info.Info.Model, "session "+s.info.SessionID+" info.model")...)
 	}
+	// Operator secrets, shared places.
+	df, dc := e.detectChecks(ctx, chk, conns, texts)
+	out = append(out, df...)
 	// 7. Positive controls.
 	controls, cf := e.controls(ctx, conns)
+	controls = append(controls, dc...)
 	out = append(out, cf...)
 	out = invariants.Dedup(out)
 	counts.Findings = len(out)

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	mrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -20,8 +21,11 @@ type Env struct {
 	Ctx     context.Context
 	Spec    Spec
 	Box     *harness.Sandbox
-	Tenants []*tenants.Tenant
+	Tenants []*tenants.Tenant // every tenant, in the order the run's seed gives
 	Report  *Report
+	// Rand is the scenario's random source, drawn from the run's seed: use
+	// it for every order and choice, so --seed replays the scenario.
+	Rand *mrand.Rand
 
 	// State the phases of one scenario share (set by the helpers that
 	// make them): each tenant's main connection and session, and the
@@ -42,6 +46,10 @@ type Env struct {
 	down     *targetDown          // where a start-up failure of the target stops the run
 	texts    []ownedText          // streams the harness received (gateway replies)
 	deleted  map[string]bool      // tenants whose profile a phase deleted
+	operator map[string]string    // the operator's secrets the scenario made (serve tokens)
+	authz    map[string]owned     // what each tenant owns, for the authorization probes
+	recreate *recreated           // the profile profile-recreate deletes and makes again
+	pluginSt *pluginState         // what plugin-hosts learnt of the hosts
 }
 
 type ownedConn struct {

@@ -64,6 +64,7 @@ type Report struct {
 	Purpose  string         `json:"purpose"`
 	Focus    []Invariant    `json:"focus"`
 	Tenants  int            `json:"tenants"`
+	Seed     uint64         `json:"seed"`             // the run's seed: --seed replays its orders
 	Roster   []TenantInfo   `json:"roster,omitempty"` // the tenants and their tags (a profile made mid-run included)
 	Result   Result         `json:"result"`
 	Reason   string         `json:"reason,omitempty"` // for skipped or failed

@@ -29,6 +29,10 @@ type Config struct {
 	// Interrupt, when it ends, kills every scenario's processes at once
 	// (canary-run's SIGINT); RunCatalog sets it to its context.
 	Interrupt context.Context
+	// Seed permutes every scenario's tenant order and interleavings (see
+	// Env.Rand); 0 draws one. The seed a run used is in every report, and
+	// running again with it replays the same orders.
+	Seed uint64
 
 	down *targetDown // set by runSpecs: the target could not start
 }
@@ -82,7 +86,10 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 	if cfg.Tenants == 0 {
 		n = max(3, spec.MinTenants)
 	}
-	*rep = Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus, Tenants: n}
+	if cfg.Seed == 0 {
+		cfg.Seed = DrawSeed()
+	}
+	*rep = Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus, Tenants: n, Seed: cfg.Seed}
 	rt := &recordingT{T: t}
 	start := time.Now()
 	var box *harness.Sandbox
@@ -101,6 +108,7 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 		rep.Result = verdict(rep, t.Failed())
 		if rep.Result != Pass {
 			rep.Log = rt.messages()
+			t.Logf("%s: seed %d (replay its orders with --seed %d, or Config.Seed)", spec.ID, cfg.Seed, cfg.Seed)
 		}
 		progress(cfg.Progress, "%-20s %s in %v (%d findings)", spec.ID, rep.Result, rep.Duration.Round(time.Millisecond), len(rep.Findings()))
 	})
@@ -140,7 +148,8 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 			rt.Errorf("%s: %v", spec.ID, err)
 		}
 	})
-	env := &Env{T: rt, Ctx: ctx, Spec: spec, Box: box, Tenants: box.Set.Tenants, Report: rep, down: cfg.down}
+	env := &Env{T: rt, Ctx: ctx, Spec: spec, Box: box, Report: rep, Rand: scenarioRand(cfg.Seed, spec.ID), down: cfg.down}
+	env.Tenants = env.permuted(box.Set.Tenants)
 	seen := map[string]bool{}
 	for _, ph := range spec.Phases {
 		progress(cfg.Progress, "%-20s phase %s", spec.ID, ph.Name)
@@ -240,6 +249,10 @@ func runSpecs(ctx context.Context, specs []Spec, cfg Config, label string) ([]Re
 		return nil, fmt.Errorf("run scenarios: no work dir")
 	}
 	cfg.Interrupt = ctx
+	if cfg.Seed == 0 {
+		// One seed for the whole run, so a replay needs one number.
+		cfg.Seed = DrawSeed()
+	}
 	if cfg.Target.TenantsFile != "" {
 		// A staging run's scenarios share one server and one set of
 		// tenants: one at a time, so each sees only its own requests.

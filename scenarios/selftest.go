@@ -41,6 +41,14 @@ func Faults() []Fault {
 		{"log-secret-encoded", "pooled-serve", invariants.Text, "the server logs a provider key base64-encoded"},
 		{"context-lost", "plugin-hosts", invariants.SessionContext, "a nested plugin call runs as the session that started the host"},
 		{"plugin-in-process", "plugin-hosts", invariants.PluginBoundary, "plugins.isolation: host is ignored: plugin code runs in the pooled server"},
+		{"token-in-tool-env", "pooled-serve", invariants.OperatorSecret, "the serve token reaches every tenant's tool environment"},
+		{"tmp-copy", "pooled-serve", invariants.SharedPlace, "tool output is copied into $TMPDIR, a place every tenant's processes share"},
+		{"create-copies-launch-env", "profile-lifecycle", invariants.File, "profiles.create copies the launch profile's .env into the new home"},
+		{"resume-any-profile", "tenant-authz", invariants.Authz, "session.resume searches every profile's state.db: a tenant resumes another's stored session"},
+		{"sequential-sessions", "tenant-authz", invariants.Authz, "live session ids follow a counter: a tenant guesses another's"},
+		{"session-follows-id", "tenant-authz", invariants.Authz, "a live session obeys whichever connection names its id"},
+		{"save-key-launch-fallback", "settings-writes", invariants.WriteScope, "model.save_key also writes the launch profile's .env when the name is missing there"},
+		{"llm-facade-launch-provider", "plugin-hosts", invariants.Request, "a plugin's LLM facade call goes to the launch profile's provider with its key and model"},
 	}
 }
 
@@ -113,6 +121,9 @@ func validateFaults(cat *Catalog, faults []Fault) error {
 func SelfTest(ctx context.Context, cat *Catalog, cfg Config, faults []Fault) (SelfTestResult, error) {
 	if err := validateFaults(cat, faults); err != nil {
 		return SelfTestResult{}, fmt.Errorf("self-test: %w", err)
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = DrawSeed() // one seed for every clean and faulty run
 	}
 	// One catalog run per fault, plus one clean run of the scenarios used.
 	var used []string

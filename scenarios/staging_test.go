@@ -87,6 +87,6 @@ func TestStagingTargetFromRoster(t *testing.T) {
 	assert.Equal(t, map[string]Result{
 		"stdio-separate": Skipped, "pooled-serve": Pass, "concurrent-turns": Pass, "settings-writes": Skipped,
 		"profile-lifecycle": Skipped, "restart-resume": Skipped, "gateway": Skipped, "shell-reuse": Pass,
-		"plugin-hosts": Skipped,
+		"plugin-hosts": Skipped, "tenant-authz": Pass, "profile-recreate": Skipped,
 	}, results)
 }

@@ -81,7 +81,7 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	// A connection is read no faster than its requests are admitted (its
 	// running and waiting ones); none with the no-conn-limit fault.
 	lim := srv.Limits()
-	ws := wsserve.New(wsserve.Options{Token: token, Dispatcher: d, OnOpen: srv.Ready, OnClose: srv.DropConn,
+	ws := wsserve.New(wsserve.Options{Token: token, Dispatcher: d, OnOpen: srv.Ready, OnClose: srv.DropConn, Tenant: srv.TenantOf,
 		MaxInFlight: lim.ConnRequests + lim.ConnQueue})
 	hs := &http.Server{Handler: ws, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(env.Stderr, "agentd serve: http: ", 0)}
 	served := make(chan error, 1)

@@ -69,6 +69,7 @@ func All() []Name {
 	all := []Name{DotenvIntoProcess, LaunchEnvBleed, SharedShell, GlobalCwd, CronLaunchScope, SharedCredential,
 		ModelBleed, WrongWriteScope, BroadcastEvents, SharedStateDB, LogSecretEncoded, ContextLost, PluginInProcess,
 		NoToolSandbox, EscapedProcess, HostSharedPIDNS, NoConnLimit}
+	all = append(all, detectFaults()...)
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	return all
 }

@@ -23,5 +23,12 @@ func TestFromEnv(t *testing.T) {
 	require.True(t, s.Has(ModelBleed))
 	require.False(t, s.Has(GlobalCwd))
 	require.Equal(t, []string{"model-bleed", "shared-shell"}, s.Names())
-	require.Len(t, All(), 17)
+	seen := map[Name]bool{}
+	for _, n := range append(All(), detectFaults()...) {
+		seen[n] = true
+		got, err := Parse(string(n))
+		require.NoError(t, err, "every listed fault parses")
+		require.True(t, got.Has(n))
+	}
+	require.Len(t, seen, len(All()), "All lists every fault, each once")
 }

@@ -202,6 +202,14 @@ func (s *Scope) Load() (*Snapshot, error) {
 // seedLoadFaults applies the seeded faults that corrupt what a profile
 // reads (test-only; see package faults).
 func (s *Scope) seedLoadFaults(snap *Snapshot) error {
+	if s.faults.Has(faults.TokenInToolEnv) {
+		// The bug: the serve token passes to the tools.
+		for _, kv := range s.baseEnv {
+			if strings.HasPrefix(kv, "AGENTD_SESSION_TOKEN=") {
+				snap.ToolEnv = append(snap.ToolEnv, kv)
+			}
+		}
+	}
 	if s.faults.Has(faults.DotenvIntoProcess) {
 		// The bug: the .env lands in the process environment, and tools
 		// inherit the process environment.

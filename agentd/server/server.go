@@ -257,7 +257,7 @@ func (s *Server) ownedSession(c *rpc.Call, id string) (*Session, error) {
 	if sess == nil {
 		return nil, rpc.Errorf(rpc.CodeUnknownSession, "unknown session %q", id)
 	}
-	if sess.conn == nil || sess.conn.ID() != c.Conn.ID() {
+	if (sess.conn == nil || sess.conn.ID() != c.Conn.ID()) && !s.opts.Faults.Has(faults.SessionFollowsID) {
 		return nil, rpc.Errorf(rpc.CodeForbidden, "session %q belongs to another connection", id)
 	}
 	return sess, nil
@@ -277,7 +277,11 @@ func (s *Server) target(ctx context.Context, c *rpc.Call, sessionID, profileName
 		// The session's profile may have been deleted since.
 		return s.scopeFor(ctx, sess.Scope.Profile.Name)
 	}
-	return s.scopeFor(ctx, profileName)
+	name, err := s.profileFor(c, profileName)
+	if err != nil {
+		return nil, err
+	}
+	return s.scopeFor(ctx, name)
 }
 
 type sessionInfo struct {
@@ -329,7 +333,7 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 	if s.opts.Faults.Has(faults.ModelBleed) {
 		model = s.launchModel()
 	}
-	sess := &Session{ID: newLiveID(), Stored: stored, Scope: sc, conn: c.Conn, history: history,
+	sess := &Session{ID: s.liveID(), Stored: stored, Scope: sc, conn: c.Conn, history: history,
 		sandboxFor: func(cwd string) (*sandbox.Policy, error) { return s.shellSandbox(sc, cwd) }}
 	s.seedSessionFaults(sess)
 	s.mu.Lock()
@@ -357,7 +361,11 @@ func (s *Server) sessionCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := c.Bind(&p); err != nil {
 		return nil, err
 	}
-	sc, err := s.scopeFor(ctx, p.Profile)
+	name, err := s.profileFor(c, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := s.scopeFor(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -375,10 +383,15 @@ func (s *Server) sessionResume(ctx context.Context, c *rpc.Call) (any, error) {
 	if p.SessionID == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "session.resume: session_id (a stored session id) is required")
 	}
-	sc, err := s.scopeFor(ctx, p.Profile)
+	name, err := s.profileFor(c, p.Profile)
 	if err != nil {
 		return nil, err
 	}
+	sc, err := s.scopeFor(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	sc = s.resumeScopeFault(ctx, sc, p.SessionID)
 	return s.openSession(ctx, c, sc, p.SessionID)
 }
 
@@ -469,6 +482,7 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string, ticket
 		if typ == "message.complete" {
 			release()
 		}
+		s.tmpCopyFault(typ, payload)
 		sess.emit(typ, payload)
 	}
 	if err := ticket.Wait(ctx); err != nil {
@@ -624,7 +638,7 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 			return "", err
 		}
 	}
-	sess := &Session{ID: newLiveID(), Stored: st.ID, Scope: sc, sink: d.Sink, history: append([]llm.Message(nil), d.History...), busy: true,
+	sess := &Session{ID: s.liveID(), Stored: st.ID, Scope: sc, sink: d.Sink, history: append([]llm.Message(nil), d.History...), busy: true,
 		sandboxFor: func(cwd string) (*sandbox.Policy, error) { return s.shellSandbox(sc, cwd) }}
 	s.seedSessionFaults(sess)
 	// Registered (with no owner connection, so no request can address it)
@@ -742,6 +756,7 @@ func (s *Server) modelSaveKey(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := sc.Profile.SetEnv(name, p.APIKey); err != nil {
 		return nil, rpc.Errorf(rpc.CodeInternal, "model.save_key: %v", err)
 	}
+	s.saveKeyFault(ctx, name, p.APIKey)
 	sc.Log.Info("key saved", "env", name, "key", scope.Fingerprint(p.APIKey))
 	return map[string]any{"ok": true, "profile": sc.Profile.Name, "env": name}, nil
 }
@@ -763,7 +778,10 @@ func (s *Server) profilesCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := c.Bind(&p); err != nil {
 		return nil, err
 	}
-	prof, err := s.opts.Homes.Create(p.Name)
+	if err := operatorOnly(c); err != nil {
+		return nil, err
+	}
+	prof, err := s.createProfile(p.Name)
 	switch {
 	case errors.Is(err, profile.ErrBadName):
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "profiles.create: %v", err)
@@ -781,6 +799,9 @@ func (s *Server) profilesDelete(ctx context.Context, c *rpc.Call) (any, error) {
 		Name string `json:"name"`
 	}
 	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	if err := operatorOnly(c); err != nil {
 		return nil, err
 	}
 	if p.Name == "" || p.Name == profile.LaunchName {
@@ -819,7 +840,9 @@ func (s *Server) profilesList(ctx context.Context, c *rpc.Call) (any, error) {
 	}
 	names := make([]string, 0, len(list))
 	for _, p := range list {
-		names = append(names, p.Name)
+		if own := boundTo(c.Conn); own == "" || own == p.Name {
+			names = append(names, p.Name)
+		}
 	}
 	return map[string]any{"profiles": names}, nil
 }
@@ -840,7 +863,11 @@ func (s *Server) cronCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	if _, err := cron.ParseEvery(p.Every); err != nil {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.create: %v", err)
 	}
-	sc, err := s.scopeFor(ctx, p.Profile)
+	name, err := s.profileFor(c, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := s.scopeFor(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -863,7 +890,11 @@ func (s *Server) cronTrigger(ctx context.Context, c *rpc.Call) (any, error) {
 	if p.ID == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: id is required")
 	}
-	sc, err := s.scopeFor(ctx, p.Profile)
+	name, err := s.profileFor(c, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := s.scopeFor(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -884,7 +915,11 @@ func (s *Server) cronList(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := c.Bind(&p); err != nil {
 		return nil, err
 	}
-	sc, err := s.scopeFor(ctx, p.Profile)
+	name, err := s.profileFor(c, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := s.scopeFor(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -1022,11 +1057,12 @@ func (s *Server) Facade(ctx context.Context, sessionID, facade, method string, a
 		if err := need(1); err != nil {
 			return "", err
 		}
-		snap, err := sess.Scope.Load()
+		sc := s.facadeScope(ctx, sess.Scope)
+		snap, err := sc.Load()
 		if err != nil {
 			return "", fmt.Errorf("facade llm.complete: %w", err)
 		}
-		resp, err := sess.Scope.Client(snap).Stream(ctx, llm.Request{Model: snap.Config.Model.Default,
+		resp, err := sc.Client(snap).Stream(ctx, llm.Request{Model: snap.Config.Model.Default,
 			Messages: []llm.Message{{Role: "user", Content: args[0]}}}, nil)
 		if err != nil {
 			return "", fmt.Errorf("facade llm.complete: %w", err)

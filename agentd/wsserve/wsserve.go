@@ -49,6 +49,10 @@ type Options struct {
 	// so a flooding client is held back by TCP instead of costing the
 	// server work. Zero means no bound.
 	MaxInFlight int
+	// Tenant, when set, names the profile whose tenant credential a token
+	// other than Token is; such a connection is bound to that profile
+	// (Conn.Tenant). Nil: only Token opens a connection.
+	Tenant func(token string) (profile string, ok bool)
 }
 
 // Handler serves /api/ws and /api/health.
@@ -102,7 +106,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
 	tok := r.URL.Query().Get("token")
-	if tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(h.opts.Token)) != 1 {
+	tenant, ok := h.authenticate(tok)
+	if !ok {
 		http.Error(w, "missing or wrong token", http.StatusUnauthorized)
 		return
 	}
@@ -118,7 +123,11 @@ func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader has answered
 	}
 	ws.SetReadLimit(h.opts.MaxFrame)
-	c := &Conn{id: rpc.NewConnID("ws"), ws: ws, queue: make(chan []byte, h.opts.Queue), done: make(chan struct{}), writerDone: make(chan struct{})}
+	credential := ""
+	if tenant != "" {
+		credential = tok
+	}
+	c := &Conn{id: rpc.NewConnID("ws"), tenant: tenant, credential: credential, ws: ws, queue: make(chan []byte, h.opts.Queue), done: make(chan struct{}), writerDone: make(chan struct{})}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -241,9 +250,28 @@ func (h *Handler) Conns() int {
 	return len(h.conns)
 }
 
+// authenticate says whom tok admits: the operator (Token: "", true), a
+// tenant (its profile, true), or no one.
+func (h *Handler) authenticate(tok string) (tenant string, ok bool) {
+	if tok == "" {
+		return "", false
+	}
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(h.opts.Token)) == 1 {
+		return "", true
+	}
+	if h.opts.Tenant != nil {
+		if name, ok := h.opts.Tenant(tok); ok && name != "" {
+			return name, true
+		}
+	}
+	return "", false
+}
+
 // Conn is one websocket connection.
 type Conn struct {
 	id         string
+	tenant     string // the profile a tenant credential bound it to; "" for the operator
+	credential string // that tenant credential, re-checked at every call
 	ws         *websocket.Conn
 	queue      chan []byte
 	done       chan struct{}
@@ -258,6 +286,16 @@ type Conn struct {
 
 // ID implements rpc.Conn.
 func (c *Conn) ID() string { return c.id }
+
+// Tenant is the profile this connection is bound to (it authenticated
+// with that profile's tenant credential), or "" for an operator connection.
+func (c *Conn) Tenant() string { return c.tenant }
+
+// Credential is the tenant credential the connection opened with ("" for
+// the operator): the server checks it still opens the profile at every
+// call, so a deleted (or re-created) profile or a rotated key ends its
+// reach.
+func (c *Conn) Credential() string { return c.credential }
 
 // Done implements rpc.Conn.
 func (c *Conn) Done() <-chan struct{} { return c.done }

@@ -24,7 +24,7 @@ const (
 	maxTenants = 100
 )
 
-const runUsage = "usage: canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--shard K/N] [--out DIR] [--keep] [--timeout D] [--parallel N] [--self-test | --no-self-test]"
+const runUsage = "usage: canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--shard K/N] [--out DIR] [--keep] [--timeout D] [--parallel N] [--seed N] [--self-test | --no-self-test]"
 
 // certifyOptions are the main run's flags.
 type certifyOptions struct {
@@ -38,6 +38,7 @@ type certifyOptions struct {
 	selfTest bool
 	noSelf   bool
 	shard    string // K/N as given
+	seed     uint64
 }
 
 // errHelp: -h was asked for.
@@ -56,6 +57,7 @@ func certifyFlags() (*flag.FlagSet, *certifyOptions) {
 	fs.DurationVar(&o.timeout, "timeout", 0, "cap on each scenario (0: each scenario's own)")
 	fs.IntVar(&o.parallel, "parallel", 1, "scenarios run at once")
 	fs.BoolVar(&o.selfTest, "self-test", false, "only prove the harness catches every seeded leak of the embedded agentd (and that the same scenarios are clean); exit 0 when it does")
+	fs.Uint64Var(&o.seed, "seed", 0, "replay a run's tenant orders and interleavings with its seed `N` (printed and in the certificate; 0 draws one)")
 	fs.BoolVar(&o.noSelf, "no-self-test", false, "certify without measuring the harness's detection power (the certificate says it was not measured)")
 	fs.StringVar(&o.shard, "shard", "", "run only slice `K/N` of the selected scenarios (every Nth from the Kth, in catalog order); shard 1 also measures the detection power; join the shards' certificates with canary-run merge")
 	return fs, o
@@ -160,6 +162,10 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		}
 		fmt.Fprintf(stderr, "canary-run: shard %d/%d: %s\n", sh.K, sh.N, strings.Join(sh.IDs, ", "))
 	}
+	if o.seed == 0 {
+		o.seed = scenarios.DrawSeed()
+	}
+	fmt.Fprintf(stderr, "canary-run: seed %d (replay with --seed %d)\n", o.seed, o.seed)
 	start := time.Now()
 	var reports []scenarios.Report
 	var runErr error
@@ -180,6 +186,7 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	cert := certificate.New(certTarget, ts, reports, time.Since(start))
 	cert.DetectionPower = power
 	cert.Shard = shard
+	cert.Seed = o.seed
 	if o.selfTest {
 		cert.Verdict = certificate.Certified
 		if power == nil || power.Caught != power.Seeded || !allClean(power) {
@@ -238,6 +245,7 @@ func catalogConfig(o certifyOptions, target harness.Target, work string, stderr 
 		Timeout:  o.timeout,
 		Parallel: o.parallel,
 		Progress: stderr,
+		Seed:     o.seed,
 	}
 }
 

@@ -1,0 +1,79 @@
+package invariants
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+
+	"github.com/tenantcanary/tenantcanary/invariants/scan"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// SharedPlaces lists what to scan as shared places under a sandbox root:
+// every file and folder that is not inside a tenant's home, a tenant's
+// workdir, or one of skip (the harness's own logs, say). A folder holding
+// none of those is one entry, scanned whole.
+func SharedPlaces(s *tenants.Set, skip ...string) []string {
+	excluded := append([]string(nil), skip...)
+	for _, t := range s.Tenants {
+		excluded = append(excluded, t.Home)
+		excluded = append(excluded, t.Workdirs()...)
+	}
+	var out []string
+	var walk func(dir string)
+	walk = func(dir string) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			p := filepath.Join(dir, e.Name())
+			inside, holds := false, false
+			for _, x := range excluded {
+				inside = inside || within(p, x)
+				holds = holds || within(x, p)
+			}
+			switch {
+			case inside:
+			case holds && e.IsDir():
+				walk(p)
+			case e.IsDir() || e.Type().IsRegular():
+				out = append(out, p)
+			}
+		}
+	}
+	walk(s.Root)
+	return out
+}
+
+// SharedPlaceLeaks scans paths (shared places: see SharedPlaces; files or
+// folders) for every tenant's secrets: nobody owns a shared place, so any
+// tenant's secret there is a finding ("a shared place holds alpha's
+// provider key"). A file that could not be read is a Harness finding.
+func (c *Checker) SharedPlaceLeaks(ctx context.Context, paths []string) []Finding {
+	var out []Finding
+	for _, p := range paths {
+		var r scan.Report
+		st, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			continue // gone since listed: nothing at rest to scan
+		case st.IsDir():
+			r = c.m.m.Tree(ctx, p)
+		case st.Mode().IsRegular():
+			r = c.m.m.File(ctx, p)
+		default:
+			continue
+		}
+		for _, h := range r.Hits {
+			if !tenants.Kind(h.Pattern.Kind).Secret() {
+				continue
+			}
+			out = append(out, hitFinding(SharedPlace, "", h.Match, fileWhere(h)))
+		}
+		for _, sk := range r.Skipped {
+			out = append(out, Finding{Invariant: Harness, Where: Where{Path: sk.Path}, Detail: "not scanned: " + sk.Reason})
+		}
+	}
+	return Dedup(out)
+}
