@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
 // Availability: one tenant's load (a flood of connections and requests)
@@ -55,17 +57,18 @@ func Limit(b time.Duration) time.Duration {
 // a harness finding: there is nothing to compare with.
 func AvailabilityOf(l Latencies) []Finding {
 	where := Where{Label: "turns of " + l.Tenant + " while " + l.Flooder + " floods"}
+	const flood = tenants.Kind("flood") // the finding reads "carries <flooder>'s flood"
 	var out []Finding
 	if len(l.Baseline) == 0 {
 		return []Finding{{Invariant: Harness, Tenant: l.Tenant, Where: where, Detail: "no baseline turn to compare with"}}
 	}
 	if l.Failed > 0 {
-		out = append(out, Finding{Invariant: Availability, Tenant: l.Tenant, Owner: l.Flooder, Where: where,
+		out = append(out, Finding{Invariant: Availability, Tenant: l.Tenant, Owner: l.Flooder, Kind: flood, Where: where,
 			Detail: fmt.Sprintf("%d of %d turn(s) did not complete: %s", l.Failed, l.Failed+len(l.Loaded), truncate(l.FirstErr, 300))})
 	}
 	base, loaded := P99(l.Baseline), P99(l.Loaded)
 	if limit := Limit(base); len(l.Loaded) > 0 && loaded > limit {
-		out = append(out, Finding{Invariant: Availability, Tenant: l.Tenant, Owner: l.Flooder, Where: where,
+		out = append(out, Finding{Invariant: Availability, Tenant: l.Tenant, Owner: l.Flooder, Kind: flood, Where: where,
 			Detail: fmt.Sprintf("p99 %v under the flood is %.1fx its baseline p99 %v (limit %v: %.0fx, at least +%v)",
 				loaded.Round(time.Millisecond), float64(loaded)/float64(base), base.Round(time.Millisecond),
 				limit.Round(time.Millisecond), MaxSlowdown, MinSlack)})

@@ -3,7 +3,6 @@ package invariants
 import (
 	"fmt"
 	"sort"
-	"strconv"
 
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -38,38 +37,51 @@ func Live(ev Ended) []procgroup.Carrier {
 func Escapes(ev Ended) []Finding { return EscapesOf(ev, Live(ev)) }
 
 // EscapesOf turns the carriers of ev's canaries into findings: one per
-// process and owner, naming the pid, the process, the canary that shows
-// whose it is, where it was found and the event it outlived.
+// process, naming the pid, the process, the tenant whose it is, the canary
+// that shows it and where, and the event it outlived. A process carrying
+// several tenants' canaries (a shell whose .env another tenant wrote into)
+// is its owner's by the strongest sign: a canary in its command line (a
+// spawned process's mark) before one in its environment, and there a
+// provider key before any other kind.
 func EscapesOf(ev Ended, carriers []procgroup.Carrier) []Finding {
 	byValue := map[string]tenants.Canary{}
 	for _, c := range ev.Canaries {
 		byValue[c.Value] = c
 	}
-	at := map[string]int{} // pid/owner -> index in out
-	var out []Finding
+	rank := func(p procgroup.Carrier, c tenants.Canary) int {
+		r := 0
+		if p.In == "command line" {
+			r += 2
+		}
+		if c.Kind == tenants.ProviderKey {
+			r++
+		}
+		return r
+	}
+	type best struct {
+		p    procgroup.Carrier
+		c    tenants.Canary
+		rank int
+	}
+	byPid := map[int]best{}
 	for _, p := range carriers {
 		c, ok := byValue[p.Needle]
 		if !ok {
 			continue
 		}
-		f := Finding{
-			Invariant: ProcessEscape, Tenant: c.Owner, Owner: c.Owner, Kind: c.Kind,
-			Where:  Where{Label: fmt.Sprintf("pid %d (%s)", p.Pid, p.Comm), Part: p.In},
-			Detail: fmt.Sprintf("the process outlived %s: %s", ev.Event, truncate(p.Cmdline, 160)),
+		if b, ok := byPid[p.Pid]; !ok || rank(p, c) > b.rank {
+			byPid[p.Pid] = best{p: p, c: c, rank: rank(p, c)}
 		}
-		// One finding per process and owner; its command line, which names
-		// what it runs, before its environment.
-		key := strconv.Itoa(p.Pid) + "/" + c.Owner
-		if i, ok := at[key]; ok {
-			if out[i].Where.Part != "command line" && p.In == "command line" {
-				out[i] = f
-			}
-			continue
-		}
-		at[key] = len(out)
-		out = append(out, f)
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	out := make([]Finding, 0, len(byPid))
+	for _, b := range byPid {
+		out = append(out, Finding{
+			Invariant: ProcessEscape, Tenant: b.c.Owner, Owner: b.c.Owner, Kind: b.c.Kind,
+			Where:  Where{Label: fmt.Sprintf("pid %d (%s)", b.p.Pid, b.p.Comm), Part: b.p.In},
+			Detail: fmt.Sprintf("the process outlived %s: %s", ev.Event, truncate(b.p.Cmdline, 160)),
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out
 }
 

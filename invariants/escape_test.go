@@ -65,3 +65,25 @@ func TestEscapesOfIgnoresCarriersOfOtherCanaries(t *testing.T) {
 	assert.Equal(t, "process_escape: beta pid 8 (sleep) environment: carries beta's memory: the process outlived the server stopped: sleep 600", fs[0].String())
 	assert.True(t, ProcessEscape.Leak())
 }
+
+// A process carrying several tenants' canaries is its owner's: the mark in
+// its command line, then the provider key in its environment, decide.
+func TestEscapesOfNamesTheProcessOwner(t *testing.T) {
+	t.Parallel()
+	a := []tenants.Canary{{Owner: "alpha", Kind: "hostile_write", Value: "hostile-write-alpha-0123456789"}}
+	b := []tenants.Canary{{Owner: "beta", Kind: tenants.ProviderKey, Value: "provider-key-beta-0123456789"},
+		{Owner: "beta", Kind: "escape_mark", Value: "escape-mark-beta-0123456789"}}
+	ev := Ended{Event: "the server's stop", Canaries: append(a, b...)}
+	fs := EscapesOf(ev, []procgroup.Carrier{
+		{Pid: 9, Comm: "sleep", Needle: a[0].Value, In: "environment"},
+		{Pid: 9, Comm: "sleep", Needle: b[0].Value, In: "environment"},
+		{Pid: 10, Comm: "sh", Needle: a[0].Value, In: "environment"},
+		{Pid: 10, Comm: "sh", Needle: b[0].Value, In: "environment"},
+		{Pid: 10, Comm: "sh", Needle: b[1].Value, In: "command line"},
+	})
+	require.Len(t, fs, 2)
+	assert.Equal(t, "beta", fs[0].Tenant)
+	assert.Equal(t, tenants.Kind("escape_mark"), fs[0].Kind)
+	assert.Equal(t, "beta", fs[1].Tenant)
+	assert.Equal(t, tenants.ProviderKey, fs[1].Kind)
+}

@@ -20,6 +20,9 @@ func Default() *Catalog {
 		gateway(),
 		shellReuse(),
 		pluginHosts(),
+		hostileTools(),
+		hostilePlugin(),
+		noisyNeighbour(),
 	)
 	if err != nil {
 		// The catalog is data compiled into the binary; TestCatalogIsValid

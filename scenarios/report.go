@@ -71,6 +71,16 @@ type Report struct {
 	Phases   []PhaseReport  `json:"phases"`
 	Skipped  []SkippedCheck `json:"skipped_checks,omitempty"`
 	Log      []string       `json:"log,omitempty"` // the scenario's log when it did not pass
+	// Attacks are the hostile rows whose result carried a foreign canary:
+	// which tenant ran which row, and whose canaries came back.
+	Attacks []AttackHit `json:"attacks,omitempty"`
+}
+
+// AttackHit is one attack row that reached another tenant.
+type AttackHit struct {
+	Tenant  string   `json:"tenant"`  // the attacker
+	Row     string   `json:"row"`     // the attack row's ID
+	Reached []string `json:"reached"` // "<owner>'s <kind>", sorted
 }
 
 // Totals sums the phases' counts.

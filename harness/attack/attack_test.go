@@ -196,6 +196,7 @@ func TestResponderMakesTheCallOfAnAttackPrompt(t *testing.T) {
 	assert.Equal(t, call.Args, got.Calls[0].Args)
 	tool := map[string]any{"role": "tool", "content": "result"}
 	assert.Equal(t, Done, r(rec(user, map[string]any{"role": "assistant"}, tool)).Text)
+	assert.Equal(t, "flooded", r(rec(map[string]any{"role": "user", "content": FloodPrompt + " 7"})).Text)
 	// Anything else is the default responder's probe.
 	probe := r(rec(map[string]any{"role": "user", "content": "Run the environment probe."}))
 	require.Len(t, probe.Calls, 1)

@@ -21,6 +21,10 @@ func Prompt(c Call) string {
 // Done is the hostile model's answer to the result of its call.
 const Done = "attack done"
 
+// FloodPrompt starts a user turn the hostile model answers at once with
+// text (no tool): the cheapest turn, for a flood of them.
+const FloodPrompt = "FLOOD"
+
 // Responder is a tenant's hostile model: a user turn made by Prompt gets
 // its call, the call's result gets Done, and every other turn is the
 // default responder's (the environment probe), so the scenario's positive
@@ -34,6 +38,9 @@ func Responder(t *tenants.Tenant) fakellm.Responder {
 			switch role {
 			case "user":
 				text, _ := msgs[n-1]["content"].(string)
+				if strings.HasPrefix(text, FloodPrompt) {
+					return fakellm.Text("flooded")
+				}
 				if raw, ok := strings.CutPrefix(text, PromptPrefix); ok {
 					var c Call
 					if json.Unmarshal([]byte(raw), &c) == nil && c.Tool != "" {

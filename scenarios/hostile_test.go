@@ -1,0 +1,183 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/attack"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// WeakenedManaged is the operator scope that switches agentd's defences
+// against hostile tenants off: the terminal unsandboxed (said explicitly,
+// as pooled serving demands), plugins in hosts with no launcher around
+// them.
+var WeakenedManaged = map[string]any{
+	"terminal": map[string]any{"sandbox": "none"},
+	"plugins":  map[string]any{"isolation": "host", "host": map[string]any{"launcher": []any{}}},
+}
+
+// weakenedTarget is the embedded agentd with its defences switched off by
+// its operator: the target every hostile scenario must find leaking.
+func weakenedTarget() harness.Target { return agentdTarget().WithManaged(WeakenedManaged) }
+
+// pairs reports, for every ordered pair of the base tenants (attacker,
+// victim), whether a finding of inv places the victim's canary in the
+// attacker's place.
+func reached(fs []invariants.Finding, inv invariants.Invariant) map[string]bool {
+	out := map[string]bool{}
+	for _, f := range fs {
+		if f.Invariant == inv && f.Owner != "" && f.Owner != f.Tenant {
+			out[f.Tenant+"<-"+f.Owner] = true
+		}
+	}
+	return out
+}
+
+func runWeakened(t *testing.T, id string) Report {
+	t.Helper()
+	reps, err := RunCatalog(context.Background(), Default(), Config{Target: weakenedTarget(), Tenants: 3, WorkDir: t.TempDir(), Run: "^" + id + "$"})
+	require.NoError(t, err)
+	require.Len(t, reps, 1)
+	rep := reps[0]
+	require.Equal(t, Leak, rep.Result, "%s against the weakened agentd: %s\n%s", id, rep.Reason, strings.Join(rep.Log, "\n"))
+	for _, f := range rep.Findings() {
+		assert.True(t, f.Invariant.Leak(), "the attacks run as a harness should: %s", f)
+	}
+	for _, p := range rep.Phases {
+		assert.Empty(t, p.Error, "phase %s", p.Name)
+		for _, c := range p.Controls {
+			assert.True(t, c.Passed, "control %s of %s: %s", c.Name, c.Tenant, c.Detail)
+		}
+	}
+	return rep
+}
+
+// names are the base tenants of a three-tenant run.
+var names = tenants.Names(3)
+
+// The positive control of the terminal attacks: against agentd with its
+// tool sandbox off, every tenant's terminal brings back every other
+// tenant's secrets, its writes land in their homes, and its setsid'd
+// processes outlive their session and the server, each finding naming the
+// right tenants.
+func TestHostileToolsFindsLeaksOnAWeakenedTarget(t *testing.T) {
+	t.Parallel()
+	rep := runWeakened(t, "hostile-tools")
+	fs := rep.Findings()
+	req := reached(fs, invariants.Request)
+	for _, a := range names {
+		for _, v := range names {
+			if a != v {
+				assert.True(t, req[a+"<-"+v], "%s's provider received %s's canaries", a, v)
+			}
+		}
+	}
+	wrote := map[string]bool{}
+	escaped := map[string]map[string]bool{}
+	for _, f := range fs {
+		if f.Invariant == invariants.File && f.Kind == HostileWrite && f.Owner != f.Tenant {
+			wrote[f.Owner] = true
+		}
+		if f.Invariant == invariants.ProcessEscape {
+			if escaped[f.Tenant] == nil {
+				escaped[f.Tenant] = map[string]bool{}
+			}
+			for _, ev := range []string{"the close of session", "the deletion of profile", "the server's stop"} {
+				if strings.Contains(f.Detail, "outlived "+ev) {
+					escaped[f.Tenant][ev] = true
+				}
+			}
+		}
+	}
+	hits := map[string]bool{}
+	for _, h := range rep.Attacks {
+		hits[h.Tenant+"/"+h.Row] = true
+	}
+	for _, a := range names {
+		assert.True(t, wrote[a], "%s's write canary landed in another home", a)
+		assert.True(t, escaped[a]["the close of session"], "%s's setsid'd process outlived its session: %v", a, escaped[a])
+		assert.True(t, escaped[a]["the server's stop"], "%s's setsid'd process outlived the server: %v", a, escaped[a])
+		for _, row := range []string{"sibling-homes", "proc-environ", "proc-cwd"} {
+			assert.True(t, hits[a+"/"+row], "row %s of %s reached another tenant", row, a)
+		}
+	}
+	var deleted bool
+	for _, m := range escaped {
+		deleted = deleted || m["the deletion of profile"]
+	}
+	assert.True(t, deleted, "a process of the deleted profile outlived it")
+}
+
+// The positive control of the plugin attacks: against agentd whose plugin
+// hosts run with no launcher, every tenant's plugin reads every other
+// tenant's secrets and its setsid'd grandchild outlives its host.
+func TestHostilePluginFindsLeaksOnAWeakenedTarget(t *testing.T) {
+	t.Parallel()
+	rep := runWeakened(t, "hostile-plugin")
+	fs := rep.Findings()
+	req := reached(fs, invariants.Request)
+	died := map[string]bool{}
+	for _, f := range fs {
+		if f.Invariant == invariants.ProcessEscape && strings.Contains(f.Detail, fmt.Sprintf("outlived the death of %s's plugin host", f.Tenant)) {
+			died[f.Tenant] = true
+		}
+	}
+	hits := map[string]bool{}
+	for _, h := range rep.Attacks {
+		hits[h.Tenant+"/"+h.Row] = true
+	}
+	for _, a := range names {
+		for _, v := range names {
+			if a != v {
+				assert.True(t, req[a+"<-"+v], "%s's provider received %s's canaries", a, v)
+			}
+		}
+		assert.True(t, died[a], "%s's plugin grandchild outlived its host", a)
+		for _, row := range []string{"plugin-sibling-homes", "plugin-proc-environ", "plugin-parent-root"} {
+			assert.True(t, hits[a+"/"+row], "row %s of %s reached another tenant", row, a)
+		}
+	}
+	var avail []invariants.Finding
+	for _, f := range fs {
+		if f.Invariant == invariants.Availability {
+			avail = append(avail, f)
+		}
+	}
+	assert.Empty(t, avail, "a plugin's hog in its own host takes nothing from the neighbours' plugins")
+}
+
+// The positive control of the flood: against agentd with no limit on a
+// connection's or a profile's requests, one tenant's flood slows every
+// other tenant's turns past the allowed multiple of their baseline, and
+// the finding names the flooder.
+func TestNoisyNeighbourFindsStarvationOnAWeakenedTarget(t *testing.T) {
+	t.Parallel()
+	rep := runWeakened(t, "noisy-neighbour")
+	flooder := names[len(names)-1]
+	slowed := map[string]bool{}
+	for _, f := range rep.Findings() {
+		if f.Invariant == invariants.Availability && f.Owner == flooder {
+			slowed[f.Tenant] = true
+		}
+	}
+	for _, v := range names[:len(names)-1] {
+		assert.True(t, slowed[v], "%s's turns were slowed by %s's flood: %v", v, flooder, rep.Findings())
+	}
+}
+
+func TestWeakenedTargetWritesItsOperatorScope(t *testing.T) {
+	t.Parallel()
+	tg := weakenedTarget()
+	require.NoError(t, tg.Validate())
+	assert.Equal(t, "none", tg.Managed["terminal"].(map[string]any)["sandbox"])
+	assert.Nil(t, agentdTarget().Managed, "the certified target has no operator scope of the harness's making")
+	require.NoError(t, attack.Validate(attack.Terminal()))
+}
