@@ -41,6 +41,12 @@ func Faults() []Fault {
 		{"log-secret-encoded", "pooled-serve", invariants.Text, "the server logs a provider key base64-encoded"},
 		{"context-lost", "plugin-hosts", invariants.SessionContext, "a nested plugin call runs as the session that started the host"},
 		{"plugin-in-process", "plugin-hosts", invariants.PluginBoundary, "plugins.isolation: host is ignored: plugin code runs in the pooled server"},
+		// The defences against hostile tenants (issue 11): agentd's side of
+		// these faults lands with the sandbox, hostguard and fairness work.
+		{"no-tool-sandbox", "hostile-tools", invariants.Request, "the terminal runs unsandboxed: a tenant's tool reads the other homes and every process's environment"},
+		{"escaped-process", "hostile-tools", invariants.ProcessEscape, "a session's close ends its shell but not what it started with setsid"},
+		{"host-shared-pidns", "hostile-plugin", invariants.Request, "plugin hosts share the server's PID namespace: a plugin reads other tenants' /proc/<pid>/environ"},
+		{"no-conn-limit", "noisy-neighbour", invariants.Availability, "no per-connection or per-profile limit: one tenant's flood starves the others' turns"},
 	}
 }
 
