@@ -142,13 +142,14 @@ func hostileTools() Spec {
 }
 
 // installHostilePlugin puts the hostile plugin into every tenant's home,
-// in host mode, with a short call deadline (a host past it is killed).
+// in host mode, with a short call deadline and a memory limit that the hog
+// row outruns (a host past either is killed).
 func (e *Env) installHostilePlugin() {
 	e.T.Helper()
 	for _, t := range e.Tenants {
 		err := t.WriteHome(e.Box.Set.Layout, tenants.HomeExtras{
 			Config: map[string]any{"plugins": map[string]any{"enabled": []any{attack.PluginName}, "isolation": "host",
-				"host": map[string]any{"call_timeout": "5s"}}},
+				"host": map[string]any{"call_timeout": attack.HostCallTimeout, "memory_limit": attack.HostMemoryLimit}}},
 			Files: map[string]string{
 				"plugins/" + attack.PluginName + "/plugin.yaml": attack.PluginManifest,
 				"plugins/" + attack.PluginName + "/plugin.go":   attack.PluginSource,

@@ -2,6 +2,7 @@ package attack
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,3 +206,14 @@ func TestResponderMakesTheCallOfAnAttackPrompt(t *testing.T) {
 }
 
 func killPid(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }
+
+func jsonRoundTrip(in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+// HostileWriteKind is the kind of the attacker's write canary in these tests.
+const HostileWriteKind tenants.Kind = "hostile_write"

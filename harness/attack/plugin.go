@@ -175,11 +175,18 @@ func pluginInHomes(rels ...string) []any {
 	return out
 }
 
-// HogMiB and HogSeconds size the hog row: more memory than a host's default
-// limit (2 GiB), for longer than a call's default deadline (30 s).
+// HogMiB and HogSeconds size the hog row: more memory than HostMemoryLimit,
+// for longer than a call's default deadline (30 s).
 const (
-	HogMiB     = 2304
+	HogMiB     = 1280
 	HogSeconds = 40
+)
+
+// HostCallTimeout and HostMemoryLimit are the plugins.host limits a
+// hostile plugin's profile sets for itself: the hog outruns both.
+const (
+	HostCallTimeout = "5s"
+	HostMemoryLimit = "1GiB"
 )
 
 // Plugin is what a hostile tenant's plugin tries through its own code.
