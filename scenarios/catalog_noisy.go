@@ -159,11 +159,7 @@ func noisyNeighbour() Spec {
 				e.Logf("flood of %s: %d request(s) sent, %d answered, %d refused (first: %v); %d turn(s) at its provider",
 					flooder.Name, f.sent.Load(), f.ok.Load(), f.refused.Load(), f.firstErr.Load(), len(flooder.Requests())-before)
 				for _, t := range e.Tenants[:len(e.Tenants)-1] {
-					l := *lat[t.Name]
-					e.Logf("%s: baseline p99 %v, under the flood p99 %v (%d failed)", t.Name, invariants.P99(l.Baseline), invariants.P99(l.Loaded), l.Failed)
-					for _, fd := range invariants.AvailabilityOf(l) {
-						e.Find(fd)
-					}
+					e.CheckAvailability(*lat[t.Name])
 				}
 			}},
 		},

@@ -174,3 +174,18 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 func killPid(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }
+
+// CheckAvailability records l in the report and adds its findings.
+func (e *Env) CheckAvailability(l invariants.Latencies) {
+	row := AvailabilityRow{Tenant: l.Tenant, Flooder: l.Flooder, Baseline: invariants.P99(l.Baseline), Loaded: invariants.P99(l.Loaded), Failed: l.Failed}
+	if row.Baseline > 0 {
+		row.Ratio = float64(row.Loaded) / float64(row.Baseline)
+	}
+	e.mu.Lock()
+	e.Report.Availability = append(e.Report.Availability, row)
+	e.mu.Unlock()
+	e.Logf("%s: baseline p99 %v, under %s's load p99 %v (%.1fx, %d failed)", l.Tenant, row.Baseline, l.Flooder, row.Loaded, row.Ratio, l.Failed)
+	for _, f := range invariants.AvailabilityOf(l) {
+		e.Find(f)
+	}
+}

@@ -171,6 +171,11 @@ func TestNoisyNeighbourFindsStarvationOnAWeakenedTarget(t *testing.T) {
 	for _, v := range names[:len(names)-1] {
 		assert.True(t, slowed[v], "%s's turns were slowed by %s's flood: %v", v, flooder, rep.Findings())
 	}
+	require.Len(t, rep.Availability, len(names)-1, "one row per neighbour")
+	for _, r := range rep.Availability {
+		assert.Equal(t, flooder, r.Flooder)
+		assert.Greater(t, r.Ratio, invariants.MaxSlowdown, "%s", r.Tenant)
+	}
 }
 
 func TestWeakenedTargetWritesItsOperatorScope(t *testing.T) {

@@ -74,6 +74,19 @@ type Report struct {
 	// Attacks are the hostile rows whose result carried a foreign canary:
 	// which tenant ran which row, and whose canaries came back.
 	Attacks []AttackHit `json:"attacks,omitempty"`
+	// Availability is each neighbour's turn times while another tenant
+	// floods or hogs (noisy-neighbour, hostile-plugin).
+	Availability []AvailabilityRow `json:"availability,omitempty"`
+}
+
+// AvailabilityRow is one tenant's p99 alone and under another's load.
+type AvailabilityRow struct {
+	Tenant   string        `json:"tenant"`
+	Flooder  string        `json:"flooder"`
+	Baseline time.Duration `json:"baseline_p99_ns"`
+	Loaded   time.Duration `json:"loaded_p99_ns"`
+	Ratio    float64       `json:"ratio"`
+	Failed   int           `json:"failed"`
 }
 
 // AttackHit is one attack row that reached another tenant.
