@@ -274,9 +274,12 @@ func hostilePlugin() Spec {
 				for _, t := range e.attackers() {
 					c, sid := e.Conns[t.Name], e.Sessions[t.Name].SessionID
 					mark := e.spawnIn(c, t, sid, rows, "processes of "+t.Name+"'s plugin host")
-					hosts := pluginHostsOf(t)
+					hosts := pluginHostsOf(e, t)
 					if len(hosts) == 0 {
-						e.T.Fatalf("no plugin host of %s is running", t.Name)
+						e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: "plugin host of " + t.Name},
+							Detail: "no plugin host of " + t.Name + " was found to kill: the host-death check was not made"})
+						e.killCarriers(invariants.Ended{Canaries: []tenants.Canary{mark}})
+						continue
 					}
 					for _, h := range hosts {
 						killPid(h.Pid)

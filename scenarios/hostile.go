@@ -151,11 +151,15 @@ func everyCanary(ts []*tenants.Tenant) []tenants.Canary {
 }
 
 // pluginHostsOf lists the live plugin hosts of t: processes whose command
-// line runs a plugin host and whose environment carries t's provider key.
-func pluginHostsOf(t *tenants.Tenant) []procgroup.Carrier {
+// line runs a plugin host and whose environment is t's (its provider key,
+// or its home as AGENTD_HOME).
+func pluginHostsOf(e *Env, t *tenants.Tenant) []procgroup.Carrier {
+	needles := []string{t.ProviderKey(), e.Box.Set.Layout.HomeVar + "=" + t.Home + "\x00"}
+	seen := map[int]bool{}
 	var out []procgroup.Carrier
-	for _, p := range procgroup.Carrying([]string{t.ProviderKey()}) {
-		if strings.Contains(p.Cmdline, "plugin-host") {
+	for _, p := range procgroup.Carrying(needles) {
+		if strings.Contains(p.Cmdline, "plugin-host") && !seen[p.Pid] {
+			seen[p.Pid] = true
 			out = append(out, p)
 		}
 	}
