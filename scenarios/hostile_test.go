@@ -2,9 +2,12 @@ package scenarios
 
 import (
 	"context"
-	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -65,9 +68,8 @@ var names = tenants.Names(3)
 
 // The positive control of the terminal attacks: against agentd with its
 // tool sandbox off, every tenant's terminal brings back every other
-// tenant's secrets, its writes land in their homes, and its setsid'd
-// processes outlive their session and the server, each finding naming the
-// right tenants.
+// tenant's secrets and its writes land in their homes, each finding naming
+// the right tenants.
 func TestHostileToolsFindsLeaksOnAWeakenedTarget(t *testing.T) {
 	t.Parallel()
 	rep := runWeakened(t, "hostile-tools")
@@ -81,20 +83,9 @@ func TestHostileToolsFindsLeaksOnAWeakenedTarget(t *testing.T) {
 		}
 	}
 	wrote := map[string]bool{}
-	escaped := map[string]map[string]bool{}
 	for _, f := range fs {
 		if f.Invariant == invariants.File && f.Kind == HostileWrite && f.Owner != f.Tenant {
 			wrote[f.Owner] = true
-		}
-		if f.Invariant == invariants.ProcessEscape {
-			if escaped[f.Tenant] == nil {
-				escaped[f.Tenant] = map[string]bool{}
-			}
-			for _, ev := range []string{"the close of session", "the deletion of profile", "the server's stop"} {
-				if strings.Contains(f.Detail, "outlived "+ev) {
-					escaped[f.Tenant][ev] = true
-				}
-			}
 		}
 	}
 	hits := map[string]bool{}
@@ -103,14 +94,67 @@ func TestHostileToolsFindsLeaksOnAWeakenedTarget(t *testing.T) {
 	}
 	for _, a := range names {
 		assert.True(t, wrote[a], "%s's write canary landed in another home", a)
-		assert.True(t, escaped[a]["the close of session"], "%s's setsid'd process outlived its session: %v", a, escaped[a])
-		assert.True(t, escaped[a]["the server's stop"], "%s's setsid'd process outlived the server: %v", a, escaped[a])
 		for _, row := range []string{"sibling-homes", "proc-environ", "proc-cwd"} {
 			assert.True(t, hits[a+"/"+row], "row %s of %s reached another tenant", row, a)
 		}
 	}
+}
+
+// escapes lists, per tenant, the lifecycle events its processes outlived.
+func escapes(fs []invariants.Finding) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, f := range fs {
+		if f.Invariant != invariants.ProcessEscape {
+			continue
+		}
+		if out[f.Tenant] == nil {
+			out[f.Tenant] = map[string]bool{}
+		}
+		for _, ev := range []string{"the close of session", "the deletion of profile", "the server's stop", "the death of " + f.Tenant + "'s plugin host"} {
+			if strings.Contains(f.Detail, "outlived "+ev) {
+				out[f.Tenant][ev] = true
+			}
+		}
+	}
+	return out
+}
+
+// agentdKnowsFault reports whether the agentd under test accepts fault
+// (one whose agentd side another branch brings is refused as unknown).
+func agentdKnowsFault(t *testing.T, fault string) bool {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, agentdBin, "cron", "tick")
+	cmd.Env = []string{"HOME=" + dir, "AGENTD_HOME=" + filepath.Join(dir, ".agentd"), "AGENTD_MANAGED_DIR=" + filepath.Join(dir, "managed"),
+		"PATH=" + os.Getenv("PATH"), "AGENTD_FAULTS=" + fault, "AGENTD_ALLOW_FAULTS=1"}
+	out, _ := cmd.CombinedOutput()
+	return !strings.Contains(string(out), "unknown fault")
+}
+
+// The positive control of the process-escape check: against agentd with
+// its terminal unsandboxed and its containment off (the escaped-process
+// fault), every tenant's setsid'd processes outlive their session, the
+// profile's deletion and the server's stop, each finding naming its
+// tenant.
+func TestHostileToolsFindsEscapesOnAWeakenedTarget(t *testing.T) {
+	t.Parallel()
+	if !agentdKnowsFault(t, "escaped-process") {
+		t.Skip("this agentd has no escaped-process fault (its containment lands with the sandbox work)")
+	}
+	reps, err := RunCatalog(context.Background(), Default(), Config{Target: withEnv(weakenedTarget(), FaultEnv("escaped-process")),
+		Tenants: 3, WorkDir: t.TempDir(), Run: "^hostile-tools$"})
+	require.NoError(t, err)
+	require.Len(t, reps, 1)
+	require.Equal(t, Leak, reps[0].Result, "%s\n%s", reps[0].Reason, strings.Join(reps[0].Log, "\n"))
+	esc := escapes(reps[0].Findings())
 	var deleted bool
-	for _, m := range escaped {
+	for _, a := range names {
+		assert.True(t, esc[a]["the close of session"], "%s's setsid'd process outlived its session: %v", a, esc[a])
+		assert.True(t, esc[a]["the server's stop"], "%s's setsid'd process outlived the server: %v", a, esc[a])
+	}
+	for _, m := range esc {
 		deleted = deleted || m["the deletion of profile"]
 	}
 	assert.True(t, deleted, "a process of the deleted profile outlived it")
@@ -124,12 +168,7 @@ func TestHostilePluginFindsLeaksOnAWeakenedTarget(t *testing.T) {
 	rep := runWeakened(t, "hostile-plugin")
 	fs := rep.Findings()
 	req := reached(fs, invariants.Request)
-	died := map[string]bool{}
-	for _, f := range fs {
-		if f.Invariant == invariants.ProcessEscape && strings.Contains(f.Detail, fmt.Sprintf("outlived the death of %s's plugin host", f.Tenant)) {
-			died[f.Tenant] = true
-		}
-	}
+	esc := escapes(fs)
 	hits := map[string]bool{}
 	for _, h := range rep.Attacks {
 		hits[h.Tenant+"/"+h.Row] = true
@@ -140,7 +179,9 @@ func TestHostilePluginFindsLeaksOnAWeakenedTarget(t *testing.T) {
 				assert.True(t, req[a+"<-"+v], "%s's provider received %s's canaries", a, v)
 			}
 		}
-		assert.True(t, died[a], "%s's plugin grandchild outlived its host", a)
+		// A host that contains its tree (its keeper) ends the grandchild even
+		// with no launcher; the scenario's own control proved it was seen.
+		t.Logf("%s's plugin grandchild outlived its host: %v", a, esc[a]["the death of "+a+"'s plugin host"])
 		for _, row := range []string{"plugin-sibling-homes", "plugin-proc-environ", "plugin-parent-root"} {
 			assert.True(t, hits[a+"/"+row], "row %s of %s reached another tenant", row, a)
 		}
