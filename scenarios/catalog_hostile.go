@@ -130,8 +130,8 @@ func hostileTools() Spec {
 					e.T.Fatalf("%v", err)
 				}
 				e.Tenants = e.Box.Set.Tenants
-				launch := e.Launch()
-				e.Call(e.Conns[launch.Name], "profiles.create", map[string]any{"name": name}, nil)
+				admin := e.adminConn()
+				e.Call(admin, "profiles.create", map[string]any{"name": name}, nil)
 				if err := g.WriteHome(e.Box.Set.Layout, tenants.HomeExtras{}); err != nil {
 					e.T.Fatalf("write home of %s: %v", name, err)
 				}
@@ -139,7 +139,7 @@ func hostileTools() Spec {
 				s := e.CreateSession(c, g)
 				e.Turn(c, g, s.SessionID)
 				e.spawnIn(c, g, s.SessionID, rows, "processes of profile "+name)
-				e.Call(e.Conns[launch.Name], "profiles.delete", map[string]any{"name": name}, nil)
+				e.Call(admin, "profiles.delete", map[string]any{"name": name}, nil)
 				e.MarkDeleted(g)
 				e.CheckEscapes(invariants.Ended{Event: "the deletion of profile " + name, Canaries: g.Canaries()})
 			}},

@@ -193,3 +193,8 @@ func (e *Env) CheckAvailability(l invariants.Latencies) {
 		e.Find(f)
 	}
 }
+
+// adminConn is the connection that may create and delete profiles: the
+// launch tenant's. (Where the server asks for the operator's token, this
+// is e.DialOperator(e.Server).)
+func (e *Env) adminConn() *harness.Conn { return e.Conns[e.Launch().Name] }
