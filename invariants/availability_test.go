@@ -44,9 +44,9 @@ func TestAvailabilityOf(t *testing.T) {
 
 	// Within 3x: no finding; a fast baseline gets the slack.
 	assert.Empty(t, AvailabilityOf(Latencies{Tenant: "beta", Flooder: "alpha", Baseline: ms(500), Loaded: ms(1400)}))
-	assert.Empty(t, AvailabilityOf(Latencies{Tenant: "beta", Flooder: "alpha", Baseline: ms(20), Loaded: ms(900)}))
-	assert.Len(t, AvailabilityOf(Latencies{Tenant: "beta", Flooder: "alpha", Baseline: ms(20), Loaded: ms(1100)}), 1)
-	assert.Equal(t, 1020*time.Millisecond, Limit(20*time.Millisecond))
+	assert.Empty(t, AvailabilityOf(Latencies{Tenant: "beta", Flooder: "alpha", Baseline: ms(20), Loaded: ms(500)}))
+	assert.Len(t, AvailabilityOf(Latencies{Tenant: "beta", Flooder: "alpha", Baseline: ms(20), Loaded: ms(600)}), 1)
+	assert.Equal(t, 520*time.Millisecond, Limit(20*time.Millisecond))
 	assert.Equal(t, 6*time.Second, Limit(2*time.Second))
 
 	// No baseline: the check could not be made, which is not a pass.

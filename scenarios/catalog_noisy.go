@@ -17,8 +17,8 @@ import (
 // FloodWorkers requests in flight on each, FloodRequests requests in all.
 const (
 	FloodConns    = 10
-	FloodWorkers  = 500
-	FloodRequests = 10000
+	FloodWorkers  = 2000
+	FloodRequests = 40000
 	// NeighbourTurns is how many turns each other tenant times, alone and
 	// under the flood.
 	NeighbourTurns = 5
