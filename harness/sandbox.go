@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -102,6 +104,11 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 	if s.env, err = set.Env(extra); err != nil {
 		return fail(err)
 	}
+	if target.Managed != nil && !target.Remote() {
+		if err := s.writeManaged(); err != nil {
+			return fail(err)
+		}
+	}
 	if target.Files && !target.Remote() {
 		if err := s.checkProfileRoot(ctx); err != nil {
 			return fail(err)
@@ -117,6 +124,26 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 		s.Operator[fmt.Sprintf("declared_secret_%d", i+1)] = v
 	}
 	return s, nil
+}
+
+// writeManaged writes the target's managed scope as config.yaml in its
+// managed folder, which must lie inside the sandbox.
+func (s *Sandbox) writeManaged() error {
+	dir := strings.ReplaceAll(s.Target.ManagedDir, "{root}", s.Root)
+	if !within(dir, s.Root) || dir == s.Root {
+		return fmt.Errorf("managed scope folder %s is not inside %s", dir, s.Root)
+	}
+	data, err := yaml.Marshal(s.Target.Managed)
+	if err != nil {
+		return fmt.Errorf("encode managed config: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("managed scope: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), data, 0o644); err != nil {
+		return fmt.Errorf("managed scope: %w", err)
+	}
+	return nil
 }
 
 func newRunID() (string, error) {

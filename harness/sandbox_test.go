@@ -50,3 +50,26 @@ func TestSandboxWritesHomesOnceTheRootIsInside(t *testing.T) {
 		assert.NotContains(t, kv, os.Getenv("HOME")+"/", "the real home leaks into %s", kv)
 	}
 }
+
+// A target's managed scope is written inside the sandbox before any of its
+// processes starts, and a managed folder outside it is refused.
+func TestSandboxWritesTheManagedScope(t *testing.T) {
+	t.Parallel()
+	tg := echoTarget("sh", "-c", `cat "$AGENTD_MANAGED_DIR/config.yaml" >&2; echo "$AGENTD_HOME/profiles"`)
+	tg.Env = map[string]string{"AGENTD_MANAGED_DIR": "{root}/managed"}
+	tg.ManagedDir = "{root}/managed"
+	tg = tg.WithManaged(map[string]any{"terminal": map[string]any{"sandbox": "none"}})
+	box, err := NewSandbox(context.Background(), t.TempDir(), tg, SandboxOptions{Tenants: tenants.Options{Names: []string{"default"}, NoProviders: true}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, box.Close()) }()
+	data, err := os.ReadFile(filepath.Join(box.Root, "managed", "config.yaml"))
+	require.NoError(t, err)
+	assert.Equal(t, "terminal:\n    sandbox: none\n", string(data))
+	assert.Contains(t, box.Procs()[0].Output(), "sandbox: none", "the target's first process already saw it")
+
+	bad := echoTarget("true")
+	bad.Managed = map[string]any{"x": 1}
+	bad.ManagedDir = "/etc/agentd"
+	_, err = NewSandbox(context.Background(), t.TempDir(), bad, SandboxOptions{Tenants: tenants.Options{NoProviders: true}})
+	require.ErrorContains(t, err, "managed needs managed_dir inside the sandbox")
+}

@@ -40,6 +40,13 @@ type Target struct {
 	TokenVar  string            `yaml:"token_var"`  // the variable that hands the serve backend its token
 	Env       map[string]string `yaml:"env"`        // extra variables for every target process; {root} is the sandbox root
 
+	// ManagedDir is the target's managed (operator) scope folder, inside the
+	// sandbox ({root}/...); Managed, when set, is written there as
+	// config.yaml before any target process starts: the operator's settings
+	// a run pins (a weakened target for a positive control, say).
+	ManagedDir string         `yaml:"managed_dir"`
+	Managed    map[string]any `yaml:"managed"`
+
 	// A running server (staging): URL of its serve backend and its token.
 	// The harness starts nothing of the target then.
 	URL   string `yaml:"url"`
@@ -96,6 +103,7 @@ func AgentdTarget(argv0 string, prefix ...string) Target {
 		ReadyLine:   DefaultReadyLine,
 		TokenVar:    "AGENTD_SESSION_TOKEN",
 		Env:         map[string]string{"AGENTD_MANAGED_DIR": "{root}/managed"},
+		ManagedDir:  "{root}/managed",
 		Files:       true,
 
 		TenantCredentials: true,
@@ -159,6 +167,9 @@ func (t *Target) Validate() error {
 	}
 	if t.Files && len(t.ProfileRoot) == 0 && t.URL == "" {
 		errs = append(errs, errors.New("files: true needs profile_root, the command that proves the profiles resolve inside the sandbox"))
+	}
+	if t.Managed != nil && !strings.HasPrefix(t.ManagedDir, "{root}/") {
+		errs = append(errs, fmt.Errorf("managed needs managed_dir inside the sandbox ({root}/...), not %q", t.ManagedDir))
 	}
 	for _, argv := range [][]string{t.Stdio, t.Serve, t.Gateway, t.ProfileRoot, t.CronTick} {
 		for _, a := range argv {
@@ -232,3 +243,11 @@ func (t *Target) Supports(b Backend) (bool, string) {
 // CanRestart reports whether the harness starts (and so can restart) the
 // serve backend.
 func (t *Target) CanRestart() bool { return len(t.Serve) > 0 && t.URL == "" }
+
+// WithManaged returns a copy of t whose managed scope is cfg (written as
+// config.yaml in ManagedDir when a sandbox is built).
+func (t Target) WithManaged(cfg map[string]any) Target {
+	out := t
+	out.Managed = tenants.DeepMerge(t.Managed, cfg)
+	return out
+}

@@ -8,7 +8,11 @@
 // The checks: RequestLeaks (1), SnapshotLeaks and SnapshotShortfall (2),
 // FileLeaks (3), TextLeaks and FrameLeaks (4), HashTree with
 // WriteScopeChanges (5), LaunchBleedOf (6) and the positive controls
-// ControlKeys, ControlSnapshots and ControlStateDB (7). Assert turns a
+// ControlKeys, ControlSnapshots and ControlStateDB (7). Against hostile
+// tenants: Escapes (process_escape: nothing carrying a tenant's canary
+// outlives the session, profile, host or server that started it, read from
+// /proc) and AvailabilityOf (availability: one tenant's flood leaves the
+// others' turns complete and within MaxSlowdown of their baseline p99). Assert turns a
 // non-empty list into a test failure listing every finding, one a line.
 //
 //	fs := invariants.RequestLeaks(set.Tenants)

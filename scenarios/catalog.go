@@ -25,10 +25,16 @@ const (
 	WriteScope      Invariant = "write_scope"
 	LaunchBleed     Invariant = "launch_bleed"
 	PositiveControl Invariant = "positive_control"
+	// ProcessEscape: no process carrying a tenant's canary outlives the
+	// session, profile, plugin host or server that started it.
+	ProcessEscape Invariant = "process_escape"
+	// Availability: one tenant's flood neither fails another's turns nor
+	// slows them past 3x their own baseline.
+	Availability Invariant = "availability"
 )
 
 // AllInvariants in DESIGN.md's order.
-var AllInvariants = []Invariant{Requests, EnvSnapshots, Files, Text, WriteScope, LaunchBleed, PositiveControl}
+var AllInvariants = []Invariant{Requests, EnvSnapshots, Files, Text, WriteScope, LaunchBleed, PositiveControl, ProcessEscape, Availability}
 
 // Phase is one step of a scenario; the invariants are checked after each.
 type Phase struct {

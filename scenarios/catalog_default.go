@@ -22,6 +22,9 @@ func Default() *Catalog {
 		pluginHosts(),
 		tenantAuthz(),
 		profileRecreate(),
+		hostileTools(),
+		hostilePlugin(),
+		noisyNeighbour(),
 	)
 	if err != nil {
 		// The catalog is data compiled into the binary; TestCatalogIsValid

@@ -72,6 +72,29 @@ type Report struct {
 	Phases   []PhaseReport  `json:"phases"`
 	Skipped  []SkippedCheck `json:"skipped_checks,omitempty"`
 	Log      []string       `json:"log,omitempty"` // the scenario's log when it did not pass
+	// Attacks are the hostile rows whose result carried a foreign canary:
+	// which tenant ran which row, and whose canaries came back.
+	Attacks []AttackHit `json:"attacks,omitempty"`
+	// Availability is each neighbour's turn times while another tenant
+	// floods or hogs (noisy-neighbour, hostile-plugin).
+	Availability []AvailabilityRow `json:"availability,omitempty"`
+}
+
+// AvailabilityRow is one tenant's p99 alone and under another's load.
+type AvailabilityRow struct {
+	Tenant   string        `json:"tenant"`
+	Flooder  string        `json:"flooder"`
+	Baseline time.Duration `json:"baseline_p99_ns"`
+	Loaded   time.Duration `json:"loaded_p99_ns"`
+	Ratio    float64       `json:"ratio"`
+	Failed   int           `json:"failed"`
+}
+
+// AttackHit is one attack row that reached another tenant.
+type AttackHit struct {
+	Tenant  string   `json:"tenant"`  // the attacker
+	Row     string   `json:"row"`     // the attack row's ID
+	Reached []string `json:"reached"` // "<owner>'s <kind>", sorted
 }
 
 // Totals sums the phases' counts.

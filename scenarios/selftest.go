@@ -49,6 +49,12 @@ func Faults() []Fault {
 		{"session-follows-id", "tenant-authz", invariants.Authz, "a live session obeys whichever connection names its id"},
 		{"save-key-launch-fallback", "settings-writes", invariants.WriteScope, "model.save_key also writes the launch profile's .env when the name is missing there"},
 		{"llm-facade-launch-provider", "plugin-hosts", invariants.Request, "a plugin's LLM facade call goes to the launch profile's provider with its key and model"},
+		// The defences against hostile tenants: the tool sandbox, containment,
+		// the plugin host's PID namespace and the fair scheduler.
+		{"no-tool-sandbox", "hostile-tools", invariants.Request, "the terminal runs unsandboxed: a tenant's tool reads the other homes and every process's environment"},
+		{"escaped-process", "hostile-tools", invariants.ProcessEscape, "a session's close ends its shell but not what it started with setsid"},
+		{"host-shared-pidns", "hostile-plugin", invariants.Request, "plugin hosts share the server's PID namespace: a plugin reads other tenants' /proc/<pid>/environ"},
+		{"no-conn-limit", "noisy-neighbour", invariants.Availability, "no per-connection or per-profile limit: one tenant's flood starves the others' turns"},
 	}
 }
 

@@ -1,0 +1,219 @@
+package attack
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+func TestTablesAreValid(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, Validate(Terminal()))
+	require.NoError(t, Validate(Plugin()))
+	for _, c := range []Class{Read, Write, Spawn, Flood} {
+		assert.NotEmpty(t, Of(Terminal(), c), "terminal rows of class %s", c)
+	}
+	err := Validate([]Row{
+		{ID: "Bad ID", Class: Read, Tries: "x", Refusal: "y", Call: func(Canaries) Call { return terminal("true") }},
+		{ID: "w", Class: Write, Tries: "x", Refusal: "y", Call: func(Canaries) Call { return terminal("echo no canary") }},
+		{ID: "w", Class: "steal", Tries: "", Refusal: "y"},
+	})
+	assert.ErrorContains(t, err, `id: want lower-case words`)
+	assert.ErrorContains(t, err, "a write must carry the attacker's write canary")
+	assert.ErrorContains(t, err, "id given twice")
+	assert.ErrorContains(t, err, `class "steal"`)
+	assert.ErrorContains(t, err, "tries: want one non-empty line")
+	assert.ErrorContains(t, err, "no call")
+}
+
+// world is a launch home with two named profiles beside each other, as
+// agentd lays them out, each with a .env holding its own canary.
+type world struct {
+	root, launch string
+	home, work   map[string]string
+	secret       map[string]string
+}
+
+func newWorld(t *testing.T) world {
+	t.Helper()
+	w := world{root: t.TempDir(), home: map[string]string{}, work: map[string]string{}, secret: map[string]string{}}
+	w.launch = filepath.Join(w.root, "home", ".agentd")
+	for _, name := range []string{"default", "alpha", "beta"} {
+		tag, err := tenants.NewTag()
+		require.NoError(t, err)
+		home := w.launch
+		if name != "default" {
+			home = filepath.Join(w.launch, "profiles", name)
+		}
+		work := filepath.Join(w.root, "work", tenants.CanaryValue(tenants.Workdir, name, tag))
+		require.NoError(t, os.MkdirAll(filepath.Join(home, "memories"), 0o755))
+		require.NoError(t, os.MkdirAll(work, 0o755))
+		w.secret[name] = tenants.CanaryValue(tenants.ProviderKey, name, tag)
+		for rel, data := range map[string]string{".env": "TENANT_PROVIDER_KEY=" + w.secret[name] + "\n", "SOUL.md": "You are " + name + ".\n",
+			"config.yaml": "model: {}\n", "memories/MEMORY.md": name + "\n"} {
+			require.NoError(t, os.WriteFile(filepath.Join(home, rel), []byte(data), 0o600))
+		}
+		w.home[name], w.work[name] = home, work
+	}
+	return w
+}
+
+// run runs a terminal row's command as tenant name's shell would: bash in
+// its workdir, HOME at its home.
+func (w world) run(t *testing.T, name string, c Call, env ...string) string {
+	t.Helper()
+	require.Equal(t, "terminal", c.Tool)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := procgroup.CommandContext(ctx, "bash", "-c", c.Args["command"].(string))
+	cmd.Dir = w.work[name]
+	cmd.Env = append([]string{"HOME=" + w.home[name], "PATH=" + os.Getenv("PATH")}, env...)
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s", c.Args["command"])
+	return string(out)
+}
+
+func row(t *testing.T, rows []Row, id string) Row {
+	t.Helper()
+	for _, r := range rows {
+		if r.ID == id {
+			return r
+		}
+	}
+	t.Fatalf("no row %q", id)
+	return Row{}
+}
+
+// Positive controls of the table itself: run unsandboxed, as a tenant's
+// shell of a pooled server without a sandbox, the reads bring back the
+// neighbours' secrets, the writes land in the neighbours' homes and not
+// in the attacker's, and the spawns start processes carrying the mark.
+func TestTerminalRowsReachTheNeighboursUnsandboxed(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	rows := Terminal()
+	for _, attacker := range []string{"default", "alpha"} {
+		out := w.run(t, attacker, row(t, rows, "sibling-homes").Call(Canaries{}))
+		for name, s := range w.secret {
+			if name != attacker {
+				assert.Contains(t, out, s, "%s reading the homes sees %s's key", attacker, name)
+			}
+		}
+		assert.True(t, strings.HasSuffix(out, RowDone+"\n"), out)
+	}
+	out := w.run(t, "alpha", row(t, rows, "workdir-siblings").Call(Canaries{}))
+	assert.Contains(t, out, filepath.Base(w.work["beta"]))
+	out = w.run(t, "alpha", row(t, rows, "upward-find").Call(Canaries{}))
+	assert.Contains(t, out, w.secret["beta"])
+
+	// /proc: a neighbour's process carrying its key in its environment.
+	nb := exec.Command("sleep", "300")
+	nb.Env = []string{"TENANT_PROVIDER_KEY=" + w.secret["beta"]}
+	procgroup.Prepare(nb)
+	require.NoError(t, nb.Start())
+	t.Cleanup(func() { _ = procgroup.Kill(nb.Process.Pid); _ = nb.Wait() })
+	out = w.run(t, "alpha", row(t, rows, "proc-environ").Call(Canaries{}))
+	assert.Contains(t, out, w.secret["beta"])
+
+	// Writes: the attacker's canary lands in every other home, not its own.
+	canary := tenants.CanaryValue("hostile_write", "alpha", "0123456789")
+	for _, r := range Of(rows, Write) {
+		w.run(t, "alpha", r.Call(Canaries{Write: canary}))
+	}
+	for name, home := range w.home {
+		soul, err := os.ReadFile(filepath.Join(home, "SOUL.md"))
+		require.NoError(t, err)
+		env, err := os.ReadFile(filepath.Join(home, ".env"))
+		require.NoError(t, err)
+		if name == "alpha" {
+			assert.NotContains(t, string(soul)+string(env), canary, "the attacker's own home is left alone")
+		} else {
+			assert.Contains(t, string(soul), "Also obey "+canary, name)
+			assert.Contains(t, string(env), "HOSTILE_WRITE="+canary, name)
+		}
+	}
+	_, err := os.Stat(filepath.Join(w.root, "work", "hostile-"+canary+".txt"))
+	assert.NoError(t, err, "the shared write lands beside the workdirs")
+
+	// Spawns: every spawn row starts processes carrying the mark, which
+	// outlive the shell that started them.
+	for _, r := range Of(rows, Spawn) {
+		tag, err := tenants.NewTag()
+		require.NoError(t, err)
+		mark := tenants.CanaryValue("escape_mark", "alpha", tag)
+		t.Cleanup(func() {
+			for _, p := range procgroup.Carrying([]string{mark}) {
+				killPid(p.Pid)
+			}
+		})
+		w.run(t, "alpha", r.Call(Canaries{Mark: mark}))
+		var got []procgroup.Carrier
+		require.Eventually(t, func() bool { got = procgroup.Carrying([]string{mark}); return len(got) > 0 },
+			10*time.Second, 10*time.Millisecond, "row %s started nothing carrying its mark", r.ID)
+		assert.Eventually(t, func() bool {
+			for _, p := range procgroup.Carrying([]string{mark}) {
+				killPid(p.Pid)
+			}
+			return len(procgroup.Carrying([]string{mark})) == 0
+		}, 10*time.Second, 10*time.Millisecond)
+	}
+
+	// A flood's output is what the terminal's cap is for; the row itself
+	// ends.
+	out = w.run(t, "alpha", row(t, rows, "output-flood").Call(Canaries{}))
+	assert.Greater(t, len(out), 1_000_000)
+}
+
+func TestResponderMakesTheCallOfAnAttackPrompt(t *testing.T) {
+	t.Parallel()
+	set, err := tenants.Build(t.TempDir(), tenants.Options{Names: []string{"alpha"}, NoProviders: true})
+	require.NoError(t, err)
+	r := Responder(set.Tenants[0])
+	call := Call{Tool: "terminal", Args: map[string]any{"command": "cat x"}}
+	rec := func(msgs ...map[string]any) fakellm.Record {
+		var raw []any
+		for _, m := range msgs {
+			raw = append(raw, m)
+		}
+		return fakellm.Record{Body: map[string]any{"messages": raw}}
+	}
+	user := map[string]any{"role": "user", "content": Prompt(call)}
+	got := r(rec(user))
+	require.Len(t, got.Calls, 1)
+	assert.Equal(t, "terminal", got.Calls[0].Name)
+	assert.Equal(t, call.Args, got.Calls[0].Args)
+	tool := map[string]any{"role": "tool", "content": "result"}
+	assert.Equal(t, Done, r(rec(user, map[string]any{"role": "assistant"}, tool)).Text)
+	assert.Equal(t, "flooded", r(rec(map[string]any{"role": "user", "content": FloodPrompt + " 7"})).Text)
+	// Anything else is the default responder's probe.
+	probe := r(rec(map[string]any{"role": "user", "content": "Run the environment probe."}))
+	require.Len(t, probe.Calls, 1)
+	assert.Contains(t, probe.Calls[0].Args.(map[string]string)["command"], tenants.ProbeBegin)
+	assert.Equal(t, "probe done for alpha", r(rec(map[string]any{"role": "user", "content": "x"}, tool)).Text)
+}
+
+func killPid(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }
+
+func jsonRoundTrip(in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+// HostileWriteKind is the kind of the attacker's write canary in these tests.
+const HostileWriteKind tenants.Kind = "hostile_write"

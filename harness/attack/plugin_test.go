@@ -1,0 +1,95 @@
+package attack
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+	"github.com/tenantcanary/tenantcanary/plugin"
+	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// toolContext is the part of a plugin context the hostile plugin uses: its
+// name, and the tool it registers.
+type toolContext struct {
+	plugin.Context
+	tool plugin.Tool
+}
+
+func (c *toolContext) Name() string { return PluginName }
+
+func (c *toolContext) RegisterTool(t plugin.Tool) error { c.tool = t; return nil }
+
+// Positive controls of the plugin rows: the hostile plugin, interpreted as
+// a host interprets it (unrestricted) and run unsandboxed as alpha, reads
+// the neighbours' secrets, writes its canary into their SOUL.md and not its
+// own, starts processes carrying its mark, and answers a ping.
+func TestPluginRowsReachTheNeighboursUnsandboxed(t *testing.T) {
+	w := newWorld(t)
+	dir := filepath.Join(t.TempDir(), PluginName)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "plugin.yaml"), []byte(PluginManifest), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "plugin.go"), []byte(PluginSource), 0o644))
+	// The plugin reads $HOME as its host's environment has it: alpha's.
+	t.Setenv("HOME", w.home["alpha"])
+	pctx := &toolContext{}
+	require.NoError(t, pluginload.Load(dir, pctx, pluginload.Options{Unrestricted: true}))
+	require.Equal(t, PluginTool, pctx.tool.Name)
+	call := func(c Call) string {
+		t.Helper()
+		require.Equal(t, PluginTool, c.Tool)
+		out, err := pctx.tool.ContextHandler(context.Background(), roundTrip(t, c.Args))
+		require.NoError(t, err)
+		return out
+	}
+	rows := Plugin()
+	out := call(row(t, rows, "plugin-sibling-homes").Call(Canaries{}))
+	assert.Contains(t, out, w.secret["beta"])
+	assert.Contains(t, out, w.secret["default"])
+	assert.True(t, strings.HasSuffix(out, RowDone), out)
+
+	canary := tenants.CanaryValue(HostileWriteKind, "alpha", "0123456789")
+	call(row(t, rows, "plugin-write-soul").Call(Canaries{Write: canary}))
+	for name, home := range w.home {
+		soul, err := os.ReadFile(filepath.Join(home, "SOUL.md"))
+		require.NoError(t, err)
+		if name == "alpha" {
+			assert.NotContains(t, string(soul), canary)
+		} else {
+			assert.Contains(t, string(soul), canary, name)
+		}
+	}
+
+	tag, err := tenants.NewTag()
+	require.NoError(t, err)
+	mark := tenants.CanaryValue("escape_mark", "alpha", tag)
+	t.Cleanup(func() {
+		for _, p := range procgroup.Carrying([]string{mark}) {
+			killPid(p.Pid)
+		}
+	})
+	call(row(t, rows, "plugin-spawn").Call(Canaries{Mark: mark}))
+	require.Eventually(t, func() bool { return len(procgroup.Carrying([]string{mark})) >= 2 }, 10*time.Second, 10*time.Millisecond,
+		"the setsid'd process and the double fork carry the mark")
+
+	assert.Contains(t, call(Ping()), "pong ")
+	assert.Contains(t, call(pluginCall("hog", map[string]any{"mb": 32, "seconds": 0})), "hog done: 32 MiB held")
+}
+
+// roundTrip gives args the shape a tool call's arguments have after JSON
+// (numbers as float64, lists as []any).
+func roundTrip(t *testing.T, args map[string]any) map[string]any {
+	t.Helper()
+	c := Call{Tool: "x", Args: args}
+	var back Call
+	require.NoError(t, jsonRoundTrip(c, &back))
+	return back.Args
+}

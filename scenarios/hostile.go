@@ -1,0 +1,200 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/attack"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// Kinds of the canaries a hostile tenant mints.
+const (
+	HostileWrite tenants.Kind = "hostile_write" // in everything it writes
+	EscapeMark   tenants.Kind = "escape_mark"   // in everything it starts
+)
+
+// mint mints a canary of kind for t, failing the scenario on error.
+func (e *Env) mint(t *tenants.Tenant, kind tenants.Kind) tenants.Canary {
+	e.T.Helper()
+	c, err := t.Mint(kind)
+	if err != nil {
+		e.T.Fatalf("%v", err)
+	}
+	return c
+}
+
+// Attack runs one attack row as t in session sid on c, with cs as its own
+// canaries, and records which other tenants' canaries its result carried
+// (the request invariant reports them as findings; the report names the
+// row).
+func (e *Env) Attack(c *harness.Conn, t *tenants.Tenant, sid string, r attack.Row, cs attack.Canaries) string {
+	e.T.Helper()
+	before := len(t.Requests())
+	e.Prompt(c, t, sid, attack.Prompt(r.Call(cs)))
+	if len(t.Requests()) <= before {
+		e.T.Fatalf("attack %s of %s reached no request of its provider", r.ID, t.Name)
+	}
+	res, ok := attack.LastResult(t)
+	if !ok {
+		e.T.Fatalf("attack %s of %s: no tool result reached its provider", r.ID, t.Name)
+	}
+	chk, err := invariants.NewChecker(e.Box.Set.Tenants)
+	if err != nil {
+		e.T.Fatalf("%v", err)
+	}
+	seen := map[string]bool{}
+	for _, f := range chk.TextLeaks("attack "+r.ID, []byte(res), t.Name) {
+		seen[fmt.Sprintf("%s's %s", f.Owner, f.Kind)] = true
+	}
+	if len(seen) > 0 {
+		hit := AttackHit{Tenant: t.Name, Row: r.ID}
+		for k := range seen {
+			hit.Reached = append(hit.Reached, k)
+		}
+		sort.Strings(hit.Reached)
+		e.mu.Lock()
+		e.Report.Attacks = append(e.Report.Attacks, hit)
+		e.mu.Unlock()
+		e.Logf("attack %s by %s reached %s", r.ID, t.Name, strings.Join(hit.Reached, ", "))
+	}
+	return res
+}
+
+// CloseSession closes session sid on c.
+func (e *Env) CloseSession(c *harness.Conn, sid string) {
+	e.T.Helper()
+	e.Call(c, "session.close", map[string]any{"session_id": sid}, nil)
+}
+
+// SeeMarked is the positive control of the process-escape check: before
+// the event that must end them, the processes carrying mark are seen.
+func (e *Env) SeeMarked(t *tenants.Tenant, mark tenants.Canary, what string) {
+	e.T.Helper()
+	ev := invariants.Ended{Canaries: []tenants.Canary{mark}}
+	deadline := time.Now().Add(15 * time.Second)
+	for len(invariants.Live(ev)) == 0 {
+		if time.Now().After(deadline) || e.Ctx.Err() != nil {
+			e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: what},
+				Detail: fmt.Sprintf("no process carrying %s's mark %s was seen while it should live: the escape check would see nothing", t.Name, mark.Value)})
+			return
+		}
+		if !sleepCtx(e.Ctx, 50*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// EscapeGrace is how long the processes an event ends have to die before
+// each survivor is a finding.
+const EscapeGrace = 15 * time.Second
+
+// CheckEscapes waits (up to EscapeGrace) for every process carrying ev's
+// canaries to end; each survivor is a process_escape finding, and is then
+// killed, so that it is reported once and outlives no run.
+func (e *Env) CheckEscapes(ev invariants.Ended) {
+	e.T.Helper()
+	deadline := time.Now().Add(EscapeGrace)
+	for len(invariants.Live(ev)) > 0 && time.Now().Before(deadline) {
+		if !sleepCtx(e.Ctx, 100*time.Millisecond) {
+			break
+		}
+	}
+	carriers := invariants.Live(ev)
+	for _, f := range invariants.EscapesOf(ev, carriers) {
+		e.Find(f)
+	}
+	e.killCarriers(ev)
+}
+
+// killCarriers kills every live process carrying ev's canaries (they all
+// descend from this run: the canaries are its own) and waits for them to go.
+func (e *Env) killCarriers(ev invariants.Ended) {
+	e.T.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		left := invariants.Live(ev)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			var desc []string
+			for _, p := range left {
+				desc = append(desc, fmt.Sprintf("%d (%s)", p.Pid, p.Comm))
+			}
+			e.T.Errorf("processes carrying this run's canaries would not die: %s", strings.Join(desc, ", "))
+			return
+		}
+		for _, p := range left {
+			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+		}
+		if !sleepCtx(e.Ctx, 20*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// everyCanary lists the canaries of ts, minted ones included.
+func everyCanary(ts []*tenants.Tenant) []tenants.Canary {
+	var out []tenants.Canary
+	for _, t := range ts {
+		out = append(out, t.Canaries()...)
+	}
+	return out
+}
+
+// pluginHostsOf lists the live plugin hosts of t: processes whose command
+// line runs a plugin host and whose environment is t's (its provider key,
+// or its home as AGENTD_HOME).
+func pluginHostsOf(e *Env, t *tenants.Tenant) []procgroup.Carrier {
+	needles := []string{t.ProviderKey(), e.Box.Set.Layout.HomeVar + "=" + t.Home + "\x00"}
+	seen := map[int]bool{}
+	var out []procgroup.Carrier
+	for _, p := range procgroup.Carrying(needles) {
+		if strings.Contains(p.Cmdline, "plugin-host") && !seen[p.Pid] {
+			seen[p.Pid] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func killPid(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }
+
+// CheckAvailability records l in the report and adds its findings.
+func (e *Env) CheckAvailability(l invariants.Latencies) {
+	row := AvailabilityRow{Tenant: l.Tenant, Flooder: l.Flooder, Baseline: invariants.P99(l.Baseline), Loaded: invariants.P99(l.Loaded), Failed: l.Failed}
+	if row.Baseline > 0 {
+		row.Ratio = float64(row.Loaded) / float64(row.Baseline)
+	}
+	e.mu.Lock()
+	e.Report.Availability = append(e.Report.Availability, row)
+	e.mu.Unlock()
+	e.Logf("%s: baseline p99 %v, under %s's load p99 %v (%.1fx, %d failed)", l.Tenant, row.Baseline, l.Flooder, row.Loaded, row.Ratio, l.Failed)
+	for _, f := range invariants.AvailabilityOf(l) {
+		e.Find(f)
+	}
+}
+
+// adminConn is the connection that may create and delete profiles: the
+// launch tenant's. (Where the server asks for the operator's token, this
+// is e.DialOperator(e.Server).)
+func (e *Env) adminConn() *harness.Conn { return e.DialOperator(e.Server) }
