@@ -194,7 +194,7 @@ func (e *Env) CheckAvailability(l invariants.Latencies) {
 	}
 }
 
-// adminConn is the connection that may create and delete profiles: the
-// launch tenant's. (Where the server asks for the operator's token, this
-// is e.DialOperator(e.Server).)
+// adminConn is a connection that may create and delete profiles: one
+// that holds the operator's token (a tenant's own connection is bound to
+// its profile).
 func (e *Env) adminConn() *harness.Conn { return e.DialOperator(e.Server) }
