@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tenantcanary/tenantcanary/fakellm"
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/harness/attack"
 	"github.com/tenantcanary/tenantcanary/invariants"
@@ -116,27 +115,6 @@ func (e *Env) timeTurns(t *tenants.Tenant, n int, l *invariants.Latencies, loade
 	}
 }
 
-// ModelLatency is how long the neighbours' model takes per answer in the
-// noisy-neighbour scenario: a real provider takes this long or longer, so
-// a turn (two model calls and a tool call) takes about as long as a real
-// one, and the 3x rule compares the server's scheduling, not the noise of
-// a turn of a few milliseconds.
-const ModelLatency = 100 * time.Millisecond
-
-// thinkingResponder is the hostile responder whose answers, all but the
-// flood's, take ModelLatency: one stream chunk, then the rest after the
-// pause.
-func thinkingResponder(t *tenants.Tenant) fakellm.Responder {
-	r := attack.Responder(t)
-	return func(rec fakellm.Record) fakellm.Response {
-		resp := r(rec)
-		if resp.Text == attack.FloodAnswer {
-			return resp
-		}
-		return resp.WithChunkSize(1 << 16).WithDelay(ModelLatency)
-	}
-}
-
 func noisyNeighbour() Spec {
 	lat := map[string]*invariants.Latencies{}
 	return Spec{
@@ -146,7 +124,7 @@ func noisyNeighbour() Spec {
 		Focus:     []Invariant{Availability, Requests},
 		Snapshots: perTenant(2 * NeighbourTurns),
 		Timeout:   6 * time.Minute,
-		Responder: thinkingResponder,
+		Responder: attack.Responder,
 		Phases: []Phase{
 			{Name: "baseline", Run: func(e *Env) {
 				clear(lat)

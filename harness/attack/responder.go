@@ -25,9 +25,6 @@ const Done = "attack done"
 // text (no tool): the cheapest turn, for a flood of them.
 const FloodPrompt = "FLOOD"
 
-// FloodAnswer is the hostile model's whole answer to a FloodPrompt.
-const FloodAnswer = "flooded"
-
 // Responder is a tenant's hostile model: a user turn made by Prompt gets
 // its call, the call's result gets Done, and every other turn is the
 // default responder's (the environment probe), so the scenario's positive
@@ -42,7 +39,7 @@ func Responder(t *tenants.Tenant) fakellm.Responder {
 			case "user":
 				text, _ := msgs[n-1]["content"].(string)
 				if strings.HasPrefix(text, FloodPrompt) {
-					return fakellm.Text(FloodAnswer)
+					return fakellm.Text("flooded")
 				}
 				if raw, ok := strings.CutPrefix(text, PromptPrefix); ok {
 					var c Call
