@@ -88,5 +88,6 @@ func TestStagingTargetFromRoster(t *testing.T) {
 		"stdio-separate": Skipped, "pooled-serve": Pass, "concurrent-turns": Pass, "settings-writes": Skipped,
 		"profile-lifecycle": Skipped, "restart-resume": Skipped, "gateway": Skipped, "shell-reuse": Pass,
 		"plugin-hosts": Skipped, "tenant-authz": Pass, "profile-recreate": Skipped,
+		"hostile-tools": Skipped, "hostile-plugin": Skipped, "noisy-neighbour": Pass,
 	}, results)
 }
