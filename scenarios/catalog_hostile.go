@@ -27,7 +27,8 @@ func (e *Env) attackers() []*tenants.Tenant {
 }
 
 // hostileState is what a hostile scenario keeps between phases: each
-// tenant's write canary.
+// tenant's write canary. It lives in each run's Env: the self-test runs
+// the same spec clean and faulty at once.
 type hostileState struct {
 	writes map[string]tenants.Canary
 }
@@ -81,7 +82,6 @@ func (e *Env) stopAndCheck(rows []attack.Row) {
 
 func hostileTools() Spec {
 	rows := attack.Terminal()
-	st := &hostileState{}
 	return Spec{
 		ID:        "hostile-tools",
 		Purpose:   "every tenant's model attacks the others through its terminal: reads, writes, escaping processes, floods",
@@ -93,7 +93,7 @@ func hostileTools() Spec {
 		Responder: attack.Responder,
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) {
-				*st = hostileState{}
+				e.hostile = &hostileState{}
 				e.ServePerTenant()
 				e.OpenSessions()
 				e.InterleavedTurns(1)
@@ -101,14 +101,14 @@ func hostileTools() Spec {
 			{Name: "reads", Run: func(e *Env) {
 				for _, t := range e.attackers() {
 					for _, r := range append(attack.Of(rows, attack.Read), attack.Of(rows, attack.Flood)...) {
-						e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, st.canaries(e, t))
+						e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostile.canaries(e, t))
 					}
 				}
 			}},
 			{Name: "writes", Run: func(e *Env) {
 				for _, t := range e.attackers() {
 					for _, r := range attack.Of(rows, attack.Write) {
-						e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, st.canaries(e, t))
+						e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostile.canaries(e, t))
 					}
 				}
 				e.nextTurns()
@@ -199,7 +199,6 @@ func (e *Env) pingEach(skip *tenants.Tenant, sessions map[string]string, lat map
 
 func hostilePlugin() Spec {
 	rows := attack.Plugin()
-	st := &hostileState{}
 	return Spec{
 		ID:        "hostile-plugin",
 		Purpose:   "every tenant's plugin (host mode) attacks the others through its own code: reads, writes, escaping grandchildren, a hog",
@@ -211,7 +210,7 @@ func hostilePlugin() Spec {
 		Responder: attack.Responder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
-				*st = hostileState{}
+				e.hostile = &hostileState{}
 				e.installHostilePlugin()
 				e.ServePerTenant()
 				e.OpenSessions()
@@ -220,7 +219,7 @@ func hostilePlugin() Spec {
 			{Name: "reads", Run: func(e *Env) {
 				for _, t := range e.attackers() {
 					for _, r := range append(attack.Of(rows, attack.Read), attack.Of(rows, attack.Write)...) {
-						e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, st.canaries(e, t))
+						e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostile.canaries(e, t))
 					}
 				}
 				e.nextTurns()

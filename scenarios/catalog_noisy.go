@@ -116,7 +116,6 @@ func (e *Env) timeTurns(t *tenants.Tenant, n int, l *invariants.Latencies, loade
 }
 
 func noisyNeighbour() Spec {
-	lat := map[string]*invariants.Latencies{}
 	return Spec{
 		ID:        "noisy-neighbour",
 		Purpose:   "one tenant floods the pooled server with connections and requests; every other tenant's turns complete within 3x their baseline p99",
@@ -127,13 +126,13 @@ func noisyNeighbour() Spec {
 		Responder: attack.Responder,
 		Phases: []Phase{
 			{Name: "baseline", Run: func(e *Env) {
-				clear(lat)
+				e.noisy = map[string]*invariants.Latencies{}
 				e.ServePerTenant()
 				e.OpenSessions()
 				flooder := e.Tenants[len(e.Tenants)-1]
 				for _, t := range e.Tenants[:len(e.Tenants)-1] {
-					lat[t.Name] = &invariants.Latencies{Tenant: t.Name, Flooder: flooder.Name}
-					e.timeTurns(t, NeighbourTurns, lat[t.Name], false)
+					e.noisy[t.Name] = &invariants.Latencies{Tenant: t.Name, Flooder: flooder.Name}
+					e.timeTurns(t, NeighbourTurns, e.noisy[t.Name], false)
 				}
 			}},
 			{Name: "flood", Run: func(e *Env) {
@@ -151,7 +150,7 @@ func noisyNeighbour() Spec {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						e.timeTurns(t, NeighbourTurns, lat[t.Name], true)
+						e.timeTurns(t, NeighbourTurns, e.noisy[t.Name], true)
 					}()
 				}
 				wg.Wait()
@@ -159,7 +158,7 @@ func noisyNeighbour() Spec {
 				e.Logf("flood of %s: %d request(s) sent, %d answered, %d refused (first: %v); %d turn(s) at its provider",
 					flooder.Name, f.sent.Load(), f.ok.Load(), f.refused.Load(), f.firstErr.Load(), len(flooder.Requests())-before)
 				for _, t := range e.Tenants[:len(e.Tenants)-1] {
-					e.CheckAvailability(*lat[t.Name])
+					e.CheckAvailability(*e.noisy[t.Name])
 				}
 			}},
 		},

@@ -42,14 +42,16 @@ type Env struct {
 	sessions []session
 	expected map[string]int // snapshots each tenant's provider must have received
 	gateway  *Gateway
-	pending  []invariants.Finding // write-scope findings made since the last check
-	down     *targetDown          // where a start-up failure of the target stops the run
-	texts    []ownedText          // streams the harness received (gateway replies)
-	deleted  map[string]bool      // tenants whose profile a phase deleted
-	operator map[string]string    // the operator's secrets the scenario made (serve tokens)
-	authz    map[string]owned     // what each tenant owns, for the authorization probes
-	recreate *recreated           // the profile profile-recreate deletes and makes again
-	pluginSt *pluginState         // what plugin-hosts learnt of the hosts
+	pending  []invariants.Finding             // write-scope findings made since the last check
+	down     *targetDown                      // where a start-up failure of the target stops the run
+	texts    []ownedText                      // streams the harness received (gateway replies)
+	deleted  map[string]bool                  // tenants whose profile a phase deleted
+	operator map[string]string                // the operator's secrets the scenario made (serve tokens)
+	authz    map[string]owned                 // what each tenant owns, for the authorization probes
+	recreate *recreated                       // the profile profile-recreate deletes and makes again
+	noisy    map[string]*invariants.Latencies // noisy-neighbour: each neighbour's turn times, per run (the self-test runs the spec twice at once)
+	hostile  *hostileState                    // hostile-tools, hostile-plugin: each tenant's write canary, per run
+	pluginSt *pluginState                     // what plugin-hosts learnt of the hosts
 }
 
 type ownedConn struct {
