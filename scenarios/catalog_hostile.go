@@ -130,7 +130,7 @@ func hostileTools() Spec {
 					e.T.Fatalf("%v", err)
 				}
 				e.Tenants = e.Box.Set.Tenants
-				admin := e.adminConn()
+				admin := e.DialOperator(e.Server)
 				e.Call(admin, "profiles.create", map[string]any{"name": name}, nil)
 				if err := g.WriteHome(e.Box.Set.Layout, tenants.HomeExtras{}); err != nil {
 					e.T.Fatalf("write home of %s: %v", name, err)

@@ -193,8 +193,3 @@ func (e *Env) CheckAvailability(l invariants.Latencies) {
 		e.Find(f)
 	}
 }
-
-// adminConn is a connection that may create and delete profiles: one
-// that holds the operator's token (a tenant's own connection is bound to
-// its profile).
-func (e *Env) adminConn() *harness.Conn { return e.DialOperator(e.Server) }
