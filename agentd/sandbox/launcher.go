@@ -201,9 +201,7 @@ func killTree(allGone <-chan struct{}) {
 	self := os.Getpid()
 	deadline := time.After(time.Minute)
 	for {
-		for _, pid := range procgroup.Descendants(self) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+		procgroup.KillDescendants(self)
 		select {
 		case <-allGone:
 			return
