@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -58,7 +57,11 @@ func (e *Env) StartServe() *Serve {
 		p.Kill()
 		e.T.Fatalf("serve backend not ready: %v", err)
 	}
-	e.Server = &Serve{Proc: p, Base: "http://" + net.JoinHostPort(m[1], m[2]), Token: token}
+	e.Server = &Serve{Proc: p, Base: "http://" + tg.ReadyAddr(m, "127.0.0.1"), Token: token}
+	if err := tg.WaitHealthy(ctx, e.Server.Base, token); err != nil {
+		p.Kill()
+		e.T.Fatalf("serve backend not healthy: %v", err)
+	}
 	return e.Server
 }
 
@@ -80,7 +83,7 @@ func (e *Env) Dial(s *Serve, owner *tenants.Tenant) *harness.Conn {
 	e.T.Helper()
 	ctx, cancel := e.ctx(30 * time.Second)
 	defer cancel()
-	c, err := harness.DialWebsocket(ctx, s.Base, s.Token)
+	c, err := harness.DialWebsocket(ctx, s.Base, s.Token, e.Box.DialOptions()...)
 	if err != nil {
 		e.T.Fatalf("connect to serve backend for %s: %v", owner.Name, err)
 	}
@@ -114,7 +117,7 @@ func (e *Env) StartGateway() *Gateway {
 		p.Kill()
 		e.T.Fatalf("gateway not ready: %v", err)
 	}
-	g := &Gateway{Proc: p, Client: &harness.GatewayClient{Base: "http://" + net.JoinHostPort(m[1], m[2])}}
+	g := &Gateway{Proc: p, Client: &harness.GatewayClient{Base: "http://" + tg.ReadyAddr(m, "127.0.0.1")}}
 	e.mu.Lock()
 	e.gateway = g
 	e.mu.Unlock()

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -126,7 +127,7 @@ func (e *Env) StartStdio(owner *tenants.Tenant) *harness.Conn {
 	if err != nil {
 		e.T.Fatalf("start stdio backend for %s: %v", owner.Name, err)
 	}
-	c, err := harness.DialStdio(ctx, p)
+	c, err := harness.DialStdio(ctx, p, e.Box.DialOptions()...)
 	if err != nil {
 		e.T.Fatalf("connect to stdio backend of %s: %v", owner.Name, err)
 	}
@@ -214,7 +215,18 @@ func (e *Env) Call(c *harness.Conn, method string, params, result any) {
 	ctx, cancel := e.ctx(60 * time.Second)
 	defer cancel()
 	if err := c.Call(ctx, method, params, result); err != nil {
+		e.SkipUnsupported(err)
 		e.T.Fatalf("%s: %v", method, err)
+	}
+}
+
+// SkipUnsupported skips the scenario, with the target's reason, when err
+// is an operation the target's dialect declares unsupported.
+func (e *Env) SkipUnsupported(err error) {
+	e.T.Helper()
+	var u *harness.UnsupportedError
+	if errors.As(err, &u) {
+		e.T.Skipf("%v", u)
 	}
 }
 
