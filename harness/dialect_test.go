@@ -97,3 +97,18 @@ func TestReadyAddrForms(t *testing.T) {
 		assert.Equal(t, c.want, tg.ReadyAddr(tg.ReadyRE().FindStringSubmatch(c.line), "127.0.0.1"), c.re)
 	}
 }
+
+// TestHermesExampleLoads keeps examples/targets/hermes.yaml valid and
+// checks the parts of it the README promises.
+func TestHermesExampleLoads(t *testing.T) {
+	t.Parallel()
+	tg, err := LoadTarget("../examples/targets/hermes.yaml")
+	require.NoError(t, err)
+	d := tg.Dialect.WithDefaults()
+	assert.Equal(t, UnknownProfileFallback, d.Behaviours.UnknownProfile)
+	assert.Equal(t, "tool.complete", d.Events.ToolArgs)
+	assert.Equal(t, "session.cwd.set", d.Methods["config.set.cwd"].Method)
+	assert.NotEmpty(t, d.Methods["profiles.create"].Hook)
+	assert.Equal(t, "127.0.0.1:4711", tg.ReadyAddr(tg.ReadyRE().FindStringSubmatch("HERMES_BACKEND_READY port=4711"), "127.0.0.1"))
+	assert.Equal(t, "HERMES_HOME", tg.Layout.HomeVar)
+}
