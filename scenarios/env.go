@@ -144,6 +144,7 @@ func (e *Env) CreateSession(c *harness.Conn, t *tenants.Tenant) harness.SessionI
 	defer cancel()
 	s, err := c.CreateSession(ctx, profileParam(t))
 	if err != nil {
+		e.SkipUnsupported(err)
 		e.T.Fatalf("create session of %s: %v", t.Name, err)
 	}
 	e.mu.Lock()
@@ -159,6 +160,7 @@ func (e *Env) ResumeSession(c *harness.Conn, t *tenants.Tenant, storedID string)
 	defer cancel()
 	s, err := c.ResumeSession(ctx, storedID, profileParam(t))
 	if err != nil {
+		e.SkipUnsupported(err)
 		e.T.Fatalf("resume session %s of %s: %v", storedID, t.Name, err)
 	}
 	e.mu.Lock()
@@ -175,6 +177,7 @@ func (e *Env) Turn(c *harness.Conn, t *tenants.Tenant, sid string) {
 	ctx, cancel := e.ctx(90 * time.Second)
 	defer cancel()
 	if _, err := c.Turn(ctx, sid, "Run the environment probe for "+t.Name+"."); err != nil {
+		e.SkipUnsupported(err)
 		e.T.Fatalf("turn of %s: %v", t.Name, err)
 	}
 }
@@ -186,6 +189,7 @@ func (e *Env) Prompt(c *harness.Conn, t *tenants.Tenant, sid, text string) {
 	ctx, cancel := e.ctx(90 * time.Second)
 	defer cancel()
 	if _, err := c.Turn(ctx, sid, text); err != nil {
+		e.SkipUnsupported(err)
 		e.T.Fatalf("turn of %s: %v", t.Name, err)
 	}
 }
