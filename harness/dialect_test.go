@@ -1,9 +1,13 @@
 package harness
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -111,4 +115,29 @@ func TestHermesExampleLoads(t *testing.T) {
 	assert.NotEmpty(t, d.Methods["profiles.create"].Hook)
 	assert.Equal(t, "127.0.0.1:4711", tg.ReadyAddr(tg.ReadyRE().FindStringSubmatch("HERMES_BACKEND_READY port=4711"), "127.0.0.1"))
 	assert.Equal(t, "HERMES_HOME", tg.Layout.HomeVar)
+}
+
+func TestWaitHealthySendsTheTokenAsDeclared(t *testing.T) {
+	t.Parallel()
+	const token = "tok-123"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ok := r.URL.Path == "/h" && (r.Header.Get("Authorization") == "Bearer "+token ||
+			r.URL.Query().Get("token") == token || r.Header.Get("X-Tok") == token || r.URL.Query().Get("open") == "1")
+		if !ok {
+			http.Error(w, "no", http.StatusUnauthorized)
+		}
+	}))
+	defer srv.Close()
+	for _, auth := range []string{"bearer", "query", "X-Tok"} {
+		tg := Target{Dialect: Dialect{Health: &Health{Path: "/h", Auth: auth}}}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		assert.NoError(t, tg.WaitHealthy(ctx, srv.URL, token), auth)
+		cancel()
+	}
+	tg := Target{Dialect: Dialect{Health: &Health{Path: "/h", Auth: "none"}}}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	err := tg.WaitHealthy(ctx, srv.URL, token)
+	assert.ErrorContains(t, err, "HTTP 401")
+	assert.NoError(t, (&Target{}).WaitHealthy(ctx, srv.URL, token), "no health check")
 }

@@ -67,6 +67,10 @@ func run(args []string) error {
 		fmt.Println(string(out))
 		return nil
 	case len(args) == 3 && args[0] == "profile" && args[1] == "rm":
+		// The target file's hook_env names who asks; the launch tenant does.
+		if os.Getenv("DIALECT_WHO") == "" {
+			return errors.New("profile rm: DIALECT_WHO is not set")
+		}
 		return os.RemoveAll(filepath.Join(profilesRoot(), args[2]))
 	case len(args) == 5 && args[0] == "serve" && args[1] == "--host" && args[3] == "--port":
 		return serve(args[2], args[4])
@@ -184,6 +188,9 @@ func (c *conn) serve(ctx context.Context, wg *sync.WaitGroup) {
 				}
 			}
 			cfg, err := readConfig(home)
+			if err == nil && cfg.Model.Owner == "" {
+				err = fmt.Errorf("%s/config.yaml has no model.owner", home)
+			}
 			if err != nil {
 				c.reply(req.ID, nil, -32000, err.Error())
 				continue
@@ -227,6 +234,7 @@ type config struct {
 		BaseURL string `yaml:"base_url"`
 		Default string `yaml:"default"`
 		Token   string `yaml:"token"`
+		Owner   string `yaml:"owner"`
 	} `yaml:"model"`
 	Terminal struct {
 		Cwd string `yaml:"cwd"`
@@ -262,7 +270,11 @@ func readDotEnv(home string) map[string]string {
 var varRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
 func (c *conn) turn(ctx context.Context, s *session, text string) {
+	var msgs []any
+	// The turn is stored before its end is announced, as a client may
+	// read the store once it has the end.
 	fail := func(err error) {
+		persist(s, msgs)
 		c.event("oops", s.id, map[string]any{"message": err.Error()})
 	}
 	cfg, err := readConfig(s.home)
@@ -282,8 +294,7 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 			}
 		}
 	}
-	msgs := []any{map[string]any{"role": "user", "content": text}}
-	defer func() { persist(s, msgs) }()
+	msgs = []any{map[string]any{"role": "user", "content": text}}
 	for range 4 {
 		msg, err := complete(ctx, cfg, key, msgs)
 		if err != nil {
@@ -298,6 +309,7 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 			if os.Getenv("DIALECT_LEAK") == "1" && s.profile != "" {
 				payload["debug"] = readDotEnv(launchHome())
 			}
+			persist(s, msgs)
 			c.event("reply.done", s.id, payload)
 			return
 		}
