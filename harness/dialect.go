@@ -558,8 +558,8 @@ func (t *Target) WaitHealthy(ctx context.Context, base, token string) error {
 				return nil
 			}
 			last = fmt.Sprintf("HTTP %d %s", resp.StatusCode, strings.TrimSpace(string(body)))
-		} else {
-			last = err.Error()
+		} else if ctx.Err() == nil || last == "no answer yet" {
+			last = err.Error() // (a request the deadline cut keeps the answer before it)
 		}
 		select {
 		case <-ctx.Done():
