@@ -150,3 +150,11 @@ func TestDialectDeclaredErrorIsJudged(t *testing.T) {
 	require.Equal(t, Failed, rep.Result)
 	require.Contains(t, strings.Join(out.Log, "\n"), "want an error reply")
 }
+
+func TestDialectStdioSeparate(t *testing.T) {
+	t.Parallel()
+	spec, err := Default().Get("stdio-separate")
+	require.NoError(t, err)
+	rep, out := runDialect(t, spec, dialectTarget(t))
+	require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+}

@@ -34,6 +34,16 @@ func TestTargetCheck(t *testing.T) {
 		}
 		assert.NotContains(t, out, "FAIL")
 	})
+	t.Run("stdio backend, no ready event", func(t *testing.T) {
+		t.Parallel()
+		code, out, errOut := runCLI(t, "target", "check", file(t,
+			"serve: [", "# serve: [",
+			"files: true", "files: true\nenv: {DIALECT_QUIET: \"1\"}",
+			"ready: hello", "no_ready: true"))
+		require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+		assert.Contains(t, out, "ok    connect            2 stdio backends")
+		assert.NotContains(t, out, "ok    health")
+	})
 	t.Run("wrong method name gets the -32601 diagnosis", func(t *testing.T) {
 		t.Parallel()
 		code, out, _ := runCLI(t, "target", "check", file(t, "method: open", "method: opne"))

@@ -74,6 +74,8 @@ func run(args []string) error {
 		return os.RemoveAll(filepath.Join(profilesRoot(), args[2]))
 	case len(args) == 5 && args[0] == "serve" && args[1] == "--host" && args[3] == "--port":
 		return serve(args[2], args[4])
+	case len(args) == 1 && args[0] == "stdio":
+		return stdio()
 	}
 	return fmt.Errorf("usage: dialectserver root | profile add|rm NAME | serve --host H --port P (got %q)", args)
 }
@@ -107,7 +109,13 @@ func serve(host, port string) error {
 		if err != nil {
 			return
 		}
-		c := &conn{ws: ws, sessions: map[string]*session{}}
+		defer ws.Close()
+		c := &conn{sessions: map[string]*session{},
+			write: func(b []byte) error { return ws.WriteMessage(websocket.TextMessage, b) },
+			read: func() ([]byte, error) {
+				_, data, err := ws.ReadMessage()
+				return data, err
+			}}
 		c.serve(ctx, &wg)
 	})
 	srv := &http.Server{Handler: mux}
@@ -123,9 +131,37 @@ func serve(host, port string) error {
 	return nil
 }
 
+// stdio serves one connection on stdin and stdout, a frame a line, until
+// stdin ends; its turns finish first.
+func stdio() error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 0, 64*1024), 16<<20)
+	c := &conn{sessions: map[string]*session{},
+		write: func(b []byte) error {
+			_, err := os.Stdout.Write(append(b, '\n'))
+			return err
+		},
+		read: func() ([]byte, error) {
+			if !sc.Scan() {
+				if err := sc.Err(); err != nil {
+					return nil, err
+				}
+				return nil, io.EOF
+			}
+			return sc.Bytes(), nil
+		}}
+	var wg sync.WaitGroup
+	c.serve(ctx, &wg)
+	wg.Wait()
+	return nil
+}
+
 type conn struct {
-	ws  *websocket.Conn
-	wmu sync.Mutex
+	write func([]byte) error
+	read  func() ([]byte, error)
+	wmu   sync.Mutex
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -143,7 +179,7 @@ func (c *conn) send(v any) {
 	b, _ := json.Marshal(v)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_ = c.ws.WriteMessage(websocket.TextMessage, b)
+	_ = c.write(b)
 }
 
 func (c *conn) event(typ, sid string, payload map[string]any) {
@@ -161,10 +197,11 @@ func (c *conn) reply(id json.RawMessage, result any, code int, msg string) {
 }
 
 func (c *conn) serve(ctx context.Context, wg *sync.WaitGroup) {
-	defer c.ws.Close()
-	c.event("hello", "", map[string]any{"dialect": "test"})
+	if os.Getenv("DIALECT_QUIET") != "1" {
+		c.event("hello", "", map[string]any{"dialect": "test"})
+	}
 	for {
-		_, data, err := c.ws.ReadMessage()
+		data, err := c.read()
 		if err != nil {
 			return
 		}
