@@ -23,8 +23,12 @@ var ErrDryPass = errors.New("the dry pass did not get through")
 // line, health check, connect, a session per tenant, one turn each, stop.
 // It writes each step to w as it goes ("ok" or "FAIL" with a diagnosis of
 // what did not match) and returns an error wrapping ErrDryPass at the first
-// step that failed.
-func DryPass(ctx context.Context, target Target, root string, w io.Writer) (err error) {
+// step that failed. wait bounds each step's wait for the target (the ready
+// line, a connection, a reply, a turn's end); 0 means 90s.
+func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait time.Duration) (err error) {
+	if wait <= 0 {
+		wait = 90 * time.Second
+	}
 	step := func(name, format string, args ...any) {
 		fmt.Fprintf(w, "ok    %-18s %s\n", name, fmt.Sprintf(format, args...))
 	}
@@ -65,11 +69,11 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer) (err 
 				return fail("start", "%v", err)
 			}
 			step("start", "%s (pid %d)", strings.Join(argv, " "), srv.Pid())
-			rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			rctx, cancel := context.WithTimeout(ctx, wait)
 			m, err := srv.WaitLine(rctx, target.ReadyRE())
 			cancel()
 			if err != nil {
-				msg := fmt.Sprintf("no line matched ready_line %q within 60s\n%v", target.ReadyLine, err)
+				msg := fmt.Sprintf("no line matched ready_line %q within %v\n%v", target.ReadyLine, wait, err)
 				select {
 				case <-srv.Done():
 					msg += fmt.Sprintf("\nthe server exited (%v); its output:\n%s", srv.ExitErr(), srv.Output())
@@ -81,7 +85,7 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer) (err 
 			step("ready line", "%q -> %s", m[0], base)
 		}
 		if target.Dialect.Health != nil {
-			hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			hctx, cancel := context.WithTimeout(ctx, wait)
 			err := target.WaitHealthy(hctx, base, token)
 			cancel()
 			if err != nil {
@@ -90,7 +94,7 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer) (err 
 			step("health", "GET %s answered 200", target.Dialect.Health.Path)
 		}
 		for _, t := range box.Set.Tenants {
-			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			dctx, cancel := context.WithTimeout(ctx, wait)
 			c, err := DialWebsocket(dctx, base, token, box.DialOptions()...)
 			cancel()
 			if err != nil {
@@ -105,7 +109,7 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer) (err 
 			if err != nil {
 				return fail("start", "stdio backend for %s: %v", t.Name, err)
 			}
-			dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			dctx, cancel := context.WithTimeout(ctx, wait)
 			c, err := DialStdio(dctx, p, box.DialOptions()...)
 			cancel()
 			if err != nil {
@@ -124,7 +128,7 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer) (err 
 		if !t.Launch {
 			profile = t.Name
 		}
-		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		sctx, cancel := context.WithTimeout(ctx, wait)
 		s, err := conns[t.Name].CreateSession(sctx, profile)
 		cancel()
 		if err != nil {
@@ -144,7 +148,7 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer) (err 
 	for _, t := range box.Set.Tenants {
 		c := conns[t.Name]
 		mark := c.EventCount()
-		tctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		tctx, cancel := context.WithTimeout(ctx, wait)
 		_, err := c.Turn(tctx, sessions[t.Name], "Run the environment probe for "+t.Name+".")
 		cancel()
 		if err != nil {

@@ -24,7 +24,7 @@ const usageText = `usage:
       look for canaries in files and trees, in every encoding
   canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--journal FILE] [--advertise-host H]
       serve one fake provider per tenant for a staging server until interrupted
-  canary-run target check [--keep] FILE
+  canary-run target check [--keep] [--wait D] FILE
       validate a target file and make one dry pass, step by step
   canary-run agentd ARGS...
       run the embedded agentd (the default target)

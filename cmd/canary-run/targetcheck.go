@@ -7,16 +7,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
 )
 
-const targetUsage = `usage: canary-run target check [--keep] FILE
+const targetUsage = `usage: canary-run target check [--keep] [--wait D] FILE
   validate the target file FILE and make one dry pass with two tenants:
   sandbox, start, ready line, health check, connect, a session per tenant,
   one turn each, stop; each step prints ok, or FAIL with what did not match
   (a method the server answered -32601, an event that never came, a ready
-  line that never matched, with the last lines seen)
+  line that never matched, with the last lines seen); --wait bounds each
+  step's wait for the target (default 90s), --keep keeps the sandbox
 
 exit: 0 the pass got through, 2 the file is invalid or a step failed`
 
@@ -32,6 +34,7 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := flag.NewFlagSet("canary-run target check", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	keep := fs.Bool("keep", false, "keep the sandbox (its logs) after the pass")
+	wait := fs.Duration("wait", 90*time.Second, "how long each step waits for the target")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, targetUsage)
@@ -57,7 +60,7 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	} else {
 		defer os.RemoveAll(work)
 	}
-	if err := harness.DryPass(ctx, target, work, stdout); err != nil {
+	if err := harness.DryPass(ctx, target, work, stdout, *wait); err != nil {
 		fmt.Fprintf(stderr, "canary-run target check: %v\n", err)
 		return exitUsage
 	}

@@ -60,6 +60,15 @@ func TestTargetCheck(t *testing.T) {
 		assert.Contains(t, out, "FAIL  turn")
 		assert.Contains(t, out, "reply.done")
 	})
+	t.Run("an event that never came", func(t *testing.T) {
+		t.Parallel()
+		code, out, _ := runCLI(t, "target", "check", "--wait", "5s", file(t, "turn_end: reply.done", "turn_end: reply.finished"))
+		require.Equal(t, 2, code, out)
+		assert.Contains(t, out, "FAIL  turn")
+		assert.Contains(t, out, "waiting for the end of the turn of session")
+		assert.Contains(t, out, "reply.finished")
+		assert.Contains(t, out, "reply.done x1") // what came instead
+	})
 	t.Run("ready line never matched shows the last lines", func(t *testing.T) {
 		t.Parallel()
 		code, out, _ := runCLI(t, "target", "check", file(t, "--port, \"0\"]", "--prot, \"0\"]"))
