@@ -16,10 +16,12 @@
 //
 //	canary-run scan --canaries FILE [--json] PATH...
 //	canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--journal FILE] [--advertise-host H]
+//	canary-run target check [--keep] [--wait D] FILE
 //	canary-run agentd ARGS...
 //
 // scan looks for canaries in files (for staging hosts the harness cannot
 // read); fakellm serves one fake provider per tenant for a staging server,
-// journaling every request; agentd runs the embedded reference server,
+// journaling every request; target check validates a target file and makes
+// one dry pass with it, diagnosing each step; agentd runs the embedded reference server,
 // which is how the default target needs no install.
 package main
