@@ -51,7 +51,13 @@ var LogicalOps = []string{
 	"config.set", "config.set.cwd", "config.set.prompt", "config.set.model",
 	"model.save_key", "profiles.create", "profiles.delete", "profiles.list",
 	"cron.create", "cron.trigger", "cron.list",
+	// plugins.install is a capability, not a call: the target loads the
+	// catalog's probe plugin (agentd's format). Only unsupported applies.
+	"plugins.install",
 }
+
+// Unsupported is why the target cannot do op, or "" when it can.
+func (d Dialect) Unsupported(op string) string { return d.Methods[op].Unsupported }
 
 // MethodSpec is what one logical operation becomes. In YAML it is a method
 // name, or a mapping with method and params (a template), or hook (a
@@ -189,6 +195,9 @@ func (d *Dialect) validate() []error {
 		}
 		if set != 1 {
 			errs = append(errs, fmt.Errorf("dialect.methods.%s: give exactly one of method, hook or unsupported", op))
+		}
+		if op == "plugins.install" && m.Unsupported == "" {
+			errs = append(errs, errors.New("dialect.methods.plugins.install: a capability, give only unsupported"))
 		}
 		if len(m.HookEnv) > 0 && len(m.Hook) == 0 {
 			errs = append(errs, fmt.Errorf("dialect.methods.%s: hook_env without hook", op))

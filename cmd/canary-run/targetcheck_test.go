@@ -94,3 +94,42 @@ func TestTargetCheck(t *testing.T) {
 		assert.Contains(t, errOut, "want the subcommand check")
 	})
 }
+
+// TestCatalogAgainstDialectServer runs the whole catalog through a target
+// file against the dialect server: what it can do passes, what it declares
+// unsupported is skipped with its reason, and the certificate names the
+// declared behaviour. The same server told to leak gets exit 1.
+func TestCatalogAgainstDialectServer(t *testing.T) {
+	t.Parallel()
+	bin, err := dialecttest.Build(t.Context(), t.TempDir())
+	require.NoError(t, err)
+	run := func(t *testing.T, edits ...string) (int, string, string) {
+		t.Helper()
+		file, err := dialecttest.TargetFile(t.TempDir(), bin, edits...)
+		require.NoError(t, err)
+		out := filepath.Join(t.TempDir(), "cert")
+		code, _, stderr := runCLI(t, "--target", file, "--tenants", "2", "--out", out, "--no-self-test")
+		summary, err := os.ReadFile(filepath.Join(out, "summary.md"))
+		require.NoError(t, err, stderr)
+		return code, string(summary), stderr
+	}
+	t.Run("clean", func(t *testing.T) {
+		t.Parallel()
+		code, summary, stderr := run(t)
+		require.Equal(t, 0, code, "summary:\n%s\nstderr:\n%s", summary, stderr)
+		for _, want := range []string{
+			"Declared behaviours (each judged as declared): unknown_profile: fallback_to_launch;",
+			"| profile-lifecycle | pass |", "| stdio-separate | pass |",
+			"pooled-serve: the whole scenario: cron.create is unsupported by the target: dialectserver has no cron",
+			"plugin-hosts: the whole scenario: needs the catalog's probe plugin: dialectserver loads no plugins",
+		} {
+			assert.Contains(t, summary, want)
+		}
+	})
+	t.Run("leaking", func(t *testing.T) {
+		t.Parallel()
+		code, summary, _ := run(t, "files: true", "files: true\nenv: {DIALECT_LEAK: \"1\"}")
+		require.Equal(t, 1, code, summary)
+		assert.Contains(t, summary, "provider_key")
+	})
+}
