@@ -65,6 +65,10 @@ func ThisTool() Tool {
 type Target struct {
 	Name    string `json:"name"`
 	Version string `json:"version,omitempty"`
+	// Behaviours are the target's declared behaviours where servers
+	// legitimately differ (unknown_profile: error or fallback_to_launch),
+	// each judged as declared.
+	Behaviours map[string]string `json:"declared_behaviours,omitempty"`
 }
 
 // Tenant is one tenant of the run. Each scenario builds its tenants afresh,

@@ -419,3 +419,20 @@ func TestTenantsOfRosters(t *testing.T) {
 	}, TenantsOf([]scenarios.Report{a, skipped("c"), b}))
 	require.Empty(t, TenantsOf([]scenarios.Report{skipped("c")}))
 }
+
+// TestDeclaredBehaviours: a target's declared behaviours are in the JSON
+// and named in the summary; a target without any shows no such line.
+func TestDeclaredBehaviours(t *testing.T) {
+	t.Parallel()
+	c := New(Target{Name: "hermes", Behaviours: map[string]string{"unknown_profile": "fallback_to_launch"}}, nil,
+		[]scenarios.Report{passing("a")}, time.Second)
+	var buf bytes.Buffer
+	require.NoError(t, c.WriteMarkdown(&buf))
+	require.Contains(t, buf.String(), "Declared behaviours (each judged as declared): unknown_profile: fallback_to_launch;\n")
+	buf.Reset()
+	require.NoError(t, c.WriteJSON(&buf))
+	require.Contains(t, buf.String(), `"declared_behaviours": {`)
+	buf.Reset()
+	require.NoError(t, sample(passing("a")).WriteMarkdown(&buf))
+	require.NotContains(t, buf.String(), "Declared behaviours")
+}

@@ -3,6 +3,7 @@ package certificate
 import (
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -37,6 +38,18 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, ", tenants %s, %s, %s, %s.\n",
 		c.tenantNames(), c.Date.Format("2006-01-02T15:04:05Z07:00"), c.Tool, seconds(c.Duration))
+	if len(c.Target.Behaviours) > 0 {
+		keys := make([]string, 0, len(c.Target.Behaviours))
+		for k := range c.Target.Behaviours {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b.WriteString("Declared behaviours (each judged as declared):")
+		for _, k := range keys {
+			fmt.Fprintf(&b, " %s: %s;", k, c.Target.Behaviours[k])
+		}
+		b.WriteString("\n")
+	}
 	if held, all := c.controls(); all > 0 {
 		fmt.Fprintf(&b, "Positive controls: %d of %d held (each tenant's own canaries seen where they belong).\n", held, all)
 	} else if len(c.Scenarios) > 0 {

@@ -3,6 +3,7 @@ package certificate
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -60,7 +61,7 @@ func Merge(certs []*Certificate) (*Certificate, error) {
 			return nil, fmt.Errorf("merge: certificate %d is shard %d/%d: %w", i+1, c.Shard.K, n, ErrShards)
 		case byK[c.Shard.K] != nil:
 			return nil, fmt.Errorf("merge: shard %d/%d given twice: %w", c.Shard.K, n, ErrShards)
-		case c.Target != first.Target:
+		case !reflect.DeepEqual(c.Target, first.Target):
 			return nil, fmt.Errorf("merge: shard %d/%d certified %s %s, shard %d/%d %s %s: %w",
 				c.Shard.K, n, c.Target.Name, c.Target.Version, first.Shard.K, n, first.Target.Name, first.Target.Version, ErrShards)
 		case c.Tool.Version != first.Tool.Version || c.Tool.Commit != first.Tool.Commit:

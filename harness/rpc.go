@@ -65,6 +65,9 @@ type RPC struct {
 	events  []Event
 	bad     []string // frames that were not JSON objects
 	closed  error
+
+	dialect *Dialect   // with defaults; nil speaks DESIGN.md word for word
+	hooks   HookRunner // runs a dialect's hook commands
 }
 
 func newRPC(name string, send func([]byte) error) *RPC {
@@ -124,8 +127,18 @@ func (c *RPC) fail(err error) {
 }
 
 // Call sends a request and waits for its reply; a non-nil result is decoded
-// from the reply's result. An error reply is an *RPCError.
+// from the reply's result. An error reply is an *RPCError. method is a
+// logical operation: a target's dialect maps it (and its params and
+// result) to the server's, or runs a hook, or answers *UnsupportedError.
 func (c *RPC) Call(ctx context.Context, method string, params any, result any) error {
+	if c.dialect != nil {
+		return c.callDialect(ctx, method, params, result)
+	}
+	return c.call(ctx, method, params, result)
+}
+
+// call is Call on the wire, with no dialect.
+func (c *RPC) call(ctx context.Context, method string, params any, result any) error {
 	c.mu.Lock()
 	if c.closed != nil {
 		c.mu.Unlock()

@@ -70,6 +70,9 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 		return nil, err
 	}
 	opts.Tenants.Layout = target.Layout
+	if opts.Tenants.Responder == nil {
+		opts.Tenants.Responder = target.Dialect.probeResponder()
+	}
 	var set *tenants.Set
 	if target.TenantsFile != "" {
 		// A staging run: the tenants the server was provisioned with, their
@@ -113,7 +116,7 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 		if err := s.checkProfileRoot(ctx); err != nil {
 			return fail(err)
 		}
-		if err := set.WriteHomes(opts.Extras); err != nil {
+		if err := s.writeHomes(opts.Extras); err != nil {
 			return fail(err)
 		}
 		if err := s.plantOperatorSecrets(); err != nil {

@@ -49,13 +49,14 @@ func (c *RPC) Turn(ctx context.Context, sid, text string) (Event, error) {
 	if err := c.Call(ctx, "prompt.submit", map[string]any{"session_id": sid, "text": text}, &ack); err != nil {
 		return Event{}, err
 	}
-	ev, err := c.WaitEvent(ctx, mark, "the end of the turn of session "+sid, func(e Event) bool {
-		return e.SessionID == sid && (e.Type == "message.complete" || e.Type == "error")
+	em := c.eventMap()
+	ev, err := c.WaitEvent(ctx, mark, "the end of the turn of session "+sid+" (event "+em.TurnEnd+" or "+em.Error+")", func(e Event) bool {
+		return e.SessionID == sid && (e.Type == em.TurnEnd || e.Type == em.Error)
 	})
 	if err != nil {
 		return ev, err
 	}
-	if status, _ := ev.Payload["status"].(string); ev.Type != "message.complete" || status != "complete" {
+	if status, _ := ev.Payload[em.Status].(string); ev.Type != em.TurnEnd || status != em.StatusOK {
 		return ev, fmt.Errorf("turn of session %s failed: %s", sid, truncate(string(ev.Raw), 500))
 	}
 	return ev, nil

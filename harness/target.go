@@ -80,6 +80,10 @@ type Target struct {
 	// a canary value owned by "operator". Empty: none planted.
 	ManagedConfig string `yaml:"managed_config"`
 
+	// Dialect is how the server's protocol differs from DESIGN.md's
+	// (harness/dialect.go); empty for agentd.
+	Dialect Dialect `yaml:"dialect"`
+
 	readyRE *regexp.Regexp
 }
 
@@ -154,8 +158,8 @@ func (t *Target) Validate() error {
 	switch {
 	case err != nil:
 		errs = append(errs, fmt.Errorf("ready_line: %w", err))
-	case re.NumSubexp() < 2:
-		errs = append(errs, fmt.Errorf("ready_line %q: want two groups, host and port", t.ReadyLine))
+	case re.NumSubexp() < 1:
+		errs = append(errs, fmt.Errorf("ready_line %q: want a port group (and a host group before it, or groups named host and port)", t.ReadyLine))
 	default:
 		t.readyRE = re
 	}
@@ -178,6 +182,7 @@ func (t *Target) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, t.Dialect.validate()...)
 	t.Layout = t.Layout.WithDefaults()
 	return errors.Join(errs...)
 }

@@ -52,11 +52,11 @@ func TestLoadTargetNamesEveryProblem(t *testing.T) {
 	t.Parallel()
 	_, err := LoadTarget(writeFile(t, `
 serve: [srv, --port, "{prot}"]
-ready_line: "listening (\\d+)"
+ready_line: "listening \\d+"
 files: true
 `))
 	require.Error(t, err)
-	for _, want := range []string{"name is empty", "{prot}", "want two groups", "without token_var", "profile_root"} {
+	for _, want := range []string{"name is empty", "{prot}", "want a port group", "without token_var", "profile_root"} {
 		assert.ErrorContains(t, err, want)
 	}
 	_, err = LoadTarget(writeFile(t, "name: x\nstdoi: [a]\n"))

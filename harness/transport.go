@@ -31,7 +31,7 @@ func (c *Conn) Close() {
 
 // DialStdio speaks the protocol over p's stdin and stdout (one frame a line)
 // and waits for the server's gateway.ready event.
-func DialStdio(ctx context.Context, p *Proc) (*Conn, error) {
+func DialStdio(ctx context.Context, p *Proc, opts ...DialOption) (*Conn, error) {
 	if p.Stdin() == nil {
 		return nil, fmt.Errorf("dial %s over stdio: started without a stdin pipe", p.Name())
 	}
@@ -44,6 +44,7 @@ func DialStdio(ctx context.Context, p *Proc) (*Conn, error) {
 	}
 	readCtx, cancel := context.WithCancel(context.Background())
 	c := &Conn{RPC: newRPC(p.Name(), send), closeFn: cancel, readDone: make(chan struct{})}
+	c.apply(opts)
 	go func() {
 		defer close(c.readDone)
 		for i := 0; ; i++ {
@@ -64,7 +65,7 @@ func DialStdio(ctx context.Context, p *Proc) (*Conn, error) {
 
 // DialWebsocket connects to a serve backend's /api/ws with token and waits
 // for its gateway.ready event. base is http://host:port.
-func DialWebsocket(ctx context.Context, base, token string) (*Conn, error) {
+func DialWebsocket(ctx context.Context, base, token string, opts ...DialOption) (*Conn, error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return nil, fmt.Errorf("dial websocket: bad base URL %q: %w", base, err)
@@ -92,6 +93,7 @@ func DialWebsocket(ctx context.Context, base, token string) (*Conn, error) {
 		return ws.WriteMessage(websocket.TextMessage, frame)
 	}
 	c := &Conn{RPC: newRPC("websocket "+u.Host, send), readDone: make(chan struct{})}
+	c.apply(opts)
 	c.closeFn = func() {
 		wmu.Lock()
 		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
@@ -140,6 +142,10 @@ func redactToken(u *url.URL) string {
 }
 
 func (c *Conn) awaitReady(ctx context.Context) error {
-	_, err := c.WaitEvent(ctx, 0, "the gateway.ready event", func(e Event) bool { return e.Type == "gateway.ready" })
+	ev := c.eventMap()
+	if ev.NoReadyEvt {
+		return nil
+	}
+	_, err := c.WaitEvent(ctx, 0, "the "+ev.Ready+" event", func(e Event) bool { return e.Type == ev.Ready })
 	return err
 }

@@ -37,11 +37,19 @@ func RequestLeaksOf(ts []*tenants.Tenant, t *tenants.Tenant, recs []fakellm.Reco
 	return Dedup(m.requestLeaks(ts, t, recs))
 }
 
+// metadataProbe reports whether r is a keyless GET or HEAD (a client probing
+// its provider: /api/v1/models, /api/tags, /v1/props, /version): recorded
+// and scanned like any request, but without a key it is no key violation.
+// A request presenting a key that is not the tenant's still is.
+func metadataProbe(r fakellm.Record) bool {
+	return r.Auth == "" && r.Kind != fakellm.KindMain && (r.Method == "GET" || r.Method == "HEAD")
+}
+
 func (m matcher) requestLeaks(ts []*tenants.Tenant, t *tenants.Tenant, recs []fakellm.Record) []Finding {
 	var out []Finding
 	for _, r := range recs {
 		where := Where{Request: intp(r.Seq), Path: r.Path}
-		if r.Auth != t.ProviderKey() {
+		if r.Auth != t.ProviderKey() && !metadataProbe(r) {
 			f := Finding{Invariant: Request, Tenant: t.Name, Where: where}
 			f.Where.Part = "auth"
 			switch owner := ownerOf(ts, tenants.ProviderKey, r.Auth); {

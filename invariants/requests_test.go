@@ -1,6 +1,7 @@
 package invariants
 
 import (
+	"net/http"
 	"testing"
 	"time"
 
@@ -80,4 +81,43 @@ func TestRequestLeaksKeysModelsHeaders(t *testing.T) {
 	// A tenant whose provider saw nothing fails its control.
 	ctl := ControlKeys(s.Tenants)
 	require.Equal(t, []string{"control default / ", "control beta / "}, findingKeys(ctl))
+}
+
+// TestKeylessMetadataProbeIsNoKeyViolation sends alpha's provider the
+// metadata probes real clients make before a turn (GET, no key): they are
+// recorded and scanned (a foreign canary in one's header is still found)
+// but are no key violation by themselves; a keyless POST still is, and so
+// is a GET with another tenant's key.
+func TestKeylessMetadataProbeIsNoKeyViolation(t *testing.T) {
+	t.Parallel()
+	s := newSet(t)
+	alpha, beta := s.Get("alpha"), s.Get("beta")
+	get := func(path, auth string, headers ...string) {
+		req, err := http.NewRequest(http.MethodGet, alpha.Provider.URL+path, nil)
+		require.NoError(t, err)
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	for _, p := range []string{"/api/v1/models", "/api/tags", "/v1/props", "/version"} {
+		get(p, "")
+	}
+	waitRequests(t, alpha, 4)
+	require.Empty(t, RequestLeaks(s.Tenants), "keyless metadata probes")
+
+	get("/api/tags", "", "X-Probe", beta.Value(tenants.EnvMarker))
+	get("/v1/models", beta.ProviderKey())
+	postTo(t, alpha, "/chat/completions", "", chat(alpha.Model(), user("hi")))
+	waitRequests(t, alpha, 7)
+	var parts []string
+	for _, f := range RequestLeaks(s.Tenants) {
+		parts = append(parts, f.Where.Part+":"+f.Owner)
+	}
+	require.ElementsMatch(t, []string{"header x-probe:beta", "auth:beta", "header authorization:beta", "auth:"}, parts)
 }

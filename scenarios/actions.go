@@ -55,6 +55,7 @@ func (e *Env) WaitCron(c *harness.Conn, t *tenants.Tenant, id string, since time
 		ctx, cancel := context.WithTimeout(e.Ctx, 10*time.Second)
 		defer cancel()
 		if err := c.Call(ctx, "cron.list", map[string]any{"profile": profileParam(t)}, &res); err != nil {
+			e.SkipUnsupported(err)
 			return false, err.Error()
 		}
 		for _, j := range res.Jobs {

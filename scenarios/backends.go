@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -61,8 +60,13 @@ func (e *Env) StartServe() *Serve {
 		e.targetCannotStart("serve backend", err)
 		e.T.Fatalf("serve backend not ready: %v", err)
 	}
-	e.Server = &Serve{Proc: p, Base: "http://" + net.JoinHostPort(m[1], m[2]), Token: token}
+	e.Server = &Serve{Proc: p, Base: "http://" + tg.ReadyAddr(m, "127.0.0.1"), Token: token}
 	e.noteOperatorSecret("serve_token", token)
+	if err := tg.WaitHealthy(ctx, e.Server.Base, token); err != nil {
+		p.Kill()
+		e.targetCannotStart("serve backend", err)
+		e.T.Fatalf("serve backend not healthy: %v", err)
+	}
 	return e.Server
 }
 
@@ -90,7 +94,7 @@ func (e *Env) Dial(s *Serve, owner *tenants.Tenant) *harness.Conn {
 	if e.Box.Target.TenantCredentials {
 		token = owner.APIServerKey()
 	}
-	c, err := harness.DialWebsocket(ctx, s.Base, token)
+	c, err := harness.DialWebsocket(ctx, s.Base, token, e.Box.DialOptions()...)
 	if err != nil {
 		e.T.Fatalf("connect to serve backend for %s: %v", owner.Name, err)
 	}
@@ -126,7 +130,7 @@ func (e *Env) StartGateway() *Gateway {
 		e.targetCannotStart("gateway", err)
 		e.T.Fatalf("gateway not ready: %v", err)
 	}
-	g := &Gateway{Proc: p, Client: &harness.GatewayClient{Base: "http://" + net.JoinHostPort(m[1], m[2])}}
+	g := &Gateway{Proc: p, Client: &harness.GatewayClient{Base: "http://" + tg.ReadyAddr(m, "127.0.0.1")}}
 	e.mu.Lock()
 	e.gateway = g
 	e.mu.Unlock()

@@ -68,6 +68,9 @@ type Need string
 const (
 	NeedRestart Need = "restart" // the harness starts the serve backend, so it can restart it
 	NeedFiles   Need = "files"   // the harness reads and writes the target's homes
+	// NeedPlugins: the target loads the catalog's probe plugin (agentd's
+	// format); a dialect declaring plugins.install unsupported skips it.
+	NeedPlugins Need = "plugins"
 )
 
 // unmet says why target cannot run spec, or "" when it can.
@@ -86,6 +89,10 @@ func (s Spec) unmet(target harness.Target) string {
 		case NeedFiles:
 			if !target.Files || target.Remote() {
 				return "needs the target's files, which the harness cannot reach"
+			}
+		case NeedPlugins:
+			if why := target.Dialect.Unsupported("plugins.install"); why != "" {
+				return "needs the catalog's probe plugin: " + why
 			}
 		}
 	}
@@ -132,7 +139,7 @@ func (s Spec) validate() error {
 		}
 	}
 	for _, n := range s.Needs {
-		if n != NeedRestart && n != NeedFiles {
+		if n != NeedRestart && n != NeedFiles && n != NeedPlugins {
 			errs = append(errs, fmt.Errorf("need %q is unknown", n))
 		}
 	}

@@ -259,7 +259,7 @@ func pluginHosts() Spec {
 		Focus:     []Invariant{Requests, EnvSnapshots},
 		Snapshots: perTenant(0),
 		Timeout:   4 * time.Minute,
-		Needs:     []Need{NeedFiles},
+		Needs:     []Need{NeedFiles, NeedPlugins},
 		Responder: pluginResponder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
@@ -279,7 +279,7 @@ func pluginHosts() Spec {
 						}
 						plugins["host"] = map[string]any{"launcher": launcher}
 					}
-					err := t.WriteHome(e.Box.Set.Layout, tenants.HomeExtras{
+					err := e.Box.WriteHome(t, tenants.HomeExtras{
 						Config: map[string]any{"plugins": plugins},
 						Files: map[string]string{
 							"plugins/" + PluginName + "/plugin.yaml": "name: " + PluginName + "\nversion: \"1.0\"\nkind: general\n",

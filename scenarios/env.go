@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
@@ -139,7 +140,7 @@ func (e *Env) StartStdio(owner *tenants.Tenant) *harness.Conn {
 		e.targetCannotStart("stdio backend", err)
 		e.T.Fatalf("start stdio backend for %s: %v", owner.Name, err)
 	}
-	c, err := harness.DialStdio(ctx, p)
+	c, err := harness.DialStdio(ctx, p, e.Box.DialOptions()...)
 	if err != nil {
 		// Dialing stdio is waiting for its ready event: any failure is one
 		// of start-up; its reason is usually on the child's stderr.
@@ -163,6 +164,7 @@ func (e *Env) CreateSession(c *harness.Conn, t *tenants.Tenant) harness.SessionI
 	defer cancel()
 	s, err := c.CreateSession(ctx, profileParam(t))
 	if err != nil {
+		e.SkipUnsupported(err)
 		e.T.Fatalf("create session of %s: %v", t.Name, err)
 	}
 	e.mu.Lock()
@@ -178,6 +180,7 @@ func (e *Env) ResumeSession(c *harness.Conn, t *tenants.Tenant, storedID string)
 	defer cancel()
 	s, err := c.ResumeSession(ctx, storedID, profileParam(t))
 	if err != nil {
+		e.SkipUnsupported(err)
 		e.T.Fatalf("resume session %s of %s: %v", storedID, t.Name, err)
 	}
 	e.mu.Lock()
@@ -194,6 +197,7 @@ func (e *Env) Turn(c *harness.Conn, t *tenants.Tenant, sid string) {
 	ctx, cancel := e.ctx(90 * time.Second)
 	defer cancel()
 	if _, err := c.Turn(ctx, sid, "Run the environment probe for "+t.Name+"."); err != nil {
+		e.SkipUnsupported(err)
 		e.T.Fatalf("turn of %s: %v", t.Name, err)
 	}
 }
@@ -205,6 +209,7 @@ func (e *Env) Prompt(c *harness.Conn, t *tenants.Tenant, sid, text string) {
 	ctx, cancel := e.ctx(90 * time.Second)
 	defer cancel()
 	if _, err := c.Turn(ctx, sid, text); err != nil {
+		e.SkipUnsupported(err)
 		e.T.Fatalf("turn of %s: %v", t.Name, err)
 	}
 }
@@ -234,7 +239,18 @@ func (e *Env) Call(c *harness.Conn, method string, params, result any) {
 	ctx, cancel := e.ctx(60 * time.Second)
 	defer cancel()
 	if err := c.Call(ctx, method, params, result); err != nil {
+		e.SkipUnsupported(err)
 		e.T.Fatalf("%s: %v", method, err)
+	}
+}
+
+// SkipUnsupported skips the scenario, with the target's reason, when err
+// is an operation the target's dialect declares unsupported.
+func (e *Env) SkipUnsupported(err error) {
+	e.T.Helper()
+	var u *harness.UnsupportedError
+	if errors.As(err, &u) {
+		e.T.Skipf("%v", u)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -41,8 +42,24 @@ type Config struct {
 // messages for the report.
 type recordingT struct {
 	harness.T
-	mu  sync.Mutex
-	log []string
+	mu   sync.Mutex
+	log  []string
+	skip string // why a phase skipped the scenario (an operation the target does not support)
+}
+
+// Skipf inside a phase ends the phase and notes why; runInto skips the
+// scenario from its own goroutine once the phase's checks have run.
+func (r *recordingT) Skipf(format string, args ...any) {
+	r.mu.Lock()
+	r.skip = fmt.Sprintf(format, args...)
+	r.mu.Unlock()
+	runtime.Goexit()
+}
+
+func (r *recordingT) skipped() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.skip
 }
 
 func (r *recordingT) Errorf(format string, args ...any) {
@@ -157,7 +174,7 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 		phaseStart := time.Now()
 		ok := runPhase(env, ph)
 		pr.Duration = time.Since(phaseStart)
-		if !ok {
+		if !ok && rt.skipped() == "" {
 			msgs := rt.messages()
 			if len(msgs) > 0 {
 				pr.Error = msgs[len(msgs)-1]
@@ -180,6 +197,11 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 		}
 		progress(cfg.Progress, "%-20s phase %s done in %v: %d requests, %d snapshots, %d frames, %d new findings",
 			spec.ID, ph.Name, pr.Duration.Round(time.Millisecond), counts.Requests, counts.Snapshots, counts.Frames, len(pr.Findings))
+		if why := rt.skipped(); !ok && why != "" && len(rep.Findings()) == 0 && !t.Failed() {
+			rep.Result, rep.Reason = Skipped, why
+			progress(cfg.Progress, "%-20s skipped in phase %s: %s", spec.ID, ph.Name, why)
+			t.Skipf("%s on %s: %s", spec.ID, cfg.Target.Name, why)
+		}
 		if !ok {
 			t.FailNow()
 		}

@@ -27,12 +27,16 @@ func (t *Tenant) ProbeCommand() string {
 
 // DefaultResponder answers a user turn with a terminal tool call running the
 // probe, and a tool result with the text "probe done for <tenant>".
-func DefaultResponder(t *Tenant) fakellm.Responder {
+func DefaultResponder(t *Tenant) fakellm.Responder { return ProbeResponder(t, "terminal", "command") }
+
+// ProbeResponder is DefaultResponder for a target whose shell tool is named
+// tool and takes the command in its argument arg (exec{cmd}, say).
+func ProbeResponder(t *Tenant, tool, arg string) fakellm.Responder {
 	return func(r fakellm.Record) fakellm.Response {
 		if r.EndsWithToolResult() {
 			return fakellm.Text("probe done for " + t.Name)
 		}
-		return fakellm.ToolCall("terminal", map[string]string{"command": t.ProbeCommand()})
+		return fakellm.ToolCall(tool, map[string]string{arg: t.ProbeCommand()})
 	}
 }
 

@@ -126,7 +126,8 @@ func loadTarget(name string) (harness.Target, certificate.Target, error) {
 	if err != nil {
 		return harness.Target{}, certificate.Target{}, err
 	}
-	return t, certificate.Target{Name: t.Name, Version: t.Version}, nil
+	return t, certificate.Target{Name: t.Name, Version: t.Version,
+		Behaviours: map[string]string{"unknown_profile": t.Dialect.WithDefaults().Behaviours.UnknownProfile}}, nil
 }
 
 // runCertify is the main run: the catalog, the certificate, the verdict.

@@ -17,13 +17,16 @@
 //	canary-run merge [--out DIR] SHARD-DIR...
 //	canary-run scan --canaries FILE [--json] PATH...
 //	canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--journal FILE] [--advertise-host H] [--homes DIR [--layout agentd|FILE]]
+//	canary-run target check [--keep] [--wait D] FILE
 //	canary-run agentd ARGS...
 //
 // merge joins the certificates of the shards of one run (canary-run
 // --shard K/N runs every Nth scenario from the Kth); scan looks for
 // canaries in files (for staging hosts the harness cannot read); fakellm
 // serves one fake provider per tenant for a staging server, journaling
-// every request, and with --homes writes the tenants' homes for it; agentd
+// every request, and with --homes writes the tenants' homes for it; target
+// check validates a target file and makes one dry pass with it, diagnosing
+// each step; agentd
 // runs the embedded reference server, which is how the default target
 // needs no install.
 //

@@ -27,6 +27,8 @@ const usageText = `usage:
       look for canaries in files and trees, in every encoding
   canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--homes DIR [--layout agentd|FILE]] ...
       serve one fake provider per tenant for a staging server until interrupted
+  canary-run target check [--keep] [--wait D] FILE
+      validate a target file and make one dry pass, step by step
   canary-run agentd ARGS...
       run the embedded agentd (the default target)
   canary-run version | --version
@@ -63,6 +65,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return scancmd.Run(ctx, args[1:], stdout, stderr)
 		case "fakellm":
 			return runFakeLLM(ctx, args[1:], stdout, stderr)
+		case "target":
+			return runTarget(ctx, args[1:], stdout, stderr)
 		case "help", "-h", "-help", "--help":
 			printHelp(stdout)
 			return 0

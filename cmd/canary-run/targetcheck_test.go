@@ -1,0 +1,135 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/internal/dialecttest"
+)
+
+// TestTargetCheck runs `canary-run target check` against
+// harness/testdata/dialectserver, a server speaking another dialect than
+// agentd: its own target file passes, and files with one thing wrong get a
+// diagnosis naming it.
+func TestTargetCheck(t *testing.T) {
+	t.Parallel()
+	bin, err := dialecttest.Build(t.Context(), t.TempDir())
+	require.NoError(t, err)
+	file := func(t *testing.T, edits ...string) string {
+		p, err := dialecttest.TargetFile(t.TempDir(), bin, edits...)
+		require.NoError(t, err)
+		return p
+	}
+	t.Run("good file passes", func(t *testing.T) {
+		t.Parallel()
+		code, out, errOut := runCLI(t, "target", "check", file(t))
+		require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+		for _, want := range []string{"ok    ready line", "ok    health", "ok    connect", "ok    session.create",
+			"ok    turn", "tool args in step.end.input", "ok    stop", "the dry pass got through"} {
+			assert.Contains(t, out, want)
+		}
+		assert.NotContains(t, out, "FAIL")
+	})
+	t.Run("stdio backend, no ready event", func(t *testing.T) {
+		t.Parallel()
+		code, out, errOut := runCLI(t, "target", "check", file(t,
+			"serve: [", "# serve: [",
+			"files: true", "files: true\nenv: {DIALECT_QUIET: \"1\"}",
+			"ready: hello", "no_ready: true"))
+		require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+		assert.Contains(t, out, "ok    connect            2 stdio backends")
+		assert.NotContains(t, out, "ok    health")
+	})
+	t.Run("wrong method name gets the -32601 diagnosis", func(t *testing.T) {
+		t.Parallel()
+		code, out, _ := runCLI(t, "target", "check", file(t, "method: open", "method: opne"))
+		require.Equal(t, 2, code, out)
+		assert.Contains(t, out, "FAIL  session.create")
+		assert.Contains(t, out, `does not know method "opne"`)
+		assert.Contains(t, out, "-32601")
+		assert.Contains(t, out, "dialect.methods.session.create")
+	})
+	t.Run("wrong event name: the turn never ends", func(t *testing.T) {
+		t.Parallel()
+		code, out, _ := runCLI(t, "target", "check", file(t, "status_ok: ok", "status_ok: complete"))
+		require.Equal(t, 2, code, out)
+		assert.Contains(t, out, "FAIL  turn")
+		assert.Contains(t, out, "reply.done")
+	})
+	t.Run("an event that never came", func(t *testing.T) {
+		t.Parallel()
+		code, out, _ := runCLI(t, "target", "check", "--wait", "5s", file(t, "turn_end: reply.done", "turn_end: reply.finished"))
+		require.Equal(t, 2, code, out)
+		assert.Contains(t, out, "FAIL  turn")
+		assert.Contains(t, out, "waiting for the end of the turn of session")
+		assert.Contains(t, out, "reply.finished")
+		assert.Contains(t, out, "reply.done x1") // what came instead
+	})
+	t.Run("ready line never matched shows the last lines", func(t *testing.T) {
+		t.Parallel()
+		code, out, _ := runCLI(t, "target", "check", file(t, "--port, \"0\"]", "--prot, \"0\"]"))
+		require.Equal(t, 2, code, out)
+		assert.Contains(t, out, "FAIL  ready line")
+		assert.Contains(t, out, "usage: dialectserver")
+	})
+	t.Run("invalid file", func(t *testing.T) {
+		t.Parallel()
+		p := filepath.Join(t.TempDir(), "bad.yaml")
+		require.NoError(t, os.WriteFile(p, []byte("name: x\nstdio: [a]\ndialect: {methods: {session.open: x}}\n"), 0o644))
+		code, out, _ := runCLI(t, "target", "check", p)
+		require.Equal(t, 2, code)
+		assert.Contains(t, out, `unknown operation "session.open"`)
+	})
+	t.Run("help and usage", func(t *testing.T) {
+		t.Parallel()
+		code, out, _ := runCLI(t, "target", "--help")
+		require.Equal(t, 0, code)
+		assert.Contains(t, out, "canary-run target check")
+		code, _, errOut := runCLI(t, "target", "chek", "x")
+		require.Equal(t, 2, code)
+		assert.Contains(t, errOut, "want the subcommand check")
+	})
+}
+
+// TestCatalogAgainstDialectServer runs the whole catalog through a target
+// file against the dialect server: what it can do passes, what it declares
+// unsupported is skipped with its reason, and the certificate names the
+// declared behaviour. The same server told to leak gets exit 1.
+func TestCatalogAgainstDialectServer(t *testing.T) {
+	t.Parallel()
+	bin, err := dialecttest.Build(t.Context(), t.TempDir())
+	require.NoError(t, err)
+	run := func(t *testing.T, edits ...string) (int, string, string) {
+		t.Helper()
+		file, err := dialecttest.TargetFile(t.TempDir(), bin, edits...)
+		require.NoError(t, err)
+		out := filepath.Join(t.TempDir(), "cert")
+		code, _, stderr := runCLI(t, "--target", file, "--tenants", "2", "--out", out, "--no-self-test")
+		summary, err := os.ReadFile(filepath.Join(out, "summary.md"))
+		require.NoError(t, err, stderr)
+		return code, string(summary), stderr
+	}
+	t.Run("clean", func(t *testing.T) {
+		t.Parallel()
+		code, summary, stderr := run(t)
+		require.Equal(t, 0, code, "summary:\n%s\nstderr:\n%s", summary, stderr)
+		for _, want := range []string{
+			"Declared behaviours (each judged as declared): unknown_profile: fallback_to_launch;",
+			"| profile-lifecycle | pass |", "| stdio-separate | pass |",
+			"pooled-serve: the whole scenario: cron.create is unsupported by the target: dialectserver has no cron",
+			"plugin-hosts: the whole scenario: needs the catalog's probe plugin: dialectserver loads no plugins",
+		} {
+			assert.Contains(t, summary, want)
+		}
+	})
+	t.Run("leaking", func(t *testing.T) {
+		t.Parallel()
+		code, summary, _ := run(t, "files: true", "files: true\nenv: {DIALECT_LEAK: \"1\"}")
+		require.Equal(t, 1, code, summary)
+		assert.Contains(t, summary, "provider_key")
+	})
+}

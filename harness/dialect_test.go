@@ -1,0 +1,143 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDialectParsesEveryFormOfMethod(t *testing.T) {
+	t.Parallel()
+	tg, err := LoadTarget(writeFile(t, `
+name: x
+stdio: [srv]
+dialect:
+  methods:
+    session.create: open
+    prompt.submit: {method: say, params: {sid: "{session_id}", text: "{text}", n: 3}}
+    profiles.create: {hook: [mk, "{name}"], hook_env: {WHO: "{tenant}"}}
+    cron.create: {unsupported: no cron}
+`))
+	require.NoError(t, err)
+	m := tg.Dialect.Methods
+	assert.Equal(t, "open", m["session.create"].Method)
+	assert.Equal(t, "say", m["prompt.submit"].Method)
+	assert.Equal(t, []string{"mk", "{name}"}, m["profiles.create"].Hook)
+	assert.Equal(t, "no cron", m["cron.create"].Unsupported)
+	d := tg.Dialect.WithDefaults()
+	assert.Equal(t, "message.complete", d.Events.TurnEnd)
+	assert.Equal(t, UnknownProfileError, d.Behaviours.UnknownProfile)
+	assert.Equal(t, ProbeTool{Name: "terminal", Arg: "command"}, d.ProbeTool)
+}
+
+func TestDialectNamesEveryProblem(t *testing.T) {
+	t.Parallel()
+	_, err := LoadTarget(writeFile(t, `
+name: x
+stdio: [srv]
+dialect:
+  config: {model: {api_key: "{provder_key}"}}
+  methods:
+    session.open: open
+    prompt.submit: {method: say, unsupported: why}
+    cron.list: {hook_env: {A: b}}
+  behaviours: {unknown_profile: ignore}
+  probe_tool: {name: exec}
+  health: {path: health}
+`))
+	require.Error(t, err)
+	for _, want := range []string{
+		`unknown operation "session.open"`, "prompt.submit: give exactly one of", "cron.list: give exactly one of",
+		"hook_env without hook", "{provder_key}", "unknown_profile \"ignore\"", "probe_tool: give both", "health.path",
+	} {
+		assert.ErrorContains(t, err, want)
+	}
+	_, err = LoadTarget(writeFile(t, "name: x\nstdio: [a]\ndialect: {method: {}}\n"))
+	assert.ErrorContains(t, err, "field method not found")
+}
+
+func TestFillKeepsTypesAndDropsAbsentParams(t *testing.T) {
+	t.Parallel()
+	tmpl := map[string]any{"sid": "{session_id}", "who": "{profile}", "msg": "say {text}!", "n": 3,
+		"list": []any{"{text}", "{gone}"}, "nested": map[string]any{"flag": "{flag}"}}
+	got, ok := fill(tmpl, map[string]any{"session_id": "s1", "profile": "", "text": "hi", "flag": true})
+	require.True(t, ok)
+	assert.Equal(t, map[string]any{"sid": "s1", "msg": "say hi!", "n": 3, "list": []any{"hi"},
+		"nested": map[string]any{"flag": true}}, got)
+}
+
+func TestMapResultMovesFields(t *testing.T) {
+	t.Parallel()
+	out, err := mapResult([]byte(`{"sid":"s1","meta":{"model":"m","who":""}}`),
+		MethodSpec{Result: map[string]string{"session_id": "sid", "info.model": "meta.model", "info.gone": "nope"}})
+	require.NoError(t, err)
+	var s SessionInfo
+	require.NoError(t, json.Unmarshal(out, &s))
+	assert.Equal(t, "s1", s.SessionID)
+	assert.Equal(t, "m", s.Info.Model)
+	_, err = mapResult([]byte(`[1]`), MethodSpec{Result: map[string]string{"a": "b"}})
+	assert.ErrorContains(t, err, "not a JSON object")
+	assert.JSONEq(t, `{"output":"made it"}`, string(hookReply("creating\nmade it\n")))
+	assert.JSONEq(t, `{"id":"j1"}`, string(hookReply("log line\n{\"id\":\"j1\"}\n")))
+}
+
+func TestReadyAddrForms(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ re, line, want string }{
+		{`HERMES_BACKEND_READY port=(\d+)`, "HERMES_BACKEND_READY port=4321", "127.0.0.1:4321"},
+		{DefaultReadyLine, "backend listening on 127.0.0.2:99", "127.0.0.2:99"},
+		{`port (?P<port>\d+) host (?P<host>\S+)`, "port 7 host ::1", "[::1]:7"},
+		{`on (\S+):(\d+)`, "on 0.0.0.0:8", "127.0.0.1:8"},
+	} {
+		tg := Target{ReadyLine: c.re}
+		tg.readyRE = regexp.MustCompile(c.re)
+		assert.Equal(t, c.want, tg.ReadyAddr(tg.ReadyRE().FindStringSubmatch(c.line), "127.0.0.1"), c.re)
+	}
+}
+
+// TestHermesExampleLoads keeps examples/targets/hermes.yaml valid and
+// checks the parts of it the README promises.
+func TestHermesExampleLoads(t *testing.T) {
+	t.Parallel()
+	tg, err := LoadTarget("../examples/targets/hermes.yaml")
+	require.NoError(t, err)
+	d := tg.Dialect.WithDefaults()
+	assert.Equal(t, UnknownProfileFallback, d.Behaviours.UnknownProfile)
+	assert.Equal(t, "tool.complete", d.Events.ToolArgs)
+	assert.Equal(t, "session.cwd.set", d.Methods["config.set.cwd"].Method)
+	assert.NotEmpty(t, d.Methods["profiles.create"].Hook)
+	assert.Equal(t, "127.0.0.1:4711", tg.ReadyAddr(tg.ReadyRE().FindStringSubmatch("HERMES_BACKEND_READY port=4711"), "127.0.0.1"))
+	assert.Equal(t, "HERMES_HOME", tg.Layout.HomeVar)
+}
+
+func TestWaitHealthySendsTheTokenAsDeclared(t *testing.T) {
+	t.Parallel()
+	const token = "tok-123"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ok := r.URL.Path == "/h" && (r.Header.Get("Authorization") == "Bearer "+token ||
+			r.URL.Query().Get("token") == token || r.Header.Get("X-Tok") == token || r.URL.Query().Get("open") == "1")
+		if !ok {
+			http.Error(w, "no", http.StatusUnauthorized)
+		}
+	}))
+	defer srv.Close()
+	for _, auth := range []string{"bearer", "query", "X-Tok"} {
+		tg := Target{Dialect: Dialect{Health: &Health{Path: "/h", Auth: auth}}}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		assert.NoError(t, tg.WaitHealthy(ctx, srv.URL, token), auth)
+		cancel()
+	}
+	tg := Target{Dialect: Dialect{Health: &Health{Path: "/h", Auth: "none"}}}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	err := tg.WaitHealthy(ctx, srv.URL, token)
+	assert.ErrorContains(t, err, "HTTP 401")
+	assert.NoError(t, (&Target{}).WaitHealthy(ctx, srv.URL, token), "no health check")
+}

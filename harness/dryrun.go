@@ -1,0 +1,266 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// ErrDryPass is the error of a dry pass that did not get through.
+var ErrDryPass = errors.New("the dry pass did not get through")
+
+// DryPass makes one pass over target with two tenants under root, the way
+// a new target file is tried: sandbox (profile root, homes), start, ready
+// line, health check, connect, a session per tenant, one turn each, stop.
+// It writes each step to w as it goes ("ok" or "FAIL" with a diagnosis of
+// what did not match) and returns an error wrapping ErrDryPass at the first
+// step that failed. wait bounds each step's wait for the target (the ready
+// line, a connection, a reply, a turn's end); 0 means 90s.
+func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait time.Duration) (err error) {
+	if wait <= 0 {
+		wait = 90 * time.Second
+	}
+	step := func(name, format string, args ...any) {
+		fmt.Fprintf(w, "ok    %-18s %s\n", name, fmt.Sprintf(format, args...))
+	}
+	fail := func(name, format string, args ...any) error {
+		msg := fmt.Sprintf(format, args...)
+		fmt.Fprintf(w, "FAIL  %-18s %s\n", name, indent(msg))
+		return fmt.Errorf("%w: %s: %s", ErrDryPass, name, firstLine(msg))
+	}
+	if err := target.Validate(); err != nil {
+		return fail("target file", "%v", err)
+	}
+	step("target file", "%s %s is valid", target.Name, target.Version)
+	box, err := NewSandbox(ctx, root, target, SandboxOptions{Tenants: tenants.Options{Names: tenants.Names(2)}})
+	if err != nil {
+		return fail("sandbox", "%v\n(the profile_root command must print a folder inside the sandbox; the homes are written there)", err)
+	}
+	defer func() {
+		if cerr := box.Close(); cerr != nil && err == nil {
+			err = fail("stop", "%v", cerr)
+		}
+	}()
+	step("sandbox", "%d tenants under %s, profiles resolve inside it", len(box.Set.Tenants), box.Root)
+
+	conns := map[string]*Conn{}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var srv *Proc
+	switch {
+	case len(target.Serve) > 0 || target.URL != "":
+		base, token := target.URL, target.Token
+		if target.URL == "" {
+			token = dryToken()
+			argv := Expand(target.Serve, map[string]string{"host": "127.0.0.1", "port": "0", "cron_interval": "1s"})
+			if srv, err = box.Start(ctx, "serve", argv, false, map[string]string{target.TokenVar: token}); err != nil {
+				return fail("start", "%v", err)
+			}
+			step("start", "%s (pid %d)", strings.Join(argv, " "), srv.Pid())
+			rctx, cancel := context.WithTimeout(ctx, wait)
+			m, err := srv.WaitLine(rctx, target.ReadyRE())
+			cancel()
+			if err != nil {
+				msg := fmt.Sprintf("no line matched ready_line %q within %v\n%v", target.ReadyLine, wait, err)
+				select {
+				case <-srv.Done():
+					msg += fmt.Sprintf("\nthe server exited (%v); its output:\n%s", srv.ExitErr(), srv.Output())
+				case <-time.After(5 * time.Second):
+				}
+				return fail("ready line", "%s", msg)
+			}
+			base = "http://" + target.ReadyAddr(m, "127.0.0.1")
+			step("ready line", "%q -> %s", m[0], base)
+		}
+		if target.Dialect.Health != nil {
+			hctx, cancel := context.WithTimeout(ctx, wait)
+			err := target.WaitHealthy(hctx, base, token)
+			cancel()
+			if err != nil {
+				return fail("health", "%v", err)
+			}
+			step("health", "GET %s answered 200", target.Dialect.Health.Path)
+		}
+		for _, t := range box.Set.Tenants {
+			dctx, cancel := context.WithTimeout(ctx, wait)
+			c, err := DialWebsocket(dctx, base, token, box.DialOptions()...)
+			cancel()
+			if err != nil {
+				return fail("connect", "websocket for %s: %v\n%s", t.Name, err, readyHint(target))
+			}
+			conns[t.Name] = c
+		}
+		step("connect", "%d websocket connections, each ready", len(conns))
+	case len(target.Stdio) > 0:
+		for _, t := range box.Set.Tenants {
+			p, err := box.Start(ctx, "stdio-"+t.Name, target.Stdio, true, nil)
+			if err != nil {
+				return fail("start", "stdio backend for %s: %v", t.Name, err)
+			}
+			dctx, cancel := context.WithTimeout(ctx, wait)
+			c, err := DialStdio(dctx, p, box.DialOptions()...)
+			cancel()
+			if err != nil {
+				return fail("connect", "stdio backend for %s: %v\n%s\nlast output:\n%s", t.Name, err, readyHint(target), p.Tail())
+			}
+			conns[t.Name] = c
+		}
+		step("connect", "%d stdio backends, each ready", len(conns))
+	default:
+		return fail("start", "the dry pass drives a serve or stdio backend, and the target gives neither")
+	}
+
+	sessions := map[string]string{}
+	for _, t := range box.Set.Tenants {
+		profile := ""
+		if !t.Launch {
+			profile = t.Name
+		}
+		sctx, cancel := context.WithTimeout(ctx, wait)
+		s, err := conns[t.Name].CreateSession(sctx, profile)
+		cancel()
+		if err != nil {
+			return fail("session.create", "for %s: %s", t.Name, diagnoseCall("session.create", err))
+		}
+		if s.SessionID == "" {
+			return fail("session.create", "for %s: the reply has no session_id (map it with dialect.methods.session.create.result)", t.Name)
+		}
+		sessions[t.Name] = s.SessionID
+		if s.Info.Model != "" && s.Info.Model != t.Model() {
+			return fail("session.create", "session of %s reports model %q, not its own %q: its config.yaml was not read (see dialect.config), or the server answers with another profile's", t.Name, s.Info.Model, t.Model())
+		}
+	}
+	step("session.create", "one session per tenant: %v", sessions)
+
+	em := target.Dialect.WithDefaults().Events
+	for _, t := range box.Set.Tenants {
+		c := conns[t.Name]
+		mark := c.EventCount()
+		tctx, cancel := context.WithTimeout(ctx, wait)
+		_, err := c.Turn(tctx, sessions[t.Name], "Run the environment probe for "+t.Name+".")
+		cancel()
+		if err != nil {
+			return fail("turn", "of %s: %s\nevents seen in the turn: %s\nproviders: %s", t.Name, diagnoseCall("prompt.submit", err), eventTypes(c, mark), providerSummary(t))
+		}
+		if !probeReturned(t) {
+			return fail("turn", "of %s ended, but the probe's output never came back to its provider: the server did not run the probe tool %s{%s} (set dialect.probe_tool)\nproviders: %s", t.Name, target.Dialect.WithDefaults().ProbeTool.Name, target.Dialect.WithDefaults().ProbeTool.Arg, providerSummary(t))
+		}
+		if len(c.ToolCalls(sessions[t.Name], mark)) == 0 {
+			return fail("tool events", "turn of %s: no %s event carried the tool's arguments in field %q (set dialect.events.tool_args and args_field)\nevents seen in the turn: %s", t.Name, em.ToolArgs, em.ArgsField, eventTypes(c, mark))
+		}
+		step("turn", "%s: ended with %s, tool args in %s.%s, %s", t.Name, em.TurnEnd, em.ToolArgs, em.ArgsField, providerSummary(t))
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	if srv != nil {
+		if err := srv.Stop(20 * time.Second); err != nil && !isSignalExit(err) {
+			return fail("stop", "the server did not exit cleanly on SIGTERM: %v\n%s", err, srv.Tail())
+		}
+	}
+	step("stop", "the server stopped")
+	return nil
+}
+
+// diagnoseCall explains a failed call: a method the server does not know,
+// an operation declared unsupported, or the error as it came.
+func diagnoseCall(op string, err error) string {
+	var rerr *RPCError
+	var uerr *UnsupportedError
+	switch {
+	case errors.As(err, &uerr):
+		return fmt.Sprintf("%v: the dry pass needs it", uerr)
+	case errors.As(err, &rerr) && rerr.Code == -32601:
+		return fmt.Sprintf("the server does not know method %q (it answered -32601 %s): map %s to the server's method under dialect.methods.%s", rerr.Method, rerr.Message, op, op)
+	}
+	return err.Error()
+}
+
+func readyHint(t Target) string {
+	em := t.Dialect.WithDefaults().Events
+	if em.NoReadyEvt {
+		return ""
+	}
+	return fmt.Sprintf("(a connection is ready on event %q: set dialect.events.ready, or no_ready: true if the server sends none)", em.Ready)
+}
+
+func eventTypes(c *Conn, from int) string {
+	counts := map[string]int{}
+	for _, e := range c.Events() {
+		if e.Index >= from {
+			counts[e.Type]++
+		}
+	}
+	if len(counts) == 0 {
+		return "none"
+	}
+	types := make([]string, 0, len(counts))
+	for k := range counts {
+		types = append(types, k)
+	}
+	sort.Strings(types)
+	var b strings.Builder
+	for i, k := range types {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s x%d", k, counts[k])
+	}
+	return b.String()
+}
+
+// providerSummary is what t's provider saw: requests by kind and whether
+// they carried t's key.
+func providerSummary(t *tenants.Tenant) string {
+	if !t.HasProvider() {
+		return "no provider"
+	}
+	main, aux, ownKey := 0, 0, 0
+	for _, r := range t.Requests() {
+		if r.Kind == fakellm.KindMain {
+			main++
+		} else {
+			aux++
+		}
+		if r.Auth == t.ProviderKey() {
+			ownKey++
+		}
+	}
+	return fmt.Sprintf("%s's provider got %d main and %d other request(s), %d with its key", t.Name, main, aux, ownKey)
+}
+
+func probeReturned(t *tenants.Tenant) bool {
+	for _, r := range t.Requests() {
+		for _, m := range r.Messages() {
+			if role, _ := m["role"].(string); role == "tool" && strings.Contains(fmt.Sprint(m["content"]), tenants.ProbeBegin) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func dryToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func indent(s string) string { return strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n      ") }
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}

@@ -1,0 +1,115 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// DialOption shapes a connection.
+type DialOption func(*RPC)
+
+// WithDialect makes the connection speak d: logical operations become the
+// server's methods, hooks run through hooks (nil: a hook is an error), and
+// turns are judged by d's events.
+func WithDialect(d Dialect, hooks HookRunner) DialOption {
+	return func(c *RPC) {
+		dd := d.WithDefaults()
+		c.dialect, c.hooks = &dd, hooks
+	}
+}
+
+func (c *Conn) apply(opts []DialOption) {
+	for _, o := range opts {
+		o(c.RPC)
+	}
+}
+
+// eventMap is the connection's event names (agentd's without a dialect).
+func (c *RPC) eventMap() EventMap {
+	if c.dialect != nil {
+		return c.dialect.Events
+	}
+	return Dialect{}.WithDefaults().Events
+}
+
+// callDialect is Call through the connection's dialect.
+func (c *RPC) callDialect(ctx context.Context, op string, params any, result any) error {
+	key, spec, mapped := c.dialect.spec(op, params)
+	if !mapped {
+		return c.call(ctx, op, params, result)
+	}
+	logical := asMap(params)
+	var raw []byte
+	switch {
+	case spec.Unsupported != "":
+		return &UnsupportedError{Op: key, Reason: spec.Unsupported}
+	case len(spec.Hook) > 0:
+		if c.hooks == nil {
+			return fmt.Errorf("%s: the target runs it as a hook, and this connection has no hook runner", key)
+		}
+		out, err := c.hooks(ctx, key, logical, spec.Hook, spec.HookEnv)
+		if err != nil {
+			return fmt.Errorf("%s (hook): %w", key, err)
+		}
+		raw = hookReply(out)
+	default:
+		p := any(logical)
+		if spec.Params != nil {
+			p, _ = fill(spec.Params, logical)
+		}
+		var res json.RawMessage
+		if err := c.call(ctx, spec.Method, p, &res); err != nil {
+			var rerr *RPCError
+			if errors.As(err, &rerr) {
+				return fmt.Errorf("%s (as %s): %w", key, spec.Method, err)
+			}
+			return err
+		}
+		raw = res
+	}
+	if result == nil {
+		return nil
+	}
+	mappedRaw, err := mapResult(raw, spec)
+	if err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	if err := json.Unmarshal(mappedRaw, result); err != nil {
+		return fmt.Errorf("%s: decode result %s: %w", key, truncate(string(mappedRaw), 200), err)
+	}
+	return nil
+}
+
+// ToolCall is a tool call a session's events announced.
+type ToolCall struct {
+	Name string
+	Args map[string]any
+}
+
+// ToolCalls are the tool calls of session sid among the events from index
+// from on, read from the event the dialect says carries their arguments
+// (tool.start in agentd; tool.complete in Hermes).
+func (c *RPC) ToolCalls(sid string, from int) []ToolCall {
+	em := c.eventMap()
+	var out []ToolCall
+	for _, e := range c.Events() {
+		if e.Index < from || e.SessionID != sid || e.Type != em.ToolArgs {
+			continue
+		}
+		tc := ToolCall{}
+		tc.Name, _ = e.Payload[em.ToolField].(string)
+		switch a := e.Payload[em.ArgsField].(type) {
+		case map[string]any:
+			tc.Args = a
+		case string:
+			_ = json.Unmarshal([]byte(a), &tc.Args)
+		}
+		if tc.Args == nil {
+			continue
+		}
+		out = append(out, tc)
+	}
+	return out
+}

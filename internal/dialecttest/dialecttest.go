@@ -1,0 +1,66 @@
+// Package dialecttest builds harness/testdata/dialectserver, a small server
+// that speaks a dialect other than DESIGN.md's, and loads its target file,
+// for the tests of the harness's dialect layer.
+package dialecttest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+)
+
+// testdata is the folder of the server and its target file.
+func testdata() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "harness", "testdata")
+}
+
+// Build compiles the server into dir and returns the binary's path.
+func Build(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "dialectserver")
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./dialectserver")
+	cmd.Dir = testdata()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build dialectserver: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// TargetFile writes the server's target file, with bin as its binary and
+// each edit (old, new) applied, into dir and returns its path.
+func TargetFile(dir, bin string, edits ...string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(testdata(), "dialect-target.yaml"))
+	if err != nil {
+		return "", fmt.Errorf("read dialect target: %w", err)
+	}
+	text := strings.ReplaceAll(string(data), "@BIN@", bin)
+	for i := 0; i+1 < len(edits); i += 2 {
+		if !strings.Contains(text, edits[i]) {
+			return "", fmt.Errorf("dialect target has no %q to edit", edits[i])
+		}
+		text = strings.ReplaceAll(text, edits[i], edits[i+1])
+	}
+	path := filepath.Join(dir, "dialect-target.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return "", fmt.Errorf("write dialect target: %w", err)
+	}
+	return path, nil
+}
+
+// Target loads the server's target file with bin as its binary.
+func Target(dir, bin string, edits ...string) (harness.Target, error) {
+	path, err := TargetFile(dir, bin, edits...)
+	if err != nil {
+		return harness.Target{}, err
+	}
+	return harness.LoadTarget(path)
+}

@@ -1,0 +1,160 @@
+package scenarios
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/internal/dialecttest"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+var (
+	dialectOnce sync.Once
+	dialectBin  string
+	dialectErr  error
+)
+
+// dialectTarget is harness/testdata/dialectserver's target (built once per
+// package run), with edits applied to its file.
+func dialectTarget(t *testing.T, edits ...string) harness.Target {
+	t.Helper()
+	dialectOnce.Do(func() {
+		// The binary outlives any one test: it goes next to agentd's,
+		// removed by TestMain.
+		dialectBin, dialectErr = dialecttest.Build(context.Background(), filepathDir(agentdBin))
+	})
+	require.NoError(t, dialectErr)
+	tg, err := dialecttest.Target(t.TempDir(), dialectBin, edits...)
+	require.NoError(t, err)
+	return tg
+}
+
+func filepathDir(p string) string { return p[:strings.LastIndex(p, "/")] }
+
+// dialectProbeSpec drives the dialect server as the pooled scenario does and
+// checks, from inside, what only the dialect makes true: the tool arguments
+// come from the completion event, each session's first turn made a keyless
+// metadata probe to its own provider, and an unknown profile's session is
+// the launch tenant's.
+func dialectProbeSpec() Spec {
+	return Spec{
+		ID:        "dialect-probe",
+		Purpose:   "the dialect server's turns, tool events, metadata probes and fallback",
+		Backends:  []harness.Backend{harness.BackendServe},
+		Snapshots: perTenant(1),
+		Timeout:   2 * time.Minute,
+		Phases: []Phase{
+			{Name: "connect", Run: func(e *Env) {
+				e.ServePerTenant()
+				e.OpenSessions()
+				e.InterleavedTurns(1)
+			}},
+			{Name: "dialect", Run: func(e *Env) {
+				for _, t := range e.Tenants {
+					c, sid := e.Conns[t.Name], e.Sessions[t.Name].SessionID
+					if got := e.Sessions[t.Name].Info.Model; got != t.Model() {
+						e.T.Errorf("session of %s reports model %q, want %q (result mapping meta.model)", t.Name, got, t.Model())
+					}
+					calls := c.ToolCalls(sid, 0)
+					if len(calls) != 1 || calls[0].Name != "exec" || !strings.Contains(calls[0].Args["cmd"].(string), tenants.ProbeBegin) {
+						e.T.Errorf("tool calls of %s from step.end: %+v, want one exec{cmd: the probe}", t.Name, calls)
+					}
+					probes := 0
+					for _, r := range t.Requests() {
+						if r.Method == "GET" && strings.HasSuffix(r.Path, "/props") && r.Auth == "" {
+							probes++
+						}
+					}
+					if probes != 1 {
+						e.T.Errorf("%s's provider recorded %d keyless GET .../props probes, want 1", t.Name, probes)
+					}
+				}
+				e.UnknownProfile(e.Conns[e.Launch().Name], "nosuchprofile")
+			}},
+		},
+	}
+}
+
+// runDialect runs spec against target in a standalone T (so a finding is
+// the report's, not this test's failure) and returns its report.
+func runDialect(t *testing.T, spec Spec, target harness.Target) (*Report, harness.Outcome) {
+	t.Helper()
+	rep := &Report{}
+	out := harness.RunStandalone(t.Context(), spec.ID, t.TempDir(), false, func(st harness.T) {
+		runInto(st, spec, Config{Target: target, Tenants: 2}, rep)
+	})
+	return rep, out
+}
+
+func TestDialectServerPassesClean(t *testing.T) {
+	t.Parallel()
+	rep, out := runDialect(t, dialectProbeSpec(), dialectTarget(t))
+	require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+	require.Empty(t, rep.Findings())
+	// Positive controls held: the scans saw each tenant's own canaries.
+	held := 0
+	for _, ph := range rep.Phases {
+		for _, c := range ph.Controls {
+			require.True(t, c.Passed, "control %+v", c)
+			held++
+		}
+	}
+	require.Positive(t, held)
+}
+
+func TestDialectServerLeakIsFound(t *testing.T) {
+	t.Parallel()
+	tg := dialectTarget(t)
+	tg.Env = map[string]string{"DIALECT_LEAK": "1"}
+	rep, out := runDialect(t, dialectProbeSpec(), tg)
+	require.Equal(t, Leak, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+	found := false
+	for _, f := range rep.Findings() {
+		if f.Invariant == invariants.RPC && f.Owner == "default" && f.Kind == tenants.ProviderKey {
+			found = true
+		}
+	}
+	require.True(t, found, "no RPC finding of default's provider key among %v", rep.Findings())
+}
+
+func TestDialectProfileLifecycleThroughHooks(t *testing.T) {
+	t.Parallel()
+	spec, err := Default().Get("profile-lifecycle")
+	require.NoError(t, err)
+	rep, out := runDialect(t, spec, dialectTarget(t))
+	require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+}
+
+func TestDialectUnsupportedSkipsWithReason(t *testing.T) {
+	t.Parallel()
+	spec, err := Default().Get("pooled-serve")
+	require.NoError(t, err)
+	rep, out := runDialect(t, spec, dialectTarget(t))
+	require.Equal(t, Skipped, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+	require.Contains(t, rep.Reason, "dialectserver has no cron")
+}
+
+func TestDialectDeclaredErrorIsJudged(t *testing.T) {
+	t.Parallel()
+	// The server falls back; a file declaring "error" must fail the
+	// unknown-profile judgement.
+	tg := dialectTarget(t, "unknown_profile: fallback_to_launch", "unknown_profile: error")
+	rep, out := runDialect(t, dialectProbeSpec(), tg)
+	require.Equal(t, Failed, rep.Result)
+	require.Contains(t, strings.Join(out.Log, "\n"), "want an error reply")
+}
+
+func TestDialectStdioSeparate(t *testing.T) {
+	t.Parallel()
+	spec, err := Default().Get("stdio-separate")
+	require.NoError(t, err)
+	rep, out := runDialect(t, spec, dialectTarget(t))
+	require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+}
