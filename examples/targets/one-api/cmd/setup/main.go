@@ -7,9 +7,10 @@
 //
 //	setup [--tiktoken-dir DIR] [-- COMMAND ARGS...]
 //
-// DIR defaults to $TIKTOKEN_CACHE_DIR. With a command after "--", setup
-// then replaces itself with it (exec, same pid), so a target file can start
-// one-api through it:
+// DIR defaults to $TIKTOKEN_CACHE_DIR. When $SQLITE_PATH is set, setup also
+// makes the database's folder (one-api opens the file but makes no folder
+// for it). With a command after "--", setup then replaces itself with it
+// (exec, same pid), so a target file can start one-api through it:
 //
 //	gateway: [one-api-setup, --, one-api, --port, "{port}"]
 package main
@@ -20,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 
 	"github.com/tenantcanary/tenantcanary/examples/targets/one-api/oneapi"
@@ -50,6 +52,11 @@ func run(args []string) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "one-api setup: %d BPE files in %s\n", n, *dir)
+	if db := os.Getenv("SQLITE_PATH"); db != "" {
+		if err := os.MkdirAll(filepath.Dir(db), 0o755); err != nil {
+			return fmt.Errorf("the folder of SQLITE_PATH: %w", err)
+		}
+	}
 	if fl.NArg() == 0 {
 		return nil
 	}
