@@ -244,6 +244,24 @@ type Token struct {
 	UnlimitedQuota bool   `json:"unlimited_quota"`
 }
 
+// Tokens lists the client's user's tokens (GET /api/token/, one page of
+// one-api's page size, 10: the provisioner's users have two at most).
+func (c *Client) Tokens(ctx context.Context) ([]Token, error) {
+	var ts []Token
+	if err := c.Call(ctx, http.MethodGet, "/api/token/?p=0", nil, &ts); err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	return ts, nil
+}
+
+// DeleteToken deletes one of the client's user's tokens.
+func (c *Client) DeleteToken(ctx context.Context, id int) error {
+	if err := c.Call(ctx, http.MethodDelete, "/api/token/"+strconv.Itoa(id), nil, nil); err != nil {
+		return fmt.Errorf("delete token %d: %w", id, err)
+	}
+	return nil
+}
+
 // AddToken creates a token of the client's user (POST /api/token/) that
 // never expires and has no quota of its own (the user's quota bounds it),
 // and reads it back (GET /api/token/ID) to check it is the user's.

@@ -247,6 +247,10 @@ func TestProvisionedOneAPI(t *testing.T) {
 	if err := asAlpha.Call(ctx, "GET", "/api/token/"+alpha.IDs["token"], nil, &own); err != nil || own.Key != alpha.Key {
 		t.Errorf("alpha reading its own token: %v (key %q)", err, own.Key)
 	}
+	var mine []Token
+	if err := asAlpha.Call(ctx, "GET", "/api/token/?p=0", nil, &mine); err != nil || len(mine) != 1 || strconv.Itoa(mine[0].ID) != alpha.IDs["token"] {
+		t.Errorf("alpha's tokens: %v %+v, want only token %s (one-api's own default token deleted)", err, mine, alpha.IDs["token"])
+	}
 	var foreign Token
 	if err := asAlpha.Call(ctx, "GET", "/api/token/"+beta.IDs["token"], nil, &foreign); !errors.Is(err, ErrRefused) || foreign.Key != "" {
 		t.Errorf("alpha reading beta's token %s: err %v, key %q; want refused, no key", beta.IDs["token"], err, foreign.Key)

@@ -158,6 +158,12 @@ func provisionTenant(ctx context.Context, c *Client, t RosterTenant) (Access, er
 	if tok.UserID != u.ID {
 		return Access{}, fmt.Errorf("token %d belongs to user %d, not %s's %d: %w", tok.ID, tok.UserID, u.Username, u.ID, ErrRefused)
 	}
+	// one-api gives every new user a token named "default": gone, so the
+	// token reported is the only one the tenant owns (a token id the
+	// harness does not know of would look like another tenant's).
+	if err := keepOnly(ctx, c.As(u.AccessToken), tok.ID); err != nil {
+		return Access{}, err
+	}
 	return Access{
 		Key: tok.Key, Models: []string{t.Model}, BasePath: "/v1",
 		Headers: map[string]string{"Authorization": u.AccessToken},
@@ -165,6 +171,29 @@ func provisionTenant(ctx context.Context, c *Client, t RosterTenant) (Access, er
 			"user": strconv.Itoa(u.ID), "token": strconv.Itoa(tok.ID), "channel": strconv.Itoa(chID),
 		},
 	}, nil
+}
+
+// keepOnly deletes every token of c's user but id.
+func keepOnly(ctx context.Context, c *Client, id int) error {
+	ts, err := c.Tokens(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if t.ID != id {
+			if err := c.DeleteToken(ctx, t.ID); err != nil {
+				return err
+			}
+		}
+	}
+	ts, err = c.Tokens(ctx)
+	if err != nil {
+		return err
+	}
+	if len(ts) != 1 || ts[0].ID != id {
+		return fmt.Errorf("the user keeps %d tokens after the clean-up, want only %d: %w", len(ts), id, ErrRefused)
+	}
+	return nil
 }
 
 // Group is the one-api group of a tenant: tc-<name>. No two tenants share
