@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The one-api step of CI (.ci/run runs it): build one-api v0.6.10 from the
+# Go module proxy with the target's two helpers, vet and test them against a
+# real one-api (start offline, provision, own-key routing, refusals, keys at
+# rest, the proxy-route hole), then, once the harness knows `kind: gateway`,
+# certify one-api with examples/targets/one-api/target.yaml and assert the
+# honest verdict: leaks (exit 1), with the authz finding on the route
+# "relay through a channel by id" in certificate.json.
+#
+# This module's downloads and builds live in a cache of their own
+# (ONEAPI_CACHE, default ~/.cache/tenantcanary-oneapi: GOMODCACHE and
+# GOCACHE), reused between runs and kept out of the main module's cache (and
+# so out of the read-only proxy .ci/run gives the test user). The binaries
+# go to ONEAPI_BIN_DIR (default examples/targets/one-api/bin, ignored by git),
+# which must be outside HOME: the harness's hermetic environment drops PATH
+# entries inside it.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
+export PATH="/usr/local/go/bin:$PATH" GOTOOLCHAIN=local
+cache=${ONEAPI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tenantcanary-oneapi}
+bin=${ONEAPI_BIN_DIR:-$here/bin}
+case "$bin/" in
+  "$HOME"/*) echo "one-api: ONEAPI_BIN_DIR=$bin is inside HOME ($HOME): the harness would drop it from PATH; give a folder outside" >&2; exit 1 ;;
+esac
+mkdir -p "$cache" "$bin"
+start=$(date +%s)
+
+# The main module's caches, for canary-run (restored below).
+main_env=(GOMODCACHE="$(go env GOMODCACHE)" GOCACHE="$(go env GOCACHE)" GOFLAGS="$(go env GOFLAGS)")
+oneapi_env=(GOMODCACHE="$cache/mod" GOCACHE="$cache/build" GOFLAGS=-modcacherw)
+
+(
+  cd "$here"
+  export "${oneapi_env[@]}"
+  go mod download
+  if ! go mod tidy -diff; then
+    echo "one-api: examples/targets/one-api/go.mod is not tidy: run go mod tidy there" >&2
+    exit 1
+  fi
+  go vet ./...
+  go build -ldflags "-X github.com/songquanpeng/one-api/common.Version=v0.6.10" -o "$bin/one-api" github.com/songquanpeng/one-api
+  go build -o "$bin/one-api-setup" ./cmd/setup
+  go build -o "$bin/one-api-provision" ./cmd/provision
+  echo "one-api: built $("$bin/one-api" --version) and its helpers in $bin ($(($(date +%s) - start))s)"
+  ONEAPI_BIN="$bin/one-api" go test -race -count=1 ./...
+)
+echo "one-api: module tests passed ($(($(date +%s) - start))s)"
+
+# The certification, once the harness knows gateway targets (issue 16's
+# harness part); until then the tests above are the step.
+if ! grep -qs 'KindGateway' "$repo/harness/gwtarget.go"; then
+  echo "one-api: this harness has no kind: gateway yet: certification skipped"
+  exit 0
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+rc=0
+(cd "$repo" && env "${main_env[@]}" PATH="$bin:$PATH" \
+  go run ./cmd/canary-run --target examples/targets/one-api/target.yaml --no-self-test --out "$out/cert") || rc=$?
+if [ "$rc" -ne 1 ]; then
+  echo "one-api: canary-run exited $rc, want 1 (leaks: one-api v0.6.10's proxy-route hole)" >&2
+  cat "$out/cert/summary.md" >&2 2>/dev/null || true
+  exit 1
+fi
+want='route "relay through a channel by id"'
+if command -v jq >/dev/null; then
+  found=$(jq --arg l "$want" '[.scenarios[].phases[]?.findings[]? | select(.invariant == "authz" and .where.label == $l)] | length' "$out/cert/certificate.json")
+else
+  found=$(grep -cF 'route \"relay through a channel by id\"' "$out/cert/certificate.json" || true)
+fi
+if [ "${found:-0}" -lt 1 ]; then
+  echo "one-api: the certificate has no authz finding on $want: the route-authz probe missed the known hole" >&2
+  cat "$out/cert/summary.md" >&2
+  exit 1
+fi
+echo "one-api: certification found the known hole ($found authz findings on $want), verdict leaks as expected ($(($(date +%s) - start))s)"

@@ -1,0 +1,100 @@
+// Command provision provisions tenantcanary's tenants in a running one-api
+// (the gateway target's provisioner): it reads the tenants' roster
+// (tenants.json of `canary-run fakellm`, or what the harness pipes) on
+// stdin, or from the file $ROSTER when stdin is a terminal, makes each
+// tenant's group, user, channel and token through the management API with
+// the root's access token, and prints on stdout
+//
+//	{"tenants": {"alpha": {"key": "...", "models": ["model-alpha-..."], "base_path": "/v1",
+//	  "headers": {"Authorization": "<the user's access token>"},
+//	  "ids": {"user": "2", "token": "3", "channel": "1"}}}}
+//
+// Environment: GATEWAY_URL (http://127.0.0.1:PORT: one-api binds every
+// interface, reach it on loopback) and ROOT_TOKEN (one-api's
+// INITIAL_ROOT_ACCESS_TOKEN).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/examples/targets/one-api/oneapi"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "one-api provision:", err)
+		os.Exit(2)
+	}
+}
+
+func run(args []string, stdin io.Reader, stdout io.Writer) error {
+	fl := flag.NewFlagSet("provision", flag.ContinueOnError)
+	timeout := fl.Duration("timeout", 2*time.Minute, "give up after this long")
+	fl.Usage = func() {
+		fmt.Fprintln(fl.Output(), "usage: GATEWAY_URL=http://127.0.0.1:PORT ROOT_TOKEN=T provision [--timeout D] < tenants.json")
+		fl.PrintDefaults()
+	}
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if fl.NArg() > 0 {
+		fl.Usage()
+		return fmt.Errorf("unexpected argument %q", fl.Arg(0))
+	}
+	url, token := os.Getenv("GATEWAY_URL"), os.Getenv("ROOT_TOKEN")
+	if url == "" || token == "" {
+		return errors.New("set GATEWAY_URL (one-api's base URL) and ROOT_TOKEN (its INITIAL_ROOT_ACCESS_TOKEN)")
+	}
+	where, data, err := readRoster(stdin)
+	if err != nil {
+		return err
+	}
+	r, err := oneapi.DecodeRoster(where, data)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	out, err := oneapi.Provision(ctx, oneapi.NewClient(url, token), r)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// readRoster reads the roster from stdin, or from $ROSTER when stdin is a
+// terminal or empty.
+func readRoster(stdin io.Reader) (string, []byte, error) {
+	if f, ok := stdin.(*os.File); !ok || !isTerminal(f) {
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return "", nil, fmt.Errorf("read roster from stdin: %w", err)
+		}
+		if len(data) > 0 {
+			return "stdin", data, nil
+		}
+	}
+	path := os.Getenv("ROSTER")
+	if path == "" {
+		return "", nil, errors.New("no roster: pipe it on stdin or set ROSTER to its file")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", nil, fmt.Errorf("read roster: %w", err)
+	}
+	return path, data, nil
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

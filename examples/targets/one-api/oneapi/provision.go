@@ -1,0 +1,229 @@
+package oneapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Roster is the part of a tenantcanary roster (tenants.Roster, the JSON
+// `canary-run fakellm` writes and the harness pipes to a provisioner) that
+// provisioning reads. This module builds one-api with one-api's own
+// dependency versions, so it reads the JSON rather than importing the
+// harness (whose newer dependencies would change one-api's build).
+type Roster struct {
+	Version int            `json:"version"`
+	Tenants []RosterTenant `json:"tenants"`
+}
+
+// RosterTenant is one tenant: its name, its own provider's OpenAI base URL
+// (http://HOST:PORT/v1), the key that provider accepts, and its model.
+type RosterTenant struct {
+	Name    string `json:"name"`
+	BaseURL string `json:"base_url"`
+	Key     string `json:"key"`
+	Model   string `json:"model"`
+}
+
+// ErrRoster wraps every reason a roster is refused.
+var ErrRoster = errors.New("not a tenant roster")
+
+// DecodeRoster reads a roster's JSON (from where, for errors): version 1,
+// at least one tenant, each with a name, base URL, key and model, names
+// unique and valid one-api group names.
+func DecodeRoster(where string, data []byte) (Roster, error) {
+	var r Roster
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("roster %s: %w: %w", where, ErrRoster, err)
+	}
+	var errs []error
+	if r.Version != 1 {
+		errs = append(errs, fmt.Errorf("version %d, want 1", r.Version))
+	}
+	if len(r.Tenants) == 0 {
+		errs = append(errs, errors.New("no tenant"))
+	}
+	seen := map[string]bool{}
+	for i, t := range r.Tenants {
+		switch {
+		case t.Name == "" || t.BaseURL == "" || t.Key == "" || t.Model == "":
+			errs = append(errs, fmt.Errorf("tenant %d (%q): want name, base_url, key and model", i, t.Name))
+		case strings.ContainsAny(t.Name, ", \t\n"):
+			errs = append(errs, fmt.Errorf("tenant %q: a comma or space cannot be in a one-api group name", t.Name))
+		case seen[t.Name]:
+			errs = append(errs, fmt.Errorf("tenant %q listed twice", t.Name))
+		}
+		seen[t.Name] = true
+	}
+	if err := errors.Join(errs...); err != nil {
+		return r, fmt.Errorf("roster %s: %w: %w", where, ErrRoster, err)
+	}
+	return r, nil
+}
+
+// Provisioned is the provisioner's stdout, the gateway target's contract
+// (harness.Provisioned): per tenant its gateway key, models, OpenAI base
+// path, management credentials and the identifiers it owns.
+type Provisioned struct {
+	Tenants map[string]Access `json:"tenants"`
+}
+
+// Access is one tenant's way into one-api.
+type Access struct {
+	Key      string            `json:"key"`       // the gateway token (bare, as one-api stores it in tokens.key)
+	Models   []string          `json:"models"`    // the tenant's own upstream model
+	BasePath string            `json:"base_path"` // /v1
+	Headers  map[string]string `json:"headers"`   // Authorization: the user's access token (management API)
+	IDs      map[string]string `json:"ids"`       // user, token, channel
+}
+
+// TenantQuota is every tenant user's quota: far more than a certification
+// spends (one-api's default quota for a new user is 0, which refuses every
+// relay).
+const TenantQuota = 1_000_000_000_000
+
+// Provision first closes what a fresh one-api leaves open to anyone who can
+// reach it (the root's password is 123456, printed in its log; anyone may
+// register a user): it sets the root's password to a random one it
+// forgets (the root's access token stays the operator's credential) and
+// turns registration off. Then it makes every tenant of r in the instance
+// c reaches with the root's access token: its group (ratio 1), a user in that group, an
+// OpenAI-type channel serving only that group with the tenant's model, its
+// own provider's base URL and key, and a gateway token of that user.
+func Provision(ctx context.Context, c *Client, r Roster) (Provisioned, error) {
+	out := Provisioned{Tenants: map[string]Access{}}
+	rootPassword, err := randomHex(10)
+	if err != nil {
+		return out, err
+	}
+	if err := c.SetPassword(ctx, rootPassword); err != nil {
+		return out, fmt.Errorf("root: %w", err)
+	}
+	for _, key := range []string{"RegisterEnabled", "PasswordRegisterEnabled"} {
+		if err := c.SetOption(ctx, key, "false"); err != nil {
+			return out, err
+		}
+	}
+	groups := make([]string, 0, len(r.Tenants))
+	for _, t := range r.Tenants {
+		groups = append(groups, Group(t.Name))
+	}
+	if err := c.SetGroupRatios(ctx, groups); err != nil {
+		return out, err
+	}
+	for _, t := range r.Tenants {
+		a, err := provisionTenant(ctx, c, t)
+		if err != nil {
+			return out, fmt.Errorf("tenant %s: %w", t.Name, err)
+		}
+		out.Tenants[t.Name] = a
+	}
+	return out, nil
+}
+
+func provisionTenant(ctx context.Context, c *Client, t RosterTenant) (Access, error) {
+	password, err := randomHex(8)
+	if err != nil {
+		return Access{}, err
+	}
+	u, err := c.CreateUser(ctx, Username(t.Name), password)
+	if err != nil {
+		return Access{}, err
+	}
+	if u.AccessToken == "" {
+		return Access{}, fmt.Errorf("user %s: the admin API shows no access token: %w", u.Username, ErrRefused)
+	}
+	u.Group, u.Quota = Group(t.Name), TenantQuota
+	if err := c.UpdateUser(ctx, u); err != nil {
+		return Access{}, err
+	}
+	base := UpstreamBase(t.BaseURL)
+	chID, err := c.AddChannel(ctx, Channel{
+		Type: ChannelTypeOpenAI, Name: "tc-" + t.Name, Key: t.Key, BaseURL: &base,
+		Models: t.Model, Group: Group(t.Name),
+	})
+	if err != nil {
+		return Access{}, err
+	}
+	tok, err := c.As(u.AccessToken).AddToken(ctx, "tc-"+t.Name)
+	if err != nil {
+		return Access{}, err
+	}
+	if tok.UserID != u.ID {
+		return Access{}, fmt.Errorf("token %d belongs to user %d, not %s's %d: %w", tok.ID, tok.UserID, u.Username, u.ID, ErrRefused)
+	}
+	// one-api gives every new user a token named "default": gone, so the
+	// token reported is the only one the tenant owns (a token id the
+	// harness does not know of would look like another tenant's).
+	if err := keepOnly(ctx, c.As(u.AccessToken), tok.ID); err != nil {
+		return Access{}, err
+	}
+	return Access{
+		Key: tok.Key, Models: []string{t.Model}, BasePath: "/v1",
+		Headers: map[string]string{"Authorization": u.AccessToken},
+		IDs: map[string]string{
+			"user": strconv.Itoa(u.ID), "token": strconv.Itoa(tok.ID), "channel": strconv.Itoa(chID),
+		},
+	}, nil
+}
+
+// keepOnly deletes every token of c's user but id.
+func keepOnly(ctx context.Context, c *Client, id int) error {
+	ts, err := c.Tokens(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if t.ID != id {
+			if err := c.DeleteToken(ctx, t.ID); err != nil {
+				return err
+			}
+		}
+	}
+	ts, err = c.Tokens(ctx)
+	if err != nil {
+		return err
+	}
+	if len(ts) != 1 || ts[0].ID != id {
+		return fmt.Errorf("the user keeps %d tokens after the clean-up, want only %d: %w", len(ts), id, ErrRefused)
+	}
+	return nil
+}
+
+// Group is the one-api group of a tenant: tc-<name>. No two tenants share
+// one, and none is one-api's own (default, vip, svip: a user made another
+// way lands in default), so a channel serving a group serves one tenant.
+func Group(tenant string) string { return "tc-" + tenant }
+
+// Username is the one-api user name of a tenant: its name when it fits
+// one-api's 12 characters, else its first 7 characters, a hyphen and 4 hex
+// digits of its SHA-1 (distinct names stay distinct in practice, and the
+// same name always maps to the same user).
+func Username(tenant string) string {
+	if len(tenant) <= 12 {
+		return tenant
+	}
+	sum := sha1.Sum([]byte(tenant))
+	return tenant[:7] + "-" + hex.EncodeToString(sum[:2])
+}
+
+// UpstreamBase is the channel base_url for a provider whose OpenAI base URL
+// is baseURL: one-api appends the request's whole path (/v1/chat/completions),
+// so a trailing /v1 comes off.
+func UpstreamBase(baseURL string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(baseURL, "/"), "/v1")
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("random password: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
