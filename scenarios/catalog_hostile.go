@@ -69,6 +69,33 @@ func (e *Env) spawnIn(c *harness.Conn, t *tenants.Tenant, sid string, rows []att
 	return mark
 }
 
+// startHostile opens a hostile run: fresh attack state, install (when
+// given) before the server starts, a connection and a session per tenant,
+// one ordinary turn each.
+func (e *Env) startHostile(install func()) {
+	e.T.Helper()
+	e.hostile = &hostileState{}
+	if install != nil {
+		install()
+	}
+	e.ServePerTenant()
+	e.OpenSessions()
+	e.InterleavedTurns(1)
+}
+
+// attackAll has every attacker run, in its main session, the rows of each
+// kind in turn.
+func (e *Env) attackAll(rows []attack.Row, kinds ...attack.Class) {
+	e.T.Helper()
+	for _, t := range e.attackers() {
+		for _, k := range kinds {
+			for _, r := range attack.Of(rows, k) {
+				e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostile.canaries(e, t))
+			}
+		}
+	}
+}
+
 // stopAndCheck spawns in every tenant's main session, stops the server,
 // and checks that nothing carrying any tenant's canary is left.
 func (e *Env) stopAndCheck(rows []attack.Row) {
@@ -92,25 +119,10 @@ func hostileTools() Spec {
 		Needs:     []Need{NeedFiles, NeedRestart},
 		Responder: attack.Responder,
 		Phases: []Phase{
-			{Name: "connect", Run: func(e *Env) {
-				e.hostile = &hostileState{}
-				e.ServePerTenant()
-				e.OpenSessions()
-				e.InterleavedTurns(1)
-			}},
-			{Name: "reads", Run: func(e *Env) {
-				for _, t := range e.attackers() {
-					for _, r := range append(attack.Of(rows, attack.Read), attack.Of(rows, attack.Flood)...) {
-						e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostile.canaries(e, t))
-					}
-				}
-			}},
+			{Name: "connect", Run: func(e *Env) { e.startHostile(nil) }},
+			{Name: "reads", Run: func(e *Env) { e.attackAll(rows, attack.Read, attack.Flood) }},
 			{Name: "writes", Run: func(e *Env) {
-				for _, t := range e.attackers() {
-					for _, r := range attack.Of(rows, attack.Write) {
-						e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostile.canaries(e, t))
-					}
-				}
+				e.attackAll(rows, attack.Write)
 				e.nextTurns()
 			}},
 			{Name: "session-close", Run: func(e *Env) {
@@ -209,19 +221,9 @@ func hostilePlugin() Spec {
 		Needs:     []Need{NeedFiles, NeedRestart},
 		Responder: attack.Responder,
 		Phases: []Phase{
-			{Name: "install", Run: func(e *Env) {
-				e.hostile = &hostileState{}
-				e.installHostilePlugin()
-				e.ServePerTenant()
-				e.OpenSessions()
-				e.InterleavedTurns(1)
-			}},
+			{Name: "install", Run: func(e *Env) { e.startHostile(e.installHostilePlugin) }},
 			{Name: "reads", Run: func(e *Env) {
-				for _, t := range e.attackers() {
-					for _, r := range append(attack.Of(rows, attack.Read), attack.Of(rows, attack.Write)...) {
-						e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostile.canaries(e, t))
-					}
-				}
+				e.attackAll(rows, attack.Read, attack.Write)
 				e.nextTurns()
 			}},
 			{Name: "hog", Run: func(e *Env) {

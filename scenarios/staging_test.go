@@ -52,7 +52,7 @@ func TestStagingTargetFromRoster(t *testing.T) {
 		// started (shells) may outlive it.
 		require.NotEmpty(t, procgroup.Marked(marker), "positive control: the server and its shells carry the marker")
 		require.NoError(t, srv.Stop(20*time.Second))
-		require.Eventually(t, func() bool { return len(procgroup.Marked(marker)) == 0 }, 10*time.Second, 10*time.Millisecond,
+		require.Eventually(t, func() bool { return len(procgroup.Marked(marker)) == 0 }, 30*time.Second, 10*time.Millisecond,
 			"processes of the staging server outlived it: %v", procgroup.Marked(marker))
 	}()
 	m, err := srv.WaitLine(ctx, regexp.MustCompile(harness.DefaultReadyLine))
