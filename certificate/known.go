@@ -16,10 +16,10 @@ import (
 // KnownFinding is one finding a target's owner accepted: a row of the
 // target's known-findings file (the target file's known_findings).
 //
-//	- invariant: authz
-//	  place: 'route "own logs" GET /api/log/self'
-//	  reason: the log API lists every user's rows; fixed in v0.7 (issue 123)
-//	  expires: 2027-03-31
+//   - invariant: authz
+//     place: 'route "own logs" GET /api/log/self'
+//     reason: the log API lists every user's rows; fixed in v0.7 (issue 123)
+//     expires: 2027-03-31
 //
 // An accepted finding stays in the certificate, marked accepted with its
 // reason, and is never counted as passed; the verdict is certified (exit
