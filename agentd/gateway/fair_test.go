@@ -28,7 +28,7 @@ type reply struct {
 
 func post(t *testing.T, url, key string, stream bool) reply {
 	t.Helper()
-	body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+	body := fmt.Sprintf(`{"model":"gateway","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	require.NoError(t, err)
 	if key != "" {
