@@ -84,7 +84,9 @@ var failoverModes = []struct {
 	name string
 	resp func() fakellm.Response
 }{
-	{"5xx", func() fakellm.Response { return fakellm.Error(http.StatusInternalServerError, "upstream failure (failover probe)") }},
+	{"5xx", func() fakellm.Response {
+		return fakellm.Error(http.StatusInternalServerError, "upstream failure (failover probe)")
+	}},
 	{"429", func() fakellm.Response {
 		return fakellm.Error(http.StatusTooManyRequests, "rate limited (failover probe)").WithRetryAfter(time.Second)
 	}},
@@ -319,8 +321,8 @@ func (e *Env) GatewayForeignModels() {
 			}
 			if r.Status/100 == 2 || after[a.Name] > before[a.Name] {
 				e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: a.Name, Owner: b.Name, Kind: tenants.Model,
-					Where:  invariants.Where{Label: "gateway route of " + a.Name, Path: req.Path, Part: "model"},
-					Detail: fmt.Sprintf("own key naming another tenant's model answered HTTP %d and drove %d request(s) upstream (want a refusal, nothing upstream)", r.Status, after[a.Name]-before[a.Name]),
+					Where:   invariants.Where{Label: "gateway route of " + a.Name, Path: req.Path, Part: "model"},
+					Detail:  fmt.Sprintf("own key naming another tenant's model answered HTTP %d and drove %d request(s) upstream (want a refusal, nothing upstream)", r.Status, after[a.Name]-before[a.Name]),
 					Excerpt: excerpt(r.Body)})
 			}
 		}
