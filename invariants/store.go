@@ -71,7 +71,8 @@ func (c *Checker) storeRows(ctx context.Context, s Store, own map[string]bool) (
 	if err := copyFile(dbCopy+"-wal", s.DB+"-wal"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	db, err := sql.Open("sqlite", "file:"+dbCopy)
+	// A path in a URI: '?' and '#' would end it.
+	db, err := sql.Open("sqlite", "file:"+strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(dbCopy))
 	if err != nil {
 		return nil, fmt.Errorf("open the copy of %s: %w", s.DB, err)
 	}
