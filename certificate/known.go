@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/scenarios"
 )
 
 // KnownFinding is one finding a target's owner accepted: a row of the
@@ -103,4 +104,120 @@ func (k *KnownFinding) Matches(f invariants.Finding) bool {
 		return false
 	}
 	return f.Invariant == k.Invariant && k.placeRE.MatchString(f.String())
+}
+
+// Accepted is the result of a scenario whose every finding a known
+// finding accepted: not a pass (the certificate lists each one), and no
+// leak the verdict counts.
+const Accepted scenarios.Result = "accepted"
+
+// AcceptedFinding is one finding of the run a known finding matched: moved
+// out of its phase's findings when the acceptance holds, kept there (and
+// listed here, Expired) when it has expired.
+type AcceptedFinding struct {
+	Scenario string             `json:"scenario"`
+	Phase    string             `json:"phase"`
+	Finding  invariants.Finding `json:"finding"`
+	Reason   string             `json:"reason"`
+	Expires  string             `json:"expires"`
+	Expired  bool               `json:"expired,omitempty"`
+}
+
+// Accept applies the known findings at now: every finding one of them
+// matches and that has not expired moves to c.Accepted; a scenario left
+// with no finding, no phase error, no failed control and no other failure
+// in its log becomes Accepted. A match that expired is listed too, marked
+// expired, and its finding stays. The verdict is then recomputed: exit 0
+// only if every finding was accepted.
+func (c *Certificate) Accept(known []KnownFinding, now time.Time) {
+	if len(known) == 0 {
+		return
+	}
+	for i := range c.Scenarios {
+		r := &c.Scenarios[i]
+		lines := map[string]bool{} // log lines of the findings accepted
+		moved := false
+		for pi := range r.Phases {
+			p := &r.Phases[pi]
+			var keep []invariants.Finding
+			for _, f := range p.Findings {
+				k := match(known, f, now)
+				if k == nil {
+					keep = append(keep, f)
+					continue
+				}
+				a := AcceptedFinding{Scenario: r.ID, Phase: p.Name, Finding: f, Reason: k.Reason, Expires: k.Expires, Expired: k.Expired(now)}
+				c.Accepted = append(c.Accepted, a)
+				if a.Expired {
+					keep = append(keep, f)
+					continue
+				}
+				moved = true
+				lines[r.ID+"/"+p.Name+": "+f.String()] = true
+			}
+			p.Findings = keep
+			p.Counts.Findings = len(keep)
+		}
+		if moved && (r.Result == scenarios.Leak || r.Result == scenarios.Failed) && onlyFindings(r, lines) {
+			r.Result = Accepted
+		}
+	}
+	if c.Verdict != Failed || c.Error == "" {
+		c.Verdict = VerdictOf(c.Scenarios)
+		if c.Error != "" && c.Verdict != Leaks {
+			c.Verdict = Failed
+		}
+	}
+}
+
+// match is the first known finding that names f: an unexpired one before
+// an expired one.
+func match(known []KnownFinding, f invariants.Finding, now time.Time) *KnownFinding {
+	var expired *KnownFinding
+	for i := range known {
+		k := &known[i]
+		if !k.Matches(f) {
+			continue
+		}
+		if !k.Expired(now) {
+			return k
+		}
+		if expired == nil {
+			expired = k
+		}
+	}
+	return expired
+}
+
+// onlyFindings reports whether r failed for its accepted findings alone:
+// no finding left, no phase error, no failed control, and every line of
+// its log one of those findings.
+func onlyFindings(r *scenarios.Report, accepted map[string]bool) bool {
+	for _, p := range r.Phases {
+		if len(p.Findings) > 0 || p.Error != "" {
+			return false
+		}
+		for _, ctl := range p.Controls {
+			if !ctl.Passed {
+				return false
+			}
+		}
+	}
+	for _, l := range r.Log {
+		if !accepted[l] {
+			return false
+		}
+	}
+	return true
+}
+
+// AcceptedCount counts the findings accepted (not expired).
+func (c *Certificate) AcceptedCount() int {
+	n := 0
+	for _, a := range c.Accepted {
+		if !a.Expired {
+			n++
+		}
+	}
+	return n
 }
