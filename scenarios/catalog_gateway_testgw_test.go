@@ -23,32 +23,6 @@ var (
 	testgwErr  error
 )
 
-// testgwTargetYAML is the test gateway's target file; BIN is its binary.
-const testgwTargetYAML = `name: testgw
-version: test
-kind: gateway
-gateway: ["BIN", "serve", "--port", "{port}", "--data", "{root}/data"]
-env:
-  ROOT_TOKEN: root-token-of-the-testgw-operator
-secrets: [root-token-of-the-testgw-operator]
-llm_gateway:
-  ready_path: /api/status
-  provision: ["BIN", "provision"]
-  models_path: /models
-  routes:
-    - {name: own user, path: /api/user/self, read: true, success: '"success":\s*true'}
-    - {name: own logs, path: /api/log/self, read: true, success: '"success":\s*true'}
-    - {name: own token, path: "/api/token/{token_id}", read: true, success: '"success":\s*true'}
-    - {name: own channel, path: "/api/channel/{channel_id}", read: true, success: '"success":\s*true'}
-    - {name: delete own token, method: DELETE, path: "/api/token/{token_id}", success: '"success":\s*true'}
-  store:
-    sqlite: "{root}/data/gw.db"
-    places:
-      - {table: tokens, column: key, owner_column: user_id, owner_id: user}
-      - {table: channels, column: key, owner_column: user_id, owner_id: user}
-      - {table: users, column: access_token, owner_column: id, owner_id: user}
-      - {table: logs, column: content, owner_column: user_id, owner_id: user}
-`
 
 // testgwTarget builds the test gateway (once) and loads its target file;
 // leak, when set, is its TESTGW_LEAK.
@@ -65,8 +39,10 @@ func testgwTarget(t *testing.T, leak string) harness.Target {
 		}
 	})
 	require.NoError(t, testgwErr, "build testgw: %s", testgwBin)
+	text, err := os.ReadFile(filepath.Join("testdata", "testgw", "target.yaml"))
+	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "testgw.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(testgwTargetYAML, "BIN", testgwBin)), 0o644))
+	require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(string(text), "BIN", testgwBin)), 0o644))
 	tg, err := harness.LoadTarget(path)
 	require.NoError(t, err)
 	if leak != "" {
