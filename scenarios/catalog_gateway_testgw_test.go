@@ -23,7 +23,6 @@ var (
 	testgwErr  error
 )
 
-
 // testgwTarget builds the test gateway (once) and loads its target file;
 // leak, when set, is its TESTGW_LEAK.
 func testgwTarget(t *testing.T, leak string) harness.Target {
