@@ -29,13 +29,14 @@ func (e *Env) gatewayChecks(ctx context.Context, chk *invariants.Checker) ([]inv
 		}
 	}
 	r.mu.Lock()
+	recorded := make([]Control, 0, len(r.controls))
 	for _, c := range r.controls {
-		controls = append(controls, c)
-		if !c.Passed {
-			out = append(out, invariants.Finding{Invariant: invariants.Control, Tenant: c.Tenant, Detail: c.Name + ": " + c.Detail})
-		}
+		recorded = append(recorded, c)
 	}
 	r.mu.Unlock()
+	for _, c := range recorded {
+		add(c)
+	}
 	for _, t := range e.Box.Set.Tenants {
 		if t.HasProvider() {
 			f := invariants.ControlKeys([]*tenants.Tenant{t})
