@@ -83,3 +83,16 @@ func TestCanaryRunAcceptsKnownGatewayFindings(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetCheckGateway: `canary-run target check` on a gateway target
+// starts it, provisions two tenants, and has each answered by its own
+// provider.
+func TestTargetCheckGateway(t *testing.T) {
+	t.Parallel()
+	target := gatewayTarget(t, t.TempDir(), "", "")
+	code, stdout, stderr := runCLI(t, "target", "check", target)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	for _, want := range []string{"ok    provision", "answered by its own provider", "naming alpha's model: refused", "ok    stop"} {
+		assert.Contains(t, stdout, want)
+	}
+}

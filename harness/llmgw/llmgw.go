@@ -345,8 +345,16 @@ func (g *Gateway) runProvisioner(ctx context.Context) (harness.Provisioned, erro
 		return out, fmt.Errorf("%w: %w", ErrProvision, err)
 	}
 	defer p.Kill()
-	_, werr := p.Stdin().Write(roster)
-	p.Stdin().Close()
+	// A provisioner may read $ROSTER and never its stdin: the roster is
+	// written beside it, and a write it never reads (a broken pipe) is no
+	// error.
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		_, _ = p.Stdin().Write(roster)
+		p.Stdin().Close()
+	}()
+	defer func() { <-wrote }()
 	select {
 	case <-p.Done():
 	case <-ctx.Done():
@@ -355,9 +363,6 @@ func (g *Gateway) runProvisioner(ctx context.Context) (harness.Provisioned, erro
 	}
 	if err := p.ExitErr(); err != nil {
 		return out, fmt.Errorf("%w: the provisioner failed: %w\n%s", ErrProvision, err, p.Tail())
-	}
-	if werr != nil {
-		return out, fmt.Errorf("%w: write the roster to the provisioner: %w", ErrProvision, werr)
 	}
 	dec := json.NewDecoder(strings.NewReader(strings.Join(p.Lines(), "\n")))
 	dec.DisallowUnknownFields()
