@@ -284,7 +284,7 @@ func (e *Env) GatewayForeignKeys() {
 			}
 			r := e.chat(route, label, req, 30*time.Second)
 			if r.Status/100 == 2 {
-				e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: route.Name, Owner: k.owner,
+				e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: route.Name,
 					Where:  invariants.Where{Label: "gateway route of " + route.Name, Path: req.Path},
 					Detail: fmt.Sprintf("answered HTTP %d to %s (want a refusal)", r.Status, strings.TrimPrefix(label, "gateway reply on "+route.Name+"'s route to ")), Excerpt: excerpt(r.Body)})
 			}
@@ -420,6 +420,10 @@ func (e *Env) GatewayCrossRoutes() {
 	e.T.Helper()
 	g := e.llmGateway()
 	ts := e.Box.Set.Tenants
+	chk, err := invariants.NewChecker(ts)
+	if err != nil {
+		e.T.Fatalf("compile the canaries: %v", err)
+	}
 	own := map[string]map[string]bool{} // caller -> "name=value" ids it owns
 	for _, t := range ts {
 		own[t.Name] = map[string]bool{}
@@ -458,11 +462,16 @@ func (e *Env) GatewayCrossRoutes() {
 					e.KeepText(a, label, r.Body)
 					where := invariants.Where{Label: fmt.Sprintf("route %q", route.Name), Method: r.Method, Path: r.Path}
 					if route.Succeeded(r.Status, r.Body) {
-						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: a.Name, Owner: o.Name, Where: where,
+						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: a.Name, Where: where,
 							Detail: fmt.Sprintf("%s's credentials with %s's %s were not refused: HTTP %d", a.Name, o.Name, ids.what, r.Status), Excerpt: excerpt(r.Body)})
 					}
+					if leaks := chk.TextLeaks(label, r.Body, a.Name); len(leaks) > 0 {
+						f := leaks[0]
+						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: a.Name, Owner: f.Owner, Kind: f.Kind, Where: where,
+							Detail: fmt.Sprintf("the answer to %s's credentials with %s's %s carries another tenant's data (HTTP %d)", a.Name, o.Name, ids.what, r.Status), Excerpt: f.Excerpt})
+					}
 					if n := after[o.Name] - before[o.Name]; n > 0 {
-						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: o.Name, Owner: a.Name, Where: where,
+						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: o.Name, Where: where,
 							Detail: fmt.Sprintf("%s's call naming its %s drove %d request(s) to its provider", a.Name, ids.what, n)})
 					}
 				}
