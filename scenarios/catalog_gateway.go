@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"strings"
@@ -214,7 +215,8 @@ func (e *Env) gatewayControl(t *tenants.Tenant, name string, ok bool, detail str
 }
 
 // chat is one chat of t's on the gateway, with t's access unless
-// overridden; the reply is kept as a stream owned by t.
+// overridden; the reply is kept as a stream owned by t, without what the
+// request itself sent (scrubSent).
 func (e *Env) chat(t *tenants.Tenant, label string, r harness.ChatRequest, within time.Duration) harness.GatewayReply {
 	e.T.Helper()
 	ctx, cancel := e.ctx(within)
@@ -223,8 +225,21 @@ func (e *Env) chat(t *tenants.Tenant, label string, r harness.ChatRequest, withi
 	if err != nil && rep.Status == 0 {
 		e.T.Fatalf("%s: %v", label, err)
 	}
-	e.KeepText(t, label, rep.Body)
+	e.KeepText(t, label, scrubSent(rep.Body, r))
 	return rep
+}
+
+// scrubSent blanks out of a reply the key and model its request sent: a
+// gateway quoting back what the caller itself presented ("no such model
+// model-beta-...", "invalid key ...") tells the caller nothing it did not
+// have.
+func scrubSent(body []byte, r harness.ChatRequest) []byte {
+	for _, v := range []string{r.Key, r.Model} {
+		if len(v) >= 8 {
+			body = bytes.ReplaceAll(body, []byte(v), []byte("[sent by the caller]"))
+		}
+	}
+	return body
 }
 
 // ownChat is t's own chat: own key, own model, own route.

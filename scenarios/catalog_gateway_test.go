@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/invariants"
 )
 
@@ -66,4 +67,15 @@ func TestGatewayFaultsCaught(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestScrubSentKeepsOtherData: what a request sent is blanked out of its
+// reply, and nothing else.
+func TestScrubSentKeepsOtherData(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"error": "no such model model-beta-0123456789 for key sk-alpha-0123456789; try model-gamma-0123456789"}`)
+	got := string(scrubSent(body, harness.ChatRequest{Key: "sk-alpha-0123456789", Model: "model-beta-0123456789"}))
+	assert.NotContains(t, got, "model-beta-0123456789")
+	assert.NotContains(t, got, "sk-alpha-0123456789")
+	assert.Contains(t, got, "model-gamma-0123456789", "another value stays, for the scan")
 }

@@ -237,7 +237,8 @@ func (g *gw) channels(q string, args ...any) []channel {
 func (g *gw) chat(w http.ResponseWriter, r *http.Request) {
 	tokenID, userID, ok := g.tokenUser(r)
 	if !ok {
-		fail(w, 401, "invalid token")
+		// Quoting the caller's own key back, as gateways do.
+		fail(w, 401, "invalid token "+bearer(r))
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
@@ -258,7 +259,7 @@ func (g *gw) chat(w http.ResponseWriter, r *http.Request) {
 		chs = g.channels(`WHERE model = ? AND user_id = ?`, model, userID)
 	}
 	if len(chs) == 0 {
-		fail(w, 404, "model not found")
+		fail(w, 404, "no channel of yours serves model "+model)
 		return
 	}
 	status, ctype, out, err := relay(r.Context(), chs[0], req)
