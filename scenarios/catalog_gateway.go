@@ -91,7 +91,7 @@ var failoverModes = []struct {
 	{"429", func() fakellm.Response {
 		return fakellm.Error(http.StatusTooManyRequests, "rate limited (failover probe)").WithRetryAfter(time.Second)
 	}},
-	{"hang", func() fakellm.Response { return fakellm.Hang().WithFor(2 * time.Second) }},
+	{"hang", func() fakellm.Response { return fakellm.Hang().WithFor(time.Second) }},
 }
 
 // FailoverAttempts is how many failures a tenant's provider serves in a
