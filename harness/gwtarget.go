@@ -207,8 +207,9 @@ func (t *Target) validateGateway() []error {
 	if len(g.Provision) == 0 && g.Access == nil {
 		errs = append(errs, errors.New("llm_gateway: give provision (the command that mints each tenant's key) or access (templates)"))
 	}
-	if len(t.Gateway) > 0 && g.ReadyPath == "" && !strings.Contains(strings.Join(t.Gateway, " "), "{port}") {
-		errs = append(errs, errors.New("llm_gateway: the gateway command has no {port}: the harness must know where it listens (or give ready_path with {port})"))
+	if len(t.Gateway) > 0 && !strings.Contains(strings.Join(t.Gateway, " "), "{port}") &&
+		(t.readyRE == nil || t.readyRE.NumSubexp() == 0) {
+		errs = append(errs, errors.New("llm_gateway: the gateway command has no {port}: the harness must know where it listens (give {port}, or a ready_line whose group is the port)"))
 	}
 	return append(errs, g.validate()...)
 }

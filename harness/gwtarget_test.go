@@ -23,6 +23,10 @@ func TestGatewayTargetValidation(t *testing.T) {
 	ok2, _ = good.Supports(BackendServe)
 	assert.False(t, ok2)
 
+	portless := ok()
+	portless.Gateway, portless.ReadyLine = []string{"gw"}, `listening on :(\d+)`
+	require.NoError(t, portless.Validate(), "a ready line naming the port will do")
+
 	for name, c := range map[string]struct {
 		edit func(*Target)
 		want string
