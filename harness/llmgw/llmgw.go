@@ -24,10 +24,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -222,7 +224,12 @@ func (g *Gateway) Stop() error {
 // signalExit reports whether p ended by the SIGTERM it was asked to stop
 // with (a clean enough stop for a gateway without a signal handler).
 func signalExit(p *harness.Proc) bool {
-	return strings.Contains(fmt.Sprint(p.ExitErr()), "signal: terminated")
+	var exit *exec.ExitError
+	if !errors.As(p.ExitErr(), &exit) {
+		return false
+	}
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM
 }
 
 // Restart stops the gateway and starts it again on the same data folder
