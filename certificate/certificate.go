@@ -141,6 +141,9 @@ type Certificate struct {
 	// Seed is the run's seed (tenant orders, interleavings): `canary-run
 	// --seed N` replays them.
 	Seed uint64 `json:"seed,omitempty"`
+	// Accepted are the findings the target's known-findings file matched
+	// (see Accept): accepted ones, and expired ones, which count again.
+	Accepted []AcceptedFinding `json:"accepted_findings,omitempty"`
 }
 
 // New makes the certificate of a run that ended now, taking the verdict
@@ -180,11 +183,14 @@ func Effective(r *scenarios.Report) scenarios.Result {
 	switch r.Result {
 	case scenarios.Leak, scenarios.Failed, scenarios.Skipped:
 		return r.Result
-	case scenarios.Pass:
+	case scenarios.Pass, Accepted:
 	default:
 		return scenarios.Failed
 	}
 	res := scenarios.Pass
+	if r.Result == Accepted {
+		res = Accepted
+	}
 	for _, p := range r.Phases {
 		if p.Error != "" {
 			res = scenarios.Failed
@@ -216,7 +222,7 @@ func VerdictOf(reports []scenarios.Report) Verdict {
 		case scenarios.Failed:
 			failed = true
 			ran++
-		case scenarios.Pass:
+		case scenarios.Pass, Accepted:
 			ran++
 		}
 	}

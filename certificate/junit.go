@@ -80,7 +80,18 @@ func (c *Certificate) JUnit() JUnitSuites {
 		})
 	}
 	for i := range c.Scenarios {
-		root.Suites = append(root.Suites, suiteOf(&c.Scenarios[i], c.Date))
+		s := suiteOf(&c.Scenarios[i], c.Date)
+		for _, a := range c.Accepted {
+			if a.Scenario != s.Name {
+				continue
+			}
+			name := "accepted_finding " + a.Phase
+			if a.Expired {
+				name = "expired_acceptance " + a.Phase
+			}
+			s.Properties = append(s.Properties, JUnitProperty{name, fmt.Sprintf("%s (until %s: %s)", a.Finding, a.Expires, a.Reason)})
+		}
+		root.Suites = append(root.Suites, s)
 	}
 	for _, s := range root.Suites {
 		root.Tests += s.Tests

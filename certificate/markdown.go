@@ -117,6 +117,17 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 		}
 	}
 	list("Leaks", leaks)
+	var accepted, expired []string
+	for _, a := range c.Accepted {
+		line := fmt.Sprintf("- %s, phase %s: %s: accepted until %s: %s", a.Scenario, a.Phase, code(a.Finding.String()), a.Expires, a.Reason)
+		if a.Expired {
+			expired = append(expired, line)
+		} else {
+			accepted = append(accepted, line)
+		}
+	}
+	list("Accepted findings (known, not passed)", accepted)
+	list("Expired acceptances (findings again)", expired)
 	var why []string
 	for i := range c.Scenarios {
 		r := &c.Scenarios[i]
@@ -145,6 +156,8 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 		"for every other tenant's canaries in every encoding, and positive controls proved each tenant's own canaries were seen where they belong. " +
 		"**certified** (exit 0): every scenario that ran passed. **leaks** (exit 1): a canary was found in a foreign place; each finding names where. " +
 		"**failed** (exit 2): the harness or the target failed, so nothing is certified. " +
+		"An **accepted** finding is one the target's known-findings file accepts, with a reason, until its expiry date: it is listed, never passed; " +
+		"a run is certified with accepted findings only when every finding is accepted and unexpired. " +
 		"Skipped checks were not made on this target and are never counted as passed. " +
 		"Details: `certificate.json`; per phase: `junit.xml`.\n")
 	if _, err := io.WriteString(w, b.String()); err != nil {
@@ -196,6 +209,15 @@ func (c *Certificate) WriteTable(w io.Writer) error {
 			if _, err := fmt.Fprintf(w, "why %s: %s\n", r.ID, l); err != nil {
 				return fmt.Errorf("write table: %w", err)
 			}
+		}
+	}
+	for _, a := range c.Accepted {
+		state := "accepted until " + a.Expires
+		if a.Expired {
+			state = "acceptance EXPIRED on " + a.Expires
+		}
+		if _, err := fmt.Fprintf(w, "known %s/%s: %s (%s: %s)\n", a.Scenario, a.Phase, a.Finding, state, a.Reason); err != nil {
+			return fmt.Errorf("write table: %w", err)
 		}
 	}
 	if c.Seed != 0 {

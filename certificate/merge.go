@@ -100,6 +100,7 @@ func Merge(certs []*Certificate) (*Certificate, error) {
 		if c.Error != "" {
 			errs = append(errs, fmt.Sprintf("shard %d/%d: %s", k, n, c.Error))
 		}
+		out.Accepted = append(out.Accepted, c.Accepted...)
 		if out.DetectionPower == nil && c.DetectionPower != nil {
 			out.DetectionPower = c.DetectionPower
 		}

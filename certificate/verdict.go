@@ -38,10 +38,25 @@ func (c *Certificate) Partial() string {
 // certified run was partial ("certified, partial: 5 of 9 scenarios skipped: no
 // tenant's data reached another tenant in what ran").
 func (c *Certificate) Headline() string {
-	if c.Verdict == Certified {
-		if partial := c.Partial(); partial != "" {
-			return "certified, partial: " + partial + ": no tenant's data reached another tenant in what ran"
-		}
+	if c.Verdict != Certified {
+		return c.Verdict.Headline()
+	}
+	accepted := ""
+	switch n := c.AcceptedCount(); {
+	case n == 1:
+		accepted = " with 1 accepted finding"
+	case n > 1:
+		accepted = fmt.Sprintf(" with %d accepted findings", n)
+	}
+	tail := ": no tenant's data reached another tenant"
+	if accepted != "" {
+		tail = ": no tenant's data reached another tenant but what the target's known findings accept"
+	}
+	if partial := c.Partial(); partial != "" {
+		return "certified" + accepted + ", partial: " + partial + tail + " in what ran"
+	}
+	if accepted != "" {
+		return "certified" + accepted + tail
 	}
 	return c.Verdict.Headline()
 }

@@ -196,6 +196,17 @@ func (s *Server) Enqueue(r ...Response) {
 	s.mu.Unlock()
 }
 
+// DropScript discards the scripted responses not yet consumed and returns
+// how many there were (a failure a scenario scripted for retries that
+// never came).
+func (s *Server) DropScript() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.script)
+	s.script = nil
+	return n
+}
+
 // ScriptLeft is the number of scripted responses not yet consumed.
 func (s *Server) ScriptLeft() int {
 	s.mu.Lock()

@@ -36,19 +36,51 @@ func RoutePath(profile string, launch bool) string {
 // Chat posts one user message on path with key as bearer token. A refused
 // key is not an error: the reply carries its status.
 func (g *GatewayClient) Chat(ctx context.Context, path, key, text string, stream bool) (GatewayReply, error) {
-	body, _ := json.Marshal(map[string]any{
-		"model":    "gateway",
-		"stream":   stream,
-		"messages": []map[string]string{{"role": "user", "content": text}},
-	})
+	return g.Complete(ctx, ChatRequest{Path: path, Key: key, Model: "gateway", Text: text, Stream: stream})
+}
+
+// ChatRequest is one chat completion a tenant asks a gateway for.
+type ChatRequest struct {
+	Path   string // the chat completions path
+	Key    string // the bearer key; "" sends none
+	Model  string // the model named; "" names none
+	Text   string // the user message
+	Stream bool
+	// Tools adds a function tool to the request, so a gateway that passes
+	// it on makes a main request of it upstream (fakellm.KindMain: the
+	// provider then checks its model and serves its script).
+	Tools bool
+}
+
+// probeTool is the function tool a ChatRequest with Tools offers.
+var probeTool = []map[string]any{{"type": "function", "function": map[string]any{
+	"name": "noop", "description": "does nothing", "parameters": map[string]any{"type": "object", "properties": map[string]any{}},
+}}}
+
+// Complete posts r. A refusal is not an error: the reply carries its
+// status and body.
+func (g *GatewayClient) Complete(ctx context.Context, r ChatRequest) (GatewayReply, error) {
+	msg := map[string]any{
+		"stream":   r.Stream,
+		"messages": []map[string]string{{"role": "user", "content": r.Text}},
+	}
+	if r.Model != "" {
+		msg["model"] = r.Model
+	}
+	if r.Tools {
+		msg["tools"] = probeTool
+	}
+	body, _ := json.Marshal(msg)
+	path := r.Path
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(g.Base, "/")+path, bytes.NewReader(body))
 	if err != nil {
 		return GatewayReply{}, fmt.Errorf("gateway %s: %w", path, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+	if r.Key != "" {
+		req.Header.Set("Authorization", "Bearer "+r.Key)
 	}
+	stream := r.Stream
 	client := g.HTTP
 	if client == nil {
 		client = http.DefaultClient

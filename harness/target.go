@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -27,6 +28,10 @@ const (
 type Target struct {
 	Name    string `yaml:"name"`
 	Version string `yaml:"version"`
+	// Kind is agent (the default: a tenant-server) or gateway (a
+	// multi-tenant LLM gateway: only the gateway command and the
+	// llm_gateway block apply).
+	Kind string `yaml:"kind"`
 
 	Layout tenants.Layout `yaml:"layout"`
 
@@ -90,6 +95,15 @@ type Target struct {
 	// (harness/dialect.go); empty for agentd.
 	Dialect Dialect `yaml:"dialect"`
 
+	// LLMGateway is how the gateway's tenants are reached, provisioned,
+	// probed and stored (harness/gwtarget.go).
+	LLMGateway *LLMGateway `yaml:"llm_gateway"`
+	// KnownFindings is a file (YAML, relative to the target file) of
+	// findings the target's owner accepted, each with a reason and an
+	// expiry date (certificate.KnownFinding): reported as accepted,
+	// never as passed.
+	KnownFindings string `yaml:"known_findings"`
+
 	readyRE *regexp.Regexp
 }
 
@@ -119,6 +133,7 @@ func AgentdTarget(argv0 string, prefix ...string) Target {
 
 		TenantCredentials: true,
 		ManagedConfig:     "{root}/managed/config.yaml",
+		LLMGateway:        &LLMGateway{Access: &AgentdAccess},
 	}
 	t.readyRE = regexp.MustCompile(t.ReadyLine)
 	return t
@@ -138,6 +153,9 @@ func LoadTarget(path string) (Target, error) {
 	if err := dec.Decode(&t); err != nil {
 		return Target{}, fmt.Errorf("load target %s: %w", path, err)
 	}
+	if t.KnownFindings != "" && !filepath.IsAbs(t.KnownFindings) {
+		t.KnownFindings = filepath.Join(filepath.Dir(path), t.KnownFindings)
+	}
 	if err := t.Validate(); err != nil {
 		return Target{}, fmt.Errorf("load target %s: %w", path, err)
 	}
@@ -152,19 +170,22 @@ func (t *Target) Validate() error {
 	if t.Name == "" {
 		errs = append(errs, errors.New("name is empty"))
 	}
-	if len(t.Stdio) == 0 && len(t.Serve) == 0 && t.URL == "" && len(t.Gateway) == 0 && t.GatewayURL == "" {
+	if len(t.Stdio) == 0 && len(t.Serve) == 0 && t.URL == "" && len(t.Gateway) == 0 && t.GatewayURL == "" && !t.IsGateway() {
 		errs = append(errs, errors.New("no backend: give stdio, serve, gateway, url or gateway_url"))
 	}
 	if t.URL != "" && len(t.Serve) > 0 {
 		errs = append(errs, errors.New("both url (a running server) and serve (start one) are set"))
 	}
-	if t.ReadyLine == "" {
+	if t.ReadyLine == "" && !t.IsGateway() {
 		t.ReadyLine = DefaultReadyLine
 	}
 	re, err := regexp.Compile(t.ReadyLine)
 	switch {
 	case err != nil:
 		errs = append(errs, fmt.Errorf("ready_line: %w", err))
+	case t.IsGateway():
+		// The harness picks the gateway's port ({port}): the line needs no group.
+		t.readyRE = re
 	case re.NumSubexp() < 1:
 		errs = append(errs, fmt.Errorf("ready_line %q: want a port group (and a host group before it, or groups named host and port)", t.ReadyLine))
 	default:
@@ -190,6 +211,7 @@ func (t *Target) Validate() error {
 		}
 	}
 	errs = append(errs, t.Dialect.validate()...)
+	errs = append(errs, t.validateGateway()...)
 	t.Layout = t.Layout.WithDefaults()
 	return errors.Join(errs...)
 }

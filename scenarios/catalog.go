@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -71,10 +72,17 @@ const (
 	// NeedPlugins: the target loads the catalog's probe plugin (agentd's
 	// format); a dialect declaring plugins.install unsupported skips it.
 	NeedPlugins Need = "plugins"
+	// NeedLLMGateway: the target says how its gateway's tenants are
+	// reached (llm_gateway: a provisioner or access templates). A `kind:
+	// gateway` target runs only the scenarios with this need.
+	NeedLLMGateway Need = "llm_gateway"
 )
 
 // unmet says why target cannot run spec, or "" when it can.
 func (s Spec) unmet(target harness.Target) string {
+	if target.IsGateway() && !slices.Contains(s.Needs, NeedLLMGateway) {
+		return "the target is a multi-tenant LLM gateway (kind: gateway): only the gateway family applies"
+	}
 	for _, b := range s.Backends {
 		if ok, why := target.Supports(b); !ok {
 			return fmt.Sprintf("needs the %s backend: %s", b, why)
@@ -89,6 +97,10 @@ func (s Spec) unmet(target harness.Target) string {
 		case NeedFiles:
 			if !target.Files || target.Remote() {
 				return "needs the target's files, which the harness cannot reach"
+			}
+		case NeedLLMGateway:
+			if g := target.LLMGateway; g == nil || (g.Access == nil && len(g.Provision) == 0) {
+				return "needs llm_gateway (a provisioner or access templates): how the gateway's tenants are reached"
 			}
 		case NeedPlugins:
 			if why := target.Dialect.Unsupported("plugins.install"); why != "" {
@@ -139,7 +151,7 @@ func (s Spec) validate() error {
 		}
 	}
 	for _, n := range s.Needs {
-		if n != NeedRestart && n != NeedFiles && n != NeedPlugins {
+		if n != NeedRestart && n != NeedFiles && n != NeedPlugins && n != NeedLLMGateway {
 			errs = append(errs, fmt.Errorf("need %q is unknown", n))
 		}
 	}

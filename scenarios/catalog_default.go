@@ -25,6 +25,9 @@ func Default() *Catalog {
 		hostileTools(),
 		hostilePlugin(),
 		noisyNeighbour(),
+		gatewayTenants(),
+		gatewayFailover(),
+		gatewayRoutes(),
 	)
 	if err != nil {
 		// The catalog is data compiled into the binary; TestCatalogIsValid

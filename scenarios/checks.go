@@ -128,6 +128,9 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 	// Operator secrets, shared places.
 	df, dc := e.detectChecks(ctx, chk, conns, texts)
 	out = append(out, df...)
+	gf, gc := e.gatewayChecks(ctx, chk)
+	out = append(out, gf...)
+	dc = append(dc, gc...)
 	// 7. Positive controls.
 	controls, cf := e.controls(ctx, conns)
 	controls = append(controls, dc...)

@@ -25,6 +25,11 @@ const (
 	ShellState   Kind = "shell_state"
 	EnvName      Kind = "env_name"
 	SavedKey     Kind = "saved_key"
+	// GatewayKey and GatewayCredential are what a gateway's provisioner
+	// minted for the tenant (its gateway key, its management API's
+	// credentials): adopted mid-run (Tenant.Adopt).
+	GatewayKey        Kind = "gateway_key"
+	GatewayCredential Kind = "gateway_credential"
 )
 
 // BaseKinds are the kinds every tenant owns from the moment it is built, in
@@ -34,7 +39,7 @@ var BaseKinds = []Kind{ProviderKey, APIServerKey, EnvMarker, Model, Memory, Soul
 // Secret reports whether a canary of this kind is a credential: the kinds a
 // log may never show even for its own tenant.
 func (k Kind) Secret() bool {
-	return k == ProviderKey || k == APIServerKey || k == SavedKey
+	return k == ProviderKey || k == APIServerKey || k == SavedKey || k == GatewayKey || k == GatewayCredential
 }
 
 // Canary is one planted value and who owns it.

@@ -100,6 +100,25 @@ func (t *Tenant) Mint(kind Kind) (Canary, error) {
 	return c, nil
 }
 
+// Adopt records value, which the target made for the tenant (a key a
+// gateway minted), as the tenant's canary of kind, so every later scan
+// looks for it. Adopting a value the tenant already owns is a no-op.
+func (t *Tenant) Adopt(kind Kind, value string) (Canary, error) {
+	if !kindRE.MatchString(string(kind)) {
+		return Canary{}, fmt.Errorf("adopt canary for %s: kind %q: want lower-case words joined by '_'", t.Name, kind)
+	}
+	c := Canary{Owner: t.Name, Kind: kind, Value: value}
+	for _, have := range t.Canaries() {
+		if have.Value == value {
+			return have, nil
+		}
+	}
+	t.mu.Lock()
+	t.minted = append(t.minted, c)
+	t.mu.Unlock()
+	return c, nil
+}
+
 // MintWorkdir mints a workdir canary and creates the directory it names,
 // beside the tenant's first workdir; it returns the directory's path.
 func (t *Tenant) MintWorkdir() (string, error) {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/gateway"
 )
 
@@ -55,7 +56,8 @@ func runGateway(ctx context.Context, env *Env, args []string) int {
 	if srv == nil {
 		return code
 	}
-	g, err := gateway.New(gateway.Options{Homes: h, Server: srv, Log: logger})
+	seeded, _ := faults.FromEnv(env.Getenv) // newServer refused a bad list already
+	g, err := gateway.New(gateway.Options{Homes: h, Server: srv, Log: logger, Faults: seeded})
 	if err != nil {
 		_ = srv.Shutdown(context.Background())
 		if errors.Is(err, gateway.ErrAlreadyServed) {

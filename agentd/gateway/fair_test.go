@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
 	"github.com/tenantcanary/tenantcanary/fakellm"
@@ -28,7 +29,13 @@ type reply struct {
 
 func post(t *testing.T, url, key string, stream bool) reply {
 	t.Helper()
-	body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+	return postModel(t, url, key, ModelAlias, stream)
+}
+
+// postModel posts a chat naming model.
+func postModel(t *testing.T, url, key, model string, stream bool) reply {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, model, stream)
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	require.NoError(t, err)
 	if key != "" {
@@ -42,9 +49,9 @@ func post(t *testing.T, url, key string, stream bool) reply {
 }
 
 // newGateway serves profile "busy" (its provider held until release
-// closes) and a keyless profile "nokey", with one turn slot per profile
-// and room for one waiting turn.
-func newGateway(t *testing.T, release <-chan struct{}) (*httptest.Server, *fakellm.Server, *server.Server) {
+// closes; model m) and a keyless profile "nokey", with one turn slot per
+// profile and room for one waiting turn, with the seeded faults seeded.
+func newGateway(t *testing.T, release <-chan struct{}, seeded ...faults.Name) (*httptest.Server, *fakellm.Server, *server.Server) {
 	t.Helper()
 	root := t.TempDir()
 	homes := profile.Homes{Launch: filepath.Join(root, "launch")}
@@ -68,7 +75,11 @@ func newGateway(t *testing.T, release <-chan struct{}) (*httptest.Server, *fakel
 	}
 	srv := server.New(server.Options{Homes: homes, BaseEnv: []string{"PATH=" + os.Getenv("PATH")},
 		Limits: server.Limits{ProfileTurns: 1, ProfileQueue: 1}})
-	g, err := New(Options{Homes: homes, Server: srv})
+	fs := faults.Set{}
+	for _, n := range seeded {
+		fs[n] = true
+	}
+	g, err := New(Options{Homes: homes, Server: srv, Faults: fs})
 	require.NoError(t, err)
 	hs := httptest.NewServer(g)
 	t.Cleanup(func() {

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
@@ -34,7 +35,13 @@ type Options struct {
 	Homes  profile.Homes
 	Server *server.Server
 	Log    *slog.Logger // the gateway's own log; never tenant data
+	// Faults are seeded bugs (test-only; see package faults).
+	Faults faults.Set
 }
+
+// ModelAlias is the model name that means "this profile's model", beside
+// the profile's own model.default and no model at all.
+const ModelAlias = "gateway"
 
 // Gateway is the HTTP handler.
 type Gateway struct {
@@ -168,13 +175,23 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusInternalServerError, "profile configuration error")
 		return
 	}
+	model := cfg.Model.Default
+	if req.Model != "" && req.Model != ModelAlias && req.Model != model && !g.opts.Faults.Has(faults.GatewayAnyModel) {
+		// A profile serves its own model only: another profile's model,
+		// or any other, is refused before anything runs.
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{
+			"message": "this route serves no such model", "type": "invalid_request_error", "code": "model_not_found"}})
+		return
+	}
 	id := "chatcmpl-" + randHex(12)
 	created := time.Now().Unix()
-	model := cfg.Model.Default
 	d := server.Detached{Profile: p.Name, Source: "gateway", Title: "gateway", History: msgs[:len(msgs)-1], Text: msgs[len(msgs)-1].Content,
 		Member: "gateway:" + r.RemoteAddr}
 	if !req.Stream {
 		answer, err := g.opts.Server.RunDetached(r.Context(), d)
+		if err != nil && g.opts.Faults.Has(faults.GatewayFailoverForeign) {
+			answer, err = g.failoverForeign(r.Context(), d, err)
+		}
 		if g.refused(r.Context(), w, err) {
 			return
 		}
@@ -235,6 +252,23 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if flusher != nil {
 		flusher.Flush()
 	}
+}
+
+// failoverForeign is the seeded fault GatewayFailoverForeign: a failed
+// turn is played again in the first other profile, on its provider.
+func (g *Gateway) failoverForeign(ctx context.Context, d server.Detached, failed error) (string, error) {
+	list, err := g.opts.Homes.List()
+	if err != nil {
+		return "", failed
+	}
+	for _, p := range list {
+		if p.Name == d.Profile || (d.Profile == "" && p.Name == profile.LaunchName) {
+			continue
+		}
+		d.Profile = p.Name
+		return g.opts.Server.RunDetached(ctx, d)
+	}
+	return "", failed
 }
 
 // authorize reports whether the Authorization header carries the named

@@ -190,6 +190,15 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	cert.DetectionPower = power
 	cert.Shard = shard
 	cert.Seed = o.seed
+	if target.KnownFindings != "" && !o.selfTest {
+		// Findings the target's owner accepted stay listed, as accepted.
+		known, err := certificate.LoadKnownFindings(target.KnownFindings)
+		if err != nil {
+			cert.Fail(err)
+		} else {
+			cert.Accept(known, time.Now())
+		}
+	}
 	if o.selfTest {
 		cert.Verdict = certificate.Certified
 		if power == nil || power.Caught != power.Seeded || !allClean(power) {

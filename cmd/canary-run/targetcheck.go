@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/llmgw"
 )
 
 const targetUsage = `usage: canary-run target check [--keep] [--wait D] FILE
@@ -60,7 +61,11 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	} else {
 		defer os.RemoveAll(work)
 	}
-	if err := harness.DryPass(ctx, target, work, stdout, *wait); err != nil {
+	dry := harness.DryPass
+	if target.IsGateway() {
+		dry = llmgw.DryPass
+	}
+	if err := dry(ctx, target, work, stdout, *wait); err != nil {
 		fmt.Fprintf(stderr, "canary-run target check: %v\n", err)
 		return exitUsage
 	}

@@ -1,0 +1,296 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Kinds of target. An agent server (the default) is driven over stdio,
+// websocket and its gateway; a gateway target is a multi-tenant LLM
+// gateway and nothing else: no stdio, no websocket, no tools.
+const (
+	KindAgent   = "agent"
+	KindGateway = "gateway"
+)
+
+// LLMGateway is the `llm_gateway:` block of a target file: how the
+// harness reaches a multi-tenant LLM gateway's tenants. For `kind:
+// gateway` the gateway process is the target's `gateway` command (argv
+// template with {port}, a free loopback port the harness picks, and
+// {root}, the sandbox root), run with the target's `env`; agentd fills
+// this block itself (AgentdTarget) with an Access template instead of a
+// provisioner.
+//
+//	kind: gateway
+//	gateway: ["{root}/bin/one-api", "--port", "{port}"]
+//	env: {SQLITE_PATH: "{root}/data/one-api.db", ROOT_TOKEN: "root-token-1"}
+//	llm_gateway:
+//	  ready_path: /api/status
+//	  provision: ["{root}/bin/provision"]
+//	  routes:
+//	    - {name: own token, method: GET, path: "/api/token/{token_id}", read: true, success: '"success":\s*true'}
+//	  store:
+//	    sqlite: "{root}/data/one-api.db"
+//	    places:
+//	      - {table: tokens, column: key, owner_column: user_id, owner_id: user}
+type LLMGateway struct {
+	// ReadyPath, when set, is polled with GET (no credentials) on the
+	// gateway's base URL after start until it answers 2xx: the gateway's
+	// readiness when it prints no ready line. Without it the target's
+	// ready_line is waited for on the gateway's stdout.
+	ReadyPath string `yaml:"ready_path"`
+	// Provision is the provisioner: a command (argv template: {root},
+	// {port}) run once after the gateway is ready and never again (a
+	// restart keeps the data folder). Its stdin is the tenants' roster
+	// (tenants.Roster JSON: names, tags, providers' base URLs, upstream
+	// keys, models); its environment is the target's env plus
+	// GATEWAY_URL (http://127.0.0.1:PORT), ROOT (the sandbox root) and
+	// ROSTER (the roster's path, the same JSON as stdin). Its stdout is
+	// one JSON document, Provisioned. Everything it mints (keys, header
+	// values) becomes a canary of its tenant.
+	Provision []string `yaml:"provision"`
+	// Access is how a tenant reaches the gateway when there is no
+	// provisioner: templates filled with the tenant's values
+	// ({api_server_key} {provider_key} {model} {tenant}). agentd's
+	// gateway is {key: "{api_server_key}", base_path: "/p/{tenant}/v1",
+	// launch_base_path: "/v1", models: ["{model}"]}.
+	Access *AccessTemplate `yaml:"access"`
+	// ChatPath is the chat completions path under a tenant's base path;
+	// default /chat/completions.
+	ChatPath string `yaml:"chat_path"`
+	// ModelsPath, when set, is the model list under a tenant's base path
+	// (GET with the tenant's key, /models for OpenAI's): a per-tenant read
+	// API, scanned as a frame to that tenant, which must list the
+	// tenant's own model (positive control).
+	ModelsPath string `yaml:"models_path"`
+	// Routes are the gateway's tenant-facing HTTP routes (management API,
+	// logs, tokens): each is called with every tenant's own credentials
+	// and identifiers (read routes: scanned as frames to that tenant) and
+	// with another tenant's identifiers and their guessed neighbours
+	// (route authorization).
+	Routes []Route `yaml:"routes"`
+	// Store, for a gateway with one data folder, is where each tenant's
+	// secrets may rest (the shared-store invariant).
+	Store *Store `yaml:"store"`
+}
+
+// AgentdAccess is agentd's gateway: the launch profile at /v1, every
+// other one at /p/<name>/v1, each behind its API_SERVER_KEY.
+var AgentdAccess = AccessTemplate{Key: "{api_server_key}", BasePath: "/p/{tenant}/v1", LaunchBasePath: "/v1", Models: []string{"{model}"}}
+
+// AccessTemplate is a tenant's access, templated (see LLMGateway.Access).
+type AccessTemplate struct {
+	// Key is the tenant's gateway key, sent as "Authorization: Bearer".
+	Key string `yaml:"key"`
+	// BasePath is the tenant's route (OpenAI base path), e.g. /p/{tenant}/v1.
+	BasePath string `yaml:"base_path"`
+	// LaunchBasePath is the launch tenant's route when it differs.
+	LaunchBasePath string `yaml:"launch_base_path"`
+	// Models are the models the tenant may name; default ["{model}"].
+	Models []string `yaml:"models"`
+}
+
+// Route is one tenant-facing HTTP route of a gateway.
+type Route struct {
+	// Name says what the route is, for reports ("own token").
+	Name string `yaml:"name"`
+	// Method is the HTTP method; default GET.
+	Method string `yaml:"method"`
+	// Path is a template: {<name>_id} is the identifier the provisioner
+	// gave the tenant under ids.<name> ({token_id} is ids.token,
+	// {user_id} ids.user, {channel_id} ids.channel, {log_id} ids.log).
+	// A route whose identifiers a tenant lacks is not called for it.
+	Path string `yaml:"path"`
+	// Body is an optional request body (JSON text) with the same
+	// placeholders.
+	Body string `yaml:"body"`
+	// Auth is the credential sent: "headers" (the provisioner's headers
+	// for the tenant's management API; the default when it gave any) or
+	// "key" (Authorization: Bearer <the tenant's gateway key>).
+	Auth string `yaml:"auth"`
+	// Read marks a per-tenant read API: the tenant's own call must
+	// succeed (positive control) and its answer is scanned as a frame to
+	// that tenant. Routes that change something (PUT, DELETE) are only
+	// probed cross-tenant; declare them after the reads.
+	Read bool `yaml:"read"`
+	// Success is a regexp a 2xx answer's body must match to count as a
+	// success, for an API that answers 200 {"success": false} to a
+	// refusal; empty: every 2xx is a success.
+	Success string `yaml:"success"`
+
+	successRE *regexp.Regexp
+}
+
+// Store declares where a gateway with one data folder keeps each
+// tenant's secrets.
+type Store struct {
+	// SQLite is the gateway's database (path template: {root}); read
+	// row by row from a copy (WAL included).
+	SQLite string `yaml:"sqlite"`
+	// DataDir is the data folder (path template: {root}); every file
+	// in it but the database (and its -wal, -shm, -journal) is scanned:
+	// any tenant's secret there is a finding. Empty: the database's
+	// folder.
+	DataDir string `yaml:"data_dir"`
+	// Places are the only table columns a tenant's secret may rest in,
+	// each in a row its tenant owns.
+	Places []StorePlace `yaml:"places"`
+}
+
+// StorePlace is one column where tenants' secrets may rest, and how a
+// row names its owner.
+type StorePlace struct {
+	// Table and Column hold the secret.
+	Table  string `yaml:"table"`
+	Column string `yaml:"column"`
+	// OwnerColumn is the column of the same row that names its owner.
+	OwnerColumn string `yaml:"owner_column"`
+	// OwnerID is the provisioner's ids key whose value OwnerColumn holds
+	// for the tenant that owns the row (user: ids.user).
+	OwnerID string `yaml:"owner_id"`
+}
+
+// Provisioned is a provisioner's stdout:
+//
+//	{"tenants": {"alpha": {"key": "sk-...", "models": ["model-alpha-..."], "base_path": "/v1",
+//	  "headers": {"Authorization": "..."}, "ids": {"user": "3", "token": "7", "channel": "2"}}}}
+type Provisioned struct {
+	Tenants map[string]GatewayAccess `json:"tenants"`
+}
+
+// GatewayAccess is one tenant's way into the gateway.
+type GatewayAccess struct {
+	// Key is the gateway key minted for the tenant (Authorization:
+	// Bearer); recorded as the tenant's secret canary (kind gateway_key).
+	Key string `json:"key"`
+	// Models are the models the tenant may name (its own upstream model).
+	Models []string `json:"models"`
+	// BasePath is the tenant's OpenAI base path on the gateway (/v1).
+	BasePath string `json:"base_path"`
+	// Headers are extra credentials for the tenant's management API
+	// (Authorization of a user session, a user id header); each value is
+	// recorded as the tenant's secret canary when long enough to scan.
+	Headers map[string]string `json:"headers,omitempty"`
+	// IDs are identifiers the tenant owns (user, token, channel, ...):
+	// the route placeholders {<name>_id} and the store's owner ids.
+	IDs map[string]string `json:"ids,omitempty"`
+}
+
+// IsGateway reports whether t is a multi-tenant LLM gateway target.
+func (t *Target) IsGateway() bool { return t.Kind == KindGateway }
+
+// validateGateway checks the kind and the llm_gateway block.
+func (t *Target) validateGateway() []error {
+	var errs []error
+	switch t.Kind {
+	case "", KindAgent:
+		if t.LLMGateway != nil && t.LLMGateway.Provision != nil {
+			errs = append(errs, errors.New("llm_gateway.provision needs kind: gateway"))
+		}
+		return append(errs, t.LLMGateway.validate()...)
+	case KindGateway:
+	default:
+		return []error{fmt.Errorf("kind %q: want %s or %s", t.Kind, KindAgent, KindGateway)}
+	}
+	if len(t.Stdio) > 0 || len(t.Serve) > 0 || t.URL != "" {
+		errs = append(errs, errors.New("kind: gateway takes no stdio, serve or url: a gateway has no tenant-server protocol"))
+	}
+	if len(t.Gateway) == 0 && t.GatewayURL == "" {
+		errs = append(errs, errors.New("kind: gateway needs gateway (the command, with {port}) or gateway_url"))
+	}
+	g := t.LLMGateway
+	if g == nil {
+		return append(errs, errors.New("kind: gateway needs an llm_gateway block (provision, or access)"))
+	}
+	if len(g.Provision) == 0 && g.Access == nil {
+		errs = append(errs, errors.New("llm_gateway: give provision (the command that mints each tenant's key) or access (templates)"))
+	}
+	if len(t.Gateway) > 0 && !strings.Contains(strings.Join(t.Gateway, " "), "{port}") &&
+		(t.readyRE == nil || t.readyRE.NumSubexp() == 0) {
+		errs = append(errs, errors.New("llm_gateway: the gateway command has no {port}: the harness must know where it listens (give {port}, or a ready_line whose group is the port)"))
+	}
+	return append(errs, g.validate()...)
+}
+
+func (g *LLMGateway) validate() []error {
+	if g == nil {
+		return nil
+	}
+	var errs []error
+	if g.ReadyPath != "" && !strings.HasPrefix(g.ReadyPath, "/") {
+		errs = append(errs, fmt.Errorf("llm_gateway.ready_path %q: want an absolute path", g.ReadyPath))
+	}
+	for i := range g.Routes {
+		r := &g.Routes[i]
+		where := fmt.Sprintf("llm_gateway.routes[%d] (%s)", i, r.Name)
+		if r.Name == "" {
+			errs = append(errs, fmt.Errorf("llm_gateway.routes[%d]: no name", i))
+		}
+		if r.Method == "" {
+			r.Method = "GET"
+		}
+		r.Method = strings.ToUpper(r.Method)
+		if !strings.HasPrefix(r.Path, "/") {
+			errs = append(errs, fmt.Errorf("%s: path %q: want an absolute path", where, r.Path))
+		}
+		for _, ph := range RoutePlaceholders(r.Path + r.Body) {
+			if !strings.HasSuffix(ph, "_id") {
+				errs = append(errs, fmt.Errorf("%s: placeholder {%s}: want {<name>_id} (an id the provisioner gave)", where, ph))
+			}
+		}
+		switch r.Auth {
+		case "", "headers", "key":
+		default:
+			errs = append(errs, fmt.Errorf("%s: auth %q: want headers or key", where, r.Auth))
+		}
+		if r.Success != "" {
+			re, err := regexp.Compile(r.Success)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: success: %w", where, err))
+			}
+			r.successRE = re
+		}
+	}
+	if s := g.Store; s != nil {
+		if s.SQLite == "" {
+			errs = append(errs, errors.New("llm_gateway.store: no sqlite path"))
+		}
+		if len(s.Places) == 0 {
+			errs = append(errs, errors.New("llm_gateway.store: no places: where may each tenant's secrets rest?"))
+		}
+		for i, p := range s.Places {
+			if p.Table == "" || p.Column == "" || p.OwnerColumn == "" || p.OwnerID == "" {
+				errs = append(errs, fmt.Errorf("llm_gateway.store.places[%d]: want table, column, owner_column and owner_id", i))
+			}
+		}
+	}
+	return errs
+}
+
+var routePlaceholderRE = regexp.MustCompile(`\{([a-z][a-z0-9_]*)\}`)
+
+// RoutePlaceholders lists the {name}s of a route template, in order.
+func RoutePlaceholders(s string) []string {
+	var out []string
+	for _, m := range routePlaceholderRE.FindAllStringSubmatch(s, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// Succeeded reports whether an answer with status and body is a success of
+// the route (a 2xx, matching Success when set).
+func (r *Route) Succeeded(status int, body []byte) bool {
+	if status < 200 || status > 299 {
+		return false
+	}
+	if r.Success == "" {
+		return true
+	}
+	if r.successRE == nil {
+		r.successRE = regexp.MustCompile(r.Success)
+	}
+	return r.successRE.Match(body)
+}

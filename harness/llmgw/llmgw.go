@@ -1,0 +1,460 @@
+// Package llmgw runs a multi-tenant LLM gateway for a scenario and reaches
+// it as each tenant would. Start runs the target's gateway command in the
+// sandbox (on a free loopback port when the command takes {port}), waits
+// for its ready line or its ready path, and provisions the tenants: the
+// target's provisioner gets the roster and prints each tenant's key,
+// models, base path, management credentials and identifiers (see
+// harness.Provisioned), or the target's access templates fill them (agentd).
+// Every value a provisioner minted is adopted as its tenant's secret
+// canary, so every later scan looks for it.
+//
+//	g, err := llmgw.Start(ctx, life, box)
+//	a := g.Access(alpha)
+//	r, err := g.Chat(ctx, harness.ChatRequest{Path: a.BasePath + g.ChatPath(), Key: a.Key, Model: a.Models[0], Text: "hi"})
+//	err = g.Restart(ctx) // same data folder, no new provisioning
+package llmgw
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/invariants/scan"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// ErrProvision wraps every reason a provisioner's answer is refused.
+var ErrProvision = errors.New("gateway provisioning failed")
+
+// Gateway is one running gateway target and its tenants' access.
+type Gateway struct {
+	box  *harness.Sandbox
+	spec harness.LLMGateway
+	http *http.Client
+	life context.Context // the gateway process's lifetime: when it ends, the process is killed
+
+	mu     sync.Mutex
+	proc   *harness.Proc // nil for a running (staging) gateway
+	base   string
+	starts int
+	access map[string]harness.GatewayAccess
+}
+
+// Start runs the sandbox's gateway (or adopts the staging one at
+// gateway_url), waits until it is ready, and provisions every tenant.
+// The gateway process lives until life ends or Stop; ctx bounds the
+// start and the provisioning.
+func Start(ctx, life context.Context, box *harness.Sandbox) (*Gateway, error) {
+	spec := harness.LLMGateway{}
+	if box.Target.LLMGateway != nil {
+		spec = *box.Target.LLMGateway
+	}
+	if spec.Access == nil && len(spec.Provision) == 0 {
+		return nil, fmt.Errorf("gateway %s: the target gives neither llm_gateway.provision nor llm_gateway.access", box.Target.Name)
+	}
+	g := &Gateway{box: box, spec: spec, http: &http.Client{}, life: life}
+	if box.Target.GatewayURL != "" {
+		g.base = strings.TrimRight(box.Target.GatewayURL, "/")
+	} else if err := g.start(ctx); err != nil {
+		return nil, err
+	}
+	if err := g.provision(ctx); err != nil {
+		g.Stop()
+		return nil, err
+	}
+	return g, nil
+}
+
+// Base is the gateway's base URL (http://host:port).
+func (g *Gateway) Base() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.base
+}
+
+// Proc is the gateway's process, or nil for a staging gateway.
+func (g *Gateway) Proc() *harness.Proc {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.proc
+}
+
+// CanRestart reports whether the harness runs (and so can restart) the
+// gateway.
+func (g *Gateway) CanRestart() bool { return g.box.Target.GatewayURL == "" }
+
+// Spec is the target's llm_gateway block.
+func (g *Gateway) Spec() harness.LLMGateway { return g.spec }
+
+// ChatPath is the chat completions path under a base path.
+func (g *Gateway) ChatPath() string {
+	if g.spec.ChatPath != "" {
+		return g.spec.ChatPath
+	}
+	return "/chat/completions"
+}
+
+// Access is tenant t's way into the gateway (zero when it has none).
+func (g *Gateway) Access(t *tenants.Tenant) harness.GatewayAccess {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.access[t.Name]
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("pick a free port: %w", err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), nil
+}
+
+// start runs the gateway command once and waits until it is ready.
+func (g *Gateway) start(ctx context.Context) error {
+	tg := g.box.Target
+	if len(tg.Gateway) == 0 {
+		return fmt.Errorf("gateway %s: the target gives no gateway command", tg.Name)
+	}
+	port := "0"
+	if strings.Contains(strings.Join(tg.Gateway, " "), "{port}") {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		port = p
+	}
+	argv := harness.Expand(tg.Gateway, map[string]string{"host": "127.0.0.1", "port": port, "root": g.box.Root})
+	g.mu.Lock()
+	g.starts++
+	name := fmt.Sprintf("gateway-%d", g.starts)
+	g.mu.Unlock()
+	p, err := g.box.Start(g.life, name, argv, false, map[string]string{"PORT": port})
+	if err != nil {
+		return fmt.Errorf("start gateway: %w", err)
+	}
+	wait, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	base := "http://127.0.0.1:" + port
+	if tg.ReadyLine != "" && (g.spec.ReadyPath == "" || port == "0") {
+		m, err := p.WaitLine(wait, tg.ReadyRE())
+		if err != nil {
+			p.Kill()
+			return fmt.Errorf("gateway not ready: %w", err)
+		}
+		if tg.ReadyRE().NumSubexp() > 0 {
+			base = "http://" + tg.ReadyAddr(m, "127.0.0.1")
+		}
+	}
+	if g.spec.ReadyPath != "" {
+		if err := g.pollReady(wait, p, base); err != nil {
+			p.Kill()
+			return err
+		}
+	}
+	g.mu.Lock()
+	g.proc, g.base = p, base
+	g.mu.Unlock()
+	return nil
+}
+
+// pollReady polls the ready path until it answers 2xx, failing early when
+// the gateway exits.
+func (g *Gateway) pollReady(ctx context.Context, p *harness.Proc, base string) error {
+	last := "no answer yet"
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+g.spec.ReadyPath, nil)
+		if err != nil {
+			return fmt.Errorf("gateway ready path %s: %w", g.spec.ReadyPath, err)
+		}
+		resp, err := g.http.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				return nil
+			}
+			last = fmt.Sprintf("HTTP %d %s", resp.StatusCode, strings.TrimSpace(string(body)))
+		} else if ctx.Err() == nil {
+			last = err.Error()
+		}
+		select {
+		case <-p.Done():
+			return fmt.Errorf("gateway exited before GET %s answered 2xx (%v): %w\nlast output:\n%s", g.spec.ReadyPath, p.ExitErr(), harness.ErrExited, p.Tail())
+		case <-ctx.Done():
+			return fmt.Errorf("gateway: GET %s never answered 2xx: last %s: %w\nlast output:\n%s", g.spec.ReadyPath, last, harness.ErrNotReady, p.Tail())
+		case <-tick.C:
+		}
+	}
+}
+
+// Stop stops the gateway process (SIGTERM, then kill after a grace); a
+// staging gateway is left alone.
+func (g *Gateway) Stop() error {
+	g.mu.Lock()
+	p := g.proc
+	g.proc = nil
+	g.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	if err := p.Stop(20 * time.Second); err != nil && !signalExit(p) {
+		return fmt.Errorf("stop gateway: %w", err)
+	}
+	return nil
+}
+
+// signalExit reports whether p ended by the SIGTERM it was asked to stop
+// with (a clean enough stop for a gateway without a signal handler).
+func signalExit(p *harness.Proc) bool {
+	var exit *exec.ExitError
+	if !errors.As(p.ExitErr(), &exit) {
+		return false
+	}
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM
+}
+
+// Restart stops the gateway and starts it again on the same data folder
+// (the sandbox root); the tenants keep the access they were provisioned
+// with. ctx bounds the start; the process lives as long as Start's life.
+func (g *Gateway) Restart(ctx context.Context) error {
+	if !g.CanRestart() {
+		return errors.New("restart gateway: the harness did not start it (gateway_url)")
+	}
+	if err := g.Stop(); err != nil {
+		return err
+	}
+	return g.start(ctx)
+}
+
+// provision fills every tenant's access: from the provisioner's answer,
+// or from the access templates.
+func (g *Gateway) provision(ctx context.Context) error {
+	ts := g.box.Set.Tenants
+	access := map[string]harness.GatewayAccess{}
+	if len(g.spec.Provision) > 0 {
+		got, err := g.runProvisioner(ctx)
+		if err != nil {
+			return err
+		}
+		for _, t := range ts {
+			a, ok := got.Tenants[t.Name]
+			if !ok {
+				return fmt.Errorf("%w: the provisioner gave no access for tenant %s", ErrProvision, t.Name)
+			}
+			if a.Key == "" {
+				return fmt.Errorf("%w: the provisioner gave tenant %s no key", ErrProvision, t.Name)
+			}
+			access[t.Name] = a
+		}
+	} else {
+		for _, t := range ts {
+			access[t.Name] = fromTemplate(*g.spec.Access, t)
+		}
+	}
+	for _, t := range ts {
+		a := access[t.Name]
+		if len(a.Models) == 0 {
+			a.Models = []string{t.Model()}
+		}
+		if a.BasePath == "" {
+			a.BasePath = "/v1"
+		}
+		a.BasePath = "/" + strings.Trim(a.BasePath, "/")
+		access[t.Name] = a
+		if err := adopt(t, a); err != nil {
+			return err
+		}
+	}
+	g.mu.Lock()
+	g.access = access
+	g.mu.Unlock()
+	return nil
+}
+
+// fromTemplate fills an access template with t's values.
+func fromTemplate(tpl harness.AccessTemplate, t *tenants.Tenant) harness.GatewayAccess {
+	fill := func(s string) string {
+		return strings.NewReplacer("{api_server_key}", t.APIServerKey(), "{provider_key}", t.ProviderKey(),
+			"{model}", t.Model(), "{tenant}", t.Name).Replace(s)
+	}
+	a := harness.GatewayAccess{Key: fill(tpl.Key), BasePath: fill(tpl.BasePath)}
+	if t.Launch && tpl.LaunchBasePath != "" {
+		a.BasePath = fill(tpl.LaunchBasePath)
+	}
+	for _, m := range tpl.Models {
+		a.Models = append(a.Models, fill(m))
+	}
+	return a
+}
+
+// adopt records what the gateway minted for t as t's secret canaries: its
+// key (and the key without an sk- prefix, as gateways store it) and every
+// header value long enough to scan for (without a Bearer prefix).
+func adopt(t *tenants.Tenant, a harness.GatewayAccess) error {
+	vals := map[string]tenants.Kind{a.Key: tenants.GatewayKey}
+	if bare, ok := strings.CutPrefix(a.Key, "sk-"); ok {
+		vals[bare] = tenants.GatewayKey
+	}
+	for _, v := range a.Headers {
+		vals[strings.TrimSpace(strings.TrimPrefix(v, "Bearer "))] = tenants.GatewayCredential
+	}
+	for v, kind := range vals {
+		if len(v) < scan.MinValueLen*2 {
+			continue // too short to tell from chance (a user id header)
+		}
+		if _, err := t.Adopt(kind, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runProvisioner runs the provisioner with the roster on stdin and reads
+// its answer. Its output is not logged (it holds every tenant's keys);
+// its last lines show in an error.
+func (g *Gateway) runProvisioner(ctx context.Context) (harness.Provisioned, error) {
+	var out harness.Provisioned
+	roster, err := json.MarshalIndent(g.box.Set.Roster(""), "", "  ")
+	if err != nil {
+		return out, fmt.Errorf("provision: encode roster: %w", err)
+	}
+	rosterPath := filepath.Join(g.box.Logs, "gateway-roster.json")
+	if err := os.WriteFile(rosterPath, roster, 0o600); err != nil {
+		return out, fmt.Errorf("provision: %w", err)
+	}
+	base := g.Base()
+	port := base[strings.LastIndex(base, ":")+1:]
+	argv := harness.Expand(g.spec.Provision, map[string]string{"root": g.box.Root, "port": port, "host": "127.0.0.1"})
+	env := g.box.Env(map[string]string{"GATEWAY_URL": base, "ROOT": g.box.Root, "ROSTER": rosterPath})
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	p, err := harness.StartProc(ctx, harness.ProcSpec{Name: "provisioner", Argv: argv, Dir: g.box.Cwd, Env: env, Stdin: true})
+	if err != nil {
+		return out, fmt.Errorf("%w: %w", ErrProvision, err)
+	}
+	defer p.Kill()
+	// A provisioner may read $ROSTER and never its stdin: the roster is
+	// written beside it, and a write it never reads (a broken pipe) is no
+	// error.
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		_, _ = p.Stdin().Write(roster)
+		p.Stdin().Close()
+	}()
+	defer func() { <-wrote }()
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		p.Kill()
+		return out, fmt.Errorf("%w: the provisioner did not finish: %w\n%s", ErrProvision, ctx.Err(), p.Tail())
+	}
+	if err := p.ExitErr(); err != nil {
+		return out, fmt.Errorf("%w: the provisioner failed: %w\n%s", ErrProvision, err, p.Tail())
+	}
+	dec := json.NewDecoder(strings.NewReader(strings.Join(p.Lines(), "\n")))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil {
+		return out, fmt.Errorf("%w: its stdout is not {\"tenants\": {NAME: {key, models, base_path, headers, ids}}}: %w", ErrProvision, err)
+	}
+	return out, nil
+}
+
+// Chat asks the gateway for one chat completion.
+func (g *Gateway) Chat(ctx context.Context, r harness.ChatRequest) (harness.GatewayReply, error) {
+	c := harness.GatewayClient{Base: g.Base(), HTTP: g.http}
+	return c.Complete(ctx, r)
+}
+
+// Reply is one answer of a route.
+type Reply struct {
+	Method, Path string
+	Status       int
+	Body         []byte
+}
+
+// Do makes one HTTP request on the gateway.
+func (g *Gateway) Do(ctx context.Context, method, path string, headers map[string]string, body []byte) (Reply, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, g.Base()+path, rd)
+	if err != nil {
+		return Reply{}, fmt.Errorf("gateway %s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := g.http.Do(req)
+	if err != nil {
+		return Reply{}, fmt.Errorf("gateway %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return Reply{}, fmt.Errorf("gateway %s %s: read body: %w", method, path, err)
+	}
+	return Reply{Method: method, Path: path, Status: resp.StatusCode, Body: data}, nil
+}
+
+// Credentials are the headers caller sends on route r.
+func Credentials(r harness.Route, caller harness.GatewayAccess) map[string]string {
+	if r.Auth == "key" || (r.Auth == "" && len(caller.Headers) == 0) {
+		return map[string]string{"Authorization": "Bearer " + caller.Key}
+	}
+	return caller.Headers
+}
+
+// FillRoute fills route r's placeholders ({<name>_id}) from ids; ok is
+// false when ids lack one.
+func FillRoute(r harness.Route, ids map[string]string) (path, body string, ok bool) {
+	path, body = r.Path, r.Body
+	for _, ph := range harness.RoutePlaceholders(r.Path + r.Body) {
+		v, have := ids[strings.TrimSuffix(ph, "_id")]
+		if !have || v == "" {
+			return "", "", false
+		}
+		path = strings.ReplaceAll(path, "{"+ph+"}", v)
+		body = strings.ReplaceAll(body, "{"+ph+"}", v)
+	}
+	return path, body, true
+}
+
+// CallRoute calls route r with caller's credentials and the identifiers
+// ids (the caller's own, or another tenant's); ok is false when ids lack
+// one of the route's.
+func (g *Gateway) CallRoute(ctx context.Context, r harness.Route, caller harness.GatewayAccess, ids map[string]string) (Reply, bool, error) {
+	path, body, ok := FillRoute(r, ids)
+	if !ok {
+		return Reply{}, false, nil
+	}
+	var b []byte
+	if body != "" {
+		b = []byte(body)
+	}
+	rep, err := g.Do(ctx, r.Method, path, Credentials(r, caller), b)
+	return rep, true, err
+}

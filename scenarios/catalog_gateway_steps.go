@@ -1,0 +1,414 @@
+package scenarios
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/llmgw"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// The gateway family's steps: what its phases do with the gateway.
+
+// gatewayRun is a scenario's gateway and the positive controls its phases
+// made.
+type gatewayRun struct {
+	g        *llmgw.Gateway
+	mu       sync.Mutex
+	controls map[string]Control // by tenant and name: the last outcome
+}
+
+func (r *gatewayRun) control(t *tenants.Tenant, name string, ok bool, detail string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := t.Name + "\x00" + name
+	if prev, seen := r.controls[key]; seen && !prev.Passed {
+		return // a failed control stays failed
+	}
+	c := Control{Tenant: t.Name, Name: name, Passed: ok}
+	if !ok {
+		c.Detail = detail
+	}
+	r.controls[key] = c
+}
+
+func (e *Env) targetGateway() harness.LLMGateway {
+	if g := e.Box.Target.LLMGateway; g != nil {
+		return *g
+	}
+	return harness.LLMGateway{}
+}
+
+// StartLLMGateway starts the gateway and provisions the tenants.
+func (e *Env) StartLLMGateway() *llmgw.Gateway {
+	e.T.Helper()
+	ctx, cancel := e.ctx(3 * time.Minute)
+	defer cancel()
+	g, err := llmgw.Start(ctx, e.Ctx, e.Box)
+	if err != nil {
+		e.targetCannotStart("gateway", err)
+		e.T.Fatalf("start the gateway: %v", err)
+	}
+	e.T.Cleanup(func() { _ = g.Stop() })
+	e.mu.Lock()
+	e.llmgw = &gatewayRun{g: g, controls: map[string]Control{}}
+	e.mu.Unlock()
+	return g
+}
+
+func (e *Env) llmGateway() *llmgw.Gateway {
+	e.T.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.llmgw == nil {
+		e.T.Fatalf("no gateway: StartLLMGateway first")
+	}
+	return e.llmgw.g
+}
+
+func (e *Env) gatewayControl(t *tenants.Tenant, name string, ok bool, detail string) {
+	e.mu.Lock()
+	r := e.llmgw
+	e.mu.Unlock()
+	if r != nil {
+		r.control(t, name, ok, detail)
+	}
+}
+
+// chat is one chat of t's on the gateway, with t's access unless
+// overridden; the reply is kept as a stream owned by t, without what the
+// request itself sent (scrubSent).
+func (e *Env) chat(t *tenants.Tenant, label string, r harness.ChatRequest, within time.Duration) harness.GatewayReply {
+	e.T.Helper()
+	ctx, cancel := e.ctx(within)
+	defer cancel()
+	rep, err := e.llmGateway().Chat(ctx, r)
+	if err != nil && rep.Status == 0 {
+		e.T.Fatalf("%s: %v", label, err)
+	}
+	e.KeepText(t, label, scrubSent(rep.Body, r))
+	return rep
+}
+
+// scrubSent blanks out of a reply the key and model its request sent: a
+// gateway quoting back what the caller itself presented ("no such model
+// model-beta-...", "invalid key ...") tells the caller nothing it did not
+// have.
+func scrubSent(body []byte, r harness.ChatRequest) []byte {
+	for _, v := range []string{r.Key, r.Model} {
+		if len(v) >= 8 {
+			body = bytes.ReplaceAll(body, []byte(v), []byte("[sent by the caller]"))
+		}
+	}
+	return body
+}
+
+// ownChat is t's own chat: own key, own model, own route.
+func (e *Env) ownChat(t *tenants.Tenant, stream bool) harness.ChatRequest {
+	g := e.llmGateway()
+	a := g.Access(t)
+	return harness.ChatRequest{Path: a.BasePath + g.ChatPath(), Key: a.Key, Model: a.Models[0], Stream: stream, Tools: true,
+		Text: "Say hello to " + t.Name + "."}
+}
+
+// GatewayOwnKeys: each tenant in turn, with its own key, model and route:
+// answered, by its own provider only, and the reply shows its own model.
+func (e *Env) GatewayOwnKeys() {
+	e.T.Helper()
+	ts := e.Box.Set.Tenants
+	for i, t := range e.Tenants {
+		before := invariants.Counts(ts)
+		r := e.chat(t, "gateway reply to "+t.Name, e.ownChat(t, i%2 == 1), 90*time.Second)
+		after := invariants.Counts(ts)
+		for _, f := range invariants.RoutedElsewhere(ts, t.Name, t.Name+"'s own chat", before, after) {
+			e.Find(f)
+		}
+		e.gatewayControl(t, "own key answered by own provider", r.Status == http.StatusOK && after[t.Name] > before[t.Name],
+			fmt.Sprintf("HTTP %d, %d new request(s) on its provider: %s", r.Status, after[t.Name]-before[t.Name], excerpt(r.Body)))
+		e.gatewayControl(t, "own model in own reply", strings.Contains(r.Text, t.Model()),
+			fmt.Sprintf("the reply does not name its model: %s", excerpt(r.Body)))
+	}
+}
+
+// GatewayForeignKeys: on every tenant's route, every key that is not the
+// route's tenant's gateway key (another tenant's, where routes differ;
+// every upstream key; none; a made-up one) is refused, and no provider
+// sees a request.
+func (e *Env) GatewayForeignKeys() {
+	e.T.Helper()
+	g := e.llmGateway()
+	ts := e.Box.Set.Tenants
+	before := invariants.Counts(ts)
+	for _, route := range e.Tenants {
+		ra := g.Access(route)
+		type key struct{ owner, what, value string }
+		var keys []key
+		for _, k := range e.Tenants {
+			ka := g.Access(k)
+			if k != route && ka.BasePath != ra.BasePath {
+				keys = append(keys, key{k.Name, "gateway key", ka.Key})
+			}
+			keys = append(keys, key{k.Name, "upstream provider key", k.ProviderKey()})
+		}
+		keys = append(keys, key{"", "no key", ""}, key{"", "a made-up key", "sk-" + newToken()})
+		for _, k := range keys {
+			req := e.ownChat(route, false)
+			req.Key = k.value
+			label := fmt.Sprintf("gateway reply on %s's route to %s", route.Name, k.what)
+			if k.owner != "" {
+				label += " of " + k.owner
+			}
+			r := e.chat(route, label, req, 30*time.Second)
+			if r.Status/100 == 2 {
+				e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: route.Name,
+					Where:  invariants.Where{Label: "gateway route of " + route.Name, Path: req.Path},
+					Detail: fmt.Sprintf("answered HTTP %d to %s (want a refusal)", r.Status, strings.TrimPrefix(label, "gateway reply on "+route.Name+"'s route to ")), Excerpt: excerpt(r.Body)})
+			}
+		}
+	}
+	after := invariants.Counts(ts)
+	for _, t := range ts {
+		if n := after[t.Name] - before[t.Name]; n > 0 {
+			e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: t.Name, Where: invariants.Where{Label: "provider of " + t.Name},
+				Detail: fmt.Sprintf("refused keys drove %d request(s) to its provider", n)})
+		}
+	}
+}
+
+// GatewayForeignModels: each tenant's own key naming another tenant's
+// model is refused and reaches no provider.
+func (e *Env) GatewayForeignModels() {
+	e.T.Helper()
+	g := e.llmGateway()
+	ts := e.Box.Set.Tenants
+	for _, a := range e.Tenants {
+		for _, b := range e.Shuffled(e.Tenants) {
+			if a == b {
+				continue
+			}
+			req := e.ownChat(a, false)
+			req.Model = g.Access(b).Models[0]
+			before := invariants.Counts(ts)
+			r := e.chat(a, fmt.Sprintf("gateway reply to %s naming %s's model", a.Name, b.Name), req, 60*time.Second)
+			after := invariants.Counts(ts)
+			what := fmt.Sprintf("%s's chat naming %s's model", a.Name, b.Name)
+			for _, f := range invariants.RoutedElsewhere(ts, a.Name, what, before, after) {
+				e.Find(f)
+			}
+			if r.Status/100 == 2 || after[a.Name] > before[a.Name] {
+				e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: a.Name, Owner: b.Name, Kind: tenants.Model,
+					Where:   invariants.Where{Label: "gateway route of " + a.Name, Path: req.Path, Part: "model"},
+					Detail:  fmt.Sprintf("own key naming another tenant's model answered HTTP %d and drove %d request(s) upstream (want a refusal, nothing upstream)", r.Status, after[a.Name]-before[a.Name]),
+					Excerpt: excerpt(r.Body)})
+			}
+		}
+	}
+}
+
+// GatewayConcurrent: every tenant makes n chats at once; each is
+// answered, and each tenant's provider served at least its n.
+func (e *Env) GatewayConcurrent(n int) {
+	e.T.Helper()
+	ts := e.Box.Set.Tenants
+	before := invariants.Counts(ts)
+	g := e.llmGateway()
+	var wg sync.WaitGroup
+	errs := make(chan string, len(e.Tenants)*n)
+	for _, t := range e.Tenants {
+		for k := 0; k < n; k++ {
+			req := e.ownChat(t, k%2 == 0)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := e.ctx(2 * time.Minute)
+				defer cancel()
+				r, err := g.Chat(ctx, req)
+				e.KeepText(t, fmt.Sprintf("concurrent gateway reply %d to %s", k, t.Name), r.Body)
+				switch {
+				case err != nil:
+					errs <- fmt.Sprintf("concurrent chat of %s: %v", t.Name, err)
+				case r.Status != http.StatusOK:
+					errs <- fmt.Sprintf("concurrent chat of %s: HTTP %d: %s", t.Name, r.Status, excerpt(r.Body))
+				case !strings.Contains(r.Text, t.Model()):
+					errs <- fmt.Sprintf("concurrent chat of %s: the reply does not name its model: %s", t.Name, excerpt(r.Body))
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for msg := range errs {
+		e.T.Errorf("%s", msg)
+	}
+	after := invariants.Counts(ts)
+	for _, t := range e.Tenants {
+		e.gatewayControl(t, "all concurrent chats served by own provider", after[t.Name]-before[t.Name] >= n,
+			fmt.Sprintf("its provider served %d of its %d concurrent chats", after[t.Name]-before[t.Name], n))
+	}
+}
+
+// GatewayReads: each tenant's read APIs (the model list, the read
+// routes) with its own credentials and identifiers: answered, and kept
+// as streams to that tenant for the text scan.
+func (e *Env) GatewayReads() {
+	e.T.Helper()
+	g := e.llmGateway()
+	spec := g.Spec()
+	for _, t := range e.Tenants {
+		a := g.Access(t)
+		ctx, cancel := e.ctx(30 * time.Second)
+		if spec.ModelsPath != "" {
+			path := a.BasePath + spec.ModelsPath
+			r, err := g.Do(ctx, http.MethodGet, path, map[string]string{"Authorization": "Bearer " + a.Key}, nil)
+			if err != nil {
+				cancel()
+				e.T.Fatalf("model list of %s: %v", t.Name, err)
+			}
+			e.KeepText(t, "model list of "+t.Name, r.Body)
+			e.gatewayControl(t, "own model in own model list", r.Status == http.StatusOK && strings.Contains(string(r.Body), a.Models[0]),
+				fmt.Sprintf("GET %s: HTTP %d: %s", path, r.Status, excerpt(r.Body)))
+		}
+		for _, route := range spec.Routes {
+			if !route.Read {
+				continue
+			}
+			r, ok, err := g.CallRoute(ctx, route, a, a.IDs)
+			if err != nil {
+				cancel()
+				e.T.Fatalf("route %q of %s: %v", route.Name, t.Name, err)
+			}
+			if !ok {
+				continue
+			}
+			e.KeepText(t, fmt.Sprintf("route %q (%s %s) to %s", route.Name, r.Method, r.Path, t.Name), r.Body)
+			e.gatewayControl(t, fmt.Sprintf("own route %q answers", route.Name), route.Succeeded(r.Status, r.Body),
+				fmt.Sprintf("%s %s: HTTP %d: %s", r.Method, r.Path, r.Status, excerpt(r.Body)))
+		}
+		cancel()
+	}
+}
+
+// GatewayCrossRoutes: every declared route, with each tenant's own
+// credentials and every other tenant's identifiers and their guessed
+// neighbours: a success, or a request on the owner's provider, is an
+// Authz finding; the answer is scanned as a stream to the caller.
+func (e *Env) GatewayCrossRoutes() {
+	e.T.Helper()
+	g := e.llmGateway()
+	ts := e.Box.Set.Tenants
+	chk, err := invariants.NewChecker(ts)
+	if err != nil {
+		e.T.Fatalf("compile the canaries: %v", err)
+	}
+	own := map[string]map[string]bool{} // caller -> "name=value" ids it owns
+	for _, t := range ts {
+		own[t.Name] = map[string]bool{}
+		for k, v := range g.Access(t).IDs {
+			own[t.Name][k+"="+v] = true
+		}
+	}
+	for _, route := range g.Spec().Routes {
+		if len(harness.RoutePlaceholders(route.Path+route.Body)) == 0 {
+			continue // it names no identifier: only the caller's own data
+		}
+		for _, a := range e.Tenants {
+			called := map[string]bool{} // the requests a already made of this route
+			for _, o := range e.Shuffled(e.Tenants) {
+				if o == a {
+					continue
+				}
+				for _, ids := range idVariants(g.Access(o).IDs, own[a.Name]) {
+					path, body, ok := llmgw.FillRoute(route, ids.ids)
+					if !ok || called[path+"\x00"+body] {
+						continue
+					}
+					called[path+"\x00"+body] = true
+					before := invariants.Counts(ts)
+					ctx, cancel := e.ctx(30 * time.Second)
+					r, ok, err := g.CallRoute(ctx, route, g.Access(a), ids.ids)
+					cancel()
+					if err != nil {
+						e.T.Fatalf("route %q of %s naming %s's ids: %v", route.Name, a.Name, o.Name, err)
+					}
+					if !ok {
+						continue
+					}
+					after := invariants.Counts(ts)
+					label := fmt.Sprintf("route %q (%s %s) to %s naming %s's %s", route.Name, r.Method, r.Path, a.Name, o.Name, ids.what)
+					e.KeepText(a, label, r.Body)
+					where := invariants.Where{Label: fmt.Sprintf("route %q", route.Name), Method: r.Method, Path: r.Path}
+					if route.Succeeded(r.Status, r.Body) {
+						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: a.Name, Where: where,
+							Detail: fmt.Sprintf("%s's credentials with %s's %s were not refused: HTTP %d", a.Name, o.Name, ids.what, r.Status), Excerpt: excerpt(r.Body)})
+					}
+					if leaks := chk.TextLeaks(label, r.Body, a.Name); len(leaks) > 0 {
+						f := leaks[0]
+						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: a.Name, Owner: f.Owner, Kind: f.Kind, Where: where,
+							Detail: fmt.Sprintf("the answer to %s's credentials with %s's %s carries another tenant's data (HTTP %d)", a.Name, o.Name, ids.what, r.Status), Excerpt: f.Excerpt})
+					}
+					if n := after[o.Name] - before[o.Name]; n > 0 {
+						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: o.Name, Where: where,
+							Detail: fmt.Sprintf("%s's call naming its %s drove %d request(s) to its provider", a.Name, ids.what, n)})
+					}
+				}
+			}
+		}
+	}
+}
+
+type idSet struct {
+	what string
+	ids  map[string]string
+}
+
+// idVariants are the owner's identifiers, then for each of them its
+// guessed neighbours (id-1, id+1, id+2) that the caller does not own.
+func idVariants(owner map[string]string, callerOwns map[string]bool) []idSet {
+	out := []idSet{{what: "ids", ids: owner}}
+	for k, v := range owner {
+		for _, n := range invariants.Neighbours(v) {
+			if callerOwns[k+"="+n] {
+				continue
+			}
+			ids := map[string]string{}
+			for k2, v2 := range owner {
+				ids[k2] = v2
+			}
+			ids[k] = n
+			out = append(out, idSet{what: fmt.Sprintf("guessed %s id %s (a neighbour of its %s)", k, n, v), ids: ids})
+		}
+	}
+	return out
+}
+
+// GatewayFailover scripts FailoverAttempts failures of mode on t's own
+// provider and makes t's own chat: whatever t gets back, no other
+// tenant's provider may see a request meanwhile.
+func (e *Env) GatewayFailover(t *tenants.Tenant, mode string, resp func() fakellm.Response) {
+	e.T.Helper()
+	if t.Provider == nil {
+		e.skip(string(Routing)+" failover", "the tenants' providers run in another process: their answers cannot be scripted")
+		return
+	}
+	ts := e.Box.Set.Tenants
+	for i := 0; i < FailoverAttempts; i++ {
+		t.Provider.Enqueue(resp())
+	}
+	before := invariants.Counts(ts)
+	r := e.chat(t, fmt.Sprintf("gateway reply to %s while its upstream fails (%s)", t.Name, mode), e.ownChat(t, false), 60*time.Second)
+	after := invariants.Counts(ts)
+	t.Provider.DropScript()
+	what := fmt.Sprintf("%s's chat while its own upstream failed (%s; the gateway answered HTTP %d)", t.Name, mode, r.Status)
+	for _, f := range invariants.RoutedElsewhere(ts, t.Name, what, before, after) {
+		e.Find(f)
+	}
+	e.gatewayControl(t, "own upstream tried during failover ("+mode+")", after[t.Name] > before[t.Name],
+		fmt.Sprintf("its provider saw no request (HTTP %d)", r.Status))
+}

@@ -1,0 +1,81 @@
+package scenarios
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/invariants"
+)
+
+// TestGatewayFamilyOnAgentd certifies agentd's own gateway with the
+// gateway family: clean, with every control held.
+func TestGatewayFamilyOnAgentd(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"gateway-tenants", "gateway-failover"} {
+		t.Run(id, func(t *testing.T) {
+			t.Parallel()
+			spec, err := Default().Get(id)
+			require.NoError(t, err)
+			rep := runOne(t, spec, agentdTarget())
+			require.Equal(t, Pass, rep.Result, "%s: %v\n%v", id, rep.Log, rep.Findings())
+			controls := 0
+			for _, p := range rep.Phases {
+				for _, c := range p.Controls {
+					assert.True(t, c.Passed, "%s/%s: %s: %s", p.Name, c.Tenant, c.Name, c.Detail)
+					controls++
+				}
+			}
+			assert.Positive(t, controls)
+		})
+	}
+}
+
+// TestGatewayRoutesSkipOnAgentd: agentd declares no management routes, so
+// the route scenario is skipped with that reason, never passed.
+func TestGatewayRoutesSkipOnAgentd(t *testing.T) {
+	t.Parallel()
+	spec, err := Default().Get("gateway-routes")
+	require.NoError(t, err)
+	rep := runOne(t, spec, agentdTarget())
+	require.Equal(t, Skipped, rep.Result, "%v", rep.Log)
+	assert.Contains(t, rep.Reason, "routes")
+}
+
+// TestGatewayFaultsCaught is the positive control of the failover and
+// foreign-model checks: agentd with each seeded fault is caught by the
+// expected invariant.
+func TestGatewayFaultsCaught(t *testing.T) {
+	t.Parallel()
+	for _, f := range Faults() {
+		if f.Name != "gateway-any-model" && f.Name != "gateway-failover-foreign" {
+			continue
+		}
+		t.Run(f.Name, func(t *testing.T) {
+			t.Parallel()
+			spec, err := Default().Get(f.Scenario)
+			require.NoError(t, err)
+			rep := runOne(t, spec, withEnv(agentdTarget(), FaultEnv(f.Name)))
+			assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
+			assert.NotEmpty(t, findingsOf(rep, f.Expect), "want a %s finding; got %v", f.Expect, rep.Findings())
+			if f.Expect == invariants.Routing {
+				for _, fd := range findingsOf(rep, f.Expect) {
+					assert.Contains(t, fd.Detail, "failed", "%s", fd)
+				}
+			}
+		})
+	}
+}
+
+// TestScrubSentKeepsOtherData: what a request sent is blanked out of its
+// reply, and nothing else.
+func TestScrubSentKeepsOtherData(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"error": "no such model model-beta-0123456789 for key sk-alpha-0123456789; try model-gamma-0123456789"}`)
+	got := string(scrubSent(body, harness.ChatRequest{Key: "sk-alpha-0123456789", Model: "model-beta-0123456789"}))
+	assert.NotContains(t, got, "model-beta-0123456789")
+	assert.NotContains(t, got, "sk-alpha-0123456789")
+	assert.Contains(t, got, "model-gamma-0123456789", "another value stays, for the scan")
+}

@@ -1,0 +1,458 @@
+// Command testgw is a small multi-tenant LLM gateway for the gateway
+// family's tests: one SQLite store (WAL) for every tenant (users,
+// channels, tokens, logs), an OpenAI-compatible relay behind each
+// tenant's token, a management API behind each user's access token, and
+// an admin API behind ROOT_TOKEN. TESTGW_LEAK (comma-separated) makes it
+// leak the way real gateways do, for the checks' positive controls:
+//
+//	token-route  GET/DELETE /api/token/{id} serves any user's token
+//	any-model    a token may name any channel's model (its owner's channel serves it)
+//	failover     a failed upstream call is retried on every other channel
+//	store-leak   every upstream key is also kept in a settings table, and
+//	             every log row is filed under user 1
+//
+// Usage:
+//
+//	testgw serve --port P --data DIR
+//	testgw provision   (stdin: the roster; env GATEWAY_URL, ROOT_TOKEN; stdout: the access)
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	_ "modernc.org/sqlite"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: testgw serve --port P --data DIR | testgw provision")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve(os.Args[2:])
+	case "provision":
+		err = provision(os.Stdin, os.Stdout)
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testgw:", err)
+		os.Exit(1)
+	}
+}
+
+type gw struct {
+	db   *sql.DB
+	root string
+	leak map[string]bool
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, name TEXT UNIQUE, access_token TEXT);
+CREATE TABLE IF NOT EXISTS channels (id INTEGER PRIMARY KEY, user_id INTEGER, base_url TEXT, key TEXT, model TEXT);
+CREATE TABLE IF NOT EXISTS tokens (id INTEGER PRIMARY KEY, user_id INTEGER, key TEXT UNIQUE, name TEXT);
+CREATE TABLE IF NOT EXISTS logs (id INTEGER PRIMARY KEY, user_id INTEGER, token_id INTEGER, model TEXT, content TEXT);
+CREATE TABLE IF NOT EXISTS settings (name TEXT, value TEXT);
+`
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	port := fs.Int("port", 0, "port on 127.0.0.1")
+	data := fs.String("data", "", "data folder")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *data == "" {
+		return errors.New("serve: --data is required")
+	}
+	if err := os.MkdirAll(*data, 0o755); err != nil {
+		return err
+	}
+	db, err := sql.Open("sqlite", "file:"+uriPath(filepath.Join(*data, "gw.db"))+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(schema); err != nil {
+		return fmt.Errorf("schema: %w", err)
+	}
+	g := &gw{db: db, root: os.Getenv("ROOT_TOKEN"), leak: map[string]bool{}}
+	for _, l := range strings.Split(os.Getenv("TESTGW_LEAK"), ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			g.leak[l] = true
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(*port))
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: g.mux(), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	fmt.Printf("testgw listening on %s\n", ln.Addr())
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// uriPath escapes what a SQLite URI's path may not hold raw.
+func uriPath(p string) string {
+	return strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(p)
+}
+
+func (g *gw) mux() *http.ServeMux {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]any{"success": true}) })
+	m.HandleFunc("POST /api/admin/tenant", g.adminTenant)
+	m.HandleFunc("POST /v1/chat/completions", g.chat)
+	m.HandleFunc("GET /v1/models", g.models)
+	m.HandleFunc("GET /api/user/self", g.user(g.userSelf))
+	m.HandleFunc("GET /api/log/self", g.user(g.logSelf))
+	m.HandleFunc("GET /api/token/{id}", g.user(g.tokenGet))
+	m.HandleFunc("DELETE /api/token/{id}", g.user(g.tokenDelete))
+	m.HandleFunc("GET /api/channel/{id}", g.user(g.channelGet))
+	return m
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func fail(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg}})
+}
+
+// refuse is the management API's refusal: 200 {"success": false}, as
+// one-api answers.
+func refuse(w http.ResponseWriter, msg string) {
+	writeJSON(w, 200, map[string]any{"success": false, "message": msg})
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func bearer(r *http.Request) string {
+	v, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return strings.TrimSpace(v)
+}
+
+func (g *gw) adminTenant(w http.ResponseWriter, r *http.Request) {
+	if g.root == "" || bearer(r) != g.root {
+		fail(w, 401, "not the root token")
+		return
+	}
+	var in struct{ Name, BaseURL, Key, Model string }
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		fail(w, 400, err.Error())
+		return
+	}
+	access := randHex(16)
+	res, err := g.db.Exec(`INSERT INTO users (name, access_token) VALUES (?, ?)`, in.Name, access)
+	if err != nil {
+		fail(w, 500, err.Error())
+		return
+	}
+	uid, _ := res.LastInsertId()
+	res, err = g.db.Exec(`INSERT INTO channels (user_id, base_url, key, model) VALUES (?, ?, ?, ?)`, uid, in.BaseURL, in.Key, in.Model)
+	if err != nil {
+		fail(w, 500, err.Error())
+		return
+	}
+	cid, _ := res.LastInsertId()
+	if g.leak["store-leak"] {
+		_, _ = g.db.Exec(`INSERT INTO settings (name, value) VALUES (?, ?)`, "upstream", in.Key)
+	}
+	key := randHex(24)
+	res, err = g.db.Exec(`INSERT INTO tokens (user_id, key, name) VALUES (?, ?, ?)`, uid, key, in.Name+"-token")
+	if err != nil {
+		fail(w, 500, err.Error())
+		return
+	}
+	tid, _ := res.LastInsertId()
+	writeJSON(w, 200, map[string]any{"user_id": uid, "channel_id": cid, "token_id": tid, "key": "sk-" + key, "access_token": access})
+}
+
+type channel struct {
+	id, userID   int64
+	baseURL, key string
+	model        string
+}
+
+// tokenUser resolves a relay key (sk-...) to its token and user.
+func (g *gw) tokenUser(r *http.Request) (tokenID, userID int64, ok bool) {
+	key, _ := strings.CutPrefix(bearer(r), "sk-")
+	err := g.db.QueryRow(`SELECT id, user_id FROM tokens WHERE key = ?`, key).Scan(&tokenID, &userID)
+	return tokenID, userID, err == nil && key != ""
+}
+
+func (g *gw) channels(q string, args ...any) []channel {
+	rows, err := g.db.Query(`SELECT id, user_id, base_url, key, model FROM channels `+q, args...)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	var out []channel
+	for rows.Next() {
+		var c channel
+		if rows.Scan(&c.id, &c.userID, &c.baseURL, &c.key, &c.model) == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (g *gw) chat(w http.ResponseWriter, r *http.Request) {
+	tokenID, userID, ok := g.tokenUser(r)
+	if !ok {
+		// Quoting the caller's own key back, as gateways do.
+		fail(w, 401, "invalid token "+bearer(r))
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err != nil {
+		fail(w, 400, err.Error())
+		return
+	}
+	var req map[string]any
+	if err := json.Unmarshal(body, &req); err != nil {
+		fail(w, 400, err.Error())
+		return
+	}
+	model, _ := req["model"].(string)
+	var chs []channel
+	if g.leak["any-model"] {
+		chs = g.channels(`WHERE model = ?`, model)
+	} else {
+		chs = g.channels(`WHERE model = ? AND user_id = ?`, model, userID)
+	}
+	if len(chs) == 0 {
+		fail(w, 404, "no channel of yours serves model "+model)
+		return
+	}
+	status, ctype, out, err := relay(r.Context(), chs[0], req)
+	if (err != nil || status >= 500 || status == 429) && g.leak["failover"] {
+		for _, c := range g.channels(`WHERE id != ?`, chs[0].id) {
+			if status, ctype, out, err = relay(r.Context(), c, req); err == nil && status < 400 {
+				break
+			}
+		}
+	}
+	if err != nil {
+		fail(w, 502, "upstream: "+err.Error())
+		return
+	}
+	logUser := userID
+	if g.leak["store-leak"] {
+		logUser = 1
+	}
+	content := string(out)
+	if len(content) > 2000 {
+		content = content[:2000]
+	}
+	_, _ = g.db.Exec(`INSERT INTO logs (user_id, token_id, model, content) VALUES (?, ?, ?, ?)`, logUser, tokenID, model, content)
+	w.Header().Set("Content-Type", ctype)
+	w.WriteHeader(status)
+	_, _ = w.Write(out)
+}
+
+// relay sends req to channel c with c's key and model.
+func relay(ctx context.Context, c channel, req map[string]any) (int, string, []byte, error) {
+	req["model"] = c.model
+	b, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.baseURL, "/")+"/chat/completions", bytes.NewReader(b))
+	if err != nil {
+		return 0, "", nil, err
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Authorization", "Bearer "+c.key)
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), out, nil
+}
+
+func (g *gw) models(w http.ResponseWriter, r *http.Request) {
+	_, userID, ok := g.tokenUser(r)
+	if !ok {
+		fail(w, 401, "invalid token")
+		return
+	}
+	var data []any
+	for _, c := range g.channels(`WHERE user_id = ?`, userID) {
+		data = append(data, map[string]any{"id": c.model, "object": "model"})
+	}
+	writeJSON(w, 200, map[string]any{"object": "list", "data": data})
+}
+
+// user wraps a management handler: the caller is the user whose access
+// token the request carries.
+func (g *gw) user(h func(w http.ResponseWriter, r *http.Request, userID int64)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var uid int64
+		if err := g.db.QueryRow(`SELECT id FROM users WHERE access_token = ?`, bearer(r)).Scan(&uid); err != nil || bearer(r) == "" {
+			fail(w, 401, "not logged in")
+			return
+		}
+		h(w, r, uid)
+	}
+}
+
+func (g *gw) userSelf(w http.ResponseWriter, _ *http.Request, uid int64) {
+	var name string
+	_ = g.db.QueryRow(`SELECT name FROM users WHERE id = ?`, uid).Scan(&name)
+	writeJSON(w, 200, map[string]any{"success": true, "data": map[string]any{"id": uid, "name": name}})
+}
+
+func (g *gw) logSelf(w http.ResponseWriter, _ *http.Request, uid int64) {
+	rows, err := g.db.Query(`SELECT id, model, content FROM logs WHERE user_id = ? ORDER BY id`, uid)
+	if err != nil {
+		fail(w, 500, err.Error())
+		return
+	}
+	defer rows.Close()
+	var data []any
+	for rows.Next() {
+		var id int64
+		var model, content string
+		if rows.Scan(&id, &model, &content) == nil {
+			data = append(data, map[string]any{"id": id, "model": model, "content": content})
+		}
+	}
+	writeJSON(w, 200, map[string]any{"success": true, "data": data})
+}
+
+// owned reports whether the row of table with the path's id belongs to
+// uid (or, with the leak, whether it exists at all).
+func (g *gw) owned(table string, r *http.Request, uid int64, leak bool) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	var owner int64
+	if g.db.QueryRow(`SELECT user_id FROM `+table+` WHERE id = ?`, id).Scan(&owner) != nil {
+		return id, false
+	}
+	return id, owner == uid || leak
+}
+
+func (g *gw) tokenGet(w http.ResponseWriter, r *http.Request, uid int64) {
+	id, ok := g.owned("tokens", r, uid, g.leak["token-route"])
+	if !ok {
+		refuse(w, "no such token")
+		return
+	}
+	var key, name string
+	_ = g.db.QueryRow(`SELECT key, name FROM tokens WHERE id = ?`, id).Scan(&key, &name)
+	writeJSON(w, 200, map[string]any{"success": true, "data": map[string]any{"id": id, "key": key, "name": name}})
+}
+
+func (g *gw) tokenDelete(w http.ResponseWriter, r *http.Request, uid int64) {
+	id, ok := g.owned("tokens", r, uid, g.leak["token-route"])
+	if !ok {
+		refuse(w, "no such token")
+		return
+	}
+	_, _ = g.db.Exec(`DELETE FROM tokens WHERE id = ?`, id)
+	writeJSON(w, 200, map[string]any{"success": true})
+}
+
+func (g *gw) channelGet(w http.ResponseWriter, r *http.Request, uid int64) {
+	id, ok := g.owned("channels", r, uid, false)
+	if !ok {
+		refuse(w, "no such channel")
+		return
+	}
+	var model string
+	_ = g.db.QueryRow(`SELECT model FROM channels WHERE id = ?`, id).Scan(&model)
+	writeJSON(w, 200, map[string]any{"success": true, "data": map[string]any{"id": id, "model": model}})
+}
+
+// provision creates every roster tenant through the admin API and prints
+// the access the harness reads.
+func provision(stdin io.Reader, stdout io.Writer) error {
+	var roster struct {
+		Tenants []struct {
+			Name    string `json:"name"`
+			BaseURL string `json:"base_url"`
+			Key     string `json:"key"`
+			Model   string `json:"model"`
+		} `json:"tenants"`
+	}
+	if err := json.NewDecoder(stdin).Decode(&roster); err != nil {
+		return fmt.Errorf("provision: read the roster: %w", err)
+	}
+	base := os.Getenv("GATEWAY_URL")
+	out := map[string]any{}
+	for _, t := range roster.Tenants {
+		b, _ := json.Marshal(map[string]string{"name": t.Name, "baseurl": t.BaseURL, "key": t.Key, "model": t.Model})
+		req, err := http.NewRequest(http.MethodPost, base+"/api/admin/tenant", bytes.NewReader(b))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+os.Getenv("ROOT_TOKEN"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("provision %s: %w", t.Name, err)
+		}
+		var got struct {
+			UserID      int64  `json:"user_id"`
+			ChannelID   int64  `json:"channel_id"`
+			TokenID     int64  `json:"token_id"`
+			Key         string `json:"key"`
+			AccessToken string `json:"access_token"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			return fmt.Errorf("provision %s: HTTP %d: %v", t.Name, resp.StatusCode, err)
+		}
+		out[t.Name] = map[string]any{
+			"key": got.Key, "models": []string{t.Model}, "base_path": "/v1",
+			"headers": map[string]string{"Authorization": "Bearer " + got.AccessToken},
+			"ids": map[string]string{"user": strconv.FormatInt(got.UserID, 10), "channel": strconv.FormatInt(got.ChannelID, 10),
+				"token": strconv.FormatInt(got.TokenID, 10)},
+		}
+	}
+	return json.NewEncoder(stdout).Encode(map[string]any{"tenants": out})
+}
