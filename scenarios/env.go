@@ -53,6 +53,7 @@ type Env struct {
 	noisy    map[string]*invariants.Latencies // noisy-neighbour: each neighbour's turn times, per run (the self-test runs the spec twice at once)
 	hostile  *hostileState                    // hostile-tools, hostile-plugin: each tenant's write canary, per run
 	pluginSt *pluginState                     // what plugin-hosts learnt of the hosts
+	surfaces *surfacesState                   // what plugin-surfaces did and expects its plugins to have seen
 }
 
 type ownedConn struct {

@@ -58,12 +58,57 @@ const (
 	HookPostLLMCall = "post_llm_call"
 )
 
-// Memory is a turn's memory: Run asks it before the turn for text to add
-// to the system prompt, and gives it the turn's exchange after. Neither
-// may fail the turn.
+// The session hook events StartSession and EndSession fire through the
+// registry's HookFunc.
+const (
+	HookSessionStart = "on_session_start"
+	HookSessionEnd   = "on_session_end"
+)
+
+// Memory is a session's memory: StartSession opens it for the session, Run
+// asks it before each turn for text to add to the system prompt and gives
+// it the turn's exchange after, EndSession closes it for the session. None
+// may fail the turn or the session.
 type Memory interface {
+	Start(ctx context.Context, env *Env)
 	Prefetch(ctx context.Context, env *Env, query string) string
 	Sync(ctx context.Context, env *Env, user, assistant string)
+	End(ctx context.Context, env *Env)
+}
+
+// StartSession runs the session start hooks (HookSessionStart) and opens
+// the memory for the session of env. The server calls it when a session
+// is created or resumed, once the session can take nested calls.
+func (r *Registry) StartSession(ctx context.Context, env *Env, payload map[string]any) {
+	if r == nil || env == nil {
+		return
+	}
+	if mem := r.mem(); mem != nil {
+		mem.Start(ctx, env)
+	}
+	r.runHook(ctx, env, HookSessionStart, sessionPayload(env, payload))
+}
+
+// EndSession runs the session end hooks (HookSessionEnd) and closes the
+// memory for the session of env. The server calls it when the session
+// ends: closed, its connection gone, its profile deleted, the server
+// stopping, a detached turn done.
+func (r *Registry) EndSession(ctx context.Context, env *Env, payload map[string]any) {
+	if r == nil || env == nil {
+		return
+	}
+	r.runHook(ctx, env, HookSessionEnd, sessionPayload(env, payload))
+	if mem := r.mem(); mem != nil {
+		mem.End(ctx, env)
+	}
+}
+
+func sessionPayload(env *Env, extra map[string]any) map[string]any {
+	p := map[string]any{"session_id": env.Session, "stored_session_id": env.Stored, "profile": env.Profile}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return p
 }
 
 // SetMemory sets the memory Run consults.

@@ -70,6 +70,7 @@ func All() []Name {
 		ModelBleed, WrongWriteScope, BroadcastEvents, SharedStateDB, LogSecretEncoded, ContextLost, PluginInProcess,
 		NoToolSandbox, EscapedProcess, HostSharedPIDNS, NoConnLimit}
 	all = append(all, detectFaults()...)
+	all = append(all, surfaceFaults()...)
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	return all
 }

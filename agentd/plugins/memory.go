@@ -15,10 +15,12 @@ import (
 	"github.com/tenantcanary/tenantcanary/plugin"
 )
 
-// memory is the profile's plugin memory providers as a turn's memory: each
-// is initialised once per session, asked (Prefetch) before every turn for
-// text the turn's system prompt gets, and given the turn (SyncTurn) after
-// it. Each call runs in the profile's own host, as the turn's session.
+// memory is the profile's plugin memory providers as a session's memory:
+// each is initialised once per session (when it starts, or before its first
+// turn), asked (Prefetch) before every turn for text the turn's system
+// prompt gets, given the turn (SyncTurn) after it, and shut down for the
+// session when it ends. Each call runs in the profile's own host, as the
+// session.
 type memory struct {
 	loader host.Loader
 	names  []string
@@ -66,26 +68,63 @@ func (m *memory) warn(what, name, session string, err error) {
 	}
 }
 
-// Prefetch implements agent.Memory.
-func (m *memory) Prefetch(ctx context.Context, env *agent.Env, query string) string {
+// Start implements agent.Memory: it initialises every provider for the
+// session, once.
+func (m *memory) Start(ctx context.Context, env *agent.Env) {
 	session := sessionOf(env)
-	ctx = plugin.WithSession(ctx, session)
 	m.mu.Lock()
 	first := !m.inited[session]
 	m.inited[session] = true
 	m.mu.Unlock()
+	if !first {
+		return
+	}
+	ctx = plugin.WithSession(ctx, session)
+	for _, name := range m.names {
+		p, err := m.provider(ctx, name)
+		if err == nil {
+			err = p.Initialize(ctx, session)
+		}
+		if err != nil {
+			m.warn("initialize", name, session, err)
+		}
+	}
+}
+
+// End implements agent.Memory: it shuts every provider down for the
+// session, if it was initialised, and forgets the session.
+func (m *memory) End(ctx context.Context, env *agent.Env) {
+	session := sessionOf(env)
+	m.mu.Lock()
+	inited := m.inited[session]
+	delete(m.inited, session)
+	m.mu.Unlock()
+	if !inited {
+		return
+	}
+	ctx = plugin.WithSession(ctx, session)
+	for _, name := range m.names {
+		p, err := m.provider(ctx, name)
+		if err == nil {
+			err = p.Shutdown(ctx, session)
+		}
+		if err != nil {
+			m.warn("shutdown", name, session, err)
+		}
+	}
+}
+
+// Prefetch implements agent.Memory.
+func (m *memory) Prefetch(ctx context.Context, env *agent.Env, query string) string {
+	m.Start(ctx, env) // a session the server did not start (a nested call's, say)
+	session := sessionOf(env)
+	ctx = plugin.WithSession(ctx, session)
 	var parts []string
 	for _, name := range m.names {
 		p, err := m.provider(ctx, name)
 		if err != nil {
 			m.warn("lookup", name, session, err)
 			continue
-		}
-		if first {
-			if err := p.Initialize(ctx, session); err != nil {
-				m.warn("initialize", name, session, err)
-				continue
-			}
 		}
 		out, err := p.Prefetch(ctx, query)
 		if err != nil {

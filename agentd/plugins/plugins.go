@@ -258,9 +258,13 @@ func (l lostLoader) Call(ctx context.Context, session, tool string, args map[str
 func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts Options) (*agent.Registry, error) {
 	reg := agent.NewRegistry()
 	loader, _, lerr := Loader(sc, opts)
+	hooks := loader
+	if loader != nil && opts.Faults.Has(faults.GlobalHooks) {
+		hooks = globalHooks(loader) // the bug: hooks keyed process-wide
+	}
 	for _, t := range builtins {
 		if loader != nil {
-			t = &hooked{Tool: t, loader: loader, log: sc.Log}
+			t = &hooked{Tool: t, loader: hooks, log: sc.Log}
 		}
 		if err := reg.Register(t); err != nil {
 			return reg, err
@@ -269,7 +273,11 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 	if lerr != nil || loader == nil {
 		return reg, lerr
 	}
-	if mem := memoryOf(ctx, sc, loader); mem != nil {
+	mem := memoryOf(ctx, sc, loader)
+	if opts.Faults.Has(faults.GlobalMemory) {
+		mem = globalMemory(mem) // the bug: memory providers keyed process-wide
+	}
+	if mem != nil {
 		reg.SetMemory(mem)
 	}
 	reg.SetHook(func(ctx context.Context, env *agent.Env, event string, payload map[string]any) {
@@ -278,7 +286,7 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 			session = env.Session
 		}
 		payload["session_id"] = session
-		(&hooked{loader: loader, log: sc.Log}).hook(ctx, session, event, payload)
+		(&hooked{loader: hooks, log: sc.Log}).hook(ctx, session, event, payload)
 	})
 	logStatus(ctx, sc, loader)
 	specs, err := loader.Tools(ctx)
@@ -292,7 +300,7 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 		}
 	}
 	for _, spec := range specs {
-		if err := reg.Register(&hooked{Tool: &Tool{spec: spec, loader: loader}, loader: loader, log: sc.Log}); err != nil {
+		if err := reg.Register(&hooked{Tool: &Tool{spec: spec, loader: loader}, loader: hooks, log: sc.Log}); err != nil {
 			errs = append(errs, fmt.Errorf("plugin %s: %w", spec.Plugin, err))
 		}
 	}
@@ -420,4 +428,35 @@ func logStatus(ctx context.Context, sc *scope.Scope, loader host.Loader) {
 		}
 		return true, nil
 	})
+}
+
+// global is the process-wide state of the global-hooks and global-memory
+// faults (test-only): the first profile's hooks and memory serve every
+// profile.
+var global struct {
+	mu     sync.Mutex
+	hooks  host.Loader
+	memory *memory
+}
+
+// globalHooks is the loader the global-hooks fault runs every profile's
+// hooks in: the first one it was given.
+func globalHooks(l host.Loader) host.Loader {
+	global.mu.Lock()
+	defer global.mu.Unlock()
+	if global.hooks == nil {
+		global.hooks = l
+	}
+	return global.hooks
+}
+
+// globalMemory is the memory the global-memory fault gives every profile:
+// the first profile's that had one.
+func globalMemory(m *memory) *memory {
+	global.mu.Lock()
+	defer global.mu.Unlock()
+	if global.memory == nil && m != nil {
+		global.memory = m
+	}
+	return global.memory
 }
