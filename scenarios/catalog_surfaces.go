@@ -223,11 +223,6 @@ func (e *Env) checkSurfaces(phase string) {
 	owners := e.sessionOwners()
 	for _, t := range e.Tenants {
 		recs := e.surfacesRecords(t)
-		if os.Getenv("SURF_DEBUG") != "" {
-			lg, _ := os.ReadFile(filepath.Join(t.Home, "logs", "agent.log"))
-			ob, _ := os.ReadFile(filepath.Join(t.Home, surfacesObserved))
-			e.Logf("DEBUG %s agent.log:\n%s\nobserved:\n%s", t.Name, lg, ob)
-		}
 		where := invariants.Where{Path: filepath.Join(t.Home, surfacesObserved), Label: "plugin " + SurfacesPlugin + " of " + t.Name}
 		seen := map[string]bool{}
 		bySession := map[string]bool{} // event + " " + session id

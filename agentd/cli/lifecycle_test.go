@@ -184,3 +184,28 @@ func TestSessionStartAndEndHooksAndMemoryShutdownRunInTheProfilesHost(t *testing
 		}
 	}
 }
+
+// The seeded faults global-hooks and global-memory send every profile's
+// session hooks, or memory calls, to the first profile's plugins.
+func TestGlobalHooksAndMemoryFaultsCrossProfiles(t *testing.T) {
+	t.Parallel()
+	for fault, line := range map[string]string{"global-hooks": "start", "global-memory": "init"} {
+		t.Run(fault, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t)
+			alpha := w.addTenant("alpha", true)
+			beta := w.addTenant("beta", false)
+			logA, logB := lifecycleTenant(t, w, alpha), lifecycleTenant(t, w, beta)
+			s := w.startServe(nil, "AGENTD_FAULTS="+fault, "AGENTD_ALLOW_FAULTS=1")
+			ca, cb := s.dial(), s.dial()
+			sa, _ := ca.create("")
+			waitLine(t, logA, line, sa, sa)
+			sb, _ := cb.create("beta")
+			waitLine(t, logA, line, sb, sb) // beta's session, in alpha's host
+			for _, f := range lifecycleLines(t, logB) {
+				require.NotEqual(t, line, f[0], "with %s beta's own plugins still got %v", fault, f)
+			}
+			s.stop()
+		})
+	}
+}
