@@ -45,6 +45,7 @@ type Registry struct {
 	tools  map[string]Tool
 	hook   HookFunc
 	memory Memory
+	model  ModelProvider
 }
 
 // HookFunc runs the hooks registered for event (plugins' hooks, say) as
@@ -109,6 +110,37 @@ func sessionPayload(env *Env, extra map[string]any) map[string]any {
 		p[k] = v
 	}
 	return p
+}
+
+// ModelProvider serves a profile's model calls from elsewhere than its
+// configured provider (a plugin's model provider, model.provider:
+// plugin:<name>).
+type ModelProvider interface {
+	// Client returns the client of env's session's model calls, made from
+	// base, the profile's own.
+	Client(ctx context.Context, env *Env, base *llm.Client) (*llm.Client, error)
+}
+
+// SetModelProvider sets the model provider of the registry's turns.
+func (r *Registry) SetModelProvider(p ModelProvider) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.model = p
+}
+
+// ModelClient is the client of env's session's model calls: base, or what
+// the registry's model provider makes of it.
+func (r *Registry) ModelClient(ctx context.Context, env *Env, base *llm.Client) (*llm.Client, error) {
+	if r == nil {
+		return base, nil
+	}
+	r.mu.RLock()
+	p := r.model
+	r.mu.RUnlock()
+	if p == nil {
+		return base, nil
+	}
+	return p.Client(ctx, env, base)
 }
 
 // SetMemory sets the memory Run consults.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/host"
 	"github.com/tenantcanary/tenantcanary/isolation"
 	"github.com/tenantcanary/tenantcanary/plugin"
+	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
 )
 
 // Options configure how a profile's plugins load.
@@ -61,7 +63,7 @@ func (l *loaded) Close() error {
 }
 
 // HasPlugins reports whether dir holds at least one plugin folder (a
-// subfolder with a plugin.yaml).
+// subfolder with a plugin.yaml, or one of model-providers/).
 func HasPlugins(dir string) bool {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -72,6 +74,9 @@ func HasPlugins(dir string) bool {
 			continue
 		}
 		if _, err := os.Stat(filepath.Join(dir, e.Name(), "plugin.yaml")); err == nil {
+			return true
+		}
+		if e.Name() == pluginload.ModelProvidersDir && HasPlugins(filepath.Join(dir, e.Name())) {
 			return true
 		}
 	}
@@ -270,6 +275,13 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 			return reg, err
 		}
 	}
+	// model.provider: plugin:<name> serves the turns' model calls from the
+	// profile's own plugins (and says why not when it cannot).
+	if mp, err := modelProviderOf(sc, loader); err != nil {
+		return reg, errors.Join(lerr, err)
+	} else if mp != nil {
+		reg.SetModelProvider(mp)
+	}
 	if lerr != nil || loader == nil {
 		return reg, lerr
 	}
@@ -302,6 +314,11 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 	for _, spec := range specs {
 		if err := reg.Register(&hooked{Tool: &Tool{spec: spec, loader: loader}, loader: hooks, log: sc.Log}); err != nil {
 			errs = append(errs, fmt.Errorf("plugin %s: %w", spec.Plugin, err))
+		}
+	}
+	if names := imageProvidersOf(ctx, sc, loader); len(names) > 0 {
+		if err := reg.Register(&hooked{Tool: &imageTool{loader: loader, providers: names}, loader: hooks, log: sc.Log}); err != nil {
+			errs = append(errs, fmt.Errorf("image providers %s: %w", strings.Join(names, ", "), err))
 		}
 	}
 	return reg, errors.Join(errs...)

@@ -1067,7 +1067,11 @@ func (s *Server) Facade(ctx context.Context, sessionID, facade, method string, a
 		if err != nil {
 			return "", fmt.Errorf("facade llm.complete: %w", err)
 		}
-		resp, err := sc.Client(snap).Stream(ctx, llm.Request{Model: snap.Config.Model.Default,
+		client, err := s.toolsOf(sc).ModelClient(ctx, sess.hookEnv(), sc.Client(snap))
+		if err != nil {
+			return "", fmt.Errorf("facade llm.complete: %w", err)
+		}
+		resp, err := client.Stream(ctx, llm.Request{Model: snap.Config.Model.Default,
 			Messages: []llm.Message{{Role: "user", Content: args[0]}}}, nil)
 		if err != nil {
 			return "", fmt.Errorf("facade llm.complete: %w", err)
