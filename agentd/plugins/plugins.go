@@ -168,7 +168,7 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 		return nil, "", err
 	}
 	l := v.(*loaded)
-	if l.lost != nil {
+	if l.lost != nil && l.loader != nil {
 		return lostLoader{Loader: l.loader, lost: l.lost}, l.mode, nil
 	}
 	return l.loader, l.mode, nil
@@ -277,11 +277,7 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 	}
 	// model.provider: plugin:<name> serves the turns' model calls from the
 	// profile's own plugins (and says why not when it cannot).
-	if mp, err := modelProviderOf(sc, loader); err != nil {
-		return reg, errors.Join(lerr, err)
-	} else if mp != nil {
-		reg.SetModelProvider(mp)
-	}
+	reg.SetModelProvider(&modelProvider{sc: sc, loader: loader})
 	if lerr != nil || loader == nil {
 		return reg, lerr
 	}

@@ -14,68 +14,68 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/host"
 	"github.com/tenantcanary/tenantcanary/plugin"
+	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
 )
 
-// modelProvider is a plugin's model provider as the profile's LLM provider
-// (model.provider: plugin:<name>): the plugin's profile gives the base URL
-// and key variables model.base_url and model.key_env leave unset, and its
+// modelProvider serves a profile's model calls from a plugin's model
+// provider when its model.provider says plugin:<name> (read at each call,
+// as every setting is): the plugin's profile gives the base URL and key
+// variables model.base_url and model.key_env leave unset, and its
 // BuildExtraBody, run in the profile's own plugins as the session, adds
-// fields to the session's requests.
+// fields to the session's requests. Any other model.provider leaves the
+// profile's client as it is.
 type modelProvider struct {
 	sc     *scope.Scope
-	loader host.Loader
-	name   string
-}
-
-// modelProviderOf is the profile's plugin model provider when its
-// model.provider names one, else nil.
-func modelProviderOf(sc *scope.Scope, loader host.Loader) (*modelProvider, error) {
-	snap, err := sc.Load()
-	if err != nil {
-		return nil, err
-	}
-	name, ok := strings.CutPrefix(snap.Config.Model.Provider, profile.PluginProviderPrefix)
-	if !ok {
-		return nil, nil
-	}
-	if name == "" {
-		return nil, fmt.Errorf("model.provider %q of profile %q names no plugin model provider (want %s<name>)",
-			snap.Config.Model.Provider, sc.Profile.Name, profile.PluginProviderPrefix)
-	}
-	return &modelProvider{sc: sc, loader: loader, name: name}, nil
+	loader host.Loader // nil: the profile has no plugins
 }
 
 // lookup finds the model provider: from the host's discovery (cached
 // profile data, no host started) when the loader has it, else from the
 // plugins loaded.
-func (p *modelProvider) lookup(ctx context.Context) (plugin.ModelProvider, error) {
+func (p *modelProvider) lookup(ctx context.Context, name string) (plugin.ModelProvider, error) {
+	what := fmt.Sprintf("model.provider %s%s of profile %q", profile.PluginProviderPrefix, name, p.sc.Profile.Name)
 	if p.loader == nil {
-		return nil, fmt.Errorf("model.provider %s%s of profile %q: the profile has no plugins: %w",
-			profile.PluginProviderPrefix, p.name, p.sc.Profile.Name, host.ErrNotFound)
+		return nil, fmt.Errorf("%s: the profile has no plugins: %w", what, host.ErrNotFound)
 	}
 	if d, ok := p.loader.(interface {
 		ModelProviders(context.Context) ([]plugin.ModelProvider, error)
 	}); ok {
 		list, err := d.ModelProviders(ctx)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		var names []string
 		for _, mp := range list {
-			if mp.Profile().Name == p.name {
+			if mp.Profile().Name == name {
 				return mp, nil
 			}
 			names = append(names, mp.Profile().Name)
 		}
-		return nil, fmt.Errorf("model.provider %s%s of profile %q: no model-provider plugin registers it (there are: %s): %w",
-			profile.PluginProviderPrefix, p.name, p.sc.Profile.Name, strings.Join(names, ", "), host.ErrNotFound)
+		return nil, fmt.Errorf("%s: no plugin under plugins/%s/ registers it (they register: %s): %w",
+			what, pluginload.ModelProvidersDir, strings.Join(names, ", "), host.ErrNotFound)
 	}
-	return p.loader.ModelProvider(ctx, p.name)
+	mp, err := p.loader.ModelProvider(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return mp, nil
 }
 
 // Client implements agent.ModelProvider.
 func (p *modelProvider) Client(ctx context.Context, env *agent.Env, base *llm.Client) (*llm.Client, error) {
-	mp, err := p.lookup(ctx)
+	snap, err := p.sc.Load()
+	if err != nil {
+		return nil, err
+	}
+	name, ok := strings.CutPrefix(snap.Config.Model.Provider, profile.PluginProviderPrefix)
+	if !ok {
+		return base, nil
+	}
+	if name == "" {
+		return nil, fmt.Errorf("model.provider %q of profile %q names no plugin model provider (want %s<name>)",
+			snap.Config.Model.Provider, p.sc.Profile.Name, profile.PluginProviderPrefix)
+	}
+	mp, err := p.lookup(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -85,10 +85,6 @@ func (p *modelProvider) Client(ctx context.Context, env *agent.Env, base *llm.Cl
 		c.BaseURL = prof.BaseURL
 	}
 	if c.APIKey == "" {
-		snap, err := p.sc.Load()
-		if err != nil {
-			return nil, err
-		}
 		for _, v := range prof.EnvVars {
 			if key, ok := snap.Env.Lookup(v); ok && key != "" {
 				c.APIKey = key
@@ -99,7 +95,7 @@ func (p *modelProvider) Client(ctx context.Context, env *agent.Env, base *llm.Cl
 	session := sessionOf(env)
 	extra, err := mp.BuildExtraBody(plugin.WithSession(ctx, session), session)
 	if err != nil {
-		return nil, fmt.Errorf("model provider %s of profile %q: %w", p.name, p.sc.Profile.Name, err)
+		return nil, fmt.Errorf("model provider %s of profile %q: %w", name, p.sc.Profile.Name, err)
 	}
 	c.ExtraBody = extra
 	return &c, nil
