@@ -189,11 +189,29 @@ func (s *Session) close(reason string) {
 	}
 	if tools != nil && !already {
 		ctx, cancelHooks := context.WithTimeout(context.Background(), lifecycleTimeout)
+		if cancel != nil {
+			s.awaitTurn(ctx) // its last hooks and memory sync come before the end
+		}
 		tools.EndSession(ctx, s.hookEnv(), map[string]any{"reason": reason})
 		cancelHooks()
 	}
 	if sh != nil {
 		_ = sh.Close()
+	}
+}
+
+// awaitTurn waits, until ctx ends, for the session's cancelled turn to
+// return. The goroutine waiting on the turn's lock ends when the turn does.
+func (s *Session) awaitTurn(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		s.turn.Lock()
+		s.turn.Unlock()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }
 
