@@ -309,6 +309,12 @@ func (e *Env) checkSurfaces(phase string) {
 			}
 			sort.Ints(list)
 			control(len(pids) > 1, fmt.Sprintf("every record came from one host (%v): its killed host was never replaced", list))
+			main := e.Sessions[t.Name].SessionID
+			reinit := false
+			for _, r := range recs {
+				reinit = reinit || (r.Event == "initialize" && r.Session == main && r.Pid != st.hostPid[t.Name])
+			}
+			control(reinit, "the memory provider of the host that replaced the killed one was never initialised for session "+main)
 		}
 	}
 }

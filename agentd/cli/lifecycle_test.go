@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,6 +140,24 @@ func TestSessionStartAndEndHooksAndMemoryShutdownRunInTheProfilesHost(t *testing
 	}
 	require.Equal(t, "complete", ca.turn(sa, "a turn")["status"])
 	require.Equal(t, "complete", cb.turn(sb, "a turn")["status"])
+
+	// A new host initialises the live session again: the killed host took
+	// its memory provider's state with it.
+	first := waitLine(t, logA, "init", sa, sa)
+	pid, err := strconv.Atoi(first[3])
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	require.Equal(t, "complete", ca.turn(sa, "after the host died")["status"])
+	inits := 0
+	for _, f := range lifecycleLines(t, logA) {
+		if f[0] == "init" && f[1] == sa {
+			inits++
+			if inits == 2 {
+				require.NotEqual(t, first[3], f[3], "the second init ran in the killed host")
+			}
+		}
+	}
+	require.Equal(t, 2, inits, "the session was initialised once per host")
 
 	// session.close: end hook ("closed") and memory shutdown.
 	ca.ok("session.close", map[string]any{"session_id": sa})
