@@ -69,6 +69,11 @@ func Register(ctx plugin.Context) error {
 // launched with env only (no sandbox, so it can write the log outside the
 // home), and returns the log's path.
 func lifecycleTenant(t *testing.T, w *world, tn *tenant) string {
+	return lifecycleTenantIn(t, w, tn, "host")
+}
+
+// lifecycleTenantIn is lifecycleTenant in isolation mode mode.
+func lifecycleTenantIn(t *testing.T, w *world, tn *tenant, mode string) string {
 	t.Helper()
 	dir := filepath.Join(tn.home, "plugins", "lifecycle")
 	writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: lifecycle\nversion: \"1.0\"\n")
@@ -79,7 +84,7 @@ func lifecycleTenant(t *testing.T, w *world, tn *tenant) string {
 	writeFile(t, filepath.Join(tn.home, ".env"), string(env)+"LIFECYCLE_LOG="+logPath+"\n")
 	cfg, err := os.ReadFile(filepath.Join(tn.home, "config.yaml"))
 	require.NoError(t, err)
-	writeFile(t, filepath.Join(tn.home, "config.yaml"), string(cfg)+"plugins:\n  isolation: host\n  host:\n    launcher: env\n")
+	writeFile(t, filepath.Join(tn.home, "config.yaml"), string(cfg)+"plugins:\n  isolation: "+mode+"\n  host:\n    launcher: env\n")
 	return logPath
 }
 
@@ -227,4 +232,23 @@ func TestGlobalHooksAndMemoryFaultsCrossProfiles(t *testing.T) {
 			s.stop()
 		})
 	}
+}
+
+// In-process plugins get the same session hooks and memory calls, in the
+// server's process.
+func TestSessionHooksAndMemoryShutdownInProcess(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	alpha := w.addTenant("alpha", true)
+	logA := lifecycleTenantIn(t, w, alpha, "in_process")
+	s := w.startServe(nil)
+	c := s.dial()
+	sid, _ := c.create("")
+	f := waitLine(t, logA, "start", sid, sid, "false", "default")
+	require.Equal(t, strconv.Itoa(s.pid), f[5], "positive control: in_process runs in the server")
+	require.Equal(t, "complete", c.turn(sid, "a turn")["status"])
+	c.ok("session.close", map[string]any{"session_id": sid})
+	waitLine(t, logA, "end", sid, sid, `"closed"`, "default")
+	waitLine(t, logA, "shutdown", sid, sid)
+	s.stop()
 }
