@@ -77,6 +77,17 @@ type Memory interface {
 	End(ctx context.Context, env *Env)
 }
 
+// HasSessionWork reports whether StartSession and EndSession do anything
+// (a hook function or a memory is set).
+func (r *Registry) HasSessionWork() bool {
+	if r == nil {
+		return false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.hook != nil || r.memory != nil
+}
+
 // StartSession runs the session start hooks (HookSessionStart) and opens
 // the memory for the session of env. The server calls it when a session
 // is created or resumed, once the session can take nested calls.

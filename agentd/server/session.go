@@ -164,6 +164,9 @@ func (s *Session) hookEnv() *agent.Env {
 // start runs the session start hooks and opens the plugins' memory for
 // the session, in its profile's own plugins (tools is its profile's).
 func (s *Session) start(ctx context.Context, tools *agent.Registry, payload map[string]any) {
+	if !tools.HasSessionWork() {
+		return // no plugins: nothing to start, or to end
+	}
 	s.mu.Lock()
 	s.lifecycle = tools
 	s.mu.Unlock()
@@ -172,9 +175,9 @@ func (s *Session) start(ctx context.Context, tools *agent.Registry, payload map[
 	tools.StartSession(ctx, s.hookEnv(), payload)
 }
 
-// close ends the session: cancels its turn, runs its session end hooks
-// and shuts its memory down (once, and only if it was started), and kills
-// its shell.
+// close ends the session: cancels its turn, kills its shell, and runs its
+// session end hooks and shuts its memory down (once, and only if it was
+// started) once the turn has returned.
 func (s *Session) close(reason string) {
 	s.mu.Lock()
 	already := s.closed
@@ -187,6 +190,9 @@ func (s *Session) close(reason string) {
 	if cancel != nil {
 		cancel()
 	}
+	if sh != nil {
+		_ = sh.Close() // ends the turn's tool command too, so the turn returns
+	}
 	if tools != nil && !already {
 		ctx, cancelHooks := context.WithTimeout(context.Background(), lifecycleTimeout)
 		if cancel != nil {
@@ -194,9 +200,6 @@ func (s *Session) close(reason string) {
 		}
 		tools.EndSession(ctx, s.hookEnv(), map[string]any{"reason": reason})
 		cancelHooks()
-	}
-	if sh != nil {
-		_ = sh.Close()
 	}
 }
 
