@@ -36,7 +36,7 @@ var surfacesHooks = []string{"pre_tool_call", "post_tool_call", "pre_llm_call", 
 // surfacesSource is the plugin's Go source, interpreted by yaegi in the
 // tenant's plugin host. Its memory provider remembers every turn synced to
 // it (in its home) and offers them back on prefetch.
-const surfacesSource = `package canarysurfaces
+var surfacesSource = `package canarysurfaces
 
 import (
 	"context"
@@ -138,7 +138,7 @@ func hook(event string) plugin.Hook {
 }
 
 func Register(ctx plugin.Context) error {
-	for _, ev := range []string{` + `"pre_tool_call", "post_tool_call", "pre_llm_call", "post_llm_call", "on_session_start", "on_session_end"` + `} {
+	for _, ev := range []string{"` + strings.Join(surfacesHooks, `", "`) + `"} {
 		if err := ctx.RegisterHook(ev, hook(ev)); err != nil {
 			return err
 		}
@@ -264,8 +264,10 @@ func (e *Env) checkSurfaces(phase string) {
 		}
 		// Positive controls: every hook point and memory method ran, and
 		// what they were given is this tenant's own.
-		for _, ev := range surfacesHooks[:5] {
-			control(seen["hook/"+ev], "the "+ev+" hook never ran")
+		for _, ev := range surfacesHooks {
+			if ev != "on_session_end" { // checked per ended session below
+				control(seen["hook/"+ev], "the "+ev+" hook never ran")
+			}
 		}
 		for _, m := range []string{"initialize", "prefetch", "sync_turn"} {
 			control(seen["memory/"+m], "the memory provider's "+m+" never ran")
