@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/fakellm"
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -26,8 +27,22 @@ const SurfacesPlugin = "canarysurfaces"
 // each, and the memory provider's state.
 const (
 	surfacesObserved = "surfaces/observed.jsonl"
+	surfacesModelLog = "surfaces/model.jsonl" // the model provider's (a plugin of its own)
 	surfacesMemory   = "surfaces/memory.json"
 )
+
+// SurfacesModel is the model-provider plugin every tenant of
+// plugin-surfaces gets, and the model it registers (model.provider:
+// plugin:canarysurfaces-model). Its BuildExtraBody records the session it
+// builds for and adds surfacesExtra to the request.
+const (
+	SurfacesModel = "canarysurfaces-model"
+	surfacesExtra = "canary_surface"
+)
+
+// surfacesImagePrompt starts a user text that makes the responder call
+// image_generate with the rest as the prompt.
+const surfacesImagePrompt = "IMAGE "
 
 // surfacesHooks are the hook events the plugin registers: every point
 // agentd fires hooks at.
@@ -137,15 +152,92 @@ func hook(event string) plugin.Hook {
 	return func(c context.Context, p map[string]any) error { return record(c, "hook", event, p) }
 }
 
+type img struct{}
+
+func (img) Name() string { return "` + SurfacesPlugin + `" }
+
+func (img) Generate(ctx context.Context, prompt string, options map[string]any) (map[string]any, error) {
+	if err := record(ctx, "image", "generate", map[string]any{"prompt": prompt, "options": options}); err != nil {
+		return nil, err
+	}
+	return map[string]any{"image": "drawn:" + prompt, "pid": os.Getpid(), "session": plugin.SessionID(ctx)}, nil
+}
+
 func Register(ctx plugin.Context) error {
 	for _, ev := range []string{"` + strings.Join(surfacesHooks, `", "`) + `"} {
 		if err := ctx.RegisterHook(ev, hook(ev)); err != nil {
 			return err
 		}
 	}
+	if err := ctx.RegisterImageGenProvider(img{}); err != nil {
+		return err
+	}
 	return ctx.RegisterMemoryProvider(mem{})
 }
 `
+
+// surfacesModelSource is the model-provider plugin: the base URL and key
+// stay the profile's (model.base_url and model.key_env set them), its
+// BuildExtraBody records the call and marks the request.
+var surfacesModelSource = `package canarysurfacesmodel
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+type mp struct{}
+
+func (mp) Profile() plugin.ModelProfile { return plugin.ModelProfile{Name: "` + SurfacesModel + `"} }
+
+func (mp) BuildExtraBody(ctx context.Context, session string) (map[string]any, error) {
+	if err := os.MkdirAll("surfaces", 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile("` + surfacesModelLog + `", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := json.Marshal(map[string]any{"kind": "model", "event": "build_extra_body", "session": plugin.SessionID(ctx), "pid": os.Getpid(),
+		"data": map[string]any{"session_id": session}})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		return nil, err
+	}
+	return map[string]any{"` + surfacesExtra + `": map[string]any{"session": session, "pid": os.Getpid()}}, nil
+}
+
+func Register(ctx plugin.Context) error { return ctx.RegisterModelProvider(mp{}) }
+`
+
+// surfacesResponder answers an IMAGE prompt with an image_generate call,
+// and everything else as the default responder does.
+func surfacesResponder(t *tenants.Tenant) fakellm.Responder {
+	def := tenants.DefaultResponder(t)
+	return func(r fakellm.Record) fakellm.Response {
+		msgs := r.Messages()
+		if n := len(msgs); n > 0 {
+			if role, _ := msgs[n-1]["role"].(string); role == "user" {
+				text, _ := msgs[n-1]["content"].(string)
+				if prompt, ok := strings.CutPrefix(text, surfacesImagePrompt); ok {
+					return fakellm.ToolCall("image_generate", map[string]any{"prompt": prompt, "options": map[string]any{"size": "64x64"}})
+				}
+			}
+			if role, _ := msgs[n-1]["role"].(string); role == "tool" {
+				if name, _ := msgs[n-1]["name"].(string); name == "image_generate" {
+					return fakellm.Text("drawn for " + t.Name)
+				}
+			}
+		}
+		return def(r)
+	}
+}
 
 // surfaceRecord is one line the surfaces plugin wrote.
 type surfaceRecord struct {
@@ -163,24 +255,27 @@ type surfacesState struct {
 	hostPid   map[string]int      // each tenant's plugin host before the kill
 	turns     map[string][]string // the canaries each tenant's turns carried
 	closed    map[string][]string // each tenant's sessions that ended
+	images    map[string][]string // the canaries each tenant's image prompts carried
 	killed    bool
 }
 
 // surfacesRecords reads what t's plugin wrote so far.
 func (e *Env) surfacesRecords(t *tenants.Tenant) []surfaceRecord {
 	e.T.Helper()
-	b, err := os.ReadFile(filepath.Join(t.Home, surfacesObserved))
-	if err != nil {
-		return nil
-	}
 	var out []surfaceRecord
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var r surfaceRecord
-		if json.Unmarshal(sc.Bytes(), &r) == nil {
-			r.raw = sc.Text()
-			out = append(out, r)
+	for _, name := range []string{surfacesObserved, surfacesModelLog} {
+		b, err := os.ReadFile(filepath.Join(t.Home, name))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			var r surfaceRecord
+			if json.Unmarshal(sc.Bytes(), &r) == nil {
+				r.raw = sc.Text()
+				out = append(out, r)
+			}
 		}
 	}
 	return out
@@ -288,6 +383,13 @@ func (e *Env) checkSurfaces(phase string) {
 			control(bySession["on_session_end "+sid], "no session end hook ran as its session "+sid)
 			control(bySession["shutdown "+sid], "the memory provider was never shut down for its session "+sid)
 		}
+		for _, mark := range st.images[t.Name] {
+			control(bySession["generate "+e.Sessions[t.Name].SessionID] && strings.Contains(text, mark),
+				"the image provider was never given its own prompt "+mark+" as its session")
+			control(e.requestHas(t, "drawn:"+mark), "the image provider's result for "+mark+" never reached its own provider")
+		}
+		control(seen["model/build_extra_body"], "the model provider's BuildExtraBody never ran")
+		e.checkExtraBody(t, owners)
 		// The memory provider's state is in its own home, with its own
 		// turns.
 		state, err := os.ReadFile(filepath.Join(t.Home, surfacesMemory))
@@ -321,6 +423,40 @@ func (e *Env) checkSurfaces(phase string) {
 	}
 }
 
+// requestHas reports whether a request on t's provider carries s.
+func (e *Env) requestHas(t *tenants.Tenant, s string) bool {
+	for _, r := range t.Requests() {
+		if bytes.Contains(r.RawBody, []byte(s)) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkExtraBody checks the extra body t's model provider put on each of
+// its model calls: there (positive control), built for a session of t's.
+func (e *Env) checkExtraBody(t *tenants.Tenant, owners map[string]*tenants.Tenant) {
+	where := invariants.Where{Label: "model calls of " + t.Name}
+	for _, r := range t.Requests() {
+		if r.Kind != fakellm.KindMain {
+			continue
+		}
+		extra, _ := r.Body[surfacesExtra].(map[string]any)
+		sid, _ := extra["session"].(string)
+		switch owner := owners[sid]; {
+		case extra == nil:
+			e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: where,
+				Detail: fmt.Sprintf("model call %d carries no %s: model.provider plugin:%s did not build it", r.Seq, surfacesExtra, SurfacesModel)})
+		case owner == nil:
+			e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name, Where: where,
+				Detail: fmt.Sprintf("model call %d's extra body was built for session %q, none of the scenario's", r.Seq, sid)})
+		case owner != t:
+			e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name, Owner: owner.Name, Where: where,
+				Detail: fmt.Sprintf("model call %d's extra body was built for %s's session %s", r.Seq, owner.Name, sid)})
+		}
+	}
+}
+
 // remembered reports whether a request on t's provider carries what its
 // memory provider offers back for mark (prefetch reached the turn's
 // system prompt).
@@ -344,7 +480,7 @@ func (e *Env) installSurfacesPlugin() {
 		st.sandboxed = true
 	}
 	for _, t := range e.Tenants {
-		plugins := map[string]any{"enabled": []any{SurfacesPlugin}, "isolation": "host"}
+		plugins := map[string]any{"enabled": []any{SurfacesPlugin, SurfacesModel}, "isolation": "host"}
 		if st.sandboxed {
 			launcher := []any{}
 			for _, a := range bwrapLauncher(e.Box.Root, t, e.Box.Set.Layout.ProfilesDir) {
@@ -352,11 +488,14 @@ func (e *Env) installSurfacesPlugin() {
 			}
 			plugins["host"] = map[string]any{"launcher": launcher}
 		}
+		model := "plugins/model-providers/" + SurfacesModel + "/"
 		err := e.Box.WriteHome(t, tenants.HomeExtras{
-			Config: map[string]any{"plugins": plugins},
+			Config: map[string]any{"plugins": plugins, "model": map[string]any{"provider": "plugin:" + SurfacesModel}},
 			Files: map[string]string{
 				"plugins/" + SurfacesPlugin + "/plugin.yaml": "name: " + SurfacesPlugin + "\nversion: \"1.0\"\nkind: general\n",
 				"plugins/" + SurfacesPlugin + "/plugin.go":   surfacesSource,
+				model + "plugin.yaml":                        "name: " + SurfacesModel + "\nversion: \"1.0\"\nkind: model-provider\n",
+				model + "plugin.go":                          surfacesModelSource,
 			},
 		})
 		if err != nil {
@@ -388,15 +527,17 @@ func (e *Env) waitSurface(t *tenants.Tenant, event, sid string) {
 func pluginSurfaces() Spec {
 	return Spec{
 		ID:        "plugin-surfaces",
-		Purpose:   "a plugin per tenant with hooks at every point and a memory provider sees only its own tenant's sessions, turns and tool calls, before and after its host dies",
+		Purpose:   "a plugin per tenant with hooks at every point, a memory, an image and a model provider sees only its own tenant's sessions, turns and tool calls, before and after its host dies",
 		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Requests, Files},
 		Snapshots: perTenant(0),
 		Timeout:   5 * time.Minute,
 		Needs:     []Need{NeedFiles, NeedPlugins, NeedRestart},
+		Responder: surfacesResponder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
-				e.surfaces = &surfacesState{hostPid: map[string]int{}, turns: map[string][]string{}, closed: map[string][]string{}}
+				e.surfaces = &surfacesState{hostPid: map[string]int{}, turns: map[string][]string{}, closed: map[string][]string{},
+					images: map[string][]string{}}
 				e.installSurfacesPlugin()
 				e.ServePerTenant()
 				e.OpenSessions()
@@ -406,6 +547,14 @@ func pluginSurfaces() Spec {
 					for _, t := range e.permuted(e.Tenants) {
 						e.surfaceTurn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID)
 					}
+				}
+				for _, t := range e.permuted(e.Tenants) {
+					mark, err := t.Mint("surface_image")
+					if err != nil {
+						e.T.Fatalf("%v", err)
+					}
+					e.surfaces.images[t.Name] = append(e.surfaces.images[t.Name], mark.Value)
+					e.Prompt(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, surfacesImagePrompt+mark.Value)
 				}
 				e.checkSurfaces("before the hosts die")
 			}},

@@ -94,6 +94,12 @@ func (p *modelProvider) Client(ctx context.Context, env *agent.Env, base *llm.Cl
 	}
 	session := sessionOf(env)
 	extra, err := mp.BuildExtraBody(plugin.WithSession(ctx, session), session)
+	if errors.Is(err, host.ErrUnavailable) {
+		// The host died since the last call: the next call starts a new
+		// one, and building a request's extra body twice is harmless, so
+		// the model call need not fail with the host it never used.
+		extra, err = mp.BuildExtraBody(plugin.WithSession(ctx, session), session)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("model provider %s of profile %q: %w", name, p.sc.Profile.Name, err)
 	}
