@@ -252,3 +252,25 @@ func TestSessionHooksAndMemoryShutdownInProcess(t *testing.T) {
 	waitLine(t, logA, "shutdown", sid, sid)
 	s.stop()
 }
+
+// A cron job's turn is a session of its own: its start and end hooks run
+// too, the end saying the turn is done.
+func TestCronJobSessionsStartAndEnd(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	alpha := w.addTenant("alpha", true)
+	logA := lifecycleTenant(t, w, alpha)
+	out, stderr, code := w.run("cron", "create", "--name", "j", "--prompt", "cron turn", "--every", "1h")
+	require.Equal(t, 0, code, stderr)
+	_, stderr, code = w.run("cron", "trigger", strings.TrimSpace(out))
+	require.Equal(t, 0, code, stderr)
+	_, stderr, code = w.run("cron", "tick")
+	require.Equal(t, 0, code, stderr)
+	lines := lifecycleLines(t, logA)
+	require.NotEmpty(t, lines, "the cron job's session ran no hooks")
+	start := waitLine(t, logA, "start")
+	sid := start[1]
+	require.Equal(t, sid, start[2], "the start hook ran as the job's session")
+	waitLine(t, logA, "end", sid, sid, `"turn`, `done"`, "default")
+	waitLine(t, logA, "shutdown", sid, sid)
+}
