@@ -115,6 +115,7 @@ func (m) IsAvailable(ctx context.Context) bool          { return true }
 func (m) Initialize(ctx context.Context, s string) error { return nil }
 func (m) Prefetch(ctx context.Context, q string) (string, error) { return q, nil }
 func (m) SyncTurn(ctx context.Context, u, a string) error { return nil }
+func (m) Shutdown(ctx context.Context, s string) error { return nil }
 
 func Register(ctx plugin.Context) error {
 	ctx.RegisterHook("post_tool_call", func(c context.Context, p map[string]any) error { return nil })

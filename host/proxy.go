@@ -104,6 +104,10 @@ func (p memoryProxy) SyncTurn(ctx context.Context, user, assistant string) error
 	return p.call(ctx, providerArgs{Method: "sync_turn", User: user, Assistant: assistant}, nil)
 }
 
+func (p memoryProxy) Shutdown(ctx context.Context, sessionID string) error {
+	return p.call(ctx, providerArgs{Method: "shutdown", SessionID: sessionID}, nil)
+}
+
 type imageProxy struct{ *proxy }
 
 var _ plugin.ImageGenProvider = imageProxy{}

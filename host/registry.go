@@ -332,6 +332,8 @@ func (g *registry) callProvider(ctx context.Context, a providerArgs) (any, error
 				out, err = p.Prefetch(ctx, a.Query)
 			case "sync_turn":
 				err = p.SyncTurn(ctx, a.User, a.Assistant)
+			case "shutdown":
+				err = p.Shutdown(ctx, a.SessionID)
 			default:
 				err = fmt.Errorf("no method %q: %w", a.Method, ErrNotFound)
 			}

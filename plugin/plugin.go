@@ -32,12 +32,19 @@ type Tool struct {
 type Hook func(ctx context.Context, payload map[string]any) error
 
 // MemoryProvider is the interface the server checks for a memory provider.
+// One provider object serves every session of its profile: the server
+// calls Initialize when a session starts (or before its first turn),
+// Prefetch before every turn (its text joins the turn's system prompt),
+// SyncTurn after every turn, and Shutdown when the session ends (closed,
+// its connection gone, its profile deleted, the server stopping). Each
+// call's ctx carries the session it is made for (SessionID).
 type MemoryProvider interface {
 	Name() string
 	IsAvailable(ctx context.Context) bool
 	Initialize(ctx context.Context, sessionID string) error
 	Prefetch(ctx context.Context, query string) (string, error)
 	SyncTurn(ctx context.Context, user, assistant string) error
+	Shutdown(ctx context.Context, sessionID string) error
 }
 
 // ImageGenProvider is the interface the server checks for an image

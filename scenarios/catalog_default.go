@@ -20,6 +20,7 @@ func Default() *Catalog {
 		gateway(),
 		shellReuse(),
 		pluginHosts(),
+		pluginSurfaces(),
 		tenantAuthz(),
 		profileRecreate(),
 		hostileTools(),

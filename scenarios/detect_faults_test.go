@@ -18,10 +18,10 @@ import (
 )
 
 // detectFaultNames are the faults of authorization, operator secrets,
-// shared places and lifecycle edges.
+// shared places and lifecycle edges, and of the plugin surfaces.
 var detectFaultNames = []string{"token-in-tool-env", "tmp-copy", "create-copies-launch-env",
 	"resume-any-profile", "sequential-sessions", "session-follows-id", "save-key-launch-fallback",
-	"llm-facade-launch-provider"}
+	"llm-facade-launch-provider", "global-hooks", "global-memory"}
 
 // TestSelfTestDetectFaults runs the self-test for those faults only (the
 // full matrix is TestSelfTestCatchesEverySeededFault); DETECT_FAULTS

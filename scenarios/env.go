@@ -54,6 +54,7 @@ type Env struct {
 	hostile  *hostileState                    // hostile-tools, hostile-plugin: each tenant's write canary, per run
 	pluginSt *pluginState                     // what plugin-hosts learnt of the hosts
 	llmgw    *gatewayRun                      // the gateway family's gateway and controls
+	surfaces *surfacesState                   // what plugin-surfaces did and expects its plugins to have seen
 }
 
 type ownedConn struct {

@@ -49,6 +49,8 @@ func Faults() []Fault {
 		{"session-follows-id", "tenant-authz", invariants.Authz, "a live session obeys whichever connection names its id"},
 		{"save-key-launch-fallback", "settings-writes", invariants.WriteScope, "model.save_key also writes the launch profile's .env when the name is missing there"},
 		{"llm-facade-launch-provider", "plugin-hosts", invariants.Request, "a plugin's LLM facade call goes to the launch profile's provider with its key and model"},
+		{"global-hooks", "plugin-surfaces", invariants.File, "plugin hooks keyed process-wide: one tenant's hooks are given every tenant's tool calls and turns"},
+		{"global-memory", "plugin-surfaces", invariants.File, "memory providers keyed process-wide: one tenant's provider remembers every tenant's turns"},
 		// The defences against hostile tenants: the tool sandbox, containment,
 		// the plugin host's PID namespace and the fair scheduler.
 		{"no-tool-sandbox", "hostile-tools", invariants.Request, "the terminal runs unsandboxed: a tenant's tool reads the other homes and every process's environment"},

@@ -87,7 +87,7 @@ func TestStagingTargetFromRoster(t *testing.T) {
 	assert.Equal(t, map[string]Result{
 		"stdio-separate": Skipped, "pooled-serve": Pass, "concurrent-turns": Pass, "settings-writes": Skipped,
 		"profile-lifecycle": Skipped, "restart-resume": Skipped, "gateway": Skipped, "shell-reuse": Pass,
-		"plugin-hosts": Skipped, "tenant-authz": Pass, "profile-recreate": Skipped,
+		"plugin-hosts": Skipped, "plugin-surfaces": Skipped, "tenant-authz": Pass, "profile-recreate": Skipped,
 		"hostile-tools": Skipped, "hostile-plugin": Skipped, "noisy-neighbour": Pass,
 		"gateway-tenants": Skipped, "gateway-failover": Skipped, "gateway-routes": Skipped,
 	}, results)

@@ -78,6 +78,10 @@ func Run(ctx context.Context, t Turn, text string) (answer string, history []llm
 	if t.Tools != nil {
 		specs = t.Tools.Specs()
 	}
+	client, err := t.Tools.ModelClient(ctx, t.Env, t.Client)
+	if err != nil {
+		return "", history, err
+	}
 	mem := t.Tools.mem()
 	if mem != nil {
 		if extra := mem.Prefetch(ctx, t.Env, text); extra != "" {
@@ -96,7 +100,7 @@ func Run(ctx context.Context, t Turn, text string) (answer string, history []llm
 		}
 		msgs = append(msgs, Fit(Repair(history), t.ContextLength, len(t.System))...)
 		t.Tools.runHook(ctx, t.Env, HookPreLLMCall, map[string]any{"model": t.Model, "messages": len(msgs), "tools": len(specs)})
-		resp, err := t.Client.Stream(ctx, llm.Request{Model: t.Model, Messages: msgs, Tools: specs}, func(d string) {
+		resp, err := client.Stream(ctx, llm.Request{Model: t.Model, Messages: msgs, Tools: specs}, func(d string) {
 			emit("message.delta", map[string]any{"text": d})
 		})
 		post := map[string]any{"model": t.Model}

@@ -45,6 +45,7 @@ type Registry struct {
 	tools  map[string]Tool
 	hook   HookFunc
 	memory Memory
+	model  ModelProvider
 }
 
 // HookFunc runs the hooks registered for event (plugins' hooks, say) as
@@ -58,12 +59,99 @@ const (
 	HookPostLLMCall = "post_llm_call"
 )
 
-// Memory is a turn's memory: Run asks it before the turn for text to add
-// to the system prompt, and gives it the turn's exchange after. Neither
-// may fail the turn.
+// The session hook events StartSession and EndSession fire through the
+// registry's HookFunc.
+const (
+	HookSessionStart = "on_session_start"
+	HookSessionEnd   = "on_session_end"
+)
+
+// Memory is a session's memory: StartSession opens it for the session, Run
+// asks it before each turn for text to add to the system prompt and gives
+// it the turn's exchange after, EndSession closes it for the session. None
+// may fail the turn or the session.
 type Memory interface {
+	Start(ctx context.Context, env *Env)
 	Prefetch(ctx context.Context, env *Env, query string) string
 	Sync(ctx context.Context, env *Env, user, assistant string)
+	End(ctx context.Context, env *Env)
+}
+
+// HasSessionWork reports whether StartSession and EndSession do anything
+// (a hook function or a memory is set).
+func (r *Registry) HasSessionWork() bool {
+	if r == nil {
+		return false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.hook != nil || r.memory != nil
+}
+
+// StartSession runs the session start hooks (HookSessionStart) and opens
+// the memory for the session of env. The server calls it when a session
+// is created or resumed, once the session can take nested calls.
+func (r *Registry) StartSession(ctx context.Context, env *Env, payload map[string]any) {
+	if r == nil || env == nil {
+		return
+	}
+	if mem := r.mem(); mem != nil {
+		mem.Start(ctx, env)
+	}
+	r.runHook(ctx, env, HookSessionStart, sessionPayload(env, payload))
+}
+
+// EndSession runs the session end hooks (HookSessionEnd) and closes the
+// memory for the session of env. The server calls it when the session
+// ends: closed, its connection gone, its profile deleted, the server
+// stopping, a detached turn done.
+func (r *Registry) EndSession(ctx context.Context, env *Env, payload map[string]any) {
+	if r == nil || env == nil {
+		return
+	}
+	r.runHook(ctx, env, HookSessionEnd, sessionPayload(env, payload))
+	if mem := r.mem(); mem != nil {
+		mem.End(ctx, env)
+	}
+}
+
+func sessionPayload(env *Env, extra map[string]any) map[string]any {
+	p := map[string]any{"session_id": env.Session, "stored_session_id": env.Stored, "profile": env.Profile}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return p
+}
+
+// ModelProvider serves a profile's model calls from elsewhere than its
+// configured provider (a plugin's model provider, model.provider:
+// plugin:<name>).
+type ModelProvider interface {
+	// Client returns the client of env's session's model calls, made from
+	// base, the profile's own.
+	Client(ctx context.Context, env *Env, base *llm.Client) (*llm.Client, error)
+}
+
+// SetModelProvider sets the model provider of the registry's turns.
+func (r *Registry) SetModelProvider(p ModelProvider) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.model = p
+}
+
+// ModelClient is the client of env's session's model calls: base, or what
+// the registry's model provider makes of it.
+func (r *Registry) ModelClient(ctx context.Context, env *Env, base *llm.Client) (*llm.Client, error) {
+	if r == nil {
+		return base, nil
+	}
+	r.mu.RLock()
+	p := r.model
+	r.mu.RUnlock()
+	if p == nil {
+		return base, nil
+	}
+	return p.Client(ctx, env, base)
 }
 
 // SetMemory sets the memory Run consults.

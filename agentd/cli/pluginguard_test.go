@@ -373,6 +373,10 @@ func (mem) Prefetch(ctx context.Context, query string) (string, error) {
 	return "remembered " + strings.TrimSpace(string(b)), logLine("prefetch %s %s", plugin.SessionID(ctx), query)
 }
 
+func (mem) Shutdown(ctx context.Context, sessionID string) error {
+	return logLine("shutdown %s %s", sessionID, plugin.SessionID(ctx))
+}
+
 func (mem) SyncTurn(ctx context.Context, user, assistant string) error {
 	if err := os.WriteFile("memory.last", []byte(user), 0o600); err != nil {
 		return err

@@ -71,6 +71,7 @@ func All() []Name {
 		NoToolSandbox, EscapedProcess, HostSharedPIDNS, NoConnLimit}
 	all = append(all, detectFaults()...)
 	all = append(all, gatewayFaults()...)
+	all = append(all, surfaceFaults()...)
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	return all
 }

@@ -24,7 +24,7 @@ func TestFromEnv(t *testing.T) {
 	require.False(t, s.Has(GlobalCwd))
 	require.Equal(t, []string{"model-bleed", "shared-shell"}, s.Names())
 	seen := map[Name]bool{}
-	for _, n := range append(All(), detectFaults()...) {
+	for _, n := range append(append(All(), detectFaults()...), surfaceFaults()...) {
 		seen[n] = true
 		got, err := Parse(string(n))
 		require.NoError(t, err, "every listed fault parses")

@@ -106,6 +106,9 @@ type Client struct {
 	// Backoff is the wait before retry n (1-based) when the provider gave no
 	// Retry-After; 250ms doubling up to 5s when nil.
 	Backoff func(n int) time.Duration
+	// ExtraBody holds fields added to every request body (a plugin model
+	// provider's BuildExtraBody); they never replace the request's own.
+	ExtraBody map[string]any
 }
 
 func (c *Client) backoff(n int, err error) time.Duration {
@@ -133,6 +136,11 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 		StreamOptions: &streamOptions{IncludeUsage: true}})
 	if err != nil {
 		return Response{}, fmt.Errorf("encode chat request: %w", err)
+	}
+	if len(c.ExtraBody) > 0 {
+		if body, err = withExtra(body, c.ExtraBody); err != nil {
+			return Response{}, err
+		}
 	}
 	var lastErr error
 	for attempt := 1; attempt <= c.MaxRetries+1; attempt++ {
@@ -162,6 +170,29 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 		}
 	}
 	return Response{Attempts: c.MaxRetries + 1}, fmt.Errorf("chat completion: %d attempts failed: %w", c.MaxRetries+1, lastErr)
+}
+
+// withExtra adds the fields of extra that body does not have.
+func withExtra(body []byte, extra map[string]any) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("encode chat request: %w", err)
+	}
+	for k, v := range extra {
+		if _, ok := m[k]; ok {
+			continue
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("encode chat request: extra body field %q: %w", k, err)
+		}
+		m[k] = b
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode chat request: %w", err)
+	}
+	return out, nil
 }
 
 func retryable(err error) bool {

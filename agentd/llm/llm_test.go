@@ -160,3 +160,16 @@ func TestHangEndsWithContext(t *testing.T) {
 	_, err := c.Stream(cctx, Request{Model: "m", Messages: []Message{{Role: "user", Content: "x"}}, Tools: tools}, nil)
 	require.True(t, errors.Is(err, context.Canceled), "got %v", err)
 }
+
+func TestExtraBodyAddsFieldsButNeverReplacesTheRequests(t *testing.T) {
+	t.Parallel()
+	srv := provider(t, fakellm.Text("hi"))
+	c := client(srv)
+	c.ExtraBody = map[string]any{"reasoning": map[string]any{"effort": "low"}, "model": "not-this-one", "stream": false}
+	_, err := c.Stream(ctx(t), Request{Model: "m1", Messages: []Message{{Role: "user", Content: "x"}}}, nil)
+	require.NoError(t, err)
+	body := srv.Requests()[0].Body
+	require.Equal(t, map[string]any{"effort": "low"}, body["reasoning"])
+	require.Equal(t, "m1", body["model"], "an extra field replaced the request's own")
+	require.Equal(t, true, body["stream"])
+}

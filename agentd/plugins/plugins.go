@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/host"
 	"github.com/tenantcanary/tenantcanary/isolation"
 	"github.com/tenantcanary/tenantcanary/plugin"
+	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
 )
 
 // Options configure how a profile's plugins load.
@@ -61,7 +63,7 @@ func (l *loaded) Close() error {
 }
 
 // HasPlugins reports whether dir holds at least one plugin folder (a
-// subfolder with a plugin.yaml).
+// subfolder with a plugin.yaml, or one of model-providers/).
 func HasPlugins(dir string) bool {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -72,6 +74,9 @@ func HasPlugins(dir string) bool {
 			continue
 		}
 		if _, err := os.Stat(filepath.Join(dir, e.Name(), "plugin.yaml")); err == nil {
+			return true
+		}
+		if e.Name() == pluginload.ModelProvidersDir && HasPlugins(filepath.Join(dir, e.Name())) {
 			return true
 		}
 	}
@@ -163,7 +168,7 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 		return nil, "", err
 	}
 	l := v.(*loaded)
-	if l.lost != nil {
+	if l.lost != nil && l.loader != nil {
 		return lostLoader{Loader: l.loader, lost: l.lost}, l.mode, nil
 	}
 	return l.loader, l.mode, nil
@@ -258,18 +263,29 @@ func (l lostLoader) Call(ctx context.Context, session, tool string, args map[str
 func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts Options) (*agent.Registry, error) {
 	reg := agent.NewRegistry()
 	loader, _, lerr := Loader(sc, opts)
+	hooks := loader
+	if loader != nil && opts.Faults.Has(faults.GlobalHooks) {
+		hooks = globalHooks(loader) // the bug: hooks keyed process-wide
+	}
 	for _, t := range builtins {
 		if loader != nil {
-			t = &hooked{Tool: t, loader: loader, log: sc.Log}
+			t = &hooked{Tool: t, loader: hooks, log: sc.Log}
 		}
 		if err := reg.Register(t); err != nil {
 			return reg, err
 		}
 	}
+	// model.provider: plugin:<name> serves the turns' model calls from the
+	// profile's own plugins (and says why not when it cannot).
+	reg.SetModelProvider(&modelProvider{sc: sc, loader: loader})
 	if lerr != nil || loader == nil {
 		return reg, lerr
 	}
-	if mem := memoryOf(ctx, sc, loader); mem != nil {
+	mem := memoryOf(ctx, sc, loader)
+	if opts.Faults.Has(faults.GlobalMemory) {
+		mem = globalMemory(mem) // the bug: memory providers keyed process-wide
+	}
+	if mem != nil {
 		reg.SetMemory(mem)
 	}
 	reg.SetHook(func(ctx context.Context, env *agent.Env, event string, payload map[string]any) {
@@ -278,7 +294,7 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 			session = env.Session
 		}
 		payload["session_id"] = session
-		(&hooked{loader: loader, log: sc.Log}).hook(ctx, session, event, payload)
+		(&hooked{loader: hooks, log: sc.Log}).hook(ctx, session, event, payload)
 	})
 	logStatus(ctx, sc, loader)
 	specs, err := loader.Tools(ctx)
@@ -292,8 +308,13 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 		}
 	}
 	for _, spec := range specs {
-		if err := reg.Register(&hooked{Tool: &Tool{spec: spec, loader: loader}, loader: loader, log: sc.Log}); err != nil {
+		if err := reg.Register(&hooked{Tool: &Tool{spec: spec, loader: loader}, loader: hooks, log: sc.Log}); err != nil {
 			errs = append(errs, fmt.Errorf("plugin %s: %w", spec.Plugin, err))
+		}
+	}
+	if names := imageProvidersOf(ctx, sc, loader); len(names) > 0 {
+		if err := reg.Register(&hooked{Tool: &imageTool{loader: loader, providers: names}, loader: hooks, log: sc.Log}); err != nil {
+			errs = append(errs, fmt.Errorf("image providers %s: %w", strings.Join(names, ", "), err))
 		}
 	}
 	return reg, errors.Join(errs...)
@@ -420,4 +441,35 @@ func logStatus(ctx context.Context, sc *scope.Scope, loader host.Loader) {
 		}
 		return true, nil
 	})
+}
+
+// global is the process-wide state of the global-hooks and global-memory
+// faults (test-only): the first profile's hooks and memory serve every
+// profile.
+var global struct {
+	mu     sync.Mutex
+	hooks  host.Loader
+	memory *memory
+}
+
+// globalHooks is the loader the global-hooks fault runs every profile's
+// hooks in: the first one it was given.
+func globalHooks(l host.Loader) host.Loader {
+	global.mu.Lock()
+	defer global.mu.Unlock()
+	if global.hooks == nil {
+		global.hooks = l
+	}
+	return global.hooks
+}
+
+// globalMemory is the memory the global-memory fault gives every profile:
+// the first profile's that had one.
+func globalMemory(m *memory) *memory {
+	global.mu.Lock()
+	defer global.mu.Unlock()
+	if global.memory == nil && m != nil {
+		global.memory = m
+	}
+	return global.memory
 }

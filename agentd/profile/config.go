@@ -13,6 +13,12 @@ import (
 	"github.com/tenantcanary/tenantcanary/isolation"
 )
 
+// PluginProviderPrefix starts a model.provider served by a plugin model
+// provider of the profile's own: "plugin:<name>", name being the model's
+// ModelProfile.Name. Its base URL and key variables come from the plugin
+// when model.base_url and model.key_env do not set them.
+const PluginProviderPrefix = "plugin:"
+
 // Config is a profile's effective configuration: the managed scope
 // deep-merged over the profile's own config.yaml.
 type Config struct {
@@ -106,7 +112,7 @@ func (p Profile) LoadConfig() (*Config, error) {
 	if cfg.Terminal.Backend == "" {
 		cfg.Terminal.Backend = "local"
 	}
-	if cfg.Model.KeyEnv == "" && cfg.Model.Provider != "" {
+	if cfg.Model.KeyEnv == "" && cfg.Model.Provider != "" && !strings.HasPrefix(cfg.Model.Provider, PluginProviderPrefix) {
 		cfg.Model.KeyEnv = strings.ToUpper(cfg.Model.Provider) + "_API_KEY"
 	}
 	return cfg, nil

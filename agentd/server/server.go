@@ -163,7 +163,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.sessions = map[string]*Session{}
 	s.mu.Unlock()
-	closeSessions(sessions)
+	closeSessions(sessions, EndServerStop)
 	s.mu.Lock()
 	shared := s.shared
 	s.mu.Unlock()
@@ -185,12 +185,12 @@ func (s *Server) DropConn(connID string) {
 		}
 	}
 	s.mu.Unlock()
-	closeSessions(gone)
+	closeSessions(gone, EndDisconnected)
 }
 
 // closeSessions ends sessions a few at a time: a close waits for its
 // shell's processes to go, and a flooding connection may hold hundreds.
-func closeSessions(list []*Session) {
+func closeSessions(list []*Session, reason string) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
 	for _, sess := range list {
@@ -199,7 +199,7 @@ func closeSessions(list []*Session) {
 		go func() { // ends with the close
 			defer wg.Done()
 			defer func() { <-sem }()
-			sess.close()
+			sess.close(reason)
 		}()
 	}
 	wg.Wait()
@@ -244,6 +244,14 @@ func (s *Server) scopeFor(ctx context.Context, name string) (*scope.Scope, error
 		return nil, rpc.Errorf(rpc.CodeInternal, "open profile %q: %v", name, err)
 	}
 	return sc, nil
+}
+
+// toolsOf is the tools of sc's turns (Options.Tools).
+func (s *Server) toolsOf(sc *scope.Scope) *agent.Registry {
+	if s.opts.Tools != nil {
+		return s.opts.Tools(sc)
+	}
+	return s.registry
 }
 
 // ownedSession returns a live session the calling connection owns.
@@ -310,6 +318,7 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 		return nil, full
 	}
 	var history []llm.Message
+	resumed := stored != ""
 	if stored == "" {
 		st, err := sc.DB.CreateSession(ctx, store.Session{Profile: sc.Profile.Name, Model: snap.Config.Model.Default, Source: s.opts.Source})
 		if err != nil {
@@ -347,7 +356,9 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 	}
 	s.sessions[sess.ID] = sess
 	s.mu.Unlock()
-	sc.Log.Info("session open", "session", sess.ID, "stored", stored, "resumed", len(history) > 0, "model", snap.Config.Model.Default)
+	// Registered first, so the start hooks' nested calls run as it.
+	sess.start(ctx, s.toolsOf(sc), map[string]any{"resumed": resumed, "source": s.opts.Source})
+	sc.Log.Info("session open", "session", sess.ID, "stored", stored, "resumed", resumed, "model", snap.Config.Model.Default)
 	return &sessionResult{
 		SessionID: sess.ID, StoredSessionID: stored, Messages: len(history),
 		Info: sessionInfo{Model: model, ProfileName: sc.Profile.Name, Cwd: snap.Config.Terminal.Cwd},
@@ -409,7 +420,7 @@ func (s *Server) sessionClose(ctx context.Context, c *rpc.Call) (any, error) {
 	s.mu.Lock()
 	delete(s.sessions, sess.ID)
 	s.mu.Unlock()
-	sess.close()
+	sess.close(EndClosed)
 	return map[string]any{"ok": true}, nil
 }
 
@@ -515,10 +526,7 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string, ticket
 		emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
 		return "", err
 	}
-	tools := s.registry
-	if s.opts.Tools != nil {
-		tools = s.opts.Tools(sc)
-	}
+	tools := s.toolsOf(sc)
 	sess.mu.Lock()
 	history := sess.history
 	sess.mu.Unlock()
@@ -650,8 +658,9 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 		s.mu.Lock()
 		delete(s.sessions, sess.ID)
 		s.mu.Unlock()
-		sess.close()
+		sess.close(EndDetachedDone)
 	}()
+	sess.start(ctx, s.toolsOf(sc), map[string]any{"resumed": false, "source": d.Source})
 	sc.Log.Info("detached turn start", "source", d.Source, "title", d.Title, "session", sess.ID)
 	return s.runTurn(ctx, sess, d.Text, ticket)
 }
@@ -821,7 +830,7 @@ func (s *Server) profilesDelete(ctx context.Context, c *rpc.Call) (any, error) {
 		}
 	}
 	s.mu.Unlock()
-	closeSessions(gone)
+	closeSessions(gone, EndProfileDelete)
 	s.pool.Drop(p.Name)
 	if err := s.opts.Homes.Delete(p.Name); err != nil {
 		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.delete: %v", err)
@@ -997,11 +1006,7 @@ func (s *Server) DispatchTool(ctx context.Context, sessionID, tool string, args 
 	if err != nil {
 		return "", fmt.Errorf("dispatch %s: %w", tool, err)
 	}
-	tools := s.registry
-	if s.opts.Tools != nil {
-		tools = s.opts.Tools(sc)
-	}
-	t, ok := tools.Get(tool)
+	t, ok := s.toolsOf(sc).Get(tool)
 	if !ok {
 		return "", fmt.Errorf("dispatch: %w %q in profile %q", ErrUnknownTool, tool, sc.Profile.Name)
 	}
@@ -1062,7 +1067,11 @@ func (s *Server) Facade(ctx context.Context, sessionID, facade, method string, a
 		if err != nil {
 			return "", fmt.Errorf("facade llm.complete: %w", err)
 		}
-		resp, err := sc.Client(snap).Stream(ctx, llm.Request{Model: snap.Config.Model.Default,
+		client, err := s.toolsOf(sc).ModelClient(ctx, sess.hookEnv(), sc.Client(snap))
+		if err != nil {
+			return "", fmt.Errorf("facade llm.complete: %w", err)
+		}
+		resp, err := client.Stream(ctx, llm.Request{Model: snap.Config.Model.Default,
 			Messages: []llm.Message{{Role: "user", Content: args[0]}}}, nil)
 		if err != nil {
 			return "", fmt.Errorf("facade llm.complete: %w", err)

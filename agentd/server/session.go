@@ -11,7 +11,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/tenantcanary/tenantcanary/agentd/agent"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
@@ -42,6 +44,7 @@ type Session struct {
 	sandboxFor func(cwd string) (*sandbox.Policy, error) // the sandbox of a shell in cwd; nil: none
 	cancelTurn context.CancelFunc
 	state      map[string]string // the plugins' state facade of this session
+	lifecycle  *agent.Registry   // the tools whose session hooks and memory StartSession ran
 
 	// Seeded faults (test-only; see package faults).
 	broadcast   func(frame []byte)                          // broadcast-events
@@ -138,18 +141,80 @@ func (s *Session) shellFor(ctx context.Context, snap *scope.Snapshot) (*terminal
 	return sh, nil
 }
 
-// close ends the session: cancels its turn and kills its shell.
-func (s *Session) close() {
+// Why a session ended, as its session end hooks are told (payload
+// "reason").
+const (
+	EndClosed        = "closed"          // session.close
+	EndDisconnected  = "disconnected"    // its connection went
+	EndProfileDelete = "profile deleted" // profiles.delete of its profile
+	EndServerStop    = "server stopped"  // Shutdown
+	EndDetachedDone  = "turn done"       // a cron job's or gateway request's turn ended
+)
+
+// lifecycleTimeout bounds a session's start or end hooks and memory calls,
+// so a wedged plugin host cannot hold a session.create or a shutdown.
+const lifecycleTimeout = 10 * time.Second
+
+// hookEnv is what the session's start and end hooks run as: the session,
+// with no shell (an ending session starts none).
+func (s *Session) hookEnv() *agent.Env {
+	return &agent.Env{Session: s.ID, Stored: s.Stored, Profile: s.Scope.Profile.Name, Home: s.Scope.Profile.Home}
+}
+
+// start runs the session start hooks and opens the plugins' memory for
+// the session, in its profile's own plugins (tools is its profile's).
+func (s *Session) start(ctx context.Context, tools *agent.Registry, payload map[string]any) {
+	if !tools.HasSessionWork() {
+		return // no plugins: nothing to start, or to end
+	}
 	s.mu.Lock()
+	s.lifecycle = tools
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimeout)
+	defer cancel()
+	tools.StartSession(ctx, s.hookEnv(), payload)
+}
+
+// close ends the session: cancels its turn, kills its shell, and runs its
+// session end hooks and shuts its memory down (once, and only if it was
+// started) once the turn has returned.
+func (s *Session) close(reason string) {
+	s.mu.Lock()
+	already := s.closed
 	s.closed = true
 	sh := s.shell
 	cancel := s.cancelTurn
+	tools := s.lifecycle
+	s.lifecycle = nil
 	s.mu.Unlock()
 	if cancel != nil {
 		cancel()
 	}
 	if sh != nil {
-		_ = sh.Close()
+		_ = sh.Close() // ends the turn's tool command too, so the turn returns
+	}
+	if tools != nil && !already {
+		ctx, cancelHooks := context.WithTimeout(context.Background(), lifecycleTimeout)
+		if cancel != nil {
+			s.awaitTurn(ctx) // its last hooks and memory sync come before the end
+		}
+		tools.EndSession(ctx, s.hookEnv(), map[string]any{"reason": reason})
+		cancelHooks()
+	}
+}
+
+// awaitTurn waits, until ctx ends, for the session's cancelled turn to
+// return. The goroutine waiting on the turn's lock ends when the turn does.
+func (s *Session) awaitTurn(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		s.turn.Lock()
+		s.turn.Unlock()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }
 

@@ -51,6 +51,7 @@ type _plugin_MemoryProvider struct {
 	WIsAvailable func(ctx context.Context) bool
 	WName        func() string
 	WPrefetch    func(ctx context.Context, query string) (string, error)
+	WShutdown    func(ctx context.Context, sessionID string) error
 	WSyncTurn    func(ctx context.Context, user string, assistant string) error
 }
 
@@ -61,6 +62,9 @@ func (W _plugin_MemoryProvider) IsAvailable(ctx context.Context) bool { return W
 func (W _plugin_MemoryProvider) Name() string                         { return W.WName() }
 func (W _plugin_MemoryProvider) Prefetch(ctx context.Context, query string) (string, error) {
 	return W.WPrefetch(ctx, query)
+}
+func (W _plugin_MemoryProvider) Shutdown(ctx context.Context, sessionID string) error {
+	return W.WShutdown(ctx, sessionID)
 }
 func (W _plugin_MemoryProvider) SyncTurn(ctx context.Context, user string, assistant string) error {
 	return W.WSyncTurn(ctx, user, assistant)

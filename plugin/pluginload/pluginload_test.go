@@ -34,6 +34,7 @@ func (m *mem) Prefetch(ctx context.Context, q string) (string, error) {
 	return q + ":" + strconv.Itoa(m.level), nil
 }
 func (m *mem) SyncTurn(ctx context.Context, u, a string) error { return nil }
+func (m *mem) Shutdown(ctx context.Context, s string) error { return nil }
 
 func Register(ctx plugin.Context) error {
 	if err := ctx.RegisterTool(plugin.Tool{Name: "pid", Handler: func(args map[string]any) (string, error) {

@@ -1,0 +1,602 @@
+package scenarios
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// SurfacesPlugin is the plugin every tenant of plugin-surfaces gets: hooks
+// at every point agentd fires them and a memory provider, each writing
+// what it was given into the plugin's own home.
+const SurfacesPlugin = "canarysurfaces"
+
+// The files the surfaces plugin writes, relative to its host's working
+// folder (the profile's home): every hook and memory call, one JSON line
+// each, and the memory provider's state.
+const (
+	surfacesObserved = "surfaces/observed.jsonl"
+	surfacesModelLog = "surfaces/model.jsonl" // the model provider's (a plugin of its own)
+	surfacesMemory   = "surfaces/memory.json"
+)
+
+// SurfacesModel is the model-provider plugin every tenant of
+// plugin-surfaces gets, and the model it registers (model.provider:
+// plugin:canarysurfaces-model). Its BuildExtraBody records the session it
+// builds for and adds surfacesExtra to the request.
+const (
+	SurfacesModel = "canarysurfaces-model"
+	surfacesExtra = "canary_surface"
+)
+
+// surfacesImagePrompt starts a user text that makes the responder call
+// image_generate with the rest as the prompt.
+const surfacesImagePrompt = "IMAGE "
+
+// surfacesHooks are the hook events the plugin registers: every point
+// agentd fires hooks at.
+var surfacesHooks = []string{"pre_tool_call", "post_tool_call", "pre_llm_call", "post_llm_call", "on_session_start", "on_session_end"}
+
+// surfacesSource is the plugin's Go source, interpreted by yaegi in the
+// tenant's plugin host. Its memory provider remembers every turn synced to
+// it (in its home) and offers them back on prefetch.
+var surfacesSource = `package canarysurfaces
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+var mu sync.Mutex
+
+func record(c context.Context, kind, event string, data map[string]any) error {
+	mu.Lock()
+	defer mu.Unlock()
+	if err := os.MkdirAll("surfaces", 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile("` + surfacesObserved + `", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b, err := json.Marshal(map[string]any{"kind": kind, "event": event, "session": plugin.SessionID(c), "pid": os.Getpid(), "data": data})
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(b, '\n'))
+	return err
+}
+
+type turn struct {
+	Session   string ` + "`json:\"session\"`" + `
+	User      string ` + "`json:\"user\"`" + `
+	Assistant string ` + "`json:\"assistant\"`" + `
+}
+
+func remembered() []turn {
+	var ts []turn
+	b, err := os.ReadFile("` + surfacesMemory + `")
+	if err == nil {
+		_ = json.Unmarshal(b, &ts)
+	}
+	return ts
+}
+
+type mem struct{}
+
+func (mem) Name() string                         { return "` + SurfacesPlugin + `" }
+func (mem) IsAvailable(ctx context.Context) bool { return true }
+
+func (mem) Initialize(ctx context.Context, session string) error {
+	return record(ctx, "memory", "initialize", map[string]any{"session_id": session})
+}
+
+func (mem) Prefetch(ctx context.Context, query string) (string, error) {
+	mu.Lock()
+	ts := remembered()
+	mu.Unlock()
+	var users []string
+	for _, t := range ts {
+		users = append(users, t.User)
+	}
+	if err := record(ctx, "memory", "prefetch", map[string]any{"query": query}); err != nil {
+		return "", err
+	}
+	if len(users) == 0 {
+		return "", nil
+	}
+	return "remembered: " + strings.Join(users, " | "), nil
+}
+
+func (mem) SyncTurn(ctx context.Context, user, assistant string) error {
+	mu.Lock()
+	ts := append(remembered(), turn{Session: plugin.SessionID(ctx), User: user, Assistant: assistant})
+	b, err := json.Marshal(ts)
+	if err == nil {
+		err = os.MkdirAll("surfaces", 0o700)
+	}
+	if err == nil {
+		err = os.WriteFile("` + surfacesMemory + `", b, 0o600)
+	}
+	mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return record(ctx, "memory", "sync_turn", map[string]any{"user": user, "assistant": assistant})
+}
+
+func (mem) Shutdown(ctx context.Context, session string) error {
+	return record(ctx, "memory", "shutdown", map[string]any{"session_id": session})
+}
+
+// hook is made by a function of its own: the interpreter's closures in a
+// loop share the loop's variable.
+func hook(event string) plugin.Hook {
+	return func(c context.Context, p map[string]any) error { return record(c, "hook", event, p) }
+}
+
+type img struct{}
+
+func (img) Name() string { return "` + SurfacesPlugin + `" }
+
+func (img) Generate(ctx context.Context, prompt string, options map[string]any) (map[string]any, error) {
+	if err := record(ctx, "image", "generate", map[string]any{"prompt": prompt, "options": options}); err != nil {
+		return nil, err
+	}
+	return map[string]any{"image": "drawn:" + prompt, "pid": os.Getpid(), "session": plugin.SessionID(ctx)}, nil
+}
+
+func Register(ctx plugin.Context) error {
+	for _, ev := range []string{"` + strings.Join(surfacesHooks, `", "`) + `"} {
+		if err := ctx.RegisterHook(ev, hook(ev)); err != nil {
+			return err
+		}
+	}
+	if err := ctx.RegisterImageGenProvider(img{}); err != nil {
+		return err
+	}
+	return ctx.RegisterMemoryProvider(mem{})
+}
+`
+
+// surfacesModelSource is the model-provider plugin: the base URL and key
+// stay the profile's (model.base_url and model.key_env set them), its
+// BuildExtraBody records the call and marks the request.
+var surfacesModelSource = `package canarysurfacesmodel
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+type mp struct{}
+
+func (mp) Profile() plugin.ModelProfile { return plugin.ModelProfile{Name: "` + SurfacesModel + `"} }
+
+func (mp) BuildExtraBody(ctx context.Context, session string) (map[string]any, error) {
+	if err := os.MkdirAll("surfaces", 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile("` + surfacesModelLog + `", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := json.Marshal(map[string]any{"kind": "model", "event": "build_extra_body", "session": plugin.SessionID(ctx), "pid": os.Getpid(),
+		"data": map[string]any{"session_id": session}})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		return nil, err
+	}
+	return map[string]any{"` + surfacesExtra + `": map[string]any{"session": session, "pid": os.Getpid()}}, nil
+}
+
+func Register(ctx plugin.Context) error { return ctx.RegisterModelProvider(mp{}) }
+`
+
+// surfacesResponder answers an IMAGE prompt with an image_generate call,
+// and everything else as the default responder does.
+func surfacesResponder(t *tenants.Tenant) fakellm.Responder {
+	def := tenants.DefaultResponder(t)
+	return func(r fakellm.Record) fakellm.Response {
+		msgs := r.Messages()
+		if n := len(msgs); n > 0 {
+			if role, _ := msgs[n-1]["role"].(string); role == "user" {
+				text, _ := msgs[n-1]["content"].(string)
+				if prompt, ok := strings.CutPrefix(text, surfacesImagePrompt); ok {
+					return fakellm.ToolCall("image_generate", map[string]any{"prompt": prompt, "options": map[string]any{"size": "64x64"}})
+				}
+			}
+			if role, _ := msgs[n-1]["role"].(string); role == "tool" {
+				if name, _ := msgs[n-1]["name"].(string); name == "image_generate" {
+					return fakellm.Text("drawn for " + t.Name)
+				}
+			}
+		}
+		return def(r)
+	}
+}
+
+// surfaceRecord is one line the surfaces plugin wrote.
+type surfaceRecord struct {
+	Kind    string         `json:"kind"`  // hook, memory
+	Event   string         `json:"event"` // the hook event or the memory method
+	Session string         `json:"session"`
+	Pid     int            `json:"pid"`
+	Data    map[string]any `json:"data"`
+	raw     string
+}
+
+// surfacesState is what plugin-surfaces keeps between phases.
+type surfacesState struct {
+	sandboxed bool
+	hostPid   map[string]int      // each tenant's plugin host before the kill
+	turns     map[string][]string // the canaries each tenant's turns carried
+	closed    map[string][]string // each tenant's sessions that ended
+	images    map[string][]string // the canaries each tenant's image prompts carried
+	killed    bool
+}
+
+// surfacesRecords reads what t's plugin wrote so far.
+func (e *Env) surfacesRecords(t *tenants.Tenant) []surfaceRecord {
+	e.T.Helper()
+	var out []surfaceRecord
+	for _, name := range []string{surfacesObserved, surfacesModelLog} {
+		b, err := os.ReadFile(filepath.Join(t.Home, name))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			var r surfaceRecord
+			if json.Unmarshal(sc.Bytes(), &r) == nil {
+				r.raw = sc.Text()
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// sessionOwners maps every live session id the scenario opened to its
+// tenant.
+func (e *Env) sessionOwners() map[string]*tenants.Tenant {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]*tenants.Tenant{}
+	for _, s := range e.sessions {
+		out[s.info.SessionID] = s.tenant
+	}
+	return out
+}
+
+// surfaceTurn runs one turn of t's session sid whose text carries a fresh
+// canary of t (the memory provider must remember it) and whose tools run
+// the env probe (the tool hooks must see it).
+func (e *Env) surfaceTurn(c *harness.Conn, t *tenants.Tenant, sid string) {
+	e.T.Helper()
+	mark, err := t.Mint("surface_turn")
+	if err != nil {
+		e.T.Fatalf("%v", err)
+	}
+	e.surfaces.turns[t.Name] = append(e.surfaces.turns[t.Name], mark.Value)
+	e.ExpectSnapshots(t, 1)
+	e.Prompt(c, t, sid, "Run the environment probe, and remember "+mark.Value+".")
+}
+
+// checkSurfaces checks what every tenant's hooks and memory provider saw:
+// only calls of its own sessions, in its own host (positive controls: its
+// own turns, tool calls and canaries are there). Foreign canaries in what
+// they wrote are the file scan's findings; foreign sessions are this
+// check's (every record is checked again in every phase).
+func (e *Env) checkSurfaces(phase string) {
+	e.T.Helper()
+	st := e.surfaces
+	owners := e.sessionOwners()
+	for _, t := range e.Tenants {
+		recs := e.surfacesRecords(t)
+		where := invariants.Where{Path: filepath.Join(t.Home, surfacesObserved), Label: "plugin " + SurfacesPlugin + " of " + t.Name}
+		seen := map[string]bool{}
+		bySession := map[string]bool{} // event + " " + session id
+		pids := map[int]bool{}
+		var all strings.Builder
+		for _, r := range recs {
+			seen[r.Kind+"/"+r.Event] = true
+			bySession[r.Event+" "+r.Session] = true
+			pids[r.Pid] = true
+			all.WriteString(r.raw + "\n")
+			if r.Pid == e.Server.Pid() {
+				e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Where: where,
+					Detail: fmt.Sprintf("the %s %s ran inside the pooled server's process (pid %d)", r.Kind, r.Event, r.Pid)})
+			}
+			sids := []string{r.Session}
+			if s, _ := r.Data["session_id"].(string); s != "" {
+				sids = append(sids, s)
+			}
+			for _, sid := range sids {
+				owner := owners[sid]
+				switch {
+				case sid == "":
+					e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name, Where: where,
+						Detail: fmt.Sprintf("the %s %s ran as no session", r.Kind, r.Event)})
+				case owner == nil:
+					e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name, Where: where,
+						Detail: fmt.Sprintf("the %s %s ran for session %s, which is none of the scenario's", r.Kind, r.Event, sid)})
+				case owner != t:
+					e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name, Owner: owner.Name, Where: where,
+						Detail: fmt.Sprintf("%s's %s %s ran for %s's session %s", t.Name, r.Kind, r.Event, owner.Name, sid)})
+				}
+			}
+		}
+		control := func(ok bool, what string) {
+			if !ok {
+				e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: where,
+					Detail: phase + ": " + what})
+			}
+		}
+		// Positive controls: every hook point and memory method ran, and
+		// what they were given is this tenant's own.
+		for _, ev := range surfacesHooks {
+			if ev != "on_session_end" { // checked per ended session below
+				control(seen["hook/"+ev], "the "+ev+" hook never ran")
+			}
+		}
+		for _, m := range []string{"initialize", "prefetch", "sync_turn"} {
+			control(seen["memory/"+m], "the memory provider's "+m+" never ran")
+		}
+		text := all.String()
+		control(strings.Contains(text, t.Model()), "the model call hooks never saw its own model")
+		control(strings.Contains(text, t.Value(tenants.ShellState)), "the tool call hooks never saw its own probe command")
+		control(strings.Contains(text, t.Value(tenants.EnvMarker)), "the tool call hooks never saw its own env marker in a result")
+		for _, mark := range st.turns[t.Name] {
+			control(strings.Contains(text, mark), "the memory provider was never given its own turn carrying "+mark)
+		}
+		for sid, owner := range owners {
+			if owner == t {
+				control(bySession["on_session_start "+sid], "no session start hook ran as its session "+sid)
+			}
+		}
+		for _, sid := range st.closed[t.Name] {
+			control(bySession["on_session_end "+sid], "no session end hook ran as its session "+sid)
+			control(bySession["shutdown "+sid], "the memory provider was never shut down for its session "+sid)
+		}
+		for _, mark := range st.images[t.Name] {
+			control(bySession["generate "+e.Sessions[t.Name].SessionID] && strings.Contains(text, mark),
+				"the image provider was never given its own prompt "+mark+" as its session")
+			control(e.requestHas(t, "drawn:"+mark), "the image provider's result for "+mark+" never reached its own provider")
+		}
+		control(seen["model/build_extra_body"], "the model provider's BuildExtraBody never ran")
+		e.checkExtraBody(t, owners)
+		// The memory provider's state is in its own home, with its own
+		// turns.
+		state, err := os.ReadFile(filepath.Join(t.Home, surfacesMemory))
+		control(err == nil, fmt.Sprintf("the memory provider kept no state in its home (%v)", err))
+		for _, mark := range st.turns[t.Name] {
+			control(bytes.Contains(state, []byte(mark)), "the memory provider's state lacks its own turn "+mark)
+		}
+		if len(st.turns[t.Name]) > 1 {
+			control(e.remembered(t, st.turns[t.Name][0]), "no later turn's request carried what the memory provider remembered")
+		}
+		if len(pids) == 0 {
+			continue
+		}
+		if _, ok := st.hostPid[t.Name]; !ok {
+			st.hostPid[t.Name] = recs[0].Pid
+		}
+		if st.killed {
+			var list []int
+			for p := range pids {
+				list = append(list, p)
+			}
+			sort.Ints(list)
+			control(len(pids) > 1, fmt.Sprintf("every record came from one host (%v): its killed host was never replaced", list))
+			main := e.Sessions[t.Name].SessionID
+			reinit := false
+			for _, r := range recs {
+				reinit = reinit || (r.Event == "initialize" && r.Session == main && r.Pid != st.hostPid[t.Name])
+			}
+			control(reinit, "the memory provider of the host that replaced the killed one was never initialised for session "+main)
+		}
+	}
+}
+
+// requestHas reports whether a request on t's provider carries s.
+func (e *Env) requestHas(t *tenants.Tenant, s string) bool {
+	for _, r := range t.Requests() {
+		if bytes.Contains(r.RawBody, []byte(s)) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkExtraBody checks the extra body t's model provider put on each of
+// its model calls: there (positive control), built for a session of t's.
+func (e *Env) checkExtraBody(t *tenants.Tenant, owners map[string]*tenants.Tenant) {
+	where := invariants.Where{Label: "model calls of " + t.Name}
+	for _, r := range t.Requests() {
+		if r.Kind != fakellm.KindMain {
+			continue
+		}
+		extra, _ := r.Body[surfacesExtra].(map[string]any)
+		sid, _ := extra["session"].(string)
+		switch owner := owners[sid]; {
+		case extra == nil:
+			e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: where,
+				Detail: fmt.Sprintf("model call %d carries no %s: model.provider plugin:%s did not build it", r.Seq, surfacesExtra, SurfacesModel)})
+		case owner == nil:
+			e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name, Where: where,
+				Detail: fmt.Sprintf("model call %d's extra body was built for session %q, none of the scenario's", r.Seq, sid)})
+		case owner != t:
+			e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name, Owner: owner.Name, Where: where,
+				Detail: fmt.Sprintf("model call %d's extra body was built for %s's session %s", r.Seq, owner.Name, sid)})
+		}
+	}
+}
+
+// remembered reports whether a request on t's provider carries what its
+// memory provider offers back for mark (prefetch reached the turn's
+// system prompt).
+func (e *Env) remembered(t *tenants.Tenant, mark string) bool {
+	for _, r := range t.Requests() {
+		if bytes.Contains(r.RawBody, []byte("remembered: ")) && bytes.Contains(r.RawBody, []byte(mark)) {
+			return true
+		}
+	}
+	return false
+}
+
+// installSurfacesPlugin puts the surfaces plugin into every tenant's home,
+// in host mode, under bubblewrap where it works.
+func (e *Env) installSurfacesPlugin() {
+	e.T.Helper()
+	st := e.surfaces
+	if why := bwrapUnusable(e); why != "" {
+		e.skip("plugin_sandbox", why+": the plugin hosts ran under agentd's default launcher only")
+	} else {
+		st.sandboxed = true
+	}
+	for _, t := range e.Tenants {
+		plugins := map[string]any{"enabled": []any{SurfacesPlugin, SurfacesModel}, "isolation": "host"}
+		if st.sandboxed {
+			launcher := []any{}
+			for _, a := range bwrapLauncher(e.Box.Root, t, e.Box.Set.Layout.ProfilesDir) {
+				launcher = append(launcher, a)
+			}
+			plugins["host"] = map[string]any{"launcher": launcher}
+		}
+		model := "plugins/model-providers/" + SurfacesModel + "/"
+		err := e.Box.WriteHome(t, tenants.HomeExtras{
+			Config: map[string]any{"plugins": plugins, "model": map[string]any{"provider": "plugin:" + SurfacesModel}},
+			Files: map[string]string{
+				"plugins/" + SurfacesPlugin + "/plugin.yaml": "name: " + SurfacesPlugin + "\nversion: \"1.0\"\nkind: general\n",
+				"plugins/" + SurfacesPlugin + "/plugin.go":   surfacesSource,
+				model + "plugin.yaml":                        "name: " + SurfacesModel + "\nversion: \"1.0\"\nkind: model-provider\n",
+				model + "plugin.go":                          surfacesModelSource,
+			},
+		})
+		if err != nil {
+			e.T.Fatalf("install the surfaces plugin for %s: %v", t.Name, err)
+		}
+	}
+}
+
+// waitSurface waits until t's plugin recorded event for session sid (its
+// end hooks run as the session closes, the server stops).
+func (e *Env) waitSurface(t *tenants.Tenant, event, sid string) {
+	e.T.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, r := range e.surfacesRecords(t) {
+			if r.Event == event && (r.Session == sid || r.Data["session_id"] == sid) {
+				return
+			}
+		}
+		if time.Now().After(deadline) || !sleepCtx(e.Ctx, 25*time.Millisecond) {
+			// A missing record is the positive control's finding
+			// (checkSurfaces), not a harness failure: a faulty target
+			// records it elsewhere.
+			return
+		}
+	}
+}
+
+func pluginSurfaces() Spec {
+	return Spec{
+		ID:        "plugin-surfaces",
+		Purpose:   "a plugin per tenant with hooks at every point, a memory, an image and a model provider sees only its own tenant's sessions, turns and tool calls, before and after its host dies",
+		Backends:  []harness.Backend{harness.BackendServe},
+		Focus:     []Invariant{Requests, Files},
+		Snapshots: perTenant(0),
+		Timeout:   5 * time.Minute,
+		Needs:     []Need{NeedFiles, NeedPlugins, NeedRestart},
+		Responder: surfacesResponder,
+		Phases: []Phase{
+			{Name: "install", Run: func(e *Env) {
+				e.surfaces = &surfacesState{hostPid: map[string]int{}, turns: map[string][]string{}, closed: map[string][]string{},
+					images: map[string][]string{}}
+				e.installSurfacesPlugin()
+				e.ServePerTenant()
+				e.OpenSessions()
+			}},
+			{Name: "turns", Run: func(e *Env) {
+				for round := 0; round < 2; round++ {
+					for _, t := range e.permuted(e.Tenants) {
+						e.surfaceTurn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID)
+					}
+				}
+				for _, t := range e.permuted(e.Tenants) {
+					mark, err := t.Mint("surface_image")
+					if err != nil {
+						e.T.Fatalf("%v", err)
+					}
+					e.surfaces.images[t.Name] = append(e.surfaces.images[t.Name], mark.Value)
+					e.Prompt(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, surfacesImagePrompt+mark.Value)
+				}
+				e.checkSurfaces("before the hosts die")
+			}},
+			{Name: "kill-hosts", Run: func(e *Env) {
+				st := e.surfaces
+				for _, t := range e.Tenants {
+					pid := st.hostPid[t.Name]
+					if pid <= 0 || pid == e.Server.Pid() {
+						e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name,
+							Where:  invariants.Where{Label: "plugin host of " + t.Name},
+							Detail: "no plugin host of " + t.Name + " was seen to kill: the host-death check was not made"})
+						continue
+					}
+					killPid(pid)
+				}
+				st.killed = true
+				for _, t := range e.permuted(e.Tenants) {
+					e.surfaceTurn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID)
+				}
+				e.checkSurfaces("after the hosts died")
+			}},
+			{Name: "session-end", Run: func(e *Env) {
+				st := e.surfaces
+				for _, t := range e.Tenants {
+					c := e.Conns[t.Name]
+					s := e.CreateSession(c, t)
+					e.surfaceTurn(c, t, s.SessionID)
+					e.CloseSession(c, s.SessionID)
+					st.closed[t.Name] = append(st.closed[t.Name], s.SessionID)
+					e.waitSurface(t, "on_session_end", s.SessionID)
+					e.waitSurface(t, "shutdown", s.SessionID)
+				}
+				e.checkSurfaces("after a session closed")
+			}},
+			{Name: "server-stop", Run: func(e *Env) {
+				st := e.surfaces
+				e.StopServe(e.Server)
+				for _, t := range e.Tenants {
+					st.closed[t.Name] = append(st.closed[t.Name], e.Sessions[t.Name].SessionID)
+				}
+				e.checkSurfaces("after the server stopped")
+			}},
+		},
+	}
+}
