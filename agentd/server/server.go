@@ -225,6 +225,16 @@ func (s *Server) Register(d *rpc.Dispatcher) {
 	d.Handle("cron.list", s.cronList)
 }
 
+// callerScope is the scope of the profile a call addresses (name, or the
+// launch profile when empty), after the connection's binding allowed it.
+func (s *Server) callerScope(ctx context.Context, c *rpc.Call, name string) (*scope.Scope, error) {
+	name, err := s.profileFor(c, name)
+	if err != nil {
+		return nil, err
+	}
+	return s.scopeFor(ctx, name)
+}
+
 // scopeFor returns a profile's scope, mapping errors to protocol codes.
 func (s *Server) scopeFor(ctx context.Context, name string) (*scope.Scope, error) {
 	s.mu.Lock()
@@ -285,11 +295,7 @@ func (s *Server) target(ctx context.Context, c *rpc.Call, sessionID, profileName
 		// The session's profile may have been deleted since.
 		return s.scopeFor(ctx, sess.Scope.Profile.Name)
 	}
-	name, err := s.profileFor(c, profileName)
-	if err != nil {
-		return nil, err
-	}
-	return s.scopeFor(ctx, name)
+	return s.callerScope(ctx, c, profileName)
 }
 
 type sessionInfo struct {
@@ -372,11 +378,7 @@ func (s *Server) sessionCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := c.Bind(&p); err != nil {
 		return nil, err
 	}
-	name, err := s.profileFor(c, p.Profile)
-	if err != nil {
-		return nil, err
-	}
-	sc, err := s.scopeFor(ctx, name)
+	sc, err := s.callerScope(ctx, c, p.Profile)
 	if err != nil {
 		return nil, err
 	}
@@ -394,11 +396,7 @@ func (s *Server) sessionResume(ctx context.Context, c *rpc.Call) (any, error) {
 	if p.SessionID == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "session.resume: session_id (a stored session id) is required")
 	}
-	name, err := s.profileFor(c, p.Profile)
-	if err != nil {
-		return nil, err
-	}
-	sc, err := s.scopeFor(ctx, name)
+	sc, err := s.callerScope(ctx, c, p.Profile)
 	if err != nil {
 		return nil, err
 	}
@@ -872,11 +870,7 @@ func (s *Server) cronCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	if _, err := cron.ParseEvery(p.Every); err != nil {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.create: %v", err)
 	}
-	name, err := s.profileFor(c, p.Profile)
-	if err != nil {
-		return nil, err
-	}
-	sc, err := s.scopeFor(ctx, name)
+	sc, err := s.callerScope(ctx, c, p.Profile)
 	if err != nil {
 		return nil, err
 	}
@@ -899,11 +893,7 @@ func (s *Server) cronTrigger(ctx context.Context, c *rpc.Call) (any, error) {
 	if p.ID == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: id is required")
 	}
-	name, err := s.profileFor(c, p.Profile)
-	if err != nil {
-		return nil, err
-	}
-	sc, err := s.scopeFor(ctx, name)
+	sc, err := s.callerScope(ctx, c, p.Profile)
 	if err != nil {
 		return nil, err
 	}
@@ -924,11 +914,7 @@ func (s *Server) cronList(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := c.Bind(&p); err != nil {
 		return nil, err
 	}
-	name, err := s.profileFor(c, p.Profile)
-	if err != nil {
-		return nil, err
-	}
-	sc, err := s.scopeFor(ctx, name)
+	sc, err := s.callerScope(ctx, c, p.Profile)
 	if err != nil {
 		return nil, err
 	}
