@@ -33,6 +33,21 @@ func TestTargetCheck(t *testing.T) {
 			assert.Contains(t, out, want)
 		}
 		assert.NotContains(t, out, "FAIL")
+		assert.NotContains(t, out, "warn")
+	})
+	t.Run("a leak on the way is a warning and exit 1", func(t *testing.T) {
+		t.Parallel()
+		code, out, errOut := runCLI(t, "target", "check", file(t, "files: true", "files: true\nenv: {DIALECT_LEAK: launch-env}"))
+		require.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+		for _, want := range []string{
+			"warn  session.create     session of alpha reports default's model",
+			"(launch_bleed)",
+			"warn  turn               of alpha failed, and its provider got requests carrying default's provider key",
+			"ok    turn               default:", "ok    stop", "the server leaked on the way",
+		} {
+			assert.Contains(t, out, want)
+		}
+		assert.NotContains(t, out, "FAIL")
 	})
 	t.Run("stdio backend, no ready event", func(t *testing.T) {
 		t.Parallel()

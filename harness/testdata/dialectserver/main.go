@@ -11,6 +11,10 @@
 //
 // With DIALECT_LEAK=1 it leaks: every reply.done of a named profile's
 // session carries the launch profile's .env values (a positive control).
+// With DIALECT_LEAK=launch-env it leaks as Hermes 0.18 does: a named
+// profile's session reports the launch profile's model, and its "${VAR}"
+// expands from the launch profile's .env (the process environment), so its
+// provider gets the launch key.
 package main
 
 import (
@@ -237,7 +241,13 @@ func (c *conn) serve(ctx context.Context, wg *sync.WaitGroup) {
 			s := &session{id: fmt.Sprintf("s%d", c.next), home: home, profile: who}
 			c.sessions[s.id] = s
 			c.mu.Unlock()
-			c.reply(req.ID, map[string]any{"sid": s.id, "meta": map[string]any{"model": cfg.Model.Default, "who": who}}, 0, "")
+			model := cfg.Model.Default
+			if launchEnvLeak() && who != "" {
+				if lc, err := readConfig(launchHome()); err == nil {
+					model = lc.Model.Default
+				}
+			}
+			c.reply(req.ID, map[string]any{"sid": s.id, "meta": map[string]any{"model": model, "who": who}}, 0, "")
 		case "say":
 			sid, _ := req.Params["sid"].(string)
 			text, _ := req.Params["message"].(string)
@@ -277,6 +287,8 @@ type config struct {
 		Cwd string `yaml:"cwd"`
 	} `yaml:"terminal"`
 }
+
+func launchEnvLeak() bool { return os.Getenv("DIALECT_LEAK") == "launch-env" }
 
 func readConfig(home string) (config, error) {
 	var cfg config
@@ -320,7 +332,11 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 		return
 	}
 	dotenv := readDotEnv(s.home)
-	key := varRE.ReplaceAllStringFunc(cfg.Model.Token, func(m string) string { return dotenv[m[2:len(m)-1]] })
+	keyEnv := dotenv
+	if launchEnvLeak() {
+		keyEnv = readDotEnv(launchHome())
+	}
+	key := varRE.ReplaceAllStringFunc(cfg.Model.Token, func(m string) string { return keyEnv[m[2:len(m)-1]] })
 	if !s.probed {
 		s.probed = true
 		// A metadata probe without a key, as real clients make.
