@@ -35,6 +35,12 @@ type Target struct {
 	Gateway     []string `yaml:"gateway"`      // e.g. [agentd, gateway, --host, "{host}", --port, "0"]
 	ProfileRoot []string `yaml:"profile_root"` // prints where named profiles resolve; checked before any write
 	CronTick    []string `yaml:"cron_tick"`    // fires due cron jobs of every profile once
+	// Preflight, when set, runs once before the catalog, with the
+	// environment of every target process; a non-zero exit says the target
+	// cannot be certified on this machine (the embedded agentd's is
+	// `agentd sandbox check`: no tool sandbox works here) and stops the run
+	// with its output, exit 2.
+	Preflight []string `yaml:"preflight"`
 
 	ReadyLine string            `yaml:"ready_line"` // regexp with groups (host, port) on a serve/gateway stdout
 	TokenVar  string            `yaml:"token_var"`  // the variable that hands the serve backend its token
@@ -104,6 +110,7 @@ func AgentdTarget(argv0 string, prefix ...string) Target {
 		Gateway:     cmd("gateway", "--host", "{host}", "--port", "0"),
 		ProfileRoot: cmd("profile", "root"),
 		CronTick:    cmd("cron", "tick"),
+		Preflight:   cmd("sandbox", "check"),
 		ReadyLine:   DefaultReadyLine,
 		TokenVar:    "AGENTD_SESSION_TOKEN",
 		Env:         map[string]string{"AGENTD_MANAGED_DIR": "{root}/managed"},
@@ -175,7 +182,7 @@ func (t *Target) Validate() error {
 	if t.Managed != nil && !strings.HasPrefix(t.ManagedDir, "{root}/") {
 		errs = append(errs, fmt.Errorf("managed needs managed_dir inside the sandbox ({root}/...), not %q", t.ManagedDir))
 	}
-	for _, argv := range [][]string{t.Stdio, t.Serve, t.Gateway, t.ProfileRoot, t.CronTick} {
+	for _, argv := range [][]string{t.Stdio, t.Serve, t.Gateway, t.ProfileRoot, t.CronTick, t.Preflight} {
 		for _, a := range argv {
 			if i := strings.Index(a, "{"); i >= 0 && !knownPlaceholder(a[i:]) {
 				errs = append(errs, fmt.Errorf("argument %q: unknown placeholder (known: {host} {port} {cron_interval} {root})", a))

@@ -86,7 +86,7 @@ var commands = []Command{
 	{"cron", "cron create|trigger|list|tick", runCron},
 	{"plugins", "plugins audit DIR [--json]: the static pool-safety audit of a plugin's source", runPlugins},
 	{"plugin-host", "serve one profile's plugins on stdin/stdout (started by agentd itself)", runPluginHost},
-	{"sandbox", "sandbox check: which tool sandboxes (terminal.sandbox) work here, and why the others do not", runSandbox},
+	{"sandbox", "sandbox check [--profile NAME]: which tool sandboxes work here, why the others do not, and whether the profile's terminal.sandbox runs in one (exit 1 when not)", runSandbox},
 	{sandbox.LauncherCommand, "run a command in a profile's Landlock sandbox as its subreaper (started by agentd itself)", runSandboxExec},
 	{"version", "print the version", func(_ context.Context, env *Env, _ []string) int {
 		fmt.Fprintln(env.Stdout, versionLine())
@@ -440,13 +440,42 @@ func runPluginHost(ctx context.Context, env *Env, args []string) int {
 	return ExitOK
 }
 
-// runSandbox is `agentd sandbox check`.
+// runSandbox is `agentd sandbox check [--profile NAME]`: which modes work
+// here, and whether the profile's terminal.sandbox (the managed scope's
+// pin first) runs in one. It writes nothing: the launch home need not
+// exist.
 func runSandbox(_ context.Context, env *Env, args []string) int {
-	if len(args) != 1 || args[0] != "check" {
-		fmt.Fprintln(env.Stderr, "usage: agentd sandbox check")
+	const use = "usage: agentd sandbox check [--profile NAME]"
+	if len(args) == 0 || args[0] != "check" {
+		fmt.Fprintln(env.Stderr, use)
 		return ExitUsage
 	}
-	return sandbox.Check(env.Stdout)
+	fs := flag.NewFlagSet("agentd sandbox check", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	name := fs.String("profile", profile.LaunchName, "judge this profile's terminal.sandbox")
+	if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 {
+		fmt.Fprintln(env.Stderr, use)
+		return ExitUsage
+	}
+	h, err := homes(env)
+	if err != nil {
+		return fail(env, "%v", err)
+	}
+	p := profile.Profile{Name: profile.LaunchName, Home: h.Launch, Managed: h.Managed}
+	if *name != profile.LaunchName {
+		if p, err = h.Get(*name); err != nil {
+			return fail(env, "%v", err)
+		}
+	}
+	set, err := p.TerminalSandbox()
+	if err != nil {
+		return fail(env, "%v", err)
+	}
+	c := sandbox.Configured{Mode: set.Mode, Pinned: set.Pinned, From: set.From}
+	if p.Name != profile.LaunchName {
+		c.Profile = p.Name
+	}
+	return sandbox.Check(env.Stdout, c)
 }
 
 // runSandboxExec is the Landlock launcher child (see sandbox.RunLauncher).

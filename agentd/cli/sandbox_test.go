@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -203,9 +204,45 @@ func TestSandboxCheckCommand(t *testing.T) {
 	} else {
 		require.Equal(t, 1, code, out)
 	}
+	require.Contains(t, out, "the launch profile: terminal.sandbox is auto (the default)")
 	_, errOut, code := w.run("sandbox", "nope")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "usage: agentd sandbox check")
+}
+
+// TestSandboxCheckJudgesTheConfiguredMode: the check judges what the
+// operator pinned, not only what works: bwrap pinned where bubblewrap
+// cannot be found fails (exit 1, naming the pin and the reason), none
+// pinned by the operator passes (the operator allowed it), none chosen by
+// a profile itself fails.
+func TestSandboxCheckJudgesTheConfiguredMode(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	managed := filepath.Join(w.managed, "config.yaml")
+	noBwrap := t.TempDir() // a PATH with no bwrap on it
+	writeFile(t, managed, "terminal:\n  sandbox: bwrap\n")
+	w.extraEnv = []string{"PATH=" + noBwrap}
+	out, _, code := w.run("sandbox", "check")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "terminal.sandbox is bwrap (pinned by the operator in "+managed+") and it cannot run here")
+	require.Contains(t, out, "bubblewrap is not installed")
+
+	writeFile(t, managed, "terminal:\n  sandbox: none\n")
+	out, _, code = w.run("sandbox", "check")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "as the operator allowed")
+
+	require.NoError(t, os.Remove(managed))
+	require.NoError(t, os.MkdirAll(filepath.Join(w.launch, "profiles", "beta"), 0o700))
+	writeFile(t, filepath.Join(w.launch, "profiles", "beta", "config.yaml"), "terminal:\n  sandbox: none\n")
+	out, _, code = w.run("sandbox", "check", "--profile", "beta")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "profile beta: terminal.sandbox is none (set in ")
+	require.Contains(t, out, "refuse the terminal of every profile but the launch one")
+
+	_, errOut, code := w.run("sandbox", "check", "--profile", "nosuch")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "nosuch")
 }
 
 // TestPluginHostUnderLandlock: with terminal.sandbox: landlock the default

@@ -5,11 +5,22 @@ import (
 	"io"
 )
 
+// Configured is a profile's terminal.sandbox as Check judges it.
+type Configured struct {
+	Profile string // the profile it was read for
+	Mode    Mode   // the configured value (auto when nothing sets it)
+	Pinned  bool   // set by the managed (operator) scope
+	From    string // the file it came from; "" for the default
+}
+
 // Check prints which modes work here and why the others do not (`agentd
-// sandbox check`), and what auto resolves to. It returns 0 when some
-// sandbox works, 1 when auto finds none (pooled serving then refuses
-// terminals of every profile but the launch one).
-func Check(w io.Writer) int {
+// sandbox check`), what auto resolves to, and what c runs as. It returns 0
+// when c runs in a sandbox, or when the operator pinned none (terminals
+// then run unconfined by the operator's choice); 1 when it cannot: c names
+// a mode that cannot run here, or resolves to none without the operator's
+// say-so (pooled serving then refuses the terminal of every profile but the
+// launch one).
+func Check(w io.Writer, c Configured) int {
 	for _, m := range []Mode{Bwrap, Landlock} {
 		if err := Available(m); err != nil {
 			fmt.Fprintf(w, "%-8s no: %v\n", m, err)
@@ -22,12 +33,41 @@ func Check(w io.Writer) int {
 			fmt.Fprintf(w, "%-8s ok: Landlock ABI %d, subreaper launcher\n", m, ABI())
 		}
 	}
-	eff, err := Effective(Auto)
-	if err != nil {
+	if eff, err := Effective(Auto); err != nil {
 		fmt.Fprintf(w, "auto     -> none: %v\n", err)
+	} else {
+		fmt.Fprintf(w, "auto     -> %s\n", eff)
+	}
+	if c.Mode == "" {
+		c.Mode = Auto
+	}
+	from := "the default"
+	switch {
+	case c.Pinned:
+		from = "pinned by the operator in " + c.From
+	case c.From != "":
+		from = "set in " + c.From
+	}
+	name := c.Profile
+	if name == "" {
+		name = "the launch profile"
+	} else {
+		name = "profile " + name
+	}
+	eff, why, err := Resolve(c.Mode)
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "%s: terminal.sandbox is %s (%s) and it cannot run here: %v\n", name, c.Mode, from, err)
+		return 1
+	case eff != None:
+		fmt.Fprintf(w, "%s: terminal.sandbox is %s (%s) -> %s\n", name, c.Mode, from, eff)
+		return 0
+	case c.Pinned:
+		fmt.Fprintf(w, "%s: terminal.sandbox is none (%s): terminals run with no sandbox, as the operator allowed\n", name, from)
+		return 0
+	default:
+		fmt.Fprintf(w, "%s: terminal.sandbox is %s (%s) -> none: %s\n", name, c.Mode, from, why)
 		fmt.Fprintln(w, "pooled serve and gateway refuse the terminal of every profile but the launch one, unless the managed scope sets terminal.sandbox: none")
 		return 1
 	}
-	fmt.Fprintf(w, "auto     -> %s\n", eff)
-	return 0
 }

@@ -437,6 +437,28 @@ func Available(m Mode) error {
 	return nil
 }
 
+// Resolve is the mode a configured value m runs as here. Auto resolves as
+// Effective does (None, with why, when nothing works); bwrap and landlock
+// come back as they are, or an error wrapping ErrUnavailable when they
+// cannot run here; None comes back with why ("terminal.sandbox is none").
+func Resolve(m Mode) (eff Mode, why string, err error) {
+	switch m {
+	case Auto, "":
+		eff, err := Effective(Auto)
+		if err != nil {
+			return None, err.Error(), nil
+		}
+		return eff, "", nil
+	case Bwrap, Landlock:
+		if err := Available(m); err != nil {
+			return None, "", err
+		}
+		return m, "", nil
+	default:
+		return None, "terminal.sandbox is none", nil
+	}
+}
+
 // Effective resolves Auto to the best mode that works here: bwrap, else
 // landlock, else None with the reasons (an error wrapping ErrUnavailable).
 // Other modes come back as they are.

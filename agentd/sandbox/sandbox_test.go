@@ -281,8 +281,8 @@ func TestParseMode(t *testing.T) {
 func TestCheckNamesEveryMode(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
-	code := sandbox.Check(&b)
-	for _, m := range []string{"bwrap", "landlock", "auto"} {
+	code := sandbox.Check(&b, sandbox.Configured{})
+	for _, m := range []string{"bwrap", "landlock", "auto", "the launch profile: terminal.sandbox is auto (the default)"} {
 		require.Contains(t, b.String(), m)
 	}
 	if _, err := sandbox.Effective(sandbox.Auto); err == nil {
@@ -290,6 +290,41 @@ func TestCheckNamesEveryMode(t *testing.T) {
 	} else {
 		require.Equal(t, 1, code, b.String())
 	}
+}
+
+// TestResolve: auto resolves as Effective does; a named mode that cannot
+// run is an error, never a silent downgrade; none is none, with why.
+func TestResolve(t *testing.T) {
+	t.Parallel()
+	eff, why, err := sandbox.Resolve(sandbox.Auto)
+	require.NoError(t, err)
+	if want, werr := sandbox.Effective(sandbox.Auto); werr == nil {
+		require.Equal(t, want, eff)
+		require.Empty(t, why)
+	} else {
+		require.Equal(t, sandbox.None, eff)
+		require.Contains(t, why, "no sandbox works here")
+	}
+	for _, m := range []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock} {
+		eff, _, err := sandbox.Resolve(m)
+		if sandbox.Available(m) == nil {
+			require.NoError(t, err)
+			require.Equal(t, m, eff)
+		} else {
+			require.ErrorIs(t, err, sandbox.ErrUnavailable)
+		}
+	}
+	eff, why, err = sandbox.Resolve(sandbox.None)
+	require.NoError(t, err)
+	require.Equal(t, sandbox.None, eff)
+	require.Equal(t, "terminal.sandbox is none", why)
+
+	var b bytes.Buffer
+	require.Equal(t, 0, sandbox.Check(&b, sandbox.Configured{Mode: sandbox.None, Pinned: true, From: "/etc/agentd/config.yaml"}), b.String())
+	require.Contains(t, b.String(), "as the operator allowed")
+	b.Reset()
+	require.Equal(t, 1, sandbox.Check(&b, sandbox.Configured{Profile: "beta", Mode: sandbox.None, From: "beta/config.yaml"}), b.String())
+	require.Contains(t, b.String(), "profile beta: terminal.sandbox is none (set in beta/config.yaml) -> none")
 }
 
 // TestKilledLauncherStillEndsTheTree: a supervisor that SIGKILLs the

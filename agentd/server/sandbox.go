@@ -35,20 +35,12 @@ func (s *Server) shellSandbox(sc *scope.Scope, cwd string) (*sandbox.Policy, err
 	if err != nil {
 		return nil, fmt.Errorf("terminal of profile %q: %w", p.Name, err)
 	}
-	mode, why := set.Mode, ""
-	switch mode {
-	case sandbox.Auto:
-		m, err := sandbox.Effective(sandbox.Auto)
-		mode = m
-		if err != nil {
-			why = err.Error()
-		}
-	case sandbox.Bwrap, sandbox.Landlock:
-		if err := sandbox.Available(mode); err != nil {
-			return nil, fmt.Errorf("terminal of profile %q: terminal.sandbox is %s (in %s) and it cannot run here: %w", p.Name, mode, set.From, err)
-		}
-	default:
-		why = "terminal.sandbox is none in " + set.From
+	mode, why, err := sandbox.Resolve(set.Mode)
+	if err != nil {
+		return nil, fmt.Errorf("terminal of profile %q: terminal.sandbox is %s (in %s) and it cannot run here: %w", p.Name, set.Mode, set.From, err)
+	}
+	if set.Mode == sandbox.None {
+		why += " in " + set.From
 	}
 	if mode == sandbox.None && s.pooled() && p.Name != profile.LaunchName && !(set.Pinned && set.Mode == sandbox.None) {
 		return nil, fmt.Errorf("%w for profile %q: it would run with no sandbox (%s), and a pooled agentd runs the terminal of a profile other than the launch one only in a sandbox; "+

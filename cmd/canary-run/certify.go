@@ -171,9 +171,11 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	var reports []scenarios.Report
 	var runErr error
 	if !o.selfTest {
-		reports, runErr = runWork(ctx, out, o, stderr, func(work string) ([]scenarios.Report, error) {
-			return scenarios.RunCatalog(ctx, scenarios.Default(), catalogConfig(o, target, work, stderr))
-		})
+		if runErr = preflight(ctx, out, o, target, stderr); runErr == nil {
+			reports, runErr = runWork(ctx, out, o, stderr, func(work string) ([]scenarios.Report, error) {
+				return scenarios.RunCatalog(ctx, scenarios.Default(), catalogConfig(o, target, work, stderr))
+			})
+		}
 	}
 	var power *certificate.DetectionPower
 	var selfErr error
@@ -213,6 +215,23 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	}
 	fmt.Fprintf(stdout, "certificate: %s\n", filepath.Join(out, certificate.JSONFile))
 	return certificate.ExitCode(cert.Verdict)
+}
+
+// preflight runs the target's preflight check (the embedded agentd's: a
+// tool sandbox works here) in the run's work tree and prints what it said.
+// An error means nothing can be certified with this target here.
+func preflight(ctx context.Context, out string, o certifyOptions, target harness.Target, stderr io.Writer) error {
+	if len(target.Preflight) == 0 {
+		return nil
+	}
+	_, err := runWork(ctx, out, o, stderr, func(work string) (struct{}, error) {
+		text, err := harness.Preflight(ctx, target, filepath.Join(work, "preflight"))
+		if err == nil {
+			fmt.Fprintf(stderr, "canary-run: preflight of %s passed:\n%s\n", target.Name, text)
+		}
+		return struct{}{}, err
+	})
+	return err
 }
 
 // runWork runs fn in a work tree: DIR/work when kept, else a temporary
@@ -264,6 +283,9 @@ func selfTest(ctx context.Context, out string, o certifyOptions, stdout, stderr 
 	target, _, err := loadTarget("agentd")
 	if err != nil {
 		return nil, err
+	}
+	if err := preflight(ctx, out, o, target, stderr); err != nil {
+		return nil, fmt.Errorf("self-test: %w", err)
 	}
 	fmt.Fprintln(stderr, "canary-run: self-test: every seeded fault of the embedded agentd, and the same scenarios clean")
 	res, err := runWork(ctx, out, o, stderr, func(work string) (scenarios.SelfTestResult, error) {

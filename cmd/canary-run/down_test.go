@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/certificate"
+	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/internal/syncio"
 	"github.com/tenantcanary/tenantcanary/scenarios"
 )
@@ -53,4 +54,57 @@ func TestATargetThatCannotStartStopsTheRun(t *testing.T) {
 	}
 	require.Equal(t, 1, ran, "one scenario tried the target; stdout:\n%s", &stdout)
 	require.Equal(t, len(c.Scenarios)-1, notRun, "the rest did not wait for it; stdout:\n%s", &stdout)
+}
+
+// TestNoSandboxHereStopsTheRun: the embedded agentd's preflight (`agentd
+// sandbox check`) fails when the tool sandbox the operator pinned cannot
+// run on this machine (here: bwrap pinned, no bubblewrap on PATH). The run
+// says so and exits 2 before any scenario: no certificate can be earned
+// without the defence the hostile scenarios test. The same target with
+// `none` pinned by the operator passes the preflight (its hostile
+// scenarios then fail honestly, which TestWeakenedTarget covers).
+func TestNoSandboxHereStopsTheRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	agentd := harness.AgentdTarget(exe, "agentd")
+	require.Equal(t, []string{exe, "agentd", "sandbox", "check"}, agentd.Preflight, "the embedded target checks its sandbox first")
+	// env is the target's environment on top of the hermetic one: the
+	// bwrap run gets a PATH with no bwrap on it.
+	write := func(pin, env string) string {
+		path := filepath.Join(dir, pin+".yaml")
+		require.NoError(t, os.WriteFile(path, []byte(strings.Join([]string{
+			"name: agentd-pinned-" + pin,
+			"stdio: [" + exe + ", agentd, tui]",
+			"profile_root: [" + exe + ", agentd, profile, root]",
+			"preflight: [" + exe + ", agentd, sandbox, check]",
+			"files: true",
+			"env: {AGENTD_MANAGED_DIR: '{root}/managed'" + env + "}",
+			"managed_dir: '{root}/managed'",
+			"managed: {terminal: {sandbox: " + pin + "}}",
+			"",
+		}, "\n")), 0o644))
+		return path
+	}
+	out := filepath.Join(dir, "out")
+	var stdout, stderr syncio.Buffer
+	code := dispatch(t.Context(), []string{"--target", write("bwrap", ", PATH: '"+dir+"'"), "--no-self-test", "--run", "^stdio-separate$", "--out", out},
+		strings.NewReader(""), &stdout, &stderr, noEnv)
+	require.Equal(t, 2, code, "stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
+	c := readCertificate(t, out)
+	require.Equal(t, certificate.Failed, c.Verdict)
+	require.Empty(t, c.Scenarios, "no scenario ran")
+	summary, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	require.NoError(t, err)
+	for _, want := range []string{"cannot be certified here", "terminal.sandbox is bwrap (pinned by the operator", "bubblewrap is not installed"} {
+		require.Contains(t, string(summary), want)
+	}
+
+	var stdout2, stderr2 syncio.Buffer
+	code = dispatch(t.Context(), []string{"--target", write("none", ""), "--no-self-test", "--run", "^stdio-separate$", "--out", filepath.Join(dir, "out-none")},
+		strings.NewReader(""), &stdout2, &stderr2, noEnv)
+	require.Contains(t, stderr2.String(), "preflight of agentd-pinned-none passed", "stdout:\n%s\nstderr:\n%s", &stdout2, &stderr2)
+	require.Contains(t, stderr2.String(), "as the operator allowed")
+	require.Equal(t, 0, code, "stdio-separate needs no sandbox; stdout:\n%s\nstderr:\n%s", &stdout2, &stderr2)
 }
