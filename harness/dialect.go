@@ -349,6 +349,39 @@ func (d *Dialect) probeResponder() func(*tenants.Tenant) fakellm.Responder {
 	return func(t *tenants.Tenant) fakellm.Responder { return tenants.ProbeResponder(t, pt.Name, pt.Arg) }
 }
 
+// shellTool makes a scenario's responder speak the dialect's probe tool:
+// every call of terminal{command} it answers with (an attack's shell
+// command, the default probe) becomes a call of the dialect's tool with
+// the command in its argument. The identity dialect keeps resp as it is.
+func (d *Dialect) shellTool(resp func(*tenants.Tenant) fakellm.Responder) func(*tenants.Tenant) fakellm.Responder {
+	pt := d.WithDefaults().ProbeTool
+	if pt.Name == "terminal" && pt.Arg == "command" {
+		return resp
+	}
+	return func(t *tenants.Tenant) fakellm.Responder {
+		r := resp(t)
+		return func(rec fakellm.Record) fakellm.Response {
+			out := r(rec)
+			for i, c := range out.Calls {
+				if c.Name != "terminal" {
+					continue
+				}
+				var cmd any
+				switch a := c.Args.(type) {
+				case map[string]any:
+					cmd = a["command"]
+				case map[string]string:
+					cmd = a["command"]
+				}
+				if cmd != nil {
+					out.Calls[i].Name, out.Calls[i].Args = pt.Name, map[string]any{pt.Arg: cmd}
+				}
+			}
+			return out
+		}
+	}
+}
+
 // UnsupportedError is a logical operation the target declared it cannot do.
 type UnsupportedError struct {
 	Op     string

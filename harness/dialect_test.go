@@ -11,6 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
 func TestDialectParsesEveryFormOfMethod(t *testing.T) {
@@ -140,4 +143,32 @@ func TestWaitHealthySendsTheTokenAsDeclared(t *testing.T) {
 	err := tg.WaitHealthy(ctx, srv.URL, token)
 	assert.ErrorContains(t, err, "HTTP 401")
 	assert.NoError(t, (&Target{}).WaitHealthy(ctx, srv.URL, token), "no health check")
+}
+
+// TestShellToolRenamesTerminalCalls: a scenario's own responder (the
+// hostile tenants' attacks) calls terminal{command}; a dialect whose shell
+// tool is exec{cmd} gets the same command as exec{cmd}, and other calls and
+// texts pass unchanged. agentd's dialect keeps the responder as it is.
+func TestShellToolRenamesTerminalCalls(t *testing.T) {
+	t.Parallel()
+	resp := func(*tenants.Tenant) fakellm.Responder {
+		return func(r fakellm.Record) fakellm.Response {
+			if r.EndsWithToolResult() {
+				return fakellm.Text("done")
+			}
+			return fakellm.ToolCalls(
+				fakellm.Call{Name: "terminal", Args: map[string]any{"command": "cat /etc/hostname"}},
+				fakellm.Call{Name: "terminal", Args: map[string]string{"command": "env"}},
+				fakellm.Call{Name: "plugin_probe", Args: map[string]any{"command": "x"}})
+		}
+	}
+	d := Dialect{ProbeTool: ProbeTool{Name: "exec", Arg: "cmd"}}
+	got := d.shellTool(resp)(nil)(fakellm.Record{})
+	require.Len(t, got.Calls, 3)
+	assert.Equal(t, fakellm.Call{Name: "exec", Args: map[string]any{"cmd": "cat /etc/hostname"}}, got.Calls[0])
+	assert.Equal(t, fakellm.Call{Name: "exec", Args: map[string]any{"cmd": "env"}}, got.Calls[1])
+	assert.Equal(t, "plugin_probe", got.Calls[2].Name)
+	var agentd Dialect
+	kept := agentd.shellTool(resp)(nil)(fakellm.Record{})
+	assert.Equal(t, "terminal", kept.Calls[0].Name)
 }

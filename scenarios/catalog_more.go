@@ -213,7 +213,17 @@ func profileLifecycle() Spec {
 				op := e.DialOperator(e.Server)
 				e.Call(op, "profiles.delete", map[string]any{"name": name}, nil)
 				e.MarkDeleted(g)
-				e.UnknownProfile(op, name)
+				// The deleted name is asked for by the operator, except on a
+				// server declaring that an unknown profile falls back to the
+				// launch profile: that session is the launch tenant's, so
+				// it is asked on the launch tenant's own connection (the
+				// operator's is nobody's: the launch tenant's canaries
+				// would be findings there).
+				ask := op
+				if e.Box.Target.Dialect.WithDefaults().Behaviours.UnknownProfile == harness.UnknownProfileFallback {
+					ask = e.Conns[e.Launch().Name]
+				}
+				e.UnknownProfile(ask, name)
 				// Every other profile still serves, on the same process.
 				for _, t := range e.Tenants {
 					if t.Name != name {
