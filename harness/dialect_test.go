@@ -27,9 +27,14 @@ dialect:
     prompt.submit: {method: say, params: {sid: "{session_id}", text: "{text}", n: 3}}
     profiles.create: {hook: [mk, "{name}"], hook_env: {WHO: "{tenant}"}}
     cron.create: {unsupported: no cron}
+    config.set.cwd: {method: cwd.set, by_profile: {hook: [setcwd, "{value}"]}}
 `))
 	require.NoError(t, err)
 	m := tg.Dialect.Methods
+	cwd := m["config.set.cwd"]
+	assert.Equal(t, "cwd.set", cwd.forCall(map[string]any{"session_id": "s1", "value": "/w"}).Method)
+	assert.Equal(t, []string{"setcwd", "{value}"}, cwd.forCall(map[string]any{"profile": "alpha", "value": "/w"}).Hook)
+	assert.Equal(t, "say", m["prompt.submit"].forCall(map[string]any{"profile": "alpha"}).Method, "no by_profile: the one mapping")
 	assert.Equal(t, "open", m["session.create"].Method)
 	assert.Equal(t, "say", m["prompt.submit"].Method)
 	assert.Equal(t, []string{"mk", "{name}"}, m["profiles.create"].Hook)
@@ -51,6 +56,7 @@ dialect:
     session.open: open
     prompt.submit: {method: say, unsupported: why}
     cron.list: {hook_env: {A: b}}
+    config.set.cwd: {method: m, by_profile: {method: a, hook: [b]}}
   behaviours: {unknown_profile: ignore}
   probe_tool: {name: exec}
   health: {path: health}
@@ -58,7 +64,7 @@ dialect:
 	require.Error(t, err)
 	for _, want := range []string{
 		`unknown operation "session.open"`, "prompt.submit: give exactly one of", "cron.list: give exactly one of",
-		"hook_env without hook", "{provder_key}", "unknown_profile \"ignore\"", "probe_tool: give both", "health.path",
+		"hook_env without hook", "config.set.cwd.by_profile: give exactly one of", "{provder_key}", "unknown_profile \"ignore\"", "probe_tool: give both", "health.path",
 	} {
 		assert.ErrorContains(t, err, want)
 	}

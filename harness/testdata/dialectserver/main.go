@@ -76,12 +76,44 @@ func run(args []string) error {
 			return errors.New("profile rm: DIALECT_WHO is not set")
 		}
 		return os.RemoveAll(filepath.Join(profilesRoot(), args[2]))
+	case len(args) == 3 && args[0] == "config" && args[1] == "cwd":
+		// Sets terminal.cwd of the profile whose home DIALECT_HOME is (the
+		// target file's by_profile hook of config.set cwd: the server's RPC
+		// has no settings methods).
+		return setConfigCwd(launchHome(), args[2])
 	case len(args) == 5 && args[0] == "serve" && args[1] == "--host" && args[3] == "--port":
 		return serve(args[2], args[4])
 	case len(args) == 1 && args[0] == "stdio":
 		return stdio()
 	}
-	return fmt.Errorf("usage: dialectserver root | profile add|rm NAME | serve --host H --port P (got %q)", args)
+	return fmt.Errorf("usage: dialectserver root | profile add|rm NAME | config cwd DIR | serve --host H --port P (got %q)", args)
+}
+
+func setConfigCwd(home, dir string) error {
+	path := filepath.Join(home, "config.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	cfg := map[string]any{}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	term, _ := cfg["terminal"].(map[string]any)
+	if term == nil {
+		term = map[string]any{}
+	}
+	term["cwd"] = dir
+	cfg["terminal"] = term
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		return err
+	}
+	fmt.Println(`{"ok":true}`)
+	return nil
 }
 
 func serve(host, port string) error {
