@@ -82,6 +82,25 @@ type MethodSpec struct {
 	// Unsupported is why the server cannot do this: the scenarios that
 	// need it are skipped with this reason.
 	Unsupported string `yaml:"unsupported"`
+	// ByProfile, when set, is what the operation becomes when the call
+	// addresses a profile rather than a session (a profile param and no
+	// session_id): for a server whose RPC takes only a session, a command
+	// run in the addressed profile's home, say.
+	ByProfile *MethodSpec `yaml:"by_profile"`
+}
+
+// forCall is the mapping of a call with logical params p: ByProfile when
+// set and p addresses a profile rather than a session.
+func (m MethodSpec) forCall(p map[string]any) MethodSpec {
+	if m.ByProfile == nil {
+		return m
+	}
+	sid, _ := p["session_id"].(string)
+	profile, _ := p["profile"].(string)
+	if sid == "" && profile != "" {
+		return *m.ByProfile
+	}
+	return m
 }
 
 // UnmarshalYAML takes a bare method name as well as the mapping.
@@ -187,20 +206,15 @@ func (d *Dialect) validate() []error {
 			errs = append(errs, fmt.Errorf("dialect.methods: unknown operation %q (known: %s)", op, strings.Join(LogicalOps, " ")))
 			continue
 		}
-		set := 0
-		for _, b := range []bool{m.Method != "", len(m.Hook) > 0, m.Unsupported != ""} {
-			if b {
-				set++
+		errs = append(errs, m.validate("dialect.methods."+op)...)
+		if bp := m.ByProfile; bp != nil {
+			errs = append(errs, bp.validate("dialect.methods."+op+".by_profile")...)
+			if bp.ByProfile != nil {
+				errs = append(errs, fmt.Errorf("dialect.methods.%s.by_profile: a by_profile cannot hold another", op))
 			}
-		}
-		if set != 1 {
-			errs = append(errs, fmt.Errorf("dialect.methods.%s: give exactly one of method, hook or unsupported", op))
 		}
 		if op == "plugins.install" && m.Unsupported == "" {
 			errs = append(errs, errors.New("dialect.methods.plugins.install: a capability, give only unsupported"))
-		}
-		if len(m.HookEnv) > 0 && len(m.Hook) == 0 {
-			errs = append(errs, fmt.Errorf("dialect.methods.%s: hook_env without hook", op))
 		}
 	}
 	if err := checkPlaceholders(d.Config, configVars); err != nil {
@@ -221,6 +235,24 @@ func (d *Dialect) validate() []error {
 		if h.Auth == "" {
 			h.Auth = "none"
 		}
+	}
+	return errs
+}
+
+// validate checks one mapping, named where in the messages.
+func (m MethodSpec) validate(where string) []error {
+	var errs []error
+	set := 0
+	for _, b := range []bool{m.Method != "", len(m.Hook) > 0, m.Unsupported != ""} {
+		if b {
+			set++
+		}
+	}
+	if set != 1 {
+		errs = append(errs, fmt.Errorf("%s: give exactly one of method, hook or unsupported", where))
+	}
+	if len(m.HookEnv) > 0 && len(m.Hook) == 0 {
+		errs = append(errs, fmt.Errorf("%s: hook_env without hook", where))
 	}
 	return errs
 }
@@ -347,6 +379,39 @@ func (d *Dialect) probeResponder() func(*tenants.Tenant) fakellm.Responder {
 		return nil
 	}
 	return func(t *tenants.Tenant) fakellm.Responder { return tenants.ProbeResponder(t, pt.Name, pt.Arg) }
+}
+
+// shellTool makes a scenario's responder speak the dialect's probe tool:
+// every call of terminal{command} it answers with (an attack's shell
+// command, the default probe) becomes a call of the dialect's tool with
+// the command in its argument. The identity dialect keeps resp as it is.
+func (d *Dialect) shellTool(resp func(*tenants.Tenant) fakellm.Responder) func(*tenants.Tenant) fakellm.Responder {
+	pt := d.WithDefaults().ProbeTool
+	if pt.Name == "terminal" && pt.Arg == "command" {
+		return resp
+	}
+	return func(t *tenants.Tenant) fakellm.Responder {
+		r := resp(t)
+		return func(rec fakellm.Record) fakellm.Response {
+			out := r(rec)
+			for i, c := range out.Calls {
+				if c.Name != "terminal" {
+					continue
+				}
+				var cmd any
+				switch a := c.Args.(type) {
+				case map[string]any:
+					cmd = a["command"]
+				case map[string]string:
+					cmd = a["command"]
+				}
+				if cmd != nil {
+					out.Calls[i].Name, out.Calls[i].Args = pt.Name, map[string]any{pt.Arg: cmd}
+				}
+			}
+			return out
+		}
+	}
 }
 
 // UnsupportedError is a logical operation the target declared it cannot do.

@@ -11,6 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
 func TestDialectParsesEveryFormOfMethod(t *testing.T) {
@@ -24,9 +27,14 @@ dialect:
     prompt.submit: {method: say, params: {sid: "{session_id}", text: "{text}", n: 3}}
     profiles.create: {hook: [mk, "{name}"], hook_env: {WHO: "{tenant}"}}
     cron.create: {unsupported: no cron}
+    config.set.cwd: {method: cwd.set, by_profile: {hook: [setcwd, "{value}"]}}
 `))
 	require.NoError(t, err)
 	m := tg.Dialect.Methods
+	cwd := m["config.set.cwd"]
+	assert.Equal(t, "cwd.set", cwd.forCall(map[string]any{"session_id": "s1", "value": "/w"}).Method)
+	assert.Equal(t, []string{"setcwd", "{value}"}, cwd.forCall(map[string]any{"profile": "alpha", "value": "/w"}).Hook)
+	assert.Equal(t, "say", m["prompt.submit"].forCall(map[string]any{"profile": "alpha"}).Method, "no by_profile: the one mapping")
 	assert.Equal(t, "open", m["session.create"].Method)
 	assert.Equal(t, "say", m["prompt.submit"].Method)
 	assert.Equal(t, []string{"mk", "{name}"}, m["profiles.create"].Hook)
@@ -48,6 +56,7 @@ dialect:
     session.open: open
     prompt.submit: {method: say, unsupported: why}
     cron.list: {hook_env: {A: b}}
+    config.set.cwd: {method: m, by_profile: {method: a, hook: [b]}}
   behaviours: {unknown_profile: ignore}
   probe_tool: {name: exec}
   health: {path: health}
@@ -55,7 +64,7 @@ dialect:
 	require.Error(t, err)
 	for _, want := range []string{
 		`unknown operation "session.open"`, "prompt.submit: give exactly one of", "cron.list: give exactly one of",
-		"hook_env without hook", "{provder_key}", "unknown_profile \"ignore\"", "probe_tool: give both", "health.path",
+		"hook_env without hook", "config.set.cwd.by_profile: give exactly one of", "{provder_key}", "unknown_profile \"ignore\"", "probe_tool: give both", "health.path",
 	} {
 		assert.ErrorContains(t, err, want)
 	}
@@ -140,4 +149,32 @@ func TestWaitHealthySendsTheTokenAsDeclared(t *testing.T) {
 	err := tg.WaitHealthy(ctx, srv.URL, token)
 	assert.ErrorContains(t, err, "HTTP 401")
 	assert.NoError(t, (&Target{}).WaitHealthy(ctx, srv.URL, token), "no health check")
+}
+
+// TestShellToolRenamesTerminalCalls: a scenario's own responder (the
+// hostile tenants' attacks) calls terminal{command}; a dialect whose shell
+// tool is exec{cmd} gets the same command as exec{cmd}, and other calls and
+// texts pass unchanged. agentd's dialect keeps the responder as it is.
+func TestShellToolRenamesTerminalCalls(t *testing.T) {
+	t.Parallel()
+	resp := func(*tenants.Tenant) fakellm.Responder {
+		return func(r fakellm.Record) fakellm.Response {
+			if r.EndsWithToolResult() {
+				return fakellm.Text("done")
+			}
+			return fakellm.ToolCalls(
+				fakellm.Call{Name: "terminal", Args: map[string]any{"command": "cat /etc/hostname"}},
+				fakellm.Call{Name: "terminal", Args: map[string]string{"command": "env"}},
+				fakellm.Call{Name: "plugin_probe", Args: map[string]any{"command": "x"}})
+		}
+	}
+	d := Dialect{ProbeTool: ProbeTool{Name: "exec", Arg: "cmd"}}
+	got := d.shellTool(resp)(nil)(fakellm.Record{})
+	require.Len(t, got.Calls, 3)
+	assert.Equal(t, fakellm.Call{Name: "exec", Args: map[string]any{"cmd": "cat /etc/hostname"}}, got.Calls[0])
+	assert.Equal(t, fakellm.Call{Name: "exec", Args: map[string]any{"cmd": "env"}}, got.Calls[1])
+	assert.Equal(t, "plugin_probe", got.Calls[2].Name)
+	var agentd Dialect
+	kept := agentd.shellTool(resp)(nil)(fakellm.Record{})
+	assert.Equal(t, "terminal", kept.Calls[0].Name)
 }

@@ -41,6 +41,7 @@ func (c *RPC) callDialect(ctx context.Context, op string, params any, result any
 		return c.call(ctx, op, params, result)
 	}
 	logical := asMap(params)
+	spec = spec.forCall(logical)
 	var raw []byte
 	switch {
 	case spec.Unsupported != "":

@@ -72,6 +72,8 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 	opts.Tenants.Layout = target.Layout
 	if opts.Tenants.Responder == nil {
 		opts.Tenants.Responder = target.Dialect.probeResponder()
+	} else {
+		opts.Tenants.Responder = target.Dialect.shellTool(opts.Tenants.Responder)
 	}
 	var set *tenants.Set
 	if target.TenantsFile != "" {

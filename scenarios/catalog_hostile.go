@@ -218,7 +218,7 @@ func hostilePlugin() Spec {
 		Focus:     []Invariant{Requests, Files, ProcessEscape, Availability},
 		Snapshots: perTenant(2),
 		Timeout:   8 * time.Minute,
-		Needs:     []Need{NeedFiles, NeedRestart},
+		Needs:     []Need{NeedFiles, NeedRestart, NeedPlugins},
 		Responder: attack.Responder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) { e.startHostile(e.installHostilePlugin) }},

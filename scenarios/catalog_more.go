@@ -130,7 +130,10 @@ func settingsWrites() Spec {
 								e.T.Errorf("%s: the turn after config.set prompt does not carry the new prompt", t.Name)
 							}
 						case tenants.SavedKey:
-							if !strings.Contains(snap, strings.ToUpper(saveKeySlug(t))+"_API_KEY="+m.Value) {
+							// Under any <SLUG>_API_KEY: a dialect may map the
+							// save to a slug of its own (Hermes takes only
+							// the providers it knows).
+							if !strings.Contains(snap, "_API_KEY="+m.Value) {
 								e.T.Errorf("%s: the turn after model.save_key does not see the saved key", t.Name)
 							}
 						}
@@ -213,7 +216,17 @@ func profileLifecycle() Spec {
 				op := e.DialOperator(e.Server)
 				e.Call(op, "profiles.delete", map[string]any{"name": name}, nil)
 				e.MarkDeleted(g)
-				e.UnknownProfile(op, name)
+				// The deleted name is asked for by the operator, except on a
+				// server declaring that an unknown profile falls back to the
+				// launch profile: that session is the launch tenant's, so
+				// it is asked on the launch tenant's own connection (the
+				// operator's is nobody's: the launch tenant's canaries
+				// would be findings there).
+				ask := op
+				if e.Box.Target.Dialect.WithDefaults().Behaviours.UnknownProfile == harness.UnknownProfileFallback {
+					ask = e.Conns[e.Launch().Name]
+				}
+				e.UnknownProfile(ask, name)
 				// Every other profile still serves, on the same process.
 				for _, t := range e.Tenants {
 					if t.Name != name {

@@ -2,6 +2,9 @@ package scenarios
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -48,7 +51,7 @@ func dialectProbeSpec() Spec {
 		ID:        "dialect-probe",
 		Purpose:   "the dialect server's turns, tool events, metadata probes and fallback",
 		Backends:  []harness.Backend{harness.BackendServe},
-		Snapshots: perTenant(1),
+		Snapshots: perTenant(2),
 		Timeout:   2 * time.Minute,
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) {
@@ -77,6 +80,38 @@ func dialectProbeSpec() Spec {
 					}
 				}
 				e.UnknownProfile(e.Conns[e.Launch().Name], "nosuchprofile")
+			}},
+			{Name: "by-profile", Run: func(e *Env) {
+				// config.set cwd by profile is the by_profile hook, run in
+				// the profile's home; by session it is unsupported.
+				for _, t := range e.Tenants {
+					c := e.Conns[t.Name]
+					dir, err := t.MintWorkdir()
+					require.NoError(e.T, err)
+					e.ScopedWrite("config.set cwd by profile", t, []string{"config.yaml"}, func() {
+						e.Call(c, "config.set", map[string]any{"profile": t.Name, "key": "cwd", "value": dir}, nil)
+					})
+					cfg, err := os.ReadFile(filepath.Join(t.Home, "config.yaml"))
+					require.NoError(e.T, err)
+					if !strings.Contains(string(cfg), dir) {
+						e.T.Errorf("config.set cwd by profile %s: its config.yaml does not hold %s:\n%s", t.Name, dir, cfg)
+					}
+					ctx, cancel := e.ctx(10 * time.Second)
+					err = c.Call(ctx, "config.set", map[string]any{"session_id": e.Sessions[t.Name].SessionID, "key": "cwd", "value": dir}, nil)
+					cancel()
+					var uerr *harness.UnsupportedError
+					if !errors.As(err, &uerr) || uerr.Op != "config.set.cwd" {
+						e.T.Errorf("config.set cwd by session of %s: got %v, want it unsupported", t.Name, err)
+					}
+				}
+				// The next turn runs in the new cwd.
+				e.InterleavedTurns(1)
+				for _, t := range e.Tenants {
+					dirs := t.Workdirs()
+					if want := "CWD=" + dirs[len(dirs)-1] + "\n"; !strings.Contains(e.lastSnapshot(t)+"\n", want) {
+						e.T.Errorf("%s: the turn after config.set cwd by profile did not run in %s", t.Name, dirs[len(dirs)-1])
+					}
+				}
 			}},
 		},
 	}

@@ -42,7 +42,7 @@ func (e *Env) DialOperator(s *Serve) *harness.Conn {
 	e.T.Helper()
 	ctx, cancel := e.ctx(30 * time.Second)
 	defer cancel()
-	c, err := harness.DialWebsocket(ctx, s.Base, s.Token)
+	c, err := harness.DialWebsocket(ctx, s.Base, s.Token, e.Box.DialOptions()...)
 	if err != nil {
 		e.T.Fatalf("connect to serve backend as the operator: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/certificate"
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/harness/llmgw"
 )
@@ -21,7 +22,9 @@ const targetUsage = `usage: canary-run target check [--keep] [--wait D] FILE
   line that never matched, with the last lines seen); --wait bounds each
   step's wait for the target (default 90s), --keep keeps the sandbox
 
-exit: 0 the pass got through, 2 the file is invalid or a step failed`
+exit: 0 the pass got through, 1 it got through and the server leaked on the
+  way (warn lines: a session reporting another tenant's model, a turn whose
+  provider got another tenant's key), 2 the file is invalid or a step failed`
 
 // runTarget is `canary-run target ...`.
 func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -66,6 +69,10 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		dry = llmgw.DryPass
 	}
 	if err := dry(ctx, target, work, stdout, *wait); err != nil {
+		if errors.Is(err, harness.ErrDryPassLeaked) {
+			fmt.Fprintf(stdout, "target %s: the dry pass got through; the server leaked on the way (warn): run the catalog for the findings\n", target.Name)
+			return certificate.ExitLeaks
+		}
 		fmt.Fprintf(stderr, "canary-run target check: %v\n", err)
 		return exitUsage
 	}

@@ -11,6 +11,10 @@
 //
 // With DIALECT_LEAK=1 it leaks: every reply.done of a named profile's
 // session carries the launch profile's .env values (a positive control).
+// With DIALECT_LEAK=launch-env it leaks as Hermes 0.18 does: a named
+// profile's session reports the launch profile's model, and its "${VAR}"
+// expands from the launch profile's .env (the process environment), so its
+// provider gets the launch key.
 package main
 
 import (
@@ -72,12 +76,44 @@ func run(args []string) error {
 			return errors.New("profile rm: DIALECT_WHO is not set")
 		}
 		return os.RemoveAll(filepath.Join(profilesRoot(), args[2]))
+	case len(args) == 3 && args[0] == "config" && args[1] == "cwd":
+		// Sets terminal.cwd of the profile whose home DIALECT_HOME is (the
+		// target file's by_profile hook of config.set cwd: the server's RPC
+		// has no settings methods).
+		return setConfigCwd(launchHome(), args[2])
 	case len(args) == 5 && args[0] == "serve" && args[1] == "--host" && args[3] == "--port":
 		return serve(args[2], args[4])
 	case len(args) == 1 && args[0] == "stdio":
 		return stdio()
 	}
-	return fmt.Errorf("usage: dialectserver root | profile add|rm NAME | serve --host H --port P (got %q)", args)
+	return fmt.Errorf("usage: dialectserver root | profile add|rm NAME | config cwd DIR | serve --host H --port P (got %q)", args)
+}
+
+func setConfigCwd(home, dir string) error {
+	path := filepath.Join(home, "config.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	cfg := map[string]any{}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	term, _ := cfg["terminal"].(map[string]any)
+	if term == nil {
+		term = map[string]any{}
+	}
+	term["cwd"] = dir
+	cfg["terminal"] = term
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		return err
+	}
+	fmt.Println(`{"ok":true}`)
+	return nil
 }
 
 func serve(host, port string) error {
@@ -237,7 +273,13 @@ func (c *conn) serve(ctx context.Context, wg *sync.WaitGroup) {
 			s := &session{id: fmt.Sprintf("s%d", c.next), home: home, profile: who}
 			c.sessions[s.id] = s
 			c.mu.Unlock()
-			c.reply(req.ID, map[string]any{"sid": s.id, "meta": map[string]any{"model": cfg.Model.Default, "who": who}}, 0, "")
+			model := cfg.Model.Default
+			if launchEnvLeak() && who != "" {
+				if lc, err := readConfig(launchHome()); err == nil {
+					model = lc.Model.Default
+				}
+			}
+			c.reply(req.ID, map[string]any{"sid": s.id, "meta": map[string]any{"model": model, "who": who}}, 0, "")
 		case "say":
 			sid, _ := req.Params["sid"].(string)
 			text, _ := req.Params["message"].(string)
@@ -277,6 +319,8 @@ type config struct {
 		Cwd string `yaml:"cwd"`
 	} `yaml:"terminal"`
 }
+
+func launchEnvLeak() bool { return os.Getenv("DIALECT_LEAK") == "launch-env" }
 
 func readConfig(home string) (config, error) {
 	var cfg config
@@ -320,7 +364,11 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 		return
 	}
 	dotenv := readDotEnv(s.home)
-	key := varRE.ReplaceAllStringFunc(cfg.Model.Token, func(m string) string { return dotenv[m[2:len(m)-1]] })
+	keyEnv := dotenv
+	if launchEnvLeak() {
+		keyEnv = readDotEnv(launchHome())
+	}
+	key := varRE.ReplaceAllStringFunc(cfg.Model.Token, func(m string) string { return keyEnv[m[2:len(m)-1]] })
 	if !s.probed {
 		s.probed = true
 		// A metadata probe without a key, as real clients make.
