@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -57,6 +58,13 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 		return fail("target file", "%v", err)
 	}
 	step("target file", "%s %s is valid", target.Name, target.Version)
+	if len(target.Preflight) > 0 {
+		out, err := Preflight(ctx, target, filepath.Join(root, "preflight"))
+		if err != nil {
+			return fail("preflight", "%v", err)
+		}
+		step("preflight", "%s: %s", strings.Join(target.Preflight, " "), lastLine(out))
+	}
 	box, err := NewSandbox(ctx, root, target, SandboxOptions{Tenants: tenants.Options{Names: tenants.Names(2)}})
 	if err != nil {
 		return fail("sandbox", "%v\n(the profile_root command must print a folder inside the sandbox; the homes are written there)", err)
@@ -324,4 +332,10 @@ func indent(s string) string { return strings.ReplaceAll(strings.TrimRight(s, "\
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// lastLine is the last non-empty line of s (a check's verdict).
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
 }

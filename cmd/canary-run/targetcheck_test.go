@@ -49,6 +49,22 @@ func TestTargetCheck(t *testing.T) {
 		}
 		assert.NotContains(t, out, "FAIL")
 	})
+	t.Run("a failing preflight stops the pass with its output", func(t *testing.T) {
+		t.Parallel()
+		code, out, _ := runCLI(t, "target", "check", file(t, "files: true",
+			"files: true\npreflight: [sh, -c, 'echo no sandbox works here; exit 1']"))
+		require.Equal(t, 2, code, out)
+		assert.Contains(t, out, "FAIL  preflight")
+		assert.Contains(t, out, "no sandbox works here")
+		assert.NotContains(t, out, "ok    ready line", "nothing was started")
+	})
+	t.Run("a passing preflight is a step", func(t *testing.T) {
+		t.Parallel()
+		code, out, errOut := runCLI(t, "target", "check", file(t, "files: true",
+			"files: true\npreflight: [sh, -c, 'echo checked; echo all good']"))
+		require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+		assert.Contains(t, out, "ok    preflight          sh -c echo checked; echo all good: all good")
+	})
 	t.Run("stdio backend, no ready event", func(t *testing.T) {
 		t.Parallel()
 		code, out, errOut := runCLI(t, "target", "check", file(t,
