@@ -133,9 +133,19 @@ func Compile(patterns []Pattern) (*Matcher, error) {
 	m.runMin = max(16, (4*m.nestMin+2)/3)
 	n := len(m.npat)
 
-	// Shift table over the last `window` bytes of every needle.
-	blocks := n * (m.window - block + 1)
-	m.shiftBits = uint(min(max(bits.Len(uint(blocks*4)), 12), 22))
+	// Shift table over the last `window` bytes of every needle, sized by
+	// the distinct blocks (a tenant's canaries share their tail, so most
+	// blocks repeat): about one entry in 16 set, few collisions, and a
+	// table small enough to stay in cache.
+	distinct := make(map[uint32]struct{}, n)
+	for i := 0; i < n; i++ {
+		nd := m.needle(i)
+		anchor := nd[len(nd)-m.window:]
+		for j := block - 1; j < m.window; j++ {
+			distinct[binary.LittleEndian.Uint32(anchor[j-block+1:])] = struct{}{}
+		}
+	}
+	m.shiftBits = uint(min(max(bits.Len(uint(len(distinct)*16)), 12), 22))
 	m.shift = make([]uint8, 1<<m.shiftBits)
 	def := uint8(m.window - block + 1)
 	for i := range m.shift {
@@ -210,26 +220,70 @@ func (m *Matcher) FindAll(data []byte) []Match {
 
 // find reports the matches in data that end after data[from-1]; base is the
 // stream offset of data[0].
+//
+// Each step of the Wu–Manber loop waits on the shift it loads, so a long
+// stretch is walked by two cursors at once (its first and second half),
+// which the CPU overlaps; the second half's matches, rare, are held until
+// the first half is done, so matches still come in order of end offset.
 func (m *Matcher) find(data []byte, base int64, from int, fn func(Match)) {
 	if len(m.npat) == 0 {
 		return
 	}
-	shift := m.shift
-	sh := 32 - m.shiftBits
 	i := max(m.window-1, from)
 	n := len(data)
-	for i < n {
+	if n-i < 2*splitMin {
+		m.walk(data, i, n, base, fn, nil)
+		return
+	}
+	shift := m.shift
+	sh := 32 - m.shiftBits
+	mid := i + (n-i)/2
+	j := mid // cursor of the second half: matches ending at data[mid] or later
+	var later []Match
+	for i < mid && j < n {
+		s := shift[(binary.LittleEndian.Uint32(data[i-3:])*hashMul)>>sh]
+		t := shift[(binary.LittleEndian.Uint32(data[j-3:])*hashMul)>>sh]
+		if s == 0 {
+			m.verify(data, i, base, fn, nil)
+			s = 1
+		}
+		if t == 0 {
+			later = m.verify(data, j, base, nil, later)
+			t = 1
+		}
+		i += int(s)
+		j += int(t)
+	}
+	m.walk(data, i, mid, base, fn, nil)
+	later = m.walk(data, j, n, base, nil, later)
+	for _, x := range later {
+		fn(x)
+	}
+}
+
+// splitMin is the shortest half find walks with a cursor of its own.
+const splitMin = 4 << 10
+
+// walk is the Wu–Manber loop over the windows ending at data[i:end]: each
+// match goes to fn, or is appended to later when fn is nil.
+func (m *Matcher) walk(data []byte, i, end int, base int64, fn func(Match), later []Match) []Match {
+	shift := m.shift
+	sh := 32 - m.shiftBits
+	for i < end {
 		s := shift[(binary.LittleEndian.Uint32(data[i-3:])*hashMul)>>sh]
 		if s != 0 {
 			i += int(s)
 			continue
 		}
-		m.verify(data, i, base, fn)
+		later = m.verify(data, i, base, fn, later)
 		i++
 	}
+	return later
 }
 
-func (m *Matcher) verify(data []byte, i int, base int64, fn func(Match)) {
+// verify reports the needles that end at data[i] to fn, or appends them to
+// later when fn is nil.
+func (m *Matcher) verify(data []byte, i int, base int64, fn func(Match), later []Match) []Match {
 	k := m.verifyHash(binary.LittleEndian.Uint64(data[i-7:]))
 	for _, id := range m.vids[m.vstart[k]:m.vstart[k+1]] {
 		nd := m.needle(int(id))
@@ -237,14 +291,20 @@ func (m *Matcher) verify(data []byte, i int, base int64, fn func(Match)) {
 		if start < 0 || !bytes.Equal(data[start:i+1], nd) {
 			continue
 		}
-		fn(Match{
+		x := Match{
 			Pattern:  m.patterns[m.npat[id]],
 			Encoding: m.nenc[id],
 			Start:    base + int64(start),
 			End:      base + int64(i+1),
 			Excerpt:  excerpt(data, start, i+1),
-		})
+		}
+		if fn == nil {
+			later = append(later, x)
+		} else {
+			fn(x)
+		}
 	}
+	return later
 }
 
 const excerptContext = 24
