@@ -8,6 +8,7 @@ import (
 	"compress/zlib"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
@@ -609,5 +610,28 @@ func TestFindAcrossBlocks(t *testing.T) {
 		require.Len(t, got, 1, "%s: %+v", name, got)
 		require.Equal(t, tc.owner, got[0].Pattern.Owner, name)
 		require.Equal(t, tc.container, got[0].Container, name)
+	}
+}
+
+// TestStopMaskOnlyStopsAtNonRunBytes: the run finder's 8-byte test flags a
+// byte only if it is no run's, at every position, whatever its neighbours,
+// and flags the common ones (space, '.', ',', ':', '"', '=', '{').
+func TestStopMaskOnlyStopsAtNonRunBytes(t *testing.T) {
+	t.Parallel()
+	for c := range 256 {
+		for _, fill := range []byte{'A', ' ', '\n', 0xff, 0, '+', '{'} {
+			for pos := range 8 {
+				w := bytes.Repeat([]byte{fill}, 8)
+				w[pos] = byte(c)
+				mask := stopMask(binary.LittleEndian.Uint64(w))
+				for k := range 8 {
+					flagged := mask>>(8*k+7)&1 != 0
+					require.False(t, flagged && runClass[w[k]], "byte %#x flagged at %d in %q", w[k], k, w)
+				}
+				if strings.IndexByte(" .,:\"={\t", byte(c)) >= 0 || c >= 0x80 {
+					require.NotZero(t, mask>>(8*pos+7)&1, "byte %#x not flagged at %d in %q", c, pos, w)
+				}
+			}
+		}
 	}
 }

@@ -53,8 +53,8 @@ func (w *walker) runs(data []byte, base int64, from int, at loc) {
 		var second []int
 		b := mid
 		for a < mid && b < end {
-			ma := spaceMask(binary.LittleEndian.Uint64(data[a-7:]))
-			mb := spaceMask(binary.LittleEndian.Uint64(data[b-7:]))
+			ma := stopMask(binary.LittleEndian.Uint64(data[a-7:]))
+			mb := stopMask(binary.LittleEndian.Uint64(data[b-7:]))
 			if ma != 0 {
 				a += (63-bits.LeadingZeros64(ma))/8 - 7 + n
 			} else {
@@ -87,19 +87,27 @@ func (w *walker) runs(data []byte, base int64, from int, at loc) {
 	w.spans = spans[:0]
 }
 
-// spaceMask has the high bit set in each byte of x that is a space or past
-// ASCII: no run's, so it ends every run there. (y's zero bytes are the
-// spaces, found exactly: no carry crosses a byte.)
-func spaceMask(x uint64) uint64 {
-	y := x ^ 0x2020202020202020
-	return (^(((y & 0x7f7f7f7f7f7f7f7f) + 0x7f7f7f7f7f7f7f7f) | y) | x) & 0x8080808080808080
+// stopMask has the high bit set in each byte of x that is certainly no
+// run's, so it ends every run there: a space and the other bytes below '+'
+// but line breaks, ',' '.', ':' to '@', '{' to DEL, and any byte past
+// ASCII. (Each test is exact per byte: no carry crosses one.) Other bytes
+// no run's are left to runClass.
+func stopMask(x uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	x7 := x &^ hi
+	ge := func(c uint64) uint64 { return (x7 + (0x80-c)*lo) & hi } // byte >= c (below 0x80)
+	eq := func(c uint64) uint64 {                                  // byte == c
+		y := x ^ c*lo
+		return ^(((y &^ hi) + (hi - lo)) | y) & hi
+	}
+	return hi & (x | (^ge('+') &^ (eq('\n') | eq('\r'))) | eq(',') | eq('.') | (ge(':') &^ ge('A')) | ge('{'))
 }
 
 // runStep moves the run finder's cursor j (the end of a window of n bytes)
-// one step: past a space or non-ASCII byte in the window's last 8 bytes,
+// one step: past the last byte stopMask flags in the window's last 8 bytes,
 // else as nextRun does.
 func runStep(data []byte, from, j, n, own int, spans []int) (int, []int) {
-	if mask := spaceMask(binary.LittleEndian.Uint64(data[j-7:])); mask != 0 {
+	if mask := stopMask(binary.LittleEndian.Uint64(data[j-7:])); mask != 0 {
 		return j + (63-bits.LeadingZeros64(mask))/8 - 7 + n, spans
 	}
 	return nextRun(data, from, j, n, own, spans)
@@ -137,12 +145,17 @@ func nextRun(data []byte, from, j, n, own int, spans []int) (int, []int) {
 // a class byte on either side, other than the "\n" of a "\r\n" it starts
 // with (a line's end before the run, not a cut in it).
 func innerBreak(r []byte) bool {
-	for i := 1; i+1 < len(r); i++ {
-		if c := r[i]; (c == '\n' || c == '\\') && (i > 1 || r[0] != '\r') {
-			return true
-		}
+	if len(r) < 3 {
+		return false
 	}
-	return false
+	in := r[1 : len(r)-1] // in[k] is r[k+1]
+	return cutBy(in, '\n', r[0]) || cutBy(in, '\\', r[0])
+}
+
+// cutBy: inner holds c, other than at its start after a '\r'.
+func cutBy(inner []byte, c, before byte) bool {
+	k := bytes.IndexByte(inner, c)
+	return k > 0 || k == 0 && (before != '\r' || bytes.IndexByte(inner[1:], c) >= 0)
 }
 
 // run scans one run found at stream offset off: joined across the line
