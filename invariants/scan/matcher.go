@@ -135,7 +135,7 @@ func Compile(patterns []Pattern) (*Matcher, error) {
 
 	// Shift table over the last `window` bytes of every needle, sized by
 	// the distinct blocks (a tenant's canaries share their tail, so most
-	// blocks repeat): about one entry in 16 set, few collisions, and a
+	// blocks repeat): under one entry in 8 set, few collisions, and a
 	// table small enough to stay in cache.
 	distinct := make(map[uint32]struct{}, n)
 	for i := 0; i < n; i++ {
@@ -145,7 +145,7 @@ func Compile(patterns []Pattern) (*Matcher, error) {
 			distinct[binary.LittleEndian.Uint32(anchor[j-block+1:])] = struct{}{}
 		}
 	}
-	m.shiftBits = uint(min(max(bits.Len(uint(len(distinct)*16)), 12), 22))
+	m.shiftBits = uint(min(max(bits.Len(uint(len(distinct)*8)), 12), 22))
 	m.shift = make([]uint8, 1<<m.shiftBits)
 	def := uint8(m.window - block + 1)
 	for i := range m.shift {
