@@ -137,15 +137,22 @@ func Compile(patterns []Pattern) (*Matcher, error) {
 	// the distinct blocks (a tenant's canaries share their tail, so most
 	// blocks repeat): under one entry in 8 set, few collisions, and a
 	// table small enough to stay in cache.
-	distinct := make(map[uint32]struct{}, n)
+	// (Counted as the distinct hashes in a bit set four times the blocks.)
+	probe := uint(min(max(bits.Len(uint(n*(m.window-block+1)*4)), 12), 24))
+	set := make([]uint64, (1<<probe+63)/64)
+	distinct := 0
 	for i := 0; i < n; i++ {
 		nd := m.needle(i)
 		anchor := nd[len(nd)-m.window:]
 		for j := block - 1; j < m.window; j++ {
-			distinct[binary.LittleEndian.Uint32(anchor[j-block+1:])] = struct{}{}
+			h := (binary.LittleEndian.Uint32(anchor[j-block+1:]) * hashMul) >> (32 - probe)
+			if set[h/64]&(1<<(h%64)) == 0 {
+				set[h/64] |= 1 << (h % 64)
+				distinct++
+			}
 		}
 	}
-	m.shiftBits = uint(min(max(bits.Len(uint(len(distinct)*8)), 12), 22))
+	m.shiftBits = uint(min(max(bits.Len(uint(distinct*8)), 12), 22))
 	m.shift = make([]uint8, 1<<m.shiftBits)
 	def := uint8(m.window - block + 1)
 	for i := range m.shift {
