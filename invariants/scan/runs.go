@@ -120,6 +120,19 @@ func runStep(data []byte, from, j, n, own int, spans []int) (int, []int) {
 // before own (the run belongs to the other cursor), and returns the end of
 // the first window past it.
 func nextRun(data []byte, from, j, n, own int, spans []int) (int, []int) {
+	// 8 bytes at a time from the end (the caller tested the last 8), the
+	// last word overlapping the window's start; then byte by byte, for the
+	// bytes no run holds that stopMask leaves.
+	lo := j - n + 1
+	for p := j - 15; ; p -= 8 {
+		p = max(p, lo)
+		if mask := stopMask(binary.LittleEndian.Uint64(data[p:])); mask != 0 {
+			return p + (63-bits.LeadingZeros64(mask))/8 + n, spans
+		}
+		if p == lo {
+			break
+		}
+	}
 	k := j
 	for k > j-n && runClass[data[k]] {
 		k--
