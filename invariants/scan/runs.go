@@ -88,10 +88,11 @@ func (w *walker) runs(data []byte, base int64, from int, at loc) {
 }
 
 // stopMask has the high bit set in each byte of x that is certainly no
-// run's, so it ends every run there: a space and the other bytes below '+'
-// but line breaks, ',' '.', ':' to '@', '{' to DEL, and any byte past
-// ASCII. (Each test is exact per byte: no carry crosses one.) Other bytes
-// no run's are left to runClass.
+// run's, so it ends every run there: a space and the other bytes from 0x0E
+// to '*' (quotes, parentheses), '.', ':' to '@' (':', '=', '?'), and any
+// byte past ASCII. (Each test is exact per byte: no carry crosses one.)
+// The other bytes no run holds (',', braces) are left to runClass: a few
+// cheap tests catch most text.
 func stopMask(x uint64) uint64 {
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
 	x7 := x &^ hi
@@ -100,7 +101,7 @@ func stopMask(x uint64) uint64 {
 		y := x ^ c*lo
 		return ^(((y &^ hi) + (hi - lo)) | y) & hi
 	}
-	return hi & (x | (^ge('+') &^ (eq('\n') | eq('\r'))) | eq(',') | eq('.') | (ge(':') &^ ge('A')) | ge('{'))
+	return hi & (x | (ge(0x0e) &^ ge('+')) | eq('.') | (ge(':') &^ ge('A')))
 }
 
 // runStep moves the run finder's cursor j (the end of a window of n bytes)
