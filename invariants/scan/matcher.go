@@ -229,23 +229,47 @@ func (m *Matcher) FindAll(data []byte) []Match {
 // stream offset of data[0].
 //
 // Each step of the Wu–Manber loop waits on the shift it loads, so a long
-// stretch is walked by two cursors at once (its first and second half),
-// which the CPU overlaps; the second half's matches, rare, are held until
-// the first half is done, so matches still come in order of end offset.
+// stretch is walked by several cursors at once (four over its quarters,
+// or two over its halves when it is shorter), which the CPU overlaps; the
+// later parts' matches, rare, are held until the parts before them are
+// done, so matches still come in order of end offset.
 func (m *Matcher) find(data []byte, base int64, from int, fn func(Match)) {
 	if len(m.npat) == 0 {
 		return
 	}
 	i := max(m.window-1, from)
 	n := len(data)
-	if n-i < 2*splitMin {
+	b := findParts(i, n)
+	switch len(b) {
+	case 2:
 		m.walk(data, i, n, base, fn, nil)
-		return
+	case 3:
+		m.find2(data, base, b, fn)
+	default:
+		m.find4(data, base, b, fn)
 	}
+}
+
+// splitMin is the shortest part find walks with a cursor of its own.
+const splitMin = 4 << 10
+
+// findParts cuts the windows ending at data[i:n] into the parts find walks
+// at once: part k is the windows ending at data[b[k]:b[k+1]].
+func findParts(i, n int) (b []int) {
+	switch {
+	case n-i >= 4*splitMin:
+		q := (n - i) / 4
+		return []int{i, i + q, i + 2*q, i + 3*q, n}
+	case n-i >= 2*splitMin:
+		return []int{i, i + (n-i)/2, n}
+	}
+	return []int{i, n}
+}
+
+func (m *Matcher) find2(data []byte, base int64, b []int, fn func(Match)) {
 	shift := m.shift
 	sh := 32 - m.shiftBits
-	mid := i + (n-i)/2
-	j := mid // cursor of the second half: matches ending at data[mid] or later
+	i, mid, j, n := b[0], b[1], b[1], b[2]
 	var later []Match
 	for i < mid && j < n {
 		s := shift[(binary.LittleEndian.Uint32(data[i-3:])*hashMul)>>sh]
@@ -268,8 +292,50 @@ func (m *Matcher) find(data []byte, base int64, from int, fn func(Match)) {
 	}
 }
 
-// splitMin is the shortest half find walks with a cursor of its own.
-const splitMin = 4 << 10
+func (m *Matcher) find4(data []byte, base int64, b []int, fn func(Match)) {
+	shift := m.shift
+	sh := 32 - m.shiftBits
+	c0, c1, c2, c3 := b[0], b[1], b[2], b[3]
+	e0, e1, e2, e3 := b[1], b[2], b[3], b[4]
+	var l1, l2, l3 []Match
+	for c0 < e0 && c1 < e1 && c2 < e2 && c3 < e3 {
+		s0 := shift[(binary.LittleEndian.Uint32(data[c0-3:])*hashMul)>>sh]
+		s1 := shift[(binary.LittleEndian.Uint32(data[c1-3:])*hashMul)>>sh]
+		s2 := shift[(binary.LittleEndian.Uint32(data[c2-3:])*hashMul)>>sh]
+		s3 := shift[(binary.LittleEndian.Uint32(data[c3-3:])*hashMul)>>sh]
+		if uint32(s0)*uint32(s1)*uint32(s2)*uint32(s3) == 0 { // one branch, rarely taken
+			if s0 == 0 {
+				m.verify(data, c0, base, fn, nil)
+				s0 = 1
+			}
+			if s1 == 0 {
+				l1 = m.verify(data, c1, base, nil, l1)
+				s1 = 1
+			}
+			if s2 == 0 {
+				l2 = m.verify(data, c2, base, nil, l2)
+				s2 = 1
+			}
+			if s3 == 0 {
+				l3 = m.verify(data, c3, base, nil, l3)
+				s3 = 1
+			}
+		}
+		c0 += int(s0)
+		c1 += int(s1)
+		c2 += int(s2)
+		c3 += int(s3)
+	}
+	m.walk(data, c0, e0, base, fn, nil)
+	l1 = m.walk(data, c1, e1, base, nil, l1)
+	l2 = m.walk(data, c2, e2, base, nil, l2)
+	l3 = m.walk(data, c3, e3, base, nil, l3)
+	for _, l := range [][]Match{l1, l2, l3} {
+		for _, x := range l {
+			fn(x)
+		}
+	}
+}
 
 // walk is the Wu–Manber loop over the windows ending at data[i:end]: each
 // match goes to fn, or is appended to later when fn is nil.
