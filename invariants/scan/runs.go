@@ -56,12 +56,12 @@ func (w *walker) runs(data []byte, base int64, from int, at loc) {
 			ma := stopMask(binary.LittleEndian.Uint64(data[a-7:]))
 			mb := stopMask(binary.LittleEndian.Uint64(data[b-7:]))
 			if ma != 0 {
-				a += (63-bits.LeadingZeros64(ma))/8 - 7 + n
+				a += bits.Len64(ma)>>3 - 8 + n
 			} else {
 				a, spans = nextRun(data, from, a, n, 0, spans)
 			}
 			if mb != 0 {
-				b += (63-bits.LeadingZeros64(mb))/8 - 7 + n
+				b += bits.Len64(mb)>>3 - 8 + n
 			} else {
 				b, second = nextRun(data, from, b, n, mid, second)
 			}
@@ -109,7 +109,7 @@ func stopMask(x uint64) uint64 {
 // else as nextRun does.
 func runStep(data []byte, from, j, n, own int, spans []int) (int, []int) {
 	if mask := stopMask(binary.LittleEndian.Uint64(data[j-7:])); mask != 0 {
-		return j + (63-bits.LeadingZeros64(mask))/8 - 7 + n, spans
+		return j + bits.Len64(mask)>>3 - 8 + n, spans
 	}
 	return nextRun(data, from, j, n, own, spans)
 }
@@ -128,7 +128,7 @@ func nextRun(data []byte, from, j, n, own int, spans []int) (int, []int) {
 	for p := j - 15; ; p -= 8 {
 		p = max(p, lo)
 		if mask := stopMask(binary.LittleEndian.Uint64(data[p:])); mask != 0 {
-			return p + (63-bits.LeadingZeros64(mask))/8 + n, spans
+			return p + bits.Len64(mask)>>3 - 1 + n, spans
 		}
 		if p == lo {
 			break
