@@ -133,9 +133,26 @@ func Compile(patterns []Pattern) (*Matcher, error) {
 	m.runMin = max(16, (4*m.nestMin+2)/3)
 	n := len(m.npat)
 
-	// Shift table over the last `window` bytes of every needle.
-	blocks := n * (m.window - block + 1)
-	m.shiftBits = uint(min(max(bits.Len(uint(blocks*4)), 12), 22))
+	// Shift table over the last `window` bytes of every needle, sized by
+	// the distinct blocks (a tenant's canaries share their tail, so most
+	// blocks repeat): under one entry in 8 set, few collisions, and a
+	// table small enough to stay in cache.
+	// (Counted as the distinct hashes in a bit set four times the blocks.)
+	probe := uint(min(max(bits.Len(uint(n*(m.window-block+1)*4)), 12), 24))
+	set := make([]uint64, (1<<probe+63)/64)
+	distinct := 0
+	for i := 0; i < n; i++ {
+		nd := m.needle(i)
+		anchor := nd[len(nd)-m.window:]
+		for j := block - 1; j < m.window; j++ {
+			h := (binary.LittleEndian.Uint32(anchor[j-block+1:]) * hashMul) >> (32 - probe)
+			if set[h/64]&(1<<(h%64)) == 0 {
+				set[h/64] |= 1 << (h % 64)
+				distinct++
+			}
+		}
+	}
+	m.shiftBits = uint(min(max(bits.Len(uint(distinct*8)), 12), 22))
 	m.shift = make([]uint8, 1<<m.shiftBits)
 	def := uint8(m.window - block + 1)
 	for i := range m.shift {
@@ -210,26 +227,136 @@ func (m *Matcher) FindAll(data []byte) []Match {
 
 // find reports the matches in data that end after data[from-1]; base is the
 // stream offset of data[0].
+//
+// Each step of the Wu–Manber loop waits on the shift it loads, so a long
+// stretch is walked by several cursors at once (four over its quarters,
+// or two over its halves when it is shorter), which the CPU overlaps; the
+// later parts' matches, rare, are held until the parts before them are
+// done, so matches still come in order of end offset.
 func (m *Matcher) find(data []byte, base int64, from int, fn func(Match)) {
 	if len(m.npat) == 0 {
 		return
 	}
-	shift := m.shift
-	sh := 32 - m.shiftBits
 	i := max(m.window-1, from)
 	n := len(data)
-	for i < n {
+	b := findParts(i, n)
+	switch len(b) {
+	case 2:
+		m.walk(data, i, n, base, fn, nil)
+	case 3:
+		m.find2(data, base, b, fn)
+	default:
+		m.find4(data, base, b, fn)
+	}
+}
+
+// splitMin is the shortest part find walks with a cursor of its own.
+const splitMin = 4 << 10
+
+// findParts cuts the windows ending at data[i:n] into the parts find walks
+// at once: part k is the windows ending at data[b[k]:b[k+1]].
+func findParts(i, n int) (b []int) {
+	switch {
+	case n-i >= 4*splitMin:
+		q := (n - i) / 4
+		return []int{i, i + q, i + 2*q, i + 3*q, n}
+	case n-i >= 2*splitMin:
+		return []int{i, i + (n-i)/2, n}
+	}
+	return []int{i, n}
+}
+
+func (m *Matcher) find2(data []byte, base int64, b []int, fn func(Match)) {
+	shift := m.shift
+	sh := 32 - m.shiftBits
+	i, mid, j, n := b[0], b[1], b[1], b[2]
+	var later []Match
+	for i < mid && j < n {
+		s := shift[(binary.LittleEndian.Uint32(data[i-3:])*hashMul)>>sh]
+		t := shift[(binary.LittleEndian.Uint32(data[j-3:])*hashMul)>>sh]
+		if s == 0 {
+			m.verify(data, i, base, fn, nil)
+			s = 1
+		}
+		if t == 0 {
+			later = m.verify(data, j, base, nil, later)
+			t = 1
+		}
+		i += int(s)
+		j += int(t)
+	}
+	m.walk(data, i, mid, base, fn, nil)
+	later = m.walk(data, j, n, base, nil, later)
+	for _, x := range later {
+		fn(x)
+	}
+}
+
+func (m *Matcher) find4(data []byte, base int64, b []int, fn func(Match)) {
+	shift := m.shift
+	sh := 32 - m.shiftBits
+	c0, c1, c2, c3 := b[0], b[1], b[2], b[3]
+	e0, e1, e2, e3 := b[1], b[2], b[3], b[4]
+	var l1, l2, l3 []Match
+	for c0 < e0 && c1 < e1 && c2 < e2 && c3 < e3 {
+		s0 := shift[(binary.LittleEndian.Uint32(data[c0-3:])*hashMul)>>sh]
+		s1 := shift[(binary.LittleEndian.Uint32(data[c1-3:])*hashMul)>>sh]
+		s2 := shift[(binary.LittleEndian.Uint32(data[c2-3:])*hashMul)>>sh]
+		s3 := shift[(binary.LittleEndian.Uint32(data[c3-3:])*hashMul)>>sh]
+		if uint32(s0)*uint32(s1)*uint32(s2)*uint32(s3) == 0 { // one branch, rarely taken
+			if s0 == 0 {
+				m.verify(data, c0, base, fn, nil)
+				s0 = 1
+			}
+			if s1 == 0 {
+				l1 = m.verify(data, c1, base, nil, l1)
+				s1 = 1
+			}
+			if s2 == 0 {
+				l2 = m.verify(data, c2, base, nil, l2)
+				s2 = 1
+			}
+			if s3 == 0 {
+				l3 = m.verify(data, c3, base, nil, l3)
+				s3 = 1
+			}
+		}
+		c0 += int(s0)
+		c1 += int(s1)
+		c2 += int(s2)
+		c3 += int(s3)
+	}
+	m.walk(data, c0, e0, base, fn, nil)
+	l1 = m.walk(data, c1, e1, base, nil, l1)
+	l2 = m.walk(data, c2, e2, base, nil, l2)
+	l3 = m.walk(data, c3, e3, base, nil, l3)
+	for _, l := range [][]Match{l1, l2, l3} {
+		for _, x := range l {
+			fn(x)
+		}
+	}
+}
+
+// walk is the Wu–Manber loop over the windows ending at data[i:end]: each
+// match goes to fn, or is appended to later when fn is nil.
+func (m *Matcher) walk(data []byte, i, end int, base int64, fn func(Match), later []Match) []Match {
+	shift := m.shift
+	sh := 32 - m.shiftBits
+	for i < end {
 		s := shift[(binary.LittleEndian.Uint32(data[i-3:])*hashMul)>>sh]
 		if s != 0 {
 			i += int(s)
 			continue
 		}
-		m.verify(data, i, base, fn)
+		later = m.verify(data, i, base, fn, later)
 		i++
 	}
+	return later
 }
 
-func (m *Matcher) verify(data []byte, i int, base int64, fn func(Match)) {
+// verify reports the needles that end at data[i] to fn, or appends them to
+// later when fn is nil.
+func (m *Matcher) verify(data []byte, i int, base int64, fn func(Match), later []Match) []Match {
 	k := m.verifyHash(binary.LittleEndian.Uint64(data[i-7:]))
 	for _, id := range m.vids[m.vstart[k]:m.vstart[k+1]] {
 		nd := m.needle(int(id))
@@ -237,14 +364,20 @@ func (m *Matcher) verify(data []byte, i int, base int64, fn func(Match)) {
 		if start < 0 || !bytes.Equal(data[start:i+1], nd) {
 			continue
 		}
-		fn(Match{
+		x := Match{
 			Pattern:  m.patterns[m.npat[id]],
 			Encoding: m.nenc[id],
 			Start:    base + int64(start),
 			End:      base + int64(i+1),
 			Excerpt:  excerpt(data, start, i+1),
-		})
+		}
+		if fn == nil {
+			later = append(later, x)
+		} else {
+			fn(x)
+		}
 	}
+	return later
 }
 
 const excerptContext = 24

@@ -363,3 +363,38 @@ func TestUTF16ReportedOnce(t *testing.T) {
 		require.Equal(t, got, streamed)
 	}
 }
+
+// TestCursorsMeet: find walks a long stretch with two or four cursors;
+// needles planted across, just before and just after the point where each
+// but the first starts, in every encoding, are all found, exactly as a
+// needle-by-needle search finds them, in order of end offset.
+func TestCursorsMeet(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(11, 12))
+	pats := testPatterns(rng, 3)
+	m, err := Compile(pats)
+	require.NoError(t, err)
+	for _, size := range []int{2*splitMin + m.window, 3*splitMin + 17, 4*splitMin + m.window, 50000} {
+		b := findParts(m.window-1, size)
+		require.Len(t, b, map[bool]int{false: 3, true: 5}[size >= 4*splitMin+m.window-1], "size %d", size)
+		for _, enc := range Encodings {
+			f := plantForm(pats[rng.IntN(len(pats))].Value, enc, rng.IntN(3))
+			for _, cut := range b[1 : len(b)-1] {
+				for _, end := range []int{cut - 1, cut, cut + 1, cut + len(f)/2, cut + len(f) - 1} {
+					corpus := textCorpus(rng, size)
+					copy(corpus[end-len(f):], f)
+					copy(corpus[rng.IntN(b[1]-2*len(f)-2):], f) // and one in the first and last parts
+					copy(corpus[b[len(b)-2]+len(f)+rng.IntN(size-b[len(b)-2]-2*len(f)):], f)
+					want := naive(m, corpus)
+					require.GreaterOrEqual(t, len(want), 3, "%s size %d end %d", enc, size, end)
+					var got []Match // the matcher alone: FindAll decodes runs too
+					m.find(corpus, 0, 0, func(x Match) { got = append(got, x) })
+					require.Equal(t, want, keys(got), "%s size %d end %d", enc, size, end)
+					for k := 1; k < len(got); k++ {
+						require.LessOrEqual(t, got[k-1].End, got[k].End, "%s size %d: out of order", enc, size)
+					}
+				}
+			}
+		}
+	}
+}

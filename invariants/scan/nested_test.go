@@ -8,6 +8,7 @@ import (
 	"compress/zlib"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
@@ -418,14 +419,20 @@ func FuzzFind(f *testing.F) {
 
 // TestRunsAgreeWithNaive: the skipping run finder reports exactly the runs
 // of runMin class bytes or more that a byte-by-byte search finds, and the
-// shorter ones a line break cuts, in text, in base64 and at the edges.
+// shorter ones a line break cuts, in text, in base64 and at the edges, and
+// in stretches long enough for two cursors, a run across their meeting
+// point included.
 func TestRunsAgreeWithNaive(t *testing.T) {
 	t.Parallel()
 	m := nestedMatcher(t)
 	rng := rand.New(rand.NewPCG(3, 3))
-	for round := range 200 {
+	for round := range 240 {
+		size := 3000
+		if round%6 == 0 {
+			size = 2*splitMin + rng.IntN(3*splitMin) // walked by two cursors
+		}
 		var b []byte
-		for len(b) < 3000 {
+		for len(b) < size {
 			switch rng.IntN(6) {
 			case 0:
 				b = append(b, base64.StdEncoding.EncodeToString(make([]byte, rng.IntN(60)))...)
@@ -437,30 +444,66 @@ func TestRunsAgreeWithNaive(t *testing.T) {
 				b = append(b, textCorpus(rng, rng.IntN(80))...)
 			}
 		}
-		var want []string
-		for s := 0; s < len(b); {
-			if !runClass[b[s]] {
-				s++
-				continue
-			}
-			e := s
-			for e < len(b) && runClass[b[e]] {
-				e++
-			}
-			cut := bytes.ContainsAny(b[s:e], "\n\\") && runClass[b[s]] && e-s >= m.nestMin
-			if e-s >= m.runMin || cut && hasInnerBreak(b[s:e]) {
-				want = append(want, fmt.Sprintf("%d:%q", s, b[s:e]))
-			}
-			s = e
+		if size > 3000 {
+			// A run across the point where the second cursor starts.
+			mid := m.nestMin - 1 + (len(b)-m.nestMin+1)/2
+			r := base64.StdEncoding.EncodeToString(make([]byte, rng.IntN(60)))
+			copy(b[max(mid-rng.IntN(len(r)+1), 0):], r)
 		}
-		var got []string
-		w := m.walker(context.Background(), func(Match) {}, nil)
-		w.onRun = func(off int64, r []byte) { got = append(got, fmt.Sprintf("%d:%q", off, r)) }
-		w.runs(b, 0, 0, loc{})
-		slices.Sort(got)
-		slices.Sort(want)
-		require.Equal(t, want, got, "round %d", round)
+		want := naiveRuns(m, b)
+		require.Equal(t, want, foundRuns(m, b), "round %d", round)
 	}
+	// Runs of the lengths that matter just before, across and just after
+	// the second cursor's start, each alone in text.
+	text := bytes.Repeat([]byte("the text. "), 3*splitMin/10)
+	mid := m.nestMin - 1 + (len(text)-m.nestMin+1)/2
+	for _, l := range []int{m.nestMin, m.nestMin + 1, m.runMin - 1, m.runMin, m.runMin + 9} {
+		r := []byte(strings.Repeat("QUJD", l)[:l])
+		if l < m.runMin {
+			r[l/2] = '\n' // a short run only counts when a break cuts it
+		}
+		for s := mid - l - 2; s <= mid+2; s++ {
+			b := slices.Clone(text)
+			copy(b[s:], r)
+			b[s-1], b[s+l] = ' ', ' '
+			want := naiveRuns(m, b)
+			require.Len(t, want, 1, "length %d at %d", l, s)
+			require.Equal(t, want, foundRuns(m, b), "length %d at %d", l, s)
+		}
+	}
+}
+
+// naiveRuns is what the run finder must report in b, found byte by byte,
+// sorted.
+func naiveRuns(m *Matcher, b []byte) []string {
+	var want []string
+	for s := 0; s < len(b); {
+		if !runClass[b[s]] {
+			s++
+			continue
+		}
+		e := s
+		for e < len(b) && runClass[b[e]] {
+			e++
+		}
+		cut := bytes.ContainsAny(b[s:e], "\n\\") && runClass[b[s]] && e-s >= m.nestMin
+		if e-s >= m.runMin || cut && hasInnerBreak(b[s:e]) {
+			want = append(want, fmt.Sprintf("%d:%q", s, b[s:e]))
+		}
+		s = e
+	}
+	slices.Sort(want)
+	return want
+}
+
+// foundRuns is what the run finder reports in b, sorted.
+func foundRuns(m *Matcher, b []byte) []string {
+	var got []string
+	w := m.walker(context.Background(), func(Match) {}, nil)
+	w.onRun = func(off int64, r []byte) { got = append(got, fmt.Sprintf("%d:%q", off, r)) }
+	w.runs(b, 0, 0, loc{})
+	slices.Sort(got)
+	return got
 }
 
 // hasInnerBreak: a newline or backslash with a class byte on both sides.
@@ -567,5 +610,28 @@ func TestFindAcrossBlocks(t *testing.T) {
 		require.Len(t, got, 1, "%s: %+v", name, got)
 		require.Equal(t, tc.owner, got[0].Pattern.Owner, name)
 		require.Equal(t, tc.container, got[0].Container, name)
+	}
+}
+
+// TestStopMaskOnlyStopsAtNonRunBytes: the run finder's 8-byte test flags a
+// byte only if it is no run's, at every position, whatever its neighbours,
+// and flags the common ones (space, '.', ':', '"', '=', '(').
+func TestStopMaskOnlyStopsAtNonRunBytes(t *testing.T) {
+	t.Parallel()
+	for c := range 256 {
+		for _, fill := range []byte{'A', ' ', '\n', 0xff, 0, '+', '{'} {
+			for pos := range 8 {
+				w := bytes.Repeat([]byte{fill}, 8)
+				w[pos] = byte(c)
+				mask := stopMask(binary.LittleEndian.Uint64(w))
+				for k := range 8 {
+					flagged := mask>>(8*k+7)&1 != 0
+					require.False(t, flagged && runClass[w[k]], "byte %#x flagged at %d in %q", w[k], k, w)
+				}
+				if strings.IndexByte(" .:\"=(", byte(c)) >= 0 || c >= 0x80 {
+					require.NotZero(t, mask>>(8*pos+7)&1, "byte %#x not flagged at %d in %q", c, pos, w)
+				}
+			}
+		}
 	}
 }

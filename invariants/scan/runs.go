@@ -32,74 +32,144 @@ func openRun(buf []byte, from, end int) int {
 // runs finds the runs of class bytes in data[from:] that may hide a
 // needle (base is the stream offset of data[0]) and unwraps and decodes
 // each: those of at least runMin bytes, which may decode to something, and
-// the shorter ones a line break or escape cuts, which may hold a wrapped
-// needle. For the first it looks at a window of runMin bytes from its end
-// backwards and jumps past the first byte that is no run's, so it reads a
-// few bytes of each window of text; for the second it looks around each
-// line break and backslash.
+// the shorter ones of at least nestMin that a line break or escape cuts,
+// which may hold a wrapped needle. It looks at a window of nestMin bytes
+// from its end backwards and jumps past the first byte that is no run's,
+// so it reads a few bytes of each window of text, in one pass for both.
+// As find does, it walks a long stretch with two cursors at once (each
+// step waits on the bytes it loads), one per half; a run belongs to the
+// half its first window ends in, and the runs are scanned in order once
+// both are done.
 func (w *walker) runs(data []byte, base int64, from int, at loc) {
-	n := w.m.runMin
-	if w.m.nestMin > len(data)-from {
+	n := max(w.m.nestMin, 8) // the window: the shortest run worth a look
+	if n > len(data)-from {
 		return
 	}
-	for j := from + n - 1; j < len(data); {
-		// The last 8 bytes of the window at once: a space or a byte past
-		// ASCII (no run's) ends every run there. (y's zero bytes are the
-		// spaces, found exactly: no carry crosses a byte.)
-		x := binary.LittleEndian.Uint64(data[j-7:])
-		y := x ^ 0x2020202020202020
-		if mask := (^(((y & 0x7f7f7f7f7f7f7f7f) + 0x7f7f7f7f7f7f7f7f) | y) | x) & 0x8080808080808080; mask != 0 {
-			j += (63-bits.LeadingZeros64(mask))/8 - 7 + n
-			continue
-		}
-		k := j
-		for k > j-n && runClass[data[k]] {
-			k--
-		}
-		if k > j-n {
-			j = k + n
-			continue
-		}
-		s := j - n + 1
-		for s > from && runClass[data[s-1]] {
-			s--
-		}
-		e := j + 1
-		for e < len(data) && runClass[data[e]] {
-			e++
-		}
-		w.run(data[s:e], base+int64(s), at)
-		j = e + n
-	}
-	// Short runs cut by a break: a break with a class byte on either side.
-	done := from // runs end at or before done were handled
-	for _, sep := range []byte{'\n', '\\'} {
-		done = from
-		for i := from; ; {
-			k := bytes.IndexByte(data[i:], sep)
-			if k < 0 {
-				break
+	spans := w.spans[:0]
+	w.spans = nil // a run decoded below takes a slice of its own
+	a, end := from+n-1, len(data)
+	if end-a >= 2*splitMin {
+		mid := a + (end-a)/2
+		var second []int
+		b := mid
+		for a < mid && b < end {
+			ma := stopMask(binary.LittleEndian.Uint64(data[a-7:]))
+			mb := stopMask(binary.LittleEndian.Uint64(data[b-7:]))
+			if ma != 0 {
+				a += bits.Len64(ma)>>3 - 8 + n
+			} else {
+				a, spans = nextRun(data, from, a, n, 0, spans)
 			}
-			i += k
-			if i < done || i == from || i+1 >= len(data) || !runClass[data[i-1]] || !runClass[data[i+1]] ||
-				(sep == '\n' && data[i-1] == '\r' && (i-1 == from || !runClass[data[i-2]])) {
-				i++
-				continue
+			if mb != 0 {
+				b += bits.Len64(mb)>>3 - 8 + n
+			} else {
+				b, second = nextRun(data, from, b, n, mid, second)
 			}
-			s := i
-			for s > from && runClass[data[s-1]] {
-				s--
-			}
-			e := i + 1
-			for e < len(data) && runClass[data[e]] {
-				e++
-			}
-			if l := e - s; l >= w.m.nestMin && l < n && (sep == '\n' || bytes.IndexByte(data[s:e], '\n') < 0) {
-				w.run(data[s:e], base+int64(s), at)
-			}
-			done, i = e, e
+		}
+		for a < mid {
+			a, spans = runStep(data, from, a, n, 0, spans)
+		}
+		for b < end {
+			b, second = runStep(data, from, b, n, mid, second)
+		}
+		spans = append(spans, second...)
+	} else {
+		for a < end {
+			a, spans = runStep(data, from, a, n, 0, spans)
 		}
 	}
+	for k := 0; k+1 < len(spans); k += 2 {
+		s, e := spans[k], spans[k+1]
+		if e-s >= w.m.runMin || innerBreak(data[s:e]) {
+			w.run(data[s:e], base+int64(s), at)
+		}
+	}
+	w.spans = spans[:0]
+}
+
+// stopMask has the high bit set in each byte of x that is certainly no
+// run's, so it ends every run there: a space and the other bytes from 0x0E
+// to '*' (quotes, parentheses), '.', ':' to '@' (':', '=', '?'), and any
+// byte past ASCII. (Each test is exact per byte: no carry crosses one.)
+// The other bytes no run holds (',', braces) are left to runClass: a few
+// cheap tests catch most text.
+func stopMask(x uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	x7 := x &^ hi
+	ge := func(c uint64) uint64 { return (x7 + (0x80-c)*lo) & hi } // byte >= c (below 0x80)
+	eq := func(c uint64) uint64 {                                  // byte == c
+		y := x ^ c*lo
+		return ^(((y &^ hi) + (hi - lo)) | y) & hi
+	}
+	return hi & (x | (ge(0x0e) &^ ge('+')) | eq('.') | (ge(':') &^ ge('A')))
+}
+
+// runStep moves the run finder's cursor j (the end of a window of n bytes)
+// one step: past the last byte stopMask flags in the window's last 8 bytes,
+// else as nextRun does.
+func runStep(data []byte, from, j, n, own int, spans []int) (int, []int) {
+	if mask := stopMask(binary.LittleEndian.Uint64(data[j-7:])); mask != 0 {
+		return j + bits.Len64(mask)>>3 - 8 + n, spans
+	}
+	return nextRun(data, from, j, n, own, spans)
+}
+
+// nextRun looks at the window of n bytes ending at data[j] from its end
+// backwards: at a byte no run's it returns the next window's end past it;
+// a window of class bytes is a run, whose bounds (extended back to from and
+// on to the end of data) it appends to spans, unless its first window ends
+// before own (the run belongs to the other cursor), and returns the end of
+// the first window past it.
+func nextRun(data []byte, from, j, n, own int, spans []int) (int, []int) {
+	// 8 bytes at a time from the end (the caller tested the last 8), the
+	// last word overlapping the window's start; then byte by byte, for the
+	// bytes no run holds that stopMask leaves.
+	lo := j - n + 1
+	for p := j - 15; ; p -= 8 {
+		p = max(p, lo)
+		if mask := stopMask(binary.LittleEndian.Uint64(data[p:])); mask != 0 {
+			return p + bits.Len64(mask)>>3 - 1 + n, spans
+		}
+		if p == lo {
+			break
+		}
+	}
+	k := j
+	for k > j-n && runClass[data[k]] {
+		k--
+	}
+	if k > j-n {
+		return k + n, spans
+	}
+	s := j - n + 1
+	for s > from && runClass[data[s-1]] {
+		s--
+	}
+	e := j + 1
+	for e < len(data) && runClass[data[e]] {
+		e++
+	}
+	if s+n-1 >= own {
+		spans = append(spans, s, e)
+	}
+	return e + n, spans
+}
+
+// innerBreak: run r (of class bytes) holds a line break or backslash with
+// a class byte on either side, other than the "\n" of a "\r\n" it starts
+// with (a line's end before the run, not a cut in it).
+func innerBreak(r []byte) bool {
+	if len(r) < 3 {
+		return false
+	}
+	in := r[1 : len(r)-1] // in[k] is r[k+1]
+	return cutBy(in, '\n', r[0]) || cutBy(in, '\\', r[0])
+}
+
+// cutBy: inner holds c, other than at its start after a '\r'.
+func cutBy(inner []byte, c, before byte) bool {
+	k := bytes.IndexByte(inner, c)
+	return k > 0 || k == 0 && (before != '\r' || bytes.IndexByte(inner[1:], c) >= 0)
 }
 
 // run scans one run found at stream offset off: joined across the line

@@ -76,6 +76,7 @@ type walker struct {
 	bufs    [][]byte                    // decoded runs, one buffer per decode depth
 	onRun   func(off int64, run []byte) // a test's view of every run found
 	free    [][]byte                    // stream buffers to reuse
+	spans   []int                       // the run finder's runs (start, end pairs), reused
 }
 
 func (m *Matcher) walker(ctx context.Context, emit func(Match), problem func(string, error)) *walker {
