@@ -14,6 +14,7 @@ import (
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
+	"github.com/tenantcanary/tenantcanary/internal/sqlitefile"
 	"github.com/tenantcanary/tenantcanary/invariants/scan"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -71,8 +72,7 @@ func (c *Checker) storeRows(ctx context.Context, s Store, own map[string]bool) (
 	if err := copyFile(dbCopy+"-wal", s.DB+"-wal"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	// A path in a URI: '?' and '#' would end it.
-	db, err := sql.Open("sqlite", "file:"+strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(dbCopy))
+	db, err := sql.Open("sqlite", sqlitefile.URI(dbCopy, ""))
 	if err != nil {
 		return nil, fmt.Errorf("open the copy of %s: %w", s.DB, err)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"modernc.org/sqlite" // the "sqlite" database/sql driver
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/tenantcanary/tenantcanary/internal/sqlitefile"
 )
 
 // ErrUnknownSession is returned for a stored session id not in the database.
@@ -96,7 +98,7 @@ func dsn(path string, busy time.Duration, pragmas ...string) string {
 	for _, p := range pragmas {
 		q.Add("_pragma", p)
 	}
-	return "file:" + path + "?" + q.Encode()
+	return sqlitefile.URI(path, q.Encode())
 }
 
 func open(ctx context.Context, path string, busy time.Duration) (*DB, error) {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, for row scans
+
+	"github.com/tenantcanary/tenantcanary/internal/sqlitefile"
 )
 
 // Hit is a Match located in a file. Its Container is "" for the file's
@@ -306,7 +308,7 @@ func copyTo(dst string, src io.Reader, limit int64) error {
 // sqliteRows reads every value of every table of the copy at dbCopy
 // (opened read-only) and scans the text and blob ones.
 func (m *Matcher) sqliteRows(ctx context.Context, path, dbCopy string, r *Report) {
-	db, err := sql.Open("sqlite", "file:"+dbCopy+"?mode=ro")
+	db, err := sql.Open("sqlite", sqlitefile.URI(dbCopy, "mode=ro"))
 	if err != nil {
 		r.skip(path, fmt.Errorf("open copy of %s as sqlite: %w", path, err))
 		return
