@@ -54,3 +54,57 @@ func TestAvailabilityOf(t *testing.T) {
 	require.Len(t, none, 1)
 	assert.Equal(t, Harness, none[0].Invariant)
 }
+
+func TestQuantile(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, time.Duration(0), Quantile(nil, 0.5))
+	assert.Equal(t, 2*time.Millisecond, Quantile(ms(3, 1, 2), 0.5))
+	assert.Equal(t, 2*time.Millisecond, Quantile(ms(4, 1, 3, 2), 0.5))
+	assert.Equal(t, 4*time.Millisecond, Quantile(ms(4, 1, 3, 2), 1))
+	assert.Equal(t, 1*time.Millisecond, Quantile(ms(4, 1, 3, 2), 0.01))
+}
+
+// Interleaved rounds: one noisy round does not decide, most rounds do,
+// and a round far past its limit decides alone.
+func TestAvailabilityOverRounds(t *testing.T) {
+	t.Parallel()
+	round := func(base, loaded int) Round { return Round{Baseline: ms(base), Loaded: ms(loaded)} }
+	lat := func(rs ...Round) Latencies { return Latencies{Tenant: "beta", Flooder: "alpha", Rounds: rs} }
+
+	// Limit of a 100 ms baseline: 600 ms. One round over (700 ms), two
+	// within: no finding, and decided after the first two within.
+	one := lat(round(100, 700), round(100, 300), round(100, 350))
+	assert.Empty(t, AvailabilityOf(one))
+	p, over, decided := one.Verdict(3)
+	assert.False(t, over)
+	assert.True(t, decided)
+	assert.Equal(t, 350*time.Millisecond, p.Loaded, "the median round decides")
+
+	// Two rounds of three over: a finding naming the median round.
+	two := AvailabilityOf(lat(round(100, 700), round(100, 300), round(100, 800)))
+	require.Len(t, two, 1)
+	assert.Equal(t, Availability, two[0].Invariant)
+	assert.Contains(t, two[0].Detail, "p99 700ms under the flood is 7.0x its baseline p99 100ms")
+	assert.Contains(t, two[0].Detail, "over the limit in 2 of 3 round(s)")
+
+	// Split after two rounds: undecided, a third round is wanted.
+	_, over, decided = lat(round(100, 700), round(100, 300)).Verdict(3)
+	assert.False(t, over)
+	assert.False(t, decided)
+	_, _, decided = lat(round(100, 700)).Verdict(3)
+	assert.False(t, decided)
+	_, over, decided = lat(round(100, 700), round(100, 650)).Verdict(3)
+	assert.True(t, over)
+	assert.True(t, decided)
+
+	// Decisive: one round at twice its limit (1.2 s) decides at once.
+	p, over, decided = lat(round(100, 1300)).Verdict(3)
+	assert.True(t, over)
+	assert.True(t, decided)
+	assert.Equal(t, 1300*time.Millisecond, p.Loaded)
+	assert.Len(t, AvailabilityOf(lat(round(100, 300), round(100, 1300), round(100, 300))), 1)
+
+	// Every round compares with its own baseline: a slow machine in one
+	// round raises both of its windows alike.
+	assert.Empty(t, AvailabilityOf(lat(round(100, 400), round(400, 1100), round(100, 500))))
+}

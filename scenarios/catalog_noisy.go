@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -19,9 +20,14 @@ const (
 	FloodConns    = 10
 	FloodWorkers  = 2000
 	FloodRequests = 40000
-	// NeighbourTurns is how many turns each other tenant times, alone and
-	// under the flood.
+	// NeighbourTurns is how many turns each other tenant times in one
+	// window, alone or under the flood.
 	NeighbourTurns = 5
+	// NoisyRounds is how many rounds (a window alone, then a window under
+	// a fresh flood) the scenario runs at most: it stops once every
+	// neighbour's verdict is decided (invariants.Latencies.Verdict), so a
+	// fair server takes two rounds, a starving one often one.
+	NoisyRounds = 3
 )
 
 // flood is one tenant's flood of a pooled server: every worker opens a
@@ -29,25 +35,31 @@ const (
 // turns to end, until the budget is spent or the flood is stopped.
 type flood struct {
 	sent, refused, ok atomic.Int64
+	submitted         atomic.Int64 // turns the server took
 	firstErr          atomic.Value
 	stop              context.CancelFunc
 	wg                sync.WaitGroup
 }
 
-// startFlood starts t's flood on FloodConns new connections.
-func (e *Env) startFlood(t *tenants.Tenant) *flood {
+// dialFlood opens t's FloodConns flood connections. Every connection is
+// open before any worker starts: a server the flood swamps must show it in
+// the neighbours' turns, not in the flooder's own connection set-up.
+func (e *Env) dialFlood(t *tenants.Tenant) []*harness.Conn {
+	e.T.Helper()
+	conns := make([]*harness.Conn, FloodConns)
+	for i := range conns {
+		conns[i] = e.Dial(e.Server, t)
+	}
+	return conns
+}
+
+// startFlood starts t's flood on conns.
+func (e *Env) startFlood(t *tenants.Tenant, conns []*harness.Conn) *flood {
 	e.T.Helper()
 	ctx, cancel := context.WithCancel(e.Ctx)
 	f := &flood{stop: cancel}
 	var budget atomic.Int64
 	budget.Store(FloodRequests)
-	// Every connection is open before any worker starts: a server the
-	// flood swamps must show it in the neighbours' turns, not in the
-	// flooder's own connection set-up.
-	conns := make([]*harness.Conn, FloodConns)
-	for i := range conns {
-		conns[i] = e.Dial(e.Server, t)
-	}
 	for _, c := range conns {
 		for w := 0; w < FloodWorkers; w++ {
 			f.wg.Add(1)
@@ -62,9 +74,11 @@ func (e *Env) startFlood(t *tenants.Tenant) *flood {
 					}) {
 						continue
 					}
-					f.call(ctx, func(ctx context.Context) error {
+					if f.call(ctx, func(ctx context.Context) error {
 						return c.Call(ctx, "prompt.submit", map[string]any{"session_id": s.SessionID, "text": fmt.Sprintf("%s %d", attack.FloodPrompt, n)}, nil)
-					})
+					}) {
+						f.submitted.Add(1)
+					}
 				}
 			}()
 		}
@@ -93,11 +107,13 @@ func (f *flood) end() {
 	f.wg.Wait()
 }
 
-// timeTurns runs n probe turns of t on its main session and returns their
-// durations and the turns that failed. A baseline turn that fails is an
-// error of the scenario (returned: it runs on a goroutine of its own).
+// timeTurns runs n probe turns of t on its main session into l's last
+// round, alone or under the flood (loaded), and counts the turns that
+// failed. A baseline turn that fails is an error of the scenario
+// (returned: it runs on a goroutine of its own).
 func (e *Env) timeTurns(t *tenants.Tenant, n int, l *invariants.Latencies, loaded bool) error {
 	e.T.Helper()
+	r := &l.Rounds[len(l.Rounds)-1]
 	for i := 0; i < n; i++ {
 		e.ExpectSnapshots(t, 1)
 		ctx, cancel := e.ctx(2 * time.Minute)
@@ -116,20 +132,31 @@ func (e *Env) timeTurns(t *tenants.Tenant, n int, l *invariants.Latencies, loade
 				l.FirstErr = err.Error()
 			}
 		case loaded:
-			l.Loaded = append(l.Loaded, d)
+			r.Loaded = append(r.Loaded, d)
 		default:
-			l.Baseline = append(l.Baseline, d)
+			r.Baseline = append(r.Baseline, d)
 		}
 	}
 	return nil
 }
 
 // timeNeighbours times n turns of every tenant but the flooder, all at
-// once, baseline or loaded: both measurements run the neighbours
-// concurrently, so that under the flood only the flood is new.
-func (e *Env) timeNeighbours(n int, loaded bool) {
+// once, baseline (opening a new round) or loaded: both measurements run
+// the neighbours concurrently, so that under the flood only the flood is
+// new. It returns the harness's own probe times over the window (see
+// probeMachine).
+func (e *Env) timeNeighbours(n int, loaded bool) []time.Duration {
 	e.T.Helper()
 	neighbours := e.Tenants[:len(e.Tenants)-1]
+	if !loaded {
+		for _, t := range neighbours {
+			l := e.noisy[t.Name]
+			l.Rounds = append(l.Rounds, invariants.Round{})
+		}
+	}
+	ctx, stop := context.WithCancel(e.Ctx)
+	probe := make(chan []time.Duration, 1)
+	go func() { probe <- probeMachine(ctx) }() // ends with stop, below
 	errs := make([]error, len(neighbours))
 	var wg sync.WaitGroup
 	for i, t := range neighbours {
@@ -140,10 +167,109 @@ func (e *Env) timeNeighbours(n int, loaded bool) {
 		}()
 	}
 	wg.Wait()
+	stop()
+	probed := <-probe
 	for _, err := range errs {
 		if err != nil {
 			e.T.Fatalf("%v", err)
 		}
+	}
+	return probed
+}
+
+// probeEvery is how often probeMachine times its unit of work.
+const probeEvery = 20 * time.Millisecond
+
+// probeMachine times a fixed unit of CPU work in the harness's own
+// process every probeEvery until ctx ends, from the tick it was due: what
+// the machine (its cores, and the harness's own goroutines, the flood's
+// among them) adds to a goroutine of the harness, whatever the server
+// does. Under the flood over alone, it is the share of a neighbour's
+// slowdown that is the machine's, not the server's.
+func probeMachine(ctx context.Context) []time.Duration {
+	buf := make([]byte, 64<<10)
+	tick := time.NewTicker(probeEvery)
+	defer tick.Stop()
+	var out []time.Duration
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case due := <-tick.C:
+			sum := sha256.Sum256(buf)
+			buf[0] = sum[0]
+			out = append(out, time.Since(due))
+		}
+	}
+}
+
+// floodRound is one window under a fresh flood of flooder on conns: the
+// flood is on, the neighbours time their turns into their last round, and
+// the flood's workers are gone before it returns. It returns the harness
+// probe's times over the window and a wait for every turn the flood
+// submitted to reach the flooder's provider, so that the next baseline
+// window carries nothing of it.
+func (e *Env) floodRound(flooder *tenants.Tenant, conns []*harness.Conn, round int) (probed []time.Duration, drain func()) {
+	e.T.Helper()
+	before := len(flooder.Requests())
+	f := e.startFlood(flooder, conns)
+	defer f.end()
+	// The flood is on once every worker has a request in flight and
+	// the server runs the flood's turns (one reached the flooder's
+	// provider) or is swamped by them (half its requests still
+	// unanswered). No more than that: a server the flood swamps may
+	// take minutes per request, and that must show as the neighbours'
+	// starvation (a finding), not as a wait of the harness.
+	e.Eventually("the flood to reach "+flooder.Name+"'s provider", 2*time.Minute, func() (bool, string) {
+		n := len(flooder.Requests()) - before
+		sent := f.sent.Load()
+		pending := sent - f.ok.Load() - f.refused.Load()
+		return sent >= FloodConns*FloodWorkers && (n >= 1 || pending >= FloodConns*FloodWorkers/2),
+			fmt.Sprintf("%d flood turn(s) at the provider, %d request(s) sent, %d unanswered", n, sent, pending)
+	})
+	probed = e.timeNeighbours(NeighbourTurns, true)
+	f.end()
+	e.Logf("round %d: flood of %s: %d request(s) sent, %d answered, %d refused (first: %v); %d turn(s) submitted, %d at its provider",
+		round, flooder.Name, f.sent.Load(), f.ok.Load(), f.refused.Load(), f.firstErr.Load(), f.submitted.Load(), len(flooder.Requests())-before)
+	submitted := f.submitted.Load()
+	return probed, func() {
+		e.T.Helper()
+		e.Eventually("the flood's turns to reach "+flooder.Name+"'s provider", 2*time.Minute, func() (bool, string) {
+			n := int64(len(flooder.Requests()) - before)
+			return n >= submitted, fmt.Sprintf("%d of %d flood turn(s) at the provider", n, submitted)
+		})
+	}
+}
+
+// noisyDecided reports whether every neighbour's verdict is decided.
+func (e *Env) noisyDecided() bool {
+	for _, l := range e.noisy {
+		if _, _, decided := l.Verdict(NoisyRounds); !decided {
+			return false
+		}
+	}
+	return true
+}
+
+// logRound logs every neighbour's p99s in round r and the harness probe's
+// median alone and under the flood.
+func (e *Env) logRound(r int, alone, loaded []time.Duration) {
+	e.T.Helper()
+	a, l := invariants.Quantile(alone, 0.5), invariants.Quantile(loaded, 0.5)
+	machine := 0.0
+	if a > 0 {
+		machine = float64(l) / float64(a)
+	}
+	e.Logf("round %d: the harness's probe took %v alone, %v under the flood (median, %.1fx): the machine's share", r,
+		a.Round(time.Microsecond), l.Round(time.Microsecond), machine)
+	for _, t := range e.Tenants[:len(e.Tenants)-1] {
+		ps := e.noisy[t.Name].P99s()
+		if len(ps) <= r {
+			continue
+		}
+		p := ps[r]
+		e.Logf("round %d: %s: baseline p99 %v, under the flood p99 %v (%.1fx, limit %v)", r, t.Name,
+			p.Baseline.Round(time.Millisecond), p.Loaded.Round(time.Millisecond), p.Ratio(), p.Limit.Round(time.Millisecond))
 	}
 }
 
@@ -153,11 +279,11 @@ func noisyNeighbour() Spec {
 		Purpose:   "one tenant floods the pooled server with connections and requests; every other tenant's turns complete within 3x their baseline p99",
 		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Availability, Requests},
-		Snapshots: perTenant(2 * NeighbourTurns),
-		Timeout:   6 * time.Minute,
+		Snapshots: perTenant(2 * NeighbourTurns * NoisyRounds),
+		Timeout:   MaxTimeout,
 		Responder: attack.Responder,
 		Phases: []Phase{
-			{Name: "baseline", Run: func(e *Env) {
+			{Name: "setup", Run: func(e *Env) {
 				e.noisy = map[string]*invariants.Latencies{}
 				e.ServePerTenant()
 				e.OpenSessions()
@@ -165,27 +291,23 @@ func noisyNeighbour() Spec {
 				for _, t := range e.Tenants[:len(e.Tenants)-1] {
 					e.noisy[t.Name] = &invariants.Latencies{Tenant: t.Name, Flooder: flooder.Name}
 				}
-				e.timeNeighbours(NeighbourTurns, false)
 			}},
-			{Name: "flood", Run: func(e *Env) {
+			{Name: "rounds", Run: func(e *Env) {
+				// Rounds interleave a window alone and a window under a
+				// fresh flood, so the machine's own load, which varies
+				// over a run, weighs on both alike; they stop once every
+				// neighbour's verdict is decided.
 				flooder := e.Tenants[len(e.Tenants)-1]
-				before := len(flooder.Requests())
-				f := e.startFlood(flooder)
-				defer f.end()
-				// The flood is on once every worker has a request in flight and
-				// the server runs the flood's turns (one reached the flooder's
-				// provider). No more than one: a server the flood swamps may
-				// take minutes per turn, and that must show as the neighbours'
-				// starvation (a finding), not as a wait of the harness.
-				e.Eventually("the flood to reach "+flooder.Name+"'s provider", 2*time.Minute, func() (bool, string) {
-					n := len(flooder.Requests()) - before
-					sent := f.sent.Load()
-					return n >= 1 && sent >= FloodConns*FloodWorkers, fmt.Sprintf("%d flood turn(s) at the provider, %d request(s) sent", n, sent)
-				})
-				e.timeNeighbours(NeighbourTurns, true)
-				f.end()
-				e.Logf("flood of %s: %d request(s) sent, %d answered, %d refused (first: %v); %d turn(s) at its provider",
-					flooder.Name, f.sent.Load(), f.ok.Load(), f.refused.Load(), f.firstErr.Load(), len(flooder.Requests())-before)
+				conns := e.dialFlood(flooder)
+				for r := 0; r < NoisyRounds; r++ {
+					alone := e.timeNeighbours(NeighbourTurns, false)
+					loaded, drain := e.floodRound(flooder, conns, r)
+					e.logRound(r, alone, loaded)
+					if e.noisyDecided() {
+						break
+					}
+					drain()
+				}
 				for _, t := range e.Tenants[:len(e.Tenants)-1] {
 					e.CheckAvailability(*e.noisy[t.Name])
 				}
