@@ -57,6 +57,7 @@ type flood struct {
 	sent, refused, ok atomic.Int64
 	submitting        atomic.Int64 // turns submitted, answered or not
 	submitted         atomic.Int64 // turns the server took
+	before            int          // the flooder's provider requests before it
 	firstErr          atomic.Value
 	stop              context.CancelFunc
 	wg                sync.WaitGroup
@@ -237,16 +238,15 @@ func probeMachine(ctx context.Context) []time.Duration {
 const floodSwamped = 20 * time.Second
 
 // floodRound is one window under a fresh flood of flooder on conns: the
-// flood is on, the neighbours time their turns into their last round, and
-// the flood's workers are gone before it returns. It returns the harness
-// probe's times over the window and a wait for every turn the flood
-// submitted to reach the flooder's provider, so that the next baseline
-// window carries nothing of it.
-func (e *Env) floodRound(flooder *tenants.Tenant, conns []*harness.Conn, round int) (probed []time.Duration, drain func()) {
+// flood is on, the neighbours time their turns into their last round. It
+// returns the harness probe's times over the window and the flood, still
+// running: end it, or settle it before the next round.
+func (e *Env) floodRound(flooder *tenants.Tenant, conns []*harness.Conn) (probed []time.Duration, f *flood) {
 	e.T.Helper()
 	before := len(flooder.Requests())
-	f := e.startFlood(flooder, conns)
-	defer f.end()
+	f = e.startFlood(flooder, conns)
+	f.before = before
+	e.T.Cleanup(f.end) // on every path; a no-op once ended
 	// The flood is on once every worker has a request in flight and
 	// the server runs the flood's turns: one reached the flooder's
 	// provider, or the server, handed one, is swamped (it has not run
@@ -255,23 +255,43 @@ func (e *Env) floodRound(flooder *tenants.Tenant, conns []*harness.Conn, round i
 	// starvation (a finding), not as a wait of the harness.
 	start := time.Now()
 	e.Eventually("the flood to reach "+flooder.Name+"'s provider", 2*time.Minute, func() (bool, string) {
-		n := len(flooder.Requests()) - before
+		n := len(flooder.Requests()) - f.before
 		sent, turns := f.sent.Load(), f.submitting.Load()
 		return sent >= FloodConns*FloodWorkers && (n >= 1 || turns >= 1 && time.Since(start) >= floodSwamped),
 			fmt.Sprintf("%d flood turn(s) at the provider, %d request(s) sent, %d of them turns", n, sent, turns)
 	})
-	probed = e.timeNeighbours(NeighbourTurns, true)
-	f.end()
-	e.Logf("round %d: flood of %s: %d request(s) sent, %d answered, %d refused (first: %v); %d turn(s) submitted, %d at its provider",
-		round, flooder.Name, f.sent.Load(), f.ok.Load(), f.refused.Load(), f.firstErr.Load(), f.submitted.Load(), len(flooder.Requests())-before)
-	submitted := f.submitted.Load()
-	return probed, func() {
-		e.T.Helper()
-		e.Eventually("the flood's turns to reach "+flooder.Name+"'s provider", 2*time.Minute, func() (bool, string) {
-			n := int64(len(flooder.Requests()) - before)
-			return n >= submitted, fmt.Sprintf("%d of %d flood turn(s) at the provider", n, submitted)
-		})
+	return e.timeNeighbours(NeighbourTurns, true), f
+}
+
+// settleFlood lets f run out: every request of it answered, so none waits
+// in the server any more, and every turn it submitted at flooder's
+// provider. The next baseline window then carries nothing of it.
+func (e *Env) settleFlood(flooder *tenants.Tenant, f *flood) {
+	e.T.Helper()
+	done := make(chan struct{})
+	go func() { f.wg.Wait(); close(done) }() // ends with the workers
+	timer := time.NewTimer(2 * time.Minute)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		f.end()
+		e.T.Fatalf("waited 2m0s for the server to answer %s's flood; %d of %d request(s) answered", flooder.Name, f.ok.Load()+f.refused.Load(), f.sent.Load())
+	case <-e.Ctx.Done():
+		f.end()
+		e.T.Fatalf("waiting for the server to answer %s's flood: %v", flooder.Name, e.Ctx.Err())
 	}
+	submitted := f.submitted.Load()
+	e.Eventually("the flood's turns to reach "+flooder.Name+"'s provider", 2*time.Minute, func() (bool, string) {
+		n := int64(len(flooder.Requests()) - f.before)
+		return n >= submitted, fmt.Sprintf("%d of %d flood turn(s) at the provider", n, submitted)
+	})
+}
+
+// logFlood logs what f sent and what came of it, in round r.
+func (e *Env) logFlood(r int, flooder *tenants.Tenant, f *flood) {
+	e.Logf("round %d: flood of %s: %d request(s) sent, %d answered, %d refused or cancelled (first: %v); %d turn(s) submitted, %d at its provider",
+		r, flooder.Name, f.sent.Load(), f.ok.Load(), f.refused.Load(), f.firstErr.Load(), f.submitted.Load(), len(flooder.Requests())-f.before)
 }
 
 // noisyDecided reports whether every neighbour's verdict is decided.
@@ -335,12 +355,15 @@ func noisyNeighbour() Spec {
 				conns := e.dialFlood(flooder)
 				for r := 0; r < NoisyRounds; r++ {
 					alone := e.timeNeighbours(NeighbourTurns, false)
-					loaded, drain := e.floodRound(flooder, conns, r)
+					loaded, f := e.floodRound(flooder, conns)
 					e.logRound(r, alone, loaded)
 					if e.noisyDecided() {
+						f.end()
+						e.logFlood(r, flooder, f)
 						break
 					}
-					drain()
+					e.settleFlood(flooder, f)
+					e.logFlood(r, flooder, f)
 				}
 				for _, t := range e.Tenants[:len(e.Tenants)-1] {
 					e.CheckAvailability(*e.noisy[t.Name])
