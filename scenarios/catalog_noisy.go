@@ -63,42 +63,53 @@ type flood struct {
 	wg                sync.WaitGroup
 }
 
+// flooder is one tenant's means to flood, kept over the rounds: its
+// FloodConns connections and the session each worker got (one a worker:
+// a later round submits on it rather than opening another, so the
+// server's bound on a profile's sessions does not end the flood).
+type flooder struct {
+	tenant   *tenants.Tenant
+	conns    []*harness.Conn
+	sessions []string // by worker, "" for none yet
+}
+
 // dialFlood opens t's FloodConns flood connections. Every connection is
 // open before any worker starts: a server the flood swamps must show it in
 // the neighbours' turns, not in the flooder's own connection set-up.
-func (e *Env) dialFlood(t *tenants.Tenant) []*harness.Conn {
+func (e *Env) dialFlood(t *tenants.Tenant) *flooder {
 	e.T.Helper()
-	conns := make([]*harness.Conn, FloodConns)
-	for i := range conns {
-		conns[i] = e.Dial(e.Server, t)
+	fl := &flooder{tenant: t, conns: make([]*harness.Conn, FloodConns), sessions: make([]string, FloodConns*FloodWorkers)}
+	for i := range fl.conns {
+		fl.conns[i] = e.Dial(e.Server, t)
 	}
-	return conns
+	return fl
 }
 
-// startFlood starts t's flood on conns.
-func (e *Env) startFlood(t *tenants.Tenant, conns []*harness.Conn) *flood {
+// startFlood starts fl's flood. A round's workers own their session slot
+// until the flood ends.
+func (e *Env) startFlood(fl *flooder) *flood {
 	e.T.Helper()
 	ctx, cancel := context.WithCancel(e.Ctx)
 	f := &flood{stop: cancel}
 	var budget atomic.Int64
 	budget.Store(FloodRequests)
-	for _, c := range conns {
+	for ci, c := range fl.conns {
 		for w := 0; w < FloodWorkers; w++ {
+			slot := &fl.sessions[ci*FloodWorkers+w]
 			f.wg.Add(1)
 			go func() {
 				defer f.wg.Done()
 				for n := 0; ctx.Err() == nil && budget.Add(-2) >= 0; n++ {
-					var s harness.SessionInfo
-					if !f.call(ctx, func(ctx context.Context) error {
-						var err error
-						s, err = c.CreateSession(ctx, profileParam(t))
+					if *slot == "" && !f.call(ctx, func(ctx context.Context) error {
+						s, err := c.CreateSession(ctx, profileParam(fl.tenant))
+						*slot = s.SessionID
 						return err
 					}) {
 						continue
 					}
 					f.submitting.Add(1)
 					if f.call(ctx, func(ctx context.Context) error {
-						return c.Call(ctx, "prompt.submit", map[string]any{"session_id": s.SessionID, "text": fmt.Sprintf("%s %d", attack.FloodPrompt, n)}, nil)
+						return c.Call(ctx, "prompt.submit", map[string]any{"session_id": *slot, "text": fmt.Sprintf("%s %d", attack.FloodPrompt, n)}, nil)
 					}) {
 						f.submitted.Add(1)
 					}
@@ -237,14 +248,15 @@ func probeMachine(ctx context.Context) []time.Duration {
 // in a second or two, one the flood swamps has run none after minutes.
 const floodSwamped = 20 * time.Second
 
-// floodRound is one window under a fresh flood of flooder on conns: the
+// floodRound is one window under a fresh flood of fl: the
 // flood is on, the neighbours time their turns into their last round. It
 // returns the harness probe's times over the window and the flood, still
 // running: end it, or settle it before the next round.
-func (e *Env) floodRound(flooder *tenants.Tenant, conns []*harness.Conn) (probed []time.Duration, f *flood) {
+func (e *Env) floodRound(fl *flooder) (probed []time.Duration, f *flood) {
 	e.T.Helper()
+	flooder := fl.tenant
 	before := len(flooder.Requests())
-	f = e.startFlood(flooder, conns)
+	f = e.startFlood(fl)
 	f.before = before
 	e.T.Cleanup(f.end) // on every path; a no-op once ended
 	// The flood is on once every worker has a request in flight and
@@ -352,10 +364,10 @@ func noisyNeighbour() Spec {
 				// over a run, weighs on both alike; they stop once every
 				// neighbour's verdict is decided.
 				flooder := e.Tenants[len(e.Tenants)-1]
-				conns := e.dialFlood(flooder)
+				fl := e.dialFlood(flooder)
 				for r := 0; r < NoisyRounds; r++ {
 					alone := e.timeNeighbours(NeighbourTurns, false)
-					loaded, f := e.floodRound(flooder, conns)
+					loaded, f := e.floodRound(fl)
 					e.logRound(r, alone, loaded)
 					if e.noisyDecided() {
 						f.end()
