@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -64,9 +65,8 @@ type flood struct {
 }
 
 // flooder is one tenant's means to flood, kept over the rounds: its
-// FloodConns connections and the session each worker got (one a worker:
-// a later round submits on it rather than opening another, so the
-// server's bound on a profile's sessions does not end the flood).
+// FloodConns connections and the session each worker got (closed when its
+// round settles: see settleFlood).
 type flooder struct {
 	tenant   *tenants.Tenant
 	conns    []*harness.Conn
@@ -276,10 +276,12 @@ func (e *Env) floodRound(fl *flooder) (probed []time.Duration, f *flood) {
 }
 
 // settleFlood lets f run out: every request of it answered, so none waits
-// in the server any more, and every turn it submitted at flooder's
-// provider. The next baseline window then carries nothing of it.
-func (e *Env) settleFlood(flooder *tenants.Tenant, f *flood) {
+// in the server any more, every turn it submitted at the flooder's
+// provider, and its sessions closed. The next baseline window then carries
+// nothing of it, and the next flood meets the server as this one did.
+func (e *Env) settleFlood(fl *flooder, f *flood) {
 	e.T.Helper()
+	flooder := fl.tenant
 	done := make(chan struct{})
 	go func() { f.wg.Wait(); close(done) }() // ends with the workers
 	timer := time.NewTimer(2 * time.Minute)
@@ -298,6 +300,39 @@ func (e *Env) settleFlood(flooder *tenants.Tenant, f *flood) {
 		n := int64(len(flooder.Requests()) - f.before)
 		return n >= submitted, fmt.Sprintf("%d of %d flood turn(s) at the provider", n, submitted)
 	})
+	e.closeFloodSessions(fl)
+}
+
+// closeFloodSessions closes every session fl's workers opened, one
+// connection's at a time on each, so that the next round's flood meets the
+// server as the first did (no session of the flooder's yet), not at its
+// bound on a profile's sessions, a path of its own.
+func (e *Env) closeFloodSessions(fl *flooder) {
+	e.T.Helper()
+	errs := make([]error, len(fl.conns))
+	var wg sync.WaitGroup
+	for ci, c := range fl.conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w := 0; w < FloodWorkers && errs[ci] == nil; w++ {
+				slot := &fl.sessions[ci*FloodWorkers+w]
+				if *slot == "" {
+					continue
+				}
+				ctx, cancel := e.ctx(time.Minute)
+				if err := c.Call(ctx, "session.close", map[string]any{"session_id": *slot}, nil); err != nil {
+					errs[ci] = fmt.Errorf("close %s's flood session %s: %w", fl.tenant.Name, *slot, err)
+				}
+				cancel()
+				*slot = ""
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		e.T.Fatalf("%v", err)
+	}
 }
 
 // logFlood logs what f sent and what came of it, in round r.
@@ -374,7 +409,7 @@ func noisyNeighbour() Spec {
 						e.logFlood(r, flooder, f)
 						break
 					}
-					e.settleFlood(flooder, f)
+					e.settleFlood(fl, f)
 					e.logFlood(r, flooder, f)
 				}
 				for _, t := range e.Tenants[:len(e.Tenants)-1] {
