@@ -22,7 +22,9 @@ const MaxSlowdown = 3.0
 // whatever its baseline: a turn of a few milliseconds tripled is still
 // within the noise of a shared machine (a fair agentd under the
 // noisy-neighbour flood measured 30-170 ms from 15-40 ms baselines, up to
-// 12x), while an agentd with no limits measured 1.3-2.2 s.
+// 12x; on a loaded 2-core machine with -race, 230-870 ms from 40-400 ms),
+// while an agentd with no limits measured 1.3-2.2 s, and 35-73 s on that
+// machine.
 const MinSlack = 500 * time.Millisecond
 
 // Decisive is how far past its limit one round's p99 must be to decide a
