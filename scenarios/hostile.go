@@ -181,10 +181,8 @@ func killPid(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }
 
 // CheckAvailability records l in the report and adds its findings.
 func (e *Env) CheckAvailability(l invariants.Latencies) {
-	row := AvailabilityRow{Tenant: l.Tenant, Flooder: l.Flooder, Baseline: invariants.P99(l.Baseline), Loaded: invariants.P99(l.Loaded), Failed: l.Failed}
-	if row.Baseline > 0 {
-		row.Ratio = float64(row.Loaded) / float64(row.Baseline)
-	}
+	p, _, _ := l.Verdict(0) // the round that decides
+	row := AvailabilityRow{Tenant: l.Tenant, Flooder: l.Flooder, Baseline: p.Baseline, Loaded: p.Loaded, Ratio: p.Ratio(), Failed: l.Failed}
 	e.mu.Lock()
 	e.Report.Availability = append(e.Report.Availability, row)
 	e.mu.Unlock()

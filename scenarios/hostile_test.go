@@ -216,6 +216,11 @@ func TestNoisyNeighbourFindsStarvationOnAWeakenedTarget(t *testing.T) {
 		tg = withEnv(tg, FaultEnv("no-conn-limit"))
 	}
 	rep := runOn(t, tg, "noisy-neighbour")
+	for _, line := range rep.Log {
+		if strings.Contains(line, "p99") || strings.Contains(line, "probe") {
+			t.Log(line)
+		}
+	}
 	require.Len(t, rep.Availability, len(names)-1, "one row per neighbour")
 	flooder := rep.Availability[0].Flooder
 	slowed := map[string]bool{}
