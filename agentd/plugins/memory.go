@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync"
 
@@ -37,22 +36,13 @@ type memoryKey struct{}
 // plugin registered a memory provider.
 func memoryOf(ctx context.Context, sc *scope.Scope, loader host.Loader) *memory {
 	v, _ := sc.Value(memoryKey{}, func() (any, error) {
-		ps, err := loader.Plugins(ctx)
+		names, err := providerNames(ctx, loader, host.KindMemory)
 		if err != nil {
 			return nil, err // not remembered: the next turn asks again
-		}
-		var names []string
-		for _, p := range ps {
-			for _, pr := range p.Providers {
-				if pr.Kind == host.KindMemory {
-					names = append(names, pr.Name)
-				}
-			}
 		}
 		if len(names) == 0 {
 			return (*memory)(nil), nil
 		}
-		sort.Strings(names)
 		return &memory{loader: loader, names: names, log: sc.Log, inited: map[string]uint64{}}, nil
 	})
 	m, _ := v.(*memory)

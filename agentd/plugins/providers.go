@@ -120,23 +120,29 @@ type imageTool struct {
 
 type imagesKey struct{}
 
+// providerNames lists, sorted, the names of the profile's providers of
+// one kind.
+func providerNames(ctx context.Context, loader host.Loader, kind string) ([]string, error) {
+	ps, err := loader.Plugins(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, p := range ps {
+		for _, pr := range p.Providers {
+			if pr.Kind == kind {
+				names = append(names, pr.Name)
+			}
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
 // imageProvidersOf lists the profile's image providers, once per scope.
 func imageProvidersOf(ctx context.Context, sc *scope.Scope, loader host.Loader) []string {
 	v, _ := sc.Value(imagesKey{}, func() (any, error) {
-		ps, err := loader.Plugins(ctx)
-		if err != nil {
-			return nil, err // not remembered: the next turn asks again
-		}
-		var names []string
-		for _, p := range ps {
-			for _, pr := range p.Providers {
-				if pr.Kind == host.KindImageGen {
-					names = append(names, pr.Name)
-				}
-			}
-		}
-		sort.Strings(names)
-		return names, nil
+		return providerNames(ctx, loader, host.KindImageGen) // an error is not remembered: the next turn asks again
 	})
 	names, _ := v.([]string)
 	return names
