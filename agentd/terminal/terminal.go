@@ -491,8 +491,11 @@ func (p *proc) dead() bool {
 	default:
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.readEnd
+	readEnd := p.readEnd
+	p.mu.Unlock()
+	// A shell killed a moment ago may not be reaped yet: a zombie is dead
+	// too, and a command sent to it would be lost.
+	return readEnd || !procgroup.Alive(p.cmd.Process.Pid)
 }
 
 func (p *proc) exitStatus() string {
