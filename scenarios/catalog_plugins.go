@@ -116,20 +116,27 @@ type pluginDump struct {
 func pluginResponder(t *tenants.Tenant) fakellm.Responder {
 	def := tenants.DefaultResponder(t)
 	return func(r fakellm.Record) fakellm.Response {
-		msgs := r.Messages()
-		if n := len(msgs); n > 0 {
-			if role, _ := msgs[n-1]["role"].(string); role == "user" {
-				text, _ := msgs[n-1]["content"].(string)
-				if raw, ok := strings.CutPrefix(text, pluginPrompt); ok {
-					var args pluginArgs
-					if json.Unmarshal([]byte(raw), &args) == nil {
-						return fakellm.ToolCall(pluginProbeTool, args)
-					}
+		if last := lastMessage(r); last["role"] == "user" {
+			text, _ := last["content"].(string)
+			if raw, ok := strings.CutPrefix(text, pluginPrompt); ok {
+				var args pluginArgs
+				if json.Unmarshal([]byte(raw), &args) == nil {
+					return fakellm.ToolCall(pluginProbeTool, args)
 				}
 			}
 		}
 		return def(r)
 	}
+}
+
+// lastMessage is the last message of a request (nil when it has none):
+// what a scenario's responder answers.
+func lastMessage(r fakellm.Record) map[string]any {
+	msgs := r.Messages()
+	if len(msgs) == 0 {
+		return nil
+	}
+	return msgs[len(msgs)-1]
 }
 
 // bwrapLauncher is a plugins.host.launcher that shows the host the whole

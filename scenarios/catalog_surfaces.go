@@ -221,18 +221,16 @@ func Register(ctx plugin.Context) error { return ctx.RegisterModelProvider(mp{})
 func surfacesResponder(t *tenants.Tenant) fakellm.Responder {
 	def := tenants.DefaultResponder(t)
 	return func(r fakellm.Record) fakellm.Response {
-		msgs := r.Messages()
-		if n := len(msgs); n > 0 {
-			if role, _ := msgs[n-1]["role"].(string); role == "user" {
-				text, _ := msgs[n-1]["content"].(string)
-				if prompt, ok := strings.CutPrefix(text, surfacesImagePrompt); ok {
-					return fakellm.ToolCall("image_generate", map[string]any{"prompt": prompt, "options": map[string]any{"size": "64x64"}})
-				}
+		last := lastMessage(r)
+		switch last["role"] {
+		case "user":
+			text, _ := last["content"].(string)
+			if prompt, ok := strings.CutPrefix(text, surfacesImagePrompt); ok {
+				return fakellm.ToolCall("image_generate", map[string]any{"prompt": prompt, "options": map[string]any{"size": "64x64"}})
 			}
-			if role, _ := msgs[n-1]["role"].(string); role == "tool" {
-				if name, _ := msgs[n-1]["name"].(string); name == "image_generate" {
-					return fakellm.Text("drawn for " + t.Name)
-				}
+		case "tool":
+			if last["name"] == "image_generate" {
+				return fakellm.Text("drawn for " + t.Name)
 			}
 		}
 		return def(r)
