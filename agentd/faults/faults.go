@@ -72,6 +72,7 @@ func All() []Name {
 	all = append(all, detectFaults()...)
 	all = append(all, gatewayFaults()...)
 	all = append(all, surfaceFaults()...)
+	all = append(all, multistepFaults()...)
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	return all
 }

@@ -1,0 +1,34 @@
+package faults
+
+// Faults of the defences against a tenant that chains its own powers
+// (issue 21): each switches one defence off, so the multi-step attack it
+// stops finds its leak again.
+const (
+	// HomeFollowsLinks: agentd opens, creates and removes a home's files by
+	// plain path, so a symlink a tenant planted in its own home (SOUL.md,
+	// .env, config.yaml, state.db, logs, cron files) is followed out of it.
+	HomeFollowsLinks Name = "home-follows-links"
+	// UncheckedJobIDs: cron job ids and names read from a tenant's own
+	// jobs.json are joined into paths unchecked, so an id like ../../x
+	// writes the job's output outside the tenant's home.
+	UncheckedJobIDs Name = "unchecked-job-ids"
+	// WorkdirAnywhere: a profile's cwd is checked lexically only and bound
+	// as a path: any folder outside the agentd homes (another tenant's
+	// workdir, their parent, /proc, a system folder, a symlink to a home)
+	// becomes the sandbox's read-write workdir.
+	WorkdirAnywhere Name = "workdir-anywhere"
+	// TenantOperatorSettings: a profile's own config.yaml may set what only
+	// the operator may (plugins.isolation, plugins.host.launcher and its
+	// limits, terminal.sandbox, terminal.network, terminal.workdir_roots).
+	TenantOperatorSettings Name = "tenant-operator-settings"
+	// DeleteRace: profiles.delete removes the home in place while the
+	// profile's requests go on, and create reuses the folder, so a racing
+	// request re-makes the deleted home and a re-created profile inherits
+	// the deleted one's files.
+	DeleteRace Name = "delete-race"
+)
+
+// multistepFaults lists the faults of this file.
+func multistepFaults() []Name {
+	return []Name{HomeFollowsLinks, UncheckedJobIDs, WorkdirAnywhere, TenantOperatorSettings, DeleteRace}
+}
