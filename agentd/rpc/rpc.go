@@ -23,6 +23,8 @@ const (
 	CodeUnknownProfile = 4064 // no such profile
 	CodeConflict       = 4090 // exists already, or busy
 	CodeTooBusy        = 4290 // too many requests or turns in flight; Data carries retry_after_ms
+	CodeWorkdirRefused = 4003 // a cwd outside the profile's own home and workdir roots; the message names the rule
+	CodeLinkOut        = 4013 // a home file is a link that leaves the home (or is not a regular file)
 	CodeUnavailable    = 5030 // shutting down
 )
 
