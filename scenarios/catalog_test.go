@@ -48,3 +48,13 @@ func TestCatalogLookups(t *testing.T) {
 	_, err = c.Match("(")
 	assert.ErrorContains(t, err, "--run")
 }
+
+// TestTimeoutLengthensAndShortens: --timeout replaces a scenario's own
+// timeout either way (a slow target needs more than the catalog guessed).
+func TestTimeoutLengthensAndShortens(t *testing.T) {
+	t.Parallel()
+	spec := Spec{Timeout: 2 * time.Minute}
+	require.Equal(t, 2*time.Minute, Config{}.timeoutOf(spec))
+	require.Equal(t, 30*time.Second, Config{Timeout: 30 * time.Second}.timeoutOf(spec))
+	require.Equal(t, 20*time.Minute, Config{Timeout: 20 * time.Minute}.timeoutOf(spec))
+}

@@ -148,7 +148,7 @@ func (g *Gateway) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start gateway: %w", err)
 	}
-	wait, cancel := context.WithTimeout(ctx, 90*time.Second)
+	wait, cancel := context.WithTimeout(ctx, tg.ReadyWithin(90*time.Second))
 	defer cancel()
 	base := "http://127.0.0.1:" + port
 	if tg.ReadyLine != "" && (g.spec.ReadyPath == "" || port == "0") {
