@@ -48,13 +48,13 @@ type Target struct {
 	// with its output, exit 2.
 	Preflight []string `yaml:"preflight"`
 
-	ReadyLine string            `yaml:"ready_line"` // regexp with groups (host, port) on a serve/gateway stdout
+	ReadyLine string `yaml:"ready_line"` // regexp with groups (host, port) on a serve/gateway stdout
 	// ReadyTimeout is how long a started backend has to print its ready
 	// line (and answer its health check); default DefaultReadyTimeout, or
 	// 90s for a gateway target (which may migrate a database first).
-	ReadyTimeout Duration `yaml:"ready_timeout"`
-	TokenVar  string            `yaml:"token_var"`  // the variable that hands the serve backend its token
-	Env       map[string]string `yaml:"env"`        // extra variables for every target process; {root} is the sandbox root
+	ReadyTimeout Duration          `yaml:"ready_timeout"`
+	TokenVar     string            `yaml:"token_var"` // the variable that hands the serve backend its token
+	Env          map[string]string `yaml:"env"`       // extra variables for every target process; {root} is the sandbox root
 
 	// ManagedDir is the target's managed (operator) scope folder, inside the
 	// sandbox ({root}/...); Managed, when set, is written there as
