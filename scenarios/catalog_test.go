@@ -58,3 +58,18 @@ func TestTimeoutLengthensAndShortens(t *testing.T) {
 	require.Equal(t, 30*time.Second, Config{Timeout: 30 * time.Second}.timeoutOf(spec))
 	require.Equal(t, 20*time.Minute, Config{Timeout: 20 * time.Minute}.timeoutOf(spec))
 }
+
+// TestGatewayScenarioNeedsDeclaredAccess: the agent-kind gateway scenario
+// drives a tenant through the target's llm_gateway.access, never a guess
+// of agentd's routes; a target with a gateway but no access skips it with
+// that reason.
+func TestGatewayScenarioNeedsDeclaredAccess(t *testing.T) {
+	t.Parallel()
+	spec, err := Default().Get("gateway")
+	require.NoError(t, err)
+	tg := harness.Target{Name: "x", Gateway: []string{"srv"}}
+	require.Contains(t, spec.unmet(tg), "needs llm_gateway.access")
+	tg.LLMGateway = &harness.LLMGateway{Access: &harness.AccessTemplate{Key: "{api_server_key}", BasePath: "/t/{tenant}/v1"}}
+	require.Empty(t, spec.unmet(tg))
+	require.Empty(t, spec.unmet(harness.AgentdTarget("agentd")))
+}
