@@ -43,11 +43,20 @@ func (r *recorder) RunJob(ctx context.Context, p profile.Profile, job Job) (stri
 	return "answer for " + job.Prompt, nil
 }
 
+// makeHome is a profile whose home exists (and nothing in it): cron never
+// makes a home, only folders inside one.
+func makeHome(t *testing.T, root, name string) profile.Profile {
+	t.Helper()
+	p := profile.Profile{Name: name, Home: filepath.Join(root, name)}
+	require.NoError(t, os.Mkdir(p.Home, 0o700))
+	return p
+}
+
 func TestTriggerTickRecordsAndWritesOutput(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	a := profile.Profile{Name: "a", Home: filepath.Join(root, "a")}
-	b := profile.Profile{Name: "b", Home: filepath.Join(root, "b")}
+	a := makeHome(t, root, "a")
+	b := makeHome(t, root, "b")
 	now := time.Now()
 	ja, err := ForProfile(a).Create("ja", "prompt-a", "every 1h", now)
 	require.NoError(t, err)
@@ -97,13 +106,13 @@ func TestTriggerTickRecordsAndWritesOutput(t *testing.T) {
 func TestClaimWithNothingDueWritesNothing(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	idle := ForProfile(profile.Profile{Name: "idle", Home: filepath.Join(root, "idle")})
+	idle := ForProfile(makeHome(t, root, "idle"))
 	due, err := idle.Claim(time.Now())
 	require.NoError(t, err)
 	require.Empty(t, due)
 	require.NoDirExists(t, idle.Dir, "no cron folder made for a profile without jobs")
 
-	busy := ForProfile(profile.Profile{Name: "busy", Home: filepath.Join(root, "busy")})
+	busy := ForProfile(makeHome(t, root, "busy"))
 	job, err := busy.Create("j", "p", "every 1h", time.Now())
 	require.NoError(t, err)
 	before, err := os.ReadFile(busy.path())
