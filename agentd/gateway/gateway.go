@@ -94,8 +94,10 @@ func (g *Gateway) lock(p profile.Profile) error {
 	if g.closed {
 		return errors.New("gateway closed")
 	}
+	// gateway.lock is in the profile's home, which its tools can write:
+	// opened through the home, following no symlink.
 	path := p.File("gateway.lock")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := p.FS().OpenFile("gateway.lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return fmt.Errorf("lock gateway of profile %q: %w", p.Name, err)
 	}
