@@ -361,7 +361,14 @@ func (h Home) CheckFile(name string) (bool, error) {
 		return false, err
 	}
 	if h.FollowLinks {
-		return true, nil // the fault: whatever is there is opened, links followed
+		st, err := os.Stat(h.Path(name)) // the fault: links followed
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return st.Mode().IsRegular(), nil
 	}
 	dir, base := split(name)
 	dfd, err := h.walk(name, dir, false, 0)
