@@ -2,15 +2,18 @@ package cron
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 )
 
@@ -134,4 +137,63 @@ func TestClaimWithNothingDueWritesNothing(t *testing.T) {
 	due, err = busy.Claim(time.Now().Add(time.Second))
 	require.NoError(t, err)
 	require.Len(t, due, 1, "positive control: a due job is claimed")
+}
+
+// Ids and names a tenant writes into its own jobs.json are never joined
+// into a path: a job whose id or name is outside the allow-list is skipped
+// (and kept in the file as it was), cron.trigger names the rule, and the
+// output of a job is written only under the home's own cron/output. With
+// unchecked-job-ids seeded, the id is joined and the output lands outside
+// (the positive control).
+func TestJobIDsNeverLeaveTheHome(t *testing.T) {
+	t.Parallel()
+	bad := []string{"../../x", "a/b", "..", ".", "/abs/olute", "", "x\x00y", ".hidden", "a b"}
+	for _, seeded := range []bool{false, true} {
+		root := t.TempDir()
+		p := makeHome(t, root, "mine")
+		if seeded {
+			p.Faults = faults.Set{faults.UncheckedJobIDs: true}
+		}
+		var entries []string
+		for _, id := range append([]string{"good-1"}, bad...) {
+			raw, err := json.Marshal(map[string]any{"id": id, "name": "n", "prompt": "p", "schedule": "every 1h", "enabled": true, "next_run": time.Unix(0, 0)})
+			require.NoError(t, err)
+			entries = append(entries, string(raw))
+		}
+		require.NoError(t, os.MkdirAll(filepath.Join(p.Home, "cron"), 0o700))
+		doc := `{"jobs":[` + strings.Join(entries, ",") + `]}`
+		require.NoError(t, os.WriteFile(filepath.Join(p.Home, "cron", "jobs.json"), []byte(doc), 0o600))
+
+		jobs := ForProfile(p)
+		list, err := jobs.List()
+		require.NoError(t, err)
+		due, err := jobs.Claim(time.Now())
+		require.NoError(t, err)
+		if !seeded {
+			require.Len(t, list, 1, "only the good job is listed")
+			require.Equal(t, "good-1", list[0].ID)
+			require.Len(t, due, 1, "only the good job is claimed")
+			for _, id := range bad {
+				_, err := jobs.Trigger(id, time.Now())
+				require.ErrorIs(t, err, ErrBadJob, "%q", id)
+				require.ErrorContains(t, err, "want 1-64 of [A-Za-z0-9_-]")
+			}
+			after, err := os.ReadFile(filepath.Join(p.Home, "cron", "jobs.json"))
+			require.NoError(t, err)
+			for _, id := range bad[:5] {
+				require.Contains(t, string(after), `"id": "`+id+`"`, "a skipped job is kept as it was")
+			}
+			// RunOne checks the id again before it joins it.
+			res := RunOne(context.Background(), p, Job{ID: "../../../escaped", Name: "n", Prompt: "p"}, &recorder{})
+			require.ErrorIs(t, res.Err, ErrBadJob)
+			require.NoDirExists(t, filepath.Join(root, "escaped"))
+			_, err = jobs.Create("../x", "p", "every 1h", time.Now())
+			require.ErrorIs(t, err, ErrBadJob, "a bad name is refused at create")
+			continue
+		}
+		require.Len(t, list, len(bad)+1, "the fault lists every job")
+		res := RunOne(context.Background(), p, Job{ID: "../../../escaped", Name: "n", Prompt: "p"}, &recorder{})
+		require.NoError(t, res.Err)
+		require.DirExists(t, filepath.Join(root, "escaped"), "the fault writes the output outside the home")
+	}
 }
