@@ -1,9 +1,11 @@
 package cron
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,12 +167,16 @@ func TestJobIDsNeverLeaveTheHome(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(p.Home, "cron", "jobs.json"), []byte(doc), 0o600))
 
 		jobs := ForProfile(p)
+		var logged bytes.Buffer
+		jobs.Log = slog.New(slog.NewTextHandler(&logged, nil))
 		list, err := jobs.List()
 		require.NoError(t, err)
 		due, err := jobs.Claim(time.Now())
 		require.NoError(t, err)
 		if !seeded {
 			require.Len(t, list, 1, "only the good job is listed")
+			require.Contains(t, logged.String(), `cron: job skipped`, "a skipped job leaves a log line")
+			require.Contains(t, logged.String(), `bad cron job id \"../../x\"`)
 			require.Equal(t, "good-1", list[0].ID)
 			require.Len(t, due, 1, "only the good job is claimed")
 			for _, id := range bad {
