@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
@@ -65,6 +66,12 @@ func New(opts Options) (*Gateway, error) {
 	}
 	for _, p := range list {
 		if err := g.lock(p); err != nil {
+			if errors.Is(err, homefs.ErrLink) {
+				// One tenant's planted link must not stop every tenant's
+				// gateway: that profile is refused, the others served.
+				opts.Log.Warn("gateway: profile not served", "profile", p.Name, "err", err.Error())
+				continue
+			}
 			g.Close()
 			return nil, err
 		}
@@ -145,6 +152,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := g.lock(p); err != nil {
+		if errors.Is(err, homefs.ErrLink) {
+			apiError(w, http.StatusForbidden, err.Error())
+			return
+		}
 		apiError(w, http.StatusConflict, "this profile is served by another gateway")
 		return
 	}
