@@ -7,9 +7,9 @@
 // path and wait for agentd, which runs outside every sandbox, to follow it.
 // A Home never follows a symlink:
 //
-//   - The home is opened as an os.Root, so no path, however it is spelled
-//     or whatever links it crosses, resolves outside the home
-//     (os.Root's "path escapes from parent" becomes ErrLinkOut).
+//   - Names are local paths (filepath.IsLocal): no "..", nothing absolute.
+//   - The home itself is opened by its path: a tenant writes inside its
+//     home, never the folder that holds it, so it cannot swap the home.
 //   - Every folder below the home is walked one component at a time with
 //     O_NOFOLLOW|O_DIRECTORY, and the file itself is opened with
 //     O_NOFOLLOW, so a symlink is refused wherever it is, even one that
@@ -20,6 +20,13 @@
 //     legitimately a link, so a link there is an attack or a mistake and
 //     the safe answer is the same for both. The check is the open itself,
 //     so swapping a file for a link between a check and the use cannot win.
+//   - Why not os.Root alone: Root.OpenFile resolves a symlink at the last
+//     component itself (it retries after ELOOP) and follows links that stay
+//     inside the root, so it cannot say "no link here". The walk above is
+//     what openat2(RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH) does, without
+//     needing Linux 5.6 or a seccomp policy that allows openat2. os.Root
+//     still judges where a refused link leads: out of the home
+//     ("path escapes from parent": ErrLinkOut) or inside it.
 //   - A file must be a regular file (a FIFO would block the server, a
 //     device would be read as the server's user); it is opened with
 //     O_NONBLOCK so even a FIFO planted there cannot hang the open.
