@@ -114,7 +114,7 @@ func (e *Env) newChainRun(ch attack.Chain, a, v *tenants.Tenant) *chainRun {
 	}
 	pl := attack.Places{
 		Write: e.hostile.canaries(e, a).Write, Home: a.Home, Victim: v.Home, VictimName: v.Name,
-		OwnWorkdir: a.Workdir, VictimWorkdir: e.chains.aliases[v.Name], WorkRoot: filepath.Dir(a.Workdir),
+		OwnWorkdir: a.Workdir, VictimWorkdir: e.chains.aliases[v.Name], WorkRoot: e.workRoot(),
 		HomesParent:    filepath.Join(e.Box.Set.LaunchHome, e.Box.Set.Layout.WithDefaults().ProfilesDir),
 		VictimProvider: v.ProviderURL(), Files: e.Box.Set.Layout.WithDefaults().Files,
 	}
@@ -483,10 +483,29 @@ func (e *Env) outsidePlaces() []invariants.Place {
 			roots = append(roots, filepath.Dir(wd))
 		}
 	}
+	roots = append(roots, e.workRoot())
 	for _, r := range slices.Compact(slices.Sorted(slices.Values(roots))) {
 		places = append(places, invariants.Place{Root: r, Strict: true})
 	}
 	return places
+}
+
+// workRoot is the deepest folder holding every tenant's workdir (their
+// shared parent, or the root of per-profile workdir folders).
+func (e *Env) workRoot() string {
+	root := ""
+	for _, t := range e.Box.Set.Tenants {
+		d := filepath.Dir(t.Workdir)
+		switch {
+		case root == "":
+			root = d
+		default:
+			for !within(d, root) && root != filepath.Dir(root) {
+				root = filepath.Dir(root)
+			}
+		}
+	}
+	return root
 }
 
 // watchOutside lists the outside places, runs do, lists them again and
