@@ -180,7 +180,16 @@ func (e *Env) restartChains(chains []attack.Chain) {
 	}
 	e.StopServe(e.Server)
 	e.ServePerTenant()
-	e.OpenSessions()
+	// A planted file may keep a profile from opening (a defended server
+	// refuses a home file that links out): its main session is then none.
+	e.Sessions = map[string]harness.SessionInfo{}
+	for _, t := range e.Tenants {
+		if sid, err := e.tryCreateSession(e.Conns[t.Name], t); err == nil {
+			e.Sessions[t.Name] = harness.SessionInfo{SessionID: sid}
+		} else {
+			e.Logf("after the restart, %s opens no session: %v", t.Name, err)
+		}
+	}
 	for _, r := range runs {
 		c := e.Conns[r.a.Name]
 		sid, err := e.tryCreateSession(c, r.a)
@@ -219,7 +228,7 @@ func (e *Env) plant(r *chainRun) bool {
 	cs := e.hostile.canaries(e, r.a)
 	if r.ch.InstallPlugin {
 		dir := filepath.Join(r.a.Home, r.vars["plugins"], attack.ChainPlugin)
-		for name, data := range map[string]string{"plugin.yaml": attack.PluginManifest, "plugin.go": attack.PluginSource} {
+		for name, data := range map[string]string{"plugin.yaml": attack.ChainPluginManifest, "plugin.go": attack.ChainPluginSource} {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				e.T.Fatalf("install the chains' plugin for %s: %v", r.a.Name, err)
 			}

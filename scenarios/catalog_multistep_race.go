@@ -19,6 +19,10 @@ import (
 // rarer race).
 const ChainRaceRounds = 12
 
+// RaceLoopers is how many connections of the racing profile loop its
+// requests at once.
+const RaceLoopers = 4
+
 // ChainGeneration is the kind of the canary each round of a race plants in
 // the profile before it is deleted: the profile made again must not hold
 // it.
@@ -62,25 +66,38 @@ func (e *Env) raceChain(ch attack.Chain) {
 			e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: name, Where: invariants.Where{Path: g.Home},
 				Detail: "the re-created-profile scan did not see the generation canary planted in the home: it would see nothing"})
 		}
-		c := e.Dial(e.Server, g)
-		stop, n := e.loopSteps(c, g, ch, gen.Value)
+		// Several connections of the profile loop at once: the race is
+		// the requests in flight when the operator acts.
+		var stops []func()
+		n := &atomic.Int64{}
+		for range RaceLoopers {
+			c := e.Dial(e.Server, g)
+			stop := e.loopSteps(c, g, ch, gen.Value, n)
+			stops = append(stops, func() { stop(); c.Close() })
+		}
 		e.Eventually("a first round of "+name+"'s own requests", 30*time.Second, func() (bool, string) {
-			return n.Load() > 0, fmt.Sprintf("%d request(s)", n.Load())
+			return n.Load() >= RaceLoopers, fmt.Sprintf("%d loop(s) begun", n.Load())
 		})
-		derr := e.operatorCall(admin, "profiles.delete", name)
-		cerr := e.operatorCall(admin, "profiles.create", name)
-		stop()
-		c.Close()
-		loops += int(n.Load())
-		switch {
-		case derr != nil:
+		// An operator whose delete failed tries again, while the requests
+		// go on racing.
+		var derr error
+		for try := 0; try < 5; try++ {
+			if derr = e.operatorCall(admin, "profiles.delete", name); derr == nil {
+				break
+			}
 			deleteFailed++
 			if deleteFailed == 1 {
 				e.Logf("%s round %d: profiles.delete failed: %v", ch.ID, i+1, derr)
 			}
-			if cerr != nil {
-				continue // the profile is the old one: nothing was made again
-			}
+		}
+		cerr := e.operatorCall(admin, "profiles.create", name)
+		for _, stop := range stops {
+			stop()
+		}
+		loops += int(n.Load())
+		switch {
+		case derr != nil && cerr != nil:
+			continue // the profile is the old one: nothing was made again
 		case cerr != nil:
 			createFailed++
 			e.Logf("%s round %d: profiles.create failed: %v", ch.ID, i+1, cerr)
@@ -94,7 +111,7 @@ func (e *Env) raceChain(ch attack.Chain) {
 			}
 		}
 	}
-	rate := fmt.Sprintf("the profile made again held the deleted one's data in %d/%d rounds (%.0f%%); delete failed in %d, create in %d; %d racing requests",
+	rate := fmt.Sprintf("the profile made again held the deleted one's data in %d/%d rounds (%.0f%%); %d failed deletes (retried), %d failed creates; %d racing loops",
 		inherited, rounds, 100*float64(inherited)/float64(rounds), deleteFailed, createFailed, loops)
 	e.Logf("%s by %s: %s", ch.ID, name, rate)
 	e.mu.Lock()
@@ -111,8 +128,7 @@ func (e *Env) operatorCall(c *harness.Conn, method, name string) error {
 
 // loopSteps runs ch's RPC steps as t on c over and over (errors are the
 // race's: ignored) until stop is called; n counts the loops begun.
-func (e *Env) loopSteps(c *harness.Conn, t *tenants.Tenant, ch attack.Chain, write string) (stop func(), n *atomic.Int64) {
-	n = &atomic.Int64{}
+func (e *Env) loopSteps(c *harness.Conn, t *tenants.Tenant, ch attack.Chain, write string, n *atomic.Int64) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -155,5 +171,5 @@ func (e *Env) loopSteps(c *harness.Conn, t *tenants.Tenant, ch attack.Chain, wri
 	return func() {
 		once.Do(func() { close(done) })
 		wg.Wait()
-	}, n
+	}
 }

@@ -110,9 +110,9 @@ type Chain struct {
 	Probe   Step
 	Restore []string
 	Undo    []Step
-	// InstallPlugin: the attacker's home holds the hostile plugin of
-	// Plugin() (a tenant may install plugins in its own home; the harness
-	// writes the files, as a terminal's line could not carry them).
+	// InstallPlugin: the attacker's home holds ChainPlugin (a tenant may
+	// install plugins in its own home; the harness writes the files, as a
+	// terminal's line could not carry them).
 	InstallPlugin bool
 }
 
@@ -178,6 +178,14 @@ func FillParams(p map[string]any, vars map[string]string) map[string]any {
 // scenario runs it through the same path as every other attack.
 func (c Chain) ToolRow(i int, s Step, vars map[string]string) Row {
 	id := fmt.Sprintf("%s-step-%d", c.ID, i+1)
+	if s.Plugin == ChainReadRow {
+		var globs []any
+		for _, g := range strings.Split(Fill(fmt.Sprint(s.Params["globs"]), vars), "\n") {
+			globs = append(globs, g)
+		}
+		return Row{ID: id, Class: Read, Tries: c.Tries, Refusal: c.Refusal,
+			Call: func(Canaries) Call { return Call{Tool: ChainPluginTool, Args: map[string]any{"globs": globs}} }}
+	}
 	if s.Plugin != "" {
 		for _, r := range Plugin() {
 			if r.ID == s.Plugin {
@@ -220,7 +228,7 @@ func ValidateChains(chains []Chain) error {
 	for _, f := range ChainFaults {
 		faults[f] = true
 	}
-	plugin := map[string]bool{}
+	plugin := map[string]bool{ChainReadRow: true}
 	for _, r := range Plugin() {
 		plugin[r.ID] = true
 	}

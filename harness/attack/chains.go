@@ -6,9 +6,68 @@ import (
 	"github.com/tenantcanary/tenantcanary/invariants"
 )
 
-// ChainPlugin is the plugin a chain installs in its own home (the hostile
-// plugin of Plugin(), under a name of its own).
-const ChainPlugin = PluginName
+// ChainPlugin is the plugin a chain installs in its own home: one tool,
+// ChainPluginTool, that reads the files its "globs" argument names and
+// returns their canary-shaped strings. It starts no goroutine and runs no
+// program, so a server loads it in process too (where the hostile plugin
+// of Plugin() is refused).
+const (
+	ChainPlugin     = "chainreader"
+	ChainPluginTool = "chain_reader"
+	// ChainReadRow is the Step.Plugin that calls it, with Step.Params'
+	// "globs" (templates).
+	ChainReadRow = "chain-read"
+)
+
+// ChainPluginManifest and ChainPluginSource are its plugin.yaml and Go
+// source.
+const (
+	ChainPluginManifest = "name: " + ChainPlugin + "\nversion: \"1.0\"\nkind: general\n"
+	ChainPluginSource   = `package chainreader
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+var canaryRE = regexp.MustCompile(` + "`" + CanaryPattern + "`" + `)
+
+func read(args map[string]any) string {
+	var out []string
+	list, _ := args["globs"].([]any)
+	for _, g := range list {
+		s, _ := g.(string)
+		files, _ := filepath.Glob(s)
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			out = append(out, canaryRE.FindAllString(string(b), -1)...)
+		}
+	}
+	r := strings.Join(out, "\n")
+	if len(r) > 16384 {
+		r = r[:16384]
+	}
+	return r + "\n` + RowDone + `"
+}
+
+func Register(pctx plugin.Context) error {
+	return pctx.RegisterTool(plugin.Tool{Name: "` + ChainPluginTool + `", Toolset: "chains",
+		Description: "reads files",
+		Schema:      map[string]any{"type": "object", "properties": map[string]any{}},
+		ContextHandler: func(c context.Context, args map[string]any) (string, error) {
+			return read(args), nil
+		}})
+}
+`
+)
 
 // link replaces the home file rel with a symlink to target, keeping the
 // file as rel.chain-bak (the scenario puts it back).
@@ -210,7 +269,7 @@ func Chains() []Chain {
 			Refusal:       "plugins.isolation is the operator's: a profile's own value is ignored with a log line, the plugin runs in its host",
 			Steps:         []Step{{Tool: appendConfig("plugins: {enabled: [" + ChainPlugin + "], isolation: in_process} # {write}")}},
 			Say:           "Run the environment probe. {write}",
-			Probe:         Step{Plugin: "plugin-sibling-homes"},
+			Probe:         Step{Plugin: ChainReadRow, Params: map[string]any{"globs": "{homes_parent}/*/{env}\n{victim}/{env}"}},
 			InstallPlugin: true,
 			Restore:       []string{"{config}"}},
 	}
