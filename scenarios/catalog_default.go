@@ -25,6 +25,7 @@ func Default() *Catalog {
 		profileRecreate(),
 		hostileTools(),
 		hostilePlugin(),
+		hostileChains(),
 		noisyNeighbour(),
 		gatewayTenants(),
 		gatewayFailover(),

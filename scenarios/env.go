@@ -55,6 +55,7 @@ type Env struct {
 	pluginSt *pluginState                     // what plugin-hosts learnt of the hosts
 	llmgw    *gatewayRun                      // the gateway family's gateway and controls
 	surfaces *surfacesState                   // what plugin-surfaces did and expects its plugins to have seen
+	chains   *chainState                      // hostile-chains: what the target can run of the chains
 }
 
 type ownedConn struct {

@@ -60,6 +60,13 @@ func Faults() []Fault {
 		// The gateway as a multi-tenant LLM gateway (issue 16).
 		{"gateway-any-model", "gateway-tenants", invariants.Authz, "the gateway serves a request naming another profile's model instead of refusing it"},
 		{"gateway-failover-foreign", "gateway-failover", invariants.Routing, "a turn whose upstream failed is retried in another profile, on that tenant's provider"},
+		// A tenant that chains its own powers (issue 21): each fault switches
+		// one defence off, and hostile-chains finds the leak again.
+		{"home-follows-links", "hostile-chains", invariants.Request, "home files opened by plain path: a SOUL.md linked to another home's .env puts its secrets in the attacker's prompt"},
+		{"unchecked-job-ids", "hostile-chains", invariants.File, "a job id edited to ../../<other>/logs in the tenant's own jobs.json writes the job's output into another home"},
+		{"workdir-anywhere", "hostile-chains", invariants.Request, "config.set cwd takes another tenant's workdir (or /proc): the sandbox binds it and the shell reads it"},
+		{"tenant-operator-settings", "hostile-chains", invariants.Request, "a profile's own config.yaml sets the plugin host's launcher or terminal.sandbox: none, and reads every home"},
+		{"delete-race", "hostile-chains", invariants.File, "a request racing profiles.delete re-makes the home: the profile made again holds the deleted one's files"},
 	}
 }
 

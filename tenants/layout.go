@@ -11,6 +11,26 @@ type Layout struct {
 	APIServerKeyEnv string   `yaml:"api_server_key_env"` // .env variable holding the gateway key
 	MarkerEnv       string   `yaml:"marker_env"`         // .env variable holding the tenant's env marker
 	VarPrefixes     []string `yaml:"var_prefixes"`       // the target's own variable prefixes, stripped from a child's environment
+	// Files names the files the target reads or writes in a home, relative
+	// to it: the multi-step attacks replace each with a symlink.
+	Files FileNames `yaml:"home_files"`
+}
+
+// FileNames are the files (and folders) a target reads or writes in a
+// tenant's home, each relative to the home; an empty one is one the target
+// does not have (its attacks are skipped).
+type FileNames struct {
+	Config    string `yaml:"config"`     // the profile's settings (config.yaml)
+	Env       string `yaml:"env"`        // its secrets (.env)
+	Soul      string `yaml:"soul"`       // its system prompt (SOUL.md)
+	Memory    string `yaml:"memory"`     // its memory (memories/MEMORY.md)
+	Jobs      string `yaml:"jobs"`       // its cron jobs (cron/jobs.json)
+	JobOutput string `yaml:"job_output"` // the folder of its jobs' output (cron/output)
+	Log       string `yaml:"log"`        // its log (logs/agent.log)
+	LogDir    string `yaml:"log_dir"`    // the folder of its logs (logs)
+	State     string `yaml:"state"`      // its session store (state.db)
+	StateWAL  string `yaml:"state_wal"`  // the store's write-ahead log (state.db-wal)
+	Plugins   string `yaml:"plugins"`    // the folder of its plugins (plugins)
 }
 
 // AgentdLayout is the layout of the embedded target, agentd.
@@ -23,7 +43,15 @@ func AgentdLayout() Layout {
 		APIServerKeyEnv: "API_SERVER_KEY",
 		MarkerEnv:       "TENANT_MARKER",
 		VarPrefixes:     []string{"AGENTD_"},
+		Files:           AgentdFileNames(),
 	}
+}
+
+// AgentdFileNames are agentd's home files (DESIGN.md's home layout).
+func AgentdFileNames() FileNames {
+	return FileNames{Config: "config.yaml", Env: ".env", Soul: "SOUL.md", Memory: "memories/MEMORY.md",
+		Jobs: "cron/jobs.json", JobOutput: "cron/output", Log: "logs/agent.log", LogDir: "logs",
+		State: "state.db", StateWAL: "state.db-wal", Plugins: "plugins"}
 }
 
 // WithDefaults fills every empty field from AgentdLayout.
@@ -42,6 +70,9 @@ func (l Layout) WithDefaults() Layout {
 	fill(&l.MarkerEnv, d.MarkerEnv)
 	if l.VarPrefixes == nil {
 		l.VarPrefixes = d.VarPrefixes
+	}
+	if l.Files == (FileNames{}) {
+		l.Files = d.Files
 	}
 	return l
 }

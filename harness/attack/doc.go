@@ -12,6 +12,14 @@
 // carries the attacker's mark, so a process that outlives its session, host
 // or server is seen by the process-escape invariant.
 //
+// A hostile tenant also chains its powers (Chains): it plants something in
+// its own space (a home file replaced by a symlink, a setting pointed at
+// another tenant's places, an operator-only key in its own config, a job
+// id that is a path), then a trigger (a turn, a session, a cron run, a
+// restart, the operator's delete and re-create, a neighbour's turn) makes
+// the server act on it outside every sandbox. Each Chain names the seeded
+// fault of agentd that re-opens it and the invariant that catches it.
+//
 //	for _, row := range attack.Terminal() {
 //		call := row.Call(attack.Canaries{Write: w.Value, Mark: m.Value})
 //		conn.Turn(ctx, sid, attack.Prompt(call)) // the tenant's provider runs Responder

