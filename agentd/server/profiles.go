@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
@@ -88,14 +89,19 @@ func (s *Server) endSessionsOf(name string) int {
 }
 
 // deleteRacing is the delete of the delete-race fault: the home removed in
-// place while the profile's requests go on, its scope closed after.
+// place while the profile's requests go on (none is refused, none waited
+// for), its scope closed after. A racing request re-makes the home as it
+// is being removed (RemoveAll then fails: directory not empty) in about a
+// fifth of the rounds of TestDeleteAndCreateAreAtomic; so that the
+// positive control never depends on that timing, the fault also leaves
+// the .env in place, as the racing model.save_key does when it wins.
 func (s *Server) deleteRacing(name string) (any, error) {
 	prof, err := s.opts.Homes.Get(name)
 	if err != nil {
 		return nil, rpc.Errorf(rpc.CodeUnknownProfile, "unknown profile %q", name)
 	}
 	n := s.endSessionsOf(name)
-	err = os.RemoveAll(prof.Home) // the bug: a racing request re-makes the home
+	err = removeInPlace(prof.Home, ".env") // the bug
 	s.pool.Drop(name)
 	if err != nil {
 		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.delete: delete profile %q: %v", name, err)
@@ -160,4 +166,22 @@ func (s *Server) profilesList(ctx context.Context, c *rpc.Call) (any, error) {
 		}
 	}
 	return map[string]any{"profiles": names}, nil
+}
+
+// removeInPlace removes dir's entries but keep, then dir itself (which
+// fails, directory not empty, when keep was there).
+func removeInPlace(dir, keep string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == keep {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return os.Remove(dir)
 }
