@@ -66,7 +66,9 @@ func (j Jobs) path() string { return filepath.Join(j.Dir, "jobs.json") }
 
 // lock takes an exclusive lock on the store for a read-modify-write.
 func (j Jobs) lock() (func(), error) {
-	if err := os.MkdirAll(j.Dir, 0o700); err != nil {
+	// One level only: the cron folder of a home that exists, never the
+	// home of a profile deleted meanwhile.
+	if err := os.Mkdir(j.Dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("lock cron jobs in %s: %w", j.Dir, err)
 	}
 	f, err := os.OpenFile(filepath.Join(j.Dir, "jobs.lock"), os.O_CREATE|os.O_RDWR, 0o600)
@@ -288,7 +290,20 @@ func RunOne(ctx context.Context, p profile.Profile, job Job, runner Runner) Resu
 	}
 	doc := fmt.Sprintf("# %s\n\n- job: %s\n- profile: %s\n- ran: %s\n- status: %s\n\n## Prompt\n\n%s\n\n## Response\n\n%s\n",
 		job.Name, job.ID, p.Name, started.Format(time.RFC3339), status, job.Prompt, answer)
-	if err := profile.WriteFileAtomic(file, []byte(doc), 0o600); err != nil {
+	var err error
+	for _, d := range []string{p.File("cron"), p.File("cron", "output"), filepath.Dir(file)} {
+		// Folder by folder inside the home, never the home itself.
+		if err = os.Mkdir(d, 0o700); errors.Is(err, os.ErrExist) {
+			err = nil
+		}
+		if err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = profile.WriteFileAtomic(file, []byte(doc), 0o600)
+	}
+	if err != nil {
 		res.Err = errors.Join(runErr, fmt.Errorf("write cron output: %w", err))
 	} else {
 		res.Output = file

@@ -48,6 +48,9 @@ func TestTriggerTickRecordsAndWritesOutput(t *testing.T) {
 	root := t.TempDir()
 	a := profile.Profile{Name: "a", Home: filepath.Join(root, "a")}
 	b := profile.Profile{Name: "b", Home: filepath.Join(root, "b")}
+	for _, p := range []profile.Profile{a, b} {
+		require.NoError(t, os.Mkdir(p.Home, 0o700)) // the store fills a home in, never makes one
+	}
 	now := time.Now()
 	ja, err := ForProfile(a).Create("ja", "prompt-a", "every 1h", now)
 	require.NoError(t, err)
@@ -102,8 +105,12 @@ func TestClaimWithNothingDueWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, due)
 	require.NoDirExists(t, idle.Dir, "no cron folder made for a profile without jobs")
+	_, err = idle.Create("j", "p", "every 1h", time.Now())
+	require.Error(t, err, "a job of a profile with no home")
+	require.NoDirExists(t, filepath.Join(root, "idle"), "a home is never made by its cron store")
 
 	busy := ForProfile(profile.Profile{Name: "busy", Home: filepath.Join(root, "busy")})
+	require.NoError(t, os.Mkdir(filepath.Join(root, "busy"), 0o700))
 	job, err := busy.Create("j", "p", "every 1h", time.Now())
 	require.NoError(t, err)
 	before, err := os.ReadFile(busy.path())

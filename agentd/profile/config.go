@@ -202,12 +202,11 @@ func (p Profile) SetConfig(key string, value any) error {
 }
 
 // WriteFileAtomic writes data to a temporary file beside path, syncs it and
-// renames it over path, so a reader sees the old file or the new one.
+// renames it over path, so a reader sees the old file or the new one. It
+// makes no folder: a home that was deleted (or a folder in it) stays gone,
+// and the write fails naming it.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
