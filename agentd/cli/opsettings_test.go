@@ -81,8 +81,9 @@ func TestAProfilesOwnOperatorKeysAreIgnored(t *testing.T) {
 }
 
 // TestBadProfileNamesAndSlugsAreRefused: a profile name or a slug outside
-// the allow-list is refused with a clear error (-32602) wherever a call
-// gives one, and nothing is made.
+// the allow-list is refused with a clear error wherever a call gives one
+// (-32602 to create or delete it or as a slug, 4064 like any unknown
+// profile to address it), and nothing is made.
 func TestBadProfileNamesAndSlugsAreRefused(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -109,7 +110,11 @@ func TestBadProfileNamesAndSlugsAreRefused(t *testing.T) {
 			r := c.call(call.method, call.params)
 			e, _ := r["error"].(map[string]any)
 			require.NotNil(t, e, "%s %q: want an error, got %v", call.method, name, r)
-			require.Equal(t, float64(-32602), e["code"], "%s %q: %v", call.method, name, e)
+			want := float64(4064)
+			if strings.HasPrefix(call.method, "profiles.") {
+				want = -32602
+			}
+			require.Equal(t, want, e["code"], "%s %q: %v", call.method, name, e)
 			if call.method != "profiles.delete" || name != "" {
 				require.Contains(t, e["message"], "bad profile name", "%s %q", call.method, name)
 			}

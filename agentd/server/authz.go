@@ -99,14 +99,15 @@ func credentialOf(b tenantBound, p profile.Profile) bool {
 	return found && key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(b.Credential())) == 1
 }
 
-// checkName refuses a profile name a call gives that is not one (before
-// it meets a path): "" and the launch name are the launch profile.
+// checkName refuses a profile name a call gives that cannot be one,
+// before it meets a path: 4064 like any unknown profile, saying why. ""
+// and the launch name are the launch profile.
 func checkName(name string) error {
 	if name == "" || name == profile.LaunchName {
 		return nil
 	}
 	if err := profile.ValidName(name); err != nil {
-		return rpc.Errorf(rpc.CodeInvalidParams, "%v", err)
+		return rpc.Errorf(rpc.CodeUnknownProfile, "unknown profile: %v", err)
 	}
 	return nil
 }
