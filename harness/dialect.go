@@ -432,7 +432,8 @@ type HookRunner func(ctx context.Context, op string, params map[string]any, argv
 // HookRunner runs hooks as target commands of the sandbox, in the hermetic
 // environment of the tenant the call addresses (params' profile; none is
 // the launch tenant), with the layout's home variable at that tenant's
-// home, the call's params and the tenant's placeholders filled.
+// home, the serve backend's address and token while it is up
+// (HookServeVars), the call's params and the tenant's placeholders filled.
 func (s *Sandbox) HookRunner() HookRunner {
 	return func(ctx context.Context, op string, params map[string]any, argv []string, env map[string]string) (string, error) {
 		profile, _ := params["profile"].(string)
@@ -454,7 +455,11 @@ func (s *Sandbox) HookRunner() HookRunner {
 			}
 			filled[i] = fmt.Sprint(f)
 		}
-		extra := map[string]string{s.Set.Layout.WithDefaults().HomeVar: t.Home}
+		extra := s.serveEnv()
+		if extra == nil {
+			extra = map[string]string{}
+		}
+		extra[s.Set.Layout.WithDefaults().HomeVar] = t.Home
 		for k, v := range env {
 			f, _ := fill(v, vars)
 			if f != nil {

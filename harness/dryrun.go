@@ -93,11 +93,12 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 				return fail("start", "%v", err)
 			}
 			step("start", "%s (pid %d)", strings.Join(argv, " "), srv.Pid())
-			rctx, cancel := context.WithTimeout(ctx, wait)
+			ready := max(wait, target.ReadyWithin(0)) // a slow starter's own ready_timeout
+			rctx, cancel := context.WithTimeout(ctx, ready)
 			m, err := srv.WaitLine(rctx, target.ReadyRE())
 			cancel()
 			if err != nil {
-				msg := fmt.Sprintf("no line matched ready_line %q within %v\n%v", target.ReadyLine, wait, err)
+				msg := fmt.Sprintf("no line matched ready_line %q within %v\n%v", target.ReadyLine, ready, err)
 				select {
 				case <-srv.Done():
 					msg += fmt.Sprintf("\nthe server exited (%v); its output:\n%s", srv.ExitErr(), srv.Output())
@@ -117,6 +118,7 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 			}
 			step("health", "GET %s answered 200", target.Dialect.Health.Path)
 		}
+		box.NoteServe(base, token)
 		for _, t := range box.Set.Tenants {
 			dctx, cancel := context.WithTimeout(ctx, wait)
 			c, err := DialWebsocket(dctx, base, token, box.DialOptions()...)

@@ -24,8 +24,11 @@ type GatewayClient struct {
 	HTTP *http.Client // default http.DefaultClient
 }
 
-// RoutePath is the chat path of a profile: the launch profile's at the root,
-// every other one under /p/<name>.
+// RoutePath is the chat path of a profile on agentd's gateway: the launch
+// profile's at the root, every other one under /p/<name>.
+//
+// Deprecated: agentd's layout only; a target declares its own in
+// llm_gateway.access (AccessTemplate.For gives a tenant's).
 func RoutePath(profile string, launch bool) string {
 	if launch {
 		return "/v1/chat/completions"

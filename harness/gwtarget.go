@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
 // Kinds of target. An agent server (the default) is driven over stdio,
@@ -90,6 +92,33 @@ type AccessTemplate struct {
 	LaunchBasePath string `yaml:"launch_base_path"`
 	// Models are the models the tenant may name; default ["{model}"].
 	Models []string `yaml:"models"`
+}
+
+// For fills the template with t's values: {api_server_key}
+// {provider_key} {model} {tenant}; the launch tenant takes LaunchBasePath
+// when one is given.
+func (tpl AccessTemplate) For(t *tenants.Tenant) GatewayAccess {
+	fill := func(s string) string {
+		return strings.NewReplacer("{api_server_key}", t.APIServerKey(), "{provider_key}", t.ProviderKey(),
+			"{model}", t.Model(), "{tenant}", t.Name).Replace(s)
+	}
+	a := GatewayAccess{Key: fill(tpl.Key), BasePath: fill(tpl.BasePath)}
+	if t.Launch && tpl.LaunchBasePath != "" {
+		a.BasePath = fill(tpl.LaunchBasePath)
+	}
+	for _, m := range tpl.Models {
+		a.Models = append(a.Models, fill(m))
+	}
+	return a
+}
+
+// ChatCompletionsPath is the chat completions path under a tenant's base
+// path: chat_path, default /chat/completions.
+func (g LLMGateway) ChatCompletionsPath() string {
+	if g.ChatPath != "" {
+		return g.ChatPath
+	}
+	return "/chat/completions"
 }
 
 // Route is one tenant-facing HTTP route of a gateway.

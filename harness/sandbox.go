@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,6 +50,38 @@ type Sandbox struct {
 	mu    sync.Mutex
 	procs []*Proc
 	seq   int
+	serve serveAddr // the serve backend now up, for hooks
+}
+
+// serveAddr is where the serve backend listens and the token it takes.
+type serveAddr struct{ base, token string }
+
+// NoteServe records the serve backend now up (base URL, operator token):
+// every hook from then on gets them in its environment (HookServeVars), so
+// a hook can call the server itself. An empty base forgets it.
+func (s *Sandbox) NoteServe(base, token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.serve = serveAddr{base: base, token: token}
+}
+
+// HookServeVars are the variables a hook gets while the serve backend is
+// up: its base URL, host, port and the operator token.
+var HookServeVars = []string{"TARGET_URL", "TARGET_HOST", "TARGET_PORT", "TARGET_TOKEN"}
+
+// serveEnv is HookServeVars' values, none while no serve backend is up.
+func (s *Sandbox) serveEnv() map[string]string {
+	s.mu.Lock()
+	a := s.serve
+	s.mu.Unlock()
+	if a.base == "" {
+		return nil
+	}
+	env := map[string]string{"TARGET_URL": a.base, "TARGET_TOKEN": a.token}
+	if u, err := url.Parse(a.base); err == nil {
+		env["TARGET_HOST"], env["TARGET_PORT"] = u.Hostname(), u.Port()
+	}
+	return env
 }
 
 // SandboxOptions shape NewSandbox.

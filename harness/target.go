@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -47,9 +48,13 @@ type Target struct {
 	// with its output, exit 2.
 	Preflight []string `yaml:"preflight"`
 
-	ReadyLine string            `yaml:"ready_line"` // regexp with groups (host, port) on a serve/gateway stdout
-	TokenVar  string            `yaml:"token_var"`  // the variable that hands the serve backend its token
-	Env       map[string]string `yaml:"env"`        // extra variables for every target process; {root} is the sandbox root
+	ReadyLine string `yaml:"ready_line"` // regexp with groups (host, port) on a serve/gateway stdout
+	// ReadyTimeout is how long a started backend has to print its ready
+	// line (and answer its health check); default DefaultReadyTimeout, or
+	// 90s for a gateway target (which may migrate a database first).
+	ReadyTimeout Duration          `yaml:"ready_timeout"`
+	TokenVar     string            `yaml:"token_var"` // the variable that hands the serve backend its token
+	Env          map[string]string `yaml:"env"`       // extra variables for every target process; {root} is the sandbox root
 
 	// ManagedDir is the target's managed (operator) scope folder, inside the
 	// sandbox ({root}/...); Managed, when set, is written there as
@@ -110,6 +115,38 @@ type Target struct {
 // DefaultReadyLine is agentd's line once bound.
 const DefaultReadyLine = `backend listening on (\S+):(\d+)`
 
+// DefaultReadyTimeout is how long a started backend has to get ready when
+// the target file gives no ready_timeout.
+const DefaultReadyTimeout = 60 * time.Second
+
+// ReadyWithin is how long a started backend has to get ready: the target's
+// ready_timeout, else def.
+func (t *Target) ReadyWithin(def time.Duration) time.Duration {
+	if t.ReadyTimeout > 0 {
+		return time.Duration(t.ReadyTimeout)
+	}
+	return def
+}
+
+// Duration is a time.Duration written in a target file as Go writes one
+// ("90s", "2m30s").
+type Duration time.Duration
+
+// UnmarshalYAML reads "90s"; a bare number is refused (seconds or
+// nanoseconds would be a guess).
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil || v < 0 {
+		return fmt.Errorf("line %d: %q is not a duration (want e.g. 90s or 2m)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// TargetDirPlaceholder stands, in every string of a target file, for the
+// folder the file is in: paths written relative to the file.
+const TargetDirPlaceholder = "{target_dir}"
+
 // AgentdTarget is the embedded target: agentd run as argv0 (its own binary,
 // or a canary-run re-executing itself with the arguments in prefix).
 func AgentdTarget(argv0 string, prefix ...string) Target {
@@ -147,6 +184,13 @@ func LoadTarget(path string) (Target, error) {
 	if err != nil {
 		return Target{}, fmt.Errorf("load target: %w", err)
 	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return Target{}, fmt.Errorf("load target: %w", err)
+	}
+	if data, err = withTargetDir(data, filepath.Dir(abs)); err != nil {
+		return Target{}, fmt.Errorf("load target %s: %w", path, err)
+	}
 	var t Target
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -160,6 +204,32 @@ func LoadTarget(path string) (Target, error) {
 		return Target{}, fmt.Errorf("load target %s: %w", path, err)
 	}
 	return t, nil
+}
+
+// withTargetDir fills {target_dir} in every string value of a target
+// file's YAML with dir. It works on the parsed document, not the text, so
+// a folder whose name YAML would read otherwise (a colon, a quote) stays
+// one string.
+func withTargetDir(data []byte, dir string) ([]byte, error) {
+	if !bytes.Contains(data, []byte(TargetDirPlaceholder)) {
+		return data, nil
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	var fill func(n *yaml.Node)
+	fill = func(n *yaml.Node) {
+		if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, TargetDirPlaceholder) {
+			n.Value = strings.ReplaceAll(n.Value, TargetDirPlaceholder, dir)
+			n.Style = yaml.DoubleQuotedStyle
+		}
+		for _, c := range n.Content {
+			fill(c)
+		}
+	}
+	fill(&doc)
+	return yaml.Marshal(&doc)
 }
 
 // Validate checks that the target can be driven: a name, a way to reach at

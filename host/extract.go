@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/plugin"
 	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
 )
@@ -59,13 +61,18 @@ func ModelCachePath(home string, f pluginload.Found) (string, error) {
 	return filepath.Join(home, ModelCacheDir, f.Name+"-"+fp+".json"), nil
 }
 
+// modelProfiles reads the cache, or fills it. The cache lives in the
+// profile's home, which the profile's own tools can write: it is read and
+// written through the home (package homefs), following no symlink.
 func (m *Manager) modelProfiles(ctx context.Context, f pluginload.Found) ([]plugin.ModelProfile, error) {
-	path, err := ModelCachePath(m.cfg.Home, f)
+	fp, err := pluginload.Fingerprint(f.Dir)
 	if err != nil {
 		return nil, err
 	}
+	home := homefs.Home{Dir: m.cfg.Home}
+	name := path.Join(ModelCacheDir, f.Name+"-"+fp+".json")
 	var c modelCache
-	b, err := os.ReadFile(path)
+	b, err := home.ReadFile(name)
 	if err == nil && json.Unmarshal(b, &c) == nil {
 		return c.Profiles, nil
 	}
@@ -76,19 +83,8 @@ func (m *Manager) modelProfiles(ctx context.Context, f pluginload.Found) ([]plug
 	if err != nil {
 		return nil, err
 	}
-	fp, err := pluginload.Fingerprint(f.Dir)
-	if err != nil {
-		return nil, err
-	}
 	c = modelCache{Plugin: f.Name, Fingerprint: fp, Profiles: profiles}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("cache model provider %s: %w", f.Name, err)
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, mustJSON(c), 0o600); err != nil {
-		return nil, fmt.Errorf("cache model provider %s: %w", f.Name, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := home.WriteFileAtomic(name, mustJSON(c), 0o600); err != nil {
 		return nil, fmt.Errorf("cache model provider %s: %w", f.Name, err)
 	}
 	return profiles, nil

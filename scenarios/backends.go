@@ -43,6 +43,7 @@ func (e *Env) StartServe() *Serve {
 	if tg.URL != "" {
 		e.Server = &Serve{Base: tg.URL, Token: tg.Token}
 		e.noteOperatorSecret("serve_token", tg.Token)
+		e.Box.NoteServe(tg.URL, tg.Token)
 		return e.Server
 	}
 	token := newToken()
@@ -52,7 +53,7 @@ func (e *Env) StartServe() *Serve {
 		e.targetCannotStart("serve backend", err)
 		e.T.Fatalf("start serve backend: %v", err)
 	}
-	ctx, cancel := e.ctx(60 * time.Second)
+	ctx, cancel := e.ctx(tg.ReadyWithin(harness.DefaultReadyTimeout))
 	defer cancel()
 	m, err := p.WaitLine(ctx, tg.ReadyRE())
 	if err != nil {
@@ -67,6 +68,7 @@ func (e *Env) StartServe() *Serve {
 		e.targetCannotStart("serve backend", err)
 		e.T.Fatalf("serve backend not healthy: %v", err)
 	}
+	e.Box.NoteServe(e.Server.Base, token)
 	return e.Server
 }
 
@@ -77,6 +79,7 @@ func (e *Env) StopServe(s *Serve) {
 	if s.Proc == nil {
 		e.T.Fatalf("stop serve: the staging server is not the harness's to stop")
 	}
+	e.Box.NoteServe("", "")
 	if err := s.Proc.Stop(20 * time.Second); err != nil {
 		e.T.Fatalf("stop serve backend: %v", err)
 	}
@@ -122,7 +125,7 @@ func (e *Env) StartGateway() *Gateway {
 		e.targetCannotStart("gateway", err)
 		e.T.Fatalf("start gateway: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(e.Ctx, 60*time.Second)
+	ctx, cancel := context.WithTimeout(e.Ctx, tg.ReadyWithin(harness.DefaultReadyTimeout))
 	defer cancel()
 	m, err := p.WaitLine(ctx, tg.ReadyRE())
 	if err != nil {

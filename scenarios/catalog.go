@@ -76,7 +76,14 @@ const (
 	// reached (llm_gateway: a provisioner or access templates). A `kind:
 	// gateway` target runs only the scenarios with this need.
 	NeedLLMGateway Need = "llm_gateway"
+	// NeedGatewayAccess: an agent server's gateway backend, with the
+	// target's llm_gateway.access saying how a tenant reaches it (its key,
+	// route and model).
+	NeedGatewayAccess Need = "gateway_access"
 )
+
+// allNeeds are the needs a spec may declare.
+var allNeeds = []Need{NeedRestart, NeedFiles, NeedPlugins, NeedLLMGateway, NeedGatewayAccess}
 
 // unmet says why target cannot run spec, or "" when it can.
 func (s Spec) unmet(target harness.Target) string {
@@ -101,6 +108,10 @@ func (s Spec) unmet(target harness.Target) string {
 		case NeedLLMGateway:
 			if g := target.LLMGateway; g == nil || (g.Access == nil && len(g.Provision) == 0) {
 				return "needs llm_gateway (a provisioner or access templates): how the gateway's tenants are reached"
+			}
+		case NeedGatewayAccess:
+			if g := target.LLMGateway; g == nil || g.Access == nil {
+				return "needs llm_gateway.access: how a tenant reaches the gateway (its key, route and model)"
 			}
 		case NeedPlugins:
 			if why := target.Dialect.Unsupported("plugins.install"); why != "" {
@@ -151,7 +162,7 @@ func (s Spec) validate() error {
 		}
 	}
 	for _, n := range s.Needs {
-		if n != NeedRestart && n != NeedFiles && n != NeedPlugins && n != NeedLLMGateway {
+		if !slices.Contains(allNeeds, n) {
 			errs = append(errs, fmt.Errorf("need %q is unknown", n))
 		}
 	}

@@ -295,6 +295,7 @@ func gateway() Spec {
 		ID:        "gateway",
 		Purpose:   "each tenant's API key works on its own gateway route; every foreign key on every route is refused and drives nothing",
 		Backends:  []harness.Backend{harness.BackendGateway},
+		Needs:     []Need{NeedGatewayAccess},
 		Focus:     []Invariant{Requests, Text},
 		Snapshots: perTenant(1),
 		Timeout:   3 * time.Minute,
@@ -303,8 +304,10 @@ func gateway() Spec {
 				g := e.StartGateway()
 				for i, t := range e.Tenants {
 					e.ExpectSnapshots(t, 1)
+					a := e.gatewayAccess(t)
 					ctx, cancel := e.ctx(90 * time.Second)
-					r, err := g.Client.Chat(ctx, harness.RoutePath(t.Name, t.Launch), t.APIServerKey(), "Run the environment probe for "+t.Name+".", i%2 == 1)
+					r, err := g.Client.Complete(ctx, harness.ChatRequest{Path: e.gatewayChatPath(a), Key: a.Key, Model: a.Models[0],
+						Text: "Run the environment probe for " + t.Name + ".", Stream: i%2 == 1})
 					cancel()
 					if err != nil {
 						e.T.Fatalf("gateway chat of %s: %v", t.Name, err)
@@ -320,21 +323,23 @@ func gateway() Spec {
 				g := e.gatewayOf
 				for _, route := range e.Tenants {
 					before := len(route.Requests())
+					ra := e.gatewayAccess(route)
+					path := e.gatewayChatPath(ra)
 					for _, key := range e.Tenants {
 						if key == route {
 							continue
 						}
-						for _, k := range []string{key.APIServerKey(), key.ProviderKey(), ""} {
+						for _, k := range []string{e.gatewayAccess(key).Key, key.ProviderKey(), ""} {
 							ctx, cancel := e.ctx(30 * time.Second)
-							r, err := g.Client.Chat(ctx, harness.RoutePath(route.Name, route.Launch), k, "Run the environment probe.", false)
+							r, err := g.Client.Complete(ctx, harness.ChatRequest{Path: path, Key: k, Model: ra.Models[0], Text: "Run the environment probe."})
 							cancel()
 							if err != nil {
 								e.T.Fatalf("gateway chat on %s's route: %v", route.Name, err)
 							}
-							e.KeepText(route, fmt.Sprintf("gateway reply on %s's route to a foreign key", route.Name), r.Body)
+							e.KeepText(route, fmt.Sprintf("gateway reply on %s's route to a foreign key", route.Name), scrubSent(r.Body, harness.ChatRequest{Key: k}))
 							if r.Status != http.StatusUnauthorized && r.Status != http.StatusForbidden {
 								e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: route.Name, Owner: key.Name,
-									Where:  invariants.Where{Label: "gateway route of " + route.Name, Path: harness.RoutePath(route.Name, route.Launch)},
+									Where:  invariants.Where{Label: "gateway route of " + route.Name, Path: path},
 									Detail: fmt.Sprintf("answered HTTP %d to %s's key (want 401 or 403)", r.Status, key.Name), Excerpt: excerpt(r.Body)})
 							}
 						}
@@ -348,6 +353,21 @@ func gateway() Spec {
 			}},
 		},
 	}
+}
+
+// gatewayAccess is t's way into an agent server's gateway, from the
+// target's llm_gateway.access (NeedGatewayAccess guarantees one).
+func (e *Env) gatewayAccess(t *tenants.Tenant) harness.GatewayAccess {
+	a := e.Box.Target.LLMGateway.Access.For(t)
+	if len(a.Models) == 0 {
+		a.Models = []string{t.Model()}
+	}
+	return a
+}
+
+// gatewayChatPath is the chat completions path of access a.
+func (e *Env) gatewayChatPath(a harness.GatewayAccess) string {
+	return a.BasePath + e.Box.Target.LLMGateway.ChatCompletionsPath()
 }
 
 func shellReuse() Spec {

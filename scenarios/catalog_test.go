@@ -48,3 +48,28 @@ func TestCatalogLookups(t *testing.T) {
 	_, err = c.Match("(")
 	assert.ErrorContains(t, err, "--run")
 }
+
+// TestTimeoutLengthensAndShortens: --timeout replaces a scenario's own
+// timeout either way (a slow target needs more than the catalog guessed).
+func TestTimeoutLengthensAndShortens(t *testing.T) {
+	t.Parallel()
+	spec := Spec{Timeout: 2 * time.Minute}
+	require.Equal(t, 2*time.Minute, Config{}.timeoutOf(spec))
+	require.Equal(t, 30*time.Second, Config{Timeout: 30 * time.Second}.timeoutOf(spec))
+	require.Equal(t, 20*time.Minute, Config{Timeout: 20 * time.Minute}.timeoutOf(spec))
+}
+
+// TestGatewayScenarioNeedsDeclaredAccess: the agent-kind gateway scenario
+// drives a tenant through the target's llm_gateway.access, never a guess
+// of agentd's routes; a target with a gateway but no access skips it with
+// that reason.
+func TestGatewayScenarioNeedsDeclaredAccess(t *testing.T) {
+	t.Parallel()
+	spec, err := Default().Get("gateway")
+	require.NoError(t, err)
+	tg := harness.Target{Name: "x", Gateway: []string{"srv"}}
+	require.Contains(t, spec.unmet(tg), "needs llm_gateway.access")
+	tg.LLMGateway = &harness.LLMGateway{Access: &harness.AccessTemplate{Key: "{api_server_key}", BasePath: "/t/{tenant}/v1"}}
+	require.Empty(t, spec.unmet(tg))
+	require.Empty(t, spec.unmet(harness.AgentdTarget("agentd")))
+}

@@ -135,7 +135,7 @@ func (e *Env) own(owner *tenants.Tenant, label string, c *harness.Conn) {
 // frame on it belongs to owner.
 func (e *Env) StartStdio(owner *tenants.Tenant) *harness.Conn {
 	e.T.Helper()
-	ctx, cancel := e.ctx(60 * time.Second)
+	ctx, cancel := e.ctx(e.Box.Target.ReadyWithin(harness.DefaultReadyTimeout))
 	defer cancel()
 	p, err := e.Box.Start(e.Ctx, "stdio-"+owner.Name, e.Box.Target.Stdio, true, nil)
 	if err != nil {

@@ -22,7 +22,7 @@ type Config struct {
 	Run      string        // regexp selecting scenario IDs; "" = all
 	WorkDir  string        // sandboxes go under it (canary-run); tests use t.TempDir
 	Keep     bool          // keep the sandboxes for a look
-	Timeout  time.Duration // cap per scenario, under the scenario's own
+	Timeout  time.Duration // each scenario's timeout in place of its own (shorter or longer); 0 keeps its own
 	Parallel int           // scenarios run at once (canary-run); default 1
 	Progress io.Writer     // progress lines; nil = silent
 	// Extras are added to every tenant's home (plugins, faults).
@@ -134,10 +134,7 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 		progress(cfg.Progress, "%-20s skipped: %s", spec.ID, why)
 		t.Skipf("%s on %s: %s", spec.ID, cfg.Target.Name, why)
 	}
-	timeout := spec.Timeout
-	if cfg.Timeout > 0 && cfg.Timeout < timeout {
-		timeout = cfg.Timeout
-	}
+	timeout := cfg.timeoutOf(spec)
 	// The target's processes live until the sandbox stops them in a
 	// cleanup, so their context is not t's (a test's is canceled before
 	// its cleanups run, which would kill them before a clean stop). A
@@ -320,4 +317,13 @@ func runJobs(ctx context.Context, parallel, n int, job func(i int)) {
 		})
 	}
 	_ = g.Wait()
+}
+
+// timeoutOf is spec's timeout in this run: Config.Timeout in place of the
+// spec's own when set, shorter (a quick look) or longer (a slow target).
+func (cfg Config) timeoutOf(spec Spec) time.Duration {
+	if cfg.Timeout > 0 {
+		return cfg.Timeout
+	}
+	return spec.Timeout
 }

@@ -132,7 +132,19 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nagentd COMMAND --help describes a command and its flags; agentd --version prints the version.")
 }
 
-func homes(env *Env) (profile.Homes, error) { return profile.Resolve(env.Getenv) }
+// homes resolves the homes; they carry the seeded faults of the homes'
+// files (home-follows-links, unchecked-job-ids) to every profile. A bad
+// fault list is reported by newServer; here it seeds nothing.
+func homes(env *Env) (profile.Homes, error) {
+	h, err := profile.Resolve(env.Getenv)
+	if err != nil {
+		return h, err
+	}
+	if fs, ferr := faults.FromEnv(env.Getenv); ferr == nil && len(fs) > 0 {
+		h.Faults = fs
+	}
+	return h, nil
+}
 
 func fail(env *Env, format string, args ...any) int {
 	fmt.Fprintf(env.Stderr, "agentd: "+format+"\n", args...)

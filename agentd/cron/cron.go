@@ -7,13 +7,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 )
 
@@ -22,7 +27,43 @@ var (
 	ErrUnknownJob = errors.New("unknown cron job")
 	// ErrBadSchedule is returned for a schedule that is not "every <duration>".
 	ErrBadSchedule = errors.New("bad cron schedule")
+	// ErrBadJob marks a job id or name outside its allow-list (see
+	// CheckID, CheckName): such a job is never run nor joined into a path.
+	ErrBadJob = errors.New("bad cron job")
 )
+
+// Ids and names are checked against an allow-list wherever they are read
+// (jobs.json included: a tenant can edit its own), because an id becomes a
+// folder name under cron/output.
+var (
+	idRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9 ._:@+-]{0,127}$`)
+)
+
+// CheckID reports whether id may be a job id: 1-64 of [A-Za-z0-9_-],
+// starting with a letter or digit (no '/', no '.', nothing absolute).
+func CheckID(id string) error {
+	if !idRE.MatchString(id) {
+		return fmt.Errorf("%w id %q: want 1-64 of [A-Za-z0-9_-], starting with a letter or digit", ErrBadJob, clip(id))
+	}
+	return nil
+}
+
+// CheckName reports whether name may be a job name: 1-128 of
+// [A-Za-z0-9 ._:@+-], starting with a letter or digit.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%w name %q: want 1-128 of [A-Za-z0-9 ._:@+-], starting with a letter or digit", ErrBadJob, clip(name))
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
 
 // Job is one scheduled prompt.
 type Job struct {
@@ -54,24 +95,49 @@ func ParseEvery(s string) (time.Duration, error) {
 	return iv, nil
 }
 
-// Jobs is one profile's job store.
+// Jobs is one profile's job store. Its files are opened through the
+// profile's home (package homefs: no symlink followed).
 type Jobs struct {
-	Dir string // the profile's cron directory
+	Dir string       // the cron directory (Jobs{Dir: ...} alone: a store outside any profile)
+	Log *slog.Logger // where skipped jobs are reported; slog.Default() when nil
+
+	home      homefs.Home // the profile's home, when made by ForProfile
+	sub       string      // the cron directory within home
+	unchecked bool        // the unchecked-job-ids fault
 }
 
 // ForProfile is p's job store.
-func ForProfile(p profile.Profile) Jobs { return Jobs{Dir: p.File("cron")} }
+func ForProfile(p profile.Profile) Jobs {
+	return Jobs{Dir: p.File("cron"), home: p.FS(), sub: "cron", unchecked: p.Faults.Has(faults.UncheckedJobIDs)}
+}
+
+// fs is the home the store's files are opened in, and the cron
+// directory's name there.
+func (j Jobs) fs() (homefs.Home, string) {
+	if j.home.Dir == "" {
+		return homefs.Home{Dir: j.Dir}, "."
+	}
+	return j.home, j.sub
+}
+
+func (j Jobs) file(name string) (homefs.Home, string) {
+	h, sub := j.fs()
+	return h, path.Join(sub, name)
+}
 
 func (j Jobs) path() string { return filepath.Join(j.Dir, "jobs.json") }
 
+func (j Jobs) log() *slog.Logger {
+	if j.Log != nil {
+		return j.Log
+	}
+	return slog.Default()
+}
+
 // lock takes an exclusive lock on the store for a read-modify-write.
 func (j Jobs) lock() (func(), error) {
-	// One level only: the cron folder of a home that exists, never the
-	// home of a profile deleted meanwhile.
-	if err := os.Mkdir(j.Dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("lock cron jobs in %s: %w", j.Dir, err)
-	}
-	f, err := os.OpenFile(filepath.Join(j.Dir, "jobs.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	h, name := j.file("jobs.lock")
+	f, err := h.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock cron jobs in %s: %w", j.Dir, err)
 	}
@@ -85,35 +151,79 @@ func (j Jobs) lock() (func(), error) {
 	}, nil
 }
 
-func (j Jobs) read() ([]Job, error) {
-	data, err := os.ReadFile(j.path())
+// read returns the valid jobs of jobs.json and, untouched, the entries
+// whose id or name is outside its allow-list (each skipped with a log
+// line, and written back as they were).
+func (j Jobs) read() ([]Job, []json.RawMessage, error) {
+	h, name := j.file("jobs.json")
+	data, err := h.ReadFile(name)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", j.path(), err)
+		return nil, nil, fmt.Errorf("read cron jobs: %w", err)
 	}
 	var doc struct {
-		Jobs []Job `json:"jobs"`
+		Jobs []json.RawMessage `json:"jobs"`
 	}
 	if len(strings.TrimSpace(string(data))) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", j.path(), err)
+		return nil, nil, fmt.Errorf("parse %s: %s", j.path(), jsonErr(err))
 	}
-	return doc.Jobs, nil
+	var jobs []Job
+	var bad []json.RawMessage
+	for i, raw := range doc.Jobs {
+		var job Job
+		if err := json.Unmarshal(raw, &job); err != nil {
+			return nil, nil, fmt.Errorf("parse %s: job %d: %s", j.path(), i+1, jsonErr(err))
+		}
+		if !j.unchecked {
+			err := CheckID(job.ID)
+			if err == nil {
+				err = CheckName(job.Name)
+			}
+			if err != nil {
+				j.log().Warn("cron: job skipped", "file", j.path(), "index", i+1, "err", err.Error())
+				bad = append(bad, raw)
+				continue
+			}
+		}
+		jobs = append(jobs, job)
+	}
+	return jobs, bad, nil
 }
 
-func (j Jobs) write(jobs []Job) error {
-	if jobs == nil {
-		jobs = []Job{}
+// jsonErr describes a JSON error without quoting the file: the offset
+// of a syntax error, the field of a type error.
+func jsonErr(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("not valid JSON at byte %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q: want %s", te.Field, te.Type)
+	default:
+		return "not valid JSON"
 	}
-	data, err := json.MarshalIndent(map[string]any{"jobs": jobs}, "", "  ")
+}
+
+func (j Jobs) write(jobs []Job, bad []json.RawMessage) error {
+	all := make([]any, 0, len(jobs)+len(bad))
+	for _, job := range jobs {
+		all = append(all, job)
+	}
+	for _, raw := range bad {
+		all = append(all, raw)
+	}
+	data, err := json.MarshalIndent(map[string]any{"jobs": all}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", j.path(), err)
 	}
-	return profile.WriteFileAtomic(j.path(), append(data, '\n'), 0o600)
+	h, name := j.file("jobs.json")
+	return h.WriteFileAtomic(name, append(data, '\n'), 0o600)
 }
 
 // update runs fn over the jobs under the lock and writes them back.
@@ -123,7 +233,7 @@ func (j Jobs) update(fn func([]Job) ([]Job, error)) error {
 		return err
 	}
 	defer unlock()
-	jobs, err := j.read()
+	jobs, bad, err := j.read()
 	if err != nil {
 		return err
 	}
@@ -131,12 +241,12 @@ func (j Jobs) update(fn func([]Job) ([]Job, error)) error {
 	if err != nil {
 		return err
 	}
-	return j.write(jobs)
+	return j.write(jobs, bad)
 }
 
-// List returns the jobs.
+// List returns the jobs (those whose id and name pass the allow-lists).
 func (j Jobs) List() ([]Job, error) {
-	jobs, err := j.read()
+	jobs, _, err := j.read()
 	if jobs == nil {
 		jobs = []Job{}
 	}
@@ -161,6 +271,9 @@ func (j Jobs) Create(name, prompt, every string, now time.Time) (Job, error) {
 	if job.Name == "" {
 		job.Name = job.ID
 	}
+	if err := CheckName(job.Name); err != nil && !j.unchecked {
+		return Job{}, fmt.Errorf("create cron job: %w", err)
+	}
 	err = j.update(func(jobs []Job) ([]Job, error) { return append(jobs, job), nil })
 	if err != nil {
 		return Job{}, fmt.Errorf("create cron job: %w", err)
@@ -170,6 +283,9 @@ func (j Jobs) Create(name, prompt, every string, now time.Time) (Job, error) {
 
 // Trigger makes a job due now: the next tick fires it.
 func (j Jobs) Trigger(id string, now time.Time) (Job, error) {
+	if err := CheckID(id); err != nil && !j.unchecked {
+		return Job{}, fmt.Errorf("trigger cron job: %w", err)
+	}
 	var out Job
 	err := j.update(func(jobs []Job) ([]Job, error) {
 		for i := range jobs {
@@ -191,7 +307,7 @@ func (j Jobs) Claim(now time.Time) ([]Job, error) {
 	// A tick that finds nothing due writes nothing: a ticker over every
 	// profile must not touch a profile's files on every tick (nor create
 	// its cron folder), or each tick would be a write no one addressed.
-	jobs, err := j.read()
+	jobs, _, err := j.read()
 	if err != nil {
 		return nil, err
 	}
@@ -283,27 +399,13 @@ func RunOne(ctx context.Context, p profile.Profile, job Job, runner Runner) Resu
 	started := time.Now().UTC()
 	answer, runErr := runner.RunJob(ctx, p, job)
 	res := Result{Profile: p.Name, Job: job, Err: runErr}
-	file := filepath.Join(p.File("cron", "output", job.ID), started.Format("20060102T150405.000000000Z")+".md")
 	status := "ok"
 	if runErr != nil {
 		status = "error: " + runErr.Error()
 	}
 	doc := fmt.Sprintf("# %s\n\n- job: %s\n- profile: %s\n- ran: %s\n- status: %s\n\n## Prompt\n\n%s\n\n## Response\n\n%s\n",
 		job.Name, job.ID, p.Name, started.Format(time.RFC3339), status, job.Prompt, answer)
-	var err error
-	for _, d := range []string{p.File("cron"), p.File("cron", "output"), filepath.Dir(file)} {
-		// Folder by folder inside the home, never the home itself.
-		if err = os.Mkdir(d, 0o700); errors.Is(err, os.ErrExist) {
-			err = nil
-		}
-		if err != nil {
-			break
-		}
-	}
-	if err == nil {
-		err = profile.WriteFileAtomic(file, []byte(doc), 0o600)
-	}
-	if err != nil {
+	if file, err := writeOutput(p, job, started, []byte(doc)); err != nil {
 		res.Err = errors.Join(runErr, fmt.Errorf("write cron output: %w", err))
 	} else {
 		res.Output = file
@@ -312,6 +414,23 @@ func RunOne(ctx context.Context, p profile.Profile, job Job, runner Runner) Resu
 		res.Err = errors.Join(res.Err, err)
 	}
 	return res
+}
+
+// writeOutput writes a run's output file, cron/output/<id>/<ts>.md,
+// through the profile's home; it returns the file's path. The id is
+// checked again here: it is joined into a path.
+func writeOutput(p profile.Profile, job Job, started time.Time, doc []byte) (string, error) {
+	stamp := started.Format("20060102T150405.000000000Z") + ".md"
+	if p.Faults.Has(faults.UncheckedJobIDs) {
+		// The bug: the id is joined into a plain path and written there.
+		file := filepath.Join(p.File("cron", "output", job.ID), stamp)
+		return file, profile.WriteFileAtomic(file, doc, 0o600)
+	}
+	if err := CheckID(job.ID); err != nil {
+		return "", err
+	}
+	name := path.Join("cron/output", job.ID, stamp)
+	return p.File(name), p.FS().WriteFileAtomic(name, doc, 0o600)
 }
 
 // SortByNext orders jobs by next run.

@@ -1,16 +1,21 @@
 package cron
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 )
 
@@ -43,14 +48,20 @@ func (r *recorder) RunJob(ctx context.Context, p profile.Profile, job Job) (stri
 	return "answer for " + job.Prompt, nil
 }
 
+// makeHome is a profile whose home exists (and nothing in it): cron never
+// makes a home, only folders inside one.
+func makeHome(t *testing.T, root, name string) profile.Profile {
+	t.Helper()
+	p := profile.Profile{Name: name, Home: filepath.Join(root, name)}
+	require.NoError(t, os.Mkdir(p.Home, 0o700))
+	return p
+}
+
 func TestTriggerTickRecordsAndWritesOutput(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	a := profile.Profile{Name: "a", Home: filepath.Join(root, "a")}
-	b := profile.Profile{Name: "b", Home: filepath.Join(root, "b")}
-	for _, p := range []profile.Profile{a, b} {
-		require.NoError(t, os.Mkdir(p.Home, 0o700)) // the store fills a home in, never makes one
-	}
+	a := makeHome(t, root, "a")
+	b := makeHome(t, root, "b")
 	now := time.Now()
 	ja, err := ForProfile(a).Create("ja", "prompt-a", "every 1h", now)
 	require.NoError(t, err)
@@ -100,17 +111,13 @@ func TestTriggerTickRecordsAndWritesOutput(t *testing.T) {
 func TestClaimWithNothingDueWritesNothing(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	idle := ForProfile(profile.Profile{Name: "idle", Home: filepath.Join(root, "idle")})
+	idle := ForProfile(makeHome(t, root, "idle"))
 	due, err := idle.Claim(time.Now())
 	require.NoError(t, err)
 	require.Empty(t, due)
 	require.NoDirExists(t, idle.Dir, "no cron folder made for a profile without jobs")
-	_, err = idle.Create("j", "p", "every 1h", time.Now())
-	require.Error(t, err, "a job of a profile with no home")
-	require.NoDirExists(t, filepath.Join(root, "idle"), "a home is never made by its cron store")
 
-	busy := ForProfile(profile.Profile{Name: "busy", Home: filepath.Join(root, "busy")})
-	require.NoError(t, os.Mkdir(filepath.Join(root, "busy"), 0o700))
+	busy := ForProfile(makeHome(t, root, "busy"))
 	job, err := busy.Create("j", "p", "every 1h", time.Now())
 	require.NoError(t, err)
 	before, err := os.ReadFile(busy.path())
@@ -132,4 +139,67 @@ func TestClaimWithNothingDueWritesNothing(t *testing.T) {
 	due, err = busy.Claim(time.Now().Add(time.Second))
 	require.NoError(t, err)
 	require.Len(t, due, 1, "positive control: a due job is claimed")
+}
+
+// Ids and names a tenant writes into its own jobs.json are never joined
+// into a path: a job whose id or name is outside the allow-list is skipped
+// (and kept in the file as it was), cron.trigger names the rule, and the
+// output of a job is written only under the home's own cron/output. With
+// unchecked-job-ids seeded, the id is joined and the output lands outside
+// (the positive control).
+func TestJobIDsNeverLeaveTheHome(t *testing.T) {
+	t.Parallel()
+	bad := []string{"../../x", "a/b", "..", ".", "/abs/olute", "", "x\x00y", ".hidden", "a b"}
+	for _, seeded := range []bool{false, true} {
+		root := t.TempDir()
+		p := makeHome(t, root, "mine")
+		if seeded {
+			p.Faults = faults.Set{faults.UncheckedJobIDs: true}
+		}
+		var entries []string
+		for _, id := range append([]string{"good-1"}, bad...) {
+			raw, err := json.Marshal(map[string]any{"id": id, "name": "n", "prompt": "p", "schedule": "every 1h", "enabled": true, "next_run": time.Unix(0, 0)})
+			require.NoError(t, err)
+			entries = append(entries, string(raw))
+		}
+		require.NoError(t, os.MkdirAll(filepath.Join(p.Home, "cron"), 0o700))
+		doc := `{"jobs":[` + strings.Join(entries, ",") + `]}`
+		require.NoError(t, os.WriteFile(filepath.Join(p.Home, "cron", "jobs.json"), []byte(doc), 0o600))
+
+		jobs := ForProfile(p)
+		var logged bytes.Buffer
+		jobs.Log = slog.New(slog.NewTextHandler(&logged, nil))
+		list, err := jobs.List()
+		require.NoError(t, err)
+		due, err := jobs.Claim(time.Now())
+		require.NoError(t, err)
+		if !seeded {
+			require.Len(t, list, 1, "only the good job is listed")
+			require.Contains(t, logged.String(), `cron: job skipped`, "a skipped job leaves a log line")
+			require.Contains(t, logged.String(), `bad cron job id \"../../x\"`)
+			require.Equal(t, "good-1", list[0].ID)
+			require.Len(t, due, 1, "only the good job is claimed")
+			for _, id := range bad {
+				_, err := jobs.Trigger(id, time.Now())
+				require.ErrorIs(t, err, ErrBadJob, "%q", id)
+				require.ErrorContains(t, err, "want 1-64 of [A-Za-z0-9_-]")
+			}
+			after, err := os.ReadFile(filepath.Join(p.Home, "cron", "jobs.json"))
+			require.NoError(t, err)
+			for _, id := range bad[:5] {
+				require.Contains(t, string(after), `"id": "`+id+`"`, "a skipped job is kept as it was")
+			}
+			// RunOne checks the id again before it joins it.
+			res := RunOne(context.Background(), p, Job{ID: "../../../escaped", Name: "n", Prompt: "p"}, &recorder{})
+			require.ErrorIs(t, res.Err, ErrBadJob)
+			require.NoDirExists(t, filepath.Join(root, "escaped"))
+			_, err = jobs.Create("../x", "p", "every 1h", time.Now())
+			require.ErrorIs(t, err, ErrBadJob, "a bad name is refused at create")
+			continue
+		}
+		require.Len(t, list, len(bad)+1, "the fault lists every job")
+		res := RunOne(context.Background(), p, Job{ID: "../../../escaped", Name: "n", Prompt: "p"}, &recorder{})
+		require.NoError(t, res.Err)
+		require.DirExists(t, filepath.Join(root, "escaped"), "the fault writes the output outside the home")
+	}
 }

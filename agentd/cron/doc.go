@@ -6,7 +6,7 @@
 // claimed (its next run moved on) under a file lock before it runs, so two
 // tickers never fire it twice.
 //
-//	jobs := cron.Jobs{Dir: filepath.Join(home, "cron")}
+//	jobs := cron.ForProfile(p)                     // its files through p.FS(): no link followed
 //	j, err := jobs.Create("nightly", "summarise the day", "every 24h", time.Now())
 //	_, err = jobs.Trigger(j.ID, time.Now())        // due now
 //	results := cron.Tick(ctx, profiles, time.Now(), runner)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
@@ -65,6 +66,12 @@ func New(opts Options) (*Gateway, error) {
 	}
 	for _, p := range list {
 		if err := g.lock(p); err != nil {
+			if errors.Is(err, homefs.ErrLink) {
+				// One tenant's planted link must not stop every tenant's
+				// gateway: that profile is refused, the others served.
+				opts.Log.Warn("gateway: profile not served", "profile", p.Name, "err", err.Error())
+				continue
+			}
 			g.Close()
 			return nil, err
 		}
@@ -94,8 +101,10 @@ func (g *Gateway) lock(p profile.Profile) error {
 	if g.closed {
 		return errors.New("gateway closed")
 	}
+	// gateway.lock is in the profile's home, which its tools can write:
+	// opened through the home, following no symlink.
 	path := p.File("gateway.lock")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := p.FS().OpenFile("gateway.lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return fmt.Errorf("lock gateway of profile %q: %w", p.Name, err)
 	}
@@ -143,6 +152,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := g.lock(p); err != nil {
+		if errors.Is(err, homefs.ErrLink) {
+			apiError(w, http.StatusForbidden, err.Error())
+			return
+		}
 		apiError(w, http.StatusConflict, "this profile is served by another gateway")
 		return
 	}

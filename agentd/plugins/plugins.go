@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/agentd/agent"
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
@@ -62,25 +64,44 @@ func (l *loaded) Close() error {
 	return l.loader.Close()
 }
 
-// HasPlugins reports whether dir holds at least one plugin folder (a
-// subfolder with a plugin.yaml, or one of model-providers/).
-func HasPlugins(dir string) bool {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return false
+// HasPlugins reports whether the folder dir of home (a profile's
+// "plugins") holds at least one plugin folder (a subfolder with a
+// plugin.yaml, or one of model-providers/). It is read through the home:
+// the folder, a plugin folder or its plugin.yaml being a symlink is an
+// error (homefs.ErrLink, homefs.ErrLinkOut), since a plugin linked in from
+// another home would be loaded, fingerprinted and cached as this one's.
+func HasPlugins(home homefs.Home, dir string) (bool, error) {
+	entries, err := home.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
 	}
+	if err != nil {
+		return false, err
+	}
+	found := false
 	for _, e := range entries {
-		if !e.IsDir() {
+		if !e.IsDir() && e.Type()&os.ModeSymlink == 0 {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(dir, e.Name(), "plugin.yaml")); err == nil {
-			return true
+		sub := path.Join(dir, e.Name())
+		d, err := home.OpenDir(sub) // refuses a link, wherever it points
+		if err != nil {
+			return false, err
 		}
-		if e.Name() == pluginload.ModelProvidersDir && HasPlugins(filepath.Join(dir, e.Name())) {
-			return true
+		d.Close()
+		ok, err := home.CheckFile(path.Join(sub, "plugin.yaml"))
+		if err != nil {
+			return false, err
 		}
+		if !ok && e.Name() == pluginload.ModelProvidersDir {
+			ok, err = HasPlugins(home, sub)
+			if err != nil {
+				return false, err
+			}
+		}
+		found = found || ok
 	}
-	return false
+	return found, nil
 }
 
 // Loader returns the profile's plugin loader, made once per scope (and
@@ -88,7 +109,11 @@ func HasPlugins(dir string) bool {
 func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) {
 	v, err := sc.Value(valueKey{}, func() (any, error) {
 		dir := sc.Profile.File("plugins")
-		if !HasPlugins(dir) {
+		has, err := HasPlugins(sc.Profile.FS(), "plugins")
+		if err != nil {
+			return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
+		}
+		if !has {
 			return &loaded{}, nil
 		}
 		if opts.Backend == nil {

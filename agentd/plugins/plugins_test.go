@@ -19,9 +19,15 @@ func TestNoPluginsMeansBuiltinsOnlyAndNoLoader(t *testing.T) {
 	sc, err := scope.Open(context.Background(), profile.Profile{Name: "p", Home: home}, nil)
 	require.NoError(t, err)
 	defer sc.Close()
-	require.False(t, HasPlugins(sc.Profile.File("plugins")))
+	has := func() bool {
+		t.Helper()
+		ok, err := HasPlugins(sc.Profile.FS(), "plugins")
+		require.NoError(t, err)
+		return ok
+	}
+	require.False(t, has())
 	require.NoError(t, os.MkdirAll(filepath.Join(home, "plugins", "not-a-plugin"), 0o700))
-	require.False(t, HasPlugins(sc.Profile.File("plugins")), "a folder without plugin.yaml is not a plugin")
+	require.False(t, has(), "a folder without plugin.yaml is not a plugin")
 
 	reg, err := Registry(context.Background(), sc, []agent.Tool{agent.TerminalTool{}}, Options{})
 	require.NoError(t, err)
@@ -31,5 +37,5 @@ func TestNoPluginsMeansBuiltinsOnlyAndNoLoader(t *testing.T) {
 	require.Nil(t, loader, "nothing is loaded (and no host started) for a profile without plugins")
 
 	require.NoError(t, os.WriteFile(filepath.Join(home, "plugins", "not-a-plugin", "plugin.yaml"), []byte("name: x\n"), 0o600))
-	require.True(t, HasPlugins(sc.Profile.File("plugins")))
+	require.True(t, has())
 }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/isolation"
 )
 
@@ -119,27 +121,50 @@ func (p Profile) LoadConfig() (*Config, error) {
 	return cfg, nil
 }
 
-// readYAMLMap reads a YAML mapping; a missing or empty file is an empty map.
-// It also decodes the file into Config so that a value of the wrong type is
-// reported against this file's own line numbers.
+// readOwnConfig reads the profile's own config.yaml through its home (no
+// link followed); a missing file is an empty map.
+func (p Profile) readOwnConfig() (map[string]any, error) {
+	data, err := p.FS().ReadFile("config.yaml")
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]any{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read config of profile %q: %w", p.Name, err)
+	}
+	return parseYAMLMap(p.File("config.yaml"), data)
+}
+
+// readYAMLMap reads the YAML mapping at path (the managed scope's
+// config.yaml, or a home's), following no link at the file itself: its
+// folder is opened by path, so it must be one no tenant can replace (the
+// managed folder, or a home: a tenant writes inside its home, never the
+// home itself). A missing file is an empty map.
 func readYAMLMap(path string) (map[string]any, error) {
-	data, err := os.ReadFile(path)
+	data, err := homefs.Home{Dir: filepath.Dir(path)}.ReadFile(filepath.Base(path))
 	if errors.Is(err, os.ErrNotExist) {
 		return map[string]any{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
+	return parseYAMLMap(path, data)
+}
+
+// parseYAMLMap parses a YAML mapping; empty data is an empty map. It also
+// decodes the data into Config so that a value of the wrong type is
+// reported against this file's own line numbers. The error names the file
+// and the line, never a value of the file (see redactYAML).
+func parseYAMLMap(path string, data []byte) (map[string]any, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return map[string]any{}, nil
 	}
 	var m map[string]any
 	if err := yaml.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadConfig, path, err)
+		return nil, fmt.Errorf("%w: %s: %s", ErrBadConfig, path, redactYAML(err))
 	}
 	var typed Config
 	if err := yaml.Unmarshal(data, &typed); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadConfig, path, err)
+		return nil, fmt.Errorf("%w: %s: %s", ErrBadConfig, path, redactYAML(err))
 	}
 	if m == nil {
 		m = map[string]any{}
@@ -170,8 +195,7 @@ func Merge(base, over map[string]any) map[string]any {
 // SetConfig sets a dotted key (for example "terminal.cwd") in the profile's
 // own config.yaml, atomically. The managed scope is never written.
 func (p Profile) SetConfig(key string, value any) error {
-	path := p.File("config.yaml")
-	m, err := readYAMLMap(path)
+	m, err := p.readOwnConfig()
 	if err != nil {
 		return err
 	}
@@ -195,18 +219,30 @@ func (p Profile) SetConfig(key string, value any) error {
 	if err != nil {
 		return fmt.Errorf("encode config of profile %q: %w", p.Name, err)
 	}
-	if err := WriteFileAtomic(path, data, 0o600); err != nil {
+	if err := p.FS().WriteFileAtomic("config.yaml", data, 0o600); err != nil {
 		return fmt.Errorf("set %s in profile %q: %w", key, p.Name, err)
 	}
 	return nil
 }
 
+// redactYAML is a YAML error's text with every quoted value replaced by
+// "…": a config.yaml that is (or was linked to) another file must not
+// have its content echoed into an error a client sees.
+func redactYAML(err error) string {
+	return yamlQuotedRE.ReplaceAllString(err.Error(), "…")
+}
+
+var yamlQuotedRE = regexp.MustCompile("`[^`]*`|\"(?:[^\"\\\\]|\\\\.)*\"|'[^']*'")
+
 // WriteFileAtomic writes data to a temporary file beside path, syncs it and
 // renames it over path, so a reader sees the old file or the new one. It
-// makes no folder: a home that was deleted (or a folder in it) stays gone,
-// and the write fails naming it.
+// opens by plain path: for files outside any home (a home's files go
+// through Profile.FS).
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

@@ -5,6 +5,11 @@
 // Nothing here reads or writes the process environment: a profile's
 // variables are values handed to whatever runs for that profile.
 //
+// Every file of a home is opened through Profile.FS (package homefs): a
+// tenant's terminal can write its own home, so a file there may have been
+// replaced by a symlink to another home; it is refused, never followed.
+// Profile.File is a path for messages and for programs, never for opening.
+//
 //	homes := profile.Homes{Launch: "/home/u/.agentd", Managed: "/etc/agentd"}
 //	p, err := homes.Get("work")          // profiles/work, or ErrUnknownProfile
 //	cfg, err := p.LoadConfig()           // managed scope merged over the profile's own

@@ -45,23 +45,24 @@ func (e Env) Map() map[string]string {
 }
 
 // LoadEnv parses the profile's .env; a missing file is empty.
+// It is read through the home (no link followed).
 func (p Profile) LoadEnv() (Env, error) {
-	path := p.File(".env")
-	data, err := os.ReadFile(path)
+	data, err := p.FS().ReadFile(".env")
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return nil, fmt.Errorf("read .env of profile %q: %w", p.Name, err)
 	}
-	return ParseEnv(path, data)
+	return ParseEnv(p.File(".env"), data)
 }
 
 // ParseEnv parses .env text: blank lines and # comments are skipped; a line
 // is NAME=VALUE with an optional "export " prefix; VALUE may be bare (a
 // trailing " # comment" is dropped), 'single quoted' (literal) or "double
 // quoted" (with \n, \t, \", \\ escapes). Anything else is an error naming
-// file and line.
+// file and line, and the variable when it has one: never the line's text,
+// which may be a secret (or another file's bytes).
 func ParseEnv(file string, data []byte) (Env, error) {
 	var out Env
 	seen := map[string]int{}
@@ -93,11 +94,11 @@ func parseEnvLine(line string) (name, value string, ok bool, err error) {
 	}
 	eq := strings.IndexByte(s, '=')
 	if eq < 0 {
-		return "", "", false, fmt.Errorf("want NAME=VALUE, got %q", truncate(s))
+		return "", "", false, errors.New("want NAME=VALUE")
 	}
 	name = strings.TrimSpace(s[:eq])
 	if !envNameRE.MatchString(name) {
-		return "", "", false, fmt.Errorf("bad variable name %q", truncate(name))
+		return "", "", false, errors.New("bad variable name: want [A-Za-z_][A-Za-z0-9_]*")
 	}
 	raw := strings.TrimSpace(s[eq+1:])
 	switch {
@@ -164,14 +165,7 @@ func trailingComment(rest, name string) error {
 	if rest == "" || strings.HasPrefix(rest, "#") {
 		return nil
 	}
-	return fmt.Errorf("unexpected %q after the quoted value of %s", truncate(rest), name)
-}
-
-func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "..."
-	}
-	return s
+	return fmt.Errorf("unexpected text after the quoted value of %s", name)
 }
 
 var bareValueRE = regexp.MustCompile(`^[A-Za-z0-9_./:@+,=-]*$`)
@@ -193,12 +187,12 @@ func (p Profile) SetEnv(name, value string) error {
 	if !envNameRE.MatchString(name) {
 		return fmt.Errorf("set %s in .env of profile %q: bad variable name", name, p.Name)
 	}
-	path := p.File(".env")
-	data, err := os.ReadFile(path)
+	home := p.FS()
+	data, err := home.ReadFile(".env")
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("read %s: %w", path, err)
+		return fmt.Errorf("set %s in profile %q: %w", name, p.Name, err)
 	}
-	if _, err := ParseEnv(path, data); err != nil {
+	if _, err := ParseEnv(p.File(".env"), data); err != nil {
 		return fmt.Errorf("set %s in profile %q: %w", name, p.Name, err)
 	}
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
@@ -226,7 +220,7 @@ func (p Profile) SetEnv(name, value string) error {
 		buf.WriteString(l)
 		buf.WriteByte('\n')
 	}
-	if err := WriteFileAtomic(path, buf.Bytes(), 0o600); err != nil {
+	if err := home.WriteFileAtomic(".env", buf.Bytes(), 0o600); err != nil {
 		return fmt.Errorf("set %s in profile %q: %w", name, p.Name, err)
 	}
 	return nil

@@ -10,6 +10,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 )
 
 // LaunchName is the name the launch profile answers to.
@@ -32,8 +35,9 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // Homes locates the launch home, its profiles and the managed scope.
 type Homes struct {
-	Launch  string // the launch profile's home ($AGENTD_HOME)
-	Managed string // directory holding the managed config.yaml
+	Launch  string     // the launch profile's home ($AGENTD_HOME)
+	Managed string     // directory holding the managed config.yaml
+	Faults  faults.Set // seeded faults (test-only), handed to every Profile
 }
 
 // Resolve computes the homes from an environment lookup (os.Getenv in
@@ -92,14 +96,16 @@ func (h Homes) Get(name string) (Profile, error) {
 	if name == "" {
 		name = LaunchName
 	}
-	p := Profile{Name: name, Home: dir, Managed: h.Managed}
+	p := Profile{Name: name, Home: dir, Managed: h.Managed, Faults: h.Faults}
 	if name == LaunchName {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return Profile{}, fmt.Errorf("create launch home %s: %w", dir, err)
 		}
 		return p, nil
 	}
-	st, err := os.Stat(dir)
+	// Lstat: a home that is a link is no home (the profiles folder is the
+	// operator's, so this is belt and braces).
+	st, err := os.Lstat(dir)
 	if err != nil || !st.IsDir() {
 		return Profile{}, fmt.Errorf("%w %q (no home at %s)", ErrUnknownProfile, name, dir)
 	}
@@ -108,7 +114,7 @@ func (h Homes) Get(name string) (Profile, error) {
 
 // List returns the launch profile followed by the named profiles, sorted.
 func (h Homes) List() ([]Profile, error) {
-	out := []Profile{{Name: LaunchName, Home: h.Launch, Managed: h.Managed}}
+	out := []Profile{{Name: LaunchName, Home: h.Launch, Managed: h.Managed, Faults: h.Faults}}
 	entries, err := os.ReadDir(h.Root())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("list profiles in %s: %w", h.Root(), err)
@@ -121,7 +127,7 @@ func (h Homes) List() ([]Profile, error) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		out = append(out, Profile{Name: n, Home: filepath.Join(h.Root(), n), Managed: h.Managed})
+		out = append(out, Profile{Name: n, Home: filepath.Join(h.Root(), n), Managed: h.Managed, Faults: h.Faults})
 	}
 	return out, nil
 }
@@ -151,7 +157,7 @@ func (h Homes) Create(name string) (Profile, error) {
 		}
 		return Profile{}, fmt.Errorf("create profile %q: %w", name, err)
 	}
-	p := Profile{Name: name, Home: dir, Managed: h.Managed}
+	p := Profile{Name: name, Home: dir, Managed: h.Managed, Faults: h.Faults}
 	if err := p.Skeleton(); err != nil {
 		_ = os.RemoveAll(dir) // a half-made home is no profile
 		return Profile{}, err
@@ -212,9 +218,10 @@ func (h Homes) RemoveAside(aside string) error {
 
 // Profile is one tenant's home.
 type Profile struct {
-	Name    string // LaunchName for the launch profile
-	Home    string // absolute path of the home
-	Managed string // managed scope directory
+	Name    string     // LaunchName for the launch profile
+	Home    string     // absolute path of the home
+	Managed string     // managed scope directory
+	Faults  faults.Set // seeded faults (test-only)
 	// OwnOperatorKeys lets the profile's own config.yaml set the keys of
 	// OperatorOnly. It is false (they are ignored) unless whoever serves
 	// the profile trusts its home as the operator's own: the launch
@@ -222,21 +229,37 @@ type Profile struct {
 	OwnOperatorKeys bool
 }
 
-// File is the path of a file inside the profile's home.
+// File is the path of a file inside the profile's home, for messages and
+// for programs that take a path. agentd itself opens home files through
+// FS, never by this path.
 func (p Profile) File(parts ...string) string {
 	return filepath.Join(append([]string{p.Home}, parts...)...)
 }
 
+// FS is the one way into the profile's home: every file agentd opens,
+// creates, renames or removes there goes through it, and it follows no
+// symlink (see package homefs). The seeded fault home-follows-links turns
+// that off.
+func (p Profile) FS() homefs.Home {
+	return homefs.Home{Dir: p.Home, FollowLinks: p.Faults.Has(faults.HomeFollowsLinks)}
+}
+
 // Skeleton creates the home's folders and empty files that do not exist yet.
+// A file or folder that is a symlink is left alone here (O_EXCL creates
+// nothing over it) and refused where it is used.
 func (p Profile) Skeleton() error {
+	home := p.FS()
 	for _, d := range []string{"memories", "logs", "cron/output", "plugins"} {
-		if err := os.MkdirAll(p.File(d), 0o700); err != nil {
+		if err := home.MkdirAll(d, 0o700); err != nil {
+			if errors.Is(err, homefs.ErrLink) {
+				continue // refused where it is used, with the same error
+			}
 			return fmt.Errorf("create %s in profile %q: %w", d, p.Name, err)
 		}
 	}
 	for _, f := range []string{"config.yaml", ".env", "SOUL.md", "memories/MEMORY.md"} {
-		fd, err := os.OpenFile(p.File(f), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if errors.Is(err, os.ErrExist) {
+		fd, err := home.OpenFile(f, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if errors.Is(err, os.ErrExist) || errors.Is(err, homefs.ErrLink) {
 			continue
 		}
 		if err != nil {

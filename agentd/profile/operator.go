@@ -60,7 +60,7 @@ func (k IgnoredKey) String() string {
 // the profile owns its operator keys. A missing file is empty.
 func (p Profile) OwnConfig() (map[string]any, []IgnoredKey, error) {
 	path := p.File("config.yaml")
-	own, err := readYAMLMap(path)
+	own, err := p.readOwnConfig()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/agentd/agent"
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/store"
@@ -122,13 +123,13 @@ func open(ctx context.Context, p profile.Profile, baseEnv []string, shared *stor
 	if err := p.Skeleton(); err != nil {
 		return nil, fmt.Errorf("open scope of profile %q: %w", p.Name, err)
 	}
-	lf, err := os.OpenFile(p.File("logs", "agent.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	lf, err := p.FS().OpenFile("logs/agent.log", os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open log of profile %q: %w", p.Name, err)
 	}
 	db := shared
 	if db == nil {
-		db, err = store.Open(ctx, p.File("state.db"))
+		db, err = store.OpenIn(ctx, p.FS(), "state.db")
 		if err != nil {
 			lf.Close()
 			return nil, fmt.Errorf("open scope of profile %q: %w", p.Name, err)
@@ -141,9 +142,9 @@ func open(ctx context.Context, p profile.Profile, baseEnv []string, shared *stor
 		ResponseHeaderTimeout: 5 * time.Minute,
 		Proxy:                 nil, // a tenant's key never travels through a proxy named in agentd's environment
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	life, cancel := context.WithCancel(context.Background()) // the profile's work, until its deletion
 	s := &Scope{
-		ctx:      ctx,
+		ctx:      life,
 		cancel:   cancel,
 		Profile:  p,
 		DB:       db,
@@ -332,26 +333,29 @@ func (s *Scope) Client(snap *Snapshot) *llm.Client {
 // SystemPrompt builds the profile's system prompt: SOUL.md, then
 // memories/MEMORY.md when memory is enabled, then custom_prompt.
 func (s *Scope) SystemPrompt(cfg *profile.Config) (string, error) {
-	soul, err := readOptional(s.Profile.File("SOUL.md"))
+	home := s.Profile.FS()
+	soul, err := readOptional(home, "SOUL.md")
 	if err != nil {
 		return "", err
 	}
 	var memory string
 	if cfg.MemoryEnabled() {
-		if memory, err = readOptional(s.Profile.File("memories", "MEMORY.md")); err != nil {
+		if memory, err = readOptional(home, "memories/MEMORY.md"); err != nil {
 			return "", err
 		}
 	}
 	return agent.SystemPrompt(soul, memory, cfg.CustomPrompt), nil
 }
 
-func readOptional(path string) (string, error) {
-	b, err := os.ReadFile(path)
+// readOptional reads a home file through the home (no link followed); a
+// missing one is empty.
+func readOptional(home homefs.Home, name string) (string, error) {
+	b, err := home.ReadFile(name)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
+		return "", fmt.Errorf("read %s: %w", name, err)
 	}
 	return string(b), nil
 }

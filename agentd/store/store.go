@@ -8,11 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"path"
+	"path/filepath"
 	"time"
 
 	"modernc.org/sqlite" // the "sqlite" database/sql driver
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/internal/sqlitefile"
 )
 
@@ -53,6 +57,7 @@ type DB struct {
 	w    *sql.DB // the one writer connection
 	r    *sql.DB // readers (query_only)
 	path string
+	dir  *os.File // the pinned folder of a database opened by OpenIn
 }
 
 // ErrBusy: the database stayed locked (by another process) longer than
@@ -88,7 +93,63 @@ type Message struct {
 // Open opens (creating if needed) the database at path in WAL mode and
 // brings its schema up to date.
 func Open(ctx context.Context, path string) (*DB, error) {
-	return open(ctx, path, busyTimeout)
+	return open(ctx, path, path, busyTimeout)
+}
+
+// OpenIn opens the database name of a home (a profile's state.db) the
+// way Open does, refusing a name, name-wal or name-shm that is a symlink
+// (homefs.ErrLink, homefs.ErrLinkOut) or not a regular file
+// (homefs.ErrNotRegular), before the open and again after it.
+//
+// SQLite opens by path and cannot be handed a file descriptor, nor told
+// SQLITE_OPEN_NOFOLLOW through modernc.org/sqlite (its open flags are
+// fixed). So the path given to SQLite is pinned to the home's folder as
+// opened through the home: /proc/self/fd/N/<name>. SQLite's unix VFS
+// expands the symlinks of a path itself (the magic link N included), so
+// this pins the folder as far as SQLite lets it; the checks around the
+// open are the defence against a linked file.
+func OpenIn(ctx context.Context, home homefs.Home, name string) (*DB, error) {
+	label := home.Path(name)
+	if home.FollowLinks {
+		return open(ctx, label, label, busyTimeout) // the home-follows-links fault: links followed
+	}
+	if err := checkFiles(home, name); err != nil {
+		return nil, err
+	}
+	dirName, base := path.Split(name)
+	if dirName == "" {
+		dirName = "."
+	}
+	dir, err := home.OpenDir(path.Clean(dirName))
+	if err != nil {
+		return nil, fmt.Errorf("open state db %s: %w", label, err)
+	}
+	pinned := fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), base)
+	if _, err := os.Stat(filepath.Dir(pinned)); err != nil {
+		pinned = label // no /proc: the checks around the open still stand
+	}
+	d, err := open(ctx, pinned, label, busyTimeout)
+	if err != nil {
+		dir.Close()
+		return nil, err
+	}
+	d.dir = dir
+	if err := checkFiles(home, name); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// checkFiles refuses a database, WAL or shared-memory file that is a link
+// or not a regular file.
+func checkFiles(home homefs.Home, name string) error {
+	for _, n := range []string{name, name + "-wal", name + "-shm"} {
+		if _, err := home.CheckFile(n); err != nil {
+			return fmt.Errorf("open state db: %w", err)
+		}
+	}
+	return nil
 }
 
 func dsn(path string, busy time.Duration, pragmas ...string) string {
@@ -101,10 +162,11 @@ func dsn(path string, busy time.Duration, pragmas ...string) string {
 	return sqlitefile.URI(path, q.Encode())
 }
 
-func open(ctx context.Context, path string, busy time.Duration) (*DB, error) {
+// open opens the database at path; label names it in messages.
+func open(ctx context.Context, path, label string, busy time.Duration) (*DB, error) {
 	w, err := sql.Open("sqlite", dsn(path, busy, "journal_mode(WAL)", "synchronous(NORMAL)")+"&_txlock=immediate")
 	if err != nil {
-		return nil, fmt.Errorf("open state db %s: %w", path, err)
+		return nil, fmt.Errorf("open state db %s: %w", label, err)
 	}
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
@@ -113,18 +175,18 @@ func open(ctx context.Context, path string, busy time.Duration) (*DB, error) {
 	var mode string
 	if err := w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("open state db %s: %w", path, busyErr(err))
+		return nil, fmt.Errorf("open state db %s: %w", label, busyErr(err))
 	}
 	if mode != "wal" {
 		w.Close()
-		return nil, fmt.Errorf("open state db %s: journal mode is %q, want wal", path, mode)
+		return nil, fmt.Errorf("open state db %s: journal mode is %q, want wal", label, mode)
 	}
 	r, err := sql.Open("sqlite", dsn(path, busy, "query_only(1)"))
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("open state db %s: %w", path, err)
+		return nil, fmt.Errorf("open state db %s: %w", label, err)
 	}
-	d := &DB{w: w, r: r, path: path}
+	d := &DB{w: w, r: r, path: label}
 	if err := d.migrate(ctx); err != nil {
 		d.Close()
 		return nil, err
@@ -147,7 +209,11 @@ func (d *DB) Path() string { return d.path }
 
 // Close closes the database.
 func (d *DB) Close() error {
-	if err := errors.Join(d.w.Close(), d.r.Close()); err != nil {
+	err := errors.Join(d.w.Close(), d.r.Close())
+	if d.dir != nil {
+		err = errors.Join(err, d.dir.Close())
+	}
+	if err != nil {
 		return fmt.Errorf("close state db %s: %w", d.path, err)
 	}
 	return nil

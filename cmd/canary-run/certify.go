@@ -54,7 +54,7 @@ func certifyFlags() (*flag.FlagSet, *certifyOptions) {
 	fs.StringVar(&o.run, "run", "", "run only the scenarios whose ID matches this `REGEXP`")
 	fs.StringVar(&o.out, "out", "canary-out", "write the certificate into this `DIR`")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work tree (sandboxes, homes, logs) under DIR/work for a look")
-	fs.DurationVar(&o.timeout, "timeout", 0, "cap on each scenario (0: each scenario's own)")
+	fs.DurationVar(&o.timeout, "timeout", 0, "each scenario's timeout, shorter or longer than its own (0: each scenario's own)")
 	fs.IntVar(&o.parallel, "parallel", 1, "scenarios run at once")
 	fs.BoolVar(&o.selfTest, "self-test", false, "only prove the harness catches every seeded leak of the embedded agentd (and that the same scenarios are clean); exit 0 when it does")
 	fs.Uint64Var(&o.seed, "seed", 0, "replay a run's tenant orders and interleavings with its seed `N` (printed and in the certificate; 0 draws one)")

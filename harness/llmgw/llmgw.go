@@ -101,12 +101,7 @@ func (g *Gateway) CanRestart() bool { return g.box.Target.GatewayURL == "" }
 func (g *Gateway) Spec() harness.LLMGateway { return g.spec }
 
 // ChatPath is the chat completions path under a base path.
-func (g *Gateway) ChatPath() string {
-	if g.spec.ChatPath != "" {
-		return g.spec.ChatPath
-	}
-	return "/chat/completions"
-}
+func (g *Gateway) ChatPath() string { return g.spec.ChatCompletionsPath() }
 
 // Access is tenant t's way into the gateway (zero when it has none).
 func (g *Gateway) Access(t *tenants.Tenant) harness.GatewayAccess {
@@ -148,7 +143,7 @@ func (g *Gateway) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start gateway: %w", err)
 	}
-	wait, cancel := context.WithTimeout(ctx, 90*time.Second)
+	wait, cancel := context.WithTimeout(ctx, tg.ReadyWithin(90*time.Second))
 	defer cancel()
 	base := "http://127.0.0.1:" + port
 	if tg.ReadyLine != "" && (g.spec.ReadyPath == "" || port == "0") {
@@ -267,7 +262,7 @@ func (g *Gateway) provision(ctx context.Context) error {
 		}
 	} else {
 		for _, t := range ts {
-			access[t.Name] = fromTemplate(*g.spec.Access, t)
+			access[t.Name] = g.spec.Access.For(t)
 		}
 	}
 	for _, t := range ts {
@@ -288,22 +283,6 @@ func (g *Gateway) provision(ctx context.Context) error {
 	g.access = access
 	g.mu.Unlock()
 	return nil
-}
-
-// fromTemplate fills an access template with t's values.
-func fromTemplate(tpl harness.AccessTemplate, t *tenants.Tenant) harness.GatewayAccess {
-	fill := func(s string) string {
-		return strings.NewReplacer("{api_server_key}", t.APIServerKey(), "{provider_key}", t.ProviderKey(),
-			"{model}", t.Model(), "{tenant}", t.Name).Replace(s)
-	}
-	a := harness.GatewayAccess{Key: fill(tpl.Key), BasePath: fill(tpl.BasePath)}
-	if t.Launch && tpl.LaunchBasePath != "" {
-		a.BasePath = fill(tpl.LaunchBasePath)
-	}
-	for _, m := range tpl.Models {
-		a.Models = append(a.Models, fill(m))
-	}
-	return a
 }
 
 // adopt records what the gateway minted for t as t's secret canaries: its

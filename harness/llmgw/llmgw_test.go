@@ -98,6 +98,6 @@ func TestAccessTemplatesFillAgentd(t *testing.T) {
 	box := sandbox(t, "http://127.0.0.1:1", "true")
 	d, a := box.Set.Get("default"), box.Set.Get("alpha")
 	require.True(t, d.Launch)
-	assert.Equal(t, harness.GatewayAccess{Key: d.APIServerKey(), BasePath: "/v1", Models: []string{d.Model()}}, fromTemplate(harness.AgentdAccess, d))
-	assert.Equal(t, harness.GatewayAccess{Key: a.APIServerKey(), BasePath: "/p/alpha/v1", Models: []string{a.Model()}}, fromTemplate(harness.AgentdAccess, a))
+	assert.Equal(t, harness.GatewayAccess{Key: d.APIServerKey(), BasePath: "/v1", Models: []string{d.Model()}}, harness.AgentdAccess.For(d))
+	assert.Equal(t, harness.GatewayAccess{Key: a.APIServerKey(), BasePath: "/p/alpha/v1", Models: []string{a.Model()}}, harness.AgentdAccess.For(a))
 }

@@ -14,6 +14,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // kind is a container format recognised by the bytes it starts with.
@@ -26,10 +28,11 @@ const (
 	zlibStream
 	zipArchive
 	tarArchive
+	zstdStream
 )
 
 func (k kind) String() string {
-	return [...]string{"", "gzip", "bzip2", "zlib", "zip", "tar"}[k]
+	return [...]string{"", "gzip", "bzip2", "zlib", "zip", "tar", "zstd"}[k]
 }
 
 // weak: a two-byte signature that text may start with by chance, so the
@@ -57,6 +60,8 @@ func sniff(h []byte) kind {
 		return zipArchive
 	case isTar(h):
 		return tarArchive
+	case isZstd(h):
+		return zstdStream
 	case isZlib(h):
 		return zlibStream
 	}
@@ -81,6 +86,20 @@ func isTar(h []byte) bool {
 	}
 	return sum == want
 }
+
+// zstdMagic starts a Zstandard frame (RFC 8878); servers compress
+// transcript events with it, whole or in SQLite blobs.
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// isZstd: a Zstandard frame header (the magic, then a frame header
+// descriptor whose reserved bit is clear).
+func isZstd(h []byte) bool {
+	return len(h) >= 6 && bytes.Equal(h[:4], zstdMagic) && h[4]&0x08 == 0
+}
+
+// zstdMaxWindow bounds the window a frame may ask the decoder for: past it
+// the frame is refused (a frame's window is memory the decoder holds).
+const zstdMaxWindow = 64 << 20
 
 // isZlib: a zlib header (deflate, no preset dictionary, a valid check)
 // whose following bytes inflate without error as far as they go.
@@ -128,6 +147,15 @@ func (w *walker) open(k kind, r io.Reader, ra io.ReaderAt, size int64, at loc, c
 		in := at.child("zlib", false)
 		in.guess = true // two bytes of signature: its bytes are scanned as stored too
 		w.member(w.bomb(zr, func() int64 { return cr.n }, true), in, false)
+	case zstdStream:
+		cr := &countReader{r: r}
+		zr, err := zstd.NewReader(cr, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecoderMaxMemory(uint64(w.lim.MaxMember)))
+		if err != nil {
+			return false
+		}
+		defer zr.Close()
+		w.member(w.bomb(zr, func() int64 { return cr.n }, true), at.child("zstd", false), false)
 	case tarArchive:
 		return w.tar(r, at, containersOnly)
 	case zipArchive:

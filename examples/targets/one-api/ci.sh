@@ -49,9 +49,12 @@ echo "one-api: module tests passed ($(($(date +%s) - start))s)"
 # The certification: the honest verdict is leaks, with the known hole.
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# canary-run built, not `go run`: go run turns every failing exit into 1,
+# so a harness failure (2) would pass for leaks.
+(cd "$repo" && env "${main_env[@]}" go build -o "$out/canary-run" ./cmd/canary-run)
 rc=0
 (cd "$repo" && env "${main_env[@]}" PATH="$bin:$PATH" \
-  go run ./cmd/canary-run --target examples/targets/one-api/target.yaml --no-self-test --out "$out/cert") || rc=$?
+  "$out/canary-run" --target examples/targets/one-api/target.yaml --no-self-test --out "$out/cert") || rc=$?
 if [ "$rc" -ne 1 ]; then
   echo "one-api: canary-run exited $rc, want 1 (leaks: one-api v0.6.10's proxy-route hole)" >&2
   cat "$out/cert/summary.md" >&2 2>/dev/null || true

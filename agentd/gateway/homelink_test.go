@@ -1,0 +1,37 @@
+package gateway
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
+	"github.com/tenantcanary/tenantcanary/agentd/profile"
+)
+
+// A profile's gateway.lock that is a link into another home is refused
+// (nothing written there) without stopping the gateway of the others.
+func TestGatewayLockLinkRefused(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	homes := profile.Homes{Launch: filepath.Join(root, "launch")}
+	_, err := homes.Get("")
+	require.NoError(t, err)
+	beta := filepath.Join(homes.Root(), "beta")
+	require.NoError(t, os.MkdirAll(beta, 0o700))
+	victim := filepath.Join(homes.Launch, "SOUL.md")
+	require.NoError(t, os.WriteFile(victim, []byte("launch soul"), 0o600))
+	require.NoError(t, os.Symlink(victim, filepath.Join(beta, "gateway.lock")))
+
+	g, err := New(Options{Homes: homes})
+	require.NoError(t, err, "the launch profile is served")
+	defer g.Close()
+	p, err := homes.Get("beta")
+	require.NoError(t, err)
+	require.ErrorIs(t, g.lock(p), homefs.ErrLinkOut)
+	b, err := os.ReadFile(victim)
+	require.NoError(t, err)
+	require.Equal(t, "launch soul", string(b), "the pid was not written through the link")
+}
