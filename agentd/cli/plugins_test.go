@@ -135,7 +135,8 @@ func TestPluginsPerProfileHostAndInProcess(t *testing.T) {
 	require.Equal(t, alpha.home, pa.Wd)
 	require.Equal(t, alpha.marker, pa.Marker)
 	require.NotEqual(t, s.pid, pb.Pid, "beta's own plugins.isolation: in_process was ignored")
-	require.NotEqual(t, pa.Pid, pb.Pid, "one host per profile")
+	require.Equal(t, beta.home, pb.Wd, "beta's plugin runs in a host of its own, in its home")
+	require.Equal(t, beta.marker, pb.Marker)
 	// The nested call ran as the calling session: its shell, cwd and env.
 	require.Equal(t, "NESTED-"+alpha.marker+"\n"+alpha.workdir+"\n", pa.Nested)
 	require.Equal(t, "NESTED-"+beta.marker+"\n"+beta.workdir+"\n", pb.Nested)
