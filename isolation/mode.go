@@ -87,7 +87,10 @@ func ManagedDir() string {
 }
 
 // LoadSettings reads home/config.yaml and managedDir/config.yaml (either may
-// be missing) and resolves them with Resolve.
+// be missing) and resolves them with Resolve. It trusts the profile's own
+// file as the operator's: a pooled server must not. agentd resolves with
+// Resolve over the profile's config as agentd/profile.OwnConfig gives it,
+// without the keys only the operator may set (profile.OperatorOnly).
 func LoadSettings(home, managedDir string) (Settings, error) {
 	profile, err := readYAML(filepath.Join(home, "config.yaml"))
 	if err != nil {

@@ -483,6 +483,9 @@ func runSandbox(_ context.Context, env *Env, args []string) int {
 	if err != nil {
 		return fail(env, "%v", err)
 	}
+	for _, k := range set.Ignored { // judged as a pooled agentd reads it
+		fmt.Fprintln(env.Stdout, k.String())
+	}
 	c := sandbox.Configured{Mode: set.Mode, Pinned: set.Pinned, From: set.From}
 	if p.Name != profile.LaunchName {
 		c.Profile = p.Name

@@ -67,7 +67,8 @@ func Register(ctx plugin.Context) error {
 
 // lifecycleTenant installs the lifecycle plugin in tn's home, in a host
 // launched with env only (no sandbox, so it can write the log outside the
-// home), and returns the log's path.
+// home: the operator's managed scope says so, for every profile of w), and
+// returns the log's path.
 func lifecycleTenant(t *testing.T, w *world, tn *tenant) string {
 	return lifecycleTenantIn(t, w, tn, "host")
 }
@@ -82,9 +83,8 @@ func lifecycleTenantIn(t *testing.T, w *world, tn *tenant, mode string) string {
 	env, err := os.ReadFile(filepath.Join(tn.home, ".env"))
 	require.NoError(t, err)
 	writeFile(t, filepath.Join(tn.home, ".env"), string(env)+"LIFECYCLE_LOG="+logPath+"\n")
-	cfg, err := os.ReadFile(filepath.Join(tn.home, "config.yaml"))
-	require.NoError(t, err)
-	writeFile(t, filepath.Join(tn.home, "config.yaml"), string(cfg)+"plugins:\n  isolation: "+mode+"\n  host:\n    launcher: env\n")
+	// Only the operator may set plugins.isolation and the launcher.
+	writeFile(t, filepath.Join(w.managed, "config.yaml"), "plugins:\n  isolation: "+mode+"\n  host:\n    launcher: env\n")
 	return logPath
 }
 

@@ -65,7 +65,9 @@ type probeResult struct {
 	State  string `json:"state"`
 }
 
-// pluginTenant gives tn a probe plugin and a provider that calls it.
+// pluginTenant gives tn a probe plugin and a provider that calls it. Its
+// own config's plugins.isolation is ignored in pooled serving (only the
+// operator's managed scope may set it: see setIsolation).
 func pluginTenant(t *testing.T, tn *tenant, isolation string) *fakellm.Server {
 	t.Helper()
 	dir := filepath.Join(tn.home, "plugins", "probe")
@@ -96,6 +98,12 @@ func probeOf(t *testing.T, srv *fakellm.Server) probeResult {
 	return p
 }
 
+// setIsolation pins plugins.isolation in w's managed (operator) scope.
+func setIsolation(t *testing.T, w *world, mode string) {
+	t.Helper()
+	writeFile(t, filepath.Join(w.managed, "config.yaml"), "plugins:\n  isolation: "+mode+"\n")
+}
+
 func TestPluginsPerProfileHostAndInProcess(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -110,7 +118,8 @@ func TestPluginsPerProfileHostAndInProcess(t *testing.T) {
 		}
 	})
 	srvA := pluginTenant(t, alpha, "host")
-	srvB := pluginTenant(t, beta, "in_process")
+	srvB := pluginTenant(t, beta, "in_process") // its own in_process is ignored: only the operator may set it
+	setIsolation(t, w, "host")
 	s := w.startServe(nil)
 	ca, cb := s.dial(), s.dial()
 	sa, _ := ca.create("")
@@ -125,16 +134,15 @@ func TestPluginsPerProfileHostAndInProcess(t *testing.T) {
 	require.NotEqual(t, s.pid, pa.Pid, "alpha's plugin ran out of the server")
 	require.Equal(t, alpha.home, pa.Wd)
 	require.Equal(t, alpha.marker, pa.Marker)
-	// In-process mode: the server's own process.
-	require.Equal(t, s.pid, pb.Pid, "beta's plugin ran in the server")
-	// Either way, the nested call ran as the calling session: its shell, cwd and env.
+	require.NotEqual(t, s.pid, pb.Pid, "beta's own plugins.isolation: in_process was ignored")
+	require.Equal(t, beta.home, pb.Wd, "beta's plugin runs in a host of its own, in its home")
+	require.Equal(t, beta.marker, pb.Marker)
+	// The nested call ran as the calling session: its shell, cwd and env.
 	require.Equal(t, "NESTED-"+alpha.marker+"\n"+alpha.workdir+"\n", pa.Nested)
 	require.Equal(t, "NESTED-"+beta.marker+"\n"+beta.workdir+"\n", pb.Nested)
 	require.Equal(t, "probe", pa.State, "the state facade is the session's")
 	require.Empty(t, pa.Prev)
-	for _, r := range []string{toolResults(srvA)[0]} {
-		require.NotContains(t, r, beta.marker)
-	}
+	require.NotContains(t, toolResults(srvA)[0], beta.marker)
 	require.NotContains(t, toolResults(srvB)[0], alpha.marker)
 
 	// A second session of alpha on another connection, served by the same
@@ -150,6 +158,18 @@ func TestPluginsPerProfileHostAndInProcess(t *testing.T) {
 	s.stop()
 	require.Eventually(t, func() bool { return len(tenantProcs(alpha)) == 0 }, 10*time.Second, 10*time.Millisecond,
 		"alpha's plugin host (and shell) ended with the server")
+
+	// In-process mode, as the operator pins it: the server's own process.
+	setIsolation(t, w, "in_process")
+	s = w.startServe(nil)
+	cb = s.dial()
+	sb, _ = cb.create("beta")
+	cb.turn(sb, "probe")
+	pb = probeOf(t, srvB)
+	require.Equal(t, s.pid, pb.Pid, "beta's plugin ran in the server")
+	require.Equal(t, "NESTED-"+beta.marker+"\n"+beta.workdir+"\n", pb.Nested)
+	require.NotContains(t, toolResults(srvB)[len(toolResults(srvB))-1], alpha.marker)
+	s.stop()
 }
 
 func TestPluginFaultsLeak(t *testing.T) {

@@ -157,10 +157,12 @@ func TestPooledTerminalContainment(t *testing.T) {
 	}
 }
 
-// TestPooledServeRefusesAnUnsandboxedTerminal: with terminal.sandbox: none
-// a pooled server refuses the terminal of a named profile (not the launch
-// one's) with the reason, unless the managed scope itself says none; a bad
-// value is an error naming the file and key.
+// TestPooledServeRefusesAnUnsandboxedTerminal: a profile's own
+// terminal.sandbox: none is ignored in pooled serving, with a log line
+// naming the profile, file and key: its terminal runs in the sandbox auto
+// resolves to (where none works, a named profile's terminal is refused
+// with the reason). The operator's none is obeyed; a bad operator value is
+// an error naming the file and key.
 func TestPooledServeRefusesAnUnsandboxedTerminal(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -173,15 +175,27 @@ func TestPooledServeRefusesAnUnsandboxedTerminal(t *testing.T) {
 	sa, _ := ca.create("")
 	sb, _ := cb.create("beta")
 
-	out := ranIn(t, cb, beta, sb, "echo ran-beta")
-	require.NotContains(t, out, "ran-beta")
-	require.Contains(t, out, `terminal refused for profile "beta"`)
-	require.Contains(t, out, "terminal.sandbox is none in "+filepath.Join(beta.home, "config.yaml"))
-	require.Contains(t, out, filepath.Join(w.managed, "config.yaml"), "the error says where the operator can allow it")
-	require.Contains(t, ranIn(t, ca, alpha, sa, "echo ran-alpha"), "ran-alpha", "the launch profile's terminal runs")
+	peek := "echo ran-beta; cat " + filepath.Join(alpha.home, ".env")
+	out := ranIn(t, cb, beta, sb, peek)
+	require.NotContains(t, out, alpha.key, "beta's own terminal.sandbox: none was obeyed")
+	if _, err := sandbox.Effective(sandbox.Auto); err == nil {
+		require.Contains(t, out, "ran-beta", "beta's terminal runs, in the sandbox auto picks")
+		require.Contains(t, ranIn(t, ca, alpha, sa, "echo ran-alpha; cat "+filepath.Join(beta.home, ".env")), "ran-alpha")
+		require.NotContains(t, toolResults(alpha.srv)[0], beta.key, "the launch profile's own none was ignored too")
+	} else {
+		require.NotContains(t, out, "ran-beta")
+		require.Contains(t, out, `terminal refused for profile "beta"`)
+		require.Contains(t, out, filepath.Join(w.managed, "config.yaml"), "the error says where the operator can allow it")
+	}
+	for _, tn := range []*tenant{alpha, beta} {
+		require.Contains(t, s.stderr.String(), "file="+filepath.Join(tn.home, "config.yaml")+" key=terminal.sandbox",
+			"the log names the profile, file and key")
+	}
 
 	writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: none\n")
-	require.Contains(t, ranIn(t, cb, beta, sb, "echo ran-beta"), "ran-beta", "the operator allowed it")
+	out = ranIn(t, cb, beta, sb, peek)
+	require.Contains(t, out, "ran-beta", "the operator allowed it")
+	require.Contains(t, out, alpha.key, "positive control: unconfined, the terminal reads another home")
 
 	writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: jail\n")
 	sb2, _ := cb.create("beta")
@@ -234,11 +248,12 @@ func TestSandboxCheckJudgesTheConfiguredMode(t *testing.T) {
 
 	require.NoError(t, os.Remove(managed))
 	require.NoError(t, os.MkdirAll(filepath.Join(w.launch, "profiles", "beta"), 0o700))
+	// A profile's own terminal.sandbox is ignored: only the operator may set it.
 	writeFile(t, filepath.Join(w.launch, "profiles", "beta", "config.yaml"), "terminal:\n  sandbox: none\n")
-	out, _, code = w.run("sandbox", "check", "--profile", "beta")
-	require.Equal(t, 1, code, out)
-	require.Contains(t, out, "profile beta: terminal.sandbox is none (set in ")
-	require.Contains(t, out, "refuse the terminal of every profile but the launch one")
+	out, _, _ = w.run("sandbox", "check", "--profile", "beta")
+	require.Contains(t, out, `profile "beta": `+filepath.Join(w.launch, "profiles", "beta", "config.yaml")+
+		" sets terminal.sandbox, which only the operator's managed scope may set: ignored")
+	require.Contains(t, out, "profile beta: terminal.sandbox is auto (the default)")
 
 	_, errOut, code := w.run("sandbox", "check", "--profile", "nosuch")
 	require.Equal(t, 1, code)

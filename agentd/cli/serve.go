@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tenantcanary/tenantcanary/agentd/cron"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
@@ -158,7 +157,7 @@ func tick(ctx context.Context, h profile.Homes, srv *server.Server, env *Env) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, r := range cron.Tick(ctx, []profile.Profile{p}, now, srv) {
+			for _, r := range srv.TickProfile(ctx, p.Name, now) {
 				status := "ok"
 				if r.Err != nil {
 					status = "error (see the profile's cron/jobs.json)"

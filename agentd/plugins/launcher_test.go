@@ -33,7 +33,10 @@ func TestDefaultLauncherSandboxesTheHost(t *testing.T) {
 	beta, err := homes.Create("beta")
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(beta.File(".env"), []byte("KEY=beta-canary\n"), 0o600))
-	require.NoError(t, os.WriteFile(alpha.File("config.yaml"), []byte("terminal:\n  sandbox: bwrap\n"), 0o600))
+	// terminal.sandbox is the operator's (a profile's own value is ignored).
+	managed := filepath.Join(homes.Managed, "config.yaml")
+	require.NoError(t, os.MkdirAll(homes.Managed, 0o700))
+	require.NoError(t, os.WriteFile(managed, []byte("terminal:\n  sandbox: bwrap\n"), 0o600))
 	sh, err := exec.LookPath("sh")
 	require.NoError(t, err)
 
@@ -62,7 +65,7 @@ func TestDefaultLauncherSandboxesTheHost(t *testing.T) {
 		}
 	}
 
-	require.NoError(t, os.WriteFile(alpha.File("config.yaml"), []byte("terminal:\n  sandbox: none\n"), 0o600))
+	require.NoError(t, os.WriteFile(managed, []byte("terminal:\n  sandbox: none\n"), 0o600))
 	prefix, mode, err := DefaultLauncher(alpha, Options{Command: []string{sh}})
 	require.NoError(t, err)
 	require.Equal(t, sandbox.None, mode)

@@ -123,7 +123,7 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 		if err != nil {
 			return nil, err
 		}
-		set, err := isolation.LoadSettings(sc.Profile.Home, sc.Profile.Managed)
+		set, err := settingsOf(sc.Profile)
 		if err != nil {
 			return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
 		}
@@ -197,6 +197,22 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 		return lostLoader{Loader: l.loader, lost: l.lost}, l.mode, nil
 	}
 	return l.loader, l.mode, nil
+}
+
+// settingsOf resolves the profile's plugins settings: the managed scope's
+// over the profile's own config as profile.OwnConfig gives it, without
+// the keys only the operator may set (plugins.isolation, plugins.host.*).
+func settingsOf(p profile.Profile) (isolation.Settings, error) {
+	own, _, err := p.OwnConfig()
+	if err != nil {
+		return isolation.Settings{}, err
+	}
+	managed, err := p.ManagedConfig()
+	if err != nil {
+		return isolation.Settings{}, err
+	}
+	set := isolation.Resolve(own, managed)
+	return set, set.Err()
 }
 
 // DefaultLauncher is the plugin host's launcher when plugins.host.launcher

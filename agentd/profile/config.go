@@ -64,6 +64,9 @@ type Config struct {
 	// Raw is the merged document, for keys this struct does not name
 	// (plugin settings, say).
 	Raw map[string]any `yaml:"-"`
+	// Ignored are the operator-only keys the profile's own config.yaml
+	// set, which were ignored (see OperatorOnly).
+	Ignored []IgnoredKey `yaml:"-"`
 }
 
 // MaxRetries is agent.api_max_retries, 2 when unset.
@@ -83,22 +86,20 @@ func (c *Config) MemoryEnabled() bool {
 // the wrong type; the message names the file and line.
 var ErrBadConfig = errors.New("bad config")
 
-// LoadConfig reads the profile's config.yaml and the managed scope's, and
-// merges the managed one over the profile's. A missing file is empty; a
-// file that does not parse is an error naming it and the line.
+// LoadConfig reads the profile's config.yaml (through OwnConfig: without
+// the keys only the operator may set) and the managed scope's, and merges
+// the managed one over the profile's. A missing file is empty; a file that
+// does not parse is an error naming it and the line.
 func (p Profile) LoadConfig() (*Config, error) {
-	own, err := p.readOwnConfig()
+	own, ignored, err := p.OwnConfig()
 	if err != nil {
 		return nil, err
 	}
-	merged := own
-	if p.Managed != "" {
-		managed, err := readYAMLMap(filepath.Join(p.Managed, "config.yaml"))
-		if err != nil {
-			return nil, err
-		}
-		merged = Merge(own, managed)
+	managed, err := p.ManagedConfig()
+	if err != nil {
+		return nil, err
 	}
+	merged := Merge(own, managed)
 	cfg := &Config{}
 	data, err := yaml.Marshal(merged)
 	if err != nil {
@@ -107,7 +108,7 @@ func (p Profile) LoadConfig() (*Config, error) {
 	if err := yaml.Unmarshal(data, cfg); err != nil {
 		return nil, fmt.Errorf("%w: merged config of profile %q: %v", ErrBadConfig, p.Name, err)
 	}
-	cfg.Raw = merged
+	cfg.Raw, cfg.Ignored = merged, ignored
 	if cfg.Terminal.Cwd == "" {
 		cfg.Terminal.Cwd = p.Home
 	}

@@ -1,12 +1,15 @@
 package profile
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/homefs"
@@ -130,10 +133,16 @@ func (h Homes) List() ([]Profile, error) {
 }
 
 // Create makes a new named profile home with an empty skeleton. It copies
-// nothing from any other profile, so no secret can travel.
+// nothing from any other profile, so no secret can travel, and it never
+// reuses a folder: the home is made with an exclusive mkdir, so anything
+// already at its path (a home, a file, a link) is ErrProfileExists.
+// A home a deletion renamed aside is never looked at.
 func (h Homes) Create(name string) (Profile, error) {
 	if name == LaunchName {
-		return Profile{}, fmt.Errorf("create profile %q: %w", name, ErrProfileExists)
+		return Profile{}, fmt.Errorf("create profile %q: the launch profile always exists: %w", name, ErrProfileExists)
+	}
+	if err := ValidName(name); err != nil {
+		return Profile{}, fmt.Errorf("create profile: %w", err)
 	}
 	dir, err := h.Path(name)
 	if err != nil {
@@ -144,29 +153,65 @@ func (h Homes) Create(name string) (Profile, error) {
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return Profile{}, fmt.Errorf("create profile %q: %w", name, ErrProfileExists)
+			return Profile{}, fmt.Errorf("create profile %q: %w (%s)", name, ErrProfileExists, dir)
 		}
 		return Profile{}, fmt.Errorf("create profile %q: %w", name, err)
 	}
-	p := Profile{Name: name, Home: dir, Managed: h.Managed}
+	p := Profile{Name: name, Home: dir, Managed: h.Managed, Faults: h.Faults}
 	if err := p.Skeleton(); err != nil {
+		_ = os.RemoveAll(dir) // a half-made home is no profile
 		return Profile{}, err
 	}
 	return p, nil
 }
 
-// Delete removes a named profile's home. The launch profile cannot be
-// deleted.
+// Delete removes a named profile's home: renamed aside first (SetAside),
+// so the name is free and nothing of the home is left at its path, then
+// removed. The launch profile cannot be deleted. A server deletes through
+// its scope pool (scope.Pool.Delete), which also drains the profile's work.
 func (h Homes) Delete(name string) error {
-	if name == "" || name == LaunchName {
-		return fmt.Errorf("delete profile %q: the launch profile cannot be deleted: %w", name, ErrBadName)
-	}
-	p, err := h.Get(name)
+	aside, err := h.SetAside(name)
 	if err != nil {
-		return fmt.Errorf("delete profile: %w", err)
+		return err
 	}
-	if err := os.RemoveAll(p.Home); err != nil {
-		return fmt.Errorf("delete profile %q: %w", name, err)
+	return h.RemoveAside(aside)
+}
+
+// deletedPrefix starts the name of a home renamed aside by a deletion;
+// ValidName refuses it, so List and Get never see such a folder.
+const deletedPrefix = ".deleted-"
+
+// SetAside renames a named profile's home to a fresh hidden folder beside
+// it (<root>/.deleted-<name>-<random>) and returns that folder's path.
+func (h Homes) SetAside(name string) (string, error) {
+	if name == "" || name == LaunchName {
+		return "", fmt.Errorf("delete profile %q: the launch profile cannot be deleted: %w", name, ErrBadName)
+	}
+	dir, err := h.Path(name)
+	if err != nil {
+		return "", fmt.Errorf("delete profile: %w", err)
+	}
+	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("delete profile: %w %q (no home at %s)", ErrUnknownProfile, name, dir)
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("delete profile %q: %w", name, err)
+	}
+	aside := filepath.Join(h.Root(), deletedPrefix+name+"-"+hex.EncodeToString(b[:]))
+	if err := os.Rename(dir, aside); err != nil {
+		return "", fmt.Errorf("delete profile %q: rename its home aside: %w", name, err)
+	}
+	return aside, nil
+}
+
+// RemoveAside removes a home SetAside renamed aside.
+func (h Homes) RemoveAside(aside string) error {
+	if filepath.Dir(aside) != h.Root() || !strings.HasPrefix(filepath.Base(aside), deletedPrefix) {
+		return fmt.Errorf("remove %s: not a home set aside in %s", aside, h.Root())
+	}
+	if err := os.RemoveAll(aside); err != nil {
+		return fmt.Errorf("remove deleted home %s: %w", aside, err)
 	}
 	return nil
 }
@@ -177,6 +222,11 @@ type Profile struct {
 	Home    string     // absolute path of the home
 	Managed string     // managed scope directory
 	Faults  faults.Set // seeded faults (test-only)
+	// OwnOperatorKeys lets the profile's own config.yaml set the keys of
+	// OperatorOnly. It is false (they are ignored) unless whoever serves
+	// the profile trusts its home as the operator's own: the launch
+	// profile of a single-tenant agentd tui.
+	OwnOperatorKeys bool
 }
 
 // File is the path of a file inside the profile's home, for messages and

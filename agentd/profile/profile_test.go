@@ -151,6 +151,7 @@ func TestPluginsLauncherIsAStringOrAListInEitherScope(t *testing.T) {
 	h := testHomes(t)
 	p, err := h.Get("")
 	require.NoError(t, err)
+	p.OwnOperatorKeys = true // the launch profile of a single-tenant agentd tui
 	write(t, p.File("config.yaml"), "plugins:\n  host:\n    launcher: \"bwrap --ro-bind / / --setenv X 'a b'\"\n")
 	cfg, err := p.LoadConfig()
 	require.NoError(t, err, "a launcher string in the profile scope")

@@ -18,27 +18,38 @@ type SandboxSetting struct {
 	// From is the file the value came from ("" when neither sets it and
 	// the mode is the default, auto).
 	From string
+	// Ignored are the operator-only keys the profile's own config.yaml
+	// set, which were ignored (terminal.sandbox among them, say).
+	Ignored []IgnoredKey
 }
 
 // TerminalSandbox reads terminal.sandbox: the managed scope's value when it
-// sets one (a profile cannot override it), else the profile's own, else
-// auto. A value that is not a mode is an error naming the file and key.
+// sets one (a profile cannot override it), else the profile's own when the
+// profile owns its operator keys (see OperatorOnly), else auto. A value
+// that is not a mode is an error naming the file and key.
 func (p Profile) TerminalSandbox() (SandboxSetting, error) {
-	var files []string
-	if p.Managed != "" {
-		files = append(files, filepath.Join(p.Managed, "config.yaml"))
+	managed, err := p.ManagedConfig()
+	if err != nil {
+		return SandboxSetting{}, err
 	}
-	files = append(files, p.File("config.yaml"))
-	for i, f := range files {
-		m, err := readYAMLMap(f)
-		if err != nil {
-			return SandboxSetting{}, err
-		}
-		term, _ := m["terminal"].(map[string]any)
+	own, ignored, err := p.OwnConfig()
+	if err != nil {
+		return SandboxSetting{}, err
+	}
+	scopes := []struct {
+		file string
+		doc  map[string]any
+	}{{"", managed}, {p.File("config.yaml"), own}}
+	if p.Managed != "" {
+		scopes[0].file = filepath.Join(p.Managed, "config.yaml")
+	}
+	for i, sc := range scopes {
+		term, _ := sc.doc["terminal"].(map[string]any)
 		raw, ok := term["sandbox"]
 		if !ok || raw == nil {
 			continue
 		}
+		f := sc.file
 		s, isString := raw.(string)
 		if !isString {
 			return SandboxSetting{}, fmt.Errorf("%w: %s: terminal.sandbox: %v is not a string (want auto, bwrap, landlock or none)", ErrBadConfig, f, raw)
@@ -47,9 +58,9 @@ func (p Profile) TerminalSandbox() (SandboxSetting, error) {
 		if err != nil {
 			return SandboxSetting{}, fmt.Errorf("%w: %s: terminal.sandbox: %v", ErrBadConfig, f, err)
 		}
-		return SandboxSetting{Mode: mode, Pinned: p.Managed != "" && i == 0, From: f}, nil
+		return SandboxSetting{Mode: mode, Pinned: i == 0, From: f, Ignored: ignored}, nil
 	}
-	return SandboxSetting{Mode: sandbox.Auto}, nil
+	return SandboxSetting{Mode: sandbox.Auto, Ignored: ignored}, nil
 }
 
 // ErrWorkdirExposes is a working directory whose sandbox would show another

@@ -22,6 +22,12 @@ func TestTerminalSandboxManagedPins(t *testing.T) {
 	write(t, p.File("config.yaml"), "terminal:\n  sandbox: none\n")
 	got, err = p.TerminalSandbox()
 	require.NoError(t, err)
+	require.Equal(t, SandboxSetting{Mode: sandbox.Auto, Ignored: []IgnoredKey{{Profile: "alpha", File: p.File("config.yaml"), Key: "terminal.sandbox"}}},
+		got, "the profile's own value is ignored: only the operator may set it")
+
+	p.OwnOperatorKeys = true // a profile whose home is the operator's own (agentd tui's launch profile)
+	got, err = p.TerminalSandbox()
+	require.NoError(t, err)
 	require.Equal(t, SandboxSetting{Mode: sandbox.None, From: p.File("config.yaml")}, got, "the profile's own value")
 
 	managed := filepath.Join(h.Managed, "config.yaml")

@@ -42,7 +42,26 @@ type Scope struct {
 	valMu  sync.Mutex
 	values map[any]any // extension values (a profile's plugin loader, say)
 	order  []any       // keys in creation order, closed in reverse
+
+	ctx    context.Context // ends when the profile's deletion starts or the scope closes
+	cancel context.CancelFunc
+
+	// uses counts the work in flight (Pool.Use); drained is closed when it
+	// falls to zero while a deletion waits. Both are guarded by pool.mu.
+	uses    int
+	drained chan struct{}
+
+	opLog    *slog.Logger // the server's log, for what the operator must know
+	warnMu   sync.Mutex
+	ignoreds map[ignoredKeyID]bool // operator-only keys of the profile's own config already logged
 }
+
+// ignoredKeyID names an ignored operator-only key: the file and the key.
+type ignoredKeyID struct{ File, Key string }
+
+// Context ends when the profile's deletion starts (or the scope closes):
+// work done for the profile derives from it, so a delete cancels it.
+func (s *Scope) Context() context.Context { return s.ctx }
 
 // Value returns the scope's extension value under key, made by init on
 // first use; later callers get the same value. This is where per-profile
@@ -96,6 +115,11 @@ func Open(ctx context.Context, p profile.Profile, baseEnv []string) (*Scope, err
 // open opens a scope; a non-nil shared DB is used instead of the profile's
 // own (the shared-state-db fault) and is not closed with the scope.
 func open(ctx context.Context, p profile.Profile, baseEnv []string, shared *store.DB) (*Scope, error) {
+	// The skeleton fills a home in; it never makes one: a home renamed
+	// aside by a deletion stays gone.
+	if !homeExists(p.Home) {
+		return nil, fmt.Errorf("open scope: %w %q (no home at %s)", profile.ErrUnknownProfile, p.Name, p.Home)
+	}
 	if err := p.Skeleton(); err != nil {
 		return nil, fmt.Errorf("open scope of profile %q: %w", p.Name, err)
 	}
@@ -118,7 +142,10 @@ func open(ctx context.Context, p profile.Profile, baseEnv []string, shared *stor
 		ResponseHeaderTimeout: 5 * time.Minute,
 		Proxy:                 nil, // a tenant's key never travels through a proxy named in agentd's environment
 	}
+	life, cancel := context.WithCancel(context.Background()) // the profile's work, until its deletion
 	s := &Scope{
+		ctx:      life,
+		cancel:   cancel,
 		Profile:  p,
 		DB:       db,
 		Log:      slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug})).With("profile", p.Name),
@@ -139,6 +166,7 @@ func (s *Scope) Close() error {
 	}
 	s.closed = true
 	s.closeMu.Unlock()
+	s.cancel()
 	verr := s.closeValues() // extensions first: they may still use the log
 	if t, ok := s.http.Transport.(*http.Transport); ok {
 		t.CloseIdleConnections()
@@ -188,6 +216,7 @@ func (s *Scope) Load() (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.logIgnored(cfg.Ignored)
 	snap := &Snapshot{Config: cfg, Env: env, ToolEnv: profile.ToolEnv(s.baseEnv, s.Profile, env)}
 	if cfg.Model.KeyEnv != "" {
 		snap.Key, _ = env.Lookup(cfg.Model.KeyEnv)
@@ -198,6 +227,32 @@ func (s *Scope) Load() (*Snapshot, error) {
 		}
 	}
 	return snap, nil
+}
+
+// logIgnored logs, once per file and key for the scope's life, each
+// operator-only key the profile's own config.yaml set and that was
+// ignored: on the server's log (the operator's), else the profile's.
+func (s *Scope) logIgnored(keys []profile.IgnoredKey) {
+	if len(keys) == 0 {
+		return
+	}
+	log := s.opLog
+	if log == nil {
+		log = s.Log
+	}
+	s.warnMu.Lock()
+	defer s.warnMu.Unlock()
+	for _, k := range keys {
+		id := ignoredKeyID{k.File, k.Key}
+		if s.ignoreds[id] {
+			continue
+		}
+		if s.ignoreds == nil {
+			s.ignoreds = map[ignoredKeyID]bool{}
+		}
+		s.ignoreds[id] = true
+		log.Warn("operator-only key in a profile's own config ignored", "profile", k.Profile, "file", k.File, "key", k.Key)
+	}
 }
 
 // seedLoadFaults applies the seeded faults that corrupt what a profile
@@ -303,102 +358,4 @@ func readOptional(home homefs.Home, name string) (string, error) {
 		return "", fmt.Errorf("read %s: %w", name, err)
 	}
 	return string(b), nil
-}
-
-// Pool opens scopes on first use and keeps them until dropped.
-type Pool struct {
-	homes   profile.Homes
-	baseEnv []string
-	faults  faults.Set
-
-	mu        sync.Mutex
-	scopes    map[string]*Scope
-	closed    bool
-	credCache map[string]string // the shared-credential fault's cache
-}
-
-// ErrClosed is returned by Get after Close.
-var ErrClosed = errors.New("scope pool closed")
-
-// NewPool returns a pool over homes; baseEnv is agentd's own environment,
-// scrubbed before any of it reaches a tool subprocess. fs are seeded
-// faults (nil in production).
-func NewPool(homes profile.Homes, baseEnv []string, fs faults.Set) *Pool {
-	return &Pool{homes: homes, baseEnv: append([]string(nil), baseEnv...), faults: fs, scopes: map[string]*Scope{}, credCache: map[string]string{}}
-}
-
-// Homes is the pool's homes.
-func (p *Pool) Homes() profile.Homes { return p.homes }
-
-// Get returns the named profile's scope ("" is the launch profile),
-// opening it if needed. A profile whose home is gone is dropped and
-// reported unknown (profile.ErrUnknownProfile).
-func (p *Pool) Get(ctx context.Context, name string) (*Scope, error) {
-	if name == "" {
-		name = profile.LaunchName
-	}
-	prof, err := p.homes.Get(name)
-	if err != nil {
-		p.Drop(name)
-		return nil, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.getLocked(ctx, prof)
-}
-
-func (p *Pool) getLocked(ctx context.Context, prof profile.Profile) (*Scope, error) {
-	if p.closed {
-		return nil, ErrClosed
-	}
-	if s, ok := p.scopes[prof.Name]; ok {
-		return s, nil
-	}
-	var shared *store.DB
-	if p.faults.Has(faults.SharedStateDB) && prof.Name != profile.LaunchName {
-		// The bug: every profile's sessions go into the launch state.db.
-		launchProf, err := p.homes.Get("")
-		if err != nil {
-			return nil, err
-		}
-		launch, err := p.getLocked(ctx, launchProf)
-		if err != nil {
-			return nil, err
-		}
-		shared = launch.DB
-	}
-	s, err := open(ctx, prof, p.baseEnv, shared)
-	if err != nil {
-		return nil, err
-	}
-	s.pool, s.faults = p, p.faults
-	p.scopes[prof.Name] = s
-	return s, nil
-}
-
-// Drop closes and forgets a profile's scope (after its deletion).
-func (p *Pool) Drop(name string) {
-	p.mu.Lock()
-	s := p.scopes[name]
-	delete(p.scopes, name)
-	p.mu.Unlock()
-	if s != nil {
-		_ = s.Close()
-	}
-}
-
-// Close closes every scope.
-func (p *Pool) Close() error {
-	p.mu.Lock()
-	p.closed = true
-	scopes := p.scopes
-	p.scopes = map[string]*Scope{}
-	p.mu.Unlock()
-	var errs []error
-	for _, s := range scopes {
-		if err := s.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }

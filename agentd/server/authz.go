@@ -80,12 +80,36 @@ func (s *Server) credentialHolds(conn rpc.Conn, own string) bool {
 	if err != nil {
 		return false
 	}
+	return credentialOf(b, p)
+}
+
+// credentialOpens reports whether conn's tenant credential is the
+// API_SERVER_KEY of p, the home a call holds (p.Name must be conn's own).
+func (s *Server) credentialOpens(conn rpc.Conn, p profile.Profile) bool {
+	b, ok := conn.(tenantBound)
+	return ok && b.Tenant() == p.Name && credentialOf(b, p)
+}
+
+func credentialOf(b tenantBound, p profile.Profile) bool {
 	env, err := p.LoadEnv()
 	if err != nil {
 		return false
 	}
 	key, found := env.Lookup(TenantKeyEnv)
 	return found && key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(b.Credential())) == 1
+}
+
+// checkName refuses a profile name a call gives that cannot be one,
+// before it meets a path: 4064 like any unknown profile, saying why. ""
+// and the launch name are the launch profile.
+func checkName(name string) error {
+	if name == "" || name == profile.LaunchName {
+		return nil
+	}
+	if err := profile.ValidName(name); err != nil {
+		return rpc.Errorf(rpc.CodeUnknownProfile, "unknown profile: %v", err)
+	}
+	return nil
 }
 
 // operatorOnly refuses a tenant connection a method only the operator

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
-	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 )
 
@@ -56,10 +55,11 @@ func (s *Server) saveKeyFault(ctx context.Context, name, key string) {
 	if !s.opts.Faults.Has(faults.SaveKeyLaunchFallback) {
 		return
 	}
-	launch, err := s.scopeFor(ctx, "")
+	launch, release, err := s.scopeFor(ctx, "")
 	if err != nil {
 		return
 	}
+	defer release()
 	env, err := launch.Profile.LoadEnv()
 	if err != nil {
 		return
@@ -67,23 +67,6 @@ func (s *Server) saveKeyFault(ctx context.Context, name, key string) {
 	if _, ok := env.Lookup(name); !ok {
 		_ = launch.Profile.SetEnv(name, key) // the bug
 	}
-}
-
-// createProfile makes a profile home; under the create-copies-launch-env
-// fault it also copies the launch profile's .env into it.
-func (s *Server) createProfile(name string) (profile.Profile, error) {
-	prof, err := s.opts.Homes.Create(name)
-	if err != nil || !s.opts.Faults.Has(faults.CreateCopiesLaunchEnv) {
-		return prof, err
-	}
-	launch, err := s.opts.Homes.Get("")
-	if err != nil {
-		return prof, nil
-	}
-	if data, err := os.ReadFile(launch.File(".env")); err == nil {
-		_ = os.WriteFile(prof.File(".env"), data, 0o600) // the bug
-	}
-	return prof, nil
 }
 
 // tmpCopyFault, under the tmp-copy fault, writes a tool result to a file

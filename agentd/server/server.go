@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +104,12 @@ func New(opts Options) *Server {
 	s := &Server{
 		opts: opts, pool: scope.NewPool(opts.Homes, opts.BaseEnv, opts.Faults), log: opts.Log, conns: map[string]rpc.Conn{},
 		baseCtx: ctx, cancelAll: cancel, sessions: map[string]*Session{}, registry: reg,
+	}
+	s.pool.SetLog(opts.Log)
+	if !s.pooled() {
+		// Single-tenant: the launch home is its operator's own, where the
+		// operator-only keys may be set (see profile.OperatorOnly).
+		s.pool.TrustLaunchOperatorKeys()
 	}
 	if !opts.Faults.Has(faults.NoConnLimit) {
 		s.limits = opts.Limits.withDefaults()
@@ -226,34 +231,51 @@ func (s *Server) Register(d *rpc.Dispatcher) {
 }
 
 // callerScope is the scope of the profile a call addresses (name, or the
-// launch profile when empty), after the connection's binding allowed it.
-func (s *Server) callerScope(ctx context.Context, c *rpc.Call, name string) (*scope.Scope, error) {
+// launch profile when empty), after the connection's binding allowed it,
+// held for the call (see scopeFor): release it when the call is done.
+func (s *Server) callerScope(ctx context.Context, c *rpc.Call, name string) (*scope.Scope, func(), error) {
 	name, err := s.profileFor(c, name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return s.scopeFor(ctx, name)
+	sc, release, err := s.scopeFor(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A tenant's credential is judged against the home the call now holds:
+	// one checked before a delete and re-create could open the new home.
+	if own := boundTo(c.Conn); own != "" && !s.credentialOpens(c.Conn, sc.Profile) {
+		release()
+		return nil, nil, rpc.Errorf(rpc.CodeForbidden, "%s: this connection's credential no longer opens its profile (deleted, re-created or rotated): reconnect", c.Method)
+	}
+	return sc, release, nil
 }
 
-// scopeFor returns a profile's scope, mapping errors to protocol codes.
-func (s *Server) scopeFor(ctx context.Context, name string) (*scope.Scope, error) {
+// scopeFor returns a profile's scope held for one piece of work (a
+// scope.Pool use: the profile's deletion waits for release), mapping
+// errors to protocol codes. A profile being deleted is unknown (4064). A
+// bad name is refused before it meets a path.
+func (s *Server) scopeFor(ctx context.Context, name string) (*scope.Scope, func(), error) {
 	s.mu.Lock()
 	shutting := s.shutting
 	s.mu.Unlock()
 	if shutting {
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "agentd is shutting down")
+		return nil, nil, rpc.Errorf(rpc.CodeUnavailable, "agentd is shutting down")
 	}
-	sc, err := s.pool.Get(ctx, name)
+	if err := checkName(name); err != nil {
+		return nil, nil, err
+	}
+	sc, release, err := s.pool.Use(ctx, name)
 	switch {
 	case errors.Is(err, profile.ErrUnknownProfile):
-		return nil, rpc.Errorf(rpc.CodeUnknownProfile, "unknown profile %q", name)
+		return nil, nil, rpc.Errorf(rpc.CodeUnknownProfile, "unknown profile %q", name)
 	case errors.Is(err, scope.ErrClosed):
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "agentd is shutting down")
+		return nil, nil, rpc.Errorf(rpc.CodeUnavailable, "agentd is shutting down")
 	case err != nil:
 		s.log.Error("open profile scope", "profile", name, "err", "see the profile's agent.log")
-		return nil, rpc.Errorf(rpc.CodeInternal, "open profile %q: %v", name, err)
+		return nil, nil, rpc.Errorf(rpc.CodeInternal, "open profile %q: %v", name, err)
 	}
-	return sc, nil
+	return sc, release, nil
 }
 
 // toolsOf is the tools of sc's turns (Options.Tools).
@@ -282,18 +304,27 @@ func (s *Server) ownedSession(c *rpc.Call, id string) (*Session, error) {
 }
 
 // target resolves the profile a settings write addresses: a session of the
-// caller's, a profile by name, or the launch profile.
-func (s *Server) target(ctx context.Context, c *rpc.Call, sessionID, profileName string) (*scope.Scope, error) {
+// caller's, a profile by name, or the launch profile; held for the call.
+func (s *Server) target(ctx context.Context, c *rpc.Call, sessionID, profileName string) (*scope.Scope, func(), error) {
 	if sessionID != "" && profileName != "" {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "%s: give session_id or profile, not both", c.Method)
+		return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "%s: give session_id or profile, not both", c.Method)
 	}
 	if sessionID != "" {
 		sess, err := s.ownedSession(c, sessionID)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		// The session's profile may have been deleted since.
-		return s.scopeFor(ctx, sess.Scope.Profile.Name)
+		// The session's profile may have been deleted since, and a profile
+		// of the same name created: that one is not the session's.
+		sc, release, err := s.scopeFor(ctx, sess.Scope.Profile.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if sc != sess.Scope {
+			release()
+			return nil, nil, rpc.Errorf(rpc.CodeUnknownProfile, "unknown profile %q: the session's profile was deleted", sess.Scope.Profile.Name)
+		}
+		return sc, release, nil
 	}
 	return s.callerScope(ctx, c, profileName)
 }
@@ -356,6 +387,12 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 		s.mu.Unlock()
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "agentd is shutting down")
 	}
+	if s.pool.Deleting(sc.Profile.Name) {
+		// A delete marks the profile before it collects its sessions
+		// under s.mu: this one would be missed, so it is never made.
+		s.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodeUnknownProfile, "unknown profile %q: it is being deleted", sc.Profile.Name)
+	}
 	if full := s.tooManySessions(sc.Profile.Name); full != nil { // raced past the first check
 		s.mu.Unlock()
 		return nil, full
@@ -378,10 +415,11 @@ func (s *Server) sessionCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := c.Bind(&p); err != nil {
 		return nil, err
 	}
-	sc, err := s.callerScope(ctx, c, p.Profile)
+	sc, release, err := s.callerScope(ctx, c, p.Profile)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	return s.openSession(ctx, c, sc, "")
 }
 
@@ -396,10 +434,11 @@ func (s *Server) sessionResume(ctx context.Context, c *rpc.Call) (any, error) {
 	if p.SessionID == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "session.resume: session_id (a stored session id) is required")
 	}
-	sc, err := s.callerScope(ctx, c, p.Profile)
+	sc, release, err := s.callerScope(ctx, c, p.Profile)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	sc = s.resumeScopeFault(ctx, sc, p.SessionID)
 	return s.openSession(ctx, c, sc, p.SessionID)
 }
@@ -504,12 +543,20 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string, ticket
 		return "", err
 	}
 	sc := sess.Scope
-	if cur, err := s.pool.Get(ctx, sc.Profile.Name); err != nil || cur != sc {
+	// The turn holds its profile's scope: a delete waits for it (and
+	// cancels it first), and a turn of a deleted profile never starts.
+	cur, releaseScope, err := s.pool.Use(ctx, sc.Profile.Name)
+	if err == nil {
+		defer releaseScope()
+	}
+	if err != nil || cur != sc {
 		err := fmt.Errorf("profile %q is no longer served (deleted)", sc.Profile.Name)
 		emit("message.start", map[string]any{})
 		emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
 		return "", err
 	}
+	stopOnDelete := context.AfterFunc(sc.Context(), sess.cancelCurrentTurn)
+	defer stopOnDelete()
 	snap, err := sc.Load()
 	if err != nil {
 		sc.Log.Error("turn: load profile", "session", sess.ID, "err", err)
@@ -606,10 +653,16 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 	stop := context.AfterFunc(s.baseCtx, cancel)
 	defer stop()
 
-	sc, err := s.pool.Get(ctx, d.Profile)
+	if err := profile.ValidName(d.Profile); d.Profile != "" && err != nil {
+		return "", err
+	}
+	sc, release, err := s.pool.Use(ctx, d.Profile)
 	if err != nil {
 		return "", err
 	}
+	defer release()
+	stopOnDelete := context.AfterFunc(sc.Context(), cancel) // a delete of the profile ends the turn
+	defer stopOnDelete()
 	member := d.Member
 	if member == "" {
 		member = d.Source
@@ -650,6 +703,10 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 	// Registered (with no owner connection, so no request can address it)
 	// for the nested calls of its turn's plugin tools.
 	s.mu.Lock()
+	if s.pool.Deleting(sc.Profile.Name) {
+		s.mu.Unlock()
+		return "", fmt.Errorf("%w %q: it is being deleted", profile.ErrUnknownProfile, sc.Profile.Name)
+	}
 	s.sessions[sess.ID] = sess
 	s.mu.Unlock()
 	defer func() {
@@ -683,10 +740,28 @@ func (s *Server) TickCron(ctx context.Context, now time.Time) ([]cron.Result, er
 	if err != nil {
 		return nil, err
 	}
-	return cron.Tick(ctx, profiles, now, s), nil
+	var out []cron.Result
+	for _, p := range profiles {
+		out = append(out, s.TickProfile(ctx, p.Name, now)...)
+	}
+	return out, nil
 }
 
-var slugRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`)
+// TickProfile fires the due jobs of one profile, holding its scope for the
+// whole tick: a delete of the profile waits for the tick (and cancels its
+// turns), and a tick never writes in a home that was deleted meanwhile.
+// A profile deleted before the tick has no jobs.
+func (s *Server) TickProfile(ctx context.Context, name string, now time.Time) []cron.Result {
+	sc, release, err := s.pool.Use(ctx, name)
+	if errors.Is(err, profile.ErrUnknownProfile) {
+		return nil
+	}
+	if err != nil {
+		return []cron.Result{{Profile: name, Err: err}}
+	}
+	defer release()
+	return cron.Tick(ctx, []profile.Profile{sc.Profile}, now, s)
+}
 
 func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
 	var p struct {
@@ -720,14 +795,18 @@ func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
 			return nil, rpc.Errorf(rpc.CodeInvalidParams, "config.set: model is empty")
 		}
 	}
-	sc, err := s.target(ctx, c, p.SessionID, p.Profile)
+	sc, release, err := s.target(ctx, c, p.SessionID, p.Profile)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if p.Profile != "" && s.opts.Faults.Has(faults.WrongWriteScope) {
-		if sc, err = s.scopeFor(ctx, ""); err != nil { // the bug: the launch profile's file
+		launch, releaseLaunch, err := s.scopeFor(ctx, "") // the bug: the launch profile's file
+		if err != nil {
 			return nil, err
 		}
+		defer releaseLaunch()
+		sc = launch
 	}
 	if p.Key == "cwd" && s.opts.Faults.Has(faults.GlobalCwd) {
 		_ = os.Chdir(value) // the bug: a process-wide working directory
@@ -749,16 +828,17 @@ func (s *Server) modelSaveKey(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := c.Bind(&p); err != nil {
 		return nil, err
 	}
-	if !slugRE.MatchString(p.Slug) {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "model.save_key: bad slug %q (want a letter, then letters, digits, _)", p.Slug)
+	if err := profile.ValidSlug(p.Slug); err != nil {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "model.save_key: %v", err)
 	}
 	if p.APIKey == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "model.save_key: api_key is empty")
 	}
-	sc, err := s.target(ctx, c, p.SessionID, p.Profile)
+	sc, release, err := s.target(ctx, c, p.SessionID, p.Profile)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	name := upper(p.Slug) + "_API_KEY"
 	if err := sc.Profile.SetEnv(name, p.APIKey); err != nil {
 		return nil, rpc.Errorf(rpc.CodeInternal, "model.save_key: %v", err)
@@ -778,82 +858,6 @@ func upper(s string) string {
 	return string(b)
 }
 
-func (s *Server) profilesCreate(ctx context.Context, c *rpc.Call) (any, error) {
-	var p struct {
-		Name string `json:"name"`
-	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
-	}
-	if err := operatorOnly(c); err != nil {
-		return nil, err
-	}
-	prof, err := s.createProfile(p.Name)
-	switch {
-	case errors.Is(err, profile.ErrBadName):
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "profiles.create: %v", err)
-	case errors.Is(err, profile.ErrProfileExists):
-		return nil, rpc.Errorf(rpc.CodeConflict, "profiles.create: profile %q already exists", p.Name)
-	case err != nil:
-		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.create: %v", err)
-	}
-	s.log.Info("profile created", "profile", prof.Name)
-	return map[string]any{"ok": true, "name": prof.Name, "path": prof.Home}, nil
-}
-
-func (s *Server) profilesDelete(ctx context.Context, c *rpc.Call) (any, error) {
-	var p struct {
-		Name string `json:"name"`
-	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
-	}
-	if err := operatorOnly(c); err != nil {
-		return nil, err
-	}
-	if p.Name == "" || p.Name == profile.LaunchName {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "profiles.delete: the launch profile cannot be deleted")
-	}
-	if _, err := s.opts.Homes.Get(p.Name); err != nil {
-		return nil, rpc.Errorf(rpc.CodeUnknownProfile, "unknown profile %q", p.Name)
-	}
-	// End the profile's live sessions first: their shells and turns stop
-	// before the home goes.
-	s.mu.Lock()
-	var gone []*Session
-	for id, sess := range s.sessions {
-		if sess.Scope.Profile.Name == p.Name {
-			gone = append(gone, sess)
-			delete(s.sessions, id)
-		}
-	}
-	s.mu.Unlock()
-	closeSessions(gone, EndProfileDelete)
-	s.pool.Drop(p.Name)
-	if err := s.opts.Homes.Delete(p.Name); err != nil {
-		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.delete: %v", err)
-	}
-	s.log.Info("profile deleted", "profile", p.Name, "sessions_closed", len(gone))
-	return map[string]any{"ok": true, "name": p.Name}, nil
-}
-
-func (s *Server) profilesList(ctx context.Context, c *rpc.Call) (any, error) {
-	if err := c.Bind(&struct{}{}); err != nil {
-		return nil, err
-	}
-	list, err := s.opts.Homes.List()
-	if err != nil {
-		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.list: %v", err)
-	}
-	names := make([]string, 0, len(list))
-	for _, p := range list {
-		if own := boundTo(c.Conn); own == "" || own == p.Name {
-			names = append(names, p.Name)
-		}
-	}
-	return map[string]any{"profiles": names}, nil
-}
-
 func (s *Server) cronCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	var p struct {
 		Profile string `json:"profile"`
@@ -870,10 +874,11 @@ func (s *Server) cronCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	if _, err := cron.ParseEvery(p.Every); err != nil {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.create: %v", err)
 	}
-	sc, err := s.callerScope(ctx, c, p.Profile)
+	sc, release, err := s.callerScope(ctx, c, p.Profile)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	job, err := cron.ForProfile(sc.Profile).Create(p.Name, p.Prompt, p.Every, time.Now())
 	if err != nil {
 		return nil, rpc.Errorf(rpc.CodeInternal, "cron.create: %v", err)
@@ -893,10 +898,11 @@ func (s *Server) cronTrigger(ctx context.Context, c *rpc.Call) (any, error) {
 	if p.ID == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: id is required")
 	}
-	sc, err := s.callerScope(ctx, c, p.Profile)
+	sc, release, err := s.callerScope(ctx, c, p.Profile)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	job, err := cron.ForProfile(sc.Profile).Trigger(p.ID, time.Now())
 	if errors.Is(err, cron.ErrUnknownJob) {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: unknown job %q in profile %q", p.ID, sc.Profile.Name)
@@ -914,10 +920,11 @@ func (s *Server) cronList(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := c.Bind(&p); err != nil {
 		return nil, err
 	}
-	sc, err := s.callerScope(ctx, c, p.Profile)
+	sc, release, err := s.callerScope(ctx, c, p.Profile)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	jobs, err := cron.ForProfile(sc.Profile).List()
 	if err != nil {
 		return nil, rpc.Errorf(rpc.CodeInternal, "cron.list: %v", err)

@@ -175,6 +175,16 @@ func (s *Session) start(ctx context.Context, tools *agent.Registry, payload map[
 	tools.StartSession(ctx, s.hookEnv(), payload)
 }
 
+// cancelCurrentTurn cancels the turn the session is playing, if any.
+func (s *Session) cancelCurrentTurn() {
+	s.mu.Lock()
+	cancel := s.cancelTurn
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
 // close ends the session: cancels its turn, kills its shell, and runs its
 // session end hooks and shuts its memory down (once, and only if it was
 // started) once the turn has returned.
