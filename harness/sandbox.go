@@ -184,6 +184,40 @@ func (s *Sandbox) writeManaged() error {
 	return nil
 }
 
+// MergeManaged deep-merges cfg into the managed scope's config.yaml as it
+// stands (the planted operator canary included): the operator's settings a
+// scenario needs before it starts the server (a plugin host's limits, say),
+// which a profile's own config may not set. A target without a managed
+// scope (no managed_dir), or a remote one, is left alone: it returns false.
+func (s *Sandbox) MergeManaged(cfg map[string]any) (bool, error) {
+	if s.Target.ManagedDir == "" || s.Target.Remote() {
+		return false, nil
+	}
+	dir := strings.ReplaceAll(s.Target.ManagedDir, "{root}", s.Root)
+	if !within(dir, s.Root) || dir == s.Root {
+		return false, fmt.Errorf("managed scope folder %s is not inside %s", dir, s.Root)
+	}
+	path := filepath.Join(dir, "config.yaml")
+	cur := map[string]any{}
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return false, fmt.Errorf("managed scope: %w", err)
+	}
+	if err := yaml.Unmarshal(data, &cur); err != nil {
+		return false, fmt.Errorf("managed scope %s: %w", path, err)
+	}
+	if data, err = yaml.Marshal(tenants.DeepMerge(cur, cfg)); err != nil {
+		return false, fmt.Errorf("encode managed config: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, fmt.Errorf("managed scope: %w", err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return false, fmt.Errorf("managed scope: %w", err)
+	}
+	return true, nil
+}
+
 func newRunID() (string, error) {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {

@@ -91,3 +91,34 @@ func TestHooksGetTheServe(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out, "TARGET_PORT=unset", "a stopped server is forgotten")
 }
+
+// TestMergeManagedKeepsWhatIsThere: a scenario's operator settings merge
+// into the managed scope as it stands, the planted operator canary kept; a
+// target without a managed scope is left alone.
+func TestMergeManagedKeepsWhatIsThere(t *testing.T) {
+	t.Parallel()
+	tg := echoTarget("sh", "-c", `echo "$AGENTD_HOME/profiles"`)
+	tg.Env = map[string]string{"AGENTD_MANAGED_DIR": "{root}/managed"}
+	tg.ManagedDir = "{root}/managed"
+	tg.ManagedConfig = "{root}/managed/config.yaml"
+	tg = tg.WithManaged(map[string]any{"terminal": map[string]any{"sandbox": "bwrap"}})
+	box, err := NewSandbox(context.Background(), t.TempDir(), tg, SandboxOptions{Tenants: tenants.Options{Names: []string{"default"}, NoProviders: true}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, box.Close()) }()
+	ok, err := box.MergeManaged(map[string]any{"plugins": map[string]any{"host": map[string]any{"call_timeout": "5s"}}})
+	require.NoError(t, err)
+	require.True(t, ok)
+	data, err := os.ReadFile(filepath.Join(box.Root, "managed", "config.yaml"))
+	require.NoError(t, err)
+	for _, want := range []string{"sandbox: bwrap", "call_timeout: 5s", box.Operator["managed_secret"]} {
+		assert.Contains(t, string(data), want)
+	}
+
+	plain, err := NewSandbox(context.Background(), t.TempDir(), echoTarget("sh", "-c", `echo "$AGENTD_HOME/profiles"`),
+		SandboxOptions{Tenants: tenants.Options{Names: []string{"default"}, NoProviders: true}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, plain.Close()) }()
+	ok, err = plain.MergeManaged(map[string]any{"x": 1})
+	require.NoError(t, err)
+	assert.False(t, ok, "no managed scope: nothing written")
+}

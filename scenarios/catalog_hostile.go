@@ -161,14 +161,18 @@ func hostileTools() Spec {
 }
 
 // installHostilePlugin puts the hostile plugin into every tenant's home,
-// in host mode, with a short call deadline and a memory limit that the hog
-// row outruns (a host past either is killed).
+// and has the operator's scope run plugins in hosts with a short call
+// deadline and a memory limit that the hog row outruns (a host past either
+// is killed); those are the operator's to set, never a profile's own.
 func (e *Env) installHostilePlugin() {
 	e.T.Helper()
+	if _, err := e.Box.MergeManaged(map[string]any{"plugins": map[string]any{"isolation": "host",
+		"host": map[string]any{"call_timeout": attack.HostCallTimeout, "memory_limit": attack.HostMemoryLimit}}}); err != nil {
+		e.T.Fatalf("set the plugin hosts' limits in the operator's scope: %v", err)
+	}
 	for _, t := range e.Tenants {
 		err := t.WriteHome(e.Box.Set.Layout, tenants.HomeExtras{
-			Config: map[string]any{"plugins": map[string]any{"enabled": []any{attack.PluginName}, "isolation": "host",
-				"host": map[string]any{"call_timeout": attack.HostCallTimeout, "memory_limit": attack.HostMemoryLimit}}},
+			Config: map[string]any{"plugins": map[string]any{"enabled": []any{attack.PluginName}}},
 			Files: map[string]string{
 				"plugins/" + attack.PluginName + "/plugin.yaml": attack.PluginManifest,
 				"plugins/" + attack.PluginName + "/plugin.go":   attack.PluginSource,
