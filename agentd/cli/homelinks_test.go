@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,6 +74,10 @@ func TestHomeLinksLive(t *testing.T) {
 			require.NotNil(t, gc["error"], "gamma's linked config.yaml is refused: %v", gc)
 			dc := c.call("session.create", map[string]any{"profile": delta.profile})
 			require.NotNil(t, dc["error"], "delta's linked .env is refused: %v", dc)
+			for who, r := range map[string]map[string]any{"gamma": gc, "delta": dc} {
+				e, _ := r["error"].(map[string]any)
+				require.EqualValues(t, rpc.CodeLinkOut, e["code"], "%s's refusal is a link-out (4013), not an internal error: %v", who, r)
+			}
 
 			frames := strings.Join(c.raw, "\n")
 			for _, f := range []string{"home file SOUL.md is a link out of the home", "home file config.yaml is a link out of the home",

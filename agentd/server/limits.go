@@ -203,7 +203,7 @@ func (s *Server) refusal(what string, err error) *rpc.Error {
 	}
 	var qf *fair.QueueFullError
 	if !errors.As(err, &qf) {
-		return rpc.Errorf(rpc.CodeInternal, "admit %s: %v", what, err)
+		return internalError("admit %s: %v", what, err)
 	}
 	var where string
 	switch qf.Bound {

@@ -29,7 +29,7 @@ func (s *Server) profilesCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	case errors.Is(err, profile.ErrProfileExists):
 		return nil, rpc.Errorf(rpc.CodeConflict, "profiles.create: profile %q already exists", p.Name)
 	case err != nil:
-		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.create: %v", err)
+		return nil, internalError("profiles.create: %v", err)
 	}
 	s.log.Info("profile created", "profile", prof.Name)
 	return map[string]any{"ok": true, "name": prof.Name, "path": prof.Home}, nil
@@ -66,7 +66,7 @@ func (s *Server) profilesDelete(ctx context.Context, c *rpc.Call) (any, error) {
 	case errors.Is(err, profile.ErrUnknownProfile):
 		return nil, rpc.Errorf(rpc.CodeUnknownProfile, "unknown profile %q", p.Name)
 	case err != nil:
-		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.delete: %v", err)
+		return nil, internalError("profiles.delete: %v", err)
 	}
 	s.log.Info("profile deleted", "profile", p.Name)
 	return map[string]any{"ok": true, "name": p.Name}, nil
@@ -104,7 +104,7 @@ func (s *Server) deleteRacing(name string) (any, error) {
 	err = removeInPlace(prof.Home, ".env") // the bug
 	s.pool.Drop(name)
 	if err != nil {
-		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.delete: delete profile %q: %v", name, err)
+		return nil, internalError("profiles.delete: delete profile %q: %v", name, err)
 	}
 	s.log.Info("profile deleted", "profile", name, "sessions_closed", n)
 	return map[string]any{"ok": true, "name": name}, nil
@@ -154,7 +154,7 @@ func (s *Server) profilesList(ctx context.Context, c *rpc.Call) (any, error) {
 	}
 	list, err := s.opts.Homes.List()
 	if err != nil {
-		return nil, rpc.Errorf(rpc.CodeInternal, "profiles.list: %v", err)
+		return nil, internalError("profiles.list: %v", err)
 	}
 	names := make([]string, 0, len(list))
 	for _, p := range list {

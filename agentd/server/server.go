@@ -273,7 +273,7 @@ func (s *Server) scopeFor(ctx context.Context, name string) (*scope.Scope, func(
 		return nil, nil, rpc.Errorf(rpc.CodeUnavailable, "agentd is shutting down")
 	case err != nil:
 		s.log.Error("open profile scope", "profile", name, "err", "see the profile's agent.log")
-		return nil, nil, rpc.Errorf(rpc.CodeInternal, "open profile %q: %v", name, err)
+		return nil, nil, internalError("open profile %q: %v", name, err)
 	}
 	return sc, release, nil
 }
@@ -346,7 +346,7 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 	snap, err := sc.Load()
 	if err != nil {
 		sc.Log.Error("load config", "err", err)
-		return nil, rpc.Errorf(rpc.CodeInternal, "load profile %q: %v", sc.Profile.Name, err)
+		return nil, internalError("load profile %q: %v", sc.Profile.Name, err)
 	}
 	s.mu.Lock()
 	full := s.tooManySessions(sc.Profile.Name)
@@ -359,7 +359,7 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 	if stored == "" {
 		st, err := sc.DB.CreateSession(ctx, store.Session{Profile: sc.Profile.Name, Model: snap.Config.Model.Default, Source: s.opts.Source})
 		if err != nil {
-			return nil, rpc.Errorf(rpc.CodeInternal, "create session in profile %q: %v", sc.Profile.Name, err)
+			return nil, internalError("create session in profile %q: %v", sc.Profile.Name, err)
 		}
 		stored = st.ID
 	} else {
@@ -367,11 +367,11 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 			if errors.Is(err, store.ErrUnknownSession) {
 				return nil, rpc.Errorf(rpc.CodeUnknownSession, "unknown stored session %q in profile %q", stored, sc.Profile.Name)
 			}
-			return nil, rpc.Errorf(rpc.CodeInternal, "resume session: %v", err)
+			return nil, internalError("resume session: %v", err)
 		}
 		msgs, err := sc.DB.Messages(ctx, stored)
 		if err != nil {
-			return nil, rpc.Errorf(rpc.CodeInternal, "resume session: %v", err)
+			return nil, internalError("resume session: %v", err)
 		}
 		history = fromStored(msgs)
 	}
@@ -812,7 +812,7 @@ func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
 		_ = os.Chdir(value) // the bug: a process-wide working directory
 	}
 	if err := sc.Profile.SetConfig(full, value); err != nil {
-		return nil, rpc.Errorf(rpc.CodeInternal, "config.set: %v", err)
+		return nil, internalError("config.set: %v", err)
 	}
 	sc.Log.Info("config set", "key", full)
 	return map[string]any{"ok": true, "profile": sc.Profile.Name, "key": full}, nil
@@ -841,7 +841,7 @@ func (s *Server) modelSaveKey(ctx context.Context, c *rpc.Call) (any, error) {
 	defer release()
 	name := upper(p.Slug) + "_API_KEY"
 	if err := sc.Profile.SetEnv(name, p.APIKey); err != nil {
-		return nil, rpc.Errorf(rpc.CodeInternal, "model.save_key: %v", err)
+		return nil, internalError("model.save_key: %v", err)
 	}
 	s.saveKeyFault(ctx, name, p.APIKey)
 	sc.Log.Info("key saved", "env", name, "key", scope.Fingerprint(p.APIKey))
@@ -881,7 +881,7 @@ func (s *Server) cronCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	defer release()
 	job, err := cron.ForProfile(sc.Profile).Create(p.Name, p.Prompt, p.Every, time.Now())
 	if err != nil {
-		return nil, rpc.Errorf(rpc.CodeInternal, "cron.create: %v", err)
+		return nil, internalError("cron.create: %v", err)
 	}
 	sc.Log.Info("cron job created", "job", job.ID)
 	return map[string]any{"ok": true, "profile": sc.Profile.Name, "job": job}, nil
@@ -908,7 +908,7 @@ func (s *Server) cronTrigger(ctx context.Context, c *rpc.Call) (any, error) {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: unknown job %q in profile %q", p.ID, sc.Profile.Name)
 	}
 	if err != nil {
-		return nil, rpc.Errorf(rpc.CodeInternal, "cron.trigger: %v", err)
+		return nil, internalError("cron.trigger: %v", err)
 	}
 	return map[string]any{"ok": true, "profile": sc.Profile.Name, "job": job}, nil
 }
@@ -927,7 +927,7 @@ func (s *Server) cronList(ctx context.Context, c *rpc.Call) (any, error) {
 	defer release()
 	jobs, err := cron.ForProfile(sc.Profile).List()
 	if err != nil {
-		return nil, rpc.Errorf(rpc.CodeInternal, "cron.list: %v", err)
+		return nil, internalError("cron.list: %v", err)
 	}
 	return map[string]any{"profile": sc.Profile.Name, "jobs": jobs}, nil
 }
