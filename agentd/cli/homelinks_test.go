@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 )
 
 // linkTo replaces file in tn's home with a symlink to target, as the
