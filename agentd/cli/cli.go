@@ -471,7 +471,11 @@ func runSandbox(_ context.Context, env *Env, args []string) int {
 	if err != nil {
 		return fail(env, "%v", err)
 	}
-	c := sandbox.Configured{Mode: set.Mode, Pinned: set.Pinned, From: set.From}
+	net, err := p.TerminalNetwork()
+	if err != nil {
+		return fail(env, "%v", err)
+	}
+	c := sandbox.Configured{Mode: set.Mode, Pinned: set.Pinned, From: set.From, Network: net.Mode, NetworkFrom: net.From}
 	if p.Name != profile.LaunchName {
 		c.Profile = p.Name
 	}

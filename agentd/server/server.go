@@ -729,6 +729,11 @@ func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
 			return nil, err
 		}
 	}
+	if p.Key == "cwd" {
+		if err := s.checkCwd(sc, value); err != nil {
+			return nil, err
+		}
+	}
 	if p.Key == "cwd" && s.opts.Faults.Has(faults.GlobalCwd) {
 		_ = os.Chdir(value) // the bug: a process-wide working directory
 	}
