@@ -370,6 +370,13 @@ func (p Policy) check() error {
 // from its descriptor.
 func (p Policy) bwrapArgs(infoFD bool, binds []workBind) []string {
 	a := []string{"bwrap", "--die-with-parent", "--new-session", "--cap-drop", "ALL"}
+	if os.Geteuid() == 0 {
+		// As root, --cap-drop ALL empties the effective and permitted sets
+		// but leaves the bounding set; a user namespace of its own (uid 0
+		// mapped to 0: file ownership is unchanged) empties that too. Not
+		// root, bwrap makes one anyway.
+		a = append(a, "--unshare-user")
+	}
 	if !p.SharedPID {
 		a = append(a, "--unshare-pid", "--unshare-ipc", "--unshare-uts")
 	}
