@@ -73,7 +73,7 @@ func TestPooledTerminalIsSandboxed(t *testing.T) {
 			alpha := w.addTenant("alpha", true)
 			beta := w.addTenant("beta", false)
 			cmdTenant(t, beta, "")
-			writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: "+tc.mode+"\n")
+			w.writeManaged("terminal:\n  sandbox: "+tc.mode+"\n")
 			var env []string
 			if fault != "" {
 				env = []string{"AGENTD_FAULTS=" + fault, "AGENTD_ALLOW_FAULTS=1"}
@@ -119,7 +119,7 @@ func TestPooledTerminalContainment(t *testing.T) {
 				if err := sandbox.Available(sandbox.Landlock); err != nil {
 					t.Skipf("landlock cannot run here: %v", err)
 				}
-				writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: landlock\n")
+				w.writeManaged("terminal:\n  sandbox: landlock\n")
 			}
 			var env []string
 			if strings.Contains(how, "escaped-process") {
@@ -180,10 +180,10 @@ func TestPooledServeRefusesAnUnsandboxedTerminal(t *testing.T) {
 	require.Contains(t, out, filepath.Join(w.managed, "config.yaml"), "the error says where the operator can allow it")
 	require.Contains(t, ranIn(t, ca, alpha, sa, "echo ran-alpha"), "ran-alpha", "the launch profile's terminal runs")
 
-	writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: none\n")
+	w.writeManaged("terminal:\n  sandbox: none\n")
 	require.Contains(t, ranIn(t, cb, beta, sb, "echo ran-beta"), "ran-beta", "the operator allowed it")
 
-	writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: jail\n")
+	w.writeManaged("terminal:\n  sandbox: jail\n")
 	sb2, _ := cb.create("beta")
 	out = ranIn(t, cb, beta, sb2, "echo ran-beta")
 	require.NotContains(t, out, "ran-beta")
@@ -256,7 +256,7 @@ func TestPluginHostUnderLandlock(t *testing.T) {
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
 	srv := pluginTenant(t, alpha, "host")
-	writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: landlock\n")
+	w.writeManaged("terminal:\n  sandbox: landlock\n")
 	s := w.startServe(nil)
 	ca := s.dial()
 	sa, _ := ca.create("")

@@ -49,8 +49,11 @@ func (s *Server) shellSandbox(sc *scope.Scope, cwd string) (*sandbox.Policy, err
 			ErrTerminalRefused, p.Name, why, filepath.Join(p.Managed, "config.yaml"))
 	}
 	policy := p.SandboxPolicy
-	if s.opts.Faults.Has(faults.WorkdirAnywhere) {
-		policy = p.WorkdirAnywherePolicy // the bug: any folder, bound by path
+	if s.opts.Faults.Has(faults.WorkdirAnywhere) || s.opts.Faults.Has(faults.GlobalCwd) {
+		// The bug: any folder, bound by path. global-cwd (one process-wide
+		// cwd, no per-profile workdir at all) implies it, so its leak (a
+		// shell in another tenant's workdir) stays observable.
+		policy = p.WorkdirAnywherePolicy
 	}
 	pol, err := policy(mode, cwd, s.opts.Self)
 	if err != nil {

@@ -724,13 +724,13 @@ func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Profile != "" && s.opts.Faults.Has(faults.WrongWriteScope) {
-		if sc, err = s.scopeFor(ctx, ""); err != nil { // the bug: the launch profile's file
+	if p.Key == "cwd" {
+		if err := s.checkCwd(sc, value); err != nil {
 			return nil, err
 		}
 	}
-	if p.Key == "cwd" {
-		if err := s.checkCwd(sc, value); err != nil {
+	if p.Profile != "" && s.opts.Faults.Has(faults.WrongWriteScope) {
+		if sc, err = s.scopeFor(ctx, ""); err != nil { // the bug: the launch profile's file
 			return nil, err
 		}
 	}
