@@ -73,7 +73,7 @@ func TestPooledTerminalIsSandboxed(t *testing.T) {
 			alpha := w.addTenant("alpha", true)
 			beta := w.addTenant("beta", false)
 			cmdTenant(t, beta, "")
-			w.writeManaged("terminal:\n  sandbox: "+tc.mode+"\n")
+			w.writeManaged("terminal:\n  sandbox: " + tc.mode + "\n")
 			var env []string
 			if fault != "" {
 				env = []string{"AGENTD_FAULTS=" + fault, "AGENTD_ALLOW_FAULTS=1"}
