@@ -201,6 +201,11 @@ func TestSandboxCheckCommand(t *testing.T) {
 	require.Contains(t, out, "auto     -> ")
 	if _, err := sandbox.Effective(sandbox.Auto); err == nil {
 		require.Equal(t, 0, code, out)
+		require.Contains(t, out, "the launch profile: terminal.network is none (the default)")
+		w.writeManaged("terminal:\n  network: host\n")
+		out, _, code = w.run("sandbox", "check")
+		require.Equal(t, 0, code, out)
+		require.Contains(t, out, "terminal.network is host (pinned by the operator in "+filepath.Join(w.managed, "config.yaml")+")")
 	} else {
 		require.Equal(t, 1, code, out)
 	}

@@ -213,3 +213,18 @@ func startAndWait(t *testing.T, c *sandbox.Cmd) string {
 	c.Stop(waited)
 	return out.String()
 }
+
+// TestCheckReportsTheNetwork: `agentd sandbox check` says how
+// terminal.network is enforced in the mode the profile runs as.
+func TestCheckReportsTheNetwork(t *testing.T) {
+	t.Parallel()
+	need(t, sandbox.Bwrap)
+	var b strings.Builder
+	code := sandbox.Check(&b, sandbox.Configured{Mode: sandbox.Bwrap, Network: sandbox.NetNone})
+	require.Equal(t, 0, code, b.String())
+	require.Contains(t, b.String(), "terminal.network is none (the default): a network namespace of its own")
+	b.Reset()
+	code = sandbox.Check(&b, sandbox.Configured{Mode: sandbox.Bwrap, Network: sandbox.NetHost, NetworkFrom: "/m/config.yaml"})
+	require.Equal(t, 0, code, b.String())
+	require.Contains(t, b.String(), "terminal.network is host (pinned by the operator in /m/config.yaml)")
+}
