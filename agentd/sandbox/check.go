@@ -32,9 +32,9 @@ func Check(w io.Writer, c Configured) int {
 		}
 		switch m {
 		case Bwrap:
-			fmt.Fprintf(w, "%-8s ok: own PID, IPC and UTS namespaces, private /proc, read-only system root\n", m)
+			fmt.Fprintf(w, "%-8s ok: own PID, IPC and UTS namespaces, private /proc, read-only system root, no capabilities\n", m)
 		case Landlock:
-			fmt.Fprintf(w, "%-8s ok: Landlock ABI %d, subreaper launcher\n", m, ABI())
+			fmt.Fprintf(w, "%-8s ok: Landlock ABI %d, subreaper launcher, no capabilities\n", m, ABI())
 		}
 	}
 	if eff, err := Effective(Auto); err != nil {
