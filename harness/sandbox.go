@@ -171,7 +171,7 @@ func (s *Sandbox) writeManaged() error {
 	if !within(dir, s.Root) || dir == s.Root {
 		return fmt.Errorf("managed scope folder %s is not inside %s", dir, s.Root)
 	}
-	data, err := yaml.Marshal(s.Target.Managed)
+	data, err := yaml.Marshal(s.Target.ManagedFor(s.Root))
 	if err != nil {
 		return fmt.Errorf("encode managed config: %w", err)
 	}

@@ -58,8 +58,9 @@ type Target struct {
 
 	// ManagedDir is the target's managed (operator) scope folder, inside the
 	// sandbox ({root}/...); Managed, when set, is written there as
-	// config.yaml before any target process starts: the operator's settings
-	// a run pins (a weakened target for a positive control, say).
+	// config.yaml before any target process starts ({root} in its values is
+	// the sandbox root): the operator's settings a run pins (the tenants'
+	// workdir roots, a weakened target for a positive control, say).
 	ManagedDir string         `yaml:"managed_dir"`
 	Managed    map[string]any `yaml:"managed"`
 
@@ -166,7 +167,11 @@ func AgentdTarget(argv0 string, prefix ...string) Target {
 		TokenVar:    "AGENTD_SESSION_TOKEN",
 		Env:         map[string]string{"AGENTD_MANAGED_DIR": "{root}/managed"},
 		ManagedDir:  "{root}/managed",
-		Files:       true,
+		// The operator's places for the tenants' workdirs: each tenant's lie
+		// in <work root>/<its profile> (tenants.Tenant.Profile), and agentd
+		// refuses a cwd outside a profile's home and its roots.
+		Managed: map[string]any{"terminal": map[string]any{"workdir_roots": []any{"{root}/work/{profile}"}}},
+		Files:   true,
 
 		TenantCredentials: true,
 		ManagedConfig:     "{root}/managed/config.yaml",
@@ -347,6 +352,39 @@ func (t *Target) Supports(b Backend) (bool, string) {
 // CanRestart reports whether the harness starts (and so can restart) the
 // serve backend.
 func (t *Target) CanRestart() bool { return len(t.Serve) > 0 && t.URL == "" }
+
+// ManagedFor is t's managed scope for a sandbox at root: every string
+// value with {root} replaced by root.
+func (t Target) ManagedFor(root string) map[string]any {
+	m, _ := expandRoot(t.Managed, root).(map[string]any)
+	return m
+}
+
+func expandRoot(v any, root string) any {
+	switch x := v.(type) {
+	case string:
+		return strings.ReplaceAll(x, "{root}", root)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = expandRoot(e, root)
+		}
+		return out
+	case []string:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = expandRoot(e, root)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = expandRoot(e, root)
+		}
+		return out
+	}
+	return v
+}
 
 // WithManaged returns a copy of t whose managed scope is cfg (written as
 // config.yaml in ManagedDir when a sandbox is built).

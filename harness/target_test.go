@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -98,4 +100,22 @@ func TestGatewayClientSpeaksOpenAI(t *testing.T) {
 	assert.Equal(t, 401, r.Status)
 	assert.Equal(t, "/p/alpha/v1/chat/completions", RoutePath("alpha", false))
 	assert.Equal(t, "/v1/chat/completions", RoutePath("default", true))
+}
+
+// TestAgentdTargetDeclaresWorkdirRoots: the embedded target's operator
+// scope allows each profile its own folder of workdirs, where the tenants
+// package makes them (<work root>/<profile>), {root} expanded per sandbox.
+func TestAgentdTargetDeclaresWorkdirRoots(t *testing.T) {
+	t.Parallel()
+	tg := AgentdTarget("/bin/agentd")
+	got := tg.ManagedFor("/sandbox")
+	assert.Equal(t, map[string]any{"terminal": map[string]any{"workdir_roots": []any{"/sandbox/work/{profile}"}}}, got)
+	assert.Equal(t, "{root}/work/{profile}", tg.Managed["terminal"].(map[string]any)["workdir_roots"].([]any)[0], "the target itself is unchanged")
+	s, err := tenants.Build(t.TempDir(), tenants.Options{Names: []string{"default", "alpha"}, NoProviders: true})
+	require.NoError(t, err)
+	defer s.Close()
+	for _, tn := range s.Tenants {
+		root := strings.ReplaceAll("{root}/work/{profile}", "{root}", s.Root)
+		assert.Equal(t, strings.ReplaceAll(root, "{profile}", tn.Profile()), filepath.Dir(tn.Workdir))
+	}
 }

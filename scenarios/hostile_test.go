@@ -242,6 +242,7 @@ func TestWeakenedTargetWritesItsOperatorScope(t *testing.T) {
 	tg := weakenedTarget()
 	require.NoError(t, tg.Validate())
 	assert.Equal(t, "none", tg.Managed["terminal"].(map[string]any)["sandbox"])
-	assert.Nil(t, agentdTarget().Managed, "the certified target has no operator scope of the harness's making")
+	assert.Equal(t, map[string]any{"terminal": map[string]any{"workdir_roots": []any{"{root}/work/{profile}"}}}, agentdTarget().Managed,
+		"the certified target's operator scope declares the tenants' workdir roots, nothing else")
 	require.NoError(t, attack.Validate(attack.Terminal()))
 }

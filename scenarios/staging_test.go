@@ -37,7 +37,12 @@ func TestStagingTargetFromRoster(t *testing.T) {
 	roster := filepath.Join(dir, "tenants.json")
 	require.NoError(t, tenants.WriteRoster(roster, stage.Roster(journal)))
 
-	marker := "staging-" + filepath.Base(dir)
+	// The operator's scope declares where each tenant's workdirs lie.
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "managed"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "managed", "config.yaml"),
+		[]byte("terminal:\n  workdir_roots: [\""+stage.WorkRoot()+"/{profile}\"]\n"), 0o644))
+
+	marker := "staging-" + filepath.Base(filepath.Dir(dir)) // t.TempDir() ends in 001 in every run on the machine
 	env, err := stage.Env(map[string]string{"AGENTD_SESSION_TOKEN": "staging-token", "AGENTD_MANAGED_DIR": filepath.Join(dir, "managed"),
 		procgroup.MarkerVar: marker})
 	require.NoError(t, err)

@@ -164,13 +164,13 @@ func FromRoster(root string, r Roster, layout Layout, journal string) (*Set, err
 		return nil, fmt.Errorf("tenants from roster: %w", err)
 	}
 	for _, rt := range r.Tenants {
-		t := &Tenant{Name: rt.Name, Launch: rt.Launch, Tag: rt.Tag, workRoot: s.workRoot}
+		t := &Tenant{Name: rt.Name, Launch: rt.Launch, Tag: rt.Tag}
 		t.Home = s.LaunchHome
 		if !t.Launch {
 			t.Home = filepath.Join(s.LaunchHome, layout.ProfilesDir, rt.Name)
 		}
 		t.Workdir = rt.Workdir
-		t.workRoot = filepath.Dir(rt.Workdir)
+		t.workDir = filepath.Dir(rt.Workdir) // minted workdirs go beside the first
 		t.remote = &remoteProvider{baseURL: rt.BaseURL, journal: j}
 		for _, rec := range base {
 			if rec.Server == rt.BaseURL {

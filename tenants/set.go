@@ -54,8 +54,9 @@ type Options struct {
 	AdvertiseHost string
 	// Responder makes each tenant's main responder; default DefaultResponder.
 	Responder func(*Tenant) fakellm.Responder
-	// WorkRoot is where the workdirs are made; default Root/work. A staging
-	// run sets the folder the target's host will have them in.
+	// WorkRoot is where the workdirs are made, each tenant's in
+	// WorkRoot/<its Profile()>; default Root/work. A staging run sets the
+	// folder the target's host will have them in.
 	WorkRoot string
 	// Journal, if set, receives every provider's records as JSON lines
 	// (fakellm's journal): a staging run reads them from another process.
@@ -92,7 +93,7 @@ func Names(n int) []string {
 
 // Build makes the tenants under root: HOME at root/home, the launch tenant's
 // home at the launch folder, the others under its profiles folder, one
-// workdir each under root/work, and (unless NoProviders) one started
+// workdir each under root/work/<profile>, and (unless NoProviders) one started
 // provider each, accepting that tenant's key only. On error nothing started
 // is left running. Homes are not written: see WriteHomes.
 func Build(root string, opts Options) (*Set, error) {
@@ -150,6 +151,10 @@ func Build(root string, opts Options) (*Set, error) {
 	}
 	return s, nil
 }
+
+// WorkRoot is the folder of every tenant's workdirs: tenant t's lie in
+// WorkRoot()/<t.Profile()>.
+func (s *Set) WorkRoot() string { return s.workRoot }
 
 // Get returns the tenant named name, or nil.
 func (s *Set) Get(name string) *Tenant {
@@ -212,12 +217,13 @@ func (s *Set) newTenant(name string, launch bool) (*Tenant, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build tenant %s: %w", name, err)
 	}
-	t := &Tenant{Name: name, Launch: launch, Tag: tag, workRoot: s.workRoot}
+	t := &Tenant{Name: name, Launch: launch, Tag: tag}
 	t.Home = s.LaunchHome
 	if !launch {
 		t.Home = filepath.Join(s.LaunchHome, s.Layout.ProfilesDir, name)
 	}
-	t.Workdir = filepath.Join(s.workRoot, CanaryValue(Workdir, name, tag))
+	t.workDir = filepath.Join(s.workRoot, t.Profile())
+	t.Workdir = filepath.Join(t.workDir, CanaryValue(Workdir, name, tag))
 	if err := os.MkdirAll(t.Workdir, 0o755); err != nil {
 		return nil, fmt.Errorf("build tenant %s: create workdir: %w", name, err)
 	}

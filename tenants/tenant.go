@@ -20,8 +20,8 @@ type Tenant struct {
 	Tag      string          // 10 random hex digits shared by the tenant's base canaries
 	Provider *fakellm.Server // the tenant's own provider; nil when built without providers
 
-	workRoot string          // where minted workdirs are made
-	remote   *remoteProvider // the provider in another process (staging), if any
+	workDir string          // where its workdirs are made: <work root>/<Profile()>
+	remote  *remoteProvider // the provider in another process (staging), if any
 
 	mu     sync.Mutex
 	minted []Canary
@@ -119,6 +119,21 @@ func (t *Tenant) Adopt(kind Kind, value string) (Canary, error) {
 	return c, nil
 }
 
+// LaunchProfile is the name the target knows the launch tenant's profile
+// by (agentd's launch profile answers to "default").
+const LaunchProfile = "default"
+
+// Profile is the name the target knows the tenant's profile by: its name,
+// or LaunchProfile for the launch tenant. The tenant's workdirs lie in
+// <work root>/<Profile()>/, so a target can allow each profile its own
+// folder of workdirs (agentd: terminal.workdir_roots: [<work root>/{profile}]).
+func (t *Tenant) Profile() string {
+	if t.Launch {
+		return LaunchProfile
+	}
+	return t.Name
+}
+
 // MintWorkdir mints a workdir canary and creates the directory it names,
 // beside the tenant's first workdir; it returns the directory's path.
 func (t *Tenant) MintWorkdir() (string, error) {
@@ -126,7 +141,7 @@ func (t *Tenant) MintWorkdir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(t.workRoot, c.Value)
+	dir := filepath.Join(t.workDir, c.Value)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create minted workdir for %s: %w", t.Name, err)
 	}
@@ -139,7 +154,7 @@ func (t *Tenant) Workdirs() []string {
 	out := []string{t.Workdir}
 	for _, c := range t.Minted() {
 		if c.Kind == Workdir {
-			out = append(out, filepath.Join(t.workRoot, c.Value))
+			out = append(out, filepath.Join(t.workDir, c.Value))
 		}
 	}
 	return out

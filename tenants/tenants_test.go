@@ -84,6 +84,7 @@ func TestBuildLaysOutLaunchAndProfileHomes(t *testing.T) {
 		assert.DirExists(t, tn.Workdir)
 		assert.Equal(t, tn.Launch, tn == launch)
 		assert.Equal(t, tn.Value(Workdir), filepath.Base(tn.Workdir))
+		assert.Equal(t, filepath.Join(s.WorkRoot(), tn.Profile()), filepath.Dir(tn.Workdir), "a tenant's workdirs lie in <work root>/<profile>")
 	}
 	assert.Nil(t, s.Get("nobody"))
 }
@@ -169,6 +170,19 @@ func TestParseDotEnvNamesTheBadLine(t *testing.T) {
 	assert.Equal(t, map[string]string{"A": "1", "B": "2 3"}, env)
 }
 
+// TestProfileNamesTheLaunchTenantAsTheTargetDoes: the launch tenant's
+// workdirs lie in <work root>/default whatever its own name.
+func TestProfileNamesTheLaunchTenantAsTheTargetDoes(t *testing.T) {
+	t.Parallel()
+	s, err := Build(t.TempDir(), Options{Names: []string{"alpha", "beta"}, Launch: "beta", NoProviders: true})
+	require.NoError(t, err)
+	defer s.Close()
+	assert.Equal(t, LaunchProfile, s.Get("beta").Profile())
+	assert.Equal(t, "alpha", s.Get("alpha").Profile())
+	assert.Equal(t, filepath.Join(s.WorkRoot(), "default"), filepath.Dir(s.Get("beta").Workdir))
+	assert.Equal(t, filepath.Join(s.Root, "work"), s.WorkRoot(), "the default work root")
+}
+
 func TestMintAddsScannedCanariesAndWorkdirs(t *testing.T) {
 	t.Parallel()
 	s := buildFiles(t, "default", "alpha")
@@ -181,6 +195,7 @@ func TestMintAddsScannedCanariesAndWorkdirs(t *testing.T) {
 	require.NoError(t, err)
 	assert.DirExists(t, dir)
 	assert.Equal(t, []string{a.Workdir, dir}, a.Workdirs())
+	assert.Equal(t, filepath.Join(s.WorkRoot(), "alpha"), filepath.Dir(dir), "minted beside the first, in its profile's folder")
 	all := a.Canaries()
 	assert.Len(t, all, len(BaseKinds)+2)
 	assert.Equal(t, key, all[len(BaseKinds)])
@@ -308,6 +323,7 @@ func TestAddTenantMidRun(t *testing.T) {
 	assert.False(t, g.Launch)
 	assert.Equal(t, filepath.Join(s.LaunchHome, "profiles", "gamma"), g.Home)
 	assert.DirExists(t, g.Workdir)
+	assert.Equal(t, filepath.Join(s.WorkRoot(), "gamma"), filepath.Dir(g.Workdir))
 	require.NotNil(t, g.Provider)
 	assert.NotEqual(t, s.Get("alpha").Provider.URL, g.Provider.URL)
 	_, err = s.AddTenant("gamma")

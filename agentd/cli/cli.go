@@ -486,7 +486,11 @@ func runSandbox(_ context.Context, env *Env, args []string) int {
 	for _, k := range set.Ignored { // judged as a pooled agentd reads it
 		fmt.Fprintln(env.Stdout, k.String())
 	}
-	c := sandbox.Configured{Mode: set.Mode, Pinned: set.Pinned, From: set.From}
+	net, err := p.TerminalNetwork()
+	if err != nil {
+		return fail(env, "%v", err)
+	}
+	c := sandbox.Configured{Mode: set.Mode, Pinned: set.Pinned, From: set.From, Network: net.Mode, NetworkFrom: net.From}
 	if p.Name != profile.LaunchName {
 		c.Profile = p.Name
 	}

@@ -54,7 +54,31 @@ func newWorld(t testing.TB) *world {
 	w.launch = filepath.Join(w.home, ".agentd")
 	require.NoError(t, os.MkdirAll(w.launch, 0o700))
 	require.NoError(t, os.MkdirAll(w.managed, 0o700))
+	w.writeManaged("")
 	return w
+}
+
+// writeManaged writes the managed (operator) scope's config.yaml: the
+// workdir roots every world declares (<root>/work/{profile}: a profile's
+// cwd must lie in its home or its roots), then text, whose terminal keys
+// join them.
+func (w *world) writeManaged(text string) {
+	w.t.Helper()
+	roots := "  workdir_roots: [\"" + filepath.Join(w.root, "work") + "/{profile}\"]\n"
+	if rest, ok := strings.CutPrefix(text, "terminal:\n"); ok {
+		text = "terminal:\n" + roots + rest
+	} else {
+		text = "terminal:\n" + roots + text
+	}
+	writeFile(w.t, filepath.Join(w.managed, "config.yaml"), text)
+}
+
+// workdirOf is a tenant's workdir: beneath its profile's workdir root.
+func (w *world) workdirOf(profile, name string) string {
+	if profile == "" {
+		profile = "default"
+	}
+	return filepath.Join(w.root, "work", profile, "work-"+name)
 }
 
 func tag() string { return fmt.Sprintf("%x", time.Now().UnixNano())[6:] }
@@ -72,7 +96,7 @@ func (w *world) addTenant(name string, launch bool) *tenant {
 		tn.profile = name
 		tn.home = filepath.Join(w.launch, "profiles", name)
 	}
-	tn.workdir = filepath.Join(w.root, "work-"+name)
+	tn.workdir = w.workdirOf(tn.profile, name)
 	require.NoError(t, os.MkdirAll(tn.workdir, 0o700))
 	require.NoError(t, os.MkdirAll(filepath.Join(tn.home, "memories"), 0o700))
 	srv, err := fakellm.New(fakellm.Options{Keys: []string{tn.key}, Model: tn.model, Responder: tn.respond})

@@ -315,7 +315,7 @@ func TestSettingsWritesTouchOnlyTheAddressedProfile(t *testing.T) {
 	for _, f := range []string{"config.yaml", ".env"} {
 		alphaFiles[f] = mustRead(t, filepath.Join(alpha.home, f))
 	}
-	newCwd := filepath.Join(w.root, "beta-new-cwd")
+	newCwd := filepath.Join(filepath.Dir(beta.workdir), "beta-new-cwd") // beneath its workdir root
 	require.NoError(t, os.Mkdir(newCwd, 0o700))
 	d.ok("config.set", map[string]any{"key": "cwd", "value": newCwd, "session_id": sb})
 	d.ok("config.set", map[string]any{"key": "model", "value": "model-beta-next", "profile": "beta"})

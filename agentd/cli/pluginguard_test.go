@@ -152,8 +152,7 @@ func TestOperatorScopeLauncherStringAndCallTimeoutReachTheHost(t *testing.T) {
 	// The operator's scope: a launcher as one string (env runs the rest
 	// of the command line), and a call deadline that wins over the
 	// profile's.
-	writeFile(t, filepath.Join(w.managed, "config.yaml"),
-		"plugins:\n  isolation: host\n  host:\n    launcher: \"env 'TC_LAUNCHED=by env'\"\n    call_timeout: 2s\n")
+	w.writeManaged("plugins:\n  isolation: host\n  host:\n    launcher: \"env 'TC_LAUNCHED=by env'\"\n    call_timeout: 2s\n")
 
 	s := w.startServe(nil)
 	c := s.dial()

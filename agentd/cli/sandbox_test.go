@@ -73,7 +73,7 @@ func TestPooledTerminalIsSandboxed(t *testing.T) {
 			alpha := w.addTenant("alpha", true)
 			beta := w.addTenant("beta", false)
 			cmdTenant(t, beta, "")
-			writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: "+tc.mode+"\n")
+			w.writeManaged("terminal:\n  sandbox: " + tc.mode + "\n")
 			var env []string
 			if fault != "" {
 				env = []string{"AGENTD_FAULTS=" + fault, "AGENTD_ALLOW_FAULTS=1"}
@@ -119,7 +119,7 @@ func TestPooledTerminalContainment(t *testing.T) {
 				if err := sandbox.Available(sandbox.Landlock); err != nil {
 					t.Skipf("landlock cannot run here: %v", err)
 				}
-				writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: landlock\n")
+				w.writeManaged("terminal:\n  sandbox: landlock\n")
 			}
 			var env []string
 			if strings.Contains(how, "escaped-process") {
@@ -192,12 +192,12 @@ func TestPooledServeRefusesAnUnsandboxedTerminal(t *testing.T) {
 			"the log names the profile, file and key")
 	}
 
-	writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: none\n")
+	w.writeManaged("terminal:\n  sandbox: none\n")
 	out = ranIn(t, cb, beta, sb, peek)
 	require.Contains(t, out, "ran-beta", "the operator allowed it")
 	require.Contains(t, out, alpha.key, "positive control: unconfined, the terminal reads another home")
 
-	writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: jail\n")
+	w.writeManaged("terminal:\n  sandbox: jail\n")
 	sb2, _ := cb.create("beta")
 	out = ranIn(t, cb, beta, sb2, "echo ran-beta")
 	require.NotContains(t, out, "ran-beta")
@@ -215,6 +215,11 @@ func TestSandboxCheckCommand(t *testing.T) {
 	require.Contains(t, out, "auto     -> ")
 	if _, err := sandbox.Effective(sandbox.Auto); err == nil {
 		require.Equal(t, 0, code, out)
+		require.Contains(t, out, "the launch profile: terminal.network is none (the default)")
+		w.writeManaged("terminal:\n  network: host\n")
+		out, _, code = w.run("sandbox", "check")
+		require.Equal(t, 0, code, out)
+		require.Contains(t, out, "terminal.network is host (pinned by the operator in "+filepath.Join(w.managed, "config.yaml")+")")
 	} else {
 		require.Equal(t, 1, code, out)
 	}
@@ -271,7 +276,7 @@ func TestPluginHostUnderLandlock(t *testing.T) {
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
 	srv := pluginTenant(t, alpha, "host")
-	writeFile(t, filepath.Join(w.managed, "config.yaml"), "terminal:\n  sandbox: landlock\n")
+	w.writeManaged("terminal:\n  sandbox: landlock\n")
 	s := w.startServe(nil)
 	ca := s.dial()
 	sa, _ := ca.create("")

@@ -196,7 +196,7 @@ func TestServeProfileLifecycleUnderLoad(t *testing.T) {
 		require.Empty(t, mustRead(t, filepath.Join(home, f)))
 	}
 	delta := &tenant{name: "delta", profile: "delta", home: home, key: "sk-prov-delta-" + tag(), marker: "envmark-delta-" + tag(), model: "model-delta-" + tag(), shellState: "shellstate-delta"}
-	delta.workdir = filepath.Join(w.root, "work-delta")
+	delta.workdir = w.workdirOf("delta", "delta")
 	require.NoError(t, os.MkdirAll(delta.workdir, 0o700))
 	srv, err := fakellm.New(fakellm.Options{Keys: []string{delta.key}, Responder: delta.respond})
 	require.NoError(t, err)

@@ -1,7 +1,6 @@
 package profile
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -64,25 +63,84 @@ func (p Profile) TerminalSandbox() (SandboxSetting, error) {
 }
 
 // ErrWorkdirExposes is a working directory whose sandbox would show another
-// profile's files (a sibling's home, the launch home, a folder above them).
-var ErrWorkdirExposes = errors.New("workdir would expose another profile's files")
+// profile's files or the host's: sandbox.ErrWorkdirRefused.
+var ErrWorkdirExposes = sandbox.ErrWorkdirRefused
 
 // SandboxPolicy is the sandbox of the profile's subprocesses in mode m
 // (resolved already) with working directory cwd: its home read-write (the
-// launch home without the profiles folder), cwd read-write when it is
-// outside the home, the managed scope hidden when it lies in a system
-// folder. A cwd in another profile's home, in the launch home (for a named
-// profile) or above any home is refused (ErrWorkdirExposes) unless m is
-// None.
+// launch home without the profiles folder), the managed scope hidden when
+// it lies in a system folder, and cwd, judged by CheckWorkdir, read-write
+// by its real path when it is outside the home. The policy's Allow (the
+// real home and workdir roots) has the sandbox judge that workdir again
+// when it binds it. In mode None nothing is confined and cwd is not judged.
 func (p Profile) SandboxPolicy(m sandbox.Mode, cwd string, self []string) (sandbox.Policy, error) {
-	pol := sandbox.Policy{Mode: m, Home: p.Home, Dir: cwd, Self: append([]string(nil), self...)}
+	pol := p.basePolicy(m, cwd, self)
+	if cwd == "" {
+		pol.Dir = p.Home
+		return pol, nil
+	}
+	cwd = filepath.Clean(cwd)
+	if m == sandbox.None { // nothing is confined: there is nothing to expose
+		if !within(cwd, p.Home) {
+			pol.Work = []string{cwd}
+		}
+		return pol, nil
+	}
+	real, err := p.CheckWorkdir(cwd)
+	if err != nil {
+		return sandbox.Policy{}, err
+	}
+	roots, _, err := p.WorkdirRoots()
+	if err != nil {
+		return sandbox.Policy{}, err
+	}
+	home := realOrClean(p.Home)
+	pol.Allow = append([]string{home}, roots...)
+	if rel, err := filepath.Rel(home, real); err == nil && within(real, home) {
+		pol.Dir = filepath.Join(p.Home, rel) // bound with the home, by the home's path
+		return pol, nil
+	}
+	pol.Dir, pol.Work = real, []string{real}
+	return pol, nil
+}
+
+// WorkdirAnywherePolicy is SandboxPolicy as the workdir-anywhere fault has
+// it: cwd judged lexically only (not in another agentd home nor above one)
+// and bound by path, through any symlink.
+func (p Profile) WorkdirAnywherePolicy(m sandbox.Mode, cwd string, self []string) (sandbox.Policy, error) {
+	pol := p.basePolicy(m, cwd, self)
+	pol.BindByPath = true
+	if cwd == "" {
+		pol.Dir = p.Home
+		return pol, nil
+	}
 	launch := p.Home
 	if p.Name != LaunchName {
-		launch = filepath.Dir(filepath.Dir(p.Home)) // <launch>/profiles/<name>
+		launch = filepath.Dir(filepath.Dir(p.Home))
 	}
 	root := filepath.Join(launch, "profiles")
+	cwd = filepath.Clean(cwd)
+	switch {
+	case m == sandbox.None:
+		if !within(cwd, p.Home) {
+			pol.Work = []string{cwd}
+		}
+	case within(cwd, root) && (p.Name == LaunchName || !within(cwd, p.Home)), within(root, cwd) && p.Name != LaunchName,
+		within(cwd, launch) && !within(cwd, p.Home), within(launch, cwd) && cwd != launch:
+		return sandbox.Policy{}, fmt.Errorf("%w: terminal.cwd %s of profile %q: it would show another profile's files (want a folder in its home %s, or outside every agentd home)",
+			sandbox.ErrWorkdirRefused, cwd, p.Name, p.Home)
+	case within(cwd, p.Home):
+	default:
+		pol.Work = []string{cwd}
+	}
+	return pol, nil
+}
+
+// basePolicy is the policy without the workdir: the home, what it hides.
+func (p Profile) basePolicy(m sandbox.Mode, cwd string, self []string) sandbox.Policy {
+	pol := sandbox.Policy{Mode: m, Home: p.Home, Dir: cwd, Self: append([]string(nil), self...)}
 	if p.Name == LaunchName {
-		pol.Hide = append(pol.Hide, root)
+		pol.Hide = append(pol.Hide, filepath.Join(p.Home, "profiles"))
 	}
 	if p.Managed != "" {
 		for _, d := range sandbox.SystemDirs {
@@ -91,25 +149,7 @@ func (p Profile) SandboxPolicy(m sandbox.Mode, cwd string, self []string) (sandb
 			}
 		}
 	}
-	if cwd == "" {
-		pol.Dir = p.Home
-		return pol, nil
-	}
-	cwd = filepath.Clean(cwd)
-	switch {
-	case m == sandbox.None: // nothing is confined: there is nothing to expose
-		if !within(cwd, p.Home) {
-			pol.Work = []string{cwd}
-		}
-	case within(cwd, root) && (p.Name == LaunchName || !within(cwd, p.Home)), within(root, cwd) && p.Name != LaunchName,
-		within(cwd, launch) && !within(cwd, p.Home), within(launch, cwd) && cwd != launch:
-		return sandbox.Policy{}, fmt.Errorf("terminal.cwd %s of profile %q: %w (want a folder in its home %s, or outside every agentd home)",
-			cwd, p.Name, ErrWorkdirExposes, p.Home)
-	case within(cwd, p.Home):
-	default:
-		pol.Work = []string{cwd}
-	}
-	return pol, nil
+	return pol
 }
 
 // within reports whether path is dir or beneath it.

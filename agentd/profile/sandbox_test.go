@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -67,9 +68,15 @@ func TestSandboxPolicyKeepsOtherHomesOut(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{h.Root()}, pol.Hide, "the launch home's profiles stay hidden")
 
-	pol, err = alpha.SandboxPolicy(sandbox.Bwrap, "/srv", self)
+	work := filepath.Join(filepath.Dir(h.Launch), "work")
+	write(t, filepath.Join(h.Managed, "config.yaml"), "terminal:\n  workdir_roots: [\""+work+"/{profile}\"]\n")
+	require.NoError(t, os.MkdirAll(filepath.Join(work, "alpha", "w1"), 0o700))
+	pol, err = alpha.SandboxPolicy(sandbox.Bwrap, filepath.Join(work, "alpha", "w1"), self)
 	require.NoError(t, err)
-	require.Equal(t, []string{"/srv"}, pol.Work, "a workdir outside every home is bound read-write")
+	require.Equal(t, []string{filepath.Join(work, "alpha", "w1")}, pol.Work, "a workdir in its root is bound read-write")
+	require.Equal(t, []string{alpha.Home, filepath.Join(work, "alpha")}, pol.Allow, "and judged again at bind time")
+	_, err = alpha.SandboxPolicy(sandbox.Bwrap, "/srv", self)
+	require.ErrorIs(t, err, sandbox.ErrWorkdirRefused, "a folder outside its home and roots")
 
 	pol, err = alpha.SandboxPolicy(sandbox.Bwrap, alpha.File("work"), self)
 	require.NoError(t, err)

@@ -11,6 +11,10 @@ type Configured struct {
 	Mode    Mode   // the configured value (auto when nothing sets it)
 	Pinned  bool   // set by the managed (operator) scope
 	From    string // the file it came from; "" for the default
+	// Network is terminal.network ("" is NetHost), NetworkFrom the managed
+	// file that set it ("" for the default).
+	Network     Network
+	NetworkFrom string
 }
 
 // Check prints which modes work here and why the others do not (`agentd
@@ -28,9 +32,9 @@ func Check(w io.Writer, c Configured) int {
 		}
 		switch m {
 		case Bwrap:
-			fmt.Fprintf(w, "%-8s ok: own PID, IPC and UTS namespaces, private /proc, read-only system root\n", m)
+			fmt.Fprintf(w, "%-8s ok: own PID, IPC and UTS namespaces, private /proc, read-only system root, no capabilities\n", m)
 		case Landlock:
-			fmt.Fprintf(w, "%-8s ok: Landlock ABI %d, subreaper launcher\n", m, ABI())
+			fmt.Fprintf(w, "%-8s ok: Landlock ABI %d, subreaper launcher, no capabilities\n", m, ABI())
 		}
 	}
 	if eff, err := Effective(Auto); err != nil {
@@ -55,6 +59,9 @@ func Check(w io.Writer, c Configured) int {
 		name = "profile " + name
 	}
 	eff, why, err := Resolve(c.Mode)
+	if err == nil && eff != None && checkNetwork(w, name, eff, c) != nil {
+		return 1
+	}
 	switch {
 	case err != nil:
 		fmt.Fprintf(w, "%s: terminal.sandbox is %s (%s) and it cannot run here: %v\n", name, c.Mode, from, err)
@@ -70,4 +77,35 @@ func Check(w io.Writer, c Configured) int {
 		fmt.Fprintln(w, "pooled serve and gateway refuse the terminal of every profile but the launch one, unless the managed scope sets terminal.sandbox: none")
 		return 1
 	}
+}
+
+// checkNetwork prints how terminal.network is enforced in mode eff, or why
+// it cannot be (an error: the terminal would be refused).
+func checkNetwork(w io.Writer, name string, eff Mode, c Configured) error {
+	n := c.Network
+	if n == "" {
+		n = NetHost
+	}
+	from := "the default"
+	if c.NetworkFrom != "" {
+		from = "pinned by the operator in " + c.NetworkFrom
+	}
+	switch {
+	case n == NetHost:
+		fmt.Fprintf(w, "%s: terminal.network is host (%s): its terminal reaches the host's network\n", name, from)
+	case eff == Bwrap:
+		fmt.Fprintf(w, "%s: terminal.network is none (%s): a network namespace of its own (loopback only)\n", name, from)
+	default:
+		netns, err := landlockNetNone()
+		switch {
+		case err != nil:
+			fmt.Fprintf(w, "%s: terminal.network is none (%s) and it cannot be enforced here: %v\n", name, from, err)
+			return err
+		case netns:
+			fmt.Fprintf(w, "%s: terminal.network is none (%s): a network namespace of its own, and no TCP (Landlock)\n", name, from)
+		default:
+			fmt.Fprintf(w, "%s: terminal.network is none (%s): no TCP bind or connect (Landlock ABI %d); other protocols (UDP) stay open without a network namespace, which only root may make here\n", name, from, ABI())
+		}
+	}
+	return nil
 }

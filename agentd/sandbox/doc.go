@@ -13,6 +13,13 @@
 // (bwrap where it works, else landlock, else none). Whether a mode works
 // here is probed once and cached; Check prints the verdicts.
 //
+// Both confining modes drop every capability, also when agentd runs as
+// root; bwrap always mounts a /proc of its own PID namespace. Policy.Network
+// NetNone (terminal.network: none) takes the network away. A workdir outside
+// the home is opened without following symlinks (OpenDir), judged again
+// (SystemRule, Policy.Allow) and bound through that descriptor, so a folder
+// swapped for a link after the profile's check reaches nothing.
+//
 //	pol := sandbox.Policy{Mode: sandbox.Auto, Home: home, Dir: home, Self: self}
 //	c, err := pol.Command([]string{"bash", "-i"}, toolEnv) // the environment passes through unchanged
 //	_ = c.Start()

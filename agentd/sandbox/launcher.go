@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +47,11 @@ func RunLauncher(args []string, stderr io.Writer) int {
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "agentd sandbox-exec: "+format+"\n", a...)
 		return 126
+	}
+	// The workdirs' descriptors pass to the keeper explicitly, never on
+	// to the command.
+	for _, fd := range spec.RWDirFDs {
+		syscall.CloseOnExec(fd)
 	}
 	// Die (cleanly, killing the tree) with agentd.
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0); err != nil {
@@ -168,6 +174,12 @@ func runFirstStage(spec launchSpec, args []string, sigs <-chan os.Signal, fail f
 	argv := append(append(append([]string{}, prefix...), string(b)), args[1:]...)
 	keeper := &exec.Cmd{Path: exe, Args: argv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGTERM}}
+	for _, fd := range spec.RWDirFDs { // the keeper sees each at the same number
+		for len(keeper.ExtraFiles) <= fd-3 {
+			keeper.ExtraFiles = append(keeper.ExtraFiles, nil)
+		}
+		keeper.ExtraFiles[fd-3] = os.NewFile(uintptr(fd), "workdir")
+	}
 	runtime.LockOSThread() // the keeper's parent-death signal is tied to this thread
 	if err := keeper.Start(); err != nil {
 		return fail("start the keeper: %v", err)
@@ -232,17 +244,40 @@ func setEnv(env []string, name, value string) []string {
 	return append(out, name+"="+value)
 }
 
-// restrictThread applies the spec's Landlock ruleset to the calling
-// (locked) thread: read-only system dirs, read-write home, workdir and
-// tmp, no /proc (unless the spec shows it), no signals or abstract
-// sockets out of the domain.
+// restrictThread applies the spec's confinement to the calling (locked)
+// thread, which then starts the command: the network taken away when the
+// spec says so, Landlock (read-only system dirs, read-write home, workdirs
+// and tmp, no /proc unless the spec shows it, no signals or abstract
+// sockets out of the domain), no capabilities (bounding, ambient,
+// effective, permitted and inheritable sets emptied: agentd may run as
+// root) and no_new_privs.
 func restrictThread(spec launchSpec, tmp string) error {
-	cfg := landlock.Config{HandledAccessFS: landlock.V6.HandledAccessFS, Scoped: landlock.V6.Scoped}.BestEffort()
+	cfg := landlock.Config{HandledAccessFS: landlock.V6.HandledAccessFS, Scoped: landlock.V6.Scoped}
+	if spec.NoNet {
+		netns, err := landlockNetNone()
+		if err != nil {
+			return err
+		}
+		if netns {
+			// Only this thread moves (and the command it starts): the
+			// launcher's other threads keep agentd's network.
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("terminal.network none: unshare a network namespace: %w", err)
+			}
+		}
+		// No TCP (and, where the kernel knows it, UDP) rule: none allowed.
+		cfg.HandledAccessNet = landlock.V10.HandledAccessNet
+	}
+	cfg = cfg.BestEffort()
 	rules := []landlock.Rule{
 		landlock.RODirs(spec.RODirs...).IgnoreIfMissing(),
 		landlock.ROFiles(spec.ROFiles...).IgnoreIfMissing(),
 		landlock.RWDirs(spec.RWDirs...).WithRefer().IgnoreIfMissing(),
 		landlock.RWFiles(spec.RWFiles...).WithIoctlDev().IgnoreIfMissing(),
+	}
+	for _, fd := range spec.RWDirFDs {
+		// The magic link reopens the very folder agentd opened and judged.
+		rules = append(rules, landlock.RWDirs("/proc/self/fd/"+strconv.Itoa(fd)).WithRefer())
 	}
 	if tmp != "" {
 		rules = append(rules, landlock.RWDirs(tmp).WithRefer())
@@ -258,6 +293,9 @@ func restrictThread(spec launchSpec, tmp string) error {
 		return errors.New("this kernel has no Landlock: nothing would be restricted")
 	}
 	defer syscall.Close(fd)
+	if err := dropCaps(); err != nil {
+		return err
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
 	}
@@ -265,6 +303,57 @@ func restrictThread(spec launchSpec, tmp string) error {
 		return fmt.Errorf("landlock_restrict_self: %w", err)
 	}
 	return nil
+}
+
+// dropCaps empties the calling thread's capability sets, as bwrap's
+// --cap-drop ALL does: the bounding set (when the thread may, that is
+// holds CAP_SETPCAP), the ambient set, then effective, permitted and
+// inheritable. A command it starts, even as root, then holds none.
+func dropCaps() error {
+	if hasCap(unix.CAP_SETPCAP) {
+		for c := 0; ; c++ {
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+				if errors.Is(err, unix.EINVAL) {
+					break // past the last capability the kernel knows
+				}
+				return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+			}
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("clear the ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &none[0]); err != nil {
+		return fmt.Errorf("drop every capability: %w", err)
+	}
+	return nil
+}
+
+// hasCap reports whether the calling thread holds capability c, effective.
+func hasCap(c int) bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[c/32].Effective&(1<<(uint(c)%32)) != 0
+}
+
+// landlockNetNone says how the landlock sandbox takes the network away
+// here: a network namespace of its own when it may make one (netns, with
+// CAP_SYS_ADMIN: agentd runs as root), and Landlock's TCP rules (ABI 4+).
+// Neither is an error wrapping ErrUnavailable: terminal.network none is
+// then refused rather than quietly left open.
+func landlockNetNone() (netns bool, err error) {
+	netns = hasCap(unix.CAP_SYS_ADMIN)
+	if netns || ABI() >= 4 {
+		return netns, nil
+	}
+	return false, fmt.Errorf("%w: terminal.network is none, and the landlock sandbox cannot take the network away here: "+
+		"agentd may not make a network namespace (no CAP_SYS_ADMIN) and the kernel's Landlock ABI %d has no TCP rules (4+); "+
+		"use terminal.sandbox: bwrap, or let the operator set terminal.network: host", ErrUnavailable, ABI())
 }
 
 // ABI is the kernel's Landlock ABI version, 0 without Landlock.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,6 +90,47 @@ type Policy struct {
 	// SharedPID is the host-shared-pidns fault: no PID (IPC, UTS)
 	// namespace and the host's /proc.
 	SharedPID bool
+
+	// Allow are the real folders (symlinks resolved) a workdir outside
+	// Home may lie beneath: the profile's home and workdir roots. Each such
+	// workdir is opened without following symlinks, judged again (system
+	// folders and Hide are refused whatever Allow says) and bound through
+	// that descriptor, so a swap after the profile's check cannot win. Nil
+	// judges system folders and Hide only.
+	Allow []string
+	// BindByPath is the workdir-anywhere fault: workdirs are bound by path,
+	// through any symlink, unjudged.
+	BindByPath bool
+	// Network is what the command may reach: NetNone (its own empty network
+	// namespace) or NetHost; "" is NetHost.
+	Network Network
+}
+
+// Network is a value of terminal.network.
+type Network string
+
+// The network modes.
+const (
+	// NetNone: a network namespace of its own, loopback only. A sandboxed
+	// command cannot reach the host's listeners (the providers, agentd
+	// itself, another tenant's servers) nor its abstract sockets.
+	NetNone Network = "none"
+	// NetHost: the host's network, as agentd's own.
+	NetHost Network = "host"
+)
+
+// ErrBadNetwork is a terminal.network value that is neither none nor host.
+var ErrBadNetwork = errors.New("bad network mode")
+
+// ParseNetwork reads a terminal.network value; "" is def.
+func ParseNetwork(s string, def Network) (Network, error) {
+	switch v := Network(strings.ToLower(strings.TrimSpace(s))); v {
+	case "":
+		return def, nil
+	case NetNone, NetHost:
+		return v, nil
+	}
+	return "", fmt.Errorf("%w %q: want none or host", ErrBadNetwork, s)
 }
 
 // launchSpec is the launcher's argument (JSON): paths only, never the
@@ -102,7 +144,15 @@ type launchSpec struct {
 	RWDirs   []string `json:"rw_dirs,omitempty"`
 	RWFiles  []string `json:"rw_files,omitempty"`
 	ShowProc bool     `json:"show_proc,omitempty"`
-	Tmp      bool     `json:"tmp"`
+	// RWDirFDs are read-write folders the launcher holds open (the
+	// workdirs agentd opened and judged): the rules are added from these
+	// descriptors, never by a path that could have been swapped since.
+	RWDirFDs []int `json:"rw_dir_fds,omitempty"`
+	// NoNet takes the network away (terminal.network none): a network
+	// namespace of its own when the launcher may make one, and Landlock's
+	// TCP rules (ABI 4+) with nothing allowed.
+	NoNet bool `json:"no_net,omitempty"`
+	Tmp   bool `json:"tmp"`
 	// Keeper is set in the second stage: the launcher agentd started (the
 	// first stage) re-executes itself as the keeper, in a session of its
 	// own, so that a kill of the first stage's process group or session
@@ -122,32 +172,49 @@ type Cmd struct {
 	infoR, infoW *os.File
 	infoDone     chan struct{}
 	inner        atomic.Int64 // bwrap's pid 1, in our numbering (0 until known)
+	work         []*os.File   // the workdirs' descriptors, passed to the child and closed once it started
 	pid          int
 }
 
 // Command returns argv sandboxed by p, with env as its whole environment
 // (it passes through bwrap and the launcher unchanged) and p.Dir as its
-// working directory.
+// working directory. Each workdir outside the home is opened and judged
+// now and bound through its descriptor (see Policy.Allow).
 func (p Policy) Command(argv []string, env []string) (*Cmd, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("sandbox command: empty argv")
 	}
-	full, mode, err := p.wrap(argv, true)
+	mode, err := p.mode()
 	if err != nil {
 		return nil, err
 	}
-	c := &Cmd{Cmd: exec.Command(full[0], full[1:]...), Mode: mode}
-	c.Env = append([]string{}, env...)
-	c.Dir = p.Dir
-	switch {
-	case mode == Bwrap:
-		c.bwrap, c.contain = true, !p.NoContain
+	c := &Cmd{Mode: mode}
+	first := 3 // the first descriptor after stdio the child sees
+	if mode == Bwrap {
 		r, w, err := os.Pipe()
 		if err != nil {
 			return nil, fmt.Errorf("sandbox command: info pipe: %w", err)
 		}
 		c.infoR, c.infoW = r, w
-		c.ExtraFiles = []*os.File{w} // fd 3, named in the argv by wrap
+		first = 4 // fd 3 is the info pipe, named in the argv
+	}
+	binds, files, err := p.binds(mode, first)
+	if err != nil {
+		c.StartFailed()
+		return nil, err
+	}
+	full := p.argv(mode, argv, c.infoW != nil, binds)
+	c.Cmd = exec.Command(full[0], full[1:]...)
+	c.Env = append([]string{}, env...)
+	c.Dir = p.Dir
+	c.work = files
+	if c.infoW != nil {
+		c.ExtraFiles = append(c.ExtraFiles, c.infoW)
+	}
+	c.ExtraFiles = append(c.ExtraFiles, files...)
+	switch {
+	case mode == Bwrap:
+		c.bwrap, c.contain = true, !p.NoContain
 	case len(p.Self) > 0 && !p.NoContain:
 		c.contain = true // the launcher
 	}
@@ -156,32 +223,43 @@ func (p Policy) Command(argv []string, env []string) (*Cmd, error) {
 
 // Wrap returns the argv that runs argv sandboxed by p, for a caller that
 // starts it itself (a plugin host's launcher prefix): the environment and
-// working directory are the caller's.
+// working directory are the caller's. Workdirs outside the home, judged as
+// Command judges them, are bound by their (real, symlink-free) path: an
+// argv cannot carry a descriptor.
 func (p Policy) Wrap(argv []string) ([]string, error) {
-	full, _, err := p.wrap(argv, false)
-	return full, err
+	mode, err := p.mode()
+	if err != nil {
+		return nil, err
+	}
+	binds, files, err := p.binds(mode, -1)
+	if err != nil {
+		return nil, err
+	}
+	closeAll(files)
+	return p.argv(mode, argv, false, binds), nil
 }
 
 // Prefix is Wrap's argv before the command: a plugin host's launcher.
 func (p Policy) Prefix() ([]string, error) {
-	full, _, err := p.wrap([]string{"X"}, false)
+	full, err := p.Wrap([]string{"X"})
 	if err != nil {
 		return nil, err
 	}
 	return full[:len(full)-1], nil
 }
 
-func (p Policy) wrap(argv []string, infoFD bool) ([]string, Mode, error) {
+// mode is the mode p runs in here, or why it cannot run.
+func (p Policy) mode() (Mode, error) {
 	mode := p.Mode
 	if mode == Auto || mode == "" {
 		m, err := Effective(Auto)
 		if err != nil {
-			return nil, "", err
+			return "", err
 		}
 		mode = m
 	}
 	if err := p.check(); err != nil {
-		return nil, "", err
+		return "", err
 	}
 	if p.NoContain && mode == Bwrap {
 		// The escaped-process fault: confinement without containment.
@@ -194,24 +272,78 @@ func (p Policy) wrap(argv []string, infoFD bool) ([]string, Mode, error) {
 	switch mode {
 	case Bwrap:
 		if err := Available(Bwrap); err != nil {
-			return nil, "", err
+			return "", err
 		}
-		return append(p.bwrapArgs(infoFD), argv...), mode, nil
 	case Landlock:
 		if err := Available(Landlock); err != nil {
-			return nil, "", err
+			return "", err
 		}
 		if len(p.Self) == 0 {
-			return nil, "", fmt.Errorf("sandbox landlock: no agentd executable to run the launcher (Policy.Self is empty)")
+			return "", fmt.Errorf("sandbox landlock: no agentd executable to run the launcher (Policy.Self is empty)")
 		}
-		return p.launcher(true, argv), mode, nil
+		if p.Network == NetNone {
+			if _, err := landlockNetNone(); err != nil {
+				return "", err
+			}
+		}
 	case None:
-		if len(p.Self) == 0 || p.NoContain {
-			return append([]string{}, argv...), mode, nil
-		}
-		return p.launcher(false, argv), mode, nil
+	default:
+		return "", fmt.Errorf("%w %q", ErrBadMode, mode)
 	}
-	return nil, "", fmt.Errorf("%w %q", ErrBadMode, mode)
+	return mode, nil
+}
+
+// workBind is a workdir outside the home as the sandbox binds it: at dest,
+// from the descriptor fd the child holds, or by path when fd < 0.
+type workBind struct {
+	dest string
+	fd   int
+}
+
+// binds opens and judges the workdirs outside the home (mode none confines
+// nothing and binds nothing; the workdir-anywhere fault binds by path,
+// unjudged). With first >= 0 they are bound from descriptors numbered from
+// first, which the caller passes to the child in order; else by path.
+func (p Policy) binds(mode Mode, first int) ([]workBind, []*os.File, error) {
+	var out []workBind
+	if mode == None {
+		return nil, nil, nil
+	}
+	if p.BindByPath {
+		for _, w := range p.extraWork() {
+			out = append(out, workBind{dest: w, fd: -1})
+		}
+		return out, nil, nil
+	}
+	files, err := p.openWork()
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, w := range p.extraWork() {
+		b := workBind{dest: w, fd: -1}
+		if first >= 0 {
+			b.fd = first + i
+		}
+		out = append(out, b)
+	}
+	if first < 0 {
+		closeAll(files)
+		files = nil
+	}
+	return out, files, nil
+}
+
+// argv is the whole argv of argv sandboxed in mode (resolved by mode).
+func (p Policy) argv(mode Mode, argv []string, infoFD bool, binds []workBind) []string {
+	switch {
+	case mode == Bwrap:
+		return append(p.bwrapArgs(infoFD, binds), argv...)
+	case mode == Landlock:
+		return p.launcher(true, argv, binds)
+	case len(p.Self) == 0 || p.NoContain:
+		return append([]string{}, argv...)
+	}
+	return p.launcher(false, argv, nil)
 }
 
 func (p Policy) check() error {
@@ -223,14 +355,33 @@ func (p Policy) check() error {
 	if p.Home == "" {
 		return errors.New("sandbox policy: no home")
 	}
+	switch p.Network {
+	case "", NetNone, NetHost:
+	default:
+		return fmt.Errorf("sandbox policy: %w %q", ErrBadNetwork, p.Network)
+	}
 	return nil
 }
 
-// bwrapArgs is bubblewrap's argv up to the command.
-func (p Policy) bwrapArgs(infoFD bool) []string {
-	a := []string{"bwrap", "--die-with-parent", "--new-session"}
+// bwrapArgs is bubblewrap's argv up to the command. It drops every
+// capability (bwrap keeps them when agentd runs as root), mounts a fresh
+// /proc in a PID namespace of its own (only the host-shared-pidns fault
+// shows the host's), the system folders read-only, and each extra workdir
+// from its descriptor.
+func (p Policy) bwrapArgs(infoFD bool, binds []workBind) []string {
+	a := []string{"bwrap", "--die-with-parent", "--new-session", "--cap-drop", "ALL"}
+	if os.Geteuid() == 0 {
+		// As root, --cap-drop ALL empties the effective and permitted sets
+		// but leaves the bounding set; a user namespace of its own (uid 0
+		// mapped to 0: file ownership is unchanged) empties that too. Not
+		// root, bwrap makes one anyway.
+		a = append(a, "--unshare-user")
+	}
 	if !p.SharedPID {
 		a = append(a, "--unshare-pid", "--unshare-ipc", "--unshare-uts")
+	}
+	if p.Network == NetNone {
+		a = append(a, "--unshare-net")
 	}
 	for _, d := range SystemDirs {
 		if t, err := os.Readlink(d); err == nil {
@@ -248,9 +399,11 @@ func (p Policy) bwrapArgs(infoFD bool) []string {
 	}
 	a = append(a, "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run")
 	a = append(a, "--bind", p.Home, p.Home)
-	for _, w := range p.Work {
-		if !within(w, p.Home) {
-			a = append(a, "--bind", w, w)
+	for _, b := range binds {
+		if b.fd >= 0 {
+			a = append(a, "--bind-fd", strconv.Itoa(b.fd), b.dest)
+		} else {
+			a = append(a, "--bind", b.dest, b.dest)
 		}
 	}
 	for _, r := range p.ReadOnly {
@@ -272,8 +425,9 @@ func (p Policy) bwrapArgs(infoFD bool) []string {
 }
 
 // launcher is `agentd sandbox-exec SPEC -- argv`.
-func (p Policy) launcher(landlock bool, argv []string) []string {
-	s := launchSpec{Landlock: landlock, Contain: !p.NoContain, Parent: os.Getpid(), Tmp: landlock, ShowProc: p.SharedPID}
+func (p Policy) launcher(landlock bool, argv []string, binds []workBind) []string {
+	s := launchSpec{Landlock: landlock, Contain: !p.NoContain, Parent: os.Getpid(), Tmp: landlock, ShowProc: p.SharedPID,
+		NoNet: landlock && p.Network == NetNone}
 	if landlock {
 		for _, d := range SystemDirs {
 			if _, err := os.Stat(d); err == nil {
@@ -283,9 +437,11 @@ func (p Policy) launcher(landlock bool, argv []string) []string {
 		s.RWFiles = append(s.RWFiles, "/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
 		s.ROFiles = append(s.ROFiles, "/dev/urandom", "/dev/random")
 		s.RWDirs, s.RWFiles = homeRules(p.Home, p.Hide, s.RWDirs, s.RWFiles)
-		for _, w := range p.Work {
-			if !within(w, p.Home) {
-				s.RWDirs = append(s.RWDirs, w)
+		for _, b := range binds {
+			if b.fd >= 0 {
+				s.RWDirFDs = append(s.RWDirFDs, b.fd)
+			} else {
+				s.RWDirs = append(s.RWDirs, b.dest)
 			}
 		}
 		s.ROFiles = append(s.ROFiles, p.ReadOnly...)
@@ -341,6 +497,8 @@ func within(path, dir string) bool {
 // right after Start).
 func (c *Cmd) Started() {
 	c.pid = c.Process.Pid
+	closeAll(c.work)
+	c.work = nil
 	if !c.bwrap {
 		return
 	}
@@ -364,6 +522,8 @@ func (c *Cmd) StartFailed() {
 		c.infoR.Close()
 		c.infoW.Close()
 	}
+	closeAll(c.work)
+	c.work = nil
 }
 
 // stopGrace is how long a supervisor gets to end its tree before it is
@@ -488,7 +648,7 @@ func probeBwrap() error {
 	}
 	defer os.RemoveAll(home)
 	p := Policy{Mode: Bwrap, Home: home, Dir: home}
-	argv := append(p.bwrapArgs(false), "true")
+	argv := append(p.bwrapArgs(false, nil), "true")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := procgroup.CommandContext(ctx, path, argv[1:]...)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
+	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 )
@@ -47,10 +48,39 @@ func (s *Server) shellSandbox(sc *scope.Scope, cwd string) (*sandbox.Policy, err
 			"see `agentd sandbox check`, or let the operator allow it with terminal.sandbox: none in %s",
 			ErrTerminalRefused, p.Name, why, filepath.Join(p.Managed, "config.yaml"))
 	}
-	pol, err := p.SandboxPolicy(mode, cwd, s.opts.Self)
+	policy := p.SandboxPolicy
+	if s.opts.Faults.Has(faults.WorkdirAnywhere) || s.opts.Faults.Has(faults.GlobalCwd) {
+		// The bug: any folder, bound by path. global-cwd (one process-wide
+		// cwd, no per-profile workdir at all) implies it, so its leak (a
+		// shell in another tenant's workdir) stays observable.
+		policy = p.WorkdirAnywherePolicy
+	}
+	pol, err := policy(mode, cwd, s.opts.Self)
 	if err != nil {
 		return nil, err
 	}
+	net, err := p.TerminalNetwork()
+	if err != nil {
+		return nil, fmt.Errorf("terminal of profile %q: %w", p.Name, err)
+	}
+	pol.Network = net.Mode
 	pol.NoContain = s.opts.Faults.Has(faults.EscapedProcess)
 	return &pol, nil
+}
+
+// checkCwd judges a config.set cwd for sc's profile: in a pooled server it
+// must lie in the profile's home or its workdir roots (profile.CheckWorkdir),
+// else error 4003 naming the rule. The workdir-anywhere fault checks only
+// that it is a folder.
+func (s *Server) checkCwd(sc *scope.Scope, cwd string) error {
+	if !s.pooled() || s.opts.Faults.Has(faults.WorkdirAnywhere) {
+		return nil
+	}
+	if _, err := sc.Profile.CheckWorkdir(cwd); err != nil {
+		if errors.Is(err, sandbox.ErrWorkdirRefused) {
+			return rpc.Errorf(rpc.CodeWorkdirRefused, "config.set: %v", err)
+		}
+		return rpc.Errorf(rpc.CodeInternal, "config.set: %v", err)
+	}
+	return nil
 }

@@ -800,6 +800,11 @@ func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
 		return nil, err
 	}
 	defer release()
+	if p.Key == "cwd" {
+		if err := s.checkCwd(sc, value); err != nil {
+			return nil, err
+		}
+	}
 	if p.Profile != "" && s.opts.Faults.Has(faults.WrongWriteScope) {
 		launch, releaseLaunch, err := s.scopeFor(ctx, "") // the bug: the launch profile's file
 		if err != nil {

@@ -71,13 +71,22 @@ func TestStagingRecipe(t *testing.T) {
 		assert.Equal(t, rt.BaseURL, h.Config["model"].(map[string]any)["base_url"], rt.Name)
 	}
 
-	// 2. AGENTD_HOME=stage/homes/home/.agentd AGENTD_SESSION_TOKEN=staging-token agentd serve --cron ...
+	// 2. the operator's scope: each tenant's workdirs lie in stage/work/<profile>
+	managed := filepath.Join(dir, "managed")
+	require.NoError(t, os.MkdirAll(managed, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(managed, "config.yaml"),
+		[]byte("terminal:\n  workdir_roots: [\""+filepath.Join(stage, "work")+"/{profile}\"]\n"), 0o644))
+	for _, rt := range roster.Tenants {
+		require.Equal(t, filepath.Join(stage, "work"), filepath.Dir(filepath.Dir(rt.Workdir)), "%s's workdir lies beneath its profile's root", rt.Name)
+	}
+
+	// 3. AGENTD_HOME=stage/homes/home/.agentd AGENTD_MANAGED_DIR=stage/managed AGENTD_SESSION_TOKEN=staging-token agentd serve --cron ...
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	marker := "staging-recipe-" + filepath.Base(dir)
+	marker := "staging-recipe-" + filepath.Base(filepath.Dir(dir)) // t.TempDir() ends in 001 in every run on the machine
 	env, err := tenants.HermeticEnv(os.Environ(), filepath.Join(homes, "home"), tenants.AgentdLayout(), map[string]string{
 		"AGENTD_HOME": launchHome, "AGENTD_SESSION_TOKEN": "staging-token",
-		"AGENTD_MANAGED_DIR": filepath.Join(dir, "managed"), procgroup.MarkerVar: marker,
+		"AGENTD_MANAGED_DIR": managed, procgroup.MarkerVar: marker,
 	})
 	require.NoError(t, err)
 	srv, err := harness.StartProc(ctx, harness.ProcSpec{Name: "agentd serve", Env: env, Dir: dir,
@@ -92,7 +101,7 @@ func TestStagingRecipe(t *testing.T) {
 	m, err := srv.WaitLine(ctx, regexp.MustCompile(harness.DefaultReadyLine))
 	require.NoError(t, err)
 
-	// 3. staging.yaml, 4. canary-run --target staging.yaml --no-self-test --out out
+	// 4. staging.yaml, 5. canary-run --target staging.yaml --no-self-test --out out
 	target := filepath.Join(dir, "staging.yaml")
 	require.NoError(t, os.WriteFile(target, []byte("name: staging\nurl: http://"+m[1]+":"+m[2]+"\ntoken: staging-token\ntenants_file: "+
 		filepath.Join(stage, stagingTenantsFile)+"\n"), 0o644))
