@@ -223,7 +223,7 @@ func TestInProcessPluginsCannotEndOrWedgeThePooledServer(t *testing.T) {
 	t.Cleanup(srv.Close)
 	writeFile(t, filepath.Join(alpha.home, "config.yaml"), fmt.Sprintf(
 		"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\n", srv.BaseURL, alpha.model))
-	writeFile(t, filepath.Join(w.managed, "config.yaml"), "plugins:\n  isolation: in_process\n  host:\n    call_timeout: 2s\n")
+	w.writeManaged("plugins:\n  isolation: in_process\n  host:\n    call_timeout: 2s\n")
 
 	s := w.startServe(nil)
 	c := s.dial()
