@@ -218,6 +218,17 @@ func (e *Env) restartChains(chains []attack.Chain) {
 		e.restore(r)
 		e.Logf("chain %s by %s against %s: %s", r.ch.ID, r.a.Name, r.v.Name, r.outcome)
 	}
+	// With the planted files gone, a profile the server refused opens
+	// again: its connection shows its own session (the connection's
+	// positive control), and the phases after this one have its session.
+	for _, t := range e.Tenants {
+		if e.Sessions[t.Name].SessionID != "" {
+			continue
+		}
+		s := e.CreateSession(e.Conns[t.Name], t)
+		e.Sessions[t.Name] = s
+		e.Turn(e.Conns[t.Name], t, s.SessionID)
+	}
 }
 
 // plant runs r's steps as its attacker; false when a step was refused (or

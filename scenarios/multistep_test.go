@@ -36,22 +36,15 @@ var chainDetections = []chainDetection{
 	{"races", "race-delete-recreate", attack.FaultDeleteRace, invariants.File},
 }
 
-// chainsWithFaults is false while agentd has none of issue 21's defences:
-// every row leaks with no fault, in one run. Once the defences are merged,
-// flip it: each fault then gets a run of its own, whose rows must leak
-// again (and TestCatalogAgainstAgentd/hostile-chains must pass).
-const chainsWithFaults = false
-
 // Every row class of hostile-chains finds its leak against the embedded
-// agentd: the positive control of the multi-step family.
+// agentd with that row's defence switched off (its seeded fault, one run
+// per fault): the positive control of the multi-step family. The clean run
+// is TestCatalogAgainstAgentd/hostile-chains.
 func TestHostileChainsFindTheirLeaks(t *testing.T) {
 	t.Parallel()
-	runs := map[string][]chainDetection{"": chainDetections}
-	if chainsWithFaults {
-		runs = map[string][]chainDetection{}
-		for _, d := range chainDetections {
-			runs[d.Fault] = append(runs[d.Fault], d)
-		}
+	runs := map[string][]chainDetection{}
+	for _, d := range chainDetections {
+		runs[d.Fault] = append(runs[d.Fault], d)
 	}
 	rows := map[string]bool{}
 	for _, c := range attack.Chains() {
@@ -60,10 +53,7 @@ func TestHostileChainsFindTheirLeaks(t *testing.T) {
 	for fault, ds := range runs {
 		t.Run("fault="+fault, func(t *testing.T) {
 			t.Parallel()
-			target := agentdTarget()
-			if fault != "" {
-				target = withEnv(target, FaultEnv(fault))
-			}
+			target := withEnv(agentdTarget(), FaultEnv(fault))
 			cat, err := NewCatalog(hostileChains())
 			require.NoError(t, err)
 			reps, err := RunCatalog(context.Background(), cat, Config{Target: target, Tenants: 3, WorkDir: t.TempDir()})
