@@ -55,6 +55,7 @@ type Env struct {
 	pluginSt *pluginState                     // what plugin-hosts learnt of the hosts
 	llmgw    *gatewayRun                      // the gateway family's gateway and controls
 	surfaces *surfacesState                   // what plugin-surfaces did and expects its plugins to have seen
+	ranSt    ranState                         // the ran-controls since the last check
 }
 
 type ownedConn struct {
@@ -198,9 +199,13 @@ func (e *Env) Turn(c *harness.Conn, t *tenants.Tenant, sid string) {
 	e.ExpectSnapshots(t, 1)
 	ctx, cancel := e.ctx(90 * time.Second)
 	defer cancel()
-	if _, err := c.Turn(ctx, sid, "Run the environment probe for "+t.Name+"."); err != nil {
+	prompt, nonce := probePrompt(t)
+	if _, err := c.Turn(ctx, sid, prompt); err != nil {
 		e.SkipUnsupported(err)
-		e.T.Fatalf("turn of %s: %v", t.Name, err)
+		e.T.Fatalf("turn of %s: %v", t.Name, e.attributed(t, sid, err))
+	}
+	if t.HasProvider() {
+		e.proved(t, "the probe turn "+nonce, proveProbe(t, nonce))
 	}
 }
 
@@ -212,7 +217,7 @@ func (e *Env) Prompt(c *harness.Conn, t *tenants.Tenant, sid, text string) {
 	defer cancel()
 	if _, err := c.Turn(ctx, sid, text); err != nil {
 		e.SkipUnsupported(err)
-		e.T.Fatalf("turn of %s: %v", t.Name, err)
+		e.T.Fatalf("turn of %s: %v", t.Name, e.attributed(t, sid, err))
 	}
 }
 
