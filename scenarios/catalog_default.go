@@ -25,6 +25,7 @@ func Default() *Catalog {
 		profileRecreate(),
 		hostileTools(),
 		hostilePlugin(),
+		collidingInputs(),
 		noisyNeighbour(),
 		gatewayTenants(),
 		gatewayFailover(),

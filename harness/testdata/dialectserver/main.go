@@ -29,7 +29,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -277,9 +279,14 @@ func (c *conn) serve(ctx context.Context, wg *sync.WaitGroup) {
 				c.reply(req.ID, nil, -32000, err.Error())
 				continue
 			}
+			// Ids are random and unique across connections: a number per
+			// connection would give two tenants the same id, and a probe
+			// naming another's session would name its own.
+			var rnd [8]byte
+			_, _ = rand.Read(rnd[:])
 			c.mu.Lock()
 			c.next++
-			s := &session{id: fmt.Sprintf("s%d", c.next), home: home, profile: who}
+			s := &session{id: "s" + hex.EncodeToString(rnd[:]), home: home, profile: who}
 			c.sessions[s.id] = s
 			c.mu.Unlock()
 			model := cfg.Model.Default
