@@ -184,7 +184,7 @@ func (e *Env) ResumeSession(c *harness.Conn, t *tenants.Tenant, storedID string)
 	s, err := c.ResumeSession(ctx, storedID, profileParam(t))
 	if err != nil {
 		e.SkipUnsupported(err)
-		e.T.Fatalf("resume session %s of %s: %v", storedID, t.Name, err)
+		e.T.Fatalf("resume session %s of %s: %v", storedID, t.Name, e.attributed(t, storedID, err))
 	}
 	e.mu.Lock()
 	e.sessions = append(e.sessions, session{tenant: t, info: s})

@@ -117,6 +117,23 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 		assert.Contains(t, all, "cron.create is unsupported by the target: dialectserver has no cron")
 		assert.Contains(t, all, `probe "config.set by the owner's live session" (config.set) not made: dialectserver has no settings methods`)
 	})
+	t.Run("launch-env/settings-writes", func(t *testing.T) {
+		// The connect phase finds the launch bleed; the writes phase then
+		// meets an unsupported operation: the scenario cannot be skipped,
+		// and the phase that did not run to its end (and the one after it)
+		// must say so, so nothing can later count the scenario as run.
+		t.Parallel()
+		tg := dialectTarget(t)
+		tg.Env = map[string]string{"DIALECT_LEAK": "launch-env"}
+		rep, out := runDialect(t, settingsWrites(), tg)
+		require.Equal(t, Leak, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+		errs := map[string]string{}
+		for _, p := range rep.Phases {
+			errs[p.Name] = p.Error
+		}
+		assert.Contains(t, errs["writes"], "the phase did not run to its end: config.set.cwd is unsupported")
+		assert.Equal(t, "not run: phase writes ended the scenario", errs["next-turns"])
+	})
 	t.Run("colliding-inputs", func(t *testing.T) {
 		t.Parallel()
 		tg := dialectTarget(t)
