@@ -140,10 +140,49 @@ func (e *Env) collideCron() {
 	}
 }
 
+// collideChats has every tenant post the same chat body at once to its own
+// gateway route, twice (the second round meets what the first cached), and
+// checks that each reply is its own provider's.
+func (e *Env) collideChats() {
+	e.T.Helper()
+	if ok, why := e.Box.Target.Supports(harness.BackendGateway); !ok {
+		e.skipRow(string(Text), "colliding gateway chats not tried: "+why)
+		return
+	}
+	g := e.StartGateway()
+	for round := 1; round <= 2; round++ {
+		replies := map[string]harness.GatewayReply{}
+		var mu sync.Mutex
+		for _, t := range e.Tenants {
+			e.ExpectSnapshots(t, 1)
+		}
+		errs := e.allAtOnce(func(t *tenants.Tenant) error {
+			ctx, cancel := e.ctx(2 * time.Minute)
+			defer cancel()
+			r, err := g.Client.Chat(ctx, harness.RoutePath(t.Name, t.Launch), t.APIServerKey(), collidePrompt, false)
+			mu.Lock()
+			replies[t.Name] = r
+			mu.Unlock()
+			return err
+		})
+		for _, t := range e.Tenants {
+			r := replies[t.Name]
+			if errs[t.Name] != nil {
+				e.T.Fatalf("colliding gateway chat of %s, round %d: %v", t.Name, round, errs[t.Name])
+			}
+			e.KeepText(t, fmt.Sprintf("gateway reply to %s's colliding chat, round %d", t.Name, round), r.Body)
+			if !bytes.Contains(r.Body, []byte(t.Value(tenants.Reply))) {
+				e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: "gateway chat"},
+					Detail: fmt.Sprintf("the gateway's reply to %s's colliding chat (round %d, HTTP %d) does not carry its own reply canary: no provider of %s gave it", t.Name, round, r.Status, t.Name)})
+			}
+		}
+	}
+}
+
 func collidingInputs() Spec {
 	return Spec{
 		ID:        "colliding-inputs",
-		Purpose:   "every tenant sends byte-identical prompts, sessions and cron jobs at the same time: no cache keyed without the tenant serves one tenant's answer to another",
+		Purpose:   "every tenant sends byte-identical prompts, sessions, cron jobs and gateway chats at the same time: no cache keyed without the tenant serves one tenant's answer to another",
 		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Requests, Text, Files, PositiveControl},
 		Snapshots: perTenant(4),
@@ -198,6 +237,7 @@ func collidingInputs() Spec {
 				e.collideTurns(sids, "colliding prompts in new sessions")
 			}},
 			{Name: "same-cron", Run: func(e *Env) { e.collideCron() }},
+			{Name: "same-chats", Run: func(e *Env) { e.collideChats() }},
 		},
 	}
 }
