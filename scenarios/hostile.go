@@ -43,7 +43,7 @@ func (e *Env) Attack(c *harness.Conn, t *tenants.Tenant, sid string, r attack.Ro
 	e.T.Helper()
 	prompt := attack.Prompt(r.Call(cs))
 	e.Prompt(c, t, sid, prompt)
-	proof := attackProof(t, r, prompt)
+	proof := attackProof(t, prompt)
 	if miss := proof.Missing(r.Class != attack.Flood); miss != "" {
 		e.proved(t, "attack "+r.ID, miss)
 		e.Logf("attack %s of %s did not run: %s", r.ID, t.Name, miss)

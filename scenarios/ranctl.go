@@ -129,7 +129,7 @@ func loopFindings(ts []*tenants.Tenant) []invariants.Finding {
 	return out
 }
 
-// attackProof is the ran-control of attack row r run by t with prompt.
-func attackProof(t *tenants.Tenant, r attack.Row, prompt string) attack.Proof {
+// attackProof is the ran-control of the attack t ran with prompt.
+func attackProof(t *tenants.Tenant, prompt string) attack.Proof {
 	return attack.Prove(t.Requests(), t.ProviderKey(), attack.NonceOf(prompt))
 }

@@ -105,6 +105,28 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 			}
 		}
 	})
+	t.Run("lose-results/probe", func(t *testing.T) {
+		// A server that never hands the tool result back loops: the fake
+		// provider ends the turn at its bound, and the scenario names both
+		// the loop and the probe that did not run.
+		t.Parallel()
+		tg := dialectTarget(t)
+		tg.Env = map[string]string{"DIALECT_WRAP": "lose-results"}
+		spec := dialectProbeSpec()
+		spec.Phases = spec.Phases[:1]
+		rep, out := runDialect(t, spec, tg)
+		assert.NotEqual(t, Pass, rep.Result)
+		var loops []string
+		for _, f := range rep.Findings() {
+			if f.Invariant == invariants.Harness && strings.Contains(f.Detail, "looped past") {
+				loops = append(loops, f.Tenant)
+			}
+		}
+		assert.Len(t, loops, 2, "a loop finding per tenant; log:\n%s", strings.Join(out.Log, "\n"))
+		failed := strings.Join(failedRanControls(rep), "\n")
+		assert.Contains(t, failed, "the probe turn ")
+		assert.Contains(t, failed, "did not run: no environment snapshot came back as the probe call's result")
+	})
 	t.Run("tenant-authz", func(t *testing.T) {
 		t.Parallel()
 		rep, out := runDialect(t, tenantAuthz(), dialectTarget(t))

@@ -22,7 +22,9 @@
 // reaches the provider as content parts with a timestamp before it and a
 // runtime line after it, and a "runtime facts" user message follows every
 // tool result. DIALECT_WRAP=mangle wraps and also lower-cases the prompt,
-// which breaks any instruction in it (the ran-controls' positive control).
+// which breaks any instruction in it (the ran-controls' positive control);
+// DIALECT_WRAP=lose-results wraps and never hands a tool result back, so
+// every turn loops (the turn bound's positive control).
 package main
 
 import (
@@ -444,7 +446,9 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 				out = shell(ctx, cfg.Terminal.Cwd, dotenv, cmd)
 			}
 			c.event("step.end", s.id, map[string]any{"tool": name, "input": args})
-			msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": call["id"], "content": out})
+			if wrapping() != "lose-results" {
+				msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": call["id"], "content": out})
+			}
 		}
 		if wrapping() != "" {
 			msgs = append(msgs, map[string]any{"role": "user", "content": "runtime facts: the tools ran on dialectserver; continue"})
