@@ -161,6 +161,18 @@ func (c *Certificate) Accept(known []KnownFinding, now time.Time) {
 		if moved && (r.Result == scenarios.Leak || r.Result == scenarios.Failed) && onlyFindings(r, lines) {
 			r.Result = Accepted
 		}
+		// The log's lines of accepted findings leave it: the console's and
+		// summary's "why" lines must not list what the file accepts (the
+		// findings stay listed, as accepted).
+		if moved {
+			var keep []string
+			for _, l := range r.Log {
+				if !lines[l] {
+					keep = append(keep, l)
+				}
+			}
+			r.Log = keep
+		}
 	}
 	if c.Verdict != Failed || c.Error == "" {
 		c.Verdict = VerdictOf(c.Scenarios)

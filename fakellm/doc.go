@@ -36,4 +36,12 @@
 //
 // Journal (or Options.Journal) writes every record as a JSON line, so another
 // process can read a provider's traffic back with ReadJournal.
+//
+// Record.Turn reads the latest user turn the way a target may shape it
+// (prompts wrapped in text of its own or split into content parts, user
+// messages appended after a tool result) and finds tool results by call id
+// anywhere in it. Options.TurnBound ends a turn that loops past it with
+// LoopedText; Options.ReplyCanary stamps every answer (its text, its
+// tool-call ids) with the tenant's reply canary; Call.ID lets a responder
+// choose a call's id, so it can find that call's result again.
 package fakellm

@@ -96,10 +96,11 @@ func (s *Server) serve(w http.ResponseWriter, req *http.Request) {
 // finish renders r for the request, sends it and settles the record.
 func (s *Server) finish(ctx context.Context, w http.ResponseWriter, rec *Record, r Response) {
 	status, label, usage := 0, r.label(), (*Usage)(nil)
+	var ids []string // the tool-call ids sent
 	settled := false
 	defer func() {
 		if !settled {
-			s.settle(rec.Seq, status, label, usage)
+			s.settle(rec.Seq, status, label, usage, ids)
 		}
 	}()
 
@@ -159,12 +160,20 @@ func (s *Server) finish(ctx context.Context, w http.ResponseWriter, rec *Record,
 			_, _ = w.Write(b)
 			return
 		}
-		calls[i] = wireCall{name: c.Name, args: args}
-		if rec.API == apiAnthropic {
+		calls[i] = wireCall{name: c.Name, args: args, id: c.ID}
+		switch {
+		case c.ID != "":
+		case rec.API == apiAnthropic:
 			calls[i].id = s.newID("toolu_")
-		} else {
+		default:
 			calls[i].id = s.newID("call_")
 		}
+		if s.reply != "" {
+			// The reply canary rides in every call id: servers echo it in
+			// tool events, stored turns and the next request.
+			calls[i].id += "-" + s.reply
+		}
+		ids = append(ids, calls[i].id)
 	}
 	u := r.Usage
 	if u == nil {

@@ -39,6 +39,7 @@ type Record struct {
 	Status   int               `json:"status"`           // HTTP status sent (0 if the connection was dropped first)
 	Response string            `json:"response"`         // what was sent: "text", "tool_calls", "error 429", "hang", ...
 	Usage    *Usage            `json:"usage,omitempty"`
+	Calls    []string          `json:"calls,omitempty"` // ids of the tool calls sent
 }
 
 // Model is the body's "model" field, or "" when absent.
@@ -99,6 +100,7 @@ func (r Record) clone() Record {
 		u := *r.Usage
 		c.Usage = &u
 	}
+	c.Calls = append([]string(nil), r.Calls...)
 	return c
 }
 

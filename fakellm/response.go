@@ -18,6 +18,10 @@ type Responder func(Record) Response
 type Call struct {
 	Name string
 	Args any
+	// ID is the call's id on the wire; empty gets a server-unique one
+	// (call_... or toolu_...). A responder that must find the call's result
+	// again in a later request sets its own.
+	ID string
 }
 
 // shape is what a Response does on the wire.

@@ -42,6 +42,16 @@ type Options struct {
 	AuxResponder Responder // aux requests (never consume the script); default: a short text
 	Script       []Response
 	Journal      io.Writer // if set, a first journal (see Server.Journal)
+	// ReplyCanary, if set, is stamped on every text and tool-call answer:
+	// appended to its text (" [<canary>]") and to each tool-call id
+	// ("<id>-<canary>"). An answer that reaches another tenant then carries
+	// a canary that is not that tenant's.
+	ReplyCanary string
+	// TurnBound, if positive, bounds the model requests of one user turn
+	// (Record.Turn): a main request past it is answered with LoopedText,
+	// whatever the script or responder would say, so a target that never
+	// sees its tool results as answered cannot loop for ever.
+	TurnBound int
 }
 
 // Server is one fake provider: a real HTTP server on its own port, recording
@@ -56,6 +66,8 @@ type Server struct {
 	aux     Responder
 	srv     *http.Server
 	nonce   string
+	reply   string
+	bound   int
 	ids     atomic.Int64
 	done    chan struct{} // closed by Close: every hang, stall and delay ends
 	served  chan struct{} // closed when Serve returned
@@ -77,6 +89,8 @@ type Server struct {
 func New(opts Options) (*Server, error) {
 	s := &Server{
 		model:  opts.Model,
+		reply:  opts.ReplyCanary,
+		bound:  opts.TurnBound,
 		keys:   make(map[string]struct{}, len(opts.Keys)),
 		resp:   opts.Responder,
 		aux:    opts.AuxResponder,
@@ -333,16 +347,37 @@ func (s *Server) add(r *Record) {
 }
 
 // settle notes what was sent for request seq.
-func (s *Server) settle(seq, status int, label string, u *Usage) {
+func (s *Server) settle(seq, status int, label string, u *Usage, calls []string) {
 	s.mu.Lock()
 	r := &s.records[seq]
-	r.Status, r.Response, r.Usage = status, label, u
+	r.Status, r.Response, r.Usage, r.Calls = status, label, u, calls
 	s.journalLocked(r)
 	s.mu.Unlock()
 }
 
-// next pops the script, or asks the responders.
-func (s *Server) next(r *Record) Response {
+// next is the answer to r, stamped with the reply canary.
+func (s *Server) next(r *Record) Response { return s.stamp(s.answer(r)) }
+
+// stamp appends the reply canary to a text answer's text (tool-call ids
+// get it when they are made).
+func (s *Server) stamp(r Response) Response {
+	if s.reply == "" || (r.shape != shapeText && r.shape != shapeTools) {
+		return r
+	}
+	switch {
+	case r.Text != "":
+		r.Text += " [" + s.reply + "]"
+	case r.shape == shapeText:
+		r.Text = "[" + s.reply + "]"
+	}
+	return r
+}
+
+// answer pops the script, or asks the responders.
+func (s *Server) answer(r *Record) Response {
+	if r.Kind == KindMain && s.bound > 0 && r.Looped(s.bound) {
+		return Text(fmt.Sprintf("%s (%d requests for one user turn, bound %d)", LoopedText, r.Turn().Requests, s.bound))
+	}
 	if r.Kind == KindMain {
 		s.mu.Lock()
 		if len(s.script) > 0 {

@@ -79,7 +79,7 @@ func runProbe(t *testing.T, s *tenants.Set, tn *tenants.Tenant, cwd string, envO
 
 	msgs = append(msgs, reply, map[string]any{"role": "tool", "tool_call_id": call["id"], "content": string(out)})
 	done := turn(t, tn, msgs)
-	require.Equal(t, "probe done for "+tn.Name, done["content"])
+	require.Equal(t, "probe done for "+tn.Name+" ["+tn.Value(tenants.Reply)+"]", done["content"])
 }
 
 // TestProbeRoundTrip runs the real env probe: a tenant's own environment

@@ -26,6 +26,7 @@ func Default() *Catalog {
 		hostileTools(),
 		hostilePlugin(),
 		hostileChains(),
+		collidingInputs(),
 		noisyNeighbour(),
 		gatewayTenants(),
 		gatewayFailover(),

@@ -144,7 +144,9 @@ func hostileTools() Spec {
 				e.Tenants = e.Box.Set.Tenants
 				admin := e.DialOperator(e.Server)
 				e.Call(admin, "profiles.create", map[string]any{"name": name}, nil)
-				if err := g.WriteHome(e.Box.Set.Layout, tenants.HomeExtras{}); err != nil {
+				// Through the sandbox, so the new home gets the dialect's config
+				// as every other home did.
+				if err := e.Box.WriteHome(g, tenants.HomeExtras{}); err != nil {
 					e.T.Fatalf("write home of %s: %v", name, err)
 				}
 				c := e.Dial(e.Server, g)

@@ -56,6 +56,7 @@ type Env struct {
 	llmgw    *gatewayRun                      // the gateway family's gateway and controls
 	surfaces *surfacesState                   // what plugin-surfaces did and expects its plugins to have seen
 	chains   *chainState                      // hostile-chains: what the target can run of the chains
+	ranSt    ranState                         // the ran-controls since the last check
 }
 
 type ownedConn struct {
@@ -184,7 +185,7 @@ func (e *Env) ResumeSession(c *harness.Conn, t *tenants.Tenant, storedID string)
 	s, err := c.ResumeSession(ctx, storedID, profileParam(t))
 	if err != nil {
 		e.SkipUnsupported(err)
-		e.T.Fatalf("resume session %s of %s: %v", storedID, t.Name, err)
+		e.T.Fatalf("resume session %s of %s: %v", storedID, t.Name, e.attributed(t, storedID, err))
 	}
 	e.mu.Lock()
 	e.sessions = append(e.sessions, session{tenant: t, info: s})
@@ -199,9 +200,13 @@ func (e *Env) Turn(c *harness.Conn, t *tenants.Tenant, sid string) {
 	e.ExpectSnapshots(t, 1)
 	ctx, cancel := e.ctx(90 * time.Second)
 	defer cancel()
-	if _, err := c.Turn(ctx, sid, "Run the environment probe for "+t.Name+"."); err != nil {
+	prompt, nonce := probePrompt(t)
+	if _, err := c.Turn(ctx, sid, prompt); err != nil {
 		e.SkipUnsupported(err)
-		e.T.Fatalf("turn of %s: %v", t.Name, err)
+		e.T.Fatalf("turn of %s: %v", t.Name, e.attributed(t, sid, err))
+	}
+	if t.HasProvider() {
+		e.proved(t, "the probe turn "+nonce, proveProbe(t, nonce))
 	}
 }
 
@@ -213,7 +218,7 @@ func (e *Env) Prompt(c *harness.Conn, t *tenants.Tenant, sid, text string) {
 	defer cancel()
 	if _, err := c.Turn(ctx, sid, text); err != nil {
 		e.SkipUnsupported(err)
-		e.T.Fatalf("turn of %s: %v", t.Name, err)
+		e.T.Fatalf("turn of %s: %v", t.Name, e.attributed(t, sid, err))
 	}
 }
 

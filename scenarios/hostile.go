@@ -34,18 +34,23 @@ func (e *Env) mint(t *tenants.Tenant, kind tenants.Kind) tenants.Canary {
 // Attack runs one attack row as t in session sid on c, with cs as its own
 // canaries, and records which other tenants' canaries its result carried
 // (the request invariant reports them as findings; the report names the
-// row).
+// row). Its ran-control proves the row ran: t's provider was asked with
+// the instruction's nonce, made the call, and got its result back (ending
+// with the row's end marker, but for a flood); a row that did not run is a
+// failed control named "attack <row> of <tenant> did not run: <step>",
+// never a pass, and Attack returns "".
 func (e *Env) Attack(c *harness.Conn, t *tenants.Tenant, sid string, r attack.Row, cs attack.Canaries) string {
 	e.T.Helper()
-	before := len(t.Requests())
-	e.Prompt(c, t, sid, attack.Prompt(r.Call(cs)))
-	if len(t.Requests()) <= before {
-		e.T.Fatalf("attack %s of %s reached no request of its provider", r.ID, t.Name)
+	prompt := attack.Prompt(r.Call(cs))
+	e.Prompt(c, t, sid, prompt)
+	proof := attackProof(t, prompt)
+	if miss := proof.Missing(r.Class != attack.Flood); miss != "" {
+		e.proved(t, "attack "+r.ID, miss)
+		e.Logf("attack %s of %s did not run: %s", r.ID, t.Name, miss)
+		return ""
 	}
-	res, ok := attack.LastResult(t)
-	if !ok {
-		e.T.Fatalf("attack %s of %s: no tool result reached its provider", r.ID, t.Name)
-	}
+	e.proved(t, "attack "+r.ID, "")
+	res := proof.Result
 	chk, err := invariants.NewChecker(e.Box.Set.Tenants)
 	if err != nil {
 		e.T.Fatalf("%v", err)

@@ -171,7 +171,10 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 		phaseStart := time.Now()
 		ok := runPhase(env, ph)
 		pr.Duration = time.Since(phaseStart)
-		if !ok && rt.skipped() == "" {
+		switch why := rt.skipped(); {
+		case ok:
+		case why != "": // a skip: judged below
+		default:
 			msgs := rt.messages()
 			if len(msgs) > 0 {
 				pr.Error = msgs[len(msgs)-1]
@@ -200,6 +203,17 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 			t.Skipf("%s on %s: %s", spec.ID, cfg.Target.Name, why)
 		}
 		if !ok {
+			if why := rt.skipped(); why != "" {
+				// Skipped part-way in a scenario that cannot be skipped (it
+				// found something already): the phase did not run to its end,
+				// and must never end in a passing or accepted state.
+				rep.Phases[len(rep.Phases)-1].Error = "the phase did not run to its end: " + why
+			}
+			// The phases after it never ran: each is listed as such, so no
+			// later reading (known findings) can count the scenario as run.
+			for _, rest := range spec.Phases[len(rep.Phases):] {
+				rep.Phases = append(rep.Phases, PhaseReport{Name: rest.Name, Error: "not run: phase " + ph.Name + " ended the scenario"})
+			}
 			t.FailNow()
 		}
 	}

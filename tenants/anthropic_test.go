@@ -47,5 +47,5 @@ func TestDefaultResponderEndsTheAnthropicToolLoop(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, anthropic.StopReasonEndTurn, msg.StopReason, "the tool result ends the loop")
 	require.Len(t, msg.Content, 1)
-	require.Equal(t, "probe done for alpha", msg.Content[0].Text)
+	require.Equal(t, "probe done for alpha ["+a.Value(Reply)+"]", msg.Content[0].Text)
 }

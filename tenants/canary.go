@@ -24,7 +24,11 @@ const (
 	CronPrompt   Kind = "cron_prompt"
 	ShellState   Kind = "shell_state"
 	EnvName      Kind = "env_name"
-	SavedKey     Kind = "saved_key"
+	// Reply rides in every answer the tenant's provider gives (its text,
+	// its tool-call ids): an answer that reaches another tenant shows as a
+	// foreign canary there.
+	Reply    Kind = "reply"
+	SavedKey Kind = "saved_key"
 	// GatewayKey and GatewayCredential are what a gateway's provisioner
 	// minted for the tenant (its gateway key, its management API's
 	// credentials): adopted mid-run (Tenant.Adopt).
@@ -34,7 +38,7 @@ const (
 
 // BaseKinds are the kinds every tenant owns from the moment it is built, in
 // a fixed order.
-var BaseKinds = []Kind{ProviderKey, APIServerKey, EnvMarker, Model, Memory, Soul, Workdir, CronPrompt, ShellState, EnvName}
+var BaseKinds = []Kind{ProviderKey, APIServerKey, EnvMarker, Model, Memory, Soul, Workdir, CronPrompt, ShellState, EnvName, Reply}
 
 // Secret reports whether a canary of this kind is a credential: the kinds a
 // log may never show even for its own tenant.

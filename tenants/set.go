@@ -26,18 +26,14 @@ func (t *Tenant) ProbeCommand() string {
 }
 
 // DefaultResponder answers a user turn with a terminal tool call running the
-// probe, and a tool result with the text "probe done for <tenant>".
+// probe, and a turn holding its result with the text "probe done for
+// <tenant>" (see responder.go).
 func DefaultResponder(t *Tenant) fakellm.Responder { return ProbeResponder(t, "terminal", "command") }
 
 // ProbeResponder is DefaultResponder for a target whose shell tool is named
 // tool and takes the command in its argument arg (exec{cmd}, say).
 func ProbeResponder(t *Tenant, tool, arg string) fakellm.Responder {
-	return func(r fakellm.Record) fakellm.Response {
-		if r.EndsWithToolResult() {
-			return fakellm.Text("probe done for " + t.Name)
-		}
-		return fakellm.ToolCall(tool, map[string]string{arg: t.ProbeCommand()})
-	}
+	return probeResponder(t, tool, arg)
 }
 
 // Options shape a Build.
@@ -245,6 +241,8 @@ func (s *Set) newTenant(name string, launch bool) (*Tenant, error) {
 		Model:        t.Model(),
 		Responder:    respond(t),
 		Journal:      s.opts.Journal,
+		ReplyCanary:  t.Value(Reply),
+		TurnBound:    fakellm.LoopBound,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build tenant %s: start provider: %w", name, err)

@@ -282,7 +282,7 @@ func TestProvidersAcceptOnlyTheirTenantsKeyAndProbe(t *testing.T) {
 				assert.Equal(t, tn.ProbeCommand(), args["command"])
 				assert.Contains(t, args["command"], tn.Value(ShellState))
 			} else {
-				assert.Equal(t, "probe done for "+tn.Name, msg["content"])
+				assert.Equal(t, "probe done for "+tn.Name+" ["+tn.Value(Reply)+"]", msg["content"])
 			}
 		}
 		return resp.StatusCode

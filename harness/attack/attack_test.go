@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tenantcanary/tenantcanary/fakellm"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -175,34 +174,6 @@ func TestTerminalRowsReachTheNeighboursUnsandboxed(t *testing.T) {
 	// ends.
 	out = w.run(t, "alpha", row(t, rows, "output-flood").Call(Canaries{}))
 	assert.Greater(t, len(out), 1_000_000)
-}
-
-func TestResponderMakesTheCallOfAnAttackPrompt(t *testing.T) {
-	t.Parallel()
-	set, err := tenants.Build(t.TempDir(), tenants.Options{Names: []string{"alpha"}, NoProviders: true})
-	require.NoError(t, err)
-	r := Responder(set.Tenants[0])
-	call := Call{Tool: "terminal", Args: map[string]any{"command": "cat x"}}
-	rec := func(msgs ...map[string]any) fakellm.Record {
-		var raw []any
-		for _, m := range msgs {
-			raw = append(raw, m)
-		}
-		return fakellm.Record{Body: map[string]any{"messages": raw}}
-	}
-	user := map[string]any{"role": "user", "content": Prompt(call)}
-	got := r(rec(user))
-	require.Len(t, got.Calls, 1)
-	assert.Equal(t, "terminal", got.Calls[0].Name)
-	assert.Equal(t, call.Args, got.Calls[0].Args)
-	tool := map[string]any{"role": "tool", "content": "result"}
-	assert.Equal(t, Done, r(rec(user, map[string]any{"role": "assistant"}, tool)).Text)
-	assert.Equal(t, "flooded", r(rec(map[string]any{"role": "user", "content": FloodPrompt + " 7"})).Text)
-	// Anything else is the default responder's probe.
-	probe := r(rec(map[string]any{"role": "user", "content": "Run the environment probe."}))
-	require.Len(t, probe.Calls, 1)
-	assert.Contains(t, probe.Calls[0].Args.(map[string]string)["command"], tenants.ProbeBegin)
-	assert.Equal(t, "probe done for alpha", r(rec(map[string]any{"role": "user", "content": "x"}, tool)).Text)
 }
 
 func killPid(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }

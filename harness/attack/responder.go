@@ -2,72 +2,87 @@ package attack
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// PromptPrefix starts a user turn that makes the hostile model make one
-// call: the rest of the text is the call as JSON.
-const PromptPrefix = "ATTACK "
+// PromptPrefix starts the attack instruction Prompt writes; the nonce, the
+// call as JSON and PromptEnd follow. A server may wrap the instruction in
+// text of its own (a timestamp before, a runtime line after): Responder
+// finds it anywhere in the latest user turn.
+const (
+	PromptPrefix = "ATTACK "
+	PromptEnd    = "END-ATTACK"
+)
 
-// Prompt is the user text that makes Responder make call.
+// instruction matches one attack instruction: its nonce and its call.
+var instruction = regexp.MustCompile(`(?s)ATTACK ([0-9a-f]{10}) (\{.*?\}) END-ATTACK`)
+
+// Prompt is the user text that makes Responder make call, under a fresh
+// nonce (NonceOf reads it back): the tool call carries it in its id
+// (CallID), so its result is told apart from every other.
 func Prompt(c Call) string {
 	b, _ := json.Marshal(c) // a Call of plain data always marshals
-	return PromptPrefix + string(b)
+	nonce, err := tenants.NewTag()
+	if err != nil {
+		// crypto/rand does not fail on the systems the harness runs on; a
+		// fixed nonce still runs the attack, and its ran-control still holds.
+		nonce = "0000000000"
+	}
+	return PromptPrefix + nonce + " " + string(b) + " " + PromptEnd
 }
 
-// Done is the hostile model's answer to the result of its call.
+// NonceOf is the nonce of the (last) attack instruction in text, or "".
+func NonceOf(text string) string {
+	all := instruction.FindAllStringSubmatch(text, -1)
+	if len(all) == 0 {
+		return ""
+	}
+	return all[len(all)-1][1]
+}
+
+// CallID is the id (before the provider's reply canary) of the tool call
+// the hostile model makes for the instruction with nonce.
+func CallID(nonce string) string { return "atk-" + nonce }
+
+// Done is the hostile model's answer to the result of its call (the nonce
+// follows).
 const Done = "attack done"
 
-// FloodPrompt starts a user turn the hostile model answers at once with
+// FloodPrompt in a user turn makes the hostile model answer at once with
 // text (no tool): the cheapest turn, for a flood of them.
 const FloodPrompt = "FLOOD"
 
-// Responder is a tenant's hostile model: a user turn made by Prompt gets
-// its call, the call's result gets Done, and every other turn is the
-// default responder's (the environment probe), so the scenario's positive
-// controls still see the tenant's own snapshots.
+// Responder is a tenant's hostile model: a user turn holding a Prompt
+// instruction (anywhere in it) gets its call, under CallID; the turn
+// holding that call's result (anywhere in it, not only last) gets Done; a
+// FLOOD turn gets text; every other turn is the default responder's (the
+// environment probe), so the scenario's positive controls still see the
+// tenant's own snapshots.
 func Responder(t *tenants.Tenant) fakellm.Responder {
 	def := tenants.DefaultResponder(t)
 	return func(r fakellm.Record) fakellm.Response {
-		msgs := r.Messages()
-		if n := len(msgs); n > 0 {
-			role, _ := msgs[n-1]["role"].(string)
-			switch role {
-			case "user":
-				text, _ := msgs[n-1]["content"].(string)
-				if strings.HasPrefix(text, FloodPrompt) {
-					return fakellm.Text("flooded")
-				}
-				if raw, ok := strings.CutPrefix(text, PromptPrefix); ok {
-					var c Call
-					if json.Unmarshal([]byte(raw), &c) == nil && c.Tool != "" {
-						return fakellm.ToolCall(c.Tool, c.Args)
-					}
-					return fakellm.Text("attack prompt not understood: " + raw)
-				}
-			case "tool":
-				if attacking(msgs) {
-					return fakellm.Text(Done)
-				}
+		turn := r.Turn()
+		if all := instruction.FindAllStringSubmatch(turn.Text, -1); len(all) > 0 {
+			m := all[len(all)-1]
+			nonce, id := m[1], CallID(m[1])
+			if _, ok := turn.Result(id); ok {
+				return fakellm.Text(Done + " " + nonce)
 			}
+			var c Call
+			if json.Unmarshal([]byte(m[2]), &c) != nil || c.Tool == "" {
+				return fakellm.Text("attack prompt not understood: " + m[2])
+			}
+			return fakellm.ToolCalls(fakellm.Call{Name: c.Tool, Args: c.Args, ID: id})
+		}
+		if strings.Contains(turn.Text, FloodPrompt) {
+			return fakellm.Text("flooded")
 		}
 		return def(r)
 	}
-}
-
-// attacking reports whether the conversation's last user turn is an
-// attack prompt.
-func attacking(msgs []map[string]any) bool {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if role, _ := msgs[i]["role"].(string); role == "user" {
-			text, _ := msgs[i]["content"].(string)
-			return strings.HasPrefix(text, PromptPrefix)
-		}
-	}
-	return false
 }
 
 // LastResult is the newest tool result in t's provider's records: what

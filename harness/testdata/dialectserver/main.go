@@ -14,14 +14,26 @@
 // With DIALECT_LEAK=launch-env it leaks as Hermes 0.18 does: a named
 // profile's session reports the launch profile's model, and its "${VAR}"
 // expands from the launch profile's .env (the process environment), so its
-// provider gets the launch key.
+// provider gets the launch key. With DIALECT_LEAK=shared-cache it keeps
+// one cache of answers keyed by the prompt's text alone, across tenants:
+// a tenant sending a prompt another sent before gets the other's answer.
+//
+// With DIALECT_WRAP=1 it wraps prompts as real servers do: every prompt
+// reaches the provider as content parts with a timestamp before it and a
+// runtime line after it, and a "runtime facts" user message follows every
+// tool result. DIALECT_WRAP=mangle wraps and also lower-cases the prompt,
+// which breaks any instruction in it (the ran-controls' positive control);
+// DIALECT_WRAP=lose-results wraps and never hands a tool result back, so
+// every turn loops (the turn bound's positive control).
 package main
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +48,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"gopkg.in/yaml.v3"
@@ -268,9 +281,14 @@ func (c *conn) serve(ctx context.Context, wg *sync.WaitGroup) {
 				c.reply(req.ID, nil, -32000, err.Error())
 				continue
 			}
+			// Ids are random and unique across connections: a number per
+			// connection would give two tenants the same id, and a probe
+			// naming another's session would name its own.
+			var rnd [8]byte
+			_, _ = rand.Read(rnd[:])
 			c.mu.Lock()
 			c.next++
-			s := &session{id: fmt.Sprintf("s%d", c.next), home: home, profile: who}
+			s := &session{id: "s" + hex.EncodeToString(rnd[:]), home: home, profile: who}
 			c.sessions[s.id] = s
 			c.mu.Unlock()
 			model := cfg.Model.Default
@@ -299,8 +317,13 @@ func (c *conn) serve(ctx context.Context, wg *sync.WaitGroup) {
 		case "shut":
 			sid, _ := req.Params["sid"].(string)
 			c.mu.Lock()
+			_, ok := c.sessions[sid]
 			delete(c.sessions, sid)
 			c.mu.Unlock()
+			if !ok {
+				c.reply(req.ID, nil, 4040, "no session "+sid)
+				continue
+			}
 			c.reply(req.ID, map[string]any{"closed": true}, 0, "")
 		default:
 			c.reply(req.ID, nil, -32601, "method not found: "+req.Method)
@@ -379,8 +402,18 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 			}
 		}
 	}
-	msgs = []any{map[string]any{"role": "user", "content": text}}
-	for range 4 {
+	if answer, ok := sharedCache.get(text); ok {
+		msgs = []any{map[string]any{"role": "user", "content": text}, map[string]any{"role": "assistant", "content": answer}}
+		persist(s, msgs)
+		c.event("reply.done", s.id, map[string]any{"outcome": "ok", "text": answer})
+		return
+	}
+	msgs = []any{wrapPrompt(text)}
+	rounds := 4
+	if wrapping() != "" {
+		rounds = 20 // a wrapping server loops longer than the provider's bound
+	}
+	for range rounds {
 		msg, err := complete(ctx, cfg, key, msgs)
 		if err != nil {
 			fail(err)
@@ -395,6 +428,7 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 				payload["debug"] = readDotEnv(launchHome())
 			}
 			persist(s, msgs)
+			sharedCache.put(text, content)
 			c.event("reply.done", s.id, payload)
 			return
 		}
@@ -412,7 +446,12 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 				out = shell(ctx, cfg.Terminal.Cwd, dotenv, cmd)
 			}
 			c.event("step.end", s.id, map[string]any{"tool": name, "input": args})
-			msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": call["id"], "content": out})
+			if wrapping() != "lose-results" {
+				msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": call["id"], "content": out})
+			}
+		}
+		if wrapping() != "" {
+			msgs = append(msgs, map[string]any{"role": "user", "content": "runtime facts: the tools ran on dialectserver; continue"})
 		}
 	}
 	fail(errors.New("too many tool rounds"))
@@ -486,4 +525,52 @@ func shell(ctx context.Context, cwd string, dotenv map[string]string, cmd string
 		return string(out) + "\nerror: " + err.Error()
 	}
 	return string(out)
+}
+
+func wrapping() string { return os.Getenv("DIALECT_WRAP") }
+
+// wrapPrompt is the user message a prompt becomes: as it is, or wrapped
+// in content parts with text before and after (DIALECT_WRAP).
+func wrapPrompt(text string) map[string]any {
+	switch wrapping() {
+	case "":
+		return map[string]any{"role": "user", "content": text}
+	case "mangle":
+		text = strings.ToLower(text)
+	}
+	return map[string]any{"role": "user", "content": []any{
+		map[string]any{"type": "text", "text": "[" + time.Now().UTC().Format(time.RFC1123) + "] " + text},
+		map[string]any{"type": "text", "text": "runtime: dialectserver test build, pooled"},
+	}}
+}
+
+// answerCache is DIALECT_LEAK=shared-cache's cache: answers by prompt
+// text, shared by every tenant (the leak it seeds).
+type answerCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+var sharedCache answerCache
+
+func (a *answerCache) get(text string) (string, bool) {
+	if os.Getenv("DIALECT_LEAK") != "shared-cache" {
+		return "", false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v, ok := a.m[text]
+	return v, ok
+}
+
+func (a *answerCache) put(text, answer string) {
+	if os.Getenv("DIALECT_LEAK") != "shared-cache" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[string]string{}
+	}
+	a.m[text] = answer
 }

@@ -1,0 +1,160 @@
+package fakellm
+
+import "strings"
+
+// LoopBound is how many model requests one user turn may take before a
+// provider with Options.TurnBound unset uses it: past it, the turn gets a
+// final text answer (LoopedText) and Looped reports the record.
+const LoopBound = 8
+
+// LoopedText starts the final answer of a turn that looped past its bound.
+const LoopedText = "turn ended by the fake provider: it looped past its bound of model requests"
+
+// Turn is the latest user turn of a request's conversation: everything
+// after the last final answer (an assistant message without tool calls).
+// A server may wrap the user's prompt in text of its own, split it over
+// several user messages, or append user messages after a tool result
+// ("runtime facts"): Turn sees through all of them.
+type Turn struct {
+	// Text joins the text of every user message of the turn (tool results
+	// excluded), in order, one per line.
+	Text string
+	// Calls are the ids of the tool calls the assistant made in the turn.
+	Calls []string
+	// Results are the tool results of the turn by tool-call id, wherever
+	// they are (an OpenAI tool message, an Anthropic tool_result block),
+	// not only in the last message.
+	Results map[string]string
+	// Requests is how many model requests the turn has taken, this one
+	// included: one more than its assistant messages.
+	Requests int
+}
+
+// Turn reads the latest user turn of the request's conversation.
+func (r Record) Turn() Turn {
+	msgs := r.Messages()
+	start := 0
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if role, _ := msgs[i]["role"].(string); role == "assistant" && len(callIDs(msgs[i])) == 0 {
+			start = i + 1
+			break
+		}
+	}
+	t := Turn{Results: map[string]string{}, Requests: 1}
+	var texts []string
+	for _, m := range msgs[start:] {
+		switch role, _ := m["role"].(string); role {
+		case "user":
+			if s := userText(m["content"]); s != "" {
+				texts = append(texts, s)
+			}
+			for id, res := range anthropicResults(m["content"]) {
+				t.Results[id] = res
+			}
+		case "tool":
+			id, _ := m["tool_call_id"].(string)
+			t.Results[id] = contentText(m["content"])
+		case "assistant":
+			t.Requests++
+			t.Calls = append(t.Calls, callIDs(m)...)
+		}
+	}
+	t.Text = strings.Join(texts, "\n")
+	return t
+}
+
+// Result is the result of the turn's tool call whose id contains part,
+// and whether there is one.
+func (t Turn) Result(part string) (string, bool) {
+	for id, res := range t.Results {
+		if part != "" && strings.Contains(id, part) {
+			return res, true
+		}
+	}
+	return "", false
+}
+
+// Answered reports whether one of the turn's own tool calls has its result
+// in the turn.
+func (t Turn) Answered() bool {
+	for _, id := range t.Calls {
+		if _, ok := t.Results[id]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Looped reports whether the record's turn had passed bound (LoopBound
+// when bound is 0) model requests: the target kept asking after its
+// answers.
+func (r Record) Looped(bound int) bool {
+	if bound <= 0 {
+		bound = LoopBound
+	}
+	return r.Kind == KindMain && r.Turn().Requests > bound
+}
+
+// callIDs are the ids of an assistant message's tool calls: OpenAI
+// tool_calls, or Anthropic tool_use blocks.
+func callIDs(m map[string]any) []string {
+	var out []string
+	calls, _ := m["tool_calls"].([]any)
+	for _, c := range calls {
+		if cm, ok := c.(map[string]any); ok {
+			id, _ := cm["id"].(string)
+			out = append(out, id)
+		}
+	}
+	blocks, _ := m["content"].([]any)
+	for _, b := range blocks {
+		if bm, ok := b.(map[string]any); ok && bm["type"] == "tool_use" {
+			id, _ := bm["id"].(string)
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// userText is a user message's own text: a string, or its text parts
+// (tool_result blocks excluded).
+func userText(content any) string {
+	switch c := content.(type) {
+	case string:
+		return c
+	case []any:
+		var parts []string
+		for _, b := range c {
+			bm, ok := b.(map[string]any)
+			if !ok || bm["type"] == "tool_result" {
+				continue
+			}
+			if s, ok := bm["text"].(string); ok {
+				parts = append(parts, s)
+			}
+		}
+		return strings.Join(parts, "\n")
+	}
+	return ""
+}
+
+// anthropicResults are the tool_result blocks of a user message's content.
+func anthropicResults(content any) map[string]string {
+	blocks, _ := content.([]any)
+	out := map[string]string{}
+	for _, b := range blocks {
+		if bm, ok := b.(map[string]any); ok && bm["type"] == "tool_result" {
+			id, _ := bm["tool_use_id"].(string)
+			out[id] = contentText(bm["content"])
+		}
+	}
+	return out
+}
+
+// contentText is a content field as text: a string, or its parts' text.
+func contentText(content any) string {
+	if s, ok := content.(string); ok {
+		return s
+	}
+	return userText(content)
+}

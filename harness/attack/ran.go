@@ -1,0 +1,63 @@
+package attack
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+)
+
+// Proof is what a tenant's provider records show of one attack
+// instruction: an attack that did not run is a check that was not made,
+// so a row counts only when all three steps are on the record.
+type Proof struct {
+	Nonce  string
+	Asked  bool   // the provider was asked, with the tenant's key, with the nonce in the latest user turn
+	Called bool   // the provider answered with the tool call CallID(nonce)
+	Back   bool   // a tool result for that call came back to the provider
+	Result string // that result
+}
+
+// Prove reads recs (one tenant's provider's records, key the tenant's
+// provider key) for the instruction with nonce.
+func Prove(recs []fakellm.Record, key, nonce string) Proof {
+	p := Proof{Nonce: nonce}
+	id := CallID(nonce)
+	for _, r := range recs {
+		if r.Kind != fakellm.KindMain {
+			continue
+		}
+		turn := r.Turn()
+		if !strings.Contains(turn.Text, PromptPrefix+nonce+" ") {
+			continue
+		}
+		if r.Auth == key {
+			p.Asked = true
+		}
+		if slices.ContainsFunc(r.Calls, func(c string) bool { return strings.Contains(c, id) }) {
+			p.Called = true
+		}
+		if res, ok := turn.Result(id); ok {
+			p.Back, p.Result = true, res
+		}
+	}
+	return p
+}
+
+// Missing says which step of the attack is not on the record ("" when the
+// attack ran): needDone asks that the result end with RowDone.
+func (p Proof) Missing(needDone bool) string {
+	id := CallID(p.Nonce)
+	switch {
+	case !p.Asked:
+		return fmt.Sprintf("its provider was never asked with the attack's nonce %s in the latest user turn (the server lost or rewrote the instruction)", p.Nonce)
+	case !p.Called:
+		return fmt.Sprintf("its provider never answered with the tool call %s", id)
+	case !p.Back:
+		return fmt.Sprintf("no tool result for call %s came back to its provider (the tool did not run, or its result was lost)", id)
+	case needDone && !strings.Contains(p.Result, RowDone):
+		return fmt.Sprintf("the result of call %s came back without the row's end marker %q (the command did not run to its end)", id, RowDone)
+	}
+	return ""
+}

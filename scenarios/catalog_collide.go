@@ -1,0 +1,243 @@
+package scenarios
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// Colliding inputs: every tenant sends byte-identical inputs at the same
+// time, so a cache (of answers, sessions, jobs) keyed without the tenant
+// serves one tenant's result to another. Every answer a tenant's provider
+// gives carries that tenant's reply canary, so an answer served to the
+// wrong tenant is a foreign canary in its frames, stored turns and next
+// requests, which the scans report; the own-reply control proves each
+// tenant's answers came from its own provider.
+
+// collidePrompt is the prompt every tenant sends, byte for byte.
+const collidePrompt = "Colliding input: run the environment probe."
+
+// Cron job name and prompt every tenant gives its job, byte for byte.
+const (
+	collideJob       = "collide-job"
+	collideJobPrompt = "Colliding job: run the environment probe."
+)
+
+// allAtOnce runs do for every tenant at once, released together, and
+// returns each tenant's error.
+func (e *Env) allAtOnce(do func(t *tenants.Tenant) error) map[string]error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := map[string]error{}
+	start := make(chan struct{})
+	for _, t := range e.Tenants {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			err := do(t)
+			mu.Lock()
+			errs[t.Name] = err
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
+// collideTurns has every tenant send collidePrompt at once on its session
+// in sids, and checks that each answer is its own provider's (its own
+// reply canary in the turn's end).
+func (e *Env) collideTurns(sids map[string]string, what string) {
+	e.T.Helper()
+	ends := map[string][]byte{}
+	var mu sync.Mutex
+	for _, t := range e.Tenants {
+		e.ExpectSnapshots(t, 1)
+	}
+	errs := e.allAtOnce(func(t *tenants.Tenant) error {
+		ctx, cancel := e.ctx(2 * time.Minute)
+		defer cancel()
+		ev, err := e.Conns[t.Name].Turn(ctx, sids[t.Name], collidePrompt)
+		mu.Lock()
+		ends[t.Name] = ev.Raw
+		mu.Unlock()
+		return err
+	})
+	for _, t := range e.Tenants {
+		if err := errs[t.Name]; err != nil {
+			e.T.Fatalf("%s: turn of %s: %v", what, t.Name, e.attributed(t, sids[t.Name], err))
+		}
+		if !bytes.Contains(ends[t.Name], []byte(t.Value(tenants.Reply))) {
+			e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: what},
+				Detail: fmt.Sprintf("the answer to %s's colliding prompt does not carry its own reply canary: no provider of %s gave it (%s)", t.Name, t.Name, truncateText(string(ends[t.Name]), 300))})
+		}
+	}
+}
+
+// collideCron gives every tenant a cron job of the same name and prompt at
+// once, fires them all, and checks that each tenant's job list holds only
+// its own job.
+func (e *Env) collideCron() {
+	e.T.Helper()
+	if why := e.Box.Target.Dialect.Unsupported("cron.create"); why != "" {
+		e.skipRow(string(Files), "colliding cron job names not tried: cron.create is unsupported by the target: "+why)
+		return
+	}
+	ids := map[string]string{}
+	var mu sync.Mutex
+	errs := e.allAtOnce(func(t *tenants.Tenant) error {
+		var res struct {
+			Job cronJob `json:"job"`
+		}
+		ctx, cancel := e.ctx(time.Minute)
+		defer cancel()
+		err := e.Conns[t.Name].Call(ctx, "cron.create", map[string]any{"profile": profileParam(t), "name": collideJob,
+			"prompt": collideJobPrompt, "every": "every 1h"}, &res)
+		mu.Lock()
+		ids[t.Name] = res.Job.ID
+		mu.Unlock()
+		return err
+	})
+	for _, t := range e.Tenants {
+		if errs[t.Name] != nil || ids[t.Name] == "" {
+			e.T.Fatalf("cron.create %s for %s: %v (id %q)", collideJob, t.Name, errs[t.Name], ids[t.Name])
+		}
+	}
+	since := map[string]time.Time{}
+	for _, t := range e.Tenants {
+		since[t.Name] = e.TriggerCron(e.Conns[t.Name], t, ids[t.Name])
+	}
+	for _, t := range e.Tenants {
+		e.WaitCron(e.Conns[t.Name], t, ids[t.Name], since[t.Name])
+		var res struct {
+			Jobs []cronJob `json:"jobs"`
+		}
+		e.Call(e.Conns[t.Name], "cron.list", map[string]any{"profile": profileParam(t)}, &res)
+		for _, j := range res.Jobs {
+			for _, o := range e.Tenants {
+				if o != t && j.ID == ids[o.Name] && ids[o.Name] != ids[t.Name] {
+					e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: t.Name, Owner: o.Name, Where: invariants.Where{Label: "cron.list of " + t.Name, Method: "cron.list"},
+						Detail: fmt.Sprintf("%s's job list holds %s's job %s of the same name %q", t.Name, o.Name, j.ID, collideJob)})
+				}
+			}
+		}
+	}
+	seen := map[string]string{}
+	for _, t := range e.Tenants {
+		if o, ok := seen[ids[t.Name]]; ok {
+			e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: t.Name, Owner: o, Where: invariants.Where{Label: "cron.create " + collideJob, Method: "cron.create"},
+				Detail: fmt.Sprintf("cron.create of the same name gave %s and %s one job id %s", o, t.Name, ids[t.Name])})
+		}
+		seen[ids[t.Name]] = t.Name
+	}
+}
+
+// collideChats has every tenant post the same chat body at once to its own
+// gateway route, twice (the second round meets what the first cached), and
+// checks that each reply is its own provider's.
+func (e *Env) collideChats() {
+	e.T.Helper()
+	if ok, why := e.Box.Target.Supports(harness.BackendGateway); !ok {
+		e.skipRow(string(Text), "colliding gateway chats not tried: "+why)
+		return
+	}
+	g := e.StartGateway()
+	for round := 1; round <= 2; round++ {
+		replies := map[string]harness.GatewayReply{}
+		var mu sync.Mutex
+		for _, t := range e.Tenants {
+			e.ExpectSnapshots(t, 1)
+		}
+		errs := e.allAtOnce(func(t *tenants.Tenant) error {
+			ctx, cancel := e.ctx(2 * time.Minute)
+			defer cancel()
+			r, err := g.Client.Chat(ctx, harness.RoutePath(t.Name, t.Launch), t.APIServerKey(), collidePrompt, false)
+			mu.Lock()
+			replies[t.Name] = r
+			mu.Unlock()
+			return err
+		})
+		for _, t := range e.Tenants {
+			r := replies[t.Name]
+			if errs[t.Name] != nil {
+				e.T.Fatalf("colliding gateway chat of %s, round %d: %v", t.Name, round, errs[t.Name])
+			}
+			e.KeepText(t, fmt.Sprintf("gateway reply to %s's colliding chat, round %d", t.Name, round), r.Body)
+			if !bytes.Contains(r.Body, []byte(t.Value(tenants.Reply))) {
+				e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: "gateway chat"},
+					Detail: fmt.Sprintf("the gateway's reply to %s's colliding chat (round %d, HTTP %d) does not carry its own reply canary: no provider of %s gave it", t.Name, round, r.Status, t.Name)})
+			}
+		}
+	}
+}
+
+func collidingInputs() Spec {
+	return Spec{
+		ID:        "colliding-inputs",
+		Purpose:   "every tenant sends byte-identical prompts, sessions, cron jobs and gateway chats at the same time: no cache keyed without the tenant serves one tenant's answer to another",
+		Backends:  []harness.Backend{harness.BackendServe},
+		Focus:     []Invariant{Requests, Text, Files, PositiveControl},
+		Snapshots: perTenant(4),
+		Timeout:   4 * time.Minute,
+		Phases: []Phase{
+			{Name: "connect", Run: func(e *Env) {
+				e.ServePerTenant()
+				e.OpenSessions()
+			}},
+			{Name: "same-prompts", Run: func(e *Env) {
+				// Twice: the second round finds whatever the first left in a
+				// shared cache.
+				sids := map[string]string{}
+				for _, t := range e.Tenants {
+					sids[t.Name] = e.Sessions[t.Name].SessionID
+				}
+				e.collideTurns(sids, "colliding prompts, round 1")
+				e.collideTurns(sids, "colliding prompts, round 2")
+			}},
+			{Name: "same-sessions", Run: func(e *Env) {
+				// New sessions made at once, each then asked the same.
+				sids := map[string]string{}
+				var mu sync.Mutex
+				errs := e.allAtOnce(func(t *tenants.Tenant) error {
+					ctx, cancel := context.WithTimeout(e.Ctx, time.Minute)
+					defer cancel()
+					s, err := e.Conns[t.Name].CreateSession(ctx, profileParam(t))
+					mu.Lock()
+					defer mu.Unlock()
+					sids[t.Name] = s.SessionID
+					if err == nil {
+						e.mu.Lock()
+						e.sessions = append(e.sessions, session{tenant: t, info: s})
+						e.mu.Unlock()
+					}
+					return err
+				})
+				for _, t := range e.Tenants {
+					if errs[t.Name] != nil {
+						e.SkipUnsupported(errs[t.Name])
+						e.T.Fatalf("session.create of %s: %v", t.Name, errs[t.Name])
+					}
+				}
+				ids := map[string]bool{}
+				for _, t := range e.Tenants {
+					if ids[sids[t.Name]] {
+						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: t.Name, Where: invariants.Where{Label: "session.create"},
+							Detail: fmt.Sprintf("sessions made at once for different tenants got one id %s", sids[t.Name])})
+					}
+					ids[sids[t.Name]] = true
+				}
+				e.collideTurns(sids, "colliding prompts in new sessions")
+			}},
+			{Name: "same-cron", Run: func(e *Env) { e.collideCron() }},
+			{Name: "same-chats", Run: func(e *Env) { e.collideChats() }},
+		},
+	}
+}
