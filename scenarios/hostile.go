@@ -44,7 +44,7 @@ func (e *Env) Attack(c *harness.Conn, t *tenants.Tenant, sid string, r attack.Ro
 	prompt := attack.Prompt(r.Call(cs))
 	e.Prompt(c, t, sid, prompt)
 	proof := attackProof(t, prompt)
-	if miss := proof.Missing(r.Class != attack.Flood); miss != "" {
+	if miss := proof.Missing(r.Class != attack.Flood && !r.Refusable); miss != "" {
 		e.proved(t, "attack "+r.ID, miss)
 		e.Logf("attack %s of %s did not run: %s", r.ID, t.Name, miss)
 		return ""

@@ -202,7 +202,7 @@ func (c Chain) ToolRow(i int, s Step, vars map[string]string) Row {
 // ProbeRow is the chain's probe as a Row.
 func (c Chain) ProbeRow(vars map[string]string) Row {
 	r := c.ToolRow(0, c.Probe, vars)
-	r.ID, r.Class = c.ID+"-probe", Read
+	r.ID, r.Class, r.Refusable = c.ID+"-probe", Read, true
 	return r
 }
 

@@ -41,6 +41,11 @@ type Row struct {
 	Tries   string // what the attacker tries, one line
 	Refusal string // what a server that isolates its tenants does instead, one line
 	Call    func(Canaries) Call
+	// Refusable: a server that holds may refuse the tool outright (a
+	// chain's probe after a planted setting, which a defended server
+	// answers with the refusal): the result that came back proves the
+	// call ran, with or without the row's end marker.
+	Refusable bool
 }
 
 var rowID = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]+)*$`)
