@@ -84,7 +84,7 @@ func lifecycleTenantIn(t *testing.T, w *world, tn *tenant, mode string) string {
 	require.NoError(t, err)
 	writeFile(t, filepath.Join(tn.home, ".env"), string(env)+"LIFECYCLE_LOG="+logPath+"\n")
 	// Only the operator may set plugins.isolation and the launcher.
-	w.writeManaged("plugins:\n  isolation: "+mode+"\n  host:\n    launcher: env\n")
+	w.writeManaged("plugins:\n  isolation: " + mode + "\n  host:\n    launcher: env\n")
 	return logPath
 }
 

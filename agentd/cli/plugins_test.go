@@ -101,7 +101,7 @@ func probeOf(t *testing.T, srv *fakellm.Server) probeResult {
 // setIsolation pins plugins.isolation in w's managed (operator) scope.
 func setIsolation(t *testing.T, w *world, mode string) {
 	t.Helper()
-	w.writeManaged("plugins:\n  isolation: "+mode+"\n")
+	w.writeManaged("plugins:\n  isolation: " + mode + "\n")
 }
 
 func TestPluginsPerProfileHostAndInProcess(t *testing.T) {
