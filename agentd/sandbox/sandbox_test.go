@@ -74,21 +74,7 @@ func run(t *testing.T, p sandbox.Policy, env []string, script string) string {
 	t.Helper()
 	c, err := p.Command([]string{"bash", "-c", script}, env)
 	require.NoError(t, err)
-	var out bytes.Buffer
-	c.Stdout, c.Stderr = &out, &out
-	procgroup.Prepare(c.Cmd)
-	c.SysProcAttr.Setpgid, c.SysProcAttr.Setsid = false, true
-	require.NoError(t, c.Start())
-	c.Started()
-	waited := make(chan struct{})
-	go func() { _ = c.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-time.After(60 * time.Second):
-		t.Errorf("script did not end within 60s")
-	}
-	c.Stop(waited)
-	return out.String()
+	return startAndWait(t, c)
 }
 
 func baseEnv(home string) []string {

@@ -13,13 +13,8 @@ import (
 )
 
 func (s *Server) profilesCreate(ctx context.Context, c *rpc.Call) (any, error) {
-	var p struct {
-		Name string `json:"name"`
-	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
-	}
-	if err := operatorOnly(c); err != nil {
+	p, err := operatorProfileCall(c)
+	if err != nil {
 		return nil, err
 	}
 	prof, err := s.createProfile(p.Name)
@@ -40,13 +35,8 @@ func (s *Server) profilesCreate(ctx context.Context, c *rpc.Call) (any, error) {
 // (their end hooks run), its work in flight drains, then its home is
 // renamed aside and removed.
 func (s *Server) profilesDelete(ctx context.Context, c *rpc.Call) (any, error) {
-	var p struct {
-		Name string `json:"name"`
-	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
-	}
-	if err := operatorOnly(c); err != nil {
+	p, err := operatorProfileCall(c)
+	if err != nil {
 		return nil, err
 	}
 	if p.Name == "" || p.Name == profile.LaunchName {
@@ -58,7 +48,7 @@ func (s *Server) profilesDelete(ctx context.Context, c *rpc.Call) (any, error) {
 	if s.opts.Faults.Has(faults.DeleteRace) {
 		return s.deleteRacing(p.Name)
 	}
-	err := s.pool.Delete(ctx, p.Name, func() {
+	err = s.pool.Delete(ctx, p.Name, func() {
 		n := s.endSessionsOf(p.Name)
 		s.log.Info("profile deleting: requests refused, sessions ended", "profile", p.Name, "sessions_closed", n)
 	})
@@ -184,4 +174,19 @@ func removeInPlace(dir, keep string) error {
 		}
 	}
 	return os.Remove(dir)
+}
+
+// profileName is the params of profiles.create and profiles.delete.
+type profileName struct {
+	Name string `json:"name"`
+}
+
+// operatorProfileCall reads a profiles.create or profiles.delete call:
+// its params, once the caller is known to hold the operator token.
+func operatorProfileCall(c *rpc.Call) (profileName, error) {
+	var p profileName
+	if err := c.Bind(&p); err != nil {
+		return p, err
+	}
+	return p, operatorOnly(c)
 }

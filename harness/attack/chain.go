@@ -318,13 +318,7 @@ func ValidateChains(chains []Chain) error {
 
 // ChainsOf lists the chains of chains in class c, in order.
 func ChainsOf(chains []Chain, c ChainClass) []Chain {
-	var out []Chain
-	for _, ch := range chains {
-		if ch.Class == c {
-			out = append(out, ch)
-		}
-	}
-	return out
+	return only(chains, func(ch Chain) bool { return ch.Class == c })
 }
 
 // Places are what a chain's placeholders name for one attacker and one

@@ -104,10 +104,15 @@ func Validate(rows []Row) error {
 
 // Of lists the rows of rows in class c, in order.
 func Of(rows []Row, c Class) []Row {
-	var out []Row
-	for _, r := range rows {
-		if r.Class == c {
-			out = append(out, r)
+	return only(rows, func(r Row) bool { return r.Class == c })
+}
+
+// only lists the items of xs that keep keeps, in order.
+func only[T any](xs []T, keep func(T) bool) []T {
+	var out []T
+	for _, x := range xs {
+		if keep(x) {
+			out = append(out, x)
 		}
 	}
 	return out
