@@ -90,7 +90,8 @@ type FaultOutcome struct {
 // SelfTestResult is a whole self-test.
 type SelfTestResult struct {
 	Outcomes []FaultOutcome
-	Clean    []Report // the clean run of every scenario the faults use
+	Clean    []Report          // the clean run of every scenario the faults use
+	Faulty   map[string]Report // each fault's run, by fault name
 }
 
 // Passed reports whether every fault was caught by its expected invariant
@@ -182,7 +183,7 @@ func SelfTest(ctx context.Context, cat *Catalog, cfg Config, faults []Fault) (Se
 		}
 		errs[i] = err
 	})
-	var res SelfTestResult
+	res := SelfTestResult{Faulty: map[string]Report{}}
 	clean := map[string]Report{}
 	for i, j := range jobs {
 		if j.fault == "" {
@@ -201,6 +202,7 @@ func SelfTest(ctx context.Context, cat *Catalog, cfg Config, faults []Fault) (Se
 			}
 		}
 		rep := reports[i]
+		res.Faulty[f.Name] = rep
 		o := FaultOutcome{Fault: f.Name, Scenario: f.Scenario, Expected: f.Expect, Clean: clean[f.Scenario].Result == Pass}
 		seen := map[string]bool{}
 		for _, fd := range rep.Findings() {

@@ -31,6 +31,7 @@ func TestSelfTestCatchesEverySeededFault(t *testing.T) {
 		assert.Equal(t, Pass, r.Result, "%s: %v", r.ID, r.Log)
 	}
 	assert.True(t, res.Passed())
+	checkChainDetections(t, res.Faulty)
 }
 
 func TestFaultCatalogIsValid(t *testing.T) {
