@@ -31,11 +31,17 @@ const pluginSource = `package canaryprobe
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"sort"
+	"time"
 
 	"github.com/tenantcanary/tenantcanary/plugin"
 )
+
+// hostID names this plugin host process: unique where pids are not (every
+// host in a PID namespace of its own has the same small pid).
+var hostID = fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
 
 func reads(paths []any) map[string]string {
 	out := map[string]string{}
@@ -71,7 +77,7 @@ func probe(pctx plugin.Context, c context.Context, args map[string]any) (string,
 	if err != nil {
 		return "", err
 	}
-	b, err := json.Marshal(map[string]any{"pid": os.Getpid(), "cwd": wd, "env": env, "prev": prev,
+	b, err := json.Marshal(map[string]any{"pid": os.Getpid(), "host": hostID, "cwd": wd, "env": env, "prev": prev,
 		"reads": reads(paths), "nested": nested, "llm": answer})
 	return string(b), err
 }
@@ -102,7 +108,8 @@ type pluginArgs struct {
 
 // pluginDump is what the probe tool returns.
 type pluginDump struct {
-	Pid    int               `json:"pid"`
+	Pid    int               `json:"pid"`  // in the host's own PID namespace: the server's pid only in process
+	Host   string            `json:"host"` // unique per host process
 	Cwd    string            `json:"cwd"`
 	Env    []string          `json:"env"`
 	Prev   string            `json:"prev"`
@@ -170,7 +177,7 @@ func bwrapUnusable(e *Env) string {
 // pluginState is what the plugin scenario keeps between phases.
 type pluginState struct {
 	sandboxed bool
-	hostPid   map[string]int
+	hostID    map[string]string // each tenant's plugin host (pluginDump.Host)
 	tags      map[string]string // the tag each tenant's first session stored
 }
 
@@ -270,7 +277,7 @@ func pluginHosts() Spec {
 		Responder: pluginResponder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
-				st := &pluginState{hostPid: map[string]int{}, tags: map[string]string{}}
+				st := &pluginState{hostID: map[string]string{}, tags: map[string]string{}}
 				e.pluginSt = st
 				if why := bwrapUnusable(e); why != "" {
 					e.skip("plugin_sandbox", why+": the launcher check that a plugin cannot read another tenant's home was not made")
@@ -308,20 +315,20 @@ func pluginHosts() Spec {
 						e.T.Fatalf("%v", err)
 					}
 					d := e.probePlugin(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
-					st.hostPid[t.Name], st.tags[t.Name] = d.Pid, tag.Value
+					st.hostID[t.Name], st.tags[t.Name] = d.Host, tag.Value
 					if d.Prev != "" {
 						e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name,
 							Detail: fmt.Sprintf("a new session's first plugin call found state %q", d.Prev)})
 					}
 				}
 				// One host per profile: every tenant's host is its own process.
-				seen := map[int]string{}
-				for name, pid := range st.hostPid {
-					if other, ok := seen[pid]; ok && pid != e.Server.Pid() {
+				seen := map[string]string{}
+				for name, host := range st.hostID {
+					if other, ok := seen[host]; ok {
 						e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: name, Owner: other,
-							Detail: fmt.Sprintf("%s and %s share the plugin host %d", name, other, pid)})
+							Detail: fmt.Sprintf("%s and %s share the plugin host %s", name, other, host)})
 					}
-					seen[pid] = name
+					seen[host] = name
 				}
 			}},
 			{Name: "second-session", Run: func(e *Env) {
@@ -341,20 +348,23 @@ func pluginHosts() Spec {
 							Where:  invariants.Where{Label: "session " + s.SessionID},
 							Detail: fmt.Sprintf("the plugin's nested state call ran as another session: it found %q (the first session stored %q)", d.Prev, st.tags[t.Name])})
 					}
-					if d.Pid != st.hostPid[t.Name] {
-						e.T.Errorf("%s: the second session got plugin host %d, the first %d: want one host per profile", t.Name, d.Pid, st.hostPid[t.Name])
+					if d.Host != st.hostID[t.Name] {
+						e.T.Errorf("%s: the second session got plugin host %s, the first %s: want one host per profile", t.Name, d.Host, st.hostID[t.Name])
 					}
 				}
 			}},
 			{Name: "kill-one-host", Run: func(e *Env) {
 				st := e.pluginSt
 				victim := e.Tenants[len(e.Tenants)-1]
-				pid := st.hostPid[victim.Name]
-				if pid == e.Server.Pid() || pid <= 0 {
-					e.T.Fatalf("no plugin host of %s to kill (pid %d)", victim.Name, pid)
+				killed := st.hostID[victim.Name]
+				hosts := pluginHostsOf(e, victim) // real pids: the host's own are in its PID namespace
+				if len(hosts) == 0 {
+					e.T.Fatalf("no plugin host of %s to kill", victim.Name)
 				}
-				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-					e.T.Fatalf("kill the plugin host of %s: %v", victim.Name, err)
+				for _, h := range hosts {
+					if err := syscall.Kill(h.Pid, syscall.SIGKILL); err != nil {
+						e.T.Fatalf("kill the plugin host of %s (pid %d): %v", victim.Name, h.Pid, err)
+					}
 				}
 				for _, t := range e.Tenants {
 					tag, err := t.Mint("session_tag")
@@ -363,10 +373,10 @@ func pluginHosts() Spec {
 					}
 					d := e.probePlugin(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
 					switch {
-					case t == victim && d.Pid == pid:
-						e.T.Errorf("%s: still answered by the killed host %d", t.Name, pid)
-					case t != victim && d.Pid != st.hostPid[t.Name]:
-						e.T.Errorf("%s: its plugin host changed from %d to %d when %s's died", t.Name, st.hostPid[t.Name], d.Pid, victim.Name)
+					case t == victim && d.Host == killed:
+						e.T.Errorf("%s: still answered by the killed host %s", t.Name, killed)
+					case t != victim && d.Host != st.hostID[t.Name]:
+						e.T.Errorf("%s: its plugin host changed from %s to %s when %s's died", t.Name, st.hostID[t.Name], d.Host, victim.Name)
 					}
 				}
 				if !procAlive(e.Server) {

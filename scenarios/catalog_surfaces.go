@@ -56,12 +56,18 @@ var surfacesSource = `package canarysurfaces
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tenantcanary/tenantcanary/plugin"
 )
+
+// hostID names this plugin host process: unique where pids are not (every
+// host in a PID namespace of its own has the same small pid).
+var hostID = fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
 
 var mu sync.Mutex
 
@@ -76,7 +82,7 @@ func record(c context.Context, kind, event string, data map[string]any) error {
 		return err
 	}
 	defer f.Close()
-	b, err := json.Marshal(map[string]any{"kind": kind, "event": event, "session": plugin.SessionID(c), "pid": os.Getpid(), "data": data})
+	b, err := json.Marshal(map[string]any{"kind": kind, "event": event, "session": plugin.SessionID(c), "pid": os.Getpid(), "host": hostID, "data": data})
 	if err != nil {
 		return err
 	}
@@ -242,7 +248,8 @@ type surfaceRecord struct {
 	Kind    string         `json:"kind"`  // hook, memory
 	Event   string         `json:"event"` // the hook event or the memory method
 	Session string         `json:"session"`
-	Pid     int            `json:"pid"`
+	Pid     int            `json:"pid"`  // in the host's own PID namespace: the server's pid only in process
+	Host    string         `json:"host"` // unique per host process
 	Data    map[string]any `json:"data"`
 	raw     string
 }
@@ -250,7 +257,7 @@ type surfaceRecord struct {
 // surfacesState is what plugin-surfaces keeps between phases.
 type surfacesState struct {
 	sandboxed bool
-	hostPid   map[string]int      // each tenant's plugin host before the kill
+	hostID    map[string]string   // each tenant's plugin host before the kill (surfaceRecord.Host)
 	turns     map[string][]string // the canaries each tenant's turns carried
 	closed    map[string][]string // each tenant's sessions that ended
 	images    map[string][]string // the canaries each tenant's image prompts carried
@@ -319,12 +326,14 @@ func (e *Env) checkSurfaces(phase string) {
 		where := invariants.Where{Path: filepath.Join(t.Home, surfacesObserved), Label: "plugin " + SurfacesPlugin + " of " + t.Name}
 		seen := map[string]bool{}
 		bySession := map[string]bool{} // event + " " + session id
-		pids := map[int]bool{}
+		hosts := map[string]bool{}
 		var all strings.Builder
 		for _, r := range recs {
 			seen[r.Kind+"/"+r.Event] = true
 			bySession[r.Event+" "+r.Session] = true
-			pids[r.Pid] = true
+			if r.Host != "" {
+				hosts[r.Host] = true
+			}
 			all.WriteString(r.raw + "\n")
 			if r.Pid == e.Server.Pid() {
 				e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Where: where,
@@ -398,23 +407,23 @@ func (e *Env) checkSurfaces(phase string) {
 		if len(st.turns[t.Name]) > 1 {
 			control(e.remembered(t, st.turns[t.Name][0]), "no later turn's request carried what the memory provider remembered")
 		}
-		if len(pids) == 0 {
+		if len(hosts) == 0 {
 			continue
 		}
-		if _, ok := st.hostPid[t.Name]; !ok {
-			st.hostPid[t.Name] = recs[0].Pid
+		if _, ok := st.hostID[t.Name]; !ok {
+			st.hostID[t.Name] = recs[0].Host
 		}
 		if st.killed {
-			var list []int
-			for p := range pids {
-				list = append(list, p)
+			var list []string
+			for h := range hosts {
+				list = append(list, h)
 			}
-			sort.Ints(list)
-			control(len(pids) > 1, fmt.Sprintf("every record came from one host (%v): its killed host was never replaced", list))
+			sort.Strings(list)
+			control(len(hosts) > 1, fmt.Sprintf("every record came from one host (%v): its killed host was never replaced", list))
 			main := e.Sessions[t.Name].SessionID
 			reinit := false
 			for _, r := range recs {
-				reinit = reinit || (r.Event == "initialize" && r.Session == main && r.Pid != st.hostPid[t.Name])
+				reinit = reinit || (r.Event == "initialize" && r.Session == main && r.Host != st.hostID[t.Name])
 			}
 			control(reinit, "the memory provider of the host that replaced the killed one was never initialised for session "+main)
 		}
@@ -534,7 +543,7 @@ func pluginSurfaces() Spec {
 		Responder: surfacesResponder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
-				e.surfaces = &surfacesState{hostPid: map[string]int{}, turns: map[string][]string{}, closed: map[string][]string{},
+				e.surfaces = &surfacesState{hostID: map[string]string{}, turns: map[string][]string{}, closed: map[string][]string{},
 					images: map[string][]string{}}
 				e.installSurfacesPlugin()
 				e.ServePerTenant()
@@ -559,14 +568,16 @@ func pluginSurfaces() Spec {
 			{Name: "kill-hosts", Run: func(e *Env) {
 				st := e.surfaces
 				for _, t := range e.Tenants {
-					pid := st.hostPid[t.Name]
-					if pid <= 0 || pid == e.Server.Pid() {
+					hosts := pluginHostsOf(e, t) // real pids: the host's own are in its PID namespace
+					if st.hostID[t.Name] == "" || len(hosts) == 0 {
 						e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name,
 							Where:  invariants.Where{Label: "plugin host of " + t.Name},
 							Detail: "no plugin host of " + t.Name + " was seen to kill: the host-death check was not made"})
 						continue
 					}
-					killPid(pid)
+					for _, h := range hosts {
+						killPid(h.Pid)
+					}
 				}
 				st.killed = true
 				for _, t := range e.permuted(e.Tenants) {
