@@ -15,7 +15,7 @@ import (
 // fault. A certification that has never failed proves nothing.
 func TestSelfTestCatchesEverySeededFault(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	res, err := SelfTest(ctx, Default(), Config{Target: agentdTarget(), Tenants: 3, WorkDir: t.TempDir(), Parallel: 2}, Faults())
 	require.NoError(t, err)

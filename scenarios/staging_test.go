@@ -65,7 +65,7 @@ func TestStagingTargetFromRoster(t *testing.T) {
 
 	target := harness.Target{Name: "staging", URL: "http://" + m[1] + ":" + m[2], Token: "staging-token", TenantsFile: roster}
 	require.NoError(t, target.Validate())
-	runCtx, runCancel := context.WithTimeout(ctx, 5*time.Minute)
+	runCtx, runCancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer runCancel()
 	reps, err := RunCatalog(runCtx, Default(), Config{Target: target, WorkDir: t.TempDir()})
 	require.NoError(t, err)
