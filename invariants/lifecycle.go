@@ -2,6 +2,8 @@ package invariants
 
 import (
 	"context"
+
+	"github.com/tenantcanary/tenantcanary/invariants/scan"
 )
 
 // Inherited scans the home of a profile created mid-run (place names it)
@@ -9,11 +11,17 @@ import (
 // not even of a deleted profile of the same name, so every canary found
 // (the place's own name included) is a File finding.
 func (c *Checker) Inherited(ctx context.Context, place, home string) []Finding {
-	r := c.m.m.Tree(ctx, home)
+	return homeFindings(ctx, c.m.m, place, home, "a freshly created profile inherits it")
+}
+
+// homeFindings scans the tree at home with m: every hit is a File finding
+// of place with detail, every file it could not scan a Harness one.
+func homeFindings(ctx context.Context, m *scan.Matcher, place, home, detail string) []Finding {
+	r := m.Tree(ctx, home)
 	var out []Finding
 	for _, h := range r.Hits {
 		f := hitFinding(File, place, h.Match, fileWhere(h))
-		f.Detail = "a freshly created profile inherits it"
+		f.Detail = detail
 		out = append(out, f)
 	}
 	for _, sk := range r.Skipped {

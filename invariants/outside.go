@@ -187,15 +187,5 @@ func Inherits(ctx context.Context, place, home string, deleted []tenants.Canary)
 	if err != nil {
 		return harnessFinding(place, fmt.Errorf("inherits: %w", err))
 	}
-	r := m.Tree(ctx, home)
-	var out []Finding
-	for _, h := range r.Hits {
-		f := hitFinding(File, place, h.Match, fileWhere(h))
-		f.Detail = "the profile made again under the same name holds the deleted one's"
-		out = append(out, f)
-	}
-	for _, sk := range r.Skipped {
-		out = append(out, Finding{Invariant: Harness, Tenant: place, Where: Where{Path: sk.Path}, Detail: "not scanned: " + sk.Reason})
-	}
-	return Dedup(out)
+	return homeFindings(ctx, m, place, home, "the profile made again under the same name holds the deleted one's")
 }
