@@ -112,6 +112,46 @@ type FaultResult struct {
 	Caught   bool   `json:"caught"`
 	Findings int    `json:"findings"`
 	CleanRun bool   `json:"clean_run_clean"` // the same scenario with the fault off found nothing
+	// Missed says why the fault was not caught, and CleanWhy why the clean
+	// run was not clean (its findings, failed controls or phases): a
+	// self-test that fails names what failed.
+	Missed   string `json:"missed,omitempty"`
+	CleanWhy string `json:"clean_why,omitempty"`
+}
+
+// Failures names every fault the self-test missed and every clean run
+// that was not clean, one line each, with why.
+func (d *DetectionPower) Failures() []string {
+	var out []string
+	unclean := map[string]bool{}
+	for _, f := range d.Faults {
+		if !f.Caught {
+			out = append(out, fmt.Sprintf("fault %s MISSED by %s (expected %s): %s", f.Fault, f.Scenario, f.Expected, orUnknown(f.Missed)))
+		}
+		if !f.CleanRun && !unclean[f.Scenario] {
+			unclean[f.Scenario] = true // one clean run serves every fault of a scenario
+			out = append(out, fmt.Sprintf("clean run of %s (faults %s) was NOT CLEAN: %s", f.Scenario, strings.Join(d.faultsOf(f.Scenario), ", "), orUnknown(f.CleanWhy)))
+		}
+	}
+	return out
+}
+
+// faultsOf lists the faults whose scenario is id.
+func (d *DetectionPower) faultsOf(id string) []string {
+	var out []string
+	for _, f := range d.Faults {
+		if f.Scenario == id {
+			out = append(out, f.Fault)
+		}
+	}
+	return out
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "no reason recorded"
+	}
+	return s
 }
 
 // DetectionPower is how many seeded faults the harness build caught.

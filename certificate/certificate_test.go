@@ -436,3 +436,36 @@ func TestDeclaredBehaviours(t *testing.T) {
 	require.NoError(t, sample(passing("a")).WriteMarkdown(&buf))
 	require.NotContains(t, buf.String(), "Declared behaviours")
 }
+
+// A self-test that fails names what failed: the fault missed and why, the
+// clean run that was not clean and why, on the console, in summary.md and
+// in certificate.json.
+func TestSelfTestFailuresNameThemselves(t *testing.T) {
+	t.Parallel()
+	c := sample(passing("pooled-serve"))
+	c.DetectionPower = &DetectionPower{Caught: 1, Seeded: 3, Faults: []FaultResult{
+		{Fault: "model-bleed", Scenario: "pooled-serve", Expected: "launch_bleed", Caught: true, CleanRun: true},
+		{Fault: "shared-shell", Scenario: "shell-reuse", Expected: "env_snapshot", Missed: "no env_snapshot finding (the run found nothing)", CleanRun: false, CleanWhy: "1 text finding(s), first: alpha's key in the log"},
+		{Fault: "global-cwd", Scenario: "shell-reuse", Expected: "env_snapshot", Caught: true, CleanRun: false, CleanWhy: "1 text finding(s), first: alpha's key in the log"},
+	}}
+	c.Verdict = Failed
+	fails := c.DetectionPower.Failures()
+	require.Equal(t, []string{
+		"fault shared-shell MISSED by shell-reuse (expected env_snapshot): no env_snapshot finding (the run found nothing)",
+		"clean run of shell-reuse (faults shared-shell, global-cwd) was NOT CLEAN: 1 text finding(s), first: alpha's key in the log",
+	}, fails)
+
+	var console bytes.Buffer
+	require.NoError(t, c.WriteTable(&console))
+	for _, l := range fails {
+		require.Contains(t, console.String(), "self-test: "+l)
+	}
+	var md bytes.Buffer
+	require.NoError(t, c.WriteMarkdown(&md))
+	require.Contains(t, md.String(), "fault shared-shell MISSED by shell-reuse")
+	require.Contains(t, md.String(), "clean run of shell-reuse (faults shared-shell, global-cwd) was NOT CLEAN")
+	var js bytes.Buffer
+	require.NoError(t, c.WriteJSON(&js))
+	require.Contains(t, js.String(), `"missed": "no env_snapshot finding (the run found nothing)"`)
+	require.Contains(t, js.String(), `"clean_why": "1 text finding(s), first: alpha's key in the log"`)
+}

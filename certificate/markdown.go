@@ -57,6 +57,9 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 	}
 	if dp := c.DetectionPower; dp != nil {
 		fmt.Fprintf(&b, "Detection power of this build: %d of %d seeded faults caught.\n", dp.Caught, dp.Seeded)
+		for _, l := range dp.Failures() {
+			fmt.Fprintf(&b, "- %s\n", code(l))
+		}
 	} else {
 		b.WriteString("Detection power: not measured in this run (`canary-run --self-test`).\n")
 	}
@@ -207,6 +210,13 @@ func (c *Certificate) WriteTable(w io.Writer) error {
 		r := &c.Scenarios[i]
 		for _, l := range Why(r) {
 			if _, err := fmt.Fprintf(w, "why %s: %s\n", r.ID, l); err != nil {
+				return fmt.Errorf("write table: %w", err)
+			}
+		}
+	}
+	if dp := c.DetectionPower; dp != nil {
+		for _, l := range dp.Failures() {
+			if _, err := fmt.Fprintf(w, "self-test: %s\n", l); err != nil {
 				return fmt.Errorf("write table: %w", err)
 			}
 		}

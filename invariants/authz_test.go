@@ -1,6 +1,8 @@
 package invariants
 
 import (
+	"bytes"
+	"compress/gzip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -63,4 +65,38 @@ func TestOperatorSecretsAndSharedPlaces(t *testing.T) {
 	assert.Equal(t, "", leaks[0].Tenant, "nobody owns a shared place")
 	// A clean shared file gives no finding.
 	assert.Empty(t, chk.SharedPlaceLeaks(t.Context(), []string{filepath.Join(set.Home, "stray.txt")}))
+}
+
+// The machine's temp folder: a tenant's secret there is a finding, but an
+// entry the scanner cannot read (another program's decompression bomb) is
+// only listed as not scanned, never a Harness finding: it decides nothing.
+func TestSystemTempLeaksNeverFailOnOthersEntries(t *testing.T) {
+	t.Parallel()
+	set, err := tenants.Build(t.TempDir(), tenants.Options{Names: []string{"default", "alpha"}, NoProviders: true})
+	require.NoError(t, err)
+	alpha := set.Get("alpha")
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "copy.txt")
+	require.NoError(t, os.WriteFile(secret, []byte("k="+alpha.ProviderKey()), 0o600))
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, err = zw.Write(make([]byte, 24<<20))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	bomb := filepath.Join(dir, "other-program", "zeros.gz")
+	require.NoError(t, os.MkdirAll(filepath.Dir(bomb), 0o755))
+	require.NoError(t, os.WriteFile(bomb, gz.Bytes(), 0o600))
+
+	chk, err := NewChecker(set.Tenants)
+	require.NoError(t, err)
+	// The positive control: as a shared place of the sandbox, the bomb is
+	// a harness failure (the scan is incomplete).
+	shared := chk.SharedPlaceLeaks(t.Context(), []string{secret, filepath.Dir(bomb)})
+	require.Len(t, shared, 2, Format(shared))
+	found, notScanned := chk.SystemTempLeaks(t.Context(), []string{secret, filepath.Dir(bomb)})
+	require.Len(t, found, 1, Format(found))
+	assert.Equal(t, SharedPlace, found[0].Invariant)
+	assert.Equal(t, "alpha", found[0].Owner)
+	require.Len(t, notScanned, 1)
+	assert.Contains(t, notScanned[0], "decompression bomb refused")
 }

@@ -51,7 +51,32 @@ func SharedPlaces(s *tenants.Set, skip ...string) []string {
 // tenant's secret there is a finding ("a shared place holds alpha's
 // provider key"). A file that could not be read is a Harness finding.
 func (c *Checker) SharedPlaceLeaks(ctx context.Context, paths []string) []Finding {
+	out, skipped := c.sharedPlaceLeaks(ctx, paths)
+	for _, sk := range skipped {
+		out = append(out, Finding{Invariant: Harness, Where: Where{Path: sk.Path}, Detail: "not scanned: " + sk.Reason})
+	}
+	return Dedup(out)
+}
+
+// SystemTempLeaks is SharedPlaceLeaks for entries of the machine's own
+// temp folder that the run attributes to the target (made since the run
+// began, by its user, not the harness's). Other programs of that user
+// write there too, so an entry the scanner cannot read (too big, a
+// decompression bomb, gone half-way) cannot be pinned on the target: it
+// is listed in notScanned, never a Harness finding. A tenant's secret
+// found there is a finding all the same: canaries are this run's own, so
+// no other program can hold one.
+func (c *Checker) SystemTempLeaks(ctx context.Context, paths []string) (findings []Finding, notScanned []string) {
+	out, skipped := c.sharedPlaceLeaks(ctx, paths)
+	for _, sk := range skipped {
+		notScanned = append(notScanned, sk.Path+": "+sk.Reason)
+	}
+	return Dedup(out), notScanned
+}
+
+func (c *Checker) sharedPlaceLeaks(ctx context.Context, paths []string) ([]Finding, []scan.Skip) {
 	var out []Finding
+	var skipped []scan.Skip
 	for _, p := range paths {
 		var r scan.Report
 		st, err := os.Lstat(p)
@@ -71,9 +96,7 @@ func (c *Checker) SharedPlaceLeaks(ctx context.Context, paths []string) []Findin
 			}
 			out = append(out, hitFinding(SharedPlace, "", h.Match, fileWhere(h)))
 		}
-		for _, sk := range r.Skipped {
-			out = append(out, Finding{Invariant: Harness, Where: Where{Path: sk.Path}, Detail: "not scanned: " + sk.Reason})
-		}
+		skipped = append(skipped, r.Skipped...)
 	}
-	return Dedup(out)
+	return out, skipped
 }

@@ -103,10 +103,18 @@ func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns [
 			control("operator scan sees the managed secret in the managed config", err == nil && len(op.Text("", path, data)) > 0,
 				fmt.Sprintf("not seen in %s (%v)", path, err))
 		}
-		places := append(invariants.SharedPlaces(e.Box.Set, e.Box.Logs), e.Box.NewSystemTemp()...)
+		places := invariants.SharedPlaces(e.Box.Set, e.Box.Logs)
 		control("shared places include the target's cwd and TMPDIR", slices.Contains(places, e.Box.Cwd) && slices.Contains(places, e.Box.Tmp),
 			fmt.Sprintf("listed: %v", places))
 		out = append(out, chk.SharedPlaceLeaks(ctx, places)...)
+		// The machine's temp folder: only entries the run can pin on the
+		// target are listed, and one that cannot be read is not the
+		// harness's failure (NewSystemTemp, SystemTempLeaks).
+		sys, notScanned := chk.SystemTempLeaks(ctx, e.Box.NewSystemTemp())
+		out = append(out, sys...)
+		for _, n := range notScanned {
+			e.skipRow(string(SharedPlace), "a new entry of the system temp folder could not be read, and is not surely the target's: "+n)
+		}
 	} else {
 		e.skip(string(SharedPlace), "the target's files are not reachable from the harness")
 	}

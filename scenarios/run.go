@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -36,6 +37,9 @@ type Config struct {
 	Seed uint64
 
 	down *targetDown // set by runSpecs: the target could not start
+	// stopOn ends a run after the first phase that found this invariant
+	// (a self-test's faulty run: its fault is caught then).
+	stopOn invariants.Invariant
 }
 
 // recordingT passes everything to the scenario's T and keeps the failure
@@ -202,6 +206,16 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 			progress(cfg.Progress, "%-20s skipped in phase %s: %s", spec.ID, ph.Name, why)
 			t.Skipf("%s on %s: %s", spec.ID, cfg.Target.Name, why)
 		}
+		if cfg.stopOn != "" && ok && ph.Name != spec.Phases[len(spec.Phases)-1].Name && found(rep, cfg.stopOn) {
+			// A faulty run whose fault is caught: the rest would only
+			// wait out what the fault broke.
+			rep.Reason = fmt.Sprintf("stopped after phase %s: its %s finding catches the fault", ph.Name, cfg.stopOn)
+			for _, rest := range spec.Phases[len(rep.Phases):] {
+				rep.Phases = append(rep.Phases, PhaseReport{Name: rest.Name, Error: "not run: the run stopped once the fault was caught"})
+			}
+			progress(cfg.Progress, "%-20s %s", spec.ID, rep.Reason)
+			return
+		}
 		if !ok {
 			if why := rt.skipped(); why != "" {
 				// Skipped part-way in a scenario that cannot be skipped (it
@@ -236,6 +250,16 @@ func runPhase(env *Env, ph Phase) bool {
 		completed = true
 	}()
 	return <-done
+}
+
+// found reports whether r has a finding of inv.
+func found(r *Report, inv invariants.Invariant) bool {
+	for _, f := range r.Findings() {
+		if f.Invariant == inv {
+			return true
+		}
+	}
+	return false
 }
 
 func verdict(r *Report, failed bool) Result {
@@ -293,7 +317,7 @@ func runSpecs(ctx context.Context, specs []Spec, cfg Config, label string) ([]Re
 	}
 	reports := make([]Report, len(specs))
 	cfg.down = &targetDown{}
-	runJobs(ctx, cfg.Parallel, len(specs), func(i int) {
+	runJobs(ctx, cfg.Parallel, len(specs), func(i int) bool { return specs[i].measuresTiming() }, func(i int) {
 		spec := specs[i]
 		rep := &Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus}
 		if why := cfg.down.why(); why != "" && spec.unmet(cfg.Target) == "" {
@@ -319,18 +343,47 @@ func runSpecs(ctx context.Context, specs []Spec, cfg Config, label string) ([]Re
 	return reports, ctx.Err()
 }
 
-// runJobs calls job(0..n-1), parallel at a time (at least one), and
-// returns when all have returned.
-func runJobs(ctx context.Context, parallel, n int, job func(i int)) {
+// AutoParallel is how many scenarios a run makes at once when not told:
+// twice the CPUs, at least 2 and at most 8. A scenario is latency-bound
+// (it waits on its target's processes, its providers and the wire far more
+// than it computes), so two per CPU keeps the machine busy without one
+// run's checks starving another's; latency-measuring scenarios run alone
+// anyway (runJobs).
+func AutoParallel() int { return min(8, max(2, 2*runtime.NumCPU())) }
+
+// runJobs calls job(0..n-1), parallel at a time (at least one), in
+// order, and returns when all have returned. A job that alone(i) says
+// measures timing runs with no other job beside it: its verdict must be
+// the target's, not the machine's.
+func runJobs(ctx context.Context, parallel, n int, alone func(i int) bool, job func(i int)) {
 	g, _ := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, parallel))
+	var excl sync.RWMutex
 	for i := 0; i < n; i++ {
 		g.Go(func() error {
+			if alone != nil && alone(i) {
+				excl.Lock()
+				defer excl.Unlock()
+			} else {
+				excl.RLock()
+				defer excl.RUnlock()
+			}
 			job(i)
 			return nil
 		})
 	}
 	_ = g.Wait()
+}
+
+// measuresTiming reports whether s judges latency (availability), so it
+// runs alone.
+func (s Spec) measuresTiming() bool {
+	for _, f := range s.Focus {
+		if f == Availability {
+			return true
+		}
+	}
+	return false
 }
 
 // timeoutOf is spec's timeout in this run: Config.Timeout in place of the

@@ -7,7 +7,9 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/invariants"
@@ -84,7 +86,11 @@ type FaultOutcome struct {
 	Findings int                  `json:"findings"` // every finding of the faulty run
 	Seen     []string             `json:"seen"`     // the invariants the faulty run found, sorted
 	Clean    bool                 `json:"clean"`    // the same scenario with no fault passed
-	Error    string               `json:"error,omitempty"`
+	// CleanWhy says why the clean run was not clean: its findings, failed
+	// controls and phases.
+	CleanWhy string        `json:"clean_why,omitempty"`
+	Error    string        `json:"error,omitempty"` // why the fault was missed
+	Duration time.Duration `json:"duration_ns"`     // the faulty run's
 }
 
 // SelfTestResult is a whole self-test.
@@ -135,75 +141,155 @@ func validateFaults(cat *Catalog, faults []Fault) error {
 	return errors.Join(errs...)
 }
 
+// SelfTestOptions shape a self-test beyond its Config.
+type SelfTestOptions struct {
+	// Clean are clean runs already made of the catalog's scenarios against
+	// the embedded agentd, with the Config the self-test gets (a
+	// certification's own catalog run, when its target is the embedded
+	// agentd with the self-test's tenants). A fault's scenario found here
+	// is not run clean again: its report is the clean run.
+	Clean []Report
+	// Whole, when it says so for a fault, runs that fault's scenario to its
+	// end: by default a faulty run stops after the first phase that found
+	// the fault's expected invariant, since the fault is caught then. A
+	// check that reads the whole faulty run (every row of a scenario) asks
+	// for it.
+	Whole func(Fault) bool
+}
+
+// Faulty runs get their timeout from their scenario's clean run: this
+// many times its duration, at least faultyFloor, never more than the
+// scenario's own timeout. A faulty run that outlives it is stuck (its
+// fault hung the target, not slowed it) or missed its fault.
+const (
+	faultySlack = 5
+	faultyFloor = 30 * time.Second
+)
+
+// faultyTimeout is a faulty run's timeout from its clean run's duration.
+func faultyTimeout(spec Spec, cfg Config, clean time.Duration) time.Duration {
+	own := cfg.timeoutOf(spec)
+	if clean <= 0 {
+		return own
+	}
+	return min(own, max(faultyFloor, faultySlack*clean))
+}
+
 // SelfTest runs, for every fault, its scenario with the fault on, and every
 // scenario the faults use once with none, cfg.Parallel at a time.
 func SelfTest(ctx context.Context, cat *Catalog, cfg Config, faults []Fault) (SelfTestResult, error) {
+	return SelfTestWith(ctx, cat, cfg, faults, SelfTestOptions{})
+}
+
+// SelfTestWith is SelfTest with options: clean runs to reuse, and faults
+// to run whole. Each scenario runs clean once (or is taken from
+// opts.Clean), and its faults start once its clean run is done, since
+// their timeouts come from its duration; scenarios that measure timing run
+// alone.
+func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault, opts SelfTestOptions) (SelfTestResult, error) {
 	if err := validateFaults(cat, faults); err != nil {
 		return SelfTestResult{}, fmt.Errorf("self-test: %w", err)
 	}
 	if cfg.Seed == 0 {
 		cfg.Seed = DrawSeed() // one seed for every clean and faulty run
 	}
-	// One catalog run per fault, plus one clean run of the scenarios used.
-	var used []string
-	usedSet := map[string]bool{}
-	for _, f := range faults {
-		if !usedSet[f.Scenario] {
-			usedSet[f.Scenario] = true
-			used = append(used, f.Scenario)
-		}
+	given := map[string]Report{}
+	for _, r := range opts.Clean {
+		given[r.ID] = r
 	}
+	// One clean run per scenario the faults use (unless given), then one
+	// run per fault.
 	type job struct {
-		fault string
+		fault Fault // zero for a clean run
 		spec  Spec
 	}
 	var jobs []job
-	for _, id := range used {
-		s, _ := cat.Get(id)
+	cleanDone := map[string]chan struct{}{}
+	clean := map[string]*Report{}
+	var used []string
+	for _, f := range faults {
+		if _, ok := clean[f.Scenario]; ok {
+			continue
+		}
+		used = append(used, f.Scenario)
+		done := make(chan struct{})
+		cleanDone[f.Scenario] = done
+		if r, ok := given[f.Scenario]; ok {
+			clean[f.Scenario] = &r
+			close(done)
+			continue
+		}
+		clean[f.Scenario] = &Report{}
+		s, _ := cat.Get(f.Scenario)
 		jobs = append(jobs, job{spec: s})
 	}
 	for _, f := range faults {
 		s, _ := cat.Get(f.Scenario)
-		s.ID = f.Scenario // the report keeps the scenario's ID
-		jobs = append(jobs, job{fault: f.Name, spec: s})
+		jobs = append(jobs, job{fault: f, spec: s})
 	}
-	reports := make([]Report, len(jobs))
-	errs := make([]error, len(jobs))
-	runJobs(ctx, cfg.Parallel, len(jobs), func(i int) {
+	faulty := make([]Report, len(faults))
+	errs := make([]error, len(faults))
+	var cleanErrs []error
+	var mu sync.Mutex
+	nf := 0
+	index := make([]int, len(jobs)) // a faulty job's place in faults
+	for i, j := range jobs {
+		if j.fault.Name != "" {
+			index[i] = nf
+			nf++
+		}
+	}
+	runJobs(ctx, cfg.Parallel, len(jobs), func(i int) bool { return jobs[i].spec.measuresTiming() }, func(i int) {
+		j := jobs[i]
 		c := cfg
-		if jobs[i].fault != "" {
-			c.Target = withEnv(cfg.Target, FaultEnv(jobs[i].fault))
-			if c.Progress != nil {
-				c.Progress = prefixWriter{w: c.Progress, prefix: "[" + jobs[i].fault + "] "}
+		if j.fault.Name == "" {
+			reps, err := runSpecs(ctx, []Spec{j.spec}, c, "")
+			if len(reps) == 1 {
+				*clean[j.spec.ID] = reps[0]
 			}
+			if err != nil {
+				mu.Lock()
+				cleanErrs = append(cleanErrs, err)
+				mu.Unlock()
+			}
+			close(cleanDone[j.spec.ID])
+			return
 		}
-		reps, err := runSpecs(ctx, []Spec{jobs[i].spec}, c, jobs[i].fault)
+		select {
+		case <-cleanDone[j.spec.ID]:
+		case <-ctx.Done():
+			errs[index[i]] = ctx.Err()
+			return
+		}
+		c.Target = withEnv(cfg.Target, FaultEnv(j.fault.Name))
+		if cfg.Timeout == 0 {
+			c.Timeout = faultyTimeout(j.spec, cfg, clean[j.spec.ID].Duration)
+		}
+		if opts.Whole == nil || !opts.Whole(j.fault) {
+			c.stopOn = j.fault.Expect
+		}
+		if c.Progress != nil {
+			c.Progress = prefixWriter{w: c.Progress, prefix: "[" + j.fault.Name + "] "}
+		}
+		reps, err := runSpecs(ctx, []Spec{j.spec}, c, j.fault.Name)
 		if len(reps) == 1 {
-			reports[i] = reps[0]
+			faulty[index[i]] = reps[0]
 		}
-		errs[i] = err
+		errs[index[i]] = err
 	})
 	res := SelfTestResult{Faulty: map[string]Report{}}
-	clean := map[string]Report{}
-	for i, j := range jobs {
-		if j.fault == "" {
-			clean[j.spec.ID] = reports[i]
-			res.Clean = append(res.Clean, reports[i])
-		}
+	for _, id := range used {
+		res.Clean = append(res.Clean, *clean[id])
 	}
-	for i, j := range jobs {
-		if j.fault == "" {
-			continue
-		}
-		var f Fault
-		for _, x := range faults {
-			if x.Name == j.fault {
-				f = x
-			}
-		}
-		rep := reports[i]
+	for k, f := range faults {
+		rep := faulty[k]
 		res.Faulty[f.Name] = rep
-		o := FaultOutcome{Fault: f.Name, Scenario: f.Scenario, Expected: f.Expect, Clean: clean[f.Scenario].Result == Pass}
+		cr := clean[f.Scenario]
+		o := FaultOutcome{Fault: f.Name, Scenario: f.Scenario, Expected: f.Expect, Clean: cr.Result == Pass,
+			Duration: rep.Duration}
+		if !o.Clean {
+			o.CleanWhy = failureOf(*cr)
+		}
 		seen := map[string]bool{}
 		for _, fd := range rep.Findings() {
 			o.Findings++
@@ -216,14 +302,73 @@ func SelfTest(ctx context.Context, cat *Catalog, cfg Config, faults []Fault) (Se
 			o.Seen = append(o.Seen, s)
 		}
 		sort.Strings(o.Seen)
-		if errs[i] != nil {
-			o.Error = errs[i].Error()
-		} else if !o.Caught && rep.Reason != "" {
-			o.Error = rep.Reason
+		switch {
+		case errs[k] != nil:
+			o.Error = errs[k].Error()
+		case !o.Caught:
+			o.Error = failureOf(rep)
+			if o.Error == "" {
+				o.Error = fmt.Sprintf("no %s finding (the run found %s)", f.Expect, seenOrNothing(o.Seen))
+			}
 		}
 		res.Outcomes = append(res.Outcomes, o)
 	}
+	if err := errors.Join(cleanErrs...); err != nil && ctx.Err() == nil {
+		return res, fmt.Errorf("self-test: %w", err)
+	}
 	return res, ctx.Err()
+}
+
+func seenOrNothing(seen []string) string {
+	if len(seen) == 0 {
+		return "nothing"
+	}
+	return strings.Join(seen, ", ")
+}
+
+// failureOf says in one line why a run did not pass: its findings by
+// invariant (the first of each), its failed controls and phases, or its
+// reason; "" for a run that passed.
+func failureOf(r Report) string {
+	if r.Result == Pass || r.Result == "" && len(r.Phases) == 0 {
+		return ""
+	}
+	var parts []string
+	first := map[invariants.Invariant]bool{}
+	counts := map[invariants.Invariant]int{}
+	var order []invariants.Invariant
+	for _, f := range r.Findings() {
+		if !first[f.Invariant] {
+			first[f.Invariant] = true
+			order = append(order, f.Invariant)
+		}
+		counts[f.Invariant]++
+	}
+	for _, inv := range order {
+		for _, f := range r.Findings() {
+			if f.Invariant == inv {
+				parts = append(parts, fmt.Sprintf("%d %s finding(s), first: %s", counts[inv], inv, f))
+				break
+			}
+		}
+	}
+	for _, p := range r.Phases {
+		for _, c := range p.Controls {
+			if !c.Passed {
+				parts = append(parts, fmt.Sprintf("phase %s: control failed for %s: %s %s", p.Name, c.Tenant, c.Name, c.Detail))
+			}
+		}
+		if p.Error != "" && !strings.HasPrefix(p.Error, "not run: ") {
+			parts = append(parts, fmt.Sprintf("phase %s: %s", p.Name, p.Error))
+		}
+	}
+	if r.Reason != "" {
+		parts = append(parts, r.Reason)
+	}
+	if len(parts) == 0 {
+		return string(r.Result)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // withEnv returns a copy of target whose processes also get env.

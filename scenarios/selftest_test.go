@@ -3,11 +3,15 @@ package scenarios
 import (
 	"bytes"
 	"context"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/invariants"
 )
 
 // The detection-power matrix: every seeded fault of agentd is caught by the
@@ -17,7 +21,10 @@ func TestSelfTestCatchesEverySeededFault(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	res, err := SelfTest(ctx, Default(), Config{Target: agentdTarget(), Tenants: 3, WorkDir: t.TempDir(), Parallel: 2}, Faults())
+	// checkChainDetections reads every row of the chain faults' runs, so
+	// those run whole; every other faulty run stops once it is caught.
+	whole := func(f Fault) bool { return f.Scenario == "hostile-chains" }
+	res, err := SelfTestWith(ctx, Default(), Config{Target: agentdTarget(), Tenants: 3, WorkDir: t.TempDir(), Parallel: 3}, Faults(), SelfTestOptions{Whole: whole})
 	require.NoError(t, err)
 	var table bytes.Buffer
 	require.NoError(t, WriteSelfTestTable(&table, res))
@@ -31,6 +38,17 @@ func TestSelfTestCatchesEverySeededFault(t *testing.T) {
 		assert.Equal(t, Pass, r.Result, "%s: %v", r.ID, r.Log)
 	}
 	assert.True(t, res.Passed())
+	// The early stop: global-hooks is caught in plugin-surfaces' turns
+	// phase, and the phases after it (a session end that waits out the
+	// hooks the fault broke) are not run.
+	hooks := res.Faulty["global-hooks"]
+	assert.Contains(t, hooks.Reason, "stopped after phase", "global-hooks' run went on after its fault was caught")
+	assert.Equal(t, "not run: the run stopped once the fault was caught", hooks.Phases[len(hooks.Phases)-1].Error)
+	for _, f := range Faults() {
+		if whole(f) {
+			assert.NotContains(t, res.Faulty[f.Name].Reason, "stopped after phase", "%s was asked whole", f.Name)
+		}
+	}
 	checkChainDetections(t, res.Faulty)
 }
 
@@ -41,4 +59,77 @@ func TestFaultCatalogIsValid(t *testing.T) {
 	assert.ErrorContains(t, err, `fault "x" listed twice`)
 	assert.ErrorContains(t, err, `unknown scenario "nope"`)
 	assert.ErrorContains(t, err, "is not a leak check")
+}
+
+// A job that measures timing runs with no other beside it, while the
+// others do run side by side.
+func TestRunJobsRunsTimingAlone(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	var mu sync.Mutex
+	active, maxBeside, maxAlone := 0, 0, 0
+	alone := func(i int) bool { return i == 3 || i == 6 }
+	runJobs(t.Context(), 4, n, alone, func(i int) {
+		mu.Lock()
+		active++
+		if alone(i) {
+			maxAlone = max(maxAlone, active)
+		} else {
+			maxBeside = max(maxBeside, active)
+		}
+		mu.Unlock()
+		// Hold the slot until another job is running too, or a while has
+		// passed: side-by-side jobs overlap, an alone one never does.
+		deadline := time.Now().Add(200 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			a := active
+			if alone(i) {
+				maxAlone = max(maxAlone, a)
+			}
+			mu.Unlock()
+			if a > 1 && !alone(i) {
+				break
+			}
+			runtime.Gosched()
+		}
+		mu.Lock()
+		active--
+		mu.Unlock()
+	})
+	assert.Equal(t, 1, maxAlone, "a timing job ran beside another")
+	assert.Greater(t, maxBeside, 1, "no two jobs ran at once")
+}
+
+func TestFaultyTimeoutComesFromTheCleanRun(t *testing.T) {
+	t.Parallel()
+	spec := Spec{Timeout: 5 * time.Minute}
+	assert.Equal(t, faultyFloor, faultyTimeout(spec, Config{}, time.Second), "a quick scenario gets the floor")
+	assert.Equal(t, 20*faultySlack*time.Second, faultyTimeout(spec, Config{}, 20*time.Second))
+	assert.Equal(t, 5*time.Minute, faultyTimeout(spec, Config{}, 10*time.Minute), "never more than the scenario's own")
+	assert.Equal(t, 5*time.Minute, faultyTimeout(spec, Config{}, 0), "no clean run: the scenario's own")
+}
+
+// A run that did not pass says why in one line: its findings by invariant,
+// failed controls and phases, and its reason.
+func TestFailureOfNamesWhatFailed(t *testing.T) {
+	t.Parallel()
+	assert.Empty(t, failureOf(Report{Result: Pass}))
+	r := Report{Result: Leak, Reason: "stopped after phase turns", Phases: []PhaseReport{
+		{Name: "turns", Findings: []invariants.Finding{
+			{Invariant: invariants.Request, Detail: "alpha's key in beta's request"},
+			{Invariant: invariants.Request, Detail: "again"},
+			{Invariant: invariants.File, Detail: "beta's marker in alpha's home"},
+		}, Controls: []Control{{Tenant: "alpha", Name: "own key seen", Passed: false, Detail: "no request"}}},
+		{Name: "end", Error: "not run: the run stopped once the fault was caught"},
+		{Name: "other", Error: "the server hung up"},
+	}}
+	why := failureOf(r)
+	assert.Contains(t, why, "2 request finding(s), first: ")
+	assert.Contains(t, why, "alpha's key in beta's request")
+	assert.Contains(t, why, "1 file finding(s)")
+	assert.Contains(t, why, "phase turns: control failed for alpha: own key seen no request")
+	assert.Contains(t, why, "phase other: the server hung up")
+	assert.NotContains(t, why, "not run:")
+	assert.Contains(t, why, "stopped after phase turns")
 }

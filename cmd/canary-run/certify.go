@@ -55,7 +55,7 @@ func certifyFlags() (*flag.FlagSet, *certifyOptions) {
 	fs.StringVar(&o.out, "out", "canary-out", "write the certificate into this `DIR`")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work tree (sandboxes, homes, logs) under DIR/work for a look")
 	fs.DurationVar(&o.timeout, "timeout", 0, "each scenario's timeout, shorter or longer than its own (0: each scenario's own)")
-	fs.IntVar(&o.parallel, "parallel", 1, "scenarios run at once")
+	fs.IntVar(&o.parallel, "parallel", 0, "scenarios run at once (0: twice the CPUs, 2 to 8; a scenario that measures latency always runs alone)")
 	fs.BoolVar(&o.selfTest, "self-test", false, "only prove the harness catches every seeded leak of the embedded agentd (and that the same scenarios are clean); exit 0 when it does")
 	fs.Uint64Var(&o.seed, "seed", 0, "replay a run's tenant orders and interleavings with its seed `N` (printed and in the certificate; 0 draws one)")
 	fs.BoolVar(&o.noSelf, "no-self-test", false, "certify without measuring the harness's detection power (the certificate says it was not measured)")
@@ -87,8 +87,11 @@ func parseCertify(args []string) (certifyOptions, error) {
 	if o.timeout < 0 {
 		errs = append(errs, fmt.Errorf("--timeout %v: want 0 or more", o.timeout))
 	}
-	if o.parallel < 1 {
-		errs = append(errs, fmt.Errorf("--parallel %d: want 1 or more", o.parallel))
+	if o.parallel < 0 {
+		errs = append(errs, fmt.Errorf("--parallel %d: want 0 (automatic) or more", o.parallel))
+	}
+	if o.parallel == 0 {
+		o.parallel = scenarios.AutoParallel()
 	}
 	if o.selfTest && o.noSelf {
 		errs = append(errs, errors.New("--self-test and --no-self-test exclude each other"))
@@ -180,7 +183,7 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	var power *certificate.DetectionPower
 	var selfErr error
 	if !o.noSelf && runErr == nil {
-		power, selfErr = selfTest(ctx, out, o, stdout, stderr)
+		power, selfErr = selfTest(ctx, out, o, reusable(o, reports), stdout, stderr)
 	}
 	ts := certificate.TenantsOf(reports)
 	if len(ts) == 0 {
@@ -294,7 +297,7 @@ const selfTestTenants = 3
 // suite already (scenarios.TestSelfTestCatchesEverySeededFault).
 var seededFaults = scenarios.Faults
 
-func selfTest(ctx context.Context, out string, o certifyOptions, stdout, stderr io.Writer) (*certificate.DetectionPower, error) {
+func selfTest(ctx context.Context, out string, o certifyOptions, clean []scenarios.Report, stdout, stderr io.Writer) (*certificate.DetectionPower, error) {
 	target, _, err := loadTarget("agentd")
 	if err != nil {
 		return nil, err
@@ -306,7 +309,7 @@ func selfTest(ctx context.Context, out string, o certifyOptions, stdout, stderr 
 	res, err := runWork(ctx, out, o, stderr, func(work string) (scenarios.SelfTestResult, error) {
 		cfg := catalogConfig(o, target, filepath.Join(work, "self-test"), stderr)
 		cfg.Run, cfg.Tenants = "", selfTestTenants
-		return scenarios.SelfTest(ctx, scenarios.Default(), cfg, seededFaults())
+		return scenarios.SelfTestWith(ctx, scenarios.Default(), cfg, seededFaults(), scenarios.SelfTestOptions{Clean: clean})
 	})
 	if len(res.Outcomes) == 0 {
 		if err == nil {
@@ -321,13 +324,50 @@ func selfTest(ctx context.Context, out string, o certifyOptions, stdout, stderr 
 	for _, oc := range res.Outcomes {
 		power.Faults = append(power.Faults, certificate.FaultResult{
 			Fault: oc.Fault, Scenario: oc.Scenario, Expected: string(oc.Expected),
-			Caught: oc.Caught, Findings: oc.Findings, CleanRun: oc.Clean,
+			Caught: oc.Caught, Findings: oc.Findings, CleanRun: oc.Clean, Missed: missedWhy(oc), CleanWhy: oc.CleanWhy,
 		})
 	}
 	if err == nil && !res.Passed() {
-		err = fmt.Errorf("self-test: the harness caught %d of %d seeded faults by their expected invariant (or a clean run was not clean): it cannot certify", res.Caught(), len(res.Outcomes))
+		fails := power.Failures()
+		err = fmt.Errorf("self-test: the harness caught %d of %d seeded faults by their expected invariant, and %d clean runs were not clean: it cannot certify: %s",
+			res.Caught(), len(res.Outcomes), uncleanRuns(res), strings.Join(fails, "; "))
 	}
 	return power, err
+}
+
+// reusable is the catalog's reports the self-test may take as its clean
+// runs: those of a run against the embedded agentd with the self-test's
+// tenants, the very runs it would make.
+func reusable(o certifyOptions, reports []scenarios.Report) []scenarios.Report {
+	if o.target != "agentd" || o.tenants != selfTestTenants {
+		return nil
+	}
+	var out []scenarios.Report
+	for _, r := range reports {
+		if r.Result != scenarios.Skipped {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// missedWhy is why a fault was missed, "" when it was caught.
+func missedWhy(o scenarios.FaultOutcome) string {
+	if o.Caught {
+		return ""
+	}
+	return o.Error
+}
+
+// uncleanRuns counts the scenarios whose clean run was not clean.
+func uncleanRuns(r scenarios.SelfTestResult) int {
+	n := 0
+	for _, c := range r.Clean {
+		if c.Result != scenarios.Pass {
+			n++
+		}
+	}
+	return n
 }
 
 func allClean(p *certificate.DetectionPower) bool {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/agentd/server"
+	"github.com/tenantcanary/tenantcanary/scenarios"
 )
 
 func TestUsageErrors(t *testing.T) {
@@ -38,7 +39,7 @@ func TestUsageErrors(t *testing.T) {
 		{"one tenant", []string{"--tenants", "1", "--out", out}, "--tenants 1: want 2 to 100"},
 		{"too many tenants", []string{"--tenants", "1000", "--out", out}, "--tenants 1000: want 2 to 100"},
 		{"tenants not a number", []string{"--tenants", "three", "--out", out}, `invalid value "three" for flag -tenants`},
-		{"no parallelism", []string{"--parallel", "0", "--out", out}, "--parallel 0: want 1 or more"},
+		{"negative parallelism", []string{"--parallel", "-1", "--out", out}, "--parallel -1: want 0 (automatic) or more"},
 		{"negative timeout", []string{"--timeout", "-1s", "--out", out}, "--timeout -1s: want 0 or more"},
 		{"bad duration", []string{"--timeout", "soon", "--out", out}, `invalid value "soon" for flag -timeout`},
 		{"bad regexp", []string{"--run", "(", "--out", out}, `--run "(": error parsing regexp`},
@@ -46,7 +47,7 @@ func TestUsageErrors(t *testing.T) {
 		{"empty target", []string{"--target", "", "--out", out}, "--target is empty"},
 		{"missing target file", []string{"--target", filepath.Join(dir, "missing.yaml"), "--out", out}, "load target: open "},
 		{"bad target file", []string{"--target", badTarget, "--out", out}, "field bogus not found"},
-		{"several errors at once", []string{"--tenants", "0", "--parallel", "0", "--out", out}, "--tenants 0: want 2 to 100\n--parallel 0"},
+		{"several errors at once", []string{"--tenants", "0", "--parallel", "-2", "--out", out}, "--tenants 0: want 2 to 100\n--parallel -2"},
 		{"self-test and not", []string{"--self-test", "--no-self-test", "--out", out}, "--self-test and --no-self-test exclude each other"},
 		{"self-test with run", []string{"--self-test", "--run", "^pooled", "--out", out}, "--run does not apply"},
 		{"scan without canaries", []string{"scan", dir}, "--canaries FILE is required"},
@@ -175,7 +176,7 @@ func TestFlagsReachTheRun(t *testing.T) {
 	require.True(t, o.selfTest)
 	o, err = parseCertify(nil)
 	require.NoError(t, err)
-	require.Equal(t, certifyOptions{target: "agentd", tenants: 3, out: "canary-out", parallel: 1}, o)
+	require.Equal(t, certifyOptions{target: "agentd", tenants: 3, out: "canary-out", parallel: scenarios.AutoParallel()}, o)
 }
 
 func TestVersionAndHelpDefaults(t *testing.T) {
