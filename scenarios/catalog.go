@@ -61,6 +61,9 @@ type Spec struct {
 	// Needs are what the scenario needs of a target beyond its backends;
 	// a target without them skips the scenario, with the reason.
 	Needs []Need
+	// Alone: the whole scenario measures latency, so it runs with no other
+	// scenario beside it (a phase that measures does so in Env.Alone).
+	Alone bool
 }
 
 // Need is something a scenario needs of its target.

@@ -243,34 +243,8 @@ func hostilePlugin() Spec {
 					lat[t.Name] = &invariants.Latencies{Tenant: t.Name, Flooder: hog.Name}
 					pings[t.Name] = e.CreateSession(e.Conns[t.Name], t).SessionID
 				}
-				// Baseline: each neighbour's ping alone.
-				e.pingEach(hog, pings, lat)
-				for _, l := range lat {
-					l.Baseline, l.Loaded = l.Loaded, nil
-				}
-				before := len(hog.Requests())
-				done := make(chan error, 1)
-				go func() {
-					ctx, cancel := e.ctx(3 * time.Minute)
-					defer cancel()
-					_, err := e.Conns[hog.Name].Turn(ctx, e.Sessions[hog.Name].SessionID, attack.Prompt(attack.Of(rows, attack.Flood)[0].Call(attack.Canaries{})))
-					done <- err
-				}()
-				e.Eventually("the hog's call to reach "+hog.Name+"'s plugin", time.Minute, func() (bool, string) {
-					n := len(hog.Requests())
-					return n > before, fmt.Sprintf("%d request(s)", n-before)
-				})
-				e.pingEach(hog, pings, lat)
-				var herr error
-				select {
-				case herr = <-done:
-				case <-e.Ctx.Done():
-					e.T.Fatalf("the hog's turn did not end: %v", e.Ctx.Err())
-				}
-				if herr != nil {
-					e.Logf("the hog's own turn: %v", herr)
-				}
-				e.pingEach(hog, pings, lat)
+				// The pings are timed: no other scenario runs beside them.
+				e.Alone(func() { e.hogWindows(rows, hog, pings, lat) })
 				for _, t := range e.Tenants {
 					if t != hog {
 						e.CheckAvailability(*lat[t.Name])
@@ -298,4 +272,37 @@ func hostilePlugin() Spec {
 			{Name: "server-stop", Run: func(e *Env) { e.stopAndCheck(rows) }},
 		},
 	}
+}
+
+// hogWindows times each neighbour's pings before, during and after hog's
+// plugin hogs its host: the baseline, then the loaded window.
+func (e *Env) hogWindows(rows []attack.Row, hog *tenants.Tenant, pings map[string]string, lat map[string]*invariants.Latencies) {
+	// Baseline: each neighbour's ping alone.
+	e.pingEach(hog, pings, lat)
+	for _, l := range lat {
+		l.Baseline, l.Loaded = l.Loaded, nil
+	}
+	before := len(hog.Requests())
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := e.ctx(3 * time.Minute)
+		defer cancel()
+		_, err := e.Conns[hog.Name].Turn(ctx, e.Sessions[hog.Name].SessionID, attack.Prompt(attack.Of(rows, attack.Flood)[0].Call(attack.Canaries{})))
+		done <- err
+	}()
+	e.Eventually("the hog's call to reach "+hog.Name+"'s plugin", time.Minute, func() (bool, string) {
+		n := len(hog.Requests())
+		return n > before, fmt.Sprintf("%d request(s)", n-before)
+	})
+	e.pingEach(hog, pings, lat)
+	var herr error
+	select {
+	case herr = <-done:
+	case <-e.Ctx.Done():
+		e.T.Fatalf("the hog's turn did not end: %v", e.Ctx.Err())
+	}
+	if herr != nil {
+		e.Logf("the hog's own turn: %v", herr)
+	}
+	e.pingEach(hog, pings, lat)
 }

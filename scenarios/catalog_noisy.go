@@ -381,6 +381,7 @@ func noisyNeighbour() Spec {
 		Focus:     []Invariant{Availability, Requests},
 		Snapshots: perTenant(2 * NeighbourTurns * NoisyRounds),
 		Timeout:   MaxTimeout,
+		Alone:     true,
 		Responder: attack.Responder,
 		Phases: []Phase{
 			{Name: "setup", Run: func(e *Env) {

@@ -45,6 +45,7 @@ type Env struct {
 	gateway  *Gateway
 	pending  []invariants.Finding             // write-scope findings made since the last check
 	down     *targetDown                      // where a start-up failure of the target stops the run
+	excl     *sync.RWMutex                    // the run's scenarios hold it shared; Alone takes it whole
 	texts    []ownedText                      // streams the harness received (gateway replies)
 	deleted  map[string]bool                  // tenants whose profile a phase deleted
 	operator map[string]string                // the operator's secrets the scenario made (serve tokens)

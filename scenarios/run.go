@@ -40,6 +40,10 @@ type Config struct {
 	// stopOn ends a run after the first phase that found this invariant
 	// (a self-test's faulty run: its fault is caught then).
 	stopOn invariants.Invariant
+	// excl is held shared by every running scenario of the run (and of a
+	// self-test's runs), and whole by one that measures latency (Spec.Alone,
+	// Env.Alone).
+	excl *sync.RWMutex
 }
 
 // recordingT passes everything to the scenario's T and keeps the failure
@@ -166,7 +170,7 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 			rt.Errorf("%s: %v", spec.ID, err)
 		}
 	})
-	env := &Env{T: rt, Ctx: ctx, Spec: spec, Box: box, Report: rep, Rand: scenarioRand(cfg.Seed, spec.ID), down: cfg.down}
+	env := &Env{T: rt, Ctx: ctx, Spec: spec, Box: box, Report: rep, Rand: scenarioRand(cfg.Seed, spec.ID), down: cfg.down, excl: cfg.excl}
 	env.Tenants = env.permuted(box.Set.Tenants)
 	seen := map[string]bool{}
 	for _, ph := range spec.Phases {
@@ -317,7 +321,10 @@ func runSpecs(ctx context.Context, specs []Spec, cfg Config, label string) ([]Re
 	}
 	reports := make([]Report, len(specs))
 	cfg.down = &targetDown{}
-	runJobs(ctx, cfg.Parallel, len(specs), func(i int) bool { return specs[i].measuresTiming() }, func(i int) {
+	if cfg.excl == nil {
+		cfg.excl = &sync.RWMutex{}
+	}
+	runJobs(ctx, cfg.Parallel, len(specs), cfg.excl, func(i int) bool { return specs[i].Alone }, func(i int) {
 		spec := specs[i]
 		rep := &Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus}
 		if why := cfg.down.why(); why != "" && spec.unmet(cfg.Target) == "" {
@@ -352,19 +359,20 @@ func runSpecs(ctx context.Context, specs []Spec, cfg Config, label string) ([]Re
 func AutoParallel() int { return min(8, max(2, 2*runtime.NumCPU())) }
 
 // runJobs calls job(0..n-1), parallel at a time (at least one), in
-// order, and returns when all have returned. A job that alone(i) says
-// measures timing runs with no other job beside it: its verdict must be
-// the target's, not the machine's.
-func runJobs(ctx context.Context, parallel, n int, alone func(i int) bool, job func(i int)) {
+// order, and returns when all have returned. With excl, a job holds it
+// shared, or whole when alone(i) says it measures latency: its verdict
+// must be the target's, not the machine's, so no other job runs beside it.
+func runJobs(ctx context.Context, parallel, n int, excl *sync.RWMutex, alone func(i int) bool, job func(i int)) {
 	g, _ := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, parallel))
-	var excl sync.RWMutex
 	for i := 0; i < n; i++ {
 		g.Go(func() error {
-			if alone != nil && alone(i) {
+			switch {
+			case excl == nil:
+			case alone != nil && alone(i):
 				excl.Lock()
 				defer excl.Unlock()
-			} else {
+			default:
 				excl.RLock()
 				defer excl.RUnlock()
 			}
@@ -375,15 +383,23 @@ func runJobs(ctx context.Context, parallel, n int, alone func(i int) bool, job f
 	_ = g.Wait()
 }
 
-// measuresTiming reports whether s judges latency (availability), so it
-// runs alone.
-func (s Spec) measuresTiming() bool {
-	for _, f := range s.Focus {
-		if f == Availability {
-			return true
-		}
+// Alone runs fn with no other scenario of the run beside it: a phase that
+// measures latency (a hog's neighbours) must measure the target, not the
+// other scenarios on the machine. It waits for the scenarios running now
+// to end; none starts until fn returns. A scenario that runs alone
+// already (Spec.Alone), or runs by itself, just runs fn.
+func (e *Env) Alone(fn func()) {
+	if e.excl == nil || e.Spec.Alone {
+		fn()
+		return
 	}
-	return false
+	e.excl.RUnlock() // the share its job holds (runJobs)
+	e.excl.Lock()
+	defer func() {
+		e.excl.Unlock()
+		e.excl.RLock() // given back to the job, which lets it go
+	}()
+	fn()
 }
 
 // timeoutOf is spec's timeout in this run: Config.Timeout in place of the

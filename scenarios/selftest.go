@@ -239,7 +239,10 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 			nf++
 		}
 	}
-	runJobs(ctx, cfg.Parallel, len(jobs), func(i int) bool { return jobs[i].spec.measuresTiming() }, func(i int) {
+	// Every run shares one lock, so a latency-measuring one runs alone
+	// among them all (each run takes it in runSpecs).
+	cfg.excl = &sync.RWMutex{}
+	runJobs(ctx, cfg.Parallel, len(jobs), nil, nil, func(i int) {
 		j := jobs[i]
 		c := cfg
 		if j.fault.Name == "" {

@@ -69,7 +69,7 @@ func TestRunJobsRunsTimingAlone(t *testing.T) {
 	var mu sync.Mutex
 	active, maxBeside, maxAlone := 0, 0, 0
 	alone := func(i int) bool { return i == 3 || i == 6 }
-	runJobs(t.Context(), 4, n, alone, func(i int) {
+	runJobs(t.Context(), 4, n, &sync.RWMutex{}, alone, func(i int) {
 		mu.Lock()
 		active++
 		if alone(i) {
@@ -132,4 +132,38 @@ func TestFailureOfNamesWhatFailed(t *testing.T) {
 	assert.Contains(t, why, "phase other: the server hung up")
 	assert.NotContains(t, why, "not run:")
 	assert.Contains(t, why, "stopped after phase turns")
+}
+
+// Env.Alone waits for the scenarios beside it to end, and holds back new
+// ones until its measurement is done.
+func TestEnvAloneExcludesOtherScenarios(t *testing.T) {
+	t.Parallel()
+	excl := &sync.RWMutex{}
+	excl.RLock() // this scenario's job
+	excl.RLock() // another scenario, running
+	e := &Env{excl: excl}
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	measured := make(chan struct{})
+	go func() {
+		e.Alone(func() { note("measure") })
+		close(measured)
+	}()
+	// Alone is waiting for the other scenario: it ends, then Alone runs.
+	require.Eventually(t, func() bool {
+		if excl.TryRLock() {
+			excl.RUnlock()
+			return false
+		}
+		return true // a writer waits: new shares are held back
+	}, 10*time.Second, time.Millisecond, "Alone did not ask for the run to itself")
+	note("other ends")
+	excl.RUnlock()
+	<-measured
+	require.Equal(t, []string{"other ends", "measure"}, order)
+	// The job got its share back: a writer cannot get in until it ends.
+	require.False(t, excl.TryLock())
+	excl.RUnlock()
+	require.True(t, excl.TryLock())
 }
