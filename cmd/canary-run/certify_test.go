@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -160,4 +161,22 @@ func TestSelfTestCommand(t *testing.T) {
 	for _, f := range c.DetectionPower.Faults {
 		require.True(t, f.Caught && f.CleanRun, "%+v", f)
 	}
+
+	// A certification of the embedded agentd with the self-test's tenants
+	// takes its catalog's runs as the self-test's clean runs: shell-reuse
+	// runs clean once, the scenarios the catalog did not run are run clean
+	// by the self-test, and the stages are timed.
+	out = filepath.Join(t.TempDir(), "cert")
+	stdout, stderr = syncio.Buffer{}, syncio.Buffer{}
+	code = dispatch(t.Context(), []string{"--run", "^shell-reuse$", "--out", out}, strings.NewReader(""), &stdout, &stderr, noEnv)
+	require.Equal(t, 0, code, "stderr:\n%s", &stderr)
+	cleanRuns := func(id string) int {
+		return len(regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d `+id+`\s+pass in `).FindAllString(stderr.String(), -1))
+	}
+	require.Equal(t, 1, cleanRuns("shell-reuse"), "the catalog's run serves as the clean run:\n%s", &stderr)
+	require.Equal(t, 1, cleanRuns("pooled-serve"), "a scenario the catalog did not run is run clean once:\n%s", &stderr)
+	require.Regexp(t, `canary-run: stages: preflight [0-9.]+s, catalog [0-9.]+s, self-test [0-9.]+s`, stderr.String())
+	c = readCertificate(t, out)
+	require.Equal(t, certificate.Certified, c.Verdict)
+	require.Equal(t, c.DetectionPower.Seeded, c.DetectionPower.Caught)
 }
