@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,11 +17,7 @@ import (
 // empty) as its known-findings file beside it.
 func gatewayTarget(t *testing.T, dir, leak, known string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "testgw")
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "../../scenarios/testdata/testgw").CombinedOutput()
-	require.NoError(t, err, "build testgw: %s", out)
+	bin := testgwBin(t)
 	text, err := os.ReadFile("../../scenarios/testdata/testgw/target.yaml")
 	require.NoError(t, err)
 	y := strings.ReplaceAll(string(text), "BIN", bin)

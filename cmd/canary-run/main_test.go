@@ -2,13 +2,39 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/internal/dialecttest"
 	"github.com/tenantcanary/tenantcanary/internal/syncio"
 )
+
+// dialectServer is the dialect test server, built once for the package.
+func dialectServer(t *testing.T) string { return built(t, "dialectserver", dialecttest.Build) }
+
+// testgwBin is the scenarios' test gateway, built once for the package.
+func testgwBin(t *testing.T) string {
+	return built(t, "testgw", func(ctx context.Context, dir string) (string, error) {
+		bin := filepath.Join(dir, "testgw")
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "../../scenarios/testdata/testgw").CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("build testgw: %w: %s", err, out)
+		}
+		return bin, nil
+	})
+}
+
+// binDir holds the test servers this package builds, once each (see
+// built); TestMain removes it.
+var binDir string
 
 // TestMain lets the test binary stand in for canary-run as the embedded
 // target: the harness runs os.Executable() with "agentd" first, as it runs
@@ -17,7 +43,43 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "agentd" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "canary-run-test-bins-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "canary-run tests: temp dir:", err)
+		os.Exit(2)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// builds are the package's test servers, each built on first use and
+// shared by every test after it.
+var builds sync.Map // name -> *builtBin
+
+type builtBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// built returns the binary name, made by build(dir) the first time any
+// test asks for it.
+func built(t *testing.T, name string, build func(ctx context.Context, dir string) (string, error)) string {
+	t.Helper()
+	v, _ := builds.LoadOrStore(name, &builtBin{})
+	b := v.(*builtBin)
+	b.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		dir := filepath.Join(binDir, name)
+		if b.err = os.MkdirAll(dir, 0o755); b.err == nil {
+			b.path, b.err = build(ctx, dir)
+		}
+	})
+	require.NoError(t, b.err, "build %s", name)
+	return b.path
 }
 
 // runCLI runs the command in-process and returns its exit code and output.

@@ -17,8 +17,7 @@ import (
 // diagnosis naming it.
 func TestTargetCheck(t *testing.T) {
 	t.Parallel()
-	bin, err := dialecttest.Build(t.Context(), t.TempDir())
-	require.NoError(t, err)
+	bin := dialectServer(t)
 	file := func(t *testing.T, edits ...string) string {
 		p, err := dialecttest.TargetFile(t.TempDir(), bin, edits...)
 		require.NoError(t, err)
@@ -138,8 +137,7 @@ const dialectCatalog = `^(stdio-separate|pooled-serve|concurrent-turns|settings-
 // the declared behaviour. The same server told to leak gets exit 1.
 func TestCatalogAgainstDialectServer(t *testing.T) {
 	t.Parallel()
-	bin, err := dialecttest.Build(t.Context(), t.TempDir())
-	require.NoError(t, err)
+	bin := dialectServer(t)
 	run := func(t *testing.T, edits ...string) (int, string, string) {
 		t.Helper()
 		file, err := dialecttest.TargetFile(t.TempDir(), bin, edits...)
