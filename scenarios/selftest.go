@@ -67,6 +67,7 @@ func Faults() []Fault {
 		{"workdir-anywhere", "hostile-chains", invariants.Request, "config.set cwd takes another tenant's workdir (or /proc): the sandbox binds it and the shell reads it"},
 		{"tenant-operator-settings", "hostile-chains", invariants.Request, "a profile's own config.yaml sets the plugin host's launcher or terminal.sandbox: none, and reads every home"},
 		{"delete-race", "hostile-chains", invariants.File, "a request racing profiles.delete re-makes the home: the profile made again holds the deleted one's files"},
+		{"tenant-text-as-path", "hostile-chains", invariants.Request, "a custom prompt's @<path> is read by plain path: the victim's .env goes into the attacker's system prompt"},
 	}
 }
 
