@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -144,12 +145,14 @@ func (e *Env) restartRound(rd *restartRound) {
 				e.Logf("after the restart, %s opens no session: %v", t.Name, err)
 			}
 		}
-		for _, r := range runs {
+		// Each row of a round has an attacker of its own: their turns, then
+		// the victims' next turns, run side by side.
+		e.sideBySide(runs, func(r *chainRun) {
 			c := e.Conns[r.a.Name]
 			sid, err := e.tryCreateSession(c, r.a)
 			if err != nil {
 				r.outcome = "refused after the restart: " + err.Error()
-				continue
+				return
 			}
 			r.outcome = "the server took it after the restart"
 			if err := e.tryTurn(c, sid, attack.Fill(r.ch.Say, r.vars)); err != nil {
@@ -159,18 +162,22 @@ func (e *Env) restartRound(rd *restartRound) {
 			if r.ch.HostLimit != nil {
 				e.checkHostLimit(r)
 			}
-		}
+		})
 		// The neighbours' next turns: what the attackers planted in their
 		// homes reaches their providers.
+		var victims []*chainRun
 		seen := map[string]bool{}
 		for _, r := range runs {
 			if sid := e.Sessions[r.v.Name].SessionID; !seen[r.v.Name] && sid != "" {
 				seen[r.v.Name] = true
-				if err := e.tryTurn(e.Conns[r.v.Name], sid, "Run the environment probe for "+r.v.Name+"."); err != nil {
-					e.Logf("the next turn of %s after the restart: %v", r.v.Name, err)
-				}
+				victims = append(victims, r)
 			}
 		}
+		e.sideBySide(victims, func(r *chainRun) {
+			if err := e.tryTurn(e.Conns[r.v.Name], e.Sessions[r.v.Name].SessionID, "Run the environment probe for "+r.v.Name+"."); err != nil {
+				e.Logf("the next turn of %s after the restart: %v", r.v.Name, err)
+			}
+		})
 	}
 	for _, r := range rd.runs {
 		e.restore(r)
@@ -190,6 +197,20 @@ func (e *Env) restartRound(rd *restartRound) {
 		e.Sessions[t.Name] = s
 		e.Turn(e.Conns[t.Name], t, s.SessionID)
 	}
+}
+
+// sideBySide runs do for every run at once and waits for them all (a
+// Fatalf in one ends that one: its deferred Done still runs).
+func (e *Env) sideBySide(runs []*chainRun, do func(r *chainRun)) {
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			do(r)
+		}()
+	}
+	wg.Wait()
 }
 
 // CrashServe kills the harness's server at once, as a crash or an OOM

@@ -97,11 +97,19 @@ func Register(pctx plugin.Context) error {
 
 // link replaces the home file rel with a symlink to target, keeping the
 // file as rel.chain-bak (the scenario puts it back).
-func link(rel, target string) string {
+func link(rel, target string) string { return linkThen(rel, target, "true") }
+
+// linkThen is link, then the command then (in the home).
+func linkThen(rel, target, then string) string {
 	return `cd "$HOME" && mkdir -p "$(dirname '` + rel + `')" && ` +
 		`if [ -e '` + rel + `' ] && [ ! -L '` + rel + `' ] && [ ! -e '` + rel + BackupSuffix + `' ]; then mv -f '` + rel + `' '` + rel + BackupSuffix + `'; fi; ` +
-		`rm -rf '` + rel + `'; ln -sfn '` + target + `' '` + rel + `' && ls -ld '` + rel + `'; echo '` + RowDone + `'`
+		`rm -rf '` + rel + `'; ln -sfn '` + target + `' '` + rel + `' && ls -ld '` + rel + `' && ` + then + `; echo '` + RowDone + `'`
 }
+
+// dueNow makes the job {job_id} of the jobs file due (its next run in the
+// past): the cron ticker runs it at its next tick, with no connection of
+// the tenant's (a chain that links its .env away has revoked its own).
+const dueNow = `sed -i '/"id": "{job_id}"/,/"next_run"/ s|"next_run": "[^"]*"|"next_run": "2000-01-01T00:00:00Z"|' '{jobs}'`
 
 // editing keeps a copy of the home file rel (once), then runs edit in the
 // home.
@@ -168,9 +176,9 @@ func Chains() []Chain {
 	cronLink := func(id, tries, rel, target string, expect invariants.Invariant) Chain {
 		ch := homeLink(id, tries, rel, target, OnCron, expect, "env", "jobs")
 		ch.Steps = []Step{{Tool: editing("{jobs}", "true")},
-			{Op: "cron.create", Params: map[string]any{"name": id, "prompt": "{write}: run the environment probe", "every": "every 2s"},
+			{Op: "cron.create", Params: map[string]any{"name": id, "prompt": "{write}: run the environment probe", "every": "every 1h"},
 				Save: map[string]string{"job_id": "job.id"}},
-			{Tool: link(rel, target)}}
+			{Tool: linkThen(rel, target, dueNow)}}
 		ch.Restore = []string{rel, "{jobs}"}
 		return ch
 	}
