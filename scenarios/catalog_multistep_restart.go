@@ -119,12 +119,20 @@ func (e *Env) restartChains(chains []attack.Chain) {
 func (e *Env) restartRound(rd *restartRound) {
 	e.T.Helper()
 	closeWindow := e.openWindow(rd.runs...)
+	began := time.Now()
+	var lap []string
+	took := func(what string) {
+		lap = append(lap, fmt.Sprintf("%s %v", what, time.Since(began).Round(time.Millisecond)))
+		began = time.Now()
+	}
+	defer func() { e.Logf("restart round: %s", strings.Join(lap, ", ")) }()
 	var runs []*chainRun
 	for _, r := range rd.runs {
 		if e.plant(r) {
 			runs = append(runs, r)
 		}
 	}
+	took("planted in")
 	if len(runs) > 0 {
 		t0 := time.Now()
 		if rd.crash {
@@ -145,6 +153,7 @@ func (e *Env) restartRound(rd *restartRound) {
 				e.Logf("after the restart, %s opens no session: %v", t.Name, err)
 			}
 		}
+		took("restarted, sessions opened in")
 		// Each row of a round has an attacker of its own: their turns, then
 		// the victims' next turns, run side by side.
 		e.sideBySide(runs, func(r *chainRun) {
@@ -178,11 +187,13 @@ func (e *Env) restartRound(rd *restartRound) {
 				e.Logf("the next turn of %s after the restart: %v", r.v.Name, err)
 			}
 		})
+		took("turns and probes in")
 	}
 	for _, r := range rd.runs {
 		e.restore(r)
 	}
 	closeWindow()
+	took("restored in")
 	for _, r := range rd.runs {
 		e.Logf("chain %s by %s against %s: %s", r.ch.ID, r.a.Name, r.v.Name, r.outcome)
 	}
@@ -197,6 +208,7 @@ func (e *Env) restartRound(rd *restartRound) {
 		e.Sessions[t.Name] = s
 		e.Turn(e.Conns[t.Name], t, s.SessionID)
 	}
+	took("refused profiles opened again in")
 }
 
 // sideBySide runs do for every run at once and waits for them all (a
