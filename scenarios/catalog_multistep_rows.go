@@ -208,11 +208,24 @@ func (e *Env) chainRows() {
 				inPhase = append(inPhase, i)
 			}
 		}
+		// Once per phase too, at its first offset: a WAL writes a page again
+		// (further on) whenever a row of it changes, so what leaked once
+		// reappears past the old end of later windows.
+		first := map[string]int{}
 		var fresh []invariants.Finding
 		for _, f := range p.Findings {
-			if k := staleKey(f); f.Invariant.Leak() && !seen[k] {
-				fresh = append(fresh, f)
+			k := staleKey(f)
+			if !f.Invariant.Leak() || seen[k] {
+				continue
 			}
+			if i, ok := first[k]; ok {
+				if g := fresh[i]; f.Where.Offset != nil && g.Where.Offset != nil && *f.Where.Offset < *g.Where.Offset {
+					fresh[i] = f
+				}
+				continue
+			}
+			first[k] = len(fresh)
+			fresh = append(fresh, f)
 		}
 		for _, f := range p.Findings {
 			seen[staleKey(f)] = true

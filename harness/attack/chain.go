@@ -127,9 +127,21 @@ type Chain struct {
 	HostLimit *HostLimit
 	// OtherDefence, when set, says why Fault alone cannot show this row's
 	// leak on agentd: another of its defences still stops the attack. The
-	// row's positive control is then a target without that defence too
-	// (agentd v0.3.0, examples/targets/agentd-v0.3.0).
+	// row's positive control is then a run with AlsoFault on too (the
+	// fault that switches that defence off), or, when no fault of agentd
+	// does, a target without it (agentd v0.3.0,
+	// examples/targets/agentd-v0.3.0) or a test of the effect itself.
 	OtherDefence string
+	AlsoFault    string
+}
+
+// ControlFaults is the AGENTD_FAULTS value of the row's positive control:
+// Fault, and AlsoFault when the row has one.
+func (c Chain) ControlFaults() string {
+	if c.AlsoFault == "" {
+		return c.Fault
+	}
+	return c.Fault + "," + c.AlsoFault
 }
 
 // HostLimit is a plugin host limit a chain sets: Key in plugins.host,
@@ -386,6 +398,9 @@ func ValidateChains(chains []Chain) error {
 		}
 		if strings.Contains(c.OtherDefence, "\n") {
 			bad("other defence: want one line")
+		}
+		if c.AlsoFault != "" && (c.OtherDefence == "" || !rowID.MatchString(c.AlsoFault)) {
+			bad("also fault %q: want a fault's name, and the other defence it switches off", c.AlsoFault)
 		}
 		if l := c.HostLimit; l != nil && (l.Key == "" || l.Limit == "" || l.Value <= 0) {
 			bad("host limit: want a key, the limit's name and a positive value")

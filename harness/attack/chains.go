@@ -195,7 +195,7 @@ func Chains() []Chain {
 			"{env}", "{victim}/{env}", invariants.Request),
 		withOther(cronLink("link-env-to-soul", "replace its .env with a link to the victim's SOUL.md: its cron job's error quotes the victim's prompt",
 			"{env}", "{victim}/{soul}", invariants.File),
-			"a .env parse error names the file and the line's number, never the line's text"),
+			"a .env parse error names the file and the line's number, never the line's text", ""),
 		homeLink("link-soul-to-proc", "replace its SOUL.md with a link to /proc/self/environ: the server's own environment (the operator's token) goes into its system prompt",
 			"{soul}", "/proc/self/environ", OnTurn, invariants.OperatorSecret, "soul"),
 		{ID: "link-jobs", Class: HomeLink, Fault: FaultHomeFollowsLinks, Expect: invariants.RPC, Trigger: OnRPC, Needs: []string{"jobs"},
@@ -225,7 +225,8 @@ func Chains() []Chain {
 		settingCwd("cwd-proc", "set its cwd to /proc: the host's proc bound over the sandbox's, every process's environment readable", "/proc", invariants.Snapshot),
 		settingCwd("cwd-sys", "set its cwd to /sys: the host's sysfs bound read-write in its sandbox", "/sys", invariants.Snapshot),
 		withOther(settingCwd("cwd-dev", "set its cwd to /dev: the host's devices bound in its sandbox", "/dev", invariants.Snapshot),
-			"the sandbox's own user namespace mounts the host's /dev nodev: no device opens there, not even /dev/null, so no command of the shell runs"),
+			"the sandbox's own user namespace mounts the host's /dev nodev: no device opens there, not even /dev/null, so no command of the shell runs",
+			"no-tool-sandbox"),
 		settingCwd("cwd-dev-shm", "set its cwd to /dev/shm and leave its canary there", "/dev/shm", invariants.WriteScope),
 		settingCwd("cwd-tmp", "set its cwd to the host's /tmp and leave its canary there", "/tmp", invariants.WriteScope),
 		settingCwd("cwd-var-tmp", "set its cwd to the host's /var/tmp and leave its canary there", "/var/tmp", invariants.WriteScope),
@@ -372,7 +373,8 @@ func Chains() []Chain {
 		VictimPlugin: true,
 		Say:          "Run the environment probe. {write}",
 		Restore:      []string{"{plugins}", "{config}"},
-		OtherDefence: "the plugin host runs in the attacker's own sandbox, where the link's target is not: the server finds the victim's plugin, its host cannot load it"})
+		OtherDefence: "the plugin host runs in the attacker's own sandbox, where the link's target is not: the server finds the victim's plugin, its host cannot load it",
+		AlsoFault:    "plugin-in-process"})
 	race := []Chain{
 		{ID: "race-delete-recreate", Class: Race, Fault: FaultDeleteRace, Expect: invariants.File, Trigger: OnOperator,
 			Tries:   "loop session.create, model.save_key (a re-key) and config.set on its own connection while the operator deletes and re-creates its profile",
@@ -388,8 +390,8 @@ func Chains() []Chain {
 	return append(out, race...)
 }
 
-// withOther is ch with its OtherDefence set.
-func withOther(ch Chain, why string) Chain {
-	ch.OtherDefence = why
+// withOther is ch with its OtherDefence (and AlsoFault) set.
+func withOther(ch Chain, why, also string) Chain {
+	ch.OtherDefence, ch.AlsoFault = why, also
 	return ch
 }
