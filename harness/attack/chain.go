@@ -130,9 +130,12 @@ type Chain struct {
 	// row's positive control is then a run with AlsoFault on too (the
 	// fault that switches that defence off), or, when no fault of agentd
 	// does, a target without it (agentd v0.3.0,
-	// examples/targets/agentd-v0.3.0) or a test of the effect itself.
+	// examples/targets/agentd-v0.3.0, must find the row), or, when no
+	// target can be made to land it, ControlTest: the test that the
+	// row's effect, landed, is found.
 	OtherDefence string
 	AlsoFault    string
+	ControlTest  string
 }
 
 // ControlFaults is the AGENTD_FAULTS value of the row's positive control:
@@ -401,6 +404,9 @@ func ValidateChains(chains []Chain) error {
 		}
 		if c.AlsoFault != "" && (c.OtherDefence == "" || !rowID.MatchString(c.AlsoFault)) {
 			bad("also fault %q: want a fault's name, and the other defence it switches off", c.AlsoFault)
+		}
+		if c.ControlTest != "" && (c.OtherDefence == "" || c.AlsoFault != "") {
+			bad("control test: only for a row another defence stops, with no fault to switch it off")
 		}
 		if l := c.HostLimit; l != nil && (l.Key == "" || l.Limit == "" || l.Value <= 0) {
 			bad("host limit: want a key, the limit's name and a positive value")

@@ -361,7 +361,8 @@ func Chains() []Chain {
 			Steps:        []Step{{Tool: link("{state_wal}", "{victim}/{state_wal}")}},
 			Say:          "Run the environment probe. {write}",
 			Restore:      []string{"{state_wal}"},
-			OtherDefence: "SQLite itself opens no WAL that is a symlink (SQLITE_CANTOPEN): the attacker's own database does not open, nothing reaches the victim's WAL"},
+			OtherDefence: "SQLite itself opens no WAL that is a symlink (SQLITE_CANTOPEN): the attacker's own database does not open, nothing reaches the victim's WAL",
+			ControlTest:  "invariants.TestWALSharedWithAnotherDatabaseIsFound"},
 	}
 	// A plugins folder linked in: the server finds the victim's plugins as
 	// the attacker's.
