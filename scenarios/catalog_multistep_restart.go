@@ -146,13 +146,18 @@ func (e *Env) restartRound(rd *restartRound) {
 		// A planted file may keep a profile from opening (a defended server
 		// refuses a home file that links out): its main session is then none.
 		e.Sessions = map[string]harness.SessionInfo{}
-		for _, t := range e.Tenants {
-			if sid, err := e.tryCreateSession(e.Conns[t.Name], t); err == nil {
-				e.Sessions[t.Name] = harness.SessionInfo{SessionID: sid}
-			} else {
+		var mu sync.Mutex
+		e.allAtOnce(func(t *tenants.Tenant) error {
+			sid, err := e.tryCreateSession(e.Conns[t.Name], t)
+			if err != nil {
 				e.Logf("after the restart, %s opens no session: %v", t.Name, err)
+				return err
 			}
-		}
+			mu.Lock()
+			e.Sessions[t.Name] = harness.SessionInfo{SessionID: sid}
+			mu.Unlock()
+			return nil
+		})
 		took("restarted, sessions opened in")
 		// Each row of a round has an attacker of its own: their turns, then
 		// the victims' next turns, run side by side.
@@ -199,14 +204,11 @@ func (e *Env) restartRound(rd *restartRound) {
 	}
 	// With the planted files gone, a profile the server refused opens
 	// again: its connection shows its own session (the connection's
-	// positive control), and the phases after this one have its session.
+	// positive control), and the rounds and phases after this one have it.
 	for _, t := range e.Tenants {
-		if e.Sessions[t.Name].SessionID != "" {
-			continue
+		if e.Sessions[t.Name].SessionID == "" {
+			e.Sessions[t.Name] = e.CreateSession(e.Conns[t.Name], t)
 		}
-		s := e.CreateSession(e.Conns[t.Name], t)
-		e.Sessions[t.Name] = s
-		e.Turn(e.Conns[t.Name], t, s.SessionID)
 	}
 	took("refused profiles opened again in")
 }
