@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,6 +60,7 @@ type Proc struct {
 	drained chan struct{} // closed once stdout and stderr are both read to EOF
 	done    chan struct{}
 	stopped sync.Once
+	killed  atomic.Bool // Kill ended it
 }
 
 const tailLines = 40
@@ -267,12 +269,17 @@ func (p *Proc) Stop(grace time.Duration) error {
 	if killed {
 		return fmt.Errorf("%s: still running %v after SIGTERM; killed\nlast output:\n%s", p.spec.Name, grace, p.Tail())
 	}
+	if p.killed.Load() {
+		return nil // Kill ended it
+	}
 	return p.ExitErr()
 }
 
-// Kill kills the child's process group at once and waits for it.
+// Kill kills the child's process group at once and waits for it. A
+// child killed so ended on purpose: a later Stop judges no exit of it.
 func (p *Proc) Kill() {
 	p.stopped.Do(func() {
+		p.killed.Store(true)
 		if p.stdin != nil {
 			p.stdin.Close()
 		}

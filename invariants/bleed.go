@@ -23,7 +23,7 @@ func LaunchBleedOf(ts []*tenants.Tenant, profile, model, where string) []Finding
 	if p == nil {
 		return harnessFinding(profile, fmt.Errorf("launch bleed: %q is not a tenant of this run", profile))
 	}
-	if model == p.Model() {
+	if p.Declares(model) {
 		return nil
 	}
 	f := Finding{Invariant: LaunchBleed, Tenant: profile, Where: Where{Label: where},

@@ -25,6 +25,8 @@ func Patterns(cs []tenants.Canary) []scan.Pattern {
 type matcher struct {
 	m  *scan.Matcher
 	ts []*tenants.Tenant
+	// shared: place -> canary values of others it shares (Tenant.Share)
+	shared map[string]map[string]bool
 }
 
 // Checker holds one matcher compiled from every canary of a set of tenants
@@ -64,7 +66,16 @@ func compile(ts []*tenants.Tenant) (matcher, error) {
 	if err != nil {
 		return matcher{}, fmt.Errorf("compile the canaries of %d tenants: %w", len(ts), err)
 	}
-	return matcher{m: m, ts: ts}, nil
+	shared := map[string]map[string]bool{}
+	for _, t := range ts {
+		for _, c := range t.Shared() {
+			if shared[t.Name] == nil {
+				shared[t.Name] = map[string]bool{}
+			}
+			shared[t.Name][c.Value] = true
+		}
+	}
+	return matcher{m: m, ts: ts, shared: shared}, nil
 }
 
 // harnessFinding reports a check that could not run.
@@ -72,10 +83,11 @@ func harnessFinding(place string, err error) []Finding {
 	return []Finding{{Invariant: Harness, Tenant: place, Detail: err.Error()}}
 }
 
-// foreign reports whether a hit in place counts: another owner's canary,
-// and with secretsOnly only a credential.
-func foreign(place string, p scan.Pattern, secretsOnly bool) bool {
-	if p.Owner == place {
+// foreign reports whether a hit in place counts: another owner's canary
+// that place does not share (Tenant.Share), and with secretsOnly only a
+// credential.
+func (m matcher) foreign(place string, p scan.Pattern, secretsOnly bool) bool {
+	if p.Owner == place || m.shared[place][p.Value] {
 		return false
 	}
 	return !secretsOnly || tenants.Kind(p.Kind).Secret()
@@ -86,7 +98,7 @@ func foreign(place string, p scan.Pattern, secretsOnly bool) bool {
 func (m matcher) find(inv Invariant, place string, b []byte, where Where, withOffset, secretsOnly bool) []Finding {
 	var out []Finding
 	m.m.Find(b, func(x scan.Match) {
-		if !foreign(place, x.Pattern, secretsOnly) {
+		if !m.foreign(place, x.Pattern, secretsOnly) {
 			return
 		}
 		w := where
@@ -135,7 +147,7 @@ func (m matcher) findJSON(inv Invariant, place string, raw []byte, where Where, 
 	walkStrings(doc, "$", func(path, s string) {
 		m.m.Find([]byte(s), func(x scan.Match) {
 			k := x.Pattern.Owner + "/" + x.Pattern.Kind + "/" + string(x.Encoding)
-			if !foreign(place, x.Pattern, secretsOnly) || seen[k] {
+			if !m.foreign(place, x.Pattern, secretsOnly) || seen[k] {
 				return
 			}
 			seen[k] = true

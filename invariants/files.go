@@ -35,7 +35,7 @@ func (c *Checker) FileLeaks(ctx context.Context, s *tenants.Set) []Finding {
 		r := m.m.Tree(ctx, root)
 		for _, h := range r.Hits {
 			place, tenant := placeOf(s, h.Path)
-			if !foreign(place, h.Pattern, !tenant) {
+			if !m.foreign(place, h.Pattern, !tenant) {
 				continue
 			}
 			out = append(out, hitFinding(File, place, h.Match, fileWhere(h)))

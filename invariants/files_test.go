@@ -228,3 +228,44 @@ func TestFileLeaksInArchivesAndEncodings(t *testing.T) {
 	require.Contains(t, bomb[0].Detail, "not scanned: in gzip: ")
 	require.Contains(t, bomb[0].Detail, "decompression bomb refused")
 }
+
+// The persist-state-wal chain's attack, landed: an attacker's database
+// whose WAL is the victim's own WAL file (a store that opened a linked
+// WAL; SQLite itself opens no symlinked WAL, so a hard link stands in)
+// writes the attacker's turns into the victim's WAL, and the file scan
+// finds them there, in the victim's home. agentd cannot be made to do it
+// (SQLite's refusal stands with every agentd defence off): this is the
+// row's positive control.
+func TestWALSharedWithAnotherDatabaseIsFound(t *testing.T) {
+	t.Parallel()
+	s, err := tenants.Build(t.TempDir(), tenants.Options{Names: []string{"default", "alpha", "beta"}})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	alpha, beta := s.Get("alpha"), s.Get("beta")
+	for _, tn := range []*tenants.Tenant{alpha, beta} {
+		require.NoError(t, os.MkdirAll(tn.Home, 0o755))
+	}
+	open := func(home string) *sql.DB {
+		db, err := sql.Open("sqlite", "file:"+filepath.Join(home, "state.db")+"?_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)")
+		require.NoError(t, err)
+		db.SetMaxOpenConns(1)
+		return db
+	}
+	// The attacker's database exists (closed: its WAL is gone), then its
+	// WAL is the victim's, whose connection is still open.
+	own := open(alpha.Home)
+	_, err = own.Exec(`CREATE TABLE turns (content TEXT)`)
+	require.NoError(t, err)
+	require.NoError(t, own.Close())
+	stateDB(t, beta.Home, true, "beta's own turn")
+	require.NoError(t, os.Link(filepath.Join(beta.Home, "state.db-wal"), filepath.Join(alpha.Home, "state.db-wal")))
+	db := open(alpha.Home)
+	t.Cleanup(func() { db.Close() })
+	_, err = db.Exec(`INSERT INTO turns (content) VALUES (?)`, "Run the environment probe. "+alpha.Value(tenants.Soul))
+	require.NoError(t, err)
+	var got []string
+	for _, f := range FileLeaks(context.Background(), s) {
+		got = append(got, f.Tenant+" "+f.Owner+" "+filepath.Base(f.Where.Path))
+	}
+	require.Contains(t, got, "beta alpha state.db-wal", "the attacker's turn, written into the victim's WAL")
+}

@@ -63,7 +63,7 @@ func (m matcher) requestLeaks(ts []*tenants.Tenant, t *tenants.Tenant, recs []fa
 			}
 			out = append(out, f)
 		}
-		if r.Kind == fakellm.KindMain && r.Model() != t.Model() {
+		if r.Kind == fakellm.KindMain && !t.Declares(r.Model()) {
 			f := Finding{Invariant: Request, Tenant: t.Name, Where: where,
 				Detail: fmt.Sprintf("main request names model %q, want %q", r.Model(), t.Model())}
 			f.Where.Part = "model"

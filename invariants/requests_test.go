@@ -121,3 +121,29 @@ func TestKeylessMetadataProbeIsNoKeyViolation(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"header x-probe:beta", "auth:beta", "header authorization:beta", "auth:"}, parts)
 }
+
+// A model name two tenants both declared (Tenant.Share) is no leak in
+// either's requests nor in a session's report; in a third tenant's request
+// it is still its owner's canary, and the sharer's own key, marker and
+// model, when another tenant's request carries them, still are too.
+func TestSharedModelIsNoForeignCanary(t *testing.T) {
+	t.Parallel()
+	s := newSet(t)
+	def, alpha, beta := s.Get("default"), s.Get("alpha"), s.Get("beta")
+	shared := tenants.Canary{Owner: "alpha", Kind: tenants.Model, Value: alpha.Model()}
+	require.NoError(t, beta.Share(shared))
+	require.Error(t, beta.Share(tenants.Canary{Owner: "alpha", Kind: tenants.ProviderKey, Value: alpha.ProviderKey()}), "only a model name is shared")
+	require.Error(t, alpha.Share(shared), "not one's own")
+	post(t, beta, beta.ProviderKey(), chat(alpha.Model(), user("hello")))
+	require.Empty(t, RequestLeaks(s.Tenants), "beta's request names the model it shares")
+	require.Empty(t, LaunchBleedOf(s.Tenants, "beta", alpha.Model(), "session.create info.model"))
+
+	post(t, beta, beta.ProviderKey(), chat(alpha.Model(), user("and "+alpha.Value(tenants.EnvMarker))))
+	post(t, def, def.ProviderKey(), chat(def.Model(), user("seen "+alpha.Model())))
+	var got []string
+	for _, f := range RequestLeaks(s.Tenants) {
+		got = append(got, f.Tenant+" "+f.Owner+" "+string(f.Kind))
+	}
+	require.Contains(t, got, "beta alpha env_marker", "the sharer's marker is still foreign")
+	require.Contains(t, got, "default alpha model", "to a tenant that does not share it, the model is alpha's")
+}

@@ -200,7 +200,7 @@ func (m matcher) snapshotLeaks(t *tenants.Tenant, recs []fakellm.Record) []Findi
 		seen := map[string]bool{}
 		m.m.Find([]byte(s.Text), func(x scan.Match) {
 			k := x.Pattern.Owner + "/" + x.Pattern.Kind + "/" + string(x.Encoding)
-			if !foreign(t.Name, x.Pattern, false) || seen[k] {
+			if !m.foreign(t.Name, x.Pattern, false) || seen[k] {
 				return
 			}
 			seen[k] = true

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/fakellm"
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/attack"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -179,16 +182,176 @@ func (e *Env) collideChats() {
 	}
 }
 
+// collideModel has two tenants share one model name, where the target
+// lets a profile name any model: the second takes the first's (both
+// declare it: tenants.Tenant.Share, so it is no leak in either's
+// requests), and every tenant then sends collidePrompt at once in new
+// sessions. A cache keyed by model and prompt but not by tenant answers one
+// of the two with the other's reply, whose reply canary is foreign to it;
+// a request of either carrying the other's key or marker is still a leak.
+// The control: the second tenant's provider was asked for the shared
+// model, so the phase tested what it says.
+func (e *Env) collideModel() {
+	e.T.Helper()
+	if why := e.Box.Target.Dialect.Unsupported("config.set"); why != "" {
+		e.skipRow(string(Requests), "a shared model name not tried: config.set is unsupported by the target: "+why)
+		return
+	}
+	a, b := e.Tenants[0], e.Tenants[1]
+	shared := tenants.Canary{Owner: a.Name, Kind: tenants.Model, Value: a.Model()}
+	if err := b.Share(shared); err != nil {
+		e.T.Fatalf("%v", err)
+	}
+	setModel := func(t *tenants.Tenant, model string) error {
+		ctx, cancel := e.ctx(time.Minute)
+		defer cancel()
+		return e.Conns[t.Name].Call(ctx, "config.set", map[string]any{"key": "model", "value": model, "session_id": e.Sessions[t.Name].SessionID}, nil)
+	}
+	if err := setModel(b, shared.Value); err != nil {
+		if isRefusal(err) {
+			e.skipRow(string(Requests), fmt.Sprintf("a shared model name not tried: the target refused %s's model %q for %s: %v", a.Name, shared.Value, b.Name, err))
+			return
+		}
+		e.T.Fatalf("config.set model of %s: %v", b.Name, err)
+	}
+	before := len(b.Requests())
+	sids := map[string]string{}
+	for _, t := range e.Tenants {
+		sids[t.Name] = e.CreateSession(e.Conns[t.Name], t).SessionID
+	}
+	e.collideTurns(sids, "colliding prompts with a shared model")
+	asked := false
+	for _, r := range b.Requests()[before:] {
+		asked = asked || r.Kind == fakellm.KindMain && r.Model() == shared.Value
+	}
+	if !asked {
+		e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: b.Name, Where: invariants.Where{Label: "shared model"},
+			Detail: fmt.Sprintf("%s's provider was never asked for the model %q it shares with %s: the shared-model phase tested nothing", b.Name, shared.Value, a.Name)})
+	}
+	if err := setModel(b, b.Model()); err != nil {
+		e.T.Fatalf("config.set model of %s back: %v", b.Name, err)
+	}
+}
+
+// collideStatePlugin is the plugin of the colliding plugin state keys: one
+// tool that keeps a value under a key in the session's plugin state (when
+// given one) and answers what the key holds.
+const (
+	collideStatePlugin = "collidestate"
+	collideStateTool   = "collide_state"
+	collideStateKey    = "collide-key"
+	collideStateSource = `package collidestate
+
+import (
+	"context"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+func Register(pctx plugin.Context) error {
+	return pctx.RegisterTool(plugin.Tool{Name: "` + collideStateTool + `", Toolset: "canary",
+		Description: "keeps a value under a key in the session's state and reads it back",
+		Schema:      map[string]any{"type": "object", "properties": map[string]any{}},
+		ContextHandler: func(c context.Context, args map[string]any) (string, error) {
+			key, _ := args["key"].(string)
+			if v, ok := args["value"].(string); ok {
+				if err := pctx.State().Set(c, key, v); err != nil {
+					return "", err
+				}
+			}
+			got, err := pctx.State().Get(c, key)
+			if err != nil {
+				return "", err
+			}
+			return "STATE " + key + "=" + got + "\n` + attack.RowDone + `", nil
+		}})
+}
+`
+)
+
+// collideStateWhy says why the plugin state keys cannot collide on this
+// target ("" when they can): the harness installs the plugin in the homes.
+func (e *Env) collideStateWhy() string {
+	if !e.Box.Target.Files || e.Box.Target.Remote() {
+		return "the target's homes are not the harness's to install a plugin in"
+	}
+	return e.Box.Target.Dialect.Unsupported("plugins.install")
+}
+
+// installCollideState puts the state plugin in every tenant's home, before
+// the server starts.
+func (e *Env) installCollideState() {
+	e.T.Helper()
+	if e.collideStateWhy() != "" {
+		return
+	}
+	for _, t := range e.Tenants {
+		err := e.Box.WriteHome(t, tenants.HomeExtras{Files: map[string]string{
+			"plugins/" + collideStatePlugin + "/plugin.yaml": "name: " + collideStatePlugin + "\nversion: \"1.0\"\nkind: general\n",
+			"plugins/" + collideStatePlugin + "/plugin.go":   collideStateSource,
+		}})
+		if err != nil {
+			e.T.Fatalf("install the state plugin for %s: %v", t.Name, err)
+		}
+	}
+}
+
+// collideState has every tenant store a value of its own under one plugin
+// state key at the same moment, then read the key back at the same
+// moment: a plugin state keyed without the tenant (or the session) gives
+// one tenant another's value, a foreign canary in its tool result. The
+// control: each tenant reads back the value it stored.
+func (e *Env) collideState() {
+	e.T.Helper()
+	if why := e.collideStateWhy(); why != "" {
+		e.skipRow(string(Requests), "colliding plugin state keys not tried: "+why)
+		return
+	}
+	values := map[string]string{}
+	for _, t := range e.Tenants {
+		values[t.Name] = e.mint(t, "state_value").Value
+	}
+	call := func(t *tenants.Tenant, id string, args map[string]any) string {
+		row := attack.Row{ID: id, Class: attack.Write, Tries: "keep a value under the state key every tenant uses", Refusal: "nothing to refuse: its own state",
+			Call: func(attack.Canaries) attack.Call { return attack.Call{Tool: collideStateTool, Args: args} }}
+		return e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, row, attack.Canaries{})
+	}
+	got := map[string]string{}
+	var mu sync.Mutex
+	for _, step := range []string{"set", "get"} {
+		e.allAtOnce(func(t *tenants.Tenant) error {
+			args := map[string]any{"key": collideStateKey}
+			if step == "set" {
+				args["value"] = values[t.Name]
+			}
+			res := call(t, "collide-state-"+step, args)
+			mu.Lock()
+			got[t.Name] = res
+			mu.Unlock()
+			return nil
+		})
+	}
+	for _, t := range e.Tenants {
+		want := "STATE " + collideStateKey + "=" + values[t.Name]
+		if !strings.Contains(got[t.Name], want) {
+			e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: "plugin state " + collideStateKey},
+				Detail: fmt.Sprintf("%s did not read back the value it stored under %q (%s): got %s", t.Name, collideStateKey, values[t.Name], truncateText(got[t.Name], 200))})
+		}
+	}
+}
+
 func collidingInputs() Spec {
 	return Spec{
 		ID:        "colliding-inputs",
 		Purpose:   "every tenant sends byte-identical prompts, sessions, cron jobs and gateway chats at the same time: no cache keyed without the tenant serves one tenant's answer to another",
 		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Requests, Text, Files, PositiveControl},
-		Snapshots: perTenant(4),
+		Snapshots: perTenant(5),
 		Timeout:   4 * time.Minute,
+		Responder: attack.Responder,
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) {
+				e.installCollideState()
 				e.ServePerTenant()
 				e.OpenSessions()
 			}},
@@ -236,6 +399,8 @@ func collidingInputs() Spec {
 				}
 				e.collideTurns(sids, "colliding prompts in new sessions")
 			}},
+			{Name: "same-model", Run: func(e *Env) { e.collideModel() }},
+			{Name: "same-state-keys", Run: func(e *Env) { e.collideState() }},
 			{Name: "same-cron", Run: func(e *Env) { e.collideCron() }},
 			{Name: "same-chats", Run: func(e *Env) { e.collideChats() }},
 		},

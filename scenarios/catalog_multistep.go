@@ -21,6 +21,10 @@ import (
 type chainState struct {
 	plugins string            // why the target cannot load the chains' plugin, "" when it can
 	aliases map[string]string // tenant -> a link to its workdir whose path names no canary
+	runs    []*chainRun       // every chain run, in order
+	phase   string            // the phase running now
+	skipped []ChainRow        // the rows the target could not run, and why
+	outside map[string]time.Time
 }
 
 // chainRun is one chain as one attacker runs it against one victim.
@@ -32,14 +36,18 @@ type chainRun struct {
 	job     string    // the job id a cron step made or triggered
 	since   time.Time // when the last step was taken
 	outcome string    // how it ended, for the log
+	window  *chainWindow
+	took    time.Duration
+	phase   string // the phase that ran it
 }
 
 func hostileChains() Spec {
 	chains := attack.Chains()
-	of := func(c attack.ChainClass, restart bool) []attack.Chain {
+	restarts := func(ch attack.Chain) bool { return ch.Trigger == attack.OnRestart || ch.Trigger == attack.OnCrash }
+	of := func(c attack.ChainClass) []attack.Chain {
 		var out []attack.Chain
 		for _, ch := range attack.ChainsOf(chains, c) {
-			if (ch.Trigger == attack.OnRestart) == restart {
+			if !restarts(ch) {
 				out = append(out, ch)
 			}
 		}
@@ -47,7 +55,7 @@ func hostileChains() Spec {
 	}
 	var restartGroup []attack.Chain
 	for _, ch := range chains {
-		if ch.Trigger == attack.OnRestart {
+		if restarts(ch) {
 			restartGroup = append(restartGroup, ch)
 		}
 	}
@@ -63,7 +71,7 @@ func hostileChains() Spec {
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) {
 				e.startHostile(nil)
-				e.chains = &chainState{plugins: e.Box.Target.Dialect.Unsupported("plugins.install")}
+				e.chains = &chainState{plugins: e.Box.Target.Dialect.Unsupported("plugins.install"), outside: map[string]time.Time{}}
 				e.plantWorkdirs()
 				// Every victim has a job, so a chain that reaches another's jobs
 				// shows its cron prompt.
@@ -72,18 +80,28 @@ func hostileChains() Spec {
 				}
 				e.outsideControl()
 			}},
-			{Name: "home-links", Run: func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.HomeLink, false)) }) }},
-			{Name: "settings", Run: func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.Setting, false)) }) }},
-			{Name: "tenant-paths", Run: func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.TenantPath, false)) }) }},
-			{Name: "operator-settings", Run: func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.OperatorSetting, false)) }) }},
-			{Name: "restart", Run: func(e *Env) { e.watchOutside(func() { e.restartChains(restartGroup) }) }},
-			{Name: "races", Run: func(e *Env) {
+			chainPhase("home-links", func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.HomeLink)) }) }),
+			chainPhase("settings", func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.Setting)) }) }),
+			chainPhase("tenant-paths", func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.TenantPath)) }) }),
+			chainPhase("operator-settings", func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.OperatorSetting)) }) }),
+			chainPhase("restart", func(e *Env) { e.watchOutside(func() { e.restartChains(restartGroup) }) }),
+			chainPhase("races", func(e *Env) {
 				for _, ch := range attack.ChainsOf(chains, attack.Race) {
 					e.raceChain(ch)
 				}
-			}},
+			}),
+			{Name: "chain-rows", Run: func(e *Env) { e.chainRows() }},
 		},
 	}
+}
+
+// chainPhase is a phase of hostile-chains: the chain runs it makes are its
+// (chainRows gives a row only the findings of its own phase).
+func chainPhase(name string, run func(e *Env)) Phase {
+	return Phase{Name: name, Run: func(e *Env) {
+		e.chains.phase = name
+		run(e)
+	}}
 }
 
 // chainPair picks the attacker and victim of the k-th chain of a group:
@@ -108,9 +126,13 @@ func (e *Env) chainPair(ch attack.Chain, k int) (a, v *tenants.Tenant) {
 // newChainRun fills ch's placeholders for attacker a and victim v, or
 // returns nil (logging why) when the target cannot run it.
 func (e *Env) newChainRun(ch attack.Chain, a, v *tenants.Tenant) *chainRun {
-	if a == nil || v == nil || a == v {
-		e.Logf("chain %s: no attacker and victim for role %q in this run", ch.ID, ch.Role)
+	skip := func(why string) *chainRun {
+		e.Logf("chain %s skipped: %s", ch.ID, why)
+		e.chains.skipped = append(e.chains.skipped, ChainRow{Row: ch.ID, Outcome: "skipped: " + why})
 		return nil
+	}
+	if a == nil || v == nil || a == v {
+		return skip(fmt.Sprintf("no attacker and victim for role %q in this run", ch.Role))
 	}
 	pl := attack.Places{
 		Write: e.hostile.canaries(e, a).Write, Home: a.Home, Victim: v.Home, VictimName: v.Name,
@@ -119,18 +141,18 @@ func (e *Env) newChainRun(ch attack.Chain, a, v *tenants.Tenant) *chainRun {
 		VictimProvider: v.ProviderURL(), Files: e.Box.Set.Layout.WithDefaults().Files,
 	}
 	if miss := pl.Missing(ch.Needs); len(miss) > 0 {
-		e.Logf("chain %s skipped: the target's layout names no %s", ch.ID, strings.Join(miss, ", "))
-		return nil
+		return skip("the target's layout names no " + strings.Join(miss, ", "))
 	}
 	if e.chains.plugins != "" && usesPlugin(ch) {
-		e.Logf("chain %s skipped: it installs a plugin, and %s", ch.ID, e.chains.plugins)
-		return nil
+		return skip("it installs a plugin, and " + e.chains.plugins)
 	}
-	return &chainRun{ch: ch, a: a, v: v, vars: pl.Vars()}
+	r := &chainRun{ch: ch, a: a, v: v, vars: pl.Vars(), phase: e.chains.phase}
+	e.chains.runs = append(e.chains.runs, r)
+	return r
 }
 
 func usesPlugin(ch attack.Chain) bool {
-	if ch.Probe.Plugin != "" {
+	if ch.Probe.Plugin != "" || ch.InstallPlugin || ch.VictimPlugin {
 		return true
 	}
 	for _, s := range ch.Steps {
@@ -151,83 +173,14 @@ func (e *Env) runChains(chains []attack.Chain) {
 		if r == nil {
 			continue
 		}
+		closeWindow := e.openWindow(r)
 		if e.plant(r) {
 			e.trigger(r)
 			e.probe(r, "")
 		}
 		e.restore(r)
-		e.Logf("chain %s by %s against %s: %s", ch.ID, a.Name, v.Name, r.outcome)
-	}
-}
-
-// restartChains plants every chain whose trigger is a restart, restarts
-// the server once, then runs each one's turn and probe, and every
-// victim's next turn.
-func (e *Env) restartChains(chains []attack.Chain) {
-	e.T.Helper()
-	var runs []*chainRun
-	for k, ch := range chains {
-		a, v := e.chainPair(ch, k)
-		if r := e.newChainRun(ch, a, v); r != nil && e.plant(r) {
-			runs = append(runs, r)
-		} else if r != nil {
-			e.restore(r)
-			e.Logf("chain %s by %s against %s: %s", ch.ID, a.Name, v.Name, r.outcome)
-		}
-	}
-	if len(runs) == 0 {
-		return
-	}
-	e.StopServe(e.Server)
-	e.ServePerTenant()
-	// A planted file may keep a profile from opening (a defended server
-	// refuses a home file that links out): its main session is then none.
-	e.Sessions = map[string]harness.SessionInfo{}
-	for _, t := range e.Tenants {
-		if sid, err := e.tryCreateSession(e.Conns[t.Name], t); err == nil {
-			e.Sessions[t.Name] = harness.SessionInfo{SessionID: sid}
-		} else {
-			e.Logf("after the restart, %s opens no session: %v", t.Name, err)
-		}
-	}
-	for _, r := range runs {
-		c := e.Conns[r.a.Name]
-		sid, err := e.tryCreateSession(c, r.a)
-		if err != nil {
-			r.outcome = "refused after the restart: " + err.Error()
-			continue
-		}
-		r.outcome = "the server took it after the restart"
-		if err := e.tryTurn(c, sid, attack.Fill(r.ch.Say, r.vars)); err != nil {
-			r.outcome += "; its turn failed: " + err.Error()
-		}
-		e.probe(r, sid)
-	}
-	// The neighbours' next turns: what the attackers planted in their
-	// homes reaches their providers.
-	seen := map[string]bool{}
-	for _, r := range runs {
-		if !seen[r.v.Name] {
-			seen[r.v.Name] = true
-			if err := e.tryTurn(e.Conns[r.v.Name], e.Sessions[r.v.Name].SessionID, "Run the environment probe for "+r.v.Name+"."); err != nil {
-				e.Logf("the next turn of %s after the restart: %v", r.v.Name, err)
-			}
-		}
-	}
-	for _, r := range runs {
-		e.restore(r)
-		e.Logf("chain %s by %s against %s: %s", r.ch.ID, r.a.Name, r.v.Name, r.outcome)
-	}
-	// With the planted files gone, a profile the server refused opens
-	// again: its connection shows its own session (the connection's
-	// positive control), and the phases after this one have its session.
-	for _, t := range e.Tenants {
-		if e.Sessions[t.Name].SessionID != "" {
-			continue
-		}
-		s := e.CreateSession(e.Conns[t.Name], t)
-		e.Sessions[t.Name] = s
-		e.Turn(e.Conns[t.Name], t, s.SessionID)
+		closeWindow()
+		e.Logf("chain %s by %s against %s in %v: %s", ch.ID, a.Name, v.Name, r.took.Round(time.Millisecond), r.outcome)
 	}
 }
 
@@ -238,15 +191,12 @@ func (e *Env) plant(r *chainRun) bool {
 	c, sid := e.Conns[r.a.Name], e.Sessions[r.a.Name].SessionID
 	cs := e.hostile.canaries(e, r.a)
 	if r.ch.InstallPlugin {
-		dir := filepath.Join(r.a.Home, r.vars["plugins"], attack.ChainPlugin)
-		for name, data := range map[string]string{"plugin.yaml": attack.ChainPluginManifest, "plugin.go": attack.ChainPluginSource} {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				e.T.Fatalf("install the chains' plugin for %s: %v", r.a.Name, err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
-				e.T.Fatalf("install the chains' plugin for %s: %v", r.a.Name, err)
-			}
-		}
+		e.installPlugin(r.a, filepath.Join(r.a.Home, r.vars["plugins"], attack.ChainPlugin), attack.ChainPluginManifest, attack.ChainPluginSource)
+	}
+	if r.ch.VictimPlugin {
+		c := e.mint(r.v, ChainPluginCode)
+		fill := func(s string) string { return strings.ReplaceAll(s, "{canary}", c.Value) }
+		e.installPlugin(r.v, filepath.Join(r.v.Home, r.vars["plugins"], attack.VictimPlugin), fill(attack.VictimPluginManifest), fill(attack.VictimPluginSource))
 	}
 	defer func() { r.since = time.Now() }()
 	for i, s := range r.ch.Steps {
@@ -335,10 +285,34 @@ func (e *Env) probe(r *chainRun, sid string) {
 	r.outcome += "; probe: " + truncateText(strings.Join(strings.Fields(res), " "), 160)
 }
 
+// installPlugin writes a plugin's manifest and source into dir, a plugins
+// folder of t's home (a tenant may install plugins in its own home).
+func (e *Env) installPlugin(t *tenants.Tenant, dir, manifest, source string) {
+	e.T.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		e.T.Fatalf("install plugin %s for %s: %v", filepath.Base(dir), t.Name, err)
+	}
+	for name, data := range map[string]string{"plugin.yaml": manifest, "plugin.go": source} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			e.T.Fatalf("install plugin %s for %s: %v", filepath.Base(dir), t.Name, err)
+		}
+	}
+}
+
+// ChainPluginCode is the kind of the canary in the victim's plugin of a
+// chain (attack.VictimPlugin).
+const ChainPluginCode tenants.Kind = "plugin_code"
+
 // restore puts back the home files r's steps replaced and undoes its
-// settings, so the next chain starts from the attacker's own home.
+// settings, so the next chain starts from the attacker's own home; the
+// victim's plugin goes.
 func (e *Env) restore(r *chainRun) {
 	e.T.Helper()
+	if r.ch.VictimPlugin {
+		if err := os.RemoveAll(filepath.Join(r.v.Home, r.vars["plugins"], attack.VictimPlugin)); err != nil {
+			e.T.Errorf("chain %s: remove the victim's plugin: %v", r.ch.ID, err)
+		}
+	}
 	for _, rel := range r.ch.Restore {
 		p := filepath.Join(r.a.Home, attack.Fill(rel, r.vars))
 		bak := p + attack.BackupSuffix
@@ -539,6 +513,7 @@ func (e *Env) watchOutside(do func()) {
 	defer func() {
 		after := invariants.ListPlaces(e.Ctx, places)
 		for _, f := range invariants.OutsideWrites(e.Ctx, e.Box.Set.Tenants, places, before, after) {
+			e.chains.outside[f.Where.Path] = after[f.Where.Path].ModTime
 			e.Find(f)
 			if f.Kind == HostileWrite && strings.Contains(filepath.Base(f.Where.Path), "chain-") && !within(f.Where.Path, e.Box.Root) {
 				_ = os.RemoveAll(f.Where.Path)

@@ -51,6 +51,10 @@ func (e *Env) raceChain(ch attack.Chain) {
 		e.T.Fatalf("%v", err)
 	}
 	e.Tenants = e.Box.Set.Tenants
+	run := &chainRun{ch: ch, a: g, v: g, phase: e.chains.phase}
+	e.chains.runs = append(e.chains.runs, run)
+	closeWindow := e.openWindow(run)
+	defer closeWindow()
 	admin := e.DialOperator(e.Server)
 	e.Call(admin, "profiles.create", map[string]any{"name": name}, nil)
 	rounds := raceRounds()
@@ -107,13 +111,14 @@ func (e *Env) raceChain(ch attack.Chain) {
 			inherited++
 			for _, f := range fs {
 				f.Detail += fmt.Sprintf(" (round %d of %d)", i+1, rounds)
-				e.Find(f)
+				e.chainFind(run, f)
 			}
 		}
 	}
 	rate := fmt.Sprintf("the profile made again held the deleted one's data in %d/%d rounds (%.0f%%); %d failed deletes (retried), %d failed creates; %d racing loops",
 		inherited, rounds, 100*float64(inherited)/float64(rounds), deleteFailed, createFailed, loops)
 	e.Logf("%s by %s: %s", ch.ID, name, rate)
+	run.outcome = rate
 	e.mu.Lock()
 	e.Report.Attacks = append(e.Report.Attacks, AttackHit{Tenant: name, Row: ch.ID, Reached: []string{rate}})
 	e.mu.Unlock()

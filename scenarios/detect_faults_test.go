@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/attack"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -24,9 +26,10 @@ var detectFaultNames = []string{"token-in-tool-env", "tmp-copy", "create-copies-
 	"llm-facade-launch-provider", "global-hooks", "global-memory"}
 
 // TestSelfTestDetectFaults runs the self-test for a comma-separated list
-// of faults only (DETECT_FAULTS; "detect" names those above): a quick
-// re-run of a few while working on them. Unset, it is skipped: the full
-// matrix runs once in the suite, in TestSelfTestCatchesEverySeededFault.
+// of faults only (DETECT_FAULTS; "detect" names those above, "chains" the
+// faults of hostile-chains, whose runs are then checked row by row): a
+// quick re-run of a few while working on them. Unset, it is skipped: the
+// full matrix runs once in the suite, in TestSelfTestCatchesEverySeededFault.
 func TestSelfTestDetectFaults(t *testing.T) {
 	t.Parallel()
 	v := os.Getenv("DETECT_FAULTS")
@@ -34,8 +37,16 @@ func TestSelfTestDetectFaults(t *testing.T) {
 		t.Skip("DETECT_FAULTS is unset: every fault runs in TestSelfTestCatchesEverySeededFault")
 	}
 	want := strings.Split(v, ",")
-	if v == "detect" {
+	switch v {
+	case "detect":
 		want = detectFaultNames
+	case "chains":
+		want = append([]string(nil), attack.ChainFaults...)
+		for _, ch := range attack.Chains() {
+			if ch.AlsoFault != "" && !slices.Contains(want, ch.ControlFaults()) {
+				want = append(want, ch.ControlFaults())
+			}
+		}
 	}
 	var faults []Fault
 	for _, f := range Faults() {
@@ -60,6 +71,13 @@ func TestSelfTestDetectFaults(t *testing.T) {
 	for _, r := range res.Clean {
 		assert.Equal(t, Pass, r.Result, "%s: %v", r.ID, r.Log)
 	}
+	var chains []string
+	for _, f := range attack.ChainFaults {
+		if slices.Contains(want, f) {
+			chains = append(chains, f)
+		}
+	}
+	checkChainDetections(t, res.Faulty, chains)
 }
 
 // runOne runs spec alone against target and returns its report.

@@ -1,74 +1,69 @@
 package scenarios
 
 import (
-	"strings"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/harness/attack"
-	"github.com/tenantcanary/tenantcanary/invariants"
 )
 
-// chainDetection is one row class of hostile-chains as the test proves it:
-// the phase that runs the row, the seeded fault that re-opens it on a
-// defended agentd, and the invariant that must catch it.
-type chainDetection struct {
-	Phase  string
-	Row    string
-	Fault  string
-	Expect invariants.Invariant
-}
-
-// chainDetections: one row per class (two where a class has two ways to
-// show), each with its fault and invariant.
-var chainDetections = []chainDetection{
-	{"home-links", "link-soul-to-env", attack.FaultHomeFollowsLinks, invariants.Request},
-	{"home-links", "link-soul-to-proc", attack.FaultHomeFollowsLinks, invariants.OperatorSecret},
-	{"settings", "cwd-victim-workdir", attack.FaultWorkdirAnywhere, invariants.Request},
-	{"settings", "cwd-work-root", attack.FaultWorkdirAnywhere, invariants.WriteScope},
-	{"tenant-paths", "job-id-path", attack.FaultUncheckedJobIDs, invariants.File},
-	{"operator-settings", "own-sandbox-none", attack.FaultTenantOperatorSettings, invariants.Request},
-	{"restart", "own-plugin-launcher", attack.FaultTenantOperatorSettings, invariants.Request},
-	{"restart", "persist-state", attack.FaultHomeFollowsLinks, invariants.File},
-	{"races", "race-delete-recreate", attack.FaultDeleteRace, invariants.File},
-}
-
 // checkChainDetections: in each fault's run of hostile-chains (the
-// self-test's), every row class that fault re-opens finds its leak, the
-// expected invariant in the phase that runs the row: the positive control
-// of the multi-step family, row class by row class. The clean run is
-// TestCatalogAgainstAgentd/hostile-chains.
-func checkChainDetections(t *testing.T, faulty map[string]Report) {
+// self-test's), every chain row that fault re-opens finds its own leak: a
+// finding of the row's expected invariant whose evidence is the row's own
+// (Report.Chains: the requests, frames and files of the time it ran, in
+// its attacker's places or carrying its attacker's canaries). A row that
+// did not run, or was not found, fails the test by name. A row that
+// another of agentd's defences still stops (Chain.OtherDefence) must not be
+// found by its fault alone (were it found, the reason it gives would be
+// stale), and must be found with that defence off too (Chain.AlsoFault,
+// a run of both faults); with no fault of agentd for it, its positive
+// control is elsewhere: agentd v0.3.0's run
+// (examples/targets/agentd-v0.3.0/ci.sh) or a test of the effect itself.
+// Only the rows of faults are checked (every fault of the chains in the
+// full self-test). The clean run is TestCatalogAgainstAgentd/hostile-chains.
+func checkChainDetections(t *testing.T, faulty map[string]Report, faults []string) {
 	t.Helper()
-	rows := map[string]bool{}
-	for _, c := range attack.Chains() {
-		rows[c.ID] = true
-	}
-	for _, d := range chainDetections {
-		require.True(t, rows[d.Row], "row %s is in attack.Chains()", d.Row)
-		rep, ok := faulty[d.Fault]
-		if !assert.True(t, ok, "the self-test ran no %s", d.Fault) {
+	for _, ch := range attack.Chains() {
+		if !slices.Contains(faults, ch.Fault) {
 			continue
 		}
-		require.Equal(t, "hostile-chains", rep.ID, d.Fault)
-		var seen []string
-		found := false
-		for _, p := range rep.Phases {
-			if p.Name != d.Phase {
-				continue
-			}
-			for _, f := range p.Findings {
-				seen = append(seen, string(f.Invariant))
-				found = found || f.Invariant == d.Expect
-			}
+		rep, ok := faulty[ch.Fault]
+		if !assert.True(t, ok, "row %s: the self-test ran no %s", ch.ID, ch.Fault) {
+			continue
 		}
-		assert.True(t, found, "%s (phase %s, fault %s): no %s finding; saw %s", d.Row, d.Phase, d.Fault, d.Expect, strings.Join(seen, ","))
+		assert.Equal(t, "hostile-chains", rep.ID, ch.Fault)
+		i := slices.IndexFunc(rep.Chains, func(r ChainRow) bool { return r.Row == ch.ID })
+		if !assert.GreaterOrEqual(t, i, 0, "row %s did not run in the %s run of hostile-chains", ch.ID, ch.Fault) {
+			continue
+		}
+		row := rep.Chains[i]
+		found := slices.Contains(row.Found, ch.Expect)
+		if ch.OtherDefence == "" {
+			assert.True(t, found, "row %s (%s against %s) was not found by %s with %s on: found %v; it ended: %s",
+				ch.ID, row.Attacker, row.Victim, ch.Expect, ch.Fault, row.Found, row.Outcome)
+			continue
+		}
+		assert.False(t, found, "row %s was found by %s with %s on, though another defence should stop it (%s): drop its OtherDefence", ch.ID, ch.Expect, ch.Fault, ch.OtherDefence)
+		if ch.AlsoFault == "" {
+			t.Logf("row %s: not on agentd (%s); its positive control is elsewhere (agentd v0.3.0's run, a test of its effect)", ch.ID, ch.OtherDefence)
+			continue
+		}
+		both, ok := faulty[ch.ControlFaults()]
+		if !assert.True(t, ok, "row %s: the self-test ran no %s (its positive control)", ch.ID, ch.ControlFaults()) {
+			continue
+		}
+		i = slices.IndexFunc(both.Chains, func(r ChainRow) bool { return r.Row == ch.ID })
+		if assert.GreaterOrEqual(t, i, 0, "row %s did not run in the %s run of hostile-chains", ch.ID, ch.ControlFaults()) {
+			row = both.Chains[i]
+			assert.True(t, slices.Contains(row.Found, ch.Expect), "row %s (%s against %s) was not found by %s with %s on (%s switches off: %s): found %v; it ended: %s",
+				ch.ID, row.Attacker, row.Victim, ch.Expect, ch.ControlFaults(), ch.AlsoFault, ch.OtherDefence, row.Found, row.Outcome)
+		}
 	}
-	for _, a := range faulty[attack.FaultDeleteRace].Attacks {
+	for _, a := range faulty[attack.FaultDeleteRace].Chains {
 		if a.Row == "race-delete-recreate" {
-			t.Logf("%s: %s", a.Row, strings.Join(a.Reached, "; "))
+			t.Logf("%s: %s", a.Row, a.Outcome)
 		}
 	}
 }

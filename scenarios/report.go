@@ -78,6 +78,25 @@ type Report struct {
 	// Availability is each neighbour's turn times while another tenant
 	// floods or hogs (noisy-neighbour, hostile-plugin).
 	Availability []AvailabilityRow `json:"availability,omitempty"`
+	// Chains are the multi-step attacks (hostile-chains), row by row: who
+	// ran each against whom, how it ended, and the invariants of the
+	// findings its evidence holds.
+	Chains []ChainRow `json:"chains,omitempty"`
+}
+
+// ChainRow is one multi-step attack as it ran. Found lists the invariants
+// of the findings whose evidence lies in what the row produced: the
+// provider requests, frames and files of the time it ran, in the
+// attacker's places or carrying the attacker's canaries.
+type ChainRow struct {
+	Row      string                 `json:"row"`
+	Attacker string                 `json:"attacker,omitempty"`
+	Victim   string                 `json:"victim,omitempty"`
+	Outcome  string                 `json:"outcome"`
+	Found    []invariants.Invariant `json:"found,omitempty"`    // sorted
+	Findings int                    `json:"findings"`           // findings attributed to the row
+	Evidence []string               `json:"evidence,omitempty"` // the first few of them
+	Duration time.Duration          `json:"duration_ns"`
 }
 
 // AvailabilityRow is one tenant's p99 alone and under another's load.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/harness/attack"
 	"github.com/tenantcanary/tenantcanary/invariants"
 )
 
@@ -49,7 +50,7 @@ func TestSelfTestCatchesEverySeededFault(t *testing.T) {
 			assert.NotContains(t, res.Faulty[f.Name].Reason, "stopped after phase", "%s was asked whole", f.Name)
 		}
 	}
-	checkChainDetections(t, res.Faulty)
+	checkChainDetections(t, res.Faulty, attack.ChainFaults)
 }
 
 func TestFaultCatalogIsValid(t *testing.T) {

@@ -25,6 +25,7 @@ type Tenant struct {
 
 	mu     sync.Mutex
 	minted []Canary
+	shared []Canary // other tenants' canaries this one declared too (Share)
 }
 
 // Value is the tenant's base canary of kind (minted canaries have their own
@@ -74,6 +75,50 @@ func (t *Tenant) Secrets() []Canary {
 		}
 	}
 	return out
+}
+
+// Share records c, another tenant's model canary, as a model name t's
+// configuration names too: two tenants sharing one model name, where the
+// target lets them. In t's places c is then not foreign (a model name both
+// declared is no leak when either's request carries it), and a main
+// request of t may name it; anywhere else it is still c.Owner's, and
+// every other canary of c.Owner (its key, its marker) is foreign to t as
+// before. Sharing a canary of t's own, or of a kind other than Model, is
+// an error.
+func (t *Tenant) Share(c Canary) error {
+	if c.Owner == t.Name || c.Kind != Model {
+		return fmt.Errorf("share %s's %s with %s: only another tenant's model name can be shared", c.Owner, c.Kind, t.Name)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range t.shared {
+		if s.Value == c.Value {
+			return nil
+		}
+	}
+	t.shared = append(t.shared, c)
+	return nil
+}
+
+// Shared lists the canaries t shares with their owners (Share).
+func (t *Tenant) Shared() []Canary {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]Canary(nil), t.shared...)
+}
+
+// Declares reports whether model is a model name of t: its own, or one it
+// shares (Share).
+func (t *Tenant) Declares(model string) bool {
+	if model == t.Model() {
+		return true
+	}
+	for _, c := range t.Shared() {
+		if c.Value == model {
+			return true
+		}
+	}
+	return false
 }
 
 // Minted lists the canaries minted mid-run, in order.

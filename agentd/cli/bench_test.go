@@ -16,10 +16,27 @@ import (
 // BenchmarkTurnStdio measures one turn through `agentd tui`: prompt.submit,
 // a model call answering with a terminal tool call, the command in the
 // session's PTY shell, a second model call answering with text, and the
-// message.complete event, with every message committed to state.db.
+// message.complete event, with every message committed to state.db. Each
+// turn reads the home's files (config, .env, SOUL.md, memory) and writes
+// its log and database: "homefs" opens them through the traversal-resistant
+// layer (agentd's way), "plain-paths" by plain path, following links (the
+// seeded home-follows-links fault: v0.3.0's way), so the two p50s are the
+// layer's cost on a whole turn.
 //
 //	go test -run '^$' -bench TurnStdio -benchtime 300x ./agentd/cli/
 func BenchmarkTurnStdio(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		env  []string
+	}{
+		{"homefs", nil},
+		{"plain-paths", []string{"AGENTD_FAULTS=home-follows-links", "AGENTD_ALLOW_FAULTS=1"}},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchTurnStdio(b, c.env...) })
+	}
+}
+
+func benchTurnStdio(b *testing.B, env ...string) {
 	w := newWorld(b)
 	tn := w.addTenant("alpha", true)
 	srv, err := fakellm.New(fakellm.Options{Keys: []string{tn.key}, Responder: func(r fakellm.Record) fakellm.Response {
@@ -32,7 +49,7 @@ func BenchmarkTurnStdio(b *testing.B) {
 	require.NoError(b, err)
 	b.Cleanup(srv.Close)
 	writeFile(b, filepath.Join(tn.home, "config.yaml"), "model:\n  base_url: "+srv.BaseURL+"\n  default: m\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: "+tn.workdir+"\n")
-	d := w.startTUI()
+	d := w.startTUI(env...)
 	sid, _ := d.create("")
 	d.turn(sid, "warm up") // starts the shell
 	d.forget()

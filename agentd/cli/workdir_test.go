@@ -16,7 +16,8 @@ import (
 // is refused with 4003 naming the rule, and its next shell still runs in
 // its own workdir. An allowed workdir swapped for a symlink after
 // config.set is caught when the sandbox binds it, and a terminal.cwd the
-// tenant writes into its own config.yaml is judged the same. With the
+// tenant writes into its own config.yaml is judged the same; a link to its
+// own workdir is run in by its real path. With the
 // workdir-anywhere fault beta's shell runs in alpha's workdir (the
 // positive control).
 func TestPooledWorkdirRule(t *testing.T) {
@@ -81,6 +82,15 @@ func TestPooledWorkdirRule(t *testing.T) {
 			out := ranIn(t, c, beta, sb, look)
 			require.True(t, strings.HasPrefix(out, beta.workdir+"\n"), "beta's next shell runs in its own workdir:\n%s", out)
 			require.NotContains(t, out, secret)
+
+			// A link outside every folder its sandbox binds, to its own
+			// workdir: accepted, and the shell starts in the real path the
+			// sandbox binds (the link itself is not there).
+			toOwn := filepath.Join(t.TempDir(), "to-own")
+			require.NoError(t, os.Symlink(beta.workdir, toOwn))
+			c.ok("config.set", map[string]any{"key": "cwd", "value": toOwn, "session_id": sb})
+			out = ranIn(t, c, beta, sb, "pwd")
+			require.True(t, strings.HasPrefix(out, beta.workdir+"\n"), "beta's shell runs in its own workdir's real path:\n%s", out)
 
 			// A folder of its own, accepted, then swapped for a link to alpha's.
 			mine := filepath.Join(filepath.Dir(beta.workdir), "mine")

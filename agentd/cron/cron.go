@@ -422,8 +422,9 @@ func RunOne(ctx context.Context, p profile.Profile, job Job, runner Runner) Resu
 func writeOutput(p profile.Profile, job Job, started time.Time, doc []byte) (string, error) {
 	stamp := started.Format("20060102T150405.000000000Z") + ".md"
 	if p.Faults.Has(faults.UncheckedJobIDs) {
-		// The bug: the id is joined into a plain path and written there.
-		file := filepath.Join(p.File("cron", "output", job.ID), stamp)
+		// The bug: the id and the name are joined into a plain path and
+		// written there.
+		file := filepath.Join(p.File("cron", "output", job.ID), job.Name+"-"+stamp)
 		return file, profile.WriteFileAtomic(file, doc, 0o600)
 	}
 	if err := CheckID(job.ID); err != nil {

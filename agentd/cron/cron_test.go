@@ -201,5 +201,11 @@ func TestJobIDsNeverLeaveTheHome(t *testing.T) {
 		res := RunOne(context.Background(), p, Job{ID: "../../../escaped", Name: "n", Prompt: "p"}, &recorder{})
 		require.NoError(t, res.Err)
 		require.DirExists(t, filepath.Join(root, "escaped"), "the fault writes the output outside the home")
+		// The name too: the output file is named after it.
+		res = RunOne(context.Background(), p, Job{ID: "good-1", Name: "../../../named-escape", Prompt: "p"}, &recorder{})
+		require.NoError(t, res.Err)
+		out, err := filepath.Glob(filepath.Join(p.Home, "named-escape-*.md"))
+		require.NoError(t, err)
+		require.Len(t, out, 1, "the fault joins the name into the path: %s", res.Output)
 	}
 }

@@ -9,13 +9,15 @@ const (
 	// .env, config.yaml, state.db, logs, cron files) is followed out of it.
 	HomeFollowsLinks Name = "home-follows-links"
 	// UncheckedJobIDs: cron job ids and names read from a tenant's own
-	// jobs.json are joined into paths unchecked, so an id like ../../x
+	// jobs.json are joined into paths unchecked: a run's output goes to
+	// cron/output/<id>/<name>-<time>.md by plain path (agentd itself names
+	// the file after the time only), so an id or a name like ../../x
 	// writes the job's output outside the tenant's home.
 	UncheckedJobIDs Name = "unchecked-job-ids"
-	// WorkdirAnywhere: a profile's cwd is checked lexically only and bound
-	// as a path: any folder outside the agentd homes (another tenant's
-	// workdir, their parent, /proc, a system folder, a symlink to a home)
-	// becomes the sandbox's read-write workdir.
+	// WorkdirAnywhere: a profile's cwd is checked only for being a folder
+	// and bound as a path, through any symlink: any folder (another
+	// tenant's workdir or home, their parent, /proc, a system folder, a
+	// symlink to a home) becomes the sandbox's read-write workdir.
 	WorkdirAnywhere Name = "workdir-anywhere"
 	// TenantOperatorSettings: a profile's own config.yaml may set what only
 	// the operator may (plugins.isolation, plugins.host.launcher and its
@@ -26,9 +28,15 @@ const (
 	// request re-makes the deleted home and a re-created profile inherits
 	// the deleted one's files.
 	DeleteRace Name = "delete-race"
+	// TenantTextAsPath: a tenant's own text is used as a path, unchecked,
+	// as servers with these two features do (agentd has neither): a custom
+	// prompt's @<path> references are read by plain path and inlined into
+	// the system prompt, and model.save_key also keeps the key in
+	// keys/<slug>.key, the slug unchecked and joined into a plain path.
+	TenantTextAsPath Name = "tenant-text-as-path"
 )
 
 // multistepFaults lists the faults of this file.
 func multistepFaults() []Name {
-	return []Name{HomeFollowsLinks, UncheckedJobIDs, WorkdirAnywhere, TenantOperatorSettings, DeleteRace}
+	return []Name{HomeFollowsLinks, UncheckedJobIDs, WorkdirAnywhere, TenantOperatorSettings, DeleteRace, TenantTextAsPath}
 }

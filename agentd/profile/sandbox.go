@@ -3,6 +3,7 @@ package profile
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
@@ -105,8 +106,9 @@ func (p Profile) SandboxPolicy(m sandbox.Mode, cwd string, self []string) (sandb
 }
 
 // WorkdirAnywherePolicy is SandboxPolicy as the workdir-anywhere fault has
-// it: cwd judged lexically only (not in another agentd home nor above one)
-// and bound by path, through any symlink.
+// it: cwd judged not at all (the caller checked it is a folder) and bound
+// by path, through any symlink: another profile's home or workdir, the
+// folder of every home, a system folder.
 func (p Profile) WorkdirAnywherePolicy(m sandbox.Mode, cwd string, self []string) (sandbox.Policy, error) {
 	pol := p.basePolicy(m, cwd, self)
 	pol.BindByPath = true
@@ -114,25 +116,13 @@ func (p Profile) WorkdirAnywherePolicy(m sandbox.Mode, cwd string, self []string
 		pol.Dir = p.Home
 		return pol, nil
 	}
-	launch := p.Home
-	if p.Name != LaunchName {
-		launch = filepath.Dir(filepath.Dir(p.Home))
-	}
-	root := filepath.Join(launch, "profiles")
 	cwd = filepath.Clean(cwd)
-	switch {
-	case m == sandbox.None:
-		if !within(cwd, p.Home) {
-			pol.Work = []string{cwd}
-		}
-	case within(cwd, root) && (p.Name == LaunchName || !within(cwd, p.Home)), within(root, cwd) && p.Name != LaunchName,
-		within(cwd, launch) && !within(cwd, p.Home), within(launch, cwd) && cwd != launch:
-		return sandbox.Policy{}, fmt.Errorf("%w: terminal.cwd %s of profile %q: it would show another profile's files (want a folder in its home %s, or outside every agentd home)",
-			sandbox.ErrWorkdirRefused, cwd, p.Name, p.Home)
-	case within(cwd, p.Home):
-	default:
+	if !within(cwd, p.Home) {
 		pol.Work = []string{cwd}
 	}
+	// Nor is what the home hides (the launch home's profiles) hidden over
+	// a workdir beneath it.
+	pol.Hide = slices.DeleteFunc(pol.Hide, func(h string) bool { return within(cwd, h) })
 	return pol, nil
 }
 

@@ -16,37 +16,54 @@ import (
 const ProfileVar = "{profile}"
 
 // WorkdirRoots reads terminal.workdir_roots from the managed (operator)
-// scope only (a profile cannot widen its own places) and expands each for
-// p: the absolute folders beneath which p's cwd may lie, besides its home.
-// templates are the entries as written. No managed scope, or no key, is no
-// root: only the home.
+// scope (a profile cannot widen its own places, unless it owns its
+// operator keys: see OperatorOnly, whose own entries then count too) and
+// expands each for p: the absolute folders beneath which p's cwd may lie,
+// besides its home. templates are the entries as written. No managed
+// scope, or no key, is no root: only the home.
 func (p Profile) WorkdirRoots() (roots, templates []string, err error) {
-	if p.Managed == "" {
-		return nil, nil, nil
-	}
-	f := filepath.Join(p.Managed, "config.yaml")
-	m, err := readYAMLMap(f)
-	if err != nil {
-		return nil, nil, err
-	}
-	term, _ := m["terminal"].(map[string]any)
-	raw, ok := term["workdir_roots"]
-	if !ok || raw == nil {
-		return nil, nil, nil
-	}
-	list, isList := raw.([]any)
-	if !isList {
-		return nil, nil, fmt.Errorf("%w: %s: terminal.workdir_roots: %v is not a list of folders", ErrBadConfig, f, raw)
-	}
-	for _, v := range list {
-		s, isString := v.(string)
-		if !isString || !filepath.IsAbs(s) {
-			return nil, nil, fmt.Errorf("%w: %s: terminal.workdir_roots: %v is not an absolute folder (want /path or /path/{profile})", ErrBadConfig, f, v)
+	var docs []yamlDoc
+	if p.Managed != "" {
+		f := filepath.Join(p.Managed, "config.yaml")
+		m, err := readYAMLMap(f)
+		if err != nil {
+			return nil, nil, err
 		}
-		templates = append(templates, filepath.Clean(s))
-		roots = append(roots, realOrClean(strings.ReplaceAll(filepath.Clean(s), ProfileVar, p.Name)))
+		docs = append(docs, yamlDoc{f, m})
+	}
+	if p.OwnOperatorKeys {
+		own, err := p.readOwnConfig()
+		if err != nil {
+			return nil, nil, err
+		}
+		docs = append(docs, yamlDoc{p.File("config.yaml"), own})
+	}
+	for _, d := range docs {
+		term, _ := d.m["terminal"].(map[string]any)
+		raw, ok := term["workdir_roots"]
+		if !ok || raw == nil {
+			continue
+		}
+		list, isList := raw.([]any)
+		if !isList {
+			return nil, nil, fmt.Errorf("%w: %s: terminal.workdir_roots: %v is not a list of folders", ErrBadConfig, d.file, raw)
+		}
+		for _, v := range list {
+			s, isString := v.(string)
+			if !isString || !filepath.IsAbs(s) {
+				return nil, nil, fmt.Errorf("%w: %s: terminal.workdir_roots: %v is not an absolute folder (want /path or /path/{profile})", ErrBadConfig, d.file, v)
+			}
+			templates = append(templates, filepath.Clean(s))
+			roots = append(roots, realOrClean(strings.ReplaceAll(filepath.Clean(s), ProfileVar, p.Name)))
+		}
 	}
 	return roots, templates, nil
+}
+
+// yamlDoc is a config.yaml read, and its file.
+type yamlDoc struct {
+	file string
+	m    map[string]any
 }
 
 // NetworkSetting is terminal.network as configured for a profile.
@@ -63,32 +80,44 @@ type NetworkSetting struct {
 // tenants need the network sets host.
 const DefaultNetwork = sandbox.NetNone
 
-// TerminalNetwork reads terminal.network from the managed (operator) scope
-// only: a profile's own value is not consulted. A value that is neither
-// none nor host is an error naming the file.
+// TerminalNetwork reads terminal.network from the managed (operator) scope;
+// a profile's own value is consulted only when the managed scope sets none
+// and the profile owns its operator keys (see OperatorOnly). A value that
+// is neither none nor host is an error naming the file.
 func (p Profile) TerminalNetwork() (NetworkSetting, error) {
-	if p.Managed == "" {
-		return NetworkSetting{Mode: DefaultNetwork}, nil
+	var docs []yamlDoc
+	if p.Managed != "" {
+		f := filepath.Join(p.Managed, "config.yaml")
+		m, err := readYAMLMap(f)
+		if err != nil {
+			return NetworkSetting{}, err
+		}
+		docs = append(docs, yamlDoc{f, m})
 	}
-	f := filepath.Join(p.Managed, "config.yaml")
-	m, err := readYAMLMap(f)
-	if err != nil {
-		return NetworkSetting{}, err
+	if p.OwnOperatorKeys {
+		own, err := p.readOwnConfig()
+		if err != nil {
+			return NetworkSetting{}, err
+		}
+		docs = append(docs, yamlDoc{p.File("config.yaml"), own})
 	}
-	term, _ := m["terminal"].(map[string]any)
-	raw, ok := term["network"]
-	if !ok || raw == nil {
-		return NetworkSetting{Mode: DefaultNetwork}, nil
+	for _, d := range docs {
+		term, _ := d.m["terminal"].(map[string]any)
+		raw, ok := term["network"]
+		if !ok || raw == nil {
+			continue
+		}
+		s, isString := raw.(string)
+		if !isString {
+			return NetworkSetting{}, fmt.Errorf("%w: %s: terminal.network: %v is not a string (want none or host)", ErrBadConfig, d.file, raw)
+		}
+		n, err := sandbox.ParseNetwork(s, DefaultNetwork)
+		if err != nil {
+			return NetworkSetting{}, fmt.Errorf("%w: %s: terminal.network: %v", ErrBadConfig, d.file, err)
+		}
+		return NetworkSetting{Mode: n, From: d.file}, nil
 	}
-	s, isString := raw.(string)
-	if !isString {
-		return NetworkSetting{}, fmt.Errorf("%w: %s: terminal.network: %v is not a string (want none or host)", ErrBadConfig, f, raw)
-	}
-	n, err := sandbox.ParseNetwork(s, DefaultNetwork)
-	if err != nil {
-		return NetworkSetting{}, fmt.Errorf("%w: %s: terminal.network: %v", ErrBadConfig, f, err)
-	}
-	return NetworkSetting{Mode: n, From: f}, nil
+	return NetworkSetting{Mode: DefaultNetwork}, nil
 }
 
 // places are a profile's folders and its neighbours', real paths.

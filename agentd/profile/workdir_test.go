@@ -132,9 +132,22 @@ func TestSandboxPolicyJudgesAfterResolvingLinks(t *testing.T) {
 	require.Equal(t, real, pol.Dir)
 
 	pol, err = w.alpha.WorkdirAnywherePolicy(sandbox.Bwrap, filepath.Join(own, "evil"), nil)
-	require.NoError(t, err, "the workdir-anywhere fault judges lexically")
+	require.NoError(t, err, "the workdir-anywhere fault does not judge")
 	require.True(t, pol.BindByPath)
 	require.Equal(t, []string{filepath.Join(own, "evil")}, pol.Work)
+
+	// Another profile's home, and the folder of every home, too; the
+	// launch profile's hidden profiles folder is not hidden over it.
+	pol, err = w.alpha.WorkdirAnywherePolicy(sandbox.Bwrap, w.beta.Home, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{w.beta.Home}, pol.Work)
+	pol, err = w.launch.WorkdirAnywherePolicy(sandbox.Bwrap, w.beta.Home, nil)
+	require.NoError(t, err)
+	require.Equal(t, w.beta.Home, pol.Dir, "beneath the launch home, bound with it")
+	require.Empty(t, pol.Hide)
+	pol, err = w.launch.WorkdirAnywherePolicy(sandbox.Bwrap, w.launch.Home, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{w.launch.File("profiles")}, pol.Hide, "its own home: the profiles stay hidden")
 }
 
 func TestTerminalNetworkIsTheOperators(t *testing.T) {
@@ -159,4 +172,34 @@ func TestTerminalNetworkIsTheOperators(t *testing.T) {
 	_, err = w.alpha.TerminalNetwork()
 	require.ErrorIs(t, err, ErrBadConfig)
 	require.ErrorContains(t, err, `"bridge"`)
+}
+
+// A profile that owns its operator keys (the launch profile of agentd tui,
+// or any profile under the tenant-operator-settings fault) sets its own
+// terminal.network and terminal.workdir_roots; one that does not, cannot.
+func TestOwnOperatorKeysSetNetworkAndRoots(t *testing.T) {
+	t.Parallel()
+	w := newWorkdirWorld(t, true)
+	write(t, w.alpha.File("config.yaml"), "terminal:\n  network: host\n  workdir_roots: [\""+w.work+"\"]\n")
+	victim := filepath.Join(w.work, "beta", "w1")
+	got, err := w.alpha.TerminalNetwork()
+	require.NoError(t, err)
+	require.Equal(t, sandbox.NetNone, got.Mode)
+	_, err = w.alpha.CheckWorkdir(victim)
+	require.ErrorIs(t, err, sandbox.ErrWorkdirRefused, "its own roots do not count")
+
+	owner := w.alpha
+	owner.OwnOperatorKeys = true
+	got, err = owner.TerminalNetwork()
+	require.NoError(t, err)
+	require.Equal(t, NetworkSetting{Mode: sandbox.NetHost, From: owner.File("config.yaml")}, got)
+	real, err := owner.CheckWorkdir(victim)
+	require.NoError(t, err, "its own roots count: the positive control of own-workdir-roots")
+	require.Equal(t, victim, real)
+
+	managed := filepath.Join(w.h.Managed, "config.yaml")
+	write(t, managed, "terminal:\n  network: none\n")
+	got, err = owner.TerminalNetwork()
+	require.NoError(t, err)
+	require.Equal(t, NetworkSetting{Mode: sandbox.NetNone, From: managed}, got, "the operator's value wins")
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -344,7 +345,32 @@ func (s *Scope) SystemPrompt(cfg *profile.Config) (string, error) {
 			return "", err
 		}
 	}
-	return agent.SystemPrompt(soul, memory, cfg.CustomPrompt), nil
+	custom := cfg.CustomPrompt
+	if s.Profile.Faults.Has(faults.TenantTextAsPath) {
+		custom = fileRefsFault(s.Profile, custom)
+	}
+	return agent.SystemPrompt(soul, memory, custom), nil
+}
+
+// fileRefsFault is the tenant-text-as-path fault's half in the system
+// prompt: every word of the custom prompt that is @<path> (absolute, or
+// relative to the home) is replaced by that file's content, read by plain
+// path, following links. agentd itself reads nothing a prompt names.
+func fileRefsFault(p profile.Profile, prompt string) string {
+	words := strings.Fields(prompt)
+	for i, w := range words {
+		ref, ok := strings.CutPrefix(w, "@")
+		if !ok || ref == "" {
+			continue
+		}
+		if !filepath.IsAbs(ref) {
+			ref = p.File(ref)
+		}
+		if data, err := os.ReadFile(ref); err == nil { // the bug: a path the tenant wrote
+			words[i] = string(data)
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // readOptional reads a home file through the home (no link followed); a

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 )
 
@@ -114,4 +115,33 @@ func TestValuesLiveAndDieWithTheScope(t *testing.T) {
 	require.Equal(t, []string{"second", "loader"}, closed, "closed with the scope, in reverse order")
 	_, err = sc.Value("late", func() (any, error) { return 1, nil })
 	require.ErrorContains(t, err, "closed")
+}
+
+// A custom prompt's @<path> is text to agentd: nothing is read from the
+// path. The tenant-text-as-path fault reads it, following links (the
+// positive control of the prompt-path chain).
+func TestPromptFileReferencesAreText(t *testing.T) {
+	t.Parallel()
+	for _, seeded := range []bool{false, true} {
+		root := t.TempDir()
+		other := filepath.Join(t.TempDir(), ".env")
+		require.NoError(t, os.WriteFile(other, []byte("OTHER_KEY=other-secret"), 0o600))
+		p := profile.Profile{Name: profile.LaunchName, Home: root}
+		if seeded {
+			p.Faults = faults.Set{faults.TenantTextAsPath: true}
+		}
+		sc, err := Open(context.Background(), p, nil)
+		require.NoError(t, err)
+		require.NoError(t, p.SetConfig("custom_prompt", "see @"+other+" please"))
+		snap, err := sc.Load()
+		require.NoError(t, err)
+		got, err := sc.SystemPrompt(snap.Config)
+		require.NoError(t, err)
+		if seeded {
+			require.Contains(t, got, "OTHER_KEY=other-secret")
+		} else {
+			require.Equal(t, "see @"+other+" please", got)
+		}
+		require.NoError(t, sc.Close())
+	}
 }

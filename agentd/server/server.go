@@ -833,7 +833,7 @@ func (s *Server) modelSaveKey(ctx context.Context, c *rpc.Call) (any, error) {
 	if err := c.Bind(&p); err != nil {
 		return nil, err
 	}
-	if err := profile.ValidSlug(p.Slug); err != nil {
+	if err := profile.ValidSlug(p.Slug); err != nil && !s.opts.Faults.Has(faults.TenantTextAsPath) {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "model.save_key: %v", err)
 	}
 	if p.APIKey == "" {
@@ -844,6 +844,11 @@ func (s *Server) modelSaveKey(ctx context.Context, c *rpc.Call) (any, error) {
 		return nil, err
 	}
 	defer release()
+	if file, bad, err := s.slugKeyFileFault(sc, p.Slug, p.APIKey); err != nil {
+		return nil, internalError("model.save_key: %v", err)
+	} else if bad {
+		return map[string]any{"ok": true, "profile": sc.Profile.Name, "file": file}, nil
+	}
 	name := upper(p.Slug) + "_API_KEY"
 	if err := sc.Profile.SetEnv(name, p.APIKey); err != nil {
 		return nil, internalError("model.save_key: %v", err)

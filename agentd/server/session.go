@@ -102,6 +102,12 @@ func (s *Session) shellFor(ctx context.Context, snap *scope.Snapshot) (*terminal
 			return nil, err
 		}
 		box = b
+		if box != nil && box.Dir != "" {
+			// The shell starts where its sandbox binds the workdir: its
+			// real path (a cwd that is a link outside every bound folder
+			// does not exist in the sandbox).
+			cwd = box.Dir
+		}
 	}
 	if s.shell != nil && !reflect.DeepEqual(box, s.shellBox) {
 		// A workdir the running sandbox does not hold (or a new mode): the

@@ -281,9 +281,12 @@ func start(ctx context.Context, opts Options) (*proc, error) {
 	// Quiet the terminal (no echo, no CR translation, no prompts, no job
 	// control, no history) and wait for the shell to say it is ready. The
 	// marker is printed from pieces so the echo of this very line (before
-	// stty takes effect) cannot match it.
+	// stty takes effect) cannot match it. stty's errors go to a closed
+	// stderr, not /dev/null: a shell whose /dev is not the sandbox's own
+	// (a host /dev bound nodev) cannot open /dev/null, and stty would not
+	// run at all, leaving a terminal whose lines end in CR LF.
 	ready := "__AGENTD_" + p.nonce + "_READY__"
-	init := "stty -echo -onlcr 2>/dev/null; PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; unset HISTFILE; set +m +H +o history; " +
+	init := "stty -echo -onlcr 2>&-; PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; unset HISTFILE; set +m +H +o history; " +
 		"printf '%s%s\\n' __AGENTD_" + p.nonce + " _READY__\n"
 	if _, err := f.WriteString(init); err != nil {
 		p.kill()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/invariants"
@@ -48,6 +49,7 @@ const (
 	OnRPC           Trigger = "rpc"            // the attacker's last RPC step (its reply is the effect)
 	OnCron          Trigger = "cron"           // the server's cron ticker runs the attacker's job
 	OnRestart       Trigger = "restart"        // the server restarts, then the attacker's next turn
+	OnCrash         Trigger = "crash"          // the server is killed (no shutdown: a crash, an OOM kill) and started again, then the attacker's next turn
 	OnNeighbourTurn Trigger = "neighbour-turn" // the victim's next turn
 	OnOperator      Trigger = "operator"       // the operator deletes and re-creates (re-keys) the profile
 )
@@ -114,6 +116,44 @@ type Chain struct {
 	// install plugins in its own home; the harness writes the files, as a
 	// terminal's line could not carry them).
 	InstallPlugin bool
+	// VictimPlugin: the victim's home holds VictimPlugin, whose one tool's
+	// description carries a canary of the victim: a server that loads it
+	// for the attacker shows it in the attacker's requests.
+	VictimPlugin bool
+	// HostLimit, when set, is a plugin host limit the steps set in the
+	// attacker's own config: after the trigger the harness reads the
+	// attacker's plugin hosts' limits (/proc/<pid>/limits), and a host
+	// running with the attacker's value is the finding.
+	HostLimit *HostLimit
+	// OtherDefence, when set, says why Fault alone cannot show this row's
+	// leak on agentd: another of its defences still stops the attack. The
+	// row's positive control is then a run with AlsoFault on too (the
+	// fault that switches that defence off), or, when no fault of agentd
+	// does, a target without it (agentd v0.3.0,
+	// examples/targets/agentd-v0.3.0, must find the row), or, when no
+	// target can be made to land it, ControlTest: the test that the
+	// row's effect, landed, is found.
+	OtherDefence string
+	AlsoFault    string
+	ControlTest  string
+}
+
+// ControlFaults is the AGENTD_FAULTS value of the row's positive control:
+// Fault, and AlsoFault when the row has one.
+func (c Chain) ControlFaults() string {
+	if c.AlsoFault == "" {
+		return c.Fault
+	}
+	return c.Fault + "," + c.AlsoFault
+}
+
+// HostLimit is a plugin host limit a chain sets: Key in plugins.host,
+// Limit as /proc/<pid>/limits names it, and the distinctive Value the
+// attacker chose.
+type HostLimit struct {
+	Key   string // "open_files_limit"
+	Limit string // "Max open files"
+	Value int64
 }
 
 // The seeded faults the chains re-open (agentd/faults/multistep.go; the
@@ -125,10 +165,12 @@ const (
 	FaultWorkdirAnywhere        = "workdir-anywhere"
 	FaultTenantOperatorSettings = "tenant-operator-settings"
 	FaultDeleteRace             = "delete-race"
+	FaultTenantTextAsPath       = "tenant-text-as-path"
 )
 
 // ChainFaults lists the faults of the chains.
-var ChainFaults = []string{FaultHomeFollowsLinks, FaultUncheckedJobIDs, FaultWorkdirAnywhere, FaultTenantOperatorSettings, FaultDeleteRace}
+var ChainFaults = []string{FaultHomeFollowsLinks, FaultUncheckedJobIDs, FaultWorkdirAnywhere, FaultTenantOperatorSettings, FaultDeleteRace,
+	FaultTenantTextAsPath}
 
 // BackupSuffix names the copy a step keeps of a home file it replaces.
 const BackupSuffix = ".chain-bak"
@@ -146,6 +188,8 @@ var Placeholders = []string{
 	"homes_parent",       // the folder holding the named profiles' homes
 	"victim_provider",    // the victim's provider base URL
 	"victim_from_output", // the victim's home, relative to the attacker's job output folder
+	"victim_from_home",   // the victim's home, relative to the attacker's home
+	"victim_plugin",      // the name of the victim's plugin (VictimPlugin)
 	// the layout's home files (tenants.FileNames' yaml names)
 	"config", "env", "soul", "memory", "jobs", "job_output", "log", "log_dir", "state", "state_wal", "plugins",
 }
@@ -206,6 +250,52 @@ func (c Chain) ProbeRow(vars map[string]string) Row {
 	return r
 }
 
+// Touches are the home files (tenants.FileNames' yaml names) the chain
+// changes in the attacker's home (what it restores, its plugins) and those
+// it reaches in the victim's (a link to "{victim}/{name}", the victim's
+// plugins): two chains that touch one file of one tenant cannot share a
+// restart. A database and its WAL are one file ("state").
+func (c Chain) Touches() (own, victim []string) {
+	norm := func(n string) string {
+		if n == "state_wal" {
+			return "state"
+		}
+		return n
+	}
+	for _, r := range c.Restore {
+		if m := placeholderRE.FindStringSubmatch(r); m != nil && m[0] == r {
+			own = append(own, norm(m[1]))
+		}
+	}
+	if c.InstallPlugin || c.HostLimit != nil {
+		own = append(own, "plugins")
+	}
+	for _, s := range append(append([]Step(nil), c.Steps...), c.Probe) {
+		for _, m := range victimFileRE.FindAllStringSubmatch(s.Tool, -1) {
+			victim = append(victim, norm(m[1]))
+		}
+	}
+	if c.VictimPlugin {
+		victim = append(victim, "plugins")
+	}
+	return dedupSorted(own), dedupSorted(victim)
+}
+
+var victimFileRE = regexp.MustCompile(`\{victim\}/\{([a-z_]+)\}`)
+
+func dedupSorted(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // HasProbe reports whether the chain has a probe.
 func (c Chain) HasProbe() bool { return c.Probe.Tool != "" || c.Probe.Plugin != "" }
 
@@ -249,7 +339,7 @@ func ValidateChains(chains []Chain) error {
 			bad("class %q is unknown", c.Class)
 		}
 		switch c.Trigger {
-		case OnTurn, OnSession, OnRPC, OnCron, OnRestart, OnNeighbourTurn, OnOperator:
+		case OnTurn, OnSession, OnRPC, OnCron, OnRestart, OnCrash, OnNeighbourTurn, OnOperator:
 		default:
 			bad("trigger %q is unknown", c.Trigger)
 		}
@@ -309,6 +399,18 @@ func ValidateChains(chains []Chain) error {
 		for _, r := range c.Restore {
 			check("restore", r)
 		}
+		if strings.Contains(c.OtherDefence, "\n") {
+			bad("other defence: want one line")
+		}
+		if c.AlsoFault != "" && (c.OtherDefence == "" || !rowID.MatchString(c.AlsoFault)) {
+			bad("also fault %q: want a fault's name, and the other defence it switches off", c.AlsoFault)
+		}
+		if c.ControlTest != "" && (c.OtherDefence == "" || c.AlsoFault != "") {
+			bad("control test: only for a row another defence stops, with no fault to switch it off")
+		}
+		if l := c.HostLimit; l != nil && (l.Key == "" || l.Limit == "" || l.Value <= 0) {
+			bad("host limit: want a key, the limit's name and a positive value")
+		}
 		if c.Class != Race && !strings.Contains(strings.Join(text, "\n"), "{write}") {
 			bad("the chain writes or says nothing carrying the attacker's write canary ({write})")
 		}
@@ -349,6 +451,10 @@ func (p Places) Vars() map[string]string {
 	if rel, err := filepath.Rel(filepath.Join(p.Home, p.Files.JobOutput), p.Victim); err == nil {
 		v["victim_from_output"] = rel
 	}
+	if rel, err := filepath.Rel(p.Home, p.Victim); err == nil {
+		v["victim_from_home"] = rel
+	}
+	v["victim_plugin"] = VictimPlugin
 	return v
 }
 

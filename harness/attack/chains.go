@@ -69,13 +69,47 @@ func Register(pctx plugin.Context) error {
 `
 )
 
+// VictimPlugin is the plugin a chain puts in the victim's home
+// (Chain.VictimPlugin): one tool whose description and answer are
+// VictimPluginSource's {canary}, a canary of the victim, and whose
+// manifest's version is that canary too. Whoever loads it shows it.
+const (
+	VictimPlugin         = "chainvictim"
+	VictimPluginManifest = "name: " + VictimPlugin + "\nversion: \"{canary}\"\nkind: general\n"
+	VictimPluginSource   = `package chainvictim
+
+import (
+	"context"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+func Register(pctx plugin.Context) error {
+	return pctx.RegisterTool(plugin.Tool{Name: "victim_notes", Toolset: "chains",
+		Description: "the notes of {canary}",
+		Schema:      map[string]any{"type": "object", "properties": map[string]any{}},
+		ContextHandler: func(c context.Context, args map[string]any) (string, error) {
+			return "{canary}", nil
+		}})
+}
+`
+)
+
 // link replaces the home file rel with a symlink to target, keeping the
 // file as rel.chain-bak (the scenario puts it back).
-func link(rel, target string) string {
+func link(rel, target string) string { return linkThen(rel, target, "true") }
+
+// linkThen is link, then the command then (in the home).
+func linkThen(rel, target, then string) string {
 	return `cd "$HOME" && mkdir -p "$(dirname '` + rel + `')" && ` +
 		`if [ -e '` + rel + `' ] && [ ! -L '` + rel + `' ] && [ ! -e '` + rel + BackupSuffix + `' ]; then mv -f '` + rel + `' '` + rel + BackupSuffix + `'; fi; ` +
-		`rm -rf '` + rel + `'; ln -sfn '` + target + `' '` + rel + `' && ls -ld '` + rel + `'; echo '` + RowDone + `'`
+		`rm -rf '` + rel + `'; ln -sfn '` + target + `' '` + rel + `' && ls -ld '` + rel + `' && ` + then + `; echo '` + RowDone + `'`
 }
+
+// dueNow makes the job {job_id} of the jobs file due (its next run in the
+// past): the cron ticker runs it at its next tick, with no connection of
+// the tenant's (a chain that links its .env away has revoked its own).
+const dueNow = `sed -i '/"id": "{job_id}"/,/"next_run"/ s|"next_run": "[^"]*"|"next_run": "2000-01-01T00:00:00Z"|' '{jobs}'`
 
 // editing keeps a copy of the home file rel (once), then runs edit in the
 // home.
@@ -104,14 +138,24 @@ const lookAround = `pwd; ls -a "$PWD" "$PWD"/*/; cat "$PWD"/[0-9]*/environ | tr 
 	`timeout 5 find "$PWD" -maxdepth 2 -type f -size -256k ! -path '/proc/*' ! -path '/sys/*' 2>/dev/null | head -100 | ` +
 	`while IFS= read -r f; do head -c 65536 "$f"; echo; done; printf '%s\n' '{write}' > "$PWD/chain-{write}.txt"`
 
-// settingCwd is a chain that points the attacker's cwd at dir by RPC.
+// leaving is a settings chain's probe where what counts is a write: it
+// leaves a file carrying the write canary where the shell runs.
+const leaving = `pwd; printf '%s\n' '{write}' > "$PWD/chain-{write}.txt"; ls -ld "$PWD/chain-{write}.txt"; echo '` + RowDone + `'`
+
+// settingCwd is a chain that points the attacker's cwd at dir by RPC. A
+// chain expecting a write-scope finding leaves its canary there; any
+// other looks around (reads what is there).
 func settingCwd(id, tries, dir string, expect invariants.Invariant) Chain {
+	probe := Step{Tool: reading(lookAround)}
+	if expect == invariants.WriteScope {
+		probe = Step{Tool: leaving}
+	}
 	return Chain{ID: id, Class: Setting, Fault: FaultWorkdirAnywhere, Expect: expect, Trigger: OnTurn,
 		Tries:   tries,
 		Refusal: "config.set cwd is refused (4003, naming the rule): a cwd lies in the tenant's own home or its operator-allowed workdir root",
 		Steps:   []Step{{Op: "config.set", Params: map[string]any{"key": "cwd", "value": dir}}},
 		Say:     "Run the environment probe. {write}",
-		Probe:   Step{Tool: reading(lookAround)},
+		Probe:   probe,
 		Undo:    []Step{{Op: "config.set", Params: map[string]any{"key": "cwd", "value": "{own_workdir}"}}},
 	}
 }
@@ -132,9 +176,9 @@ func Chains() []Chain {
 	cronLink := func(id, tries, rel, target string, expect invariants.Invariant) Chain {
 		ch := homeLink(id, tries, rel, target, OnCron, expect, "env", "jobs")
 		ch.Steps = []Step{{Tool: editing("{jobs}", "true")},
-			{Op: "cron.create", Params: map[string]any{"name": id, "prompt": "{write}: run the environment probe", "every": "every 2s"},
+			{Op: "cron.create", Params: map[string]any{"name": id, "prompt": "{write}: run the environment probe", "every": "every 1h"},
 				Save: map[string]string{"job_id": "job.id"}},
-			{Tool: link(rel, target)}}
+			{Tool: linkThen(rel, target, dueNow)}}
 		ch.Restore = []string{rel, "{jobs}"}
 		return ch
 	}
@@ -149,8 +193,9 @@ func Chains() []Chain {
 		// trigger is its own cron job (it needs no connection).
 		cronLink("link-env", "replace its .env with a link to the victim's: its cron turn's requests carry the victim's key",
 			"{env}", "{victim}/{env}", invariants.Request),
-		cronLink("link-env-to-soul", "replace its .env with a link to the victim's SOUL.md: its cron job's error quotes the victim's prompt",
+		withOther(cronLink("link-env-to-soul", "replace its .env with a link to the victim's SOUL.md: its cron job's error quotes the victim's prompt",
 			"{env}", "{victim}/{soul}", invariants.File),
+			"a .env parse error names the file and the line's number, never the line's text", ""),
 		homeLink("link-soul-to-proc", "replace its SOUL.md with a link to /proc/self/environ: the server's own environment (the operator's token) goes into its system prompt",
 			"{soul}", "/proc/self/environ", OnTurn, invariants.OperatorSecret, "soul"),
 		{ID: "link-jobs", Class: HomeLink, Fault: FaultHomeFollowsLinks, Expect: invariants.RPC, Trigger: OnRPC, Needs: []string{"jobs"},
@@ -174,14 +219,27 @@ func Chains() []Chain {
 		settingCwd("cwd-work-root", "set its cwd to the folder of every workdir: its shell lists them all", "{work_root}", invariants.Request),
 		settingCwd("cwd-victim-home", "set its cwd to the victim's home", "{victim}", invariants.Request),
 		settingCwd("cwd-homes-parent", "set its cwd to the folder of the named profiles' homes", "{homes_parent}", invariants.Request),
-		settingCwd("cwd-proc", "set its cwd to /proc: the host's proc bound over the sandbox's, every process's environment readable", "/proc", invariants.Request),
-		settingCwd("cwd-sys", "set its cwd to /sys", "/sys", invariants.Request),
-		settingCwd("cwd-dev", "set its cwd to /dev", "/dev", invariants.Request),
+		// A system folder holds no canary: that the shell ran there at all
+		// (the env snapshot's cwd) is what shows. Where the sandbox keeps
+		// its capabilities, /proc also shows every process's environment.
+		settingCwd("cwd-proc", "set its cwd to /proc: the host's proc bound over the sandbox's, every process's environment readable", "/proc", invariants.Snapshot),
+		settingCwd("cwd-sys", "set its cwd to /sys: the host's sysfs bound read-write in its sandbox", "/sys", invariants.Snapshot),
+		withOther(settingCwd("cwd-dev", "set its cwd to /dev: the host's devices bound in its sandbox", "/dev", invariants.Snapshot),
+			"the sandbox's own user namespace mounts the host's /dev nodev: no device opens there, not even /dev/null, so no command of the shell runs",
+			"no-tool-sandbox"),
 		settingCwd("cwd-dev-shm", "set its cwd to /dev/shm and leave its canary there", "/dev/shm", invariants.WriteScope),
 		settingCwd("cwd-tmp", "set its cwd to the host's /tmp and leave its canary there", "/tmp", invariants.WriteScope),
 		settingCwd("cwd-var-tmp", "set its cwd to the host's /var/tmp and leave its canary there", "/var/tmp", invariants.WriteScope),
 		settingCwd("cwd-usr-local-bin", "set its cwd to /usr/local/bin and leave a program there that the neighbours' shells run", "/usr/local/bin", invariants.WriteScope),
-		settingCwd("cwd-etc", "set its cwd to /etc", "/etc", invariants.Request),
+		settingCwd("cwd-etc", "set its cwd to /etc and leave its canary there (a profile.d script every shell would run)", "/etc", invariants.WriteScope),
+		{ID: "workdir-link", Class: Setting, Fault: FaultWorkdirAnywhere, Expect: invariants.Request, Trigger: OnTurn,
+			Tries:   "leave a link to the victim's workdir in its own workdir, then set its cwd to the link by RPC: a server that judges the path, not where it leads, binds the victim's workdir",
+			Refusal: "the cwd is judged after resolving links: the link leads into another profile's workdir root, refused (4003)",
+			Steps: []Step{{Tool: `ln -sfn '{victim_workdir}' "{own_workdir}/chain-wd-{write}" && ls -ld "{own_workdir}/chain-wd-{write}"; echo '` + RowDone + `'`},
+				{Op: "config.set", Params: map[string]any{"key": "cwd", "value": "{own_workdir}/chain-wd-{write}"}}},
+			Say:   "Run the environment probe. {write}",
+			Probe: Step{Tool: reading(lookAround)},
+			Undo:  []Step{{Op: "config.set", Params: map[string]any{"key": "cwd", "value": "{own_workdir}"}}}},
 		{ID: "cwd-shm-link", Class: Setting, Fault: FaultWorkdirAnywhere, Expect: invariants.Request, Trigger: OnTurn,
 			Tries:   "with its cwd in /dev/shm, leave a link to the victim's home there, then set its cwd to the link: the sandbox binds the victim's home",
 			Refusal: "the cwd is judged after resolving links: the link's target is another home, refused (4003)",
@@ -198,7 +256,7 @@ func Chains() []Chain {
 			Say:     "Run the environment probe. {write}",
 			Probe:   Step{Tool: reading(lookAround)},
 			Restore: []string{"{config}"}},
-		{ID: "prompt-path", Class: Setting, Fault: FaultWorkdirAnywhere, Expect: invariants.Request, Trigger: OnTurn,
+		{ID: "prompt-path", Class: Setting, Fault: FaultTenantTextAsPath, Expect: invariants.Request, Trigger: OnTurn,
 			Tries:   "set its prompt to the path of the victim's .env (a server that expands file references reads it)",
 			Refusal: "the prompt is text: nothing is read from the path",
 			Steps:   []Step{{Op: "config.set", Params: map[string]any{"key": "prompt", "value": "@{victim}/{env} {write}"}}},
@@ -215,19 +273,19 @@ func Chains() []Chain {
 				{Tool: editing("{jobs}", `sed -i 's|"{job_id}"|"{victim_from_output}/{log_dir}"|' '{jobs}'`)},
 				{Op: "cron.trigger", Params: map[string]any{"id": "{victim_from_output}/{log_dir}"}}},
 			Restore: []string{"{jobs}"}},
-		{ID: "job-name-path", Class: TenantPath, Fault: FaultUncheckedJobIDs, Expect: invariants.File, Trigger: OnCron, Needs: []string{"jobs"},
+		{ID: "job-name-path", Class: TenantPath, Fault: FaultUncheckedJobIDs, Expect: invariants.File, Trigger: OnCron, Needs: []string{"jobs", "job_output", "log_dir"},
 			Tries:   "edit its job's name in its own jobs.json to a path into the victim's logs",
 			Refusal: "job names are checked against an allow-list alphabet and never joined into a path",
 			Steps: []Step{
 				{Op: "cron.create", Params: map[string]any{"name": "chain-name", "prompt": "{write}: run the environment probe", "every": "every 1h"},
 					Save: map[string]string{"job_id": "job.id"}},
-				{Tool: editing("{jobs}", `sed -i 's|"chain-name"|"{victim_from_output}/{log_dir}/chain-{write}"|' '{jobs}'`)},
+				{Tool: editing("{jobs}", `sed -i 's|"chain-name"|"../{victim_from_output}/{log_dir}/chain-{write}"|' '{jobs}'`)},
 				{Op: "cron.trigger", Params: map[string]any{"id": "{job_id}"}}},
 			Restore: []string{"{jobs}"}},
-		{ID: "slug-path", Class: TenantPath, Fault: FaultUncheckedJobIDs, Expect: invariants.File, Trigger: OnRPC,
-			Tries:   "save a key under a slug that is a path into the victim's home",
+		{ID: "slug-path", Class: TenantPath, Fault: FaultTenantTextAsPath, Expect: invariants.File, Trigger: OnRPC,
+			Tries:   "save a key under a slug that is a path into the victim's home (a server that keeps a key file per slug writes it there)",
 			Refusal: "slugs are checked against an allow-list alphabet: the save is refused (-32602)",
-			Steps:   []Step{{Op: "model.save_key", Params: map[string]any{"slug": "../../{victim_name}/chain", "api_key": "{write}"}}}},
+			Steps:   []Step{{Op: "model.save_key", Params: map[string]any{"slug": "../{victim_from_home}/chain-{write}", "api_key": "{write}"}}}},
 	}
 	operator := []Chain{
 		{ID: "own-sandbox-none", Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Request, Trigger: OnTurn, Role: Launch, Needs: []string{"config"},
@@ -264,6 +322,15 @@ func Chains() []Chain {
 			Say:           "Run the environment probe. {write}",
 			Probe:         Step{Tool: reading(`cat "$HOME/{soul}"`)},
 			Restore:       []string{"{config}", "{soul}"}},
+		{ID: "own-plugin-limits", Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Availability, Trigger: OnRestart, Needs: []string{"config", "plugins"},
+			Tries:         "set its plugin host's limits alone in its own config.yaml (no launcher), then wait for a restart: its host runs with the bounds it chose, not the operator's",
+			Refusal:       "plugins.host.* is the operator's: a profile's own limits are ignored with a log line, its host runs with the operator's",
+			Steps:         []Step{{Tool: appendConfig("plugins: {enabled: [" + ChainPlugin + "], isolation: host, host: {open_files_limit: 4093}} # {write}")}},
+			InstallPlugin: true,
+			HostLimit:     &HostLimit{Key: "open_files_limit", Limit: "Max open files", Value: 4093},
+			Say:           "Run the environment probe. {write}",
+			Probe:         Step{Plugin: ChainReadRow, Params: map[string]any{"globs": "{home}/{soul}"}},
+			Restore:       []string{"{config}"}},
 		{ID: "own-plugin-in-process", Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Request, Trigger: OnRestart, Needs: []string{"config", "plugins"},
 			Tries:         "set plugins.isolation: in_process in its own config.yaml, then wait for a restart: its plugin runs inside the server and reads every home",
 			Refusal:       "plugins.isolation is the operator's: a profile's own value is ignored with a log line, the plugin runs in its host",
@@ -286,13 +353,29 @@ func Chains() []Chain {
 			Steps:   []Step{{Tool: link("{state}", "{victim}/{state}")}},
 			Say:     "Run the environment probe. {write}",
 			Restore: []string{"{state}"}},
-		{ID: "persist-state-wal", Class: Persistence, Fault: FaultHomeFollowsLinks, Expect: invariants.File, Trigger: OnRestart, Needs: []string{"state_wal"},
-			Tries:   "replace its state.db's WAL with a link to the victim's, then wait for a restart",
-			Refusal: "the store's files are opened beneath the home without following links: an error naming the file",
-			Steps:   []Step{{Tool: link("{state_wal}", "{victim}/{state_wal}")}},
-			Say:     "Run the environment probe. {write}",
-			Restore: []string{"{state_wal}"}},
+		// A clean stop removes the WAL (the link, not its target): only a
+		// crash leaves it for the next start to open.
+		{ID: "persist-state-wal", Class: Persistence, Fault: FaultHomeFollowsLinks, Expect: invariants.File, Trigger: OnCrash, Needs: []string{"state_wal"},
+			Tries:        "replace its state.db's WAL with a link to the victim's, then wait for the server to crash and start again: its turns are written into the victim's WAL",
+			Refusal:      "the store's files are opened beneath the home without following links: an error naming the file",
+			Steps:        []Step{{Tool: link("{state_wal}", "{victim}/{state_wal}")}},
+			Say:          "Run the environment probe. {write}",
+			Restore:      []string{"{state_wal}"},
+			OtherDefence: "SQLite itself opens no WAL that is a symlink (SQLITE_CANTOPEN): the attacker's own database does not open, nothing reaches the victim's WAL",
+			ControlTest:  "invariants.TestWALSharedWithAnotherDatabaseIsFound"},
 	}
+	// A plugins folder linked in: the server finds the victim's plugins as
+	// the attacker's.
+	persistence = append(persistence, Chain{ID: "plugins-link", Class: Persistence, Fault: FaultHomeFollowsLinks, Expect: invariants.Request, Trigger: OnRestart,
+		Needs:        []string{"plugins", "config"},
+		Tries:        "replace its plugins folder with a link to the victim's and enable the victim's plugin, then wait for a restart: the victim's plugin is loaded as its own",
+		Refusal:      "the plugins folder is read beneath the home without following links: an error naming it, no plugin of another home found",
+		Steps:        []Step{{Tool: link("{plugins}", "{victim}/{plugins}")}, {Tool: appendConfig("plugins: {enabled: [{victim_plugin}]} # {write}")}},
+		VictimPlugin: true,
+		Say:          "Run the environment probe. {write}",
+		Restore:      []string{"{plugins}", "{config}"},
+		OtherDefence: "the plugin host runs in the attacker's own sandbox, where the link's target is not: the server finds the victim's plugin, its host cannot load it",
+		AlsoFault:    "plugin-in-process"})
 	race := []Chain{
 		{ID: "race-delete-recreate", Class: Race, Fault: FaultDeleteRace, Expect: invariants.File, Trigger: OnOperator,
 			Tries:   "loop session.create, model.save_key (a re-key) and config.set on its own connection while the operator deletes and re-creates its profile",
@@ -306,4 +389,10 @@ func Chains() []Chain {
 	out = append(out, operator...)
 	out = append(out, persistence...)
 	return append(out, race...)
+}
+
+// withOther is ch with its OtherDefence (and AlsoFault) set.
+func withOther(ch Chain, why, also string) Chain {
+	ch.OtherDefence, ch.AlsoFault = why, also
+	return ch
 }

@@ -2,8 +2,10 @@
 # The agentd v0.3.0 step of CI (.ci/run runs it): build agentd from the tree
 # that version 0.3.0 names (commit 3acfd72, tag v0.3.0) and certify it with
 # the multi-step attack family, which must find its leaks: exit 1, with
-# findings in hostile-chains. This is the family's real-world positive
-# control: were the attacks to stop working, this step would fail.
+# findings in hostile-chains, and the rows whose positive control it is
+# (harness/attack TestRowsOnAgentdV030) among them. This is the family's
+# real-world positive control: were the attacks to stop working, this step
+# would fail.
 #
 # AGENTD_V030_BIN_DIR (default: a folder under TMPDIR) receives the binary,
 # agentd-v0.3.0; it must be outside HOME (the harness drops PATH entries
@@ -48,6 +50,12 @@ if [ "$rc" -ne 1 ]; then
 fi
 if ! grep -q '"invariant"' "$out/cert/certificate.json"; then
   echo "agentd-v0.3.0: exit 1 but the certificate lists no finding" >&2
+  exit 1
+fi
+# Row by row: the rows that a defence of today's agentd stops with no
+# fault of agentd to switch it off have their positive control here.
+if ! (cd "$repo" && AGENTD_V030_CERT="$out/cert/certificate.json" go test -count=1 -run '^TestRowsOnAgentdV030$' ./harness/attack); then
+  echo "agentd-v0.3.0: a row whose positive control is v0.3.0 did not find its leak" >&2
   exit 1
 fi
 echo "agentd-v0.3.0: hostile-chains found v0.3.0's leaks, verdict leaks as expected ($(($(date +%s) - start))s)"

@@ -1,0 +1,299 @@
+package scenarios
+
+import (
+	"io/fs"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/invariants"
+)
+
+// Row by row: each chain run keeps a window on the run's evidence (the
+// provider requests, the frames and the home files of the time it ran),
+// and once every phase is checked, each finding whose evidence lies in a
+// window, in that row's attacker's place or carrying its canaries, is the
+// row's. The report lists every row with the invariants it was found by,
+// so the self-test can require each row's own leak of its own fault.
+
+// evidenceMark is the run's evidence counted at one moment.
+type evidenceMark struct {
+	at     time.Time
+	reqs   map[string]int              // tenant -> the last request's sequence number
+	frames map[string]int              // connection label -> frames received
+	files  map[string]invariants.Entry // every file under the homes
+}
+
+// chainWindow is the evidence of one chain run: what came between two
+// marks, and the findings the scenario itself made for the row.
+type chainWindow struct {
+	start, end time.Time
+	reqs       map[string][2]int // tenant -> sequence numbers (from, to]
+	frames     map[string][2]int // label -> frame indexes [from, to)
+	files      map[string]int64  // home files added (-1) or changed (their size before)
+	direct     map[string]bool   // findings (String) made for the row
+}
+
+// markEvidence counts the run's evidence now.
+func (e *Env) markEvidence() evidenceMark {
+	m := evidenceMark{at: time.Now(), reqs: map[string]int{}, frames: map[string]int{}, files: map[string]invariants.Entry{}}
+	for _, t := range e.Box.Set.Tenants {
+		if !t.HasProvider() {
+			continue
+		}
+		if recs := t.Requests(); len(recs) > 0 {
+			m.reqs[t.Name] = recs[len(recs)-1].Seq
+		}
+	}
+	e.mu.Lock()
+	conns := append([]ownedConn(nil), e.conns...)
+	e.mu.Unlock()
+	for _, c := range conns {
+		m.frames[c.label] = len(c.conn.Frames())
+	}
+	if e.Box.Target.Files && !e.Box.Target.Remote() {
+		roots := []string{e.Box.Set.LaunchHome}
+		for _, t := range e.Box.Set.Tenants {
+			if !within(t.Home, e.Box.Set.LaunchHome) {
+				roots = append(roots, t.Home)
+			}
+		}
+		for _, root := range roots {
+			_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return nil
+				}
+				if info, err := d.Info(); err == nil {
+					m.files[path] = invariants.Entry{Size: info.Size(), ModTime: info.ModTime(), Mode: info.Mode()}
+				}
+				return nil
+			})
+		}
+	}
+	return m
+}
+
+// windowOf is the evidence between two marks.
+func windowOf(from, to evidenceMark) *chainWindow {
+	w := &chainWindow{start: from.at, end: to.at, reqs: map[string][2]int{}, frames: map[string][2]int{}, files: map[string]int64{}, direct: map[string]bool{}}
+	for t, n := range to.reqs {
+		w.reqs[t] = [2]int{from.reqs[t], n}
+	}
+	for l, n := range to.frames {
+		w.frames[l] = [2]int{from.frames[l], n}
+	}
+	for p, a := range to.files {
+		switch b, ok := from.files[p]; {
+		case !ok:
+			w.files[p] = -1
+		case b != a:
+			w.files[p] = b.Size
+		}
+	}
+	return w
+}
+
+// providerLabel is where the operator-secret scan places a request.
+var providerLabel = regexp.MustCompile(`^request #(\d+) on (\S+)'s provider`)
+
+// holds reports whether f's evidence came in r's window: a request of its
+// tenant's provider, a frame of its connection, a home file made in the
+// time (or the hit past the file's old end), a file outside the homes
+// written in the time, or a finding made for the row.
+func (r *chainRun) holds(f invariants.Finding, outside map[string]time.Time) bool {
+	w := r.window
+	if w == nil {
+		return false
+	}
+	seq, tenant := -1, f.Tenant
+	if f.Where.Request != nil {
+		seq = *f.Where.Request
+	} else if m := providerLabel.FindStringSubmatch(f.Where.Label); m != nil {
+		seq, _ = strconv.Atoi(m[1])
+		tenant = m[2]
+	}
+	switch {
+	case w.direct[f.String()]:
+		return true
+	case seq >= 0:
+		rg, ok := w.reqs[tenant]
+		return ok && seq > rg[0] && seq <= rg[1]
+	case f.Where.Frame != nil:
+		rg, ok := w.frames[f.Where.Label]
+		return ok && *f.Where.Frame >= rg[0] && *f.Where.Frame < rg[1]
+	case f.Where.Path != "":
+		if old, ok := w.files[f.Where.Path]; ok {
+			// Made in the time, or the hit lies past the file's old end (a
+			// WAL, a log): a file that only changed (a tenant's own
+			// database, written by every turn) holds older hits too.
+			return old < 0 || f.Where.Part == "" && f.Where.Offset != nil && *f.Where.Offset >= old
+		}
+		at, ok := outside[f.Where.Path]
+		return ok && !at.Before(w.start) && !at.After(w.end)
+	}
+	return false
+}
+
+// staleKey is f without its offset: the same evidence found again at
+// another offset (a WAL that grew, a log re-read) is the same finding.
+func staleKey(f invariants.Finding) string {
+	f.Where.Offset = nil
+	return f.String()
+}
+
+// chainFind reports f as a finding made for r.
+func (e *Env) chainFind(r *chainRun, f invariants.Finding) {
+	if r.window == nil {
+		r.window = &chainWindow{direct: map[string]bool{}}
+	}
+	r.window.direct[f.String()] = true
+	e.Find(f)
+}
+
+// openWindow starts the windows of runs (a round of a restart shares one).
+func (e *Env) openWindow(runs ...*chainRun) func() {
+	from := e.markEvidence()
+	return func() {
+		w := windowOf(from, e.markEvidence())
+		for _, r := range runs {
+			if r.window != nil {
+				for k := range r.window.direct {
+					w.direct[k] = true
+				}
+			}
+			own := *w
+			own.direct = maps(w.direct)
+			r.window = &own
+			r.took = w.end.Sub(w.start)
+		}
+	}
+}
+
+func maps(m map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// chainRows is the last phase of hostile-chains: every finding of the
+// earlier phases (once: found again at another offset, it is the same) is
+// given to the rows whose window holds its evidence (those whose attacker
+// and victim it names first, else those whose attacker's place it is,
+// else those whose attacker's canary it is, else, for a finding of no
+// tenant's, every one), and the report lists each row with the
+// invariants it was found by.
+func (e *Env) chainRows() {
+	e.mu.Lock()
+	phases := slices.Clone(e.Report.Phases)
+	e.mu.Unlock()
+	runs := e.chains.runs
+	found := make([]map[invariants.Invariant]int, len(runs))
+	evidence := make([][]string, len(runs))
+	for i := range found {
+		found[i] = map[invariants.Invariant]int{}
+	}
+	seen := map[string]bool{}
+	for _, p := range phases {
+		// A row's evidence is checked right after its phase: a finding is
+		// only ever a row's of the phase that first reported it.
+		var inPhase []int
+		for i, r := range runs {
+			if r.phase == p.Name {
+				inPhase = append(inPhase, i)
+			}
+		}
+		// Once per phase too, at its first offset: a WAL writes a page again
+		// (further on) whenever a row of it changes, so what leaked once
+		// reappears past the old end of later windows.
+		first := map[string]int{}
+		var fresh []invariants.Finding
+		for _, f := range p.Findings {
+			k := staleKey(f)
+			if !f.Invariant.Leak() || seen[k] {
+				continue
+			}
+			if i, ok := first[k]; ok {
+				if g := fresh[i]; f.Where.Offset != nil && g.Where.Offset != nil && *f.Where.Offset < *g.Where.Offset {
+					fresh[i] = f
+				}
+				continue
+			}
+			first[k] = len(fresh)
+			fresh = append(fresh, f)
+		}
+		for _, f := range p.Findings {
+			seen[staleKey(f)] = true
+		}
+		for _, f := range fresh {
+			var holders []int
+			for _, i := range inPhase {
+				if runs[i].holds(f, e.chains.outside) {
+					holders = append(holders, i)
+				}
+			}
+			pick := func(match func(r *chainRun) bool) []int {
+				var out []int
+				for _, i := range holders {
+					if match(runs[i]) {
+						out = append(out, i)
+					}
+				}
+				return out
+			}
+			// Whose row: the one whose attacker and victim the finding
+			// names (either way round), else the one whose attacker's
+			// place it is, else the one whose attacker's canary it is.
+			got := pick(func(r *chainRun) bool {
+				return r.a.Name == f.Tenant && r.v.Name == f.Owner || r.a.Name == f.Owner && r.v.Name == f.Tenant
+			})
+			if len(got) == 0 {
+				got = pick(func(r *chainRun) bool { return f.Tenant != "" && r.a.Name == f.Tenant })
+			}
+			if len(got) == 0 {
+				got = pick(func(r *chainRun) bool { return f.Owner != "" && r.a.Name == f.Owner })
+			}
+			if len(got) == 0 && f.Tenant == "" && f.Owner == "" {
+				got = holders
+			}
+			for _, i := range got {
+				found[i][f.Invariant]++
+				if len(evidence[i]) < 3 {
+					evidence[i] = append(evidence[i], f.String())
+				}
+			}
+		}
+	}
+	var rows []ChainRow
+	for i, r := range runs {
+		row := ChainRow{Row: r.ch.ID, Attacker: r.a.Name, Victim: r.v.Name, Outcome: r.outcome, Duration: r.took, Evidence: evidence[i]}
+		for inv, n := range found[i] {
+			row.Found = append(row.Found, inv)
+			row.Findings += n
+		}
+		sort.Slice(row.Found, func(a, b int) bool { return row.Found[a] < row.Found[b] })
+		rows = append(rows, row)
+	}
+	rows = append(rows, e.chains.skipped...)
+	e.mu.Lock()
+	e.Report.Chains = append(e.Report.Chains, rows...)
+	e.mu.Unlock()
+	for _, row := range rows {
+		if len(row.Found) > 0 {
+			e.Logf("chain %s by %s against %s found by %s", row.Row, row.Attacker, row.Victim, strings.Join(invNames(row.Found), ", "))
+		}
+	}
+}
+
+func invNames(is []invariants.Invariant) []string {
+	out := make([]string, len(is))
+	for i, v := range is {
+		out[i] = string(v)
+	}
+	return out
+}
