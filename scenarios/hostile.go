@@ -112,16 +112,19 @@ const EscapeGrace = harness.DefaultEscapeGrace
 func (e *Env) CheckEscapes(ev invariants.Ended) {
 	e.T.Helper()
 	deadline := time.Now().Add(e.Box.Target.EscapeWithin())
-	for len(invariants.Live(ev)) > 0 && time.Now().Before(deadline) {
+	carriers := invariants.Live(ev) // a scan of every process: once per poll
+	for len(carriers) > 0 && time.Now().Before(deadline) {
 		if !sleepCtx(e.Ctx, 100*time.Millisecond) {
 			break
 		}
+		carriers = invariants.Live(ev)
 	}
-	carriers := invariants.Live(ev)
 	for _, f := range invariants.EscapesOf(ev, carriers) {
 		e.Find(f)
 	}
-	e.killCarriers(ev)
+	if len(carriers) > 0 {
+		e.killCarriers(ev)
+	}
 }
 
 // killCarriers kills every live process carrying ev's canaries (they all
