@@ -56,6 +56,15 @@ type Target struct {
 	TokenVar     string            `yaml:"token_var"` // the variable that hands the serve backend its token
 	Env          map[string]string `yaml:"env"`       // extra variables for every target process; {root} is the sandbox root
 
+	// EscapeGrace is how long the processes that an event ends (a
+	// session's close, a profile's deletion, a plugin host's death, the
+	// server's stop) may take to go once the target has answered (or
+	// exited): each one still there then is a process_escape finding.
+	// Default DefaultEscapeGrace, room for a target that ends them after it
+	// answers; the embedded agentd answers and exits only once they are
+	// gone, so its grace is the kernel's reaping on a busy machine.
+	EscapeGrace Duration `yaml:"escape_grace"`
+
 	// ManagedDir is the target's managed (operator) scope folder, inside the
 	// sandbox ({root}/...); Managed, when set, is written there as
 	// config.yaml before any target process starts ({root} in its values is
@@ -129,6 +138,25 @@ func (t *Target) ReadyWithin(def time.Duration) time.Duration {
 	return def
 }
 
+// DefaultEscapeGrace is the escape grace of a target file that gives no
+// escape_grace.
+const DefaultEscapeGrace = 15 * time.Second
+
+// AgentdEscapeGrace is the embedded agentd's escape grace: it answers
+// session.close and profiles.delete, and exits, only once every process of
+// theirs is gone, and a plugin host's keeper kills what a dead host left
+// at once; what is left to wait for is the kernel's reaping.
+const AgentdEscapeGrace = 3 * time.Second
+
+// EscapeWithin is how long the processes an event ends may take to go: the
+// target's escape_grace, else DefaultEscapeGrace.
+func (t *Target) EscapeWithin() time.Duration {
+	if t.EscapeGrace > 0 {
+		return time.Duration(t.EscapeGrace)
+	}
+	return DefaultEscapeGrace
+}
+
 // Duration is a time.Duration written in a target file as Go writes one
 // ("90s", "2m30s").
 type Duration time.Duration
@@ -164,6 +192,7 @@ func AgentdTarget(argv0 string, prefix ...string) Target {
 		CronTick:    cmd("cron", "tick"),
 		Preflight:   cmd("sandbox", "check"),
 		ReadyLine:   DefaultReadyLine,
+		EscapeGrace: Duration(AgentdEscapeGrace),
 		TokenVar:    "AGENTD_SESSION_TOKEN",
 		Env:         map[string]string{"AGENTD_MANAGED_DIR": "{root}/managed"},
 		ManagedDir:  "{root}/managed",

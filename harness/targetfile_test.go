@@ -64,6 +64,23 @@ func TestReadyTimeout(t *testing.T) {
 	}
 }
 
+// TestEscapeGrace: escape_grace is how long a target may take to end the
+// processes an event ends; a target file without one gets the default,
+// the embedded agentd (which ends them before it answers) its own.
+func TestEscapeGrace(t *testing.T) {
+	t.Parallel()
+	tg, err := LoadTarget(writeFile(t, "name: x\nstdio: [a]\nescape_grace: 40s\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 40*time.Second, tg.EscapeWithin())
+	tg, err = LoadTarget(writeFile(t, "name: x\nstdio: [a]\n"))
+	require.NoError(t, err)
+	assert.Equal(t, DefaultEscapeGrace, tg.EscapeWithin())
+	emb := AgentdTarget("agentd")
+	assert.Equal(t, AgentdEscapeGrace, emb.EscapeWithin())
+	_, err = LoadTarget(writeFile(t, "name: x\nstdio: [a]\nescape_grace: 3\n"))
+	assert.ErrorContains(t, err, "line 3: \"3\" is not a duration")
+}
+
 // TestHooksGetTheServe: while a serve backend is up, a hook's environment
 // has its URL, host, port and token; before it is noted, none of them.
 func TestHooksGetTheServe(t *testing.T) {

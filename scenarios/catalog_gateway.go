@@ -101,14 +101,12 @@ func gatewayFailover() Spec {
 	}}}
 	for _, m := range failoverModes {
 		phases = append(phases, Phase{Name: "upstream-" + m.name, Run: func(e *Env) {
-			for _, t := range e.Tenants {
-				e.GatewayFailover(t, m.name, m.resp)
-			}
+			e.GatewayFailover(e.Tenants, m.name, m.resp)
 		}})
 	}
 	return Spec{
 		ID:        "gateway-failover",
-		Purpose:   "a tenant's own upstream answers 5xx, 429 with Retry-After, or hangs: the gateway never retries on another tenant's channel",
+		Purpose:   "every tenant's own upstream answers 5xx, 429 with Retry-After, or hangs while all chat at once: the gateway never retries on another tenant's channel",
 		Backends:  []harness.Backend{harness.BackendGateway},
 		Focus:     []Invariant{Routing, Requests, Text},
 		Snapshots: perTenant(0),

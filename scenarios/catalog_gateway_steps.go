@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -388,27 +389,86 @@ func idVariants(owner map[string]string, callerOwns map[string]bool) []idSet {
 	return out
 }
 
-// GatewayFailover scripts FailoverAttempts failures of mode on t's own
-// provider and makes t's own chat: whatever t gets back, no other
-// tenant's provider may see a request meanwhile.
-func (e *Env) GatewayFailover(t *tenants.Tenant, mode string, resp func() fakellm.Response) {
+// FailoverChat is the kind of the canary each failover chat's text
+// carries: it shows whose chat a provider's request is.
+const FailoverChat tenants.Kind = "failover_chat"
+
+// GatewayFailover has every tenant of ts chat at once while its own
+// upstream fails: FailoverAttempts failures of mode are scripted on each
+// tenant's provider, and each chat's text carries a canary minted for it.
+// Whatever each gets back, every request a provider recorded meanwhile must
+// be its own tenant's chat: one carrying another tenant's chat is that
+// chat routed to it, one carrying no chat of its own tenant is traffic no
+// chat of its own explains; both are Routing findings. Each tenant's own
+// provider must have been tried (a positive control).
+func (e *Env) GatewayFailover(ts []*tenants.Tenant, mode string, resp func() fakellm.Response) {
 	e.T.Helper()
-	if t.Provider == nil {
-		e.skip(string(Routing)+" failover", "the tenants' providers run in another process: their answers cannot be scripted")
-		return
+	for _, t := range ts {
+		if t.Provider == nil {
+			e.skip(string(Routing)+" failover", "the tenants' providers run in another process: their answers cannot be scripted")
+			return
+		}
 	}
-	ts := e.Box.Set.Tenants
-	for i := 0; i < FailoverAttempts; i++ {
-		t.Provider.Enqueue(resp())
+	all := e.Box.Set.Tenants
+	chatOf := map[string]*tenants.Tenant{} // chat canary -> its tenant
+	mark := map[string]string{}            // tenant -> its chat canary
+	for _, t := range ts {
+		c := e.mint(t, FailoverChat)
+		chatOf[c.Value], mark[t.Name] = t, c.Value
+		for i := 0; i < FailoverAttempts; i++ {
+			t.Provider.Enqueue(resp())
+		}
 	}
-	before := invariants.Counts(ts)
-	r := e.chat(t, fmt.Sprintf("gateway reply to %s while its upstream fails (%s)", t.Name, mode), e.ownChat(t, false), 60*time.Second)
-	after := invariants.Counts(ts)
-	t.Provider.DropScript()
-	what := fmt.Sprintf("%s's chat while its own upstream failed (%s; the gateway answered HTTP %d)", t.Name, mode, r.Status)
-	for _, f := range invariants.RoutedElsewhere(ts, t.Name, what, before, after) {
-		e.Find(f)
+	var mu sync.Mutex
+	status := map[string]int{} // tenant -> the gateway's answer to its chat
+	before := invariants.Counts(all)
+	e.atOnce(ts, func(t *tenants.Tenant) {
+		req := e.ownChat(t, false)
+		req.Text += " (chat " + mark[t.Name] + ")"
+		r := e.chat(t, fmt.Sprintf("gateway reply to %s while its upstream fails (%s)", t.Name, mode), req, 60*time.Second)
+		t.Provider.DropScript()
+		mu.Lock()
+		status[t.Name] = r.Status
+		mu.Unlock()
+	})
+	after := invariants.Counts(all)
+	for _, x := range all {
+		if !x.HasProvider() {
+			continue
+		}
+		where := invariants.Where{Label: "provider of " + x.Name}
+		own := 0
+		for _, r := range x.Requests()[before[x.Name]:after[x.Name]] {
+			var others []*tenants.Tenant
+			mine := false
+			for m, t := range chatOf {
+				if bytes.Contains(r.RawBody, []byte(m)) {
+					if t == x {
+						mine = true
+					} else {
+						others = append(others, t)
+					}
+				}
+			}
+			sort.Slice(others, func(i, j int) bool { return others[i].Name < others[j].Name })
+			for _, o := range others {
+				e.Find(invariants.Finding{Invariant: invariants.Routing, Tenant: x.Name, Owner: o.Name, Kind: FailoverChat, Where: where,
+					Detail: fmt.Sprintf("%s's chat while its own upstream failed (%s; the gateway answered HTTP %d) reached this provider (request #%d)",
+						o.Name, mode, status[o.Name], r.Seq)})
+			}
+			switch {
+			case len(others) > 0:
+			case mine:
+				own++
+			default:
+				e.Find(invariants.Finding{Invariant: invariants.Routing, Tenant: x.Name, Where: where,
+					Detail: fmt.Sprintf("request #%d, carrying no chat of %s's, reached this provider while the tenants' own upstreams failed (%s)",
+						r.Seq, x.Name, mode)})
+			}
+		}
+		if _, chatted := mark[x.Name]; chatted {
+			e.gatewayControl(x, "own upstream tried during failover ("+mode+")", own > 0,
+				fmt.Sprintf("its provider saw no request carrying its chat (HTTP %d)", status[x.Name]))
+		}
 	}
-	e.gatewayControl(t, "own upstream tried during failover ("+mode+")", after[t.Name] > before[t.Name],
-		fmt.Sprintf("its provider saw no request (HTTP %d)", r.Status))
 }

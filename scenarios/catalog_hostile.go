@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -30,10 +31,13 @@ func (e *Env) attackers() []*tenants.Tenant {
 // tenant's write canary. It lives in each run's Env: the self-test runs
 // the same spec clean and faulty at once.
 type hostileState struct {
+	mu     sync.Mutex // the attackers attack at once
 	writes map[string]tenants.Canary
 }
 
 func (st *hostileState) canaries(e *Env, t *tenants.Tenant) attack.Canaries {
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	if st.writes == nil {
 		st.writes = map[string]tenants.Canary{}
 	}
@@ -45,16 +49,17 @@ func (st *hostileState) canaries(e *Env, t *tenants.Tenant) attack.Canaries {
 	return attack.Canaries{Write: w.Value}
 }
 
-// nextTurns runs one probe turn of every tenant in a new session: what the
-// others wrote into its home (SOUL.md, .env, memory) reaches its provider
-// then, in the system prompt or the shell's environment.
+// nextTurns runs one probe turn of every tenant in a new session, all at
+// once: what the others wrote into its home (SOUL.md, .env, memory)
+// reaches its provider then, in the system prompt or the shell's
+// environment.
 func (e *Env) nextTurns() {
 	e.T.Helper()
-	for _, t := range e.Tenants {
+	e.atOnce(e.Tenants, func(t *tenants.Tenant) {
 		c := e.Conns[t.Name]
 		s := e.CreateSession(c, t)
 		e.Turn(c, t, s.SessionID)
-	}
+	})
 }
 
 // spawnIn runs every spawn row of rows as t in session sid on c with a
@@ -70,8 +75,9 @@ func (e *Env) spawnIn(c *harness.Conn, t *tenants.Tenant, sid string, rows []att
 }
 
 // startHostile opens a hostile run: fresh attack state, install (when
-// given) before the server starts, a connection and a session per tenant,
-// one ordinary turn each.
+// given) before the server starts, a connection and a session per tenant
+// (opened at once: a session may start the tenant's plugin host), one
+// ordinary turn each.
 func (e *Env) startHostile(install func()) {
 	e.T.Helper()
 	e.hostile = &hostileState{}
@@ -79,30 +85,50 @@ func (e *Env) startHostile(install func()) {
 		install()
 	}
 	e.ServePerTenant()
-	e.OpenSessions()
+	e.openSessionsAtOnce()
 	e.InterleavedTurns(1)
 }
 
+// openSessionsAtOnce is OpenSessions with every tenant's session.create at
+// once.
+func (e *Env) openSessionsAtOnce() {
+	e.T.Helper()
+	var mu sync.Mutex
+	sessions := map[string]harness.SessionInfo{}
+	e.atOnce(e.Tenants, func(t *tenants.Tenant) {
+		s := e.CreateSession(e.Conns[t.Name], t)
+		if got := s.Info.ProfileName; got != "" && got != t.Name {
+			e.T.Errorf("session of %s reports profile %q", t.Name, got)
+		}
+		mu.Lock()
+		sessions[t.Name] = s
+		mu.Unlock()
+	})
+	e.Sessions = sessions
+}
+
 // attackAll has every attacker run, in its main session, the rows of each
-// kind in turn.
+// kind in turn; the attackers attack at once (each on its own connection,
+// with its own canaries).
 func (e *Env) attackAll(rows []attack.Row, kinds ...attack.Class) {
 	e.T.Helper()
-	for _, t := range e.attackers() {
+	e.atOnce(e.attackers(), func(t *tenants.Tenant) {
 		for _, k := range kinds {
 			for _, r := range attack.Of(rows, k) {
 				e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostile.canaries(e, t))
 			}
 		}
-	}
+	})
 }
 
-// stopAndCheck spawns in every tenant's main session, stops the server,
-// and checks that nothing carrying any tenant's canary is left.
+// stopAndCheck spawns in every attacker's main session (all at once),
+// stops the server, and checks that nothing carrying any tenant's canary
+// is left.
 func (e *Env) stopAndCheck(rows []attack.Row) {
 	e.T.Helper()
-	for _, t := range e.attackers() {
+	e.atOnce(e.attackers(), func(t *tenants.Tenant) {
 		e.spawnIn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, rows, "processes of "+t.Name+" before the server stops")
-	}
+	})
 	e.StopServe(e.Server)
 	e.CheckEscapes(invariants.Ended{Event: "the server's stop", Canaries: everyCanary(e.Box.Set.Tenants)})
 }
@@ -126,14 +152,16 @@ func hostileTools() Spec {
 				e.nextTurns()
 			}},
 			{Name: "session-close", Run: func(e *Env) {
-				for _, t := range e.attackers() {
+				// Each attacker's session, processes and mark are its own:
+				// they close (and are waited for) at once.
+				e.atOnce(e.attackers(), func(t *tenants.Tenant) {
 					c := e.Conns[t.Name]
 					s := e.CreateSession(c, t)
 					mark := e.spawnIn(c, t, s.SessionID, rows, "processes of session "+s.SessionID+" of "+t.Name)
 					e.CloseSession(c, s.SessionID)
 					e.CheckEscapes(invariants.Ended{Event: fmt.Sprintf("the close of session %s of %s", s.SessionID, t.Name),
 						Canaries: []tenants.Canary{mark}})
-				}
+				})
 			}},
 			{Name: "profile-delete", Run: func(e *Env) {
 				name := "hostile-" + lifecycleName(e)
@@ -252,7 +280,9 @@ func hostilePlugin() Spec {
 				}
 			}},
 			{Name: "host-death", Run: func(e *Env) {
-				for _, t := range e.attackers() {
+				// Each attacker's host and what it started are its own: they
+				// die (and are waited for) at once.
+				e.atOnce(e.attackers(), func(t *tenants.Tenant) {
 					c, sid := e.Conns[t.Name], e.Sessions[t.Name].SessionID
 					mark := e.spawnIn(c, t, sid, rows, "processes of "+t.Name+"'s plugin host")
 					hosts := pluginHostsOf(e, t)
@@ -260,14 +290,14 @@ func hostilePlugin() Spec {
 						e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: "plugin host of " + t.Name},
 							Detail: "no plugin host of " + t.Name + " was found to kill: the host-death check was not made"})
 						e.killCarriers(invariants.Ended{Canaries: []tenants.Canary{mark}})
-						continue
+						return
 					}
 					for _, h := range hosts {
 						killPid(h.Pid)
 					}
 					e.CheckEscapes(invariants.Ended{Event: fmt.Sprintf("the death of %s's plugin host (pid %d)", t.Name, hosts[0].Pid),
 						Canaries: []tenants.Canary{mark}})
-				}
+				})
 			}},
 			{Name: "server-stop", Run: func(e *Env) { e.stopAndCheck(rows) }},
 		},

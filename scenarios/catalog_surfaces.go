@@ -511,21 +511,35 @@ func (e *Env) installSurfacesPlugin() {
 	}
 }
 
-// waitSurface waits until t's plugin recorded event for session sid (its
-// end hooks run as the session closes, the server stops).
-func (e *Env) waitSurface(t *tenants.Tenant, event, sid string) {
+// surfaceWait is how long the end hooks of a closed session have to be
+// recorded by some tenant's plugin.
+const surfaceWait = 30 * time.Second
+
+// waitSurfaces waits until, for session sid, every event of events was
+// recorded by some tenant's plugin (its end hooks run as the session
+// closes, the server stops). Where it was recorded is checkSurfaces'
+// judgement, not this wait's: a record in another tenant's plugin (a
+// faulty target's) decides the wait as well as one in the owner's, so
+// only an event recorded nowhere waits out surfaceWait.
+func (e *Env) waitSurfaces(sid string, events ...string) {
 	e.T.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(surfaceWait)
 	for {
-		for _, r := range e.surfacesRecords(t) {
-			if r.Event == event && (r.Session == sid || r.Data["session_id"] == sid) {
-				return
+		seen := map[string]bool{}
+		for _, t := range e.Tenants {
+			for _, r := range e.surfacesRecords(t) {
+				if r.Session == sid || r.Data["session_id"] == sid {
+					seen[r.Event] = true
+				}
 			}
 		}
-		if time.Now().After(deadline) || !sleepCtx(e.Ctx, 25*time.Millisecond) {
+		all := true
+		for _, ev := range events {
+			all = all && seen[ev]
+		}
+		if all || time.Now().After(deadline) || !sleepCtx(e.Ctx, 25*time.Millisecond) {
 			// A missing record is the positive control's finding
-			// (checkSurfaces), not a harness failure: a faulty target
-			// records it elsewhere.
+			// (checkSurfaces), not a harness failure.
 			return
 		}
 	}
@@ -593,8 +607,7 @@ func pluginSurfaces() Spec {
 					e.surfaceTurn(c, t, s.SessionID)
 					e.CloseSession(c, s.SessionID)
 					st.closed[t.Name] = append(st.closed[t.Name], s.SessionID)
-					e.waitSurface(t, "on_session_end", s.SessionID)
-					e.waitSurface(t, "shutdown", s.SessionID)
+					e.waitSurfaces(s.SessionID, "on_session_end", "shutdown")
 				}
 				e.checkSurfaces("after a session closed")
 			}},

@@ -3,8 +3,11 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -97,26 +100,31 @@ func (e *Env) SeeMarked(t *tenants.Tenant, mark tenants.Canary, what string) {
 	}
 }
 
-// EscapeGrace is how long the processes an event ends have to die before
-// each survivor is a finding.
-const EscapeGrace = 15 * time.Second
+// EscapeGrace is how long, by default, the processes an event ends have to
+// die before each survivor is a finding; a target says its own
+// (harness.Target.EscapeGrace).
+const EscapeGrace = harness.DefaultEscapeGrace
 
-// CheckEscapes waits (up to EscapeGrace) for every process carrying ev's
-// canaries to end; each survivor is a process_escape finding, and is then
-// killed, so that it is reported once and outlives no run.
+// CheckEscapes waits, up to the target's escape grace, for every process
+// carrying ev's canaries to end: it returns as soon as none is left. Each
+// survivor is a process_escape finding, and is then killed, so that it is
+// reported once and outlives no run.
 func (e *Env) CheckEscapes(ev invariants.Ended) {
 	e.T.Helper()
-	deadline := time.Now().Add(EscapeGrace)
-	for len(invariants.Live(ev)) > 0 && time.Now().Before(deadline) {
+	deadline := time.Now().Add(e.Box.Target.EscapeWithin())
+	carriers := invariants.Live(ev) // a scan of every process: once per poll
+	for len(carriers) > 0 && time.Now().Before(deadline) {
 		if !sleepCtx(e.Ctx, 100*time.Millisecond) {
 			break
 		}
+		carriers = invariants.Live(ev)
 	}
-	carriers := invariants.Live(ev)
 	for _, f := range invariants.EscapesOf(ev, carriers) {
 		e.Find(f)
 	}
-	e.killCarriers(ev)
+	if len(carriers) > 0 {
+		e.killCarriers(ev)
+	}
 }
 
 // killCarriers kills every live process carrying ev's canaries (they all
@@ -169,6 +177,40 @@ func pluginHostsOf(e *Env, t *tenants.Tenant) []procgroup.Carrier {
 		}
 	}
 	return out
+}
+
+// atOnce runs fn for every tenant of ts at the same time, each in a
+// goroutine of its own, and returns once all have returned: steps of
+// different tenants that share nothing (each on its own connection and
+// session, with its own canaries) take the time of the slowest tenant, not
+// the sum. A Fatalf, FailNow or Skipf inside fn ends that tenant's
+// goroutine; once every goroutine has returned, atOnce ends the phase the
+// same way (the failure or skip is already recorded).
+func (e *Env) atOnce(ts []*tenants.Tenant, fn func(t *tenants.Tenant)) {
+	e.T.Helper()
+	var wg sync.WaitGroup
+	var ended atomic.Bool
+	for _, t := range ts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			completed := false
+			defer func() {
+				if r := recover(); r != nil {
+					e.T.Errorf("%s: panic: %v", t.Name, r)
+				}
+				if !completed {
+					ended.Store(true)
+				}
+			}()
+			fn(t)
+			completed = true
+		}()
+	}
+	wg.Wait()
+	if ended.Load() {
+		runtime.Goexit()
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -245,4 +247,44 @@ func TestWeakenedTargetWritesItsOperatorScope(t *testing.T) {
 	assert.Equal(t, map[string]any{"terminal": map[string]any{"workdir_roots": []any{"{root}/work/{profile}"}}}, agentdTarget().Managed,
 		"the certified target's operator scope declares the tenants' workdir roots, nothing else")
 	require.NoError(t, attack.Validate(attack.Terminal()))
+}
+
+// atOnce runs every tenant's steps at the same time and waits for all of
+// them; one tenant's Fatalf ends its own steps, then the phase, once the
+// others are done.
+func TestAtOnceRunsEveryTenantAndEndsThePhaseOnAFailure(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a guard, should atOnce run them one by one
+	defer cancel()
+	ts := []*tenants.Tenant{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+	var started sync.WaitGroup
+	started.Add(len(ts))
+	allStarted := make(chan struct{})
+	go func() { started.Wait(); close(allStarted) }()
+	var finished atomic.Int32
+	var phaseOK, after bool
+	out := harness.RunStandalone(context.Background(), "at-once", t.TempDir(), false, func(ht harness.T) {
+		e := &Env{T: &recordingT{T: ht}}
+		phaseOK = runPhase(e, Phase{Name: "p", Run: func(e *Env) {
+			e.atOnce(ts, func(tn *tenants.Tenant) {
+				started.Done()
+				select {
+				case <-allStarted:
+				case <-ctx.Done():
+					e.T.Fatalf("%s: the others never started alongside it", tn.Name)
+				}
+				if tn.Name == "b" {
+					e.T.Fatalf("b's step failed")
+				}
+				finished.Add(1)
+			})
+			after = true
+		}})
+	})
+	assert.False(t, phaseOK, "a tenant's Fatalf ends the phase")
+	assert.False(t, after, "nothing after atOnce runs once a tenant failed")
+	assert.Equal(t, int32(2), finished.Load(), "the other tenants' steps ran to their end")
+	assert.True(t, out.Failed)
+	assert.Contains(t, strings.Join(out.Log, "\n"), "b's step failed")
+	assert.NotContains(t, strings.Join(out.Log, "\n"), "never started alongside")
 }
