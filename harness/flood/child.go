@@ -1,0 +1,321 @@
+package flood
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+)
+
+// RoleVar, in a process's environment, makes any binary that links this
+// package a flood child instead of itself (see the package doc): its value
+// is the role, RoleFlooder or RoleControl.
+const RoleVar = "TENANTCANARY_FLOOD_CHILD"
+
+// The roles a child plays.
+const (
+	RoleFlooder = "flooder"
+	RoleControl = "control"
+)
+
+func init() {
+	if role, ok := os.LookupEnv(RoleVar); ok {
+		os.Exit(runChild(role, os.Stdin, os.Stdout, os.Stderr))
+	}
+}
+
+// runChild runs role with the parent's request on the first line of in,
+// until in closes; it returns the exit status.
+func runChild(role string, in io.Reader, out, errOut io.Writer) int {
+	r := bufio.NewReader(in)
+	line, err := r.ReadBytes('\n')
+	if err != nil && len(line) == 0 {
+		fmt.Fprintf(errOut, "flood %s: read the request on stdin: %v\n", role, err)
+		return 2
+	}
+	// stop ends when the parent closes stdin (or dies: the parent-death
+	// signal ends the child before that matters).
+	stop := make(chan struct{})
+	go func() { // ends with stdin
+		_, _ = io.Copy(io.Discard, r)
+		close(stop)
+	}()
+	rep := &reporter{w: out}
+	switch role {
+	case RoleFlooder:
+		var spec Spec
+		if err := json.Unmarshal(line, &spec); err != nil {
+			fmt.Fprintf(errOut, "flood flooder: decode the spec: %v\n", err)
+			return 2
+		}
+		if err := runFlooder(spec, stop, rep); err != nil {
+			fmt.Fprintf(errOut, "flood flooder: %v\n", err)
+			return 1
+		}
+	case RoleControl:
+		var opts ControlOptions
+		if err := json.Unmarshal(line, &opts); err != nil {
+			fmt.Fprintf(errOut, "flood control: decode the options: %v\n", err)
+			return 2
+		}
+		if err := runControl(opts, stop, rep); err != nil {
+			fmt.Fprintf(errOut, "flood control: %v\n", err)
+			return 1
+		}
+	default:
+		fmt.Fprintf(errOut, "flood: unknown role %s=%q (want %q or %q)\n", RoleVar, role, RoleFlooder, RoleControl)
+		return 2
+	}
+	return 0
+}
+
+// reporter writes one JSON object a line, from any goroutine.
+type reporter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (r *reporter) report(v any) {
+	b, _ := json.Marshal(v)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, _ = r.w.Write(append(b, '\n'))
+}
+
+// lowerPriority makes this process's every thread, and so every thread it
+// starts later, nice by n: on Linux a nice value is a thread's, and
+// PRIO_PGRP reaches every thread of the group this child leads.
+func lowerPriority(n int) error {
+	if n <= 0 {
+		return nil
+	}
+	if err := syscall.Setpriority(syscall.PRIO_PGRP, 0, n); err != nil {
+		return fmt.Errorf("nice %d: %w", n, err)
+	}
+	return nil
+}
+
+// floodState is a running flood's counters.
+type floodState struct {
+	workers, sent, ok, refused, submitted atomic.Int64
+	firstErr                              atomic.Value // string
+}
+
+func (s *floodState) counts() Counts {
+	c := Counts{Workers: int(s.workers.Load()), Sent: s.sent.Load(), OK: s.ok.Load(), Refused: s.refused.Load(), Submitted: s.submitted.Load()}
+	c.FirstErr, _ = s.firstErr.Load().(string)
+	return c
+}
+
+// call makes one flood request; an error (the server's limit, or the flood
+// stopped under it) is counted, not an error of the flood.
+func (s *floodState) call(ctx context.Context, timeout time.Duration, do func(context.Context) error) bool {
+	s.sent.Add(1)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := do(cctx); err != nil {
+		s.refused.Add(1)
+		s.firstErr.CompareAndSwap(nil, err.Error())
+		return false
+	}
+	s.ok.Add(1)
+	return true
+}
+
+// runFlooder floods spec's server until stop closes or the budget is
+// spent, reporting its counts every spec.Every and once more, Done, at the
+// end. A connection it cannot open is an error of the flood: every
+// connection is open before any worker starts.
+func runFlooder(spec Spec, stop <-chan struct{}, rep *reporter) error {
+	spec = spec.withDefaults()
+	if err := spec.Check(); err != nil {
+		return err
+	}
+	if err := lowerPriority(spec.Nice); err != nil {
+		return err
+	}
+	d, err := spec.dialect()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // ends with the flood (cancel) or stdin
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conns := make([]*harness.Conn, 0, spec.Conns)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < spec.Conns; i++ {
+		dctx, dcancel := context.WithTimeout(ctx, spec.RequestTimeout)
+		c, err := harness.DialWebsocket(dctx, spec.Base, spec.Token, harness.WithDialect(d, nil))
+		dcancel()
+		if err != nil {
+			rep.report(Counts{Done: true, Err: fmt.Sprintf("open flood connection %d of %d: %v", i+1, spec.Conns, err)})
+			return nil // reported: the parent reads why
+		}
+		conns = append(conns, c)
+	}
+	var st floodState
+	var budget atomic.Int64
+	budget.Store(int64(spec.Requests))
+	var wg sync.WaitGroup
+	for ci, c := range conns {
+		for w := 0; w < spec.Workers; w++ {
+			wg.Add(1)
+			go func() { // ends with the flood's context or its budget
+				defer wg.Done()
+				st.workers.Add(1)
+				sid := ""
+				for n := 0; ctx.Err() == nil && budget.Add(-1) >= 0; n++ {
+					if sid == "" {
+						st.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
+							s, err := c.CreateSession(ctx, spec.Profile)
+							sid = s.SessionID
+							return err
+						})
+						continue
+					}
+					text := spec.Prompt + " " + strconv.Itoa(ci) + "." + strconv.Itoa(n)
+					if st.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
+						return c.Call(ctx, "prompt.submit", map[string]any{"session_id": sid, "text": text}, nil)
+					}) {
+						st.submitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }() // ends with the workers
+	tick := time.NewTicker(spec.Every)
+	defer tick.Stop()
+	for running := true; running; {
+		select {
+		case <-tick.C:
+			rep.report(st.counts())
+		case <-done:
+			running = false
+		case <-ctx.Done():
+			<-done // the workers' calls end with the context
+			running = false
+		}
+	}
+	final := st.counts()
+	final.Done = true
+	if spec.Frames != "" {
+		if err := writeFrames(spec.Frames, conns); err != nil {
+			final.Err = err.Error()
+		}
+	}
+	rep.report(final)
+	return nil
+}
+
+// writeFrames writes every frame the flood's connections received to
+// path, one a line, for the parent's RPC-frame scan.
+func writeFrames(path string, conns []*harness.Conn) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("flood frames: %w", err)
+	}
+	w := bufio.NewWriterSize(f, 1<<16)
+	for _, c := range conns {
+		for _, fr := range c.Frames() {
+			_, _ = w.Write(fr.Raw)
+			_ = w.WriteByte('\n')
+		}
+	}
+	if err := errors.Join(w.Flush(), f.Close()); err != nil {
+		return fmt.Errorf("flood frames %s: %w", path, err)
+	}
+	return nil
+}
+
+// controlReady is the control child's first report: where it listens.
+type controlReady struct {
+	Addr string `json:"addr"`
+}
+
+// runControl serves the control's unit of work on a loopback port of its
+// own until stop closes.
+func runControl(opts ControlOptions, stop <-chan struct{}, rep *reporter) error {
+	opts = opts.withDefaults()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	rep.report(controlReady{Addr: ln.Addr().String()})
+	wg.Add(1)
+	go func() { // ends when the listener closes
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { // ends when the parent's connection closes
+				defer wg.Done()
+				serveControl(c, opts.Work)
+			}()
+			go func() { // closes c at the end of the child
+				<-stop
+				c.Close()
+			}()
+		}
+	}()
+	<-stop
+	return nil
+}
+
+// serveControl answers every byte read on c with one byte, after a unit of
+// work: work bytes hashed.
+func serveControl(c net.Conn, work int) {
+	defer c.Close()
+	buf := make([]byte, 64<<10)
+	var one [1]byte
+	for {
+		if _, err := io.ReadFull(c, one[:]); err != nil {
+			return
+		}
+		one[0] ^= unit(buf, work)
+		if _, err := c.Write(one[:]); err != nil {
+			return
+		}
+	}
+}
+
+// unit is the control's unit of work: work bytes of SHA-256 over buf, in
+// blocks of len(buf). It returns a byte of the result, so none of it can
+// be optimised away.
+func unit(buf []byte, work int) byte {
+	var sum [32]byte
+	for done := 0; done < work; done += len(buf) {
+		sum = sha256.Sum256(buf)
+		buf[0] ^= sum[0]
+	}
+	return sum[1]
+}

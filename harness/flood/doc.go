@@ -1,0 +1,44 @@
+// Package flood loads a pooled server from processes of their own, so that
+// what the harness measures is the server's cost, not its own: a Flood is
+// one tenant's flood of sessions and turns, a Control is a path through the
+// same machine that the server does not schedule, timed beside the
+// neighbours' turns (see invariants.Round).
+//
+//	ctl, err := flood.StartControl(ctx, flood.ControlOptions{})
+//	defer ctl.Close()
+//	f, err := flood.Start(ctx, flood.Spec{Base: base, Token: token, Profile: "beta",
+//		Conns: 10, Workers: 200, Prompt: "FLOOD"}, flood.Options{})
+//	defer f.Kill()
+//	_, err = f.Wait(ctx, "every worker to send", func(c flood.Counts) bool { return c.Workers == 2000 })
+//	// ... time the neighbours' turns and ctl.Sample beside them ...
+//	counts, err := f.Stop(ctx)
+//
+// # Process model
+//
+// Both children are this very binary, re-executed (/proc/self/exe, else
+// os.Executable) with RoleVar in its environment: the package's init sees
+// it and runs the child instead of the program, as docker's reexec does. So
+// it works in canary-run, in this repository's test binaries and in a
+// user's own `go test` binary alike, with nothing to build or install: any
+// binary that links the catalog links this package. A test binary built
+// with -race re-executes as a race-instrumented child; it floods all the
+// same, at a higher CPU cost to the machine (which the control measures).
+//
+// Each child leads a process group of its own, dies with the harness (the
+// parent-death signal) and with ctx, carries the run's marker when given
+// one (Options.Marker: a sandbox's Close then finds it if it outlived the
+// run), and is killed and reaped on every path: Stop, Kill and Close return
+// only once its group is empty, and say so when it is not. Secrets (the
+// flooder's credential) cross on stdin, never in the environment or argv,
+// where /proc shows them to every process of the machine.
+//
+// The wire between parent and child is JSON lines: the parent writes one
+// object on the child's stdin (Spec, or ControlOptions) and closes stdin to
+// stop it; the child writes its reports on stdout (Counts; the control's
+// address), the last one with Done set.
+//
+// The flooder speaks the target's dialect (Spec.Dialect) with no hook
+// runner: a target whose session.create or prompt.submit is a command hook
+// cannot be flooded from here (Spec.Check says so), and a flood of tens of
+// thousands of commands would measure the commands anyway.
+package flood

@@ -1,0 +1,336 @@
+package flood
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+)
+
+// Errors of a child's life.
+var (
+	// ErrChildExited: the child ended before it reported what was waited
+	// for (its output says why).
+	ErrChildExited = errors.New("flood child exited")
+	// ErrSurvived: a process of the child's group was still alive after
+	// it was stopped (it is killed; the error names it).
+	ErrSurvived = errors.New("flood child's process group outlived it")
+	// ErrHook: the dialect runs an operation the flood needs as a command
+	// hook, which a child cannot run (see the package doc).
+	ErrHook = errors.New("the flood needs an RPC, and the target runs it as a hook")
+)
+
+// Spec is one flood: Conns connections of one tenant, Workers requests in
+// flight on each, Requests requests in all at most. Every worker opens a
+// session and submits turns on it, again and again, not waiting for a turn
+// to end, until the flood is stopped or the budget is spent.
+type Spec struct {
+	Base    string `json:"base"`    // the serve backend, http://host:port
+	Token   string `json:"token"`   // the credential every flood connection holds
+	Profile string `json:"profile"` // the profile its sessions address ("" the launch profile)
+	// Dialect is the target's, as its YAML (harness.Dialect; "" is
+	// agentd's): see MarshalDialect.
+	Dialect  string `json:"dialect,omitempty"`
+	Conns    int    `json:"conns"`
+	Workers  int    `json:"workers"`  // per connection
+	Requests int    `json:"requests"` // budget; default 20 per worker
+	Prompt   string `json:"prompt"`   // a turn's text, followed by a counter
+	// RequestTimeout bounds one request (and a connection's opening);
+	// default a minute.
+	RequestTimeout time.Duration `json:"request_timeout,omitempty"`
+	// Every is how often the child reports its counts; default 25ms.
+	Every time.Duration `json:"every,omitempty"`
+	// Nice lowers the flooder's CPU priority (0-19): the flooding client
+	// of a tenant runs on that tenant's machine, not the server's, so
+	// what the flood costs the machine should be what the server spends
+	// on it.
+	Nice int `json:"nice,omitempty"`
+	// Frames, when set, is a file where the flooder writes every frame
+	// its connections received, one a line, at its end: the parent scans
+	// them as it scans its own connections' frames.
+	Frames string `json:"frames,omitempty"`
+}
+
+func (s Spec) withDefaults() Spec {
+	if s.Requests == 0 {
+		s.Requests = 20 * s.Conns * s.Workers
+	}
+	if s.RequestTimeout == 0 {
+		s.RequestTimeout = time.Minute
+	}
+	if s.Every == 0 {
+		s.Every = 25 * time.Millisecond
+	}
+	return s
+}
+
+// Check says what is wrong with s, or whether its dialect needs a hook for
+// the flood's operations (ErrHook).
+func (s Spec) Check() error {
+	switch {
+	case s.Base == "":
+		return errors.New("flood spec: no base URL")
+	case s.Conns <= 0 || s.Workers <= 0:
+		return fmt.Errorf("flood spec: %d connection(s) of %d worker(s): both must be positive", s.Conns, s.Workers)
+	case s.Requests < 0:
+		return fmt.Errorf("flood spec: a budget of %d requests", s.Requests)
+	case s.Nice < 0 || s.Nice > 19:
+		return fmt.Errorf("flood spec: nice %d is not 0-19", s.Nice)
+	}
+	d, err := s.dialect()
+	if err != nil {
+		return err
+	}
+	for _, op := range []string{"session.create", "prompt.submit"} {
+		m := d.Methods[op]
+		if len(m.Hook) > 0 || (m.ByProfile != nil && len(m.ByProfile.Hook) > 0) {
+			return fmt.Errorf("%w: %s", ErrHook, op)
+		}
+		if m.Unsupported != "" {
+			return fmt.Errorf("flood: the target cannot %s: %s", op, m.Unsupported)
+		}
+	}
+	return nil
+}
+
+func (s Spec) dialect() (harness.Dialect, error) {
+	var d harness.Dialect
+	if err := yaml.Unmarshal([]byte(s.Dialect), &d); err != nil {
+		return d, fmt.Errorf("flood spec: dialect: %w", err)
+	}
+	return d, nil
+}
+
+// MarshalDialect is d as Spec.Dialect takes it.
+func MarshalDialect(d harness.Dialect) (string, error) {
+	b, err := yaml.Marshal(d)
+	if err != nil {
+		return "", fmt.Errorf("flood: encode the dialect: %w", err)
+	}
+	return string(b), nil
+}
+
+// Counts are what a flood sent and what came of it.
+type Counts struct {
+	Workers   int    `json:"workers"`   // workers that have started (each sends at once)
+	Sent      int64  `json:"sent"`      // requests sent
+	OK        int64  `json:"ok"`        // answered with a result
+	Refused   int64  `json:"refused"`   // answered with an error (the server's limits), or cut off by the flood's end
+	Submitted int64  `json:"submitted"` // turns the server took
+	FirstErr  string `json:"first_error,omitempty"`
+	Done      bool   `json:"done,omitempty"`  // the flood has ended: these are its final counts
+	Err       string `json:"error,omitempty"` // why the flood could not run (a connection it could not open)
+}
+
+func (c Counts) String() string {
+	s := fmt.Sprintf("%d worker(s) started, %d request(s) sent, %d answered, %d refused or cut off, %d turn(s) taken", c.Workers, c.Sent, c.OK, c.Refused, c.Submitted)
+	if c.FirstErr != "" {
+		s += fmt.Sprintf(" (first refusal: %s)", truncate(c.FirstErr, 200))
+	}
+	return s
+}
+
+// Options shape a child's process.
+type Options struct {
+	// Marker tags the child with a run's marker (procgroup.MarkerVar):
+	// a sandbox of that run finds it if it outlives the run.
+	Marker string
+	// LogPath, when set, gets the child's stdout and stderr.
+	LogPath string
+}
+
+// self is the program to re-execute: this very binary, even if its path
+// was replaced or removed since it started.
+func self() (string, error) {
+	if _, err := os.Stat("/proc/self/exe"); err == nil {
+		return "/proc/self/exe", nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("flood: find this binary to re-execute: %w", err)
+	}
+	return exe, nil
+}
+
+// startChild re-executes this binary as role and hands it req on stdin.
+func startChild(ctx context.Context, role string, req any, opts Options) (*harness.Proc, error) {
+	exe, err := self()
+	if err != nil {
+		return nil, err
+	}
+	env := []string{RoleVar + "=" + role}
+	if opts.Marker != "" {
+		env = append(env, procgroup.MarkerVar+"="+opts.Marker)
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("flood %s: encode the request: %w", role, err)
+	}
+	p, err := harness.StartProc(ctx, harness.ProcSpec{Name: "flood " + role, Argv: []string{exe}, Env: env, LogPath: opts.LogPath, Stdin: true})
+	if err != nil {
+		return nil, fmt.Errorf("flood: start the %s: %w", role, err)
+	}
+	if _, err := p.Stdin().Write(append(b, '\n')); err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("flood: hand the %s its request: %w\n%s", role, err, p.Tail())
+	}
+	return p, nil
+}
+
+// reap kills p's group, waits for p, and proves its group empty: a
+// process of it still alive after a bounded wait is ErrSurvived.
+func reap(p *harness.Proc) error {
+	p.Kill()
+	pid := p.Pid()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := procgroup.GroupMembers(pid)
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = procgroup.Kill(pid)
+			return fmt.Errorf("%s (pid %d): %w: %v", p.Name(), pid, ErrSurvived, left)
+		}
+		_ = procgroup.Kill(pid)
+		time.Sleep(10 * time.Millisecond) // polling /proc for the group to empty
+	}
+}
+
+// Flood is a running flooder process.
+type Flood struct {
+	p    *harness.Proc
+	spec Spec
+
+	mu      sync.Mutex
+	last    Counts
+	changed chan struct{} // closed and replaced at every report
+	ended   bool          // stdout closed: no report will come
+	read    chan struct{} // closed once every report is read
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts spec's flood in a process of its own, once its connections
+// are open: it returns at once; Wait for the flood to be on.
+func Start(ctx context.Context, spec Spec, opts Options) (*Flood, error) {
+	spec = spec.withDefaults()
+	if err := spec.Check(); err != nil {
+		return nil, err
+	}
+	p, err := startChild(ctx, RoleFlooder, spec, opts)
+	if err != nil {
+		return nil, err
+	}
+	f := &Flood{p: p, spec: spec, changed: make(chan struct{}), read: make(chan struct{})}
+	go f.readReports() // ends when the child's stdout closes
+	return f, nil
+}
+
+func (f *Flood) readReports() {
+	defer close(f.read)
+	for i := 0; ; i++ {
+		line, err := f.p.Line(context.Background(), i)
+		f.mu.Lock()
+		if err != nil {
+			f.ended = true
+		} else if json.Unmarshal([]byte(line), &f.last) != nil {
+			f.last.Err = "a report that is not JSON: " + truncate(line, 200)
+		}
+		close(f.changed)
+		f.changed = make(chan struct{})
+		f.mu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Pid is the flooder's pid, which is also its process group's id.
+func (f *Flood) Pid() int { return f.p.Pid() }
+
+// Counts are the flood's counts as last reported.
+func (f *Flood) Counts() Counts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last
+}
+
+// Output is what the flooder printed (its reports and errors).
+func (f *Flood) Output() string { return f.p.Output() }
+
+// Wait waits for a report that meets cond. It fails when ctx ends first,
+// when the flooder reports an error (it could not open its connections),
+// or when it ends first (ErrChildExited), each error naming what was
+// awaited and showing the last counts.
+func (f *Flood) Wait(ctx context.Context, what string, cond func(Counts) bool) (Counts, error) {
+	for {
+		f.mu.Lock()
+		c, ended, changed := f.last, f.ended, f.changed
+		f.mu.Unlock()
+		switch {
+		case c.Err != "":
+			return c, fmt.Errorf("flood: waiting for %s: %s", what, c.Err)
+		case cond(c):
+			return c, nil
+		case ended || c.Done:
+			return c, fmt.Errorf("flood: waiting for %s: %w (%v); last counts: %s\n%s", what, ErrChildExited, f.p.ExitErr(), c, f.p.Tail())
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return c, fmt.Errorf("flood: waiting for %s: %w; last counts: %s", what, ctx.Err(), c)
+		}
+	}
+}
+
+// Stop ends the flood: it closes the flooder's stdin, waits for its final
+// counts and its exit until ctx ends, then kills its process group and
+// proves it empty. Safe to call more than once (later calls return the
+// first one's result).
+func (f *Flood) Stop(ctx context.Context) (Counts, error) {
+	f.stopOnce.Do(func() {
+		_ = f.p.Stdin().Close()
+		var err error
+		select {
+		case <-f.p.Done():
+		case <-ctx.Done():
+			err = fmt.Errorf("flood: the flooder did not end after its stop: %w; killed", ctx.Err())
+		}
+		f.stopErr = errors.Join(err, reap(f.p))
+		<-f.read
+	})
+	c := f.Counts()
+	if f.stopErr == nil && !c.Done {
+		return c, fmt.Errorf("flood: the flooder ended without its final counts (%w: %v); last: %s\n%s", ErrChildExited, f.p.ExitErr(), c, f.p.Tail())
+	}
+	if f.stopErr == nil && c.Err != "" {
+		return c, fmt.Errorf("flood: %s", c.Err)
+	}
+	return c, f.stopErr
+}
+
+// Kill kills the flooder's process group at once and waits for it; safe
+// to call more than once and after Stop.
+func (f *Flood) Kill() {
+	f.stopOnce.Do(func() {
+		f.stopErr = reap(f.p)
+		<-f.read
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
