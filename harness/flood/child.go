@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -94,27 +93,14 @@ func (r *reporter) report(v any) {
 	_, _ = r.w.Write(append(b, '\n'))
 }
 
-// lowerPriority makes this process's every thread, and so every thread it
-// starts later, nice by n: on Linux a nice value is a thread's, and
-// PRIO_PGRP reaches every thread of the group this child leads.
-func lowerPriority(n int) error {
-	if n <= 0 {
-		return nil
-	}
-	if err := syscall.Setpriority(syscall.PRIO_PGRP, 0, n); err != nil {
-		return fmt.Errorf("nice %d: %w", n, err)
-	}
-	return nil
-}
-
 // floodState is a running flood's counters.
 type floodState struct {
-	workers, sent, ok, refused, submitted atomic.Int64
-	firstErr                              atomic.Value // string
+	workers, finished, sent, ok, refused, submitted atomic.Int64
+	firstErr                                        atomic.Value // string
 }
 
 func (s *floodState) counts() Counts {
-	c := Counts{Workers: int(s.workers.Load()), Sent: s.sent.Load(), OK: s.ok.Load(), Refused: s.refused.Load(), Submitted: s.submitted.Load()}
+	c := Counts{Workers: int(s.workers.Load()), Finished: int(s.finished.Load()), Sent: s.sent.Load(), OK: s.ok.Load(), Refused: s.refused.Load(), Submitted: s.submitted.Load()}
 	c.FirstErr, _ = s.firstErr.Load().(string)
 	return c
 }
@@ -134,16 +120,13 @@ func (s *floodState) call(ctx context.Context, timeout time.Duration, do func(co
 	return true
 }
 
-// runFlooder floods spec's server until stop closes or the budget is
-// spent, reporting its counts every spec.Every and once more, Done, at the
-// end. A connection it cannot open is an error of the flood: every
-// connection is open before any worker starts.
+// runFlooder floods spec's server until stop closes, reporting its counts
+// every spec.Every and once more, Done, at the end. A connection it cannot
+// open is an error of the flood: every connection is open before any
+// worker starts.
 func runFlooder(spec Spec, stop <-chan struct{}, rep *reporter) error {
 	spec = spec.withDefaults()
 	if err := spec.Check(); err != nil {
-		return err
-	}
-	if err := lowerPriority(spec.Nice); err != nil {
 		return err
 	}
 	d, err := spec.dialect()
@@ -159,64 +142,66 @@ func runFlooder(spec Spec, stop <-chan struct{}, rep *reporter) error {
 		case <-ctx.Done():
 		}
 	}()
-	conns := make([]*harness.Conn, 0, spec.Conns)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for i := 0; i < spec.Conns; i++ {
-		dctx, dcancel := context.WithTimeout(ctx, spec.RequestTimeout)
-		c, err := harness.DialWebsocket(dctx, spec.Base, spec.Token, harness.WithDialect(d, nil))
-		dcancel()
+	// The connections are never closed one by one: a websocket close
+	// waits (up to a second each) for a server that reads a flooding
+	// connection slowly, as a fair one does. The child's exit closes them
+	// all at once, and the server drops their sessions and turns.
+	conns := make([]*harness.Conn, spec.Conns)
+	errs := make([]error, spec.Conns)
+	var dials sync.WaitGroup
+	for i := range conns {
+		dials.Add(1)
+		go func() { // ends with the dial
+			defer dials.Done()
+			dctx, dcancel := context.WithTimeout(ctx, spec.RequestTimeout)
+			defer dcancel()
+			conns[i], errs[i] = harness.DialWebsocket(dctx, spec.Base, spec.Token, harness.WithDialect(d, nil))
+		}()
+	}
+	dials.Wait()
+	for i, err := range errs {
 		if err != nil {
 			rep.report(Counts{Done: true, Err: fmt.Sprintf("open flood connection %d of %d: %v", i+1, spec.Conns, err)})
 			return nil // reported: the parent reads why
 		}
-		conns = append(conns, c)
 	}
 	var st floodState
-	var budget atomic.Int64
-	budget.Store(int64(spec.Requests))
 	var wg sync.WaitGroup
 	for ci, c := range conns {
 		for w := 0; w < spec.Workers; w++ {
 			wg.Add(1)
-			go func() { // ends with the flood's context or its budget
+			go func() { // ends with its two requests, or the flood's context
 				defer wg.Done()
+				defer st.finished.Add(1)
 				st.workers.Add(1)
-				sid := ""
-				for n := 0; ctx.Err() == nil && budget.Add(-1) >= 0; n++ {
-					if sid == "" {
-						st.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
-							s, err := c.CreateSession(ctx, spec.Profile)
-							sid = s.SessionID
-							return err
-						})
-						continue
-					}
-					text := spec.Prompt + " " + strconv.Itoa(ci) + "." + strconv.Itoa(n)
-					if st.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
-						return c.Call(ctx, "prompt.submit", map[string]any{"session_id": sid, "text": text}, nil)
-					}) {
-						st.submitted.Add(1)
-					}
+				var sid string
+				if !st.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
+					s, err := c.CreateSession(ctx, spec.Profile)
+					sid = s.SessionID
+					return err
+				}) {
+					return
+				}
+				text := spec.Prompt + " " + strconv.Itoa(ci) + "." + strconv.Itoa(w)
+				if st.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
+					return c.Call(ctx, "prompt.submit", map[string]any{"session_id": sid, "text": text}, nil)
+				}) {
+					st.submitted.Add(1)
 				}
 			}()
 		}
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }() // ends with the workers
+	// The connections stay open once every worker is answered: closing
+	// them would end the flood's sessions and the turns the server holds
+	// for them, which are the flood as much as its requests.
 	tick := time.NewTicker(spec.Every)
 	defer tick.Stop()
 	for running := true; running; {
 		select {
 		case <-tick.C:
 			rep.report(st.counts())
-		case <-done:
-			running = false
 		case <-ctx.Done():
-			<-done // the workers' calls end with the context
+			wg.Wait() // the workers' calls end with the context
 			running = false
 		}
 	}

@@ -9,7 +9,7 @@
 //	f, err := flood.Start(ctx, flood.Spec{Base: base, Token: token, Profile: "beta",
 //		Conns: 10, Workers: 200, Prompt: "FLOOD"}, flood.Options{})
 //	defer f.Kill()
-//	_, err = f.Wait(ctx, "every worker to send", func(c flood.Counts) bool { return c.Workers == 2000 })
+//	_, err = f.Wait(ctx, "every worker to send", func(c flood.Counts) bool { return c.Workers == 10*200 })
 //	// ... time the neighbours' turns and ctl.Sample beside them ...
 //	counts, err := f.Stop(ctx)
 //

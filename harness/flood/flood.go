@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,31 +29,28 @@ var (
 	ErrHook = errors.New("the flood needs an RPC, and the target runs it as a hook")
 )
 
-// Spec is one flood: Conns connections of one tenant, Workers requests in
-// flight on each, Requests requests in all at most. Every worker opens a
-// session and submits turns on it, again and again, not waiting for a turn
-// to end, until the flood is stopped or the budget is spent.
+// Spec is one flood: Conns connections of one tenant, Workers workers on
+// each, all at once. Every worker opens a session and submits one turn on
+// it, without waiting for the turn to end: Conns*Workers requests in
+// flight, then as many turns as the server takes. The flood is a burst,
+// not a loop: a server that refuses its excess spends what a refusal
+// costs once, one without limits runs every turn at once. Its connections
+// (and so its sessions and turns) stay open until it is stopped.
 type Spec struct {
 	Base    string `json:"base"`    // the serve backend, http://host:port
 	Token   string `json:"token"`   // the credential every flood connection holds
 	Profile string `json:"profile"` // the profile its sessions address ("" the launch profile)
 	// Dialect is the target's, as its YAML (harness.Dialect; "" is
 	// agentd's): see MarshalDialect.
-	Dialect  string `json:"dialect,omitempty"`
-	Conns    int    `json:"conns"`
-	Workers  int    `json:"workers"`  // per connection
-	Requests int    `json:"requests"` // budget; default 20 per worker
-	Prompt   string `json:"prompt"`   // a turn's text, followed by a counter
+	Dialect string `json:"dialect,omitempty"`
+	Conns   int    `json:"conns"`
+	Workers int    `json:"workers"` // per connection
+	Prompt  string `json:"prompt"`  // a turn's text, followed by the worker's number
 	// RequestTimeout bounds one request (and a connection's opening);
 	// default a minute.
 	RequestTimeout time.Duration `json:"request_timeout,omitempty"`
 	// Every is how often the child reports its counts; default 25ms.
 	Every time.Duration `json:"every,omitempty"`
-	// Nice lowers the flooder's CPU priority (0-19): the flooding client
-	// of a tenant runs on that tenant's machine, not the server's, so
-	// what the flood costs the machine should be what the server spends
-	// on it.
-	Nice int `json:"nice,omitempty"`
 	// Frames, when set, is a file where the flooder writes every frame
 	// its connections received, one a line, at its end: the parent scans
 	// them as it scans its own connections' frames.
@@ -60,9 +58,6 @@ type Spec struct {
 }
 
 func (s Spec) withDefaults() Spec {
-	if s.Requests == 0 {
-		s.Requests = 20 * s.Conns * s.Workers
-	}
 	if s.RequestTimeout == 0 {
 		s.RequestTimeout = time.Minute
 	}
@@ -80,10 +75,6 @@ func (s Spec) Check() error {
 		return errors.New("flood spec: no base URL")
 	case s.Conns <= 0 || s.Workers <= 0:
 		return fmt.Errorf("flood spec: %d connection(s) of %d worker(s): both must be positive", s.Conns, s.Workers)
-	case s.Requests < 0:
-		return fmt.Errorf("flood spec: a budget of %d requests", s.Requests)
-	case s.Nice < 0 || s.Nice > 19:
-		return fmt.Errorf("flood spec: nice %d is not 0-19", s.Nice)
 	}
 	d, err := s.dialect()
 	if err != nil {
@@ -121,6 +112,7 @@ func MarshalDialect(d harness.Dialect) (string, error) {
 // Counts are what a flood sent and what came of it.
 type Counts struct {
 	Workers   int    `json:"workers"`   // workers that have started (each sends at once)
+	Finished  int    `json:"finished"`  // workers whose requests are all answered
 	Sent      int64  `json:"sent"`      // requests sent
 	OK        int64  `json:"ok"`        // answered with a result
 	Refused   int64  `json:"refused"`   // answered with an error (the server's limits), or cut off by the flood's end
@@ -131,7 +123,7 @@ type Counts struct {
 }
 
 func (c Counts) String() string {
-	s := fmt.Sprintf("%d worker(s) started, %d request(s) sent, %d answered, %d refused or cut off, %d turn(s) taken", c.Workers, c.Sent, c.OK, c.Refused, c.Submitted)
+	s := fmt.Sprintf("%d worker(s) started, %d finished, %d request(s) sent, %d answered, %d refused or cut off, %d turn(s) taken", c.Workers, c.Finished, c.Sent, c.OK, c.Refused, c.Submitted)
 	if c.FirstErr != "" {
 		s += fmt.Sprintf(" (first refusal: %s)", truncate(c.FirstErr, 200))
 	}
@@ -166,7 +158,9 @@ func startChild(ctx context.Context, role string, req any, opts Options) (*harne
 	if err != nil {
 		return nil, err
 	}
-	env := []string{RoleVar + "=" + role}
+	// A race-built binary's child would sleep a second at its exit
+	// (GORACE's atexit_sleep_ms) on every stop.
+	env := []string{RoleVar + "=" + role, "GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")}
 	if opts.Marker != "" {
 		env = append(env, procgroup.MarkerVar+"="+opts.Marker)
 	}
@@ -220,8 +214,9 @@ type Flood struct {
 	stopErr  error
 }
 
-// Start starts spec's flood in a process of its own, once its connections
-// are open: it returns at once; Wait for the flood to be on.
+// Start starts spec's flood in a process of its own and returns at once:
+// Wait for the flood to be on. The flood lives until Stop or Kill, or
+// until ctx ends (its process group is killed then).
 func Start(ctx context.Context, spec Spec, opts Options) (*Flood, error) {
 	spec = spec.withDefaults()
 	if err := spec.Check(); err != nil {
