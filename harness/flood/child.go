@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,12 +45,23 @@ func runChild(role string, in io.Reader, out, errOut io.Writer) int {
 		fmt.Fprintf(errOut, "flood %s: read the request on stdin: %v\n", role, err)
 		return 2
 	}
-	// stop ends when the parent closes stdin (or dies: the parent-death
-	// signal ends the child before that matters).
-	stop := make(chan struct{})
+	// start closes at a line "go" (a held flood starts), stop when the
+	// parent closes stdin (or dies: the parent-death signal ends the child
+	// before that matters).
+	start, stop := make(chan struct{}), make(chan struct{})
 	go func() { // ends with stdin
-		_, _ = io.Copy(io.Discard, r)
-		close(stop)
+		defer close(stop)
+		started := false
+		for {
+			l, err := r.ReadString('\n')
+			if strings.TrimSpace(l) == goLine && !started {
+				started = true
+				close(start)
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 	rep := &reporter{w: out}
 	switch role {
@@ -59,7 +71,7 @@ func runChild(role string, in io.Reader, out, errOut io.Writer) int {
 			fmt.Fprintf(errOut, "flood flooder: decode the spec: %v\n", err)
 			return 2
 		}
-		if err := runFlooder(spec, stop, rep); err != nil {
+		if err := runFlooder(spec, start, stop, rep); err != nil {
 			fmt.Fprintf(errOut, "flood flooder: %v\n", err)
 			return 1
 		}
@@ -95,36 +107,126 @@ func (r *reporter) report(v any) {
 
 // floodState is a running flood's counters.
 type floodState struct {
-	workers, finished, sent, ok, refused, submitted atomic.Int64
-	firstErr                                        atomic.Value // string
+	workers, sessions, sent, ok, refused, cut, submitted, turns atomic.Int64
+	firstErr                                                    atomic.Value // string
 }
 
 func (s *floodState) counts() Counts {
-	c := Counts{Workers: int(s.workers.Load()), Finished: int(s.finished.Load()), Sent: s.sent.Load(), OK: s.ok.Load(), Refused: s.refused.Load(), Submitted: s.submitted.Load()}
+	c := Counts{Ready: true, Workers: int(s.workers.Load()), Sessions: s.sessions.Load(), Sent: s.sent.Load(), OK: s.ok.Load(),
+		Refused: s.refused.Load(), Cut: s.cut.Load(), Submitted: s.submitted.Load(), Turns: s.turns.Load()}
 	c.FirstErr, _ = s.firstErr.Load().(string)
 	return c
 }
 
-// call makes one flood request; an error (the server's limit, or the flood
-// stopped under it) is counted, not an error of the flood.
+// call makes one flood request: an error reply (the server's limits) is
+// counted as refused, a request the flood's end cut off as cut; neither is
+// an error of the flood.
 func (s *floodState) call(ctx context.Context, timeout time.Duration, do func(context.Context) error) bool {
 	s.sent.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := do(cctx); err != nil {
+	err := do(cctx)
+	switch {
+	case err == nil:
+		s.ok.Add(1)
+		return true
+	case ctx.Err() != nil:
+		s.cut.Add(1)
+	default:
 		s.refused.Add(1)
-		s.firstErr.CompareAndSwap(nil, err.Error())
-		return false
+		msg, _, _ := strings.Cut(err.Error(), "\n") // not the frames a timeout quotes
+		s.firstErr.CompareAndSwap(nil, truncate(msg, 300))
 	}
-	s.ok.Add(1)
-	return true
+	return false
 }
+
+// work is one worker of the flood: it opens a session (a refusal ends
+// it) and keeps one turn running on it, back to back, until ctx ends; a
+// refused turn is tried again after spec.Backoff, as the server asks.
+func (s *floodState) work(ctx context.Context, spec Spec, c *harness.Conn, ends *turnEnds, prompt string) {
+	s.workers.Add(1)
+	var sid string
+	if !s.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
+		info, err := c.CreateSession(ctx, spec.Profile)
+		sid = info.SessionID
+		return err
+	}) {
+		return
+	}
+	s.sessions.Add(1)
+	ended := ends.watch(sid)
+	backoff := time.NewTimer(0)
+	defer backoff.Stop()
+	for n := 0; ctx.Err() == nil; n++ {
+		text := prompt + "." + strconv.Itoa(n)
+		if s.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
+			return c.Call(ctx, "prompt.submit", map[string]any{"session_id": sid, "text": text}, nil)
+		}) {
+			s.submitted.Add(1)
+			select {
+			case <-ended:
+				s.turns.Add(1)
+			case <-ctx.Done():
+			}
+			continue
+		}
+		backoff.Reset(spec.Backoff)
+		select {
+		case <-backoff.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// turnEnds routes one connection's turn-end events to the worker whose
+// session they end: one goroutine reads every event once, where a wait
+// of every worker's own would wake every worker at every event.
+type turnEnds struct {
+	mu   sync.Mutex
+	subs map[string]chan struct{}
+}
+
+// watch is where the ends of session sid's turns arrive.
+func (t *turnEnds) watch(sid string) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.subs[sid] = ch
+	return ch
+}
+
+// run routes c's events until ctx ends or c closes.
+func (t *turnEnds) run(ctx context.Context, c *harness.Conn, em harness.EventMap) {
+	for i := 0; ; {
+		ev, err := c.WaitEvent(ctx, i, "the flood's events", func(harness.Event) bool { return true })
+		if err != nil {
+			return
+		}
+		i = ev.Index + 1
+		if ev.Type != em.TurnEnd && ev.Type != em.Error {
+			continue
+		}
+		t.mu.Lock()
+		ch := t.subs[ev.SessionID]
+		t.mu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- struct{}{}:
+			default: // one end is pending already
+			}
+		}
+	}
+}
+
+// goLine, on a held flooder's stdin, starts its flood.
+const goLine = "go"
 
 // runFlooder floods spec's server until stop closes, reporting its counts
 // every spec.Every and once more, Done, at the end. A connection it cannot
-// open is an error of the flood: every connection is open before any
-// worker starts.
-func runFlooder(spec Spec, stop <-chan struct{}, rep *reporter) error {
+// open is an error of the flood: every connection is open (reported as
+// Ready) before any worker starts, and a held flood (Spec.Hold) waits for
+// start then.
+func runFlooder(spec Spec, start, stop <-chan struct{}, rep *reporter) error {
 	spec = spec.withDefaults()
 	if err := spec.Check(); err != nil {
 		return err
@@ -165,35 +267,33 @@ func runFlooder(spec Spec, stop <-chan struct{}, rep *reporter) error {
 			return nil // reported: the parent reads why
 		}
 	}
+	rep.report(Counts{Ready: true})
+	if spec.Hold {
+		select {
+		case <-start:
+		case <-ctx.Done():
+			rep.report(Counts{Ready: true, Done: true})
+			return nil
+		}
+	}
 	var st floodState
 	var wg sync.WaitGroup
+	em := d.WithDefaults().Events
 	for ci, c := range conns {
+		ends := &turnEnds{subs: map[string]chan struct{}{}}
+		wg.Add(1)
+		go func() { // ends with the flood's context
+			defer wg.Done()
+			ends.run(ctx, c, em)
+		}()
 		for w := 0; w < spec.Workers; w++ {
 			wg.Add(1)
-			go func() { // ends with its two requests, or the flood's context
+			go func() { // ends with the flood's context, or a refused session
 				defer wg.Done()
-				defer st.finished.Add(1)
-				st.workers.Add(1)
-				var sid string
-				if !st.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
-					s, err := c.CreateSession(ctx, spec.Profile)
-					sid = s.SessionID
-					return err
-				}) {
-					return
-				}
-				text := spec.Prompt + " " + strconv.Itoa(ci) + "." + strconv.Itoa(w)
-				if st.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
-					return c.Call(ctx, "prompt.submit", map[string]any{"session_id": sid, "text": text}, nil)
-				}) {
-					st.submitted.Add(1)
-				}
+				st.work(ctx, spec, c, ends, fmt.Sprintf("%s %d.%d", spec.Prompt, ci, w))
 			}()
 		}
 	}
-	// The connections stay open once every worker is answered: closing
-	// them would end the flood's sessions and the turns the server holds
-	// for them, which are the flood as much as its requests.
 	tick := time.NewTicker(spec.Every)
 	defer tick.Stop()
 	for running := true; running; {
@@ -201,7 +301,7 @@ func runFlooder(spec Spec, stop <-chan struct{}, rep *reporter) error {
 		case <-tick.C:
 			rep.report(st.counts())
 		case <-ctx.Done():
-			wg.Wait() // the workers' calls end with the context
+			wg.Wait() // the workers' calls and waits end with the context
 			running = false
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -30,12 +31,13 @@ var (
 )
 
 // Spec is one flood: Conns connections of one tenant, Workers workers on
-// each, all at once. Every worker opens a session and submits one turn on
-// it, without waiting for the turn to end: Conns*Workers requests in
-// flight, then as many turns as the server takes. The flood is a burst,
-// not a loop: a server that refuses its excess spends what a refusal
-// costs once, one without limits runs every turn at once. Its connections
-// (and so its sessions and turns) stay open until it is stopped.
+// each, all at once. Every worker opens a session and keeps one turn
+// running on it, back to back, until the flood stops: Conns*Workers
+// turns wanted at every moment, however fast the server runs them. A
+// server that holds a tenant to its share refuses or queues the excess
+// (a refused session ends its worker, a refused turn is tried again after
+// Backoff, as agentd's refusals ask); one without limits runs them all at
+// once, for as long as the neighbours are timed.
 type Spec struct {
 	Base    string `json:"base"`    // the serve backend, http://host:port
 	Token   string `json:"token"`   // the credential every flood connection holds
@@ -49,8 +51,15 @@ type Spec struct {
 	// RequestTimeout bounds one request (and a connection's opening);
 	// default a minute.
 	RequestTimeout time.Duration `json:"request_timeout,omitempty"`
+	// Backoff is how long a worker waits after a refused turn; default
+	// a second (agentd's retry hint).
+	Backoff time.Duration `json:"backoff,omitempty"`
 	// Every is how often the child reports its counts; default 25ms.
 	Every time.Duration `json:"every,omitempty"`
+	// Hold makes the flooder open its connections (Counts.Ready) and
+	// wait for Go before it floods: its start (a process, its
+	// connections) is then off the flood's clock.
+	Hold bool `json:"hold,omitempty"`
 	// Frames, when set, is a file where the flooder writes every frame
 	// its connections received, one a line, at its end: the parent scans
 	// them as it scans its own connections' frames.
@@ -63,6 +72,9 @@ func (s Spec) withDefaults() Spec {
 	}
 	if s.Every == 0 {
 		s.Every = 25 * time.Millisecond
+	}
+	if s.Backoff == 0 {
+		s.Backoff = time.Second
 	}
 	return s
 }
@@ -111,19 +123,23 @@ func MarshalDialect(d harness.Dialect) (string, error) {
 
 // Counts are what a flood sent and what came of it.
 type Counts struct {
-	Workers   int    `json:"workers"`   // workers that have started (each sends at once)
-	Finished  int    `json:"finished"`  // workers whose requests are all answered
-	Sent      int64  `json:"sent"`      // requests sent
-	OK        int64  `json:"ok"`        // answered with a result
-	Refused   int64  `json:"refused"`   // answered with an error (the server's limits), or cut off by the flood's end
-	Submitted int64  `json:"submitted"` // turns the server took
+	Ready     bool   `json:"ready,omitempty"` // every connection is open
+	Workers   int    `json:"workers"`         // workers that have started (each sends at once)
+	Sessions  int64  `json:"sessions"`        // sessions the server opened for them
+	Sent      int64  `json:"sent"`            // requests sent
+	OK        int64  `json:"ok"`              // answered with a result
+	Refused   int64  `json:"refused"`         // answered with an error (the server's limits) or not at all in time
+	Cut       int64  `json:"cut"`             // cut off unanswered by the flood's end
+	Submitted int64  `json:"submitted"`       // turns the server took
+	Turns     int64  `json:"turns"`           // turns that ended
 	FirstErr  string `json:"first_error,omitempty"`
 	Done      bool   `json:"done,omitempty"`  // the flood has ended: these are its final counts
 	Err       string `json:"error,omitempty"` // why the flood could not run (a connection it could not open)
 }
 
 func (c Counts) String() string {
-	s := fmt.Sprintf("%d worker(s) started, %d finished, %d request(s) sent, %d answered, %d refused or cut off, %d turn(s) taken", c.Workers, c.Finished, c.Sent, c.OK, c.Refused, c.Submitted)
+	s := fmt.Sprintf("%d worker(s), %d session(s), %d request(s) sent, %d answered, %d refused, %d cut off at the end, %d turn(s) taken, %d ended",
+		c.Workers, c.Sessions, c.Sent, c.OK, c.Refused, c.Cut, c.Submitted, c.Turns)
 	if c.FirstErr != "" {
 		s += fmt.Sprintf(" (first refusal: %s)", truncate(c.FirstErr, 200))
 	}
@@ -238,8 +254,13 @@ func (f *Flood) readReports() {
 		f.mu.Lock()
 		if err != nil {
 			f.ended = true
-		} else if json.Unmarshal([]byte(line), &f.last) != nil {
-			f.last.Err = "a report that is not JSON: " + truncate(line, 200)
+		} else {
+			var c Counts // every report is whole
+			if json.Unmarshal([]byte(line), &c) != nil {
+				c = f.last
+				c.Err = "a report that is not JSON: " + truncate(line, 200)
+			}
+			f.last = c
 		}
 		close(f.changed)
 		f.changed = make(chan struct{})
@@ -286,6 +307,15 @@ func (f *Flood) Wait(ctx context.Context, what string, cond func(Counts) bool) (
 			return c, fmt.Errorf("flood: waiting for %s: %w; last counts: %s", what, ctx.Err(), c)
 		}
 	}
+}
+
+// Go starts a held flood (Spec.Hold); Wait for Ready first, or the
+// flood starts once its connections are open.
+func (f *Flood) Go() error {
+	if _, err := io.WriteString(f.p.Stdin(), goLine+"\n"); err != nil {
+		return fmt.Errorf("flood: start the held flood: %w\n%s", err, f.p.Tail())
+	}
+	return nil
 }
 
 // Stop ends the flood: it closes the flooder's stdin, waits for its final

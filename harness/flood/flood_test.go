@@ -31,14 +31,16 @@ type fakeServer struct {
 	*httptest.Server
 	token                      string
 	creates, submits, refusals atomic.Int64
+	busy                       atomic.Int64 // submits while the session's turn ran
 	open                       atomic.Int64 // connections open now
 	mu                         sync.Mutex
 	profiles                   map[string]int
+	running                    map[string]bool // sessions with a turn running
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
 	t.Helper()
-	s := &fakeServer{token: "tok-" + strconv.Itoa(os.Getpid()), profiles: map[string]int{}}
+	s := &fakeServer{token: "tok-" + strconv.Itoa(os.Getpid()), profiles: map[string]int{}, running: map[string]bool{}}
 	up := websocket.Upgrader{}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("token") != s.token {
@@ -88,8 +90,33 @@ func newFakeServer(t *testing.T) *fakeServer {
 					reply["result"] = map[string]any{"session_id": fmt.Sprintf("s%d", n)}
 				}
 			case "prompt.submit":
-				s.submits.Add(1)
-				reply["result"] = map[string]any{"status": "streaming"}
+				// A turn runs 5ms, then ends with message.complete; a
+				// submit while it runs is 4090, and every fifth is 4290.
+				sid, _ := req.Params["session_id"].(string)
+				s.mu.Lock()
+				busy := s.running[sid]
+				s.running[sid] = !busy
+				s.mu.Unlock()
+				switch n := s.submits.Add(1); {
+				case busy:
+					s.busy.Add(1)
+					reply["error"] = map[string]any{"code": 4090, "message": "session is busy with a turn"}
+				case n%5 == 0:
+					s.mu.Lock()
+					s.running[sid] = false
+					s.mu.Unlock()
+					s.refusals.Add(1)
+					reply["error"] = map[string]any{"code": 4290, "message": "too many requests in flight"}
+				default:
+					reply["result"] = map[string]any{"status": "streaming"}
+					time.AfterFunc(5*time.Millisecond, func() {
+						s.mu.Lock()
+						s.running[sid] = false
+						s.mu.Unlock()
+						write(map[string]any{"jsonrpc": "2.0", "method": "event", "params": map[string]any{"type": "message.complete", "session_id": sid,
+							"payload": map[string]any{"status": "complete", "text": "flooded"}}})
+					})
+				}
 			default:
 				reply["error"] = map[string]any{"code": -32601, "message": "unknown method"}
 			}
@@ -138,7 +165,7 @@ func TestFloodCountsStopsAndIsReaped(t *testing.T) {
 	c, err := f.Stop(ctx)
 	require.NoError(t, err, f.Output())
 	assert.True(t, c.Done)
-	assert.Equal(t, c.Sent, c.OK+c.Refused, "every request is answered or counted as cut off")
+	assert.Equal(t, c.Sent, c.OK+c.Refused+c.Cut, "every request is answered, refused or cut off")
 	assert.GreaterOrEqual(t, c.Submitted, int64(1))
 	assert.GreaterOrEqual(t, srv.refusals.Load(), int64(1))
 	assert.Contains(t, c.FirstErr, "4290")
@@ -158,34 +185,68 @@ func TestFloodCountsStopsAndIsReaped(t *testing.T) {
 	f.Kill() // a no-op once stopped
 }
 
-// The flood is a burst: every worker sends one session.create and, when
-// it is taken, one prompt.submit; its connections stay open (and so its
-// sessions and turns) until it is stopped.
-func TestFloodIsABurstThatHoldsItsConnections(t *testing.T) {
+// Every worker keeps one turn of its session running, back to back: it
+// never submits while its turn runs, tries a refused turn again after the
+// backoff, and a refused session ends it; the connections stay open until
+// the flood stops.
+func TestFloodKeepsATurnRunningPerSession(t *testing.T) {
 	t.Parallel()
 	srv := newFakeServer(t)
 	ctx := within(t, time.Minute)
-	f, err := Start(ctx, Spec{Base: srv.URL, Token: srv.token, Conns: 1, Workers: 3, Prompt: "FLOOD"}, Options{})
+	f, err := Start(ctx, Spec{Base: srv.URL, Token: srv.token, Conns: 1, Workers: 3, Prompt: "FLOOD", Backoff: 5 * time.Millisecond}, Options{})
 	require.NoError(t, err)
 	t.Cleanup(f.Kill)
-	c, err := f.Wait(ctx, "every worker answered", func(c Counts) bool { return c.Finished == 3 })
+	c, err := f.Wait(ctx, "turns back to back, refusals among them", func(c Counts) bool { return c.Turns >= 12 && srv.refusals.Load() >= 3 })
 	require.NoError(t, err)
-	assert.Equal(t, int64(3), srv.creates.Load())
-	assert.Equal(t, int64(2), srv.submits.Load(), "the refused create submits nothing")
-	assert.Equal(t, int64(5), c.Sent)
-	assert.Equal(t, int64(2), c.Submitted)
-	assert.False(t, c.Done)
-	assert.Equal(t, int64(1), srv.open.Load(), "the flood's connection is still open")
+	assert.Equal(t, int64(3), srv.creates.Load(), "a refused session is not asked for again")
+	assert.Equal(t, int64(2), c.Sessions)
+	assert.Zero(t, srv.busy.Load(), "no turn is submitted while its session's turn runs")
+	assert.Equal(t, int64(1), srv.open.Load(), "the flood's connection is open")
 	c, err = f.Stop(ctx)
 	require.NoError(t, err)
 	assert.True(t, c.Done)
-	assert.Equal(t, int64(5), c.Sent)
+	assert.GreaterOrEqual(t, c.Submitted, c.Turns)
+	assert.Equal(t, c.Sent, c.OK+c.Refused+c.Cut)
 	deadline := time.Now().Add(30 * time.Second)
 	for srv.open.Load() != 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond) // polling the server's count of open connections
 	}
 	assert.Equal(t, int64(0), srv.open.Load(), "the flood's connection closed with it")
 	gone(t, f.Pid())
+}
+
+// A held flood opens its connections and sends nothing until Go; stopped
+// before Go, it never floods.
+func TestAHeldFloodWaitsForGo(t *testing.T) {
+	t.Parallel()
+	srv := newFakeServer(t)
+	ctx := within(t, time.Minute)
+	f, err := Start(ctx, Spec{Base: srv.URL, Token: srv.token, Conns: 2, Workers: 2, Prompt: "FLOOD", Hold: true}, Options{})
+	require.NoError(t, err)
+	t.Cleanup(f.Kill)
+	c, err := f.Wait(ctx, "its connections", func(c Counts) bool { return c.Ready })
+	require.NoError(t, err)
+	assert.Zero(t, c.Workers)
+	assert.Equal(t, int64(2), srv.open.Load())
+	assert.Zero(t, srv.creates.Load(), "nothing is sent before Go")
+	require.NoError(t, f.Go())
+	_, err = f.Wait(ctx, "a turn of the flood", func(c Counts) bool { return c.Workers == 4 && c.Turns >= 1 })
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), srv.creates.Load())
+	_, err = f.Stop(ctx)
+	require.NoError(t, err)
+
+	never, err := Start(ctx, Spec{Base: srv.URL, Token: srv.token, Conns: 1, Workers: 2, Prompt: "FLOOD", Hold: true}, Options{})
+	require.NoError(t, err)
+	t.Cleanup(never.Kill)
+	_, err = never.Wait(ctx, "its connections", func(c Counts) bool { return c.Ready })
+	require.NoError(t, err)
+	c, err = never.Stop(ctx)
+	require.NoError(t, err)
+	assert.True(t, c.Done)
+	assert.Zero(t, c.Sent)
+	assert.Equal(t, int64(4), srv.creates.Load(), "the flood stopped before Go sent nothing")
+	gone(t, never.Pid())
 }
 
 // A server the flooder cannot reach is an error naming the connection,
