@@ -110,13 +110,18 @@ func Scaled(b time.Duration, m float64) time.Duration {
 	return time.Duration(float64(b) * max(1, m))
 }
 
+// OverAfter is the loaded p99 past which a round of a tenant with
+// baseline p99 b is over its limit on any machine a round is judged on
+// (one the control shows at most MaxMachine times slower): more turns in
+// that window can only raise its p99, not bring it back.
+func OverAfter(b time.Duration) time.Duration { return Limit(Scaled(b, MaxMachine)) }
+
 // DecisiveAfter is how long a turn under the flood of a tenant with
-// baseline p99 b may take before its round is decided: Decisive times the
-// limit on the slowest machine a round is judged on (MaxMachine). A turn
-// that takes longer need not be waited for; its time so far is a lower
-// bound that already decides.
+// baseline p99 b may take before its round is decided alone: Decisive
+// times OverAfter. A turn that takes longer need not be waited for; its
+// time so far is a lower bound that already decides.
 func DecisiveAfter(b time.Duration) time.Duration {
-	return time.Duration(Decisive * float64(Limit(Scaled(b, MaxMachine))))
+	return time.Duration(Decisive * float64(OverAfter(b)))
 }
 
 // RoundP99 is one round's p99s, how much slower the machine control ran

@@ -186,7 +186,10 @@ func TestAvailabilityAgainstTheControl(t *testing.T) {
 	// round is judged on.
 	b := 150 * time.Millisecond
 	cut := DecisiveAfter(b)
+	assert.Equal(t, Limit(450*time.Millisecond), OverAfter(b))
 	assert.Equal(t, time.Duration(Decisive*float64(Limit(time.Duration(MaxMachine*float64(b))))), cut)
+	over := lat(Round{Baseline: []time.Duration{b}, Loaded: []time.Duration{OverAfter(b) + time.Millisecond}, ControlBaseline: probes(10), ControlLoaded: probes(30)}).P99s()[0]
+	assert.True(t, over.Over(), "past OverAfter is over on a machine MaxMachine times slower")
 	j = lat(Round{Baseline: []time.Duration{b}, Loaded: []time.Duration{cut}, ControlBaseline: probes(10), ControlLoaded: probes(30)}).Judge(3)
 	assert.True(t, j.Over)
 	assert.True(t, j.Decided)
