@@ -107,12 +107,12 @@ func (r *reporter) report(v any) {
 
 // floodState is a running flood's counters.
 type floodState struct {
-	workers, sessions, sent, ok, refused, cut, submitted, turns atomic.Int64
-	firstErr                                                    atomic.Value // string
+	workers, answered, sessions, sent, ok, refused, cut, submitted, turns atomic.Int64
+	firstErr                                                              atomic.Value // string
 }
 
 func (s *floodState) counts() Counts {
-	c := Counts{Ready: true, Workers: int(s.workers.Load()), Sessions: s.sessions.Load(), Sent: s.sent.Load(), OK: s.ok.Load(),
+	c := Counts{Ready: true, Workers: int(s.workers.Load()), Answered: int(s.answered.Load()), Sessions: s.sessions.Load(), Sent: s.sent.Load(), OK: s.ok.Load(),
 		Refused: s.refused.Load(), Cut: s.cut.Load(), Submitted: s.submitted.Load(), Turns: s.turns.Load()}
 	c.FirstErr, _ = s.firstErr.Load().(string)
 	return c
@@ -146,11 +146,13 @@ func (s *floodState) call(ctx context.Context, timeout time.Duration, do func(co
 func (s *floodState) work(ctx context.Context, spec Spec, c *harness.Conn, ends *turnEnds, prompt string) {
 	s.workers.Add(1)
 	var sid string
-	if !s.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
+	ok := s.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
 		info, err := c.CreateSession(ctx, spec.Profile)
 		sid = info.SessionID
 		return err
-	}) {
+	})
+	s.answered.Add(1)
+	if !ok {
 		return
 	}
 	s.sessions.Add(1)
@@ -277,21 +279,12 @@ func runFlooder(spec Spec, start, stop <-chan struct{}, rep *reporter) error {
 		}
 	}
 	var st floodState
-	var wg sync.WaitGroup
 	em := d.WithDefaults().Events
 	for ci, c := range conns {
 		ends := &turnEnds{subs: map[string]chan struct{}{}}
-		wg.Add(1)
-		go func() { // ends with the flood's context
-			defer wg.Done()
-			ends.run(ctx, c, em)
-		}()
+		go ends.run(ctx, c, em) // ends with the flood's context, or the child
 		for w := 0; w < spec.Workers; w++ {
-			wg.Add(1)
-			go func() { // ends with the flood's context, or a refused session
-				defer wg.Done()
-				st.work(ctx, spec, c, ends, fmt.Sprintf("%s %d.%d", spec.Prompt, ci, w))
-			}()
+			go st.work(ctx, spec, c, ends, fmt.Sprintf("%s %d.%d", spec.Prompt, ci, w)) // ends with the flood's context, a refused session, or the child
 		}
 	}
 	tick := time.NewTicker(spec.Every)
@@ -301,11 +294,15 @@ func runFlooder(spec Spec, start, stop <-chan struct{}, rep *reporter) error {
 		case <-tick.C:
 			rep.report(st.counts())
 		case <-ctx.Done():
-			wg.Wait() // the workers' calls and waits end with the context
 			running = false
 		}
 	}
+	// The workers are not waited for: one may be stuck writing to a
+	// server that reads a flooding connection no faster than it answers
+	// (as a fair one does), which no context ends. The child's exit ends
+	// them; what they had in flight is cut off.
 	final := st.counts()
+	final.Cut += final.Sent - final.OK - final.Refused - final.Cut
 	final.Done = true
 	if spec.Frames != "" {
 		if err := writeFrames(spec.Frames, conns); err != nil {

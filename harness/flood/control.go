@@ -118,17 +118,20 @@ func (c *Control) Probe() (time.Duration, error) {
 }
 
 // Sample probes every `every` (from the start of one probe to the start
-// of the next, or at once when a probe took longer) until ctx ends, and
-// returns the probes' times. A probe under way when ctx ends completes
-// and counts: it ran in the window.
-func (c *Control) Sample(ctx context.Context, every time.Duration) ([]time.Duration, error) {
+// of the next, or at once when a probe took longer) until ctx ends and it
+// has at least min probes, and returns the probes' times. A probe under
+// way when ctx ends completes and counts: it ran in the window.
+func (c *Control) Sample(ctx context.Context, every time.Duration, min int) ([]time.Duration, error) {
 	var out []time.Duration
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		if ctx.Err() != nil && len(out) >= min {
+			return out, nil
+		}
 		select {
 		case <-ctx.Done():
-			return out, nil
+			<-timer.C // the window is over; a few probes more make it measurable
 		case <-timer.C:
 		}
 		start := time.Now()

@@ -125,6 +125,7 @@ func MarshalDialect(d harness.Dialect) (string, error) {
 type Counts struct {
 	Ready     bool   `json:"ready,omitempty"` // every connection is open
 	Workers   int    `json:"workers"`         // workers that have started (each sends at once)
+	Answered  int    `json:"answered"`        // workers whose session.create was answered (or cut off)
 	Sessions  int64  `json:"sessions"`        // sessions the server opened for them
 	Sent      int64  `json:"sent"`            // requests sent
 	OK        int64  `json:"ok"`              // answered with a result
@@ -138,8 +139,8 @@ type Counts struct {
 }
 
 func (c Counts) String() string {
-	s := fmt.Sprintf("%d worker(s), %d session(s), %d request(s) sent, %d answered, %d refused, %d cut off at the end, %d turn(s) taken, %d ended",
-		c.Workers, c.Sessions, c.Sent, c.OK, c.Refused, c.Cut, c.Submitted, c.Turns)
+	s := fmt.Sprintf("%d worker(s), %d answered, %d session(s), %d request(s) sent, %d answered, %d refused, %d cut off at the end, %d turn(s) taken, %d ended",
+		c.Workers, c.Answered, c.Sessions, c.Sent, c.OK, c.Refused, c.Cut, c.Submitted, c.Turns)
 	if c.FirstErr != "" {
 		s += fmt.Sprintf(" (first refusal: %s)", truncate(c.FirstErr, 200))
 	}
