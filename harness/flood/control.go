@@ -40,16 +40,17 @@ func (o ControlOptions) withDefaults() ControlOptions {
 	return o
 }
 
-// ProbeTimeout bounds one probe of a control: a machine that cannot
-// answer a millisecond's work in a minute is not measuring anything.
+// ProbeTimeout bounds one probe of a control: a machine that cannot do a
+// few milliseconds' work in a minute is not measuring anything.
 const ProbeTimeout = time.Minute
 
 // Control is a loopback service in a process of its own that answers each
 // probe after a fixed unit of CPU work: a path through the same machine
 // as a neighbour's turn (the harness's goroutines, loopback TCP, the
 // kernel's scheduler, the cores) that the target's own scheduling does
-// not decide. Its slowdown under a flood is the machine's share of the
-// neighbours' slowdown.
+// not decide (see the package doc for why this path and no other). Its
+// slowdown under a flood is the machine's share of the neighbours'
+// slowdown.
 type Control struct {
 	p *harness.Proc
 
@@ -60,8 +61,7 @@ type Control struct {
 	closeErr  error
 }
 
-// StartTimeout bounds a child's start: its address (a control), or its
-// first report.
+// StartTimeout bounds a control's start: its first line, its address.
 const StartTimeout = time.Minute
 
 // StartControl starts a control and connects to it. The control lives
