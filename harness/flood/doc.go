@@ -44,6 +44,14 @@
 // with -race re-executes as a race-instrumented child; it floods all the
 // same, at a higher CPU cost to the machine (which the control measures).
 //
+// Where this cannot work, a child never answers and the wait for it fails
+// at its deadline, naming what it waited for: a program whose executable is
+// not the one that links this package (the catalog loaded as a c-shared
+// library or a plugin: /proc/self/exe names the host program), or one that
+// cannot find its own executable. No other design was needed here: a
+// separate flooder binary would have to be built or installed beside every
+// test binary, which is what re-execution avoids.
+//
 // Each child leads a process group of its own, dies with the harness (the
 // parent-death signal) and with ctx, carries the run's marker when given
 // one (Options.Marker: a sandbox's Close then finds it if it outlived the
