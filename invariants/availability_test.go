@@ -108,3 +108,89 @@ func TestAvailabilityOverRounds(t *testing.T) {
 	// round raises both of its windows alike.
 	assert.Empty(t, AvailabilityOf(lat(round(500, 1400), round(1000, 2900), round(500, 1300))))
 }
+
+// The control: a neighbour's slowdown is a finding only when it exceeds
+// the machine control's by the limit; a round whose control slowed past
+// MaxMachine, with the neighbour within its limit, decides nothing, and a
+// check left with such rounds is inconclusive (a failed control), never a
+// pass.
+func TestAvailabilityAgainstTheControl(t *testing.T) {
+	t.Parallel()
+	// The control's probes in a window: n of them around d ms.
+	probes := func(d int) []time.Duration { return ms(d, d, d, d+1, d-1) }
+	round := func(base, loaded, ctlAlone, ctlLoaded int) Round {
+		return Round{Baseline: ms(base), Loaded: ms(loaded), ControlBaseline: probes(ctlAlone), ControlLoaded: probes(ctlLoaded)}
+	}
+	lat := func(rs ...Round) Latencies { return Latencies{Tenant: "beta", Flooder: "alpha", Rounds: rs} }
+
+	// 5x slower with the machine 2x slower: the limit is 3x the 1 s the
+	// machine gives the baseline (3 s), and 2.5 s is within it.
+	slowMachine := lat(round(500, 2500, 10, 20), round(500, 2500, 10, 20))
+	assert.Empty(t, AvailabilityOf(slowMachine))
+	p := slowMachine.P99s()[0]
+	assert.InDelta(t, 2.0, p.Machine, 0.01)
+	assert.Equal(t, 3*time.Second, p.Limit)
+	assert.False(t, p.Inconclusive)
+
+	// The same neighbour with the machine unslowed: a finding that names
+	// the control's share.
+	fast := AvailabilityOf(lat(round(500, 2500, 10, 10), round(500, 2500, 10, 11)))
+	require.Len(t, fast, 1)
+	assert.Equal(t, Availability, fast[0].Invariant)
+	assert.Contains(t, fast[0].Detail, "5.0x its baseline p99 500ms, where the machine control ran 1.0x slower")
+	assert.Contains(t, fast[0].Detail, "over the limit in 2 of 2 round(s)")
+
+	// A saturated machine (the control 4x slower) and a neighbour within
+	// its limit: nothing is judged; after the planned rounds, inconclusive.
+	sat := lat(round(500, 2000, 10, 40), round(500, 2100, 10, 45), round(500, 1900, 10, 40))
+	j := sat.Judge(3)
+	assert.True(t, j.Inconclusive)
+	assert.False(t, j.Over)
+	assert.Equal(t, 3, j.Unjudged)
+	assert.InDelta(t, 4.5, j.Typical.Machine, 0.01, "the round whose control slowed the most shows")
+	inc := AvailabilityOf(sat)
+	require.Len(t, inc, 1)
+	assert.Equal(t, Control, inc[0].Invariant, "a check not made is a failed control, not a pass")
+	assert.False(t, inc[0].Invariant.Leak())
+	assert.Contains(t, inc[0].Detail, "inconclusive: the machine control ran 4.5x slower")
+	assert.Contains(t, inc[0].Detail, "in 3 of 3 round(s)")
+	// One such round of three planned is not inconclusive yet: more are
+	// wanted.
+	j = lat(round(500, 2000, 10, 40)).Judge(3)
+	assert.False(t, j.Inconclusive)
+	assert.False(t, j.Decided)
+
+	// A starved neighbour on a saturated machine is still a finding: it
+	// was slowed far more than the machine.
+	starved := AvailabilityOf(lat(round(200, 30000, 10, 50)))
+	require.Len(t, starved, 1)
+	assert.Equal(t, Availability, starved[0].Invariant)
+
+	// Two rounds judged within decide a pass whatever the third; one over,
+	// one within and one unjudged decide nothing.
+	assert.Empty(t, AvailabilityOf(lat(round(500, 600, 10, 10), round(500, 2000, 10, 40), round(500, 700, 10, 11))))
+	mixed := lat(round(500, 2500, 10, 10), round(500, 600, 10, 10), round(500, 2000, 10, 40)).Judge(3)
+	assert.True(t, mixed.Inconclusive)
+	assert.Equal(t, 1, mixed.Overs)
+
+	// A control with too few probes measures nothing: inconclusive.
+	few := Round{Baseline: ms(500), Loaded: ms(600), ControlBaseline: ms(10), ControlLoaded: ms(10, 11, 12)}
+	fp := lat(few).P99s()[0]
+	assert.Equal(t, 0.0, fp.Machine)
+	assert.True(t, fp.Inconclusive)
+	fewF := AvailabilityOf(lat(few))
+	require.Len(t, fewF, 1)
+	assert.Contains(t, fewF[0].Detail, "too few probes")
+
+	// A loaded turn past DecisiveAfter decides its round on any machine a
+	// round is judged on.
+	b := 150 * time.Millisecond
+	cut := DecisiveAfter(b)
+	assert.Equal(t, Limit(450*time.Millisecond), OverAfter(b))
+	assert.Equal(t, time.Duration(Decisive*float64(Limit(time.Duration(MaxMachine*float64(b))))), cut)
+	over := lat(Round{Baseline: []time.Duration{b}, Loaded: []time.Duration{OverAfter(b) + time.Millisecond}, ControlBaseline: probes(10), ControlLoaded: probes(30)}).P99s()[0]
+	assert.True(t, over.Over(), "past OverAfter is over on a machine MaxMachine times slower")
+	j = lat(Round{Baseline: []time.Duration{b}, Loaded: []time.Duration{cut}, ControlBaseline: probes(10), ControlLoaded: probes(30)}).Judge(3)
+	assert.True(t, j.Over)
+	assert.True(t, j.Decided)
+}

@@ -52,6 +52,7 @@ type Env struct {
 	authz    map[string]owned                 // what each tenant owns, for the authorization probes
 	recreate *recreated                       // the profile profile-recreate deletes and makes again
 	noisy    map[string]*invariants.Latencies // noisy-neighbour: each neighbour's turn times, per run (the self-test runs the spec twice at once)
+	noisyRun *noisyRun                        // noisy-neighbour: its flood's spec, machine control and neighbours, per run
 	hostile  *hostileState                    // hostile-tools, hostile-plugin: each tenant's write canary, per run
 	pluginSt *pluginState                     // what plugin-hosts learnt of the hosts
 	llmgw    *gatewayRun                      // the gateway family's gateway and controls

@@ -228,8 +228,10 @@ func killPid(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }
 
 // CheckAvailability records l in the report and adds its findings.
 func (e *Env) CheckAvailability(l invariants.Latencies) {
-	p, _, _ := l.Verdict(0) // the round that decides
-	row := AvailabilityRow{Tenant: l.Tenant, Flooder: l.Flooder, Baseline: p.Baseline, Loaded: p.Loaded, Ratio: p.Ratio(), Failed: l.Failed}
+	j := l.Judge(0)
+	p := j.Typical // the round that decides
+	row := AvailabilityRow{Tenant: l.Tenant, Flooder: l.Flooder, Baseline: p.Baseline, Loaded: p.Loaded, Ratio: p.Ratio(), Failed: l.Failed,
+		Machine: p.Machine, Inconclusive: j.Inconclusive}
 	e.mu.Lock()
 	e.Report.Availability = append(e.Report.Availability, row)
 	e.mu.Unlock()

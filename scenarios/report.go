@@ -107,6 +107,11 @@ type AvailabilityRow struct {
 	Loaded   time.Duration `json:"loaded_p99_ns"`
 	Ratio    float64       `json:"ratio"`
 	Failed   int           `json:"failed"`
+	// Machine is how much slower the machine control ran under the load
+	// (invariants.RoundP99.Machine: 1 without a control, 0 for too few
+	// probes); Inconclusive, that the check could not be judged.
+	Machine      float64 `json:"machine_ratio,omitempty"`
+	Inconclusive bool    `json:"inconclusive,omitempty"`
 }
 
 // AttackHit is one attack row that reached another tenant.

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/harness/flood"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
@@ -38,7 +40,10 @@ import (
 // or 150ms (a 0.3 s turn, as the reported one). The flooding client and
 // its provider run in a process of their own at the lowest CPU priority,
 // as an attacker's machine and provider would be elsewhere: what the flood
-// costs is what the server spends on it.
+// costs is what the server spends on it. A machine control (harness/flood,
+// the scenario's) is timed beside both windows: machine-ratio is how much
+// slower the machine itself ran under the flood (its median), the share
+// of p99-ratio that is not the server's.
 //
 //	go test -run '^$' -bench NoisyNeighbour -benchtime 100x ./agentd/cli/
 func BenchmarkNoisyNeighbour(b *testing.B) {
@@ -95,12 +100,37 @@ func noisyNeighbour(b *testing.B, latency time.Duration, env []string) {
 		}
 		return lat
 	}
+	ctl, err := flood.StartControl(context.Background(), flood.ControlOptions{})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = ctl.Close() })
+	// beside runs window while the control is probed, and returns the
+	// control's median over it.
+	beside := func(window func() []time.Duration) ([]time.Duration, time.Duration) {
+		ctx, stop := context.WithCancel(context.Background())
+		probes := make(chan []time.Duration, 1)
+		go func() { // ends with stop, below
+			ds, err := ctl.Sample(ctx, 50*time.Millisecond, 3)
+			if err != nil {
+				b.Errorf("machine control: %v", err)
+			}
+			probes <- ds
+		}()
+		lat := window()
+		stop()
+		ds := <-probes
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		if len(ds) == 0 {
+			return lat, 0
+		}
+		return lat, ds[len(ds)/2]
+	}
 	b.ResetTimer()
-	base := neighbourTurns()
+	base, ctlBase := beside(neighbourTurns)
 	f := startFlooder(b, s, fl, latency)
-	flooded := neighbourTurns()
+	flooded, ctlFlooded := beside(neighbourTurns)
 	stats := f.stop()
 	b.StopTimer()
+	require.NoError(b, ctl.Close())
 
 	p99 := func(lat []time.Duration) float64 {
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
@@ -110,6 +140,9 @@ func noisyNeighbour(b *testing.B, latency time.Duration, env []string) {
 	b.ReportMetric(pb, "base-p99-ms")
 	b.ReportMetric(pf, "flood-p99-ms")
 	b.ReportMetric(pf/pb, "p99-ratio")
+	if ctlBase > 0 {
+		b.ReportMetric(float64(ctlFlooded)/float64(ctlBase), "machine-ratio")
+	}
 	b.ReportMetric(float64(stats.Sent), "flood-requests")
 	b.ReportMetric(float64(stats.Refused), "refused-4290")
 	b.ReportMetric(float64(stats.Started), "flood-turns-accepted")
