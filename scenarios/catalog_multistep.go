@@ -467,7 +467,9 @@ func (e *Env) outsidePlaces() []invariants.Place {
 	}
 	// Temp folders hold the logs of the harness and of the test runner,
 	// which quote canaries: only names count there.
-	for _, d := range []string{"/var/tmp", os.TempDir()} {
+	// /tmp and TMPDIR both: a tenant's cwd names the machine's /tmp, the
+	// harness's own TMPDIR may be elsewhere (a CI runner's).
+	for _, d := range slices.Compact(slices.Sorted(slices.Values([]string{"/var/tmp", "/tmp", filepath.Clean(os.TempDir())}))) {
 		places = append(places, invariants.Place{Root: d, NameOnly: true})
 	}
 	var roots []string

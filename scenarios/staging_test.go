@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,7 +68,16 @@ func TestStagingTargetFromRoster(t *testing.T) {
 	require.NoError(t, target.Validate())
 	runCtx, runCancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer runCancel()
-	reps, err := RunCatalog(runCtx, Default(), Config{Target: target, WorkDir: t.TempDir()})
+	// Every scenario but noisy-neighbour: its verdict needs a machine
+	// quiet enough for its control, which a suite running beside it is
+	// not; it runs alone in TestCatalogAgainstAgentd and the self-test.
+	var ids []string
+	for _, s := range Default().All() {
+		if s.ID != "noisy-neighbour" {
+			ids = append(ids, regexp.QuoteMeta(s.ID))
+		}
+	}
+	reps, err := RunCatalog(runCtx, Default(), Config{Target: target, WorkDir: t.TempDir(), Run: "^(" + strings.Join(ids, "|") + ")$"})
 	require.NoError(t, err)
 	results := map[string]Result{}
 	for _, r := range reps {
@@ -93,7 +103,7 @@ func TestStagingTargetFromRoster(t *testing.T) {
 		"stdio-separate": Skipped, "pooled-serve": Pass, "concurrent-turns": Pass, "settings-writes": Skipped,
 		"profile-lifecycle": Skipped, "restart-resume": Skipped, "gateway": Skipped, "shell-reuse": Pass,
 		"plugin-hosts": Skipped, "plugin-surfaces": Skipped, "tenant-authz": Pass, "profile-recreate": Skipped,
-		"hostile-tools": Skipped, "hostile-plugin": Skipped, "noisy-neighbour": Pass,
+		"hostile-tools": Skipped, "hostile-plugin": Skipped,
 		"gateway-tenants": Skipped, "gateway-failover": Skipped, "gateway-routes": Skipped,
 		"colliding-inputs": Pass, "hostile-chains": Skipped,
 	}, results)

@@ -57,8 +57,11 @@ func TestATargetThatCannotStartStopsTheRun(t *testing.T) {
 			require.NotEmpty(t, r.Reason)
 		}
 	}
-	require.Equal(t, 1, ran, "one scenario tried the target; stdout:\n%s", &stdout)
-	require.Equal(t, len(c.Scenarios)-1-skipped, notRun, "the rest did not wait for it; stdout:\n%s", &stdout)
+	// The scenarios already running beside the first (--parallel, by
+	// default scenarios.AutoParallel) tried it too; none started after.
+	require.GreaterOrEqual(t, ran, 1, "a scenario tried the target; stdout:\n%s", &stdout)
+	require.LessOrEqual(t, ran, scenarios.AutoParallel(), "only the scenarios already running tried the target; stdout:\n%s", &stdout)
+	require.Equal(t, len(c.Scenarios)-ran-skipped, notRun, "the rest did not wait for it; stdout:\n%s", &stdout)
 	require.Greater(t, notRun, 10, "most of the catalog needs this target")
 }
 
