@@ -236,14 +236,8 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 	errs := make([]error, len(faults))
 	var cleanErrs []error
 	var mu sync.Mutex
-	nf := 0
-	index := make([]int, len(jobs)) // a faulty job's place in faults
-	for i, j := range jobs {
-		if j.fault.Name != "" {
-			index[i] = nf
-			nf++
-		}
-	}
+	// The faulty jobs follow the clean ones, in the order of faults.
+	nClean := len(jobs) - len(faults)
 	// Every run shares one lock, so a latency-measuring one runs alone
 	// among them all (each run takes it in runSpecs).
 	cfg.excl = &sync.RWMutex{}
@@ -266,7 +260,7 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 		select {
 		case <-cleanDone[j.spec.ID]:
 		case <-ctx.Done():
-			errs[index[i]] = ctx.Err()
+			errs[i-nClean] = ctx.Err()
 			return
 		}
 		c.Target = withEnv(cfg.Target, FaultEnv(j.fault.Name))
@@ -281,9 +275,9 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 		}
 		reps, err := runSpecs(ctx, []Spec{j.spec}, c, j.fault.Name)
 		if len(reps) == 1 {
-			faulty[index[i]] = reps[0]
+			faulty[i-nClean] = reps[0]
 		}
-		errs[index[i]] = err
+		errs[i-nClean] = err
 	})
 	res := SelfTestResult{Faulty: map[string]Report{}}
 	for _, id := range used {
@@ -342,23 +336,18 @@ func failureOf(r Report) string {
 		return ""
 	}
 	var parts []string
-	first := map[invariants.Invariant]bool{}
+	first := map[invariants.Invariant]invariants.Finding{}
 	counts := map[invariants.Invariant]int{}
 	var order []invariants.Invariant
 	for _, f := range r.Findings() {
-		if !first[f.Invariant] {
-			first[f.Invariant] = true
+		if counts[f.Invariant] == 0 {
+			first[f.Invariant] = f
 			order = append(order, f.Invariant)
 		}
 		counts[f.Invariant]++
 	}
 	for _, inv := range order {
-		for _, f := range r.Findings() {
-			if f.Invariant == inv {
-				parts = append(parts, fmt.Sprintf("%d %s finding(s), first: %s", counts[inv], inv, f))
-				break
-			}
-		}
+		parts = append(parts, fmt.Sprintf("%d %s finding(s), first: %s", counts[inv], inv, first[inv]))
 	}
 	for _, p := range r.Phases {
 		for _, c := range p.Controls {
