@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
@@ -66,7 +67,7 @@ func keep(stderr io.Writer) error {
 	}()
 	status, err := reapUntil(p.Pid)
 	killed := procgroup.KillDescendants(os.Getpid())
-	reapAll()
+	reapKilled(killed, keeperReapGrace)
 	if err != nil {
 		return fmt.Errorf("plugin host keeper: wait for the host (pid %d): %w", p.Pid, err)
 	}
@@ -106,17 +107,43 @@ func reapUntil(pid int) (syscall.WaitStatus, error) {
 	}
 }
 
-// reapAll reaps every child left, waiting for the ones just killed.
-func reapAll() {
+// keeperReapGrace bounds how long a keeper waits for the processes it
+// killed to be reaped (a SIGKILLed process in uninterruptible sleep).
+const keeperReapGrace = 5 * time.Second
+
+// reapKilled reaps children until every pid of killed is reaped, no child
+// is left, or grace has passed. It never waits for a child it did not
+// kill: one it could not see (a keeper inside agentd's Landlock sandbox
+// may not read /proc, so it finds nothing to kill) would hold it forever,
+// and the sandbox's own keeper above it, a subreaper that reads /proc from
+// outside the sandbox, ends that tree as soon as this keeper exits.
+func reapKilled(killed []int, grace time.Duration) {
+	left := map[int]bool{}
+	for _, pid := range killed {
+		left[pid] = true
+	}
+	deadline := time.Now().Add(grace)
 	for {
 		var ws syscall.WaitStatus
-		_, err := syscall.Wait4(-1, &ws, 0, nil)
-		if errors.Is(err, syscall.EINTR) {
+		got, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil:
+			return // ECHILD: none left
+		case got > 0:
+			delete(left, got)
 			continue
 		}
-		if err != nil {
-			return // ECHILD: none left
+		for pid := range left {
+			if syscall.Kill(pid, 0) == syscall.ESRCH {
+				delete(left, pid) // reaped by its own parent, killed with it
+			}
 		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // a killed child is about to exit: poll its reaping
 	}
 }
 

@@ -503,6 +503,12 @@ func (e *Env) installSurfacesPlugin() {
 				"plugins/" + SurfacesPlugin + "/plugin.go":   surfacesSource,
 				model + "plugin.yaml":                        "name: " + SurfacesModel + "\nversion: \"1.0\"\nkind: model-provider\n",
 				model + "plugin.go":                          surfacesModelSource,
+				// The plugins' data folder ships with them, as an install
+				// would make it: under Landlock the launch profile's home
+				// is granted entry by entry (its named profiles lie beneath
+				// it), so its sandbox can fill a folder there, never add one.
+				surfacesObserved: "",
+				surfacesModelLog: "",
 			},
 		})
 		if err != nil {

@@ -165,14 +165,32 @@ func everyCanary(ts []*tenants.Tenant) []tenants.Canary {
 
 // pluginHostsOf lists the live plugin hosts of t: processes whose command
 // line runs a plugin host and whose environment is t's (its provider key,
-// or its home as AGENTD_HOME).
+// or its home as AGENTD_HOME). Only the hosts themselves are listed, not
+// the launchers around them (bwrap, agentd's Landlock sandbox-exec, whose
+// command lines name the host's too): a plugin host that crashes or is
+// OOM-killed dies alone, and what the launcher does then (end everything
+// the host started) is what a host-death check judges. Killing the
+// launcher's keeper as well would test a death no tenant can cause.
 func pluginHostsOf(e *Env, t *tenants.Tenant) []procgroup.Carrier {
 	needles := []string{t.ProviderKey(), e.Box.Set.Layout.HomeVar + "=" + t.Home + "\x00"}
 	seen := map[int]bool{}
-	var out []procgroup.Carrier
+	var found []procgroup.Carrier
 	for _, p := range procgroup.Carrying(needles) {
 		if strings.Contains(p.Cmdline, "plugin-host") && !seen[p.Pid] {
 			seen[p.Pid] = true
+			found = append(found, p)
+		}
+	}
+	var out []procgroup.Carrier
+	for _, p := range found {
+		launcher := false
+		for _, d := range procgroup.Descendants(p.Pid) {
+			if seen[d] {
+				launcher = true // a host runs below it
+				break
+			}
+		}
+		if !launcher {
 			out = append(out, p)
 		}
 	}

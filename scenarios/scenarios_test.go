@@ -1,8 +1,11 @@
 package scenarios
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/tenantcanary/tenantcanary/harness"
 )
 
 // logWriter sends progress lines to the test's log.
@@ -32,6 +35,49 @@ func TestCatalogAgainstAgentd(t *testing.T) {
 					}
 				}
 			}
+		})
+	}
+}
+
+// TestSandboxedScenariosUnderLandlock runs the scenarios whose plugin
+// hosts and shells live in agentd's sandbox with the operator pinning
+// terminal.sandbox: landlock, the path a machine without bubblewrap takes
+// (auto falls back to it) and CI, which has bubblewrap, never would: a
+// plugin host that dies alone must take what it started with it (the
+// Landlock keeper, no PID namespace), and the launch profile's plugins
+// must work in a home granted entry by entry.
+func TestSandboxedScenariosUnderLandlock(t *testing.T) {
+	t.Parallel()
+	target := agentdTarget()
+	managed := map[string]any{}
+	for k, v := range target.Managed {
+		managed[k] = v
+	}
+	term := map[string]any{"sandbox": "landlock"}
+	for k, v := range target.Managed["terminal"].(map[string]any) {
+		term[k] = v
+	}
+	managed["terminal"] = term
+	target.Managed = managed
+	// The pin takes: agentd's own check says the launch profile runs in
+	// Landlock.
+	out, err := harness.Preflight(context.Background(), target, t.TempDir())
+	if err != nil {
+		t.Fatalf("preflight: %v\n%s", err, out)
+	}
+	if want := "terminal.sandbox is landlock (pinned by the operator"; !strings.Contains(out, want) {
+		t.Fatalf("preflight does not say %q:\n%s", want, out)
+	}
+	cat := Default()
+	for _, id := range []string{"hostile-plugin", "plugin-surfaces", "hostile-tools"} {
+		spec, err := cat.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(id, func(t *testing.T) {
+			t.Parallel()
+			// A finding or a failed control fails the test.
+			RunScenario(t, spec, Config{Target: target, Tenants: 3, Progress: logWriter{t}})
 		})
 	}
 }
