@@ -376,13 +376,18 @@ func andList(xs []string) string {
 	return strings.Join(xs[:len(xs)-1], ", ") + " and " + xs[len(xs)-1]
 }
 
-// MaxReachWidth is the widest line Text draws a matrix in; a wider one
-// (many tenants) becomes a list, one line per cell.
+// MaxReachWidth is the widest line Text draws; a wider matrix becomes a
+// list, one line per cell.
 const MaxReachWidth = 100
+
+// MaxReachRows is the most rows (owners) Text draws a matrix with; a
+// matrix of more (many tenants) becomes a list, one line per cell.
+const MaxReachRows = 8
 
 // Text renders the matrix for a terminal: a table with aligned columns
 // (owners down, places across, "-" for zero, "3 (+1)" for 3 counted
-// findings and 1 accepted) when it fits MaxReachWidth, else a list
+// findings and 1 accepted) when it fits MaxReachWidth and MaxReachRows
+// (six tenants, the operator and two places of no tenant's do), else a list
 // ("beta -> alpha: 3"), then the matrix in words and what it leaves out,
 // wrapped to MaxReachWidth. The console, and a Go test's failure message,
 // print it.
@@ -447,8 +452,11 @@ func textCount(c ReachCell) string {
 }
 
 // table draws the matrix with aligned columns, and reports whether it fits
-// MaxReachWidth.
+// MaxReachRows and MaxReachWidth.
 func (r Reach) table() (string, bool) {
+	if len(r.Owners) > MaxReachRows {
+		return "", false
+	}
 	rows := [][]string{append([]string{""}, r.Places...)}
 	for _, o := range r.Owners {
 		row := []string{o}
