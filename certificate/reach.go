@@ -10,7 +10,8 @@ import (
 )
 
 // Reach is the certificate's first picture: who reached whom. Its rows
-// are the owners of the canaries found (a tenant, or "operator" for the
+// are the owners of the canaries found, or of the session, job or home a
+// finding names (Finding.Owner: a tenant, or "operator" for the
 // operator's secrets), its columns the places they were found in (the
 // tenant whose request, home, connection or log carried one, or a place
 // of no tenant's, named in parentheses: see PlaceShared and the others),
