@@ -184,6 +184,9 @@ type Certificate struct {
 	// Accepted are the findings the target's known-findings file matched
 	// (see Accept): accepted ones, and expired ones, which count again.
 	Accepted []AcceptedFinding `json:"accepted_findings,omitempty"`
+	// certificate.json also carries "reach", the who-reached-whom matrix
+	// (ReachOf): WriteJSON computes it from the findings, so it is never
+	// stale.
 }
 
 // New makes the certificate of a run that ended now, taking the verdict
@@ -284,12 +287,19 @@ func ExitCode(v Verdict) int {
 	return ExitFailed
 }
 
-// WriteJSON writes the certificate as indented JSON.
+// WriteJSON writes the certificate as indented JSON, with its
+// who-reached-whom matrix (ReachOf) as "reach", computed from the findings
+// as they are now (ReadJSON need not read it back: ReachOf gives it).
 func (c *Certificate) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(c); err != nil {
+	r := ReachOf(c)
+	withReach := struct {
+		*Certificate
+		Reach *Reach `json:"reach,omitempty"`
+	}{c, &r}
+	if err := enc.Encode(withReach); err != nil {
 		return fmt.Errorf("write certificate json: %w", err)
 	}
 	return nil

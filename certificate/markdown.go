@@ -27,7 +27,7 @@ func (v Verdict) Headline() string {
 }
 
 // WriteMarkdown writes the short summary: the verdict, a table of
-// scenarios, the findings, the skipped checks with their reasons, and how
+// scenarios, who reached whom (Reach), the findings, the skipped checks with their reasons, and how
 // to read it.
 func (c *Certificate) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
@@ -79,6 +79,12 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s |\n",
 				cell(r.ID), k.result, k.phases, k.totals.Requests, k.totals.Snapshots, len(invariants.Dedup(k.findings)), seconds(r.Duration))
 		}
+	}
+
+	if len(c.Scenarios) > 0 {
+		// The findings open with who reached whom.
+		b.WriteString("\n### Who reached whom\n\n")
+		b.WriteString(ReachOf(c).Markdown())
 	}
 
 	var leaks, other []string
@@ -192,8 +198,9 @@ func cell(s string) string {
 	return strings.ReplaceAll(strings.Join(strings.Fields(s), " "), "|", `\|`)
 }
 
-// WriteTable writes the final table for a terminal: one row per scenario
-// and the verdict.
+// WriteTable writes the final table for a terminal: one row per scenario,
+// who reached whom (Reach.Text) when any finding is in the matrix, and
+// the verdict.
 func (c *Certificate) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tRESULT\tPHASES\tREQUESTS\tSNAPSHOTS\tFINDINGS\tDURATION")
@@ -205,6 +212,11 @@ func (c *Certificate) WriteTable(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write table: %w", err)
+	}
+	if r := ReachOf(c); !r.Empty() {
+		if _, err := io.WriteString(w, r.Text()); err != nil {
+			return fmt.Errorf("write table: %w", err)
+		}
 	}
 	for i := range c.Scenarios {
 		r := &c.Scenarios[i]
