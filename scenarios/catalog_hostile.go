@@ -115,6 +115,10 @@ func (e *Env) attackAll(rows []attack.Row, kinds ...attack.Class) {
 	e.atOnce(e.attackers(), func(t *tenants.Tenant) {
 		for _, k := range kinds {
 			for _, r := range attack.Of(rows, k) {
+				if e.caughtBy(t) {
+					e.Logf("%s's rows after its first hit are not run: this faulty run's fault is caught", t.Name)
+					return
+				}
 				e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostile.canaries(e, t))
 			}
 		}

@@ -86,7 +86,7 @@ func hostileChains() Spec {
 			chainPhase("operator-settings", func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.OperatorSetting)) }) }),
 			chainPhase("restart", func(e *Env) { e.watchOutside(func() { e.restartChains(restartGroup) }) }),
 			chainPhase("races", func(e *Env) {
-				for _, ch := range attack.ChainsOf(chains, attack.Race) {
+				for _, ch := range e.chainsOf(attack.ChainsOf(chains, attack.Race)) {
 					e.raceChain(ch)
 				}
 			}),
@@ -167,7 +167,7 @@ func usesPlugin(ch attack.Chain) bool {
 // restore.
 func (e *Env) runChains(chains []attack.Chain) {
 	e.T.Helper()
-	for k, ch := range chains {
+	for k, ch := range e.chainsOf(chains) {
 		a, v := e.chainPair(ch, k)
 		r := e.newChainRun(ch, a, v)
 		if r == nil {

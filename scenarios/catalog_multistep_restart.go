@@ -99,7 +99,7 @@ func contains(rounds []*restartRound, rd *restartRound) bool {
 // round by round (restartRounds).
 func (e *Env) restartChains(chains []attack.Chain) {
 	e.T.Helper()
-	for i, rd := range e.restartRounds(chains) {
+	for i, rd := range e.restartRounds(e.chainsOf(chains)) {
 		var ids []string
 		for _, r := range rd.runs {
 			ids = append(ids, r.ch.ID)

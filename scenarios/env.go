@@ -59,6 +59,7 @@ type Env struct {
 	surfaces *surfacesState                   // what plugin-surfaces did and expects its plugins to have seen
 	chains   *chainState                      // hostile-chains: what the target can run of the chains
 	ranSt    ranState                         // the ran-controls since the last check
+	faulty   faultyRun                        // set in a self-test's faulty run that stops once caught
 }
 
 type ownedConn struct {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"sync"
 	"time"
 
@@ -40,6 +41,10 @@ type Config struct {
 	// stopOn ends a run after the first phase that found this invariant
 	// (a self-test's faulty run: its fault is caught then).
 	stopOn invariants.Invariant
+	// fault is the seeded fault (a comma list) of a self-test's faulty run
+	// that stops once caught: the rows of a catalog that name the fault
+	// they re-open run alone then (Env.faulty).
+	fault string
 	// excl is held shared by every running scenario of the run (and of a
 	// self-test's runs), and whole by one that measures latency (Spec.Alone,
 	// Env.Alone).
@@ -170,10 +175,12 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 			rt.Errorf("%s: %v", spec.ID, err)
 		}
 	})
-	env := &Env{T: rt, Ctx: ctx, Spec: spec, Box: box, Report: rep, Rand: scenarioRand(cfg.Seed, spec.ID), down: cfg.down, excl: cfg.excl}
+	env := &Env{T: rt, Ctx: ctx, Spec: spec, Box: box, Report: rep, Rand: scenarioRand(cfg.Seed, spec.ID), down: cfg.down, excl: cfg.excl,
+		faulty: faultyRun{stopOn: cfg.stopOn, fault: cfg.fault}}
 	env.Tenants = env.permuted(box.Set.Tenants)
 	seen := map[string]bool{}
 	for _, ph := range spec.Phases {
+		env.yield()
 		progress(cfg.Progress, "%-20s phase %s", spec.ID, ph.Name)
 		pr := PhaseReport{Name: ph.Name}
 		phaseStart := time.Now()
@@ -324,7 +331,9 @@ func runSpecs(ctx context.Context, specs []Spec, cfg Config, label string) ([]Re
 	if cfg.excl == nil {
 		cfg.excl = &sync.RWMutex{}
 	}
-	runJobs(ctx, cfg.Parallel, len(specs), cfg.excl, func(i int) bool { return specs[i].Alone }, func(i int) {
+	order := longestFirst(specs)
+	runJobs(ctx, cfg.Parallel, len(specs), cfg.excl, func(j int) bool { return specs[order[j]].Alone }, func(j int) {
+		i := order[j]
 		spec := specs[i]
 		rep := &Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus}
 		if why := cfg.down.why(); why != "" && spec.unmet(cfg.Target) == "" {
@@ -348,6 +357,19 @@ func runSpecs(ctx context.Context, specs []Spec, cfg Config, label string) ([]Re
 		reports[i] = *rep
 	})
 	return reports, ctx.Err()
+}
+
+// longestFirst is the order runSpecs starts specs in: the longest first
+// (a scenario's timeout, set from how long it takes, stands for its
+// length), so the run does not end waiting on one long scenario started
+// last; ties keep catalog order. Reports stay in catalog order.
+func longestFirst(specs []Spec) []int {
+	order := make([]int, len(specs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return specs[order[a]].Timeout > specs[order[b]].Timeout })
+	return order
 }
 
 // AutoParallel is how many scenarios a run makes at once when not told:
@@ -400,6 +422,18 @@ func (e *Env) Alone(fn func()) {
 		e.excl.RLock() // given back to the job, which lets it go
 	}()
 	fn()
+}
+
+// yield lets a scenario that runs alone, or a phase of another that runs
+// alone (Alone), in between two phases of this one: such a wait is then
+// bounded by the phases running now, not by whole scenarios (a long one
+// would hold everything else up for its whole run).
+func (e *Env) yield() {
+	if e.excl == nil || e.Spec.Alone {
+		return
+	}
+	e.excl.RUnlock()
+	e.excl.RLock()
 }
 
 // timeoutOf is spec's timeout in this run: Config.Timeout in place of the

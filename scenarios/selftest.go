@@ -206,6 +206,7 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 	// run per fault.
 	type job struct {
 		fault Fault // zero for a clean run
+		k     int   // the fault's index in faults
 		spec  Spec
 	}
 	var jobs []job
@@ -228,16 +229,28 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 		s, _ := cat.Get(f.Scenario)
 		jobs = append(jobs, job{spec: s})
 	}
-	for _, f := range faults {
+	nClean := len(jobs)
+	for k, f := range faults {
 		s, _ := cat.Get(f.Scenario)
-		jobs = append(jobs, job{fault: f, spec: s})
+		jobs = append(jobs, job{fault: f, k: k, spec: s})
+	}
+	// The longest first, so the self-test does not end waiting on a long
+	// run started last: clean runs by their scenario's timeout (which
+	// stands for its length), faulty ones by their clean run's measured
+	// duration when it is given, else the same.
+	weight := func(j job) time.Duration {
+		if r, ok := given[j.spec.ID]; ok && j.fault.Name != "" && r.Duration > 0 {
+			return r.Duration
+		}
+		return j.spec.Timeout
+	}
+	for _, part := range [][]job{jobs[:nClean], jobs[nClean:]} {
+		sort.SliceStable(part, func(a, b int) bool { return weight(part[a]) > weight(part[b]) })
 	}
 	faulty := make([]Report, len(faults))
 	errs := make([]error, len(faults))
 	var cleanErrs []error
 	var mu sync.Mutex
-	// The faulty jobs follow the clean ones, in the order of faults.
-	nClean := len(jobs) - len(faults)
 	// Every run shares one lock, so a latency-measuring one runs alone
 	// among them all (each run takes it in runSpecs).
 	cfg.excl = &sync.RWMutex{}
@@ -260,7 +273,7 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 		select {
 		case <-cleanDone[j.spec.ID]:
 		case <-ctx.Done():
-			errs[i-nClean] = ctx.Err()
+			errs[j.k] = ctx.Err()
 			return
 		}
 		c.Target = withEnv(cfg.Target, FaultEnv(j.fault.Name))
@@ -268,16 +281,16 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 			c.Timeout = faultyTimeout(j.spec, cfg, clean[j.spec.ID].Duration)
 		}
 		if opts.Whole == nil || !opts.Whole(j.fault) {
-			c.stopOn = j.fault.Expect
+			c.stopOn, c.fault = j.fault.Expect, j.fault.Name
 		}
 		if c.Progress != nil {
 			c.Progress = prefixWriter{w: c.Progress, prefix: "[" + j.fault.Name + "] "}
 		}
 		reps, err := runSpecs(ctx, []Spec{j.spec}, c, j.fault.Name)
 		if len(reps) == 1 {
-			faulty[i-nClean] = reps[0]
+			faulty[j.k] = reps[0]
 		}
-		errs[i-nClean] = err
+		errs[j.k] = err
 	})
 	res := SelfTestResult{Faulty: map[string]Report{}}
 	for _, id := range used {

@@ -168,3 +168,37 @@ func TestEnvAloneExcludesOtherScenarios(t *testing.T) {
 	excl.RUnlock()
 	require.True(t, excl.TryLock())
 }
+
+// TestYieldLetsAloneInBetweenPhases: a scenario that runs alone (or a
+// phase that does) waits for the phases running now, not for whole
+// scenarios: at its next phase boundary a running scenario lets it in,
+// and goes on once it is done.
+func TestYieldLetsAloneInBetweenPhases(t *testing.T) {
+	t.Parallel()
+	excl := &sync.RWMutex{}
+	excl.RLock() // a long scenario's job, mid-run
+	e := &Env{excl: excl}
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	alone := make(chan struct{})
+	go func() {
+		excl.Lock() // noisy-neighbour's job
+		note("alone")
+		excl.Unlock()
+		close(alone)
+	}()
+	require.Eventually(t, func() bool {
+		if excl.TryRLock() {
+			excl.RUnlock()
+			return false
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "the alone job did not ask for the run")
+	e.yield() // the long scenario's next phase boundary
+	note("next phase")
+	<-alone
+	require.Equal(t, []string{"alone", "next phase"}, order)
+	excl.RUnlock()
+	require.True(t, excl.TryLock(), "the scenario's share was not given back whole")
+}

@@ -528,11 +528,14 @@ func (p *proc) kill() {
 		<-p.readDone
 		// Members that were forking while we scanned, and those not yet
 		// dead of their SIGKILL: kill returns once the session is empty.
-		for deadline := time.Now().Add(startTimeout); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-			procgroup.KillSession(pid)
-			if len(procgroup.SessionMembers(pid)) == 0 {
+		// Each look scans the whole process table, so the looks back off
+		// (2 ms doubling to 64 ms) rather than spin on a busy machine.
+		wait := 2 * time.Millisecond
+		for deadline := time.Now().Add(startTimeout); time.Now().Before(deadline); wait = min(2*wait, 64*time.Millisecond) {
+			if len(procgroup.KillSession(pid)) == 0 {
 				break
 			}
+			time.Sleep(wait)
 		}
 	})
 }

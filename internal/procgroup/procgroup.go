@@ -8,13 +8,13 @@
 package procgroup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 )
 
@@ -85,15 +85,18 @@ func SessionMembers(sid int) []int {
 }
 
 // KillSession sends SIGKILL to the group sid leads and to every other live
-// member of session sid.
-func KillSession(sid int) {
+// member of session sid, and returns the members it found (the group's
+// included): none means the session is empty.
+func KillSession(sid int) []int {
 	if sid <= 0 {
-		return
+		return nil
 	}
 	_ = syscall.Kill(-sid, syscall.SIGKILL)
-	for _, pid := range SessionMembers(sid) {
+	found := SessionMembers(sid)
+	for _, pid := range found {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	return found
 }
 
 // procStat is the part of /proc/PID/stat this package reads.
@@ -105,19 +108,52 @@ type procStat struct {
 
 // readStat parses /proc/pid/stat; the state follows the parenthesised
 // command name, which may itself contain ") ", so it cuts at the last one.
+// Every scan of the process table reads this file of every process, and
+// a server scans it while it waits for a killed session to empty: one
+// open and one read (the kernel hands a stat line over whole) into a
+// buffer on the stack.
 func readStat(pid int) (procStat, bool) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return procStat{}, false
 	}
-	s := string(data)
-	i := strings.LastIndex(s, ") ")
-	if i < 0 {
+	var buf [1024]byte // a stat line is about 300 bytes; its name is at most 64
+	n, err := syscall.Read(fd, buf[:])
+	for err == syscall.EINTR {
+		n, err = syscall.Read(fd, buf[:])
+	}
+	syscall.Close(fd)
+	if err != nil || n <= 0 {
 		return procStat{}, false
 	}
-	var st procStat
-	if _, err := fmt.Sscanf(s[i+2:], "%c %d %d %d", &st.state, &st.ppid, &st.pgrp, &st.session); err != nil {
+	return parseStat(buf[:n])
+}
+
+// parseStat reads the state, ppid, pgrp and session that follow the
+// parenthesised command name, which may itself hold ") ": it cuts at the
+// last one.
+func parseStat(data []byte) (procStat, bool) {
+	i := bytes.LastIndex(data, []byte(") "))
+	if i < 0 || i+3 >= len(data) {
 		return procStat{}, false
+	}
+	rest := data[i+2:]
+	st := procStat{state: rest[0]}
+	rest = rest[1:]
+	for _, field := range []*int{&st.ppid, &st.pgrp, &st.session} {
+		if len(rest) == 0 || rest[0] != ' ' {
+			return procStat{}, false
+		}
+		rest = rest[1:]
+		end := bytes.IndexByte(rest, ' ')
+		if end < 0 {
+			end = len(rest)
+		}
+		v, err := strconv.Atoi(string(rest[:end]))
+		if err != nil {
+			return procStat{}, false
+		}
+		*field, rest = v, rest[end:]
 	}
 	return st, true
 }

@@ -2,13 +2,16 @@ package procgroup
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestKillReapsWholeGroup(t *testing.T) {
@@ -78,4 +81,32 @@ func TestMarkedFindsDescendantsInOtherGroups(t *testing.T) {
 	require.NoError(t, Kill(grandchild))
 	require.Eventually(t, func() bool { return len(Marked(id)) == 0 }, 10*time.Second, 5*time.Millisecond)
 	require.Empty(t, Marked(""))
+}
+
+func TestParseStatCutsAtTheLastParenthesis(t *testing.T) {
+	t.Parallel()
+	st, ok := parseStat([]byte("4242 (evil) 1 2 3) S 17 4242 4242 0 -1 4194560 99 0 0 0\n"))
+	require.True(t, ok)
+	require.Equal(t, procStat{state: 'S', ppid: 17, pgrp: 4242, session: 4242}, st)
+	st, ok = parseStat([]byte("7 (sh) Z 1 7 5"))
+	require.True(t, ok)
+	require.Equal(t, procStat{state: 'Z', ppid: 1, pgrp: 7, session: 5}, st)
+	require.False(t, st.live())
+	for _, bad := range []string{"", "7 (sh)", "7 (sh) S", "7 (sh) S x 1 1", "7 (sh) S 1 2"} {
+		_, ok := parseStat([]byte(bad))
+		require.False(t, ok, "%q", bad)
+	}
+}
+
+func TestReadStatOfThisProcess(t *testing.T) {
+	t.Parallel()
+	st, ok := readStat(os.Getpid())
+	require.True(t, ok)
+	require.Equal(t, os.Getppid(), st.ppid)
+	require.Equal(t, syscall.Getpgrp(), st.pgrp)
+	sid, err := unix.Getsid(0)
+	require.NoError(t, err)
+	require.Equal(t, sid, st.session)
+	_, ok = readStat(-1)
+	require.False(t, ok)
 }
