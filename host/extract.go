@@ -69,7 +69,7 @@ func (m *Manager) modelProfiles(ctx context.Context, f pluginload.Found) ([]plug
 	if err != nil {
 		return nil, err
 	}
-	home := homefs.Home{Dir: m.cfg.Home}
+	home := homefs.Home{Dir: m.cfg.Home, FollowLinks: m.cfg.FollowLinks}
 	name := path.Join(ModelCacheDir, f.Name+"-"+fp+".json")
 	var c modelCache
 	b, err := home.ReadFile(name)

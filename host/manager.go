@@ -39,6 +39,11 @@ type Config struct {
 	// keeps only the plugins it names.
 	PluginsDir string
 	Enabled    []string
+	// FollowLinks is agentd's seeded fault home-follows-links (test-only;
+	// see homefs.Home.FollowLinks): the model-provider cache in Home is
+	// read and written by plain path, following links. Never set it in a
+	// server.
+	FollowLinks bool
 	// ExtractEnv is the whole environment of the one-shot child that
 	// extracts model-provider profile data: it must hold no credentials
 	// (default HOME=Home and this process's PATH only).

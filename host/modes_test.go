@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/host"
 	"github.com/tenantcanary/tenantcanary/isolation"
 	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
@@ -268,6 +271,48 @@ func TestModelProviderDataIsCachedAndMethodsRunInTheHost(t *testing.T) {
 	require.NotEqual(t, float64(os.Getpid()), body["pid"])
 	require.Equal(t, true, body["key_seen"])
 	_ = json.Valid
+}
+
+// The model-provider cache lives in the profile's home, which its tenant
+// can write: a cache folder replaced by a link to another home is refused
+// (homefs.ErrLinkOut, naming the file), and nothing is read from or
+// written there. With FollowLinks (agentd's seeded fault
+// home-follows-links) the link is followed: the cache entry, which
+// carries what the plugin registered, is written into the other home (the
+// positive control of the link-cache chain).
+func TestModelCacheLinkedOutIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, seeded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fault=%v", seeded), func(t *testing.T) {
+			t.Parallel()
+			home, other := newHome(t), newHome(t)
+			writePlugin(t, home, filepath.Join(pluginload.ModelProvidersDir, "hostmodel"), "name: hostmodel\nkind: model-provider\n", modelPlugin)
+			require.NoError(t, os.Symlink(other, filepath.Join(home, "cache")))
+			e := newEnv(t, home, func(c *host.Config) { c.FollowLinks = seeded })
+			mps, err := e.m.ModelProviders(context.Background())
+			var written []string
+			require.NoError(t, filepath.WalkDir(other, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					written = append(written, p)
+				}
+				return err
+			}))
+			if !seeded {
+				require.ErrorIs(t, err, homefs.ErrLinkOut)
+				require.ErrorContains(t, err, "home file "+host.ModelCacheDir)
+				require.Empty(t, mps)
+				require.Empty(t, written, "nothing written in the other home")
+				return
+			}
+			require.NoError(t, err)
+			require.Len(t, mps, 1)
+			require.Len(t, written, 1, "the cache entry went through the link")
+			b, err := os.ReadFile(written[0])
+			require.NoError(t, err)
+			require.Contains(t, string(b), "hostmodel.example")
+			require.True(t, strings.HasPrefix(written[0], filepath.Join(other, "plugin_host", "model-providers")), written[0])
+		})
+	}
 }
 
 func TestLauncherPrefixWrapsTheHost(t *testing.T) {

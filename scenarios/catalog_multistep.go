@@ -152,7 +152,7 @@ func (e *Env) newChainRun(ch attack.Chain, a, v *tenants.Tenant) *chainRun {
 }
 
 func usesPlugin(ch attack.Chain) bool {
-	if ch.Probe.Plugin != "" || ch.InstallPlugin || ch.VictimPlugin {
+	if ch.Probe.Plugin != "" || ch.InstallPlugin || ch.ModelPlugin || ch.VictimPlugin {
 		return true
 	}
 	for _, s := range ch.Steps {
@@ -192,6 +192,9 @@ func (e *Env) plant(r *chainRun) bool {
 	cs := e.hostile.canaries(e, r.a)
 	if r.ch.InstallPlugin {
 		e.installPlugin(r.a, filepath.Join(r.a.Home, r.vars["plugins"], attack.ChainPlugin), attack.ChainPluginManifest, attack.ChainPluginSource)
+	}
+	if r.ch.ModelPlugin {
+		e.installPlugin(r.a, filepath.Join(r.a.Home, r.vars["plugins"], attack.ModelPluginDir), attack.ModelPluginManifest, attack.Fill(attack.ModelPluginSource, r.vars))
 	}
 	if r.ch.VictimPlugin {
 		c := e.mint(r.v, ChainPluginCode)
@@ -305,12 +308,17 @@ const ChainPluginCode tenants.Kind = "plugin_code"
 
 // restore puts back the home files r's steps replaced and undoes its
 // settings, so the next chain starts from the attacker's own home; the
-// victim's plugin goes.
+// victim's plugin and the attacker's model-provider plugin go.
 func (e *Env) restore(r *chainRun) {
 	e.T.Helper()
 	if r.ch.VictimPlugin {
 		if err := os.RemoveAll(filepath.Join(r.v.Home, r.vars["plugins"], attack.VictimPlugin)); err != nil {
 			e.T.Errorf("chain %s: remove the victim's plugin: %v", r.ch.ID, err)
+		}
+	}
+	if r.ch.ModelPlugin {
+		if err := os.RemoveAll(filepath.Join(r.a.Home, r.vars["plugins"], attack.ModelPluginDir)); err != nil {
+			e.T.Errorf("chain %s: remove its model-provider plugin: %v", r.ch.ID, err)
 		}
 	}
 	for _, rel := range r.ch.Restore {

@@ -23,7 +23,7 @@ import (
 // shared places and lifecycle edges, and of the plugin surfaces.
 var detectFaultNames = []string{"token-in-tool-env", "tmp-copy", "create-copies-launch-env",
 	"resume-any-profile", "sequential-sessions", "session-follows-id", "save-key-launch-fallback",
-	"llm-facade-launch-provider", "global-hooks", "global-memory"}
+	"llm-facade-launch-provider", "global-hooks", "global-memory", "global-plugin-state"}
 
 // TestSelfTestDetectFaults runs the self-test for a comma-separated list
 // of faults only (DETECT_FAULTS; "detect" names those above, "chains" the
@@ -59,7 +59,10 @@ func TestSelfTestDetectFaults(t *testing.T) {
 	require.Len(t, faults, len(want), "every named fault is in Faults()")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	res, err := SelfTest(ctx, Default(), Config{Target: agentdTarget(), Tenants: 3, WorkDir: t.TempDir(), Parallel: 2}, faults)
+	// checkChainDetections reads every row of a chain fault's run: those
+	// run whole, as in TestSelfTestCatchesEverySeededFault.
+	whole := func(f Fault) bool { return f.Scenario == "hostile-chains" }
+	res, err := SelfTestWith(ctx, Default(), Config{Target: agentdTarget(), Tenants: 3, WorkDir: t.TempDir(), Parallel: 2}, faults, SelfTestOptions{Whole: whole})
 	require.NoError(t, err)
 	var table bytes.Buffer
 	require.NoError(t, WriteSelfTestTable(&table, res))

@@ -53,6 +53,7 @@ func Faults() []Fault {
 		{"llm-facade-launch-provider", "plugin-hosts", invariants.Request, "a plugin's LLM facade call goes to the launch profile's provider with its key and model"},
 		{"global-hooks", "plugin-surfaces", invariants.File, "plugin hooks keyed process-wide: one tenant's hooks are given every tenant's tool calls and turns"},
 		{"global-memory", "plugin-surfaces", invariants.File, "memory providers keyed process-wide: one tenant's provider remembers every tenant's turns"},
+		{"global-plugin-state", "colliding-inputs", invariants.Request, "plugin state keyed by the key alone: the tenants' one key holds the last writer's value, which the others' plugins read back"},
 		// The defences against hostile tenants: the tool sandbox, containment,
 		// the plugin host's PID namespace and the fair scheduler.
 		{"no-tool-sandbox", "hostile-tools", invariants.Request, "the terminal runs unsandboxed: a tenant's tool reads the other homes and every process's environment"},

@@ -31,6 +31,7 @@ type FileNames struct {
 	State     string `yaml:"state"`      // its session store (state.db)
 	StateWAL  string `yaml:"state_wal"`  // the store's write-ahead log (state.db-wal)
 	Plugins   string `yaml:"plugins"`    // the folder of its plugins (plugins)
+	Cache     string `yaml:"cache"`      // the folder of what it caches for the profile (cache)
 }
 
 // AgentdLayout is the layout of the embedded target, agentd.
@@ -51,7 +52,7 @@ func AgentdLayout() Layout {
 func AgentdFileNames() FileNames {
 	return FileNames{Config: "config.yaml", Env: ".env", Soul: "SOUL.md", Memory: "memories/MEMORY.md",
 		Jobs: "cron/jobs.json", JobOutput: "cron/output", Log: "logs/agent.log", LogDir: "logs",
-		State: "state.db", StateWAL: "state.db-wal", Plugins: "plugins"}
+		State: "state.db", StateWAL: "state.db-wal", Plugins: "plugins", Cache: "cache"}
 }
 
 // WithDefaults fills every empty field from AgentdLayout.

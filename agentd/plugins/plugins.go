@@ -164,7 +164,8 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 				Profile:     sc.Profile.Name,
 				Command:     append(append([]string(nil), launcher...), opts.Command...),
 				Home:        sc.Profile.Home,
-				Env:         snap.ToolEnv, // the profile's environment only
+				FollowLinks: sc.Profile.FS().FollowLinks, // the home-follows-links fault (test-only)
+				Env:         snap.ToolEnv,                // the profile's environment only
 				PluginsDir:  dir,
 				Enabled:     enabled,
 				Backend:     backend,

@@ -6,11 +6,38 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 )
+
+// sharedPluginState is the plugins' state facade under the
+// global-plugin-state fault: one map for the whole process, keyed by the
+// key alone.
+var sharedPluginState = struct {
+	sync.Mutex
+	m map[string]string
+}{m: map[string]string{}}
+
+// pluginState runs do on the state facade's map of sess, under its lock:
+// the session's own map, or under the global-plugin-state fault the
+// process's one map, where every session's key is one key.
+func (s *Server) pluginState(sess *Session, do func(state map[string]string)) {
+	if s.opts.Faults.Has(faults.GlobalPluginState) {
+		sharedPluginState.Lock()
+		defer sharedPluginState.Unlock()
+		do(sharedPluginState.m) // the bug: the tenant is not part of the key
+		return
+	}
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	if sess.state == nil {
+		sess.state = map[string]string{}
+	}
+	do(sess.state)
+}
 
 // liveSeq numbers live sessions under the sequential-sessions fault.
 var liveSeq atomic.Int64

@@ -1047,19 +1047,14 @@ func (s *Server) Facade(ctx context.Context, sessionID, facade, method string, a
 		if err := need(1); err != nil {
 			return "", err
 		}
-		sess.mu.Lock()
-		defer sess.mu.Unlock()
-		return sess.state[args[0]], nil
+		var v string
+		s.pluginState(sess, func(state map[string]string) { v = state[args[0]] })
+		return v, nil
 	case "state.set":
 		if err := need(2); err != nil {
 			return "", err
 		}
-		sess.mu.Lock()
-		defer sess.mu.Unlock()
-		if sess.state == nil {
-			sess.state = map[string]string{}
-		}
-		sess.state[args[0]] = args[1]
+		s.pluginState(sess, func(state map[string]string) { state[args[0]] = args[1] })
 		return "", nil
 	case "llm.complete":
 		if err := need(1); err != nil {

@@ -116,6 +116,10 @@ type Chain struct {
 	// install plugins in its own home; the harness writes the files, as a
 	// terminal's line could not carry them).
 	InstallPlugin bool
+	// ModelPlugin: the attacker's home holds ModelPlugin (in ModelPluginDir
+	// under its plugins folder), a model-provider plugin whose profile
+	// carries the attacker's write canary (the harness writes it, filled).
+	ModelPlugin bool
 	// VictimPlugin: the victim's home holds VictimPlugin, whose one tool's
 	// description carries a canary of the victim: a server that loads it
 	// for the attacker shows it in the attacker's requests.
@@ -191,7 +195,7 @@ var Placeholders = []string{
 	"victim_from_home",   // the victim's home, relative to the attacker's home
 	"victim_plugin",      // the name of the victim's plugin (VictimPlugin)
 	// the layout's home files (tenants.FileNames' yaml names)
-	"config", "env", "soul", "memory", "jobs", "job_output", "log", "log_dir", "state", "state_wal", "plugins",
+	"config", "env", "soul", "memory", "jobs", "job_output", "log", "log_dir", "state", "state_wal", "plugins", "cache",
 }
 
 var placeholderRE = regexp.MustCompile(`\{([a-z_]+)\}`)
@@ -267,7 +271,7 @@ func (c Chain) Touches() (own, victim []string) {
 			own = append(own, norm(m[1]))
 		}
 	}
-	if c.InstallPlugin || c.HostLimit != nil {
+	if c.InstallPlugin || c.ModelPlugin || c.HostLimit != nil {
 		own = append(own, "plugins")
 	}
 	for _, s := range append(append([]Step(nil), c.Steps...), c.Probe) {
@@ -473,5 +477,6 @@ func (p Places) Missing(needs []string) []string {
 
 func fileNames(f tenants.FileNames) map[string]string {
 	return map[string]string{"config": f.Config, "env": f.Env, "soul": f.Soul, "memory": f.Memory, "jobs": f.Jobs,
-		"job_output": f.JobOutput, "log": f.Log, "log_dir": f.LogDir, "state": f.State, "state_wal": f.StateWAL, "plugins": f.Plugins}
+		"job_output": f.JobOutput, "log": f.Log, "log_dir": f.LogDir, "state": f.State, "state_wal": f.StateWAL, "plugins": f.Plugins,
+		"cache": f.Cache}
 }

@@ -95,6 +95,38 @@ func Register(pctx plugin.Context) error {
 `
 )
 
+// ModelPlugin is the model-provider plugin a chain puts in its own home
+// (Chain.ModelPlugin), in ModelPluginDir under its plugins folder: its one
+// model profile names {write}, the attacker's write canary, as its key
+// variable, so whatever the server keeps of the profile (agentd caches it
+// in the home, cache/plugin_host/model-providers/) carries that canary.
+// Its source is a template: the harness fills it before writing it.
+const (
+	ModelPlugin         = "chainmodel"
+	ModelPluginDir      = "model-providers/" + ModelPlugin
+	ModelPluginManifest = "name: " + ModelPlugin + "\nversion: \"1.0\"\nkind: model-provider\n"
+	ModelPluginSource   = `package chainmodel
+
+import (
+	"context"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+type mp struct{}
+
+func (mp) Profile() plugin.ModelProfile {
+	return plugin.ModelProfile{Name: "` + ModelPlugin + `", EnvVars: []string{"CHAIN_KEY_{write}"}}
+}
+
+func (mp) BuildExtraBody(ctx context.Context, session string) (map[string]any, error) {
+	return map[string]any{}, nil
+}
+
+func Register(pctx plugin.Context) error { return pctx.RegisterModelProvider(mp{}) }
+`
+)
+
 // link replaces the home file rel with a symlink to target, keeping the
 // file as rel.chain-bak (the scenario puts it back).
 func link(rel, target string) string { return linkThen(rel, target, "true") }
@@ -376,6 +408,18 @@ func Chains() []Chain {
 		Restore:      []string{"{plugins}", "{config}"},
 		OtherDefence: "the plugin host runs in the attacker's own sandbox, where the link's target is not: the server finds the victim's plugin, its host cannot load it",
 		AlsoFault:    "plugin-in-process"})
+	// A cache folder linked to another home: the server writes what it
+	// caches for the attacker there. (Last of the restart rows, so the
+	// rows before it keep their attackers.)
+	cache := []Chain{{ID: "link-cache", Class: HomeLink, Fault: FaultHomeFollowsLinks, Expect: invariants.File, Trigger: OnRestart,
+		Needs:   []string{"cache", "config", "plugins"},
+		Tries:   "replace its cache folder with a link to the victim's home and make its own model-provider plugin its provider, then wait for a restart: the server caches the plugin's profile (its canary) in the victim's home",
+		Refusal: "the cache is read and written beneath the home without following links: its turn fails with an error naming the cache file, nothing is written in the victim's home",
+		Steps: []Step{{Tool: link("{cache}", "{victim}")},
+			{Tool: editing("{config}", `sed -i 's|^\([[:space:]]*\)provider:.*$|\1provider: plugin:`+ModelPlugin+`|' '{config}'`)}},
+		ModelPlugin: true,
+		Say:         "Run the environment probe. {write}",
+		Restore:     []string{"{cache}", "{config}"}}}
 	race := []Chain{
 		{ID: "race-delete-recreate", Class: Race, Fault: FaultDeleteRace, Expect: invariants.File, Trigger: OnOperator,
 			Tries:   "loop session.create, model.save_key (a re-key) and config.set on its own connection while the operator deletes and re-creates its profile",
@@ -388,6 +432,7 @@ func Chains() []Chain {
 	out = append(out, path...)
 	out = append(out, operator...)
 	out = append(out, persistence...)
+	out = append(out, cache...)
 	return append(out, race...)
 }
 
