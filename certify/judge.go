@@ -1,6 +1,7 @@
 package certify
 
 import (
+	"slices"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/certificate"
@@ -14,7 +15,8 @@ import (
 func (p *pipeline) judge(t T, rep scenarios.Report) {
 	t.Helper()
 	// The known findings applied to this report alone, as the certificate
-	// applies them to the run.
+	// applies them to the run: to a copy, since Accept rewrites phases.
+	rep.Phases = slices.Clone(rep.Phases)
 	one := certificate.New(certificate.Target{}, nil, []scenarios.Report{rep}, 0)
 	if p.knownErr == nil {
 		one.Accept(p.known, time.Now())
