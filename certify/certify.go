@@ -59,6 +59,9 @@ func RunT(t T, target harness.Target, opts Options) *certificate.Certificate {
 	p.each = func(spec scenarios.Spec, run func(io.Writer) scenarios.Report) {
 		t.Run(spec.ID, func(st T) {
 			st.Helper()
+			if ctx.Err() != nil {
+				st.Skipf("%s: not run: %v", spec.ID, context.Cause(ctx))
+			}
 			progress := p.opts.Progress
 			if progress == nil {
 				progress = &logWriter{t: st}

@@ -26,7 +26,7 @@
 // 'TestCertify/tenant-authz'` runs one) and reports each finding as a test
 // error that reads as canary-run's console line:
 //
-//	pooled-serve/turns: request: alpha provider of alpha: carries beta's provider_key
+//	pooled-serve/interleaved-turns: request: alpha provider of alpha: carries beta's provider_key
 //
 // A scenario whose need the target does not meet (a restart, its files,
 // plugins) is skipped with the reason. `go test -short` runs

@@ -98,7 +98,7 @@ const selfTestTenants = 3
 var shortScenarios = []string{"pooled-serve", "tenant-authz", "settings-writes", "concurrent-turns"}
 
 // ShortScenarios lists the scenarios a short run (Options.Short, `go test
-// -short`) makes, in catalog order: pooled-serve, tenant-authz,
+// -short`) makes: pooled-serve, tenant-authz,
 // settings-writes and concurrent-turns, each a few seconds.
 func ShortScenarios() []string { return slices.Clone(shortScenarios) }
 

@@ -34,8 +34,8 @@ type recT struct {
 	subs    []*recT
 }
 
-func (r *recT) Helper()           {}
-func (r *recT) Log(args ...any)   { r.Logf("%s", fmt.Sprint(args...)) }
+func (r *recT) Helper()         {}
+func (r *recT) Log(args ...any) { r.Logf("%s", fmt.Sprint(args...)) }
 func (r *recT) Logf(f string, a ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -232,4 +232,19 @@ func TestReexecutedNeverRunsTheTests(t *testing.T) {
 	require.Contains(t, string(out), "agentd")
 	require.NotContains(t, string(out), "=== RUN")
 	require.NotContains(t, string(out), "PASS")
+}
+
+// TestTheDeadlineStopsTheRun: a run under a test whose deadline comes
+// before the catalog could end stops short of it (leaving time to clean
+// up), and the certificate says why.
+func TestTheDeadlineStopsTheRun(t *testing.T) {
+	t.Parallel()
+	r := &recT{name: "TestCertify", deadline: time.Now().Add(10 * time.Second)}
+	var cert *certificate.Certificate
+	run(r, func() { cert = certify.RunT(r, agentdTarget(), certify.Options{Parallel: 2, LookupEnv: noEnv}) })
+	require.NotNil(t, cert)
+	require.Equal(t, certificate.Failed, cert.Verdict)
+	require.Contains(t, cert.Error, "stopped before the test's deadline")
+	require.True(t, r.Failed())
+	require.Contains(t, strings.Join(r.errors, "\n"), "stopped before the test's deadline")
 }
