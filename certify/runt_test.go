@@ -16,6 +16,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/certificate"
 	"github.com/tenantcanary/tenantcanary/certify"
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 	"github.com/tenantcanary/tenantcanary/scenarios"
 )
 
@@ -247,4 +248,31 @@ func TestTheDeadlineStopsTheRun(t *testing.T) {
 	require.Contains(t, cert.Error, "stopped before the test's deadline")
 	require.True(t, r.Failed())
 	require.Contains(t, strings.Join(r.errors, "\n"), "stopped before the test's deadline")
+}
+
+// TestSelfTestOfTheEmbeddedAgentd: Options.SelfTest against the embedded
+// agentd seeds its faults (here one) after the catalog, in a sub-test of
+// its own that logs the table; the catalog's clean run of the fault's
+// scenario serves as the self-test's, and the certificate carries the
+// detection power.
+func TestSelfTestOfTheEmbeddedAgentd(t *testing.T) {
+	t.Parallel()
+	var faults []scenarios.Fault
+	for _, f := range scenarios.Faults() {
+		if f.Name == "model-bleed" {
+			faults = append(faults, f)
+		}
+	}
+	require.Len(t, faults, 1)
+	var progress syncio.Buffer
+	r, cert := runT(agentdTarget(), certify.Options{Run: "^pooled-serve$", SelfTest: true, Faults: faults, Progress: &progress, LookupEnv: noEnv})
+	require.NotNil(t, cert)
+	require.Equal(t, certificate.Certified, cert.Verdict, "error: %s; errors: %q", cert.Error, r.errors)
+	require.NotNil(t, cert.DetectionPower)
+	require.Equal(t, 1, cert.DetectionPower.Seeded)
+	require.Equal(t, 1, cert.DetectionPower.Caught)
+	st := r.sub("self-test")
+	require.NotNil(t, st, "the self-test is a sub-test")
+	require.Regexp(t, `model-bleed\s+pooled-serve\s+launch_bleed\s+caught`, strings.Join(st.logs, "\n"))
+	require.Equal(t, 1, strings.Count(progress.String(), "pooled-serve         pass in"), "the catalog's run is the clean run:\n%s", progress.String())
 }
