@@ -224,7 +224,7 @@ func (c *conn) profilesCreate(params json.RawMessage) (any, error) {
 	if err := decode(params, &p); err != nil {
 		return nil, err
 	}
-	if !profileNameRE.MatchString(p.Name) {
+	if !profileNameRE.MatchString(p.Name) || p.Name == launchName {
 		return nil, errorf(codeBadParams, "profiles.create: bad name %q", p.Name)
 	}
 	home := filepath.Join(c.pool.profilesDir(), p.Name)
@@ -252,7 +252,7 @@ func (c *conn) profilesDelete(params json.RawMessage) (any, error) {
 	if err := decode(params, &p); err != nil {
 		return nil, err
 	}
-	if p.Name == "" {
+	if p.Name == "" || p.Name == launchName {
 		return nil, errorf(codeBadParams, "profiles.delete: the launch profile cannot be deleted")
 	}
 	prof, err := c.pool.profile(p.Name)

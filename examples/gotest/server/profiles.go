@@ -51,10 +51,13 @@ func launchHome() (string, error) {
 
 func (p *pool) profilesDir() string { return filepath.Join(p.launch, "profiles") }
 
-// profile resolves a profile by name ("" is the launch profile): error
-// 4064 when it does not exist.
+// launchName also names the launch profile.
+const launchName = "default"
+
+// profile resolves a profile by name ("" or "default" is the launch
+// profile): error 4064 when it does not exist.
 func (p *pool) profile(name string) (profile, error) {
-	if name == "" {
+	if name == "" || name == launchName {
 		return profile{home: p.launch}, nil
 	}
 	if !profileNameRE.MatchString(name) {
@@ -77,7 +80,7 @@ func (p *pool) profileNames() ([]string, error) {
 	}
 	var names []string
 	for _, e := range entries {
-		if e.IsDir() && profileNameRE.MatchString(e.Name()) {
+		if e.IsDir() && profileNameRE.MatchString(e.Name()) && e.Name() != launchName {
 			names = append(names, e.Name())
 		}
 	}

@@ -19,13 +19,15 @@ CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, created TEXT NOT NULL 
 CREATE TABLE IF NOT EXISTS messages (session TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL);`
 
 // openStore opens the profile's state.db, refusing one that is a symlink
-// (it could point into another profile's home).
+// (it could point into another profile's home). Its transactions take the
+// write lock when they begin (_txlock=immediate), so two turns of one
+// profile storing at once wait for each other instead of failing busy.
 func (pr profile) openStore() (*sql.DB, error) {
 	path := filepath.Join(pr.home, "state.db")
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		return nil, fmt.Errorf("state.db of profile %q is a symlink", pr.name)
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open state.db of profile %q: %w", pr.name, err)
 	}
