@@ -35,9 +35,13 @@ func tinyagent() harness.Target {
 		ProfileRoot: certify.Command("tinyagent", "root"),
 		TokenVar:    "TINYAGENT_TOKEN",
 		Files:       true, // the harness writes the tenants' homes and scans them
-		// The server's leak switch, from go test's environment (read here,
-		// so a cached result never hides it).
-		Env: map[string]string{"TINYAGENT_LEAK": os.Getenv("TINYAGENT_LEAK")},
+		Env: map[string]string{
+			// Where the tenants' workdirs are: <work root>/<profile>.
+			"TINYAGENT_WORK_ROOT": "{root}/work",
+			// The server's leak switch, from go test's environment (read
+			// here, so a cached result never hides it).
+			"TINYAGENT_LEAK": os.Getenv("TINYAGENT_LEAK"),
+		},
 		Dialect: harness.Dialect{Methods: map[string]harness.MethodSpec{
 			"plugins.install": {Unsupported: "tinyagent loads no plugins"},
 		}},

@@ -14,8 +14,11 @@
 //
 // A turn sends the conversation to the profile's own provider (OpenAI
 // chat completions, the key from the profile's .env) and runs the
-// provider's terminal tool calls in a subprocess, in the profile's
-// terminal.cwd, with the profile's .env as its environment.
+// provider's terminal tool calls in a subprocess under bubblewrap, in the
+// profile's terminal.cwd, with the profile's .env as its environment. A
+// cwd must lie in $TINYAGENT_WORK_ROOT/<profile> (default <launch
+// home>/work; the launch profile's is "default"); TINYAGENT_SANDBOX=none
+// runs tools without bubblewrap.
 //
 // Commands (Main reads os.Args):
 //

@@ -176,14 +176,14 @@ func (c *conn) configSet(params json.RawMessage) (any, error) {
 	if !ok {
 		return nil, errorf(codeBadParams, "config.set: unknown key %q (want cwd, prompt or model)", p.Key)
 	}
-	if p.Key == "cwd" {
-		if fi, err := os.Stat(p.Value); !filepath.IsAbs(p.Value) || err != nil || !fi.IsDir() {
-			return nil, errorf(codeBadParams, "config.set: cwd %q is not an existing absolute folder", p.Value)
-		}
-	}
 	prof, err := c.addressed(p.SessionID, p.Profile)
 	if err != nil {
 		return nil, err
+	}
+	if p.Key == "cwd" {
+		if _, err := c.pool.checkCwd(prof, p.Value); err != nil {
+			return nil, errorf(codeBadParams, "config.set: %v", err)
+		}
 	}
 	if err := prof.setConfig(key, p.Value); err != nil {
 		return nil, err

@@ -76,7 +76,7 @@ func (p *pool) runTurn(ctx context.Context, pr profile, history []message, text 
 			var args map[string]any
 			_ = json.Unmarshal([]byte(call.Function.Arguments), &args) // bad arguments: the tool says so
 			emit("tool.start", map[string]any{"tool_id": call.ID, "name": call.Function.Name, "args": args})
-			out := runTool(ctx, cfg, env, call.Function.Name, args)
+			out := p.runTool(ctx, pr, cfg, env, call.Function.Name, args)
 			emit("tool.complete", map[string]any{"tool_id": call.ID, "name": call.Function.Name, "result": out})
 			added = append(added, message{Role: "tool", ToolCallID: call.ID, Content: out})
 		}
@@ -128,18 +128,21 @@ func complete(ctx context.Context, cfg config, key string, msgs []message) (mess
 // maxToolOutput caps what a tool call hands back to the model.
 const maxToolOutput = 64 << 10
 
-// runTool runs the terminal tool: the command in a subprocess, in the
-// profile's terminal.cwd, with the server's PATH and the profile's .env as
-// its whole environment.
-func runTool(ctx context.Context, cfg config, env map[string]string, name string, args map[string]any) string {
+// runTool runs the terminal tool: the command in a sandboxed subprocess
+// (sandbox.go), in the profile's terminal.cwd, with the server's PATH and
+// the profile's .env as its whole environment.
+func (p *pool) runTool(ctx context.Context, pr profile, cfg config, env map[string]string, name string, args map[string]any) string {
 	command, _ := args["command"].(string)
 	if name != "terminal" || command == "" {
 		return fmt.Sprintf("error: unknown tool %q or no command (the terminal tool takes {\"command\": \"...\"})", name)
 	}
+	dir, err := p.checkCwd(pr, cfg.Terminal.Cwd)
+	if err != nil {
+		return "error: " + err.Error()
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
-	cmd.Dir = cfg.Terminal.Cwd
+	cmd := shell(ctx, dir, command)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "TERM=dumb"}
 	names := make([]string, 0, len(env))
 	for k := range env {
