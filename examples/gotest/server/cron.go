@@ -69,6 +69,8 @@ func parseEvery(s string) (time.Duration, error) {
 }
 
 func (c *conn) cronCreate(params json.RawMessage) (any, error) {
+	c.pool.life.RLock()
+	defer c.pool.life.RUnlock()
 	var p struct {
 		Profile, Name, Prompt, Every string
 	}
@@ -95,6 +97,8 @@ func (c *conn) cronCreate(params json.RawMessage) (any, error) {
 }
 
 func (c *conn) cronTrigger(params json.RawMessage) (any, error) {
+	c.pool.life.RLock()
+	defer c.pool.life.RUnlock()
 	var p struct {
 		Profile, ID string
 	}
@@ -153,15 +157,17 @@ func (p *pool) tick(ctx context.Context) {
 		return
 	}
 	for _, name := range append([]string{""}, names...) {
-		prof, err := p.profile(name)
-		if err != nil {
-			continue // deleted since it was listed
-		}
-		p.fireDue(ctx, prof)
+		p.fireDue(ctx, name)
 	}
 }
 
-func (p *pool) fireDue(ctx context.Context, prof profile) {
+func (p *pool) fireDue(ctx context.Context, name string) {
+	p.life.RLock()
+	defer p.life.RUnlock()
+	prof, err := p.profile(name)
+	if err != nil {
+		return // deleted since it was listed
+	}
 	now := time.Now()
 	p.cron.Lock()
 	jobs, err := prof.jobs()

@@ -125,11 +125,17 @@ func (c *conn) promptSubmit(params json.RawMessage) (any, error) {
 // turn runs one turn of s, streaming its events to c, and stores it.
 func (c *conn) turn(s *session, text string) {
 	defer c.turns.Done()
+	c.pool.life.RLock()
+	defer c.pool.life.RUnlock()
 	s.mu.Lock()
 	history := s.history
 	s.mu.Unlock()
 	emit := func(typ string, payload map[string]any) { c.event(typ, s.id, payload) }
 	emit("message.start", nil)
+	if !c.pool.live(s) { // its profile was deleted since the turn was asked for
+		emit("message.complete", map[string]any{"text": "the session's profile was deleted", "status": "error"})
+		return
+	}
 	answer, added, err := c.pool.runTurn(c.ctx, s.prof, history, text, emit)
 	if serr := s.prof.appendMessages(s.stored, added); err == nil {
 		err = serr
@@ -145,17 +151,23 @@ func (c *conn) turn(s *session, text string) {
 	emit("message.complete", map[string]any{"text": answer, "status": "complete"})
 }
 
-// addressed is the profile a settings call addresses: its session's (which
-// must be c's), the named one, or the launch profile.
-func (c *conn) addressed(sessionID, name string) (profile, error) {
-	if sessionID != "" {
-		s, err := c.pool.session(c, sessionID)
+// address is how a settings call names its profile: by a session (which
+// must be c's), by name, or neither (the launch profile).
+type address struct {
+	SessionID string `json:"session_id"`
+	Profile   string `json:"profile"`
+}
+
+// addressed is the profile a settings call addresses.
+func (c *conn) addressed(a address) (profile, error) {
+	if a.SessionID != "" {
+		s, err := c.pool.session(c, a.SessionID)
 		if err != nil {
 			return profile{}, err
 		}
 		return s.prof, nil
 	}
-	return c.pool.profile(name)
+	return c.pool.profile(a.Profile)
 }
 
 // configKeys are the keys config.set takes, and where each lives in
@@ -163,11 +175,12 @@ func (c *conn) addressed(sessionID, name string) (profile, error) {
 var configKeys = map[string]string{"cwd": "terminal.cwd", "prompt": "custom_prompt", "model": "model.default"}
 
 func (c *conn) configSet(params json.RawMessage) (any, error) {
+	c.pool.life.RLock()
+	defer c.pool.life.RUnlock()
 	var p struct {
-		Key       string `json:"key"`
-		Value     string `json:"value"`
-		SessionID string `json:"session_id"`
-		Profile   string `json:"profile"`
+		address
+		Key   string `json:"key"`
+		Value string `json:"value"`
 	}
 	if err := decode(params, &p); err != nil {
 		return nil, err
@@ -176,7 +189,7 @@ func (c *conn) configSet(params json.RawMessage) (any, error) {
 	if !ok {
 		return nil, errorf(codeBadParams, "config.set: unknown key %q (want cwd, prompt or model)", p.Key)
 	}
-	prof, err := c.addressed(p.SessionID, p.Profile)
+	prof, err := c.addressed(p.address)
 	if err != nil {
 		return nil, err
 	}
@@ -194,11 +207,12 @@ func (c *conn) configSet(params json.RawMessage) (any, error) {
 var slugRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 
 func (c *conn) saveKey(params json.RawMessage) (any, error) {
+	c.pool.life.RLock()
+	defer c.pool.life.RUnlock()
 	var p struct {
-		Slug      string `json:"slug"`
-		APIKey    string `json:"api_key"`
-		SessionID string `json:"session_id"`
-		Profile   string `json:"profile"`
+		address
+		Slug   string `json:"slug"`
+		APIKey string `json:"api_key"`
 	}
 	if err := decode(params, &p); err != nil {
 		return nil, err
@@ -206,7 +220,7 @@ func (c *conn) saveKey(params json.RawMessage) (any, error) {
 	if !slugRE.MatchString(p.Slug) || p.APIKey == "" {
 		return nil, errorf(codeBadParams, "model.save_key: want a slug of [a-z0-9_-] and an api_key")
 	}
-	prof, err := c.addressed(p.SessionID, p.Profile)
+	prof, err := c.addressed(p.address)
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +232,8 @@ func (c *conn) saveKey(params json.RawMessage) (any, error) {
 }
 
 func (c *conn) profilesCreate(params json.RawMessage) (any, error) {
+	c.pool.life.Lock()
+	defer c.pool.life.Unlock()
 	var p struct {
 		Name string `json:"name"`
 	}
@@ -246,6 +262,8 @@ func (c *conn) profilesCreate(params json.RawMessage) (any, error) {
 }
 
 func (c *conn) profilesDelete(params json.RawMessage) (any, error) {
+	c.pool.life.Lock()
+	defer c.pool.life.Unlock()
 	var p struct {
 		Name string `json:"name"`
 	}

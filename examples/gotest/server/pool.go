@@ -12,6 +12,12 @@ type pool struct {
 	launch string // the launch profile's home
 	keys   *keys
 	cron   sync.Mutex // one writer of a jobs.json at a time
+	// life orders writes against profiles being deleted and made again:
+	// profiles.create and profiles.delete hold it whole; a call that
+	// resolves a profile and writes in it (a setting, a turn) holds it
+	// shared from one to the other, so its write never lands in the next
+	// profile of the same name.
+	life sync.RWMutex
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -66,6 +72,13 @@ func (p *pool) session(c *conn, id string) (*session, error) {
 		return nil, errorf(codeNotYours, "session %q is not this connection's", id)
 	}
 	return s, nil
+}
+
+// live reports whether s is still open.
+func (p *pool) live(s *session) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sessions[s.id] == s
 }
 
 func (p *pool) closeSession(id string) {
