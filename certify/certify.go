@@ -94,10 +94,14 @@ func RunT(t T, target harness.Target, opts Options) *certificate.Certificate {
 	if cert.Verdict != certificate.Certified {
 		var table bytes.Buffer
 		_ = cert.WriteTable(&table)
+		reach := ""
+		if r := certificate.ReachOf(cert); r.Counted() > 0 {
+			reach = "\nwho reached whom:\n" + r.Text()
+		}
 		if cert.Error != "" {
-			t.Errorf("certify: %s: %s", cert.Headline(), cert.Error)
-		} else if !t.Failed() {
-			t.Errorf("certify: %s", cert.Headline())
+			t.Errorf("certify: %s: %s%s", cert.Headline(), cert.Error, reach)
+		} else if !t.Failed() || reach != "" {
+			t.Errorf("certify: %s%s", cert.Headline(), reach)
 		}
 		t.Log("\n" + table.String())
 	}

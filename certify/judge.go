@@ -17,7 +17,7 @@ func (p *pipeline) judge(t T, rep scenarios.Report) {
 	// The known findings applied to this report alone, as the certificate
 	// applies them to the run: to a copy, since Accept rewrites phases.
 	rep.Phases = slices.Clone(rep.Phases)
-	one := certificate.New(certificate.Target{}, nil, []scenarios.Report{rep}, 0)
+	one := certificate.New(certificate.Target{}, certificate.TenantsOf([]scenarios.Report{rep}), []scenarios.Report{rep}, 0)
 	if p.knownErr == nil {
 		one.Accept(p.known, time.Now())
 	}
@@ -35,6 +35,10 @@ func (p *pipeline) judge(t T, rep scenarios.Report) {
 	case scenarios.Pass, certificate.Accepted:
 		t.Logf("%s: %s in %v (seed %d)", r.ID, certificate.Effective(r), r.Duration.Round(time.Millisecond), r.Seed)
 		return
+	}
+	// The first picture: whose data reached whom in this scenario.
+	if reach := certificate.ReachOf(one); reach.Counted() > 0 {
+		t.Errorf("%s: who reached whom:\n%s", r.ID, reach.Text())
 	}
 	said := map[string]bool{}
 	for _, ph := range r.Phases {

@@ -149,6 +149,10 @@ func TestAFindingIsATestError(t *testing.T) {
 		require.Contains(t, sub.errors, w, "each finding is an error reading as its console line")
 	}
 	require.Contains(t, strings.Join(sub.errors, "\n"), "request: ", "the invariant names the line")
+	// The first error is the picture: whose data reached whom.
+	require.Contains(t, sub.errors[0], "pooled-serve: who reached whom:", "the scenario's errors open with the matrix")
+	require.Contains(t, sub.errors[0], certificate.ReachOf(cert).Text())
+	require.Contains(t, r.errors[len(r.errors)-1], "who reached whom", "the run's failure opens with the matrix too")
 
 	// The same findings accepted by the target's known findings.
 	dir := t.TempDir()
