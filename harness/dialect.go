@@ -40,6 +40,9 @@ type Dialect struct {
 	ProbeTool ProbeTool `yaml:"probe_tool"`
 	// Health, when set, is polled after the ready line until it answers 200.
 	Health *Health `yaml:"health"`
+	// Transports are the ways the serve backend is spoken to, the first
+	// driving the catalog (transport_spec.go); none is JSON-RPC 2.0.
+	Transports []Transport `yaml:"transports"`
 }
 
 // LogicalOps are the operations the catalog performs, by their DESIGN.md
@@ -228,6 +231,7 @@ func (d *Dialect) validate() []error {
 	if (d.ProbeTool.Name == "") != (d.ProbeTool.Arg == "") {
 		errs = append(errs, errors.New("dialect.probe_tool: give both name and arg"))
 	}
+	errs = append(errs, d.validateTransports()...)
 	if h := d.Health; h != nil {
 		if !strings.HasPrefix(h.Path, "/") {
 			errs = append(errs, fmt.Errorf("dialect.health.path %q: want an absolute path like /api/health", h.Path))

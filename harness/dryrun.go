@@ -76,13 +76,19 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 	}()
 	step("sandbox", "%d tenants under %s, profiles resolve inside it", len(box.Set.Tenants), box.Root)
 
-	conns := map[string]*Conn{}
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
 	var srv *Proc
+	failed, walked := 0, 0
+	walk := func(dial dialFunc, trs []Transport, what string) {
+		walked = len(trs)
+		for i, tr := range trs {
+			if len(trs) > 1 {
+				fmt.Fprintf(w, "----  %-18s %s (%d of %d)\n", "transport", tr.Label(), i+1, len(trs))
+			}
+			if !dryTransport(ctx, box, tr, w, wait, dial, what, step, warn, fail) {
+				failed++
+			}
+		}
+	}
 	switch {
 	case len(target.Serve) > 0 || target.URL != "":
 		base, token := target.URL, target.Token
@@ -119,93 +125,29 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 			step("health", "GET %s answered 200", target.Dialect.Health.Path)
 		}
 		box.NoteServe(base, token)
-		for _, t := range box.Set.Tenants {
-			dctx, cancel := context.WithTimeout(ctx, wait)
-			c, err := DialWebsocket(dctx, base, token, box.DialOptions()...)
-			cancel()
-			if err != nil {
-				return fail("connect", "websocket for %s: %v\n%s", t.Name, err, readyHint(target))
-			}
-			conns[t.Name] = c
-		}
-		step("connect", "%d websocket connections, each ready", len(conns))
+		walk(func(dctx context.Context, t *tenants.Tenant, tr Transport) (*Conn, error) {
+			return DialWebsocket(dctx, base, token, append(box.DialOptions(), WithTransport(tr))...)
+		}, target.Dialect.TransportList(), "connection")
 	case len(target.Stdio) > 0:
-		for _, t := range box.Set.Tenants {
+		walk(func(dctx context.Context, t *tenants.Tenant, tr Transport) (*Conn, error) {
 			p, err := box.Start(ctx, "stdio-"+t.Name, target.Stdio, true, nil)
 			if err != nil {
-				return fail("start", "stdio backend for %s: %v", t.Name, err)
+				return nil, fmt.Errorf("start: %w", err)
 			}
-			dctx, cancel := context.WithTimeout(ctx, wait)
-			c, err := DialStdio(dctx, p, box.DialOptions()...)
-			cancel()
+			c, err := DialStdio(dctx, p, append(box.DialOptions(), WithTransport(tr))...)
 			if err != nil {
-				return fail("connect", "stdio backend for %s: %v\n%s\nlast output:\n%s", t.Name, err, readyHint(target), p.Tail())
+				return nil, fmt.Errorf("%w\nlast output:\n%s", err, p.Tail())
 			}
-			conns[t.Name] = c
-		}
-		step("connect", "%d stdio backends, each ready", len(conns))
+			return c, nil
+		}, []Transport{target.Dialect.stdioTransport()}, "stdio backend")
 	default:
 		return fail("start", "the dry pass drives a serve or stdio backend, and the target gives neither")
 	}
-
-	sessions := map[string]string{}
-	for _, t := range box.Set.Tenants {
-		profile := ""
-		if !t.Launch {
-			profile = t.Name
+	if failed > 0 {
+		if srv != nil {
+			_ = srv.Stop(20 * time.Second)
 		}
-		sctx, cancel := context.WithTimeout(ctx, wait)
-		s, err := conns[t.Name].CreateSession(sctx, profile)
-		cancel()
-		if err != nil {
-			return fail("session.create", "for %s: %s", t.Name, diagnoseCall("session.create", err))
-		}
-		if s.SessionID == "" {
-			return fail("session.create", "for %s: the reply has no session_id (map it with dialect.methods.session.create.result)", t.Name)
-		}
-		sessions[t.Name] = s.SessionID
-		if m := s.Info.Model; m != "" && m != t.Model() {
-			owner := modelOwner(box.Set.Tenants, m)
-			if owner == nil {
-				return fail("session.create", "session of %s reports model %q, not its own %q: its config.yaml was not read (see dialect.config)", t.Name, m, t.Model())
-			}
-			// Another tenant's model is no fault of the target file: the
-			// catalog reports it (launch_bleed); the turn below shows
-			// whether the tenant's own config drives the session.
-			warn("session.create", "session of %s reports %s's model %q, not its own %q: the catalog will report it as a leak (launch_bleed)", t.Name, owner.Name, m, t.Model())
-		}
-	}
-	step("session.create", "one session per tenant: %v", sessions)
-
-	em := target.Dialect.WithDefaults().Events
-	turned := 0
-	for _, t := range box.Set.Tenants {
-		c := conns[t.Name]
-		mark := c.EventCount()
-		tctx, cancel := context.WithTimeout(ctx, wait)
-		_, err := c.Turn(tctx, sessions[t.Name], "Run the environment probe for "+t.Name+".")
-		cancel()
-		if owner := foreignKeyOwner(box.Set.Tenants, t); err != nil && owner != nil {
-			warn("turn", "of %s failed, and its provider got requests carrying %s's provider key: the catalog will report it as a leak (request)\n%v\nproviders: %s", t.Name, owner.Name, err, providerSummary(t))
-			continue
-		}
-		if err != nil {
-			return fail("turn", "of %s: %s\nevents seen in the turn: %s\nproviders: %s", t.Name, diagnoseCall("prompt.submit", err), eventTypes(c, mark), providerSummary(t))
-		}
-		if !probeReturned(t) {
-			return fail("turn", "of %s ended, but the probe's output never came back to its provider: the server did not run the probe tool %s{%s} (set dialect.probe_tool)\nproviders: %s", t.Name, target.Dialect.WithDefaults().ProbeTool.Name, target.Dialect.WithDefaults().ProbeTool.Arg, providerSummary(t))
-		}
-		if len(c.ToolCalls(sessions[t.Name], mark)) == 0 {
-			return fail("tool events", "turn of %s: no %s event carried the tool's arguments in field %q (set dialect.events.tool_args and args_field)\nevents seen in the turn: %s", t.Name, em.ToolArgs, em.ArgsField, eventTypes(c, mark))
-		}
-		step("turn", "%s: ended with %s, tool args in %s.%s, %s", t.Name, em.TurnEnd, em.ToolArgs, em.ArgsField, providerSummary(t))
-		turned++
-	}
-	if turned == 0 {
-		return fail("turn", "no tenant's turn got through, so the file's turn mapping is unproven")
-	}
-	for _, c := range conns {
-		c.Close()
+		return fmt.Errorf("%w: %d of %d transport(s) failed (the FAIL lines)", ErrDryPass, failed, walked)
 	}
 	if srv != nil {
 		if err := srv.Stop(20 * time.Second); err != nil && !isSignalExit(err) {
@@ -217,6 +159,152 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 		return fmt.Errorf("%w: %d leak(s) seen (the warn lines)", ErrDryPassLeaked, leaks)
 	}
 	return nil
+}
+
+// dialFunc opens tenant t's connection over transport tr.
+type dialFunc func(ctx context.Context, t *tenants.Tenant, tr Transport) (*Conn, error)
+
+// dryTransport is the dry pass over one transport: a connection per
+// tenant, a session per tenant, one turn each (its tool calls from the
+// declared events, or from the provider's side when a chat's stream
+// carries none). It reports whether the transport got through; a step that
+// did not is a FAIL line (fail's), a leak a warn line.
+func dryTransport(ctx context.Context, box *Sandbox, tr Transport, w io.Writer, wait time.Duration, dial dialFunc, what string,
+	step, warn func(name, format string, args ...any), fail func(name, format string, args ...any) error) bool {
+	target := box.Target
+	conns := map[string]*Conn{}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for _, t := range box.Set.Tenants {
+		dctx, cancel := context.WithTimeout(ctx, wait)
+		c, err := dial(dctx, t, tr)
+		cancel()
+		if err != nil {
+			hint := readyHint(target, tr)
+			if strings.Contains(err.Error(), "the connect request") {
+				hint = "(the server refused the transport's connect request: see dialect.transports[].connect)"
+			}
+			fail("connect", "%s for %s over %s: %v\n%s", what, t.Name, tr.Label(), err, hint)
+			return false
+		}
+		conns[t.Name] = c
+	}
+	if tr.Kind == TransportChat {
+		step("connect", "%d %s clients (a turn is a request; %s)", len(conns), tr.Label(), chatSelects(tr))
+	} else {
+		step("connect", "%d %ss, each ready", len(conns), connNoun(what, tr))
+	}
+	sessions := map[string]string{}
+	for _, t := range box.Set.Tenants {
+		profile := ""
+		if !t.Launch {
+			profile = t.Name
+		}
+		sctx, cancel := context.WithTimeout(ctx, wait)
+		s, err := conns[t.Name].CreateSession(sctx, profile)
+		cancel()
+		if err != nil {
+			fail("session.create", "for %s: %s", t.Name, diagnoseCall("session.create", err))
+			return false
+		}
+		if s.SessionID == "" {
+			fail("session.create", "for %s: the reply has no session_id (map it with dialect.methods.session.create.result)", t.Name)
+			return false
+		}
+		sessions[t.Name] = s.SessionID
+		if m := s.Info.Model; m != "" && m != t.Model() {
+			owner := modelOwner(box.Set.Tenants, m)
+			if owner == nil {
+				fail("session.create", "session of %s reports model %q, not its own %q: its config.yaml was not read (see dialect.config)", t.Name, m, t.Model())
+				return false
+			}
+			// Another tenant's model is no fault of the target file: the
+			// catalog reports it (launch_bleed); the turn below shows
+			// whether the tenant's own config drives the session.
+			warn("session.create", "session of %s reports %s's model %q, not its own %q: the catalog will report it as a leak (launch_bleed)", t.Name, owner.Name, m, t.Model())
+		}
+	}
+	step("session.create", "one session per tenant: %v", sessions)
+
+	em := target.Dialect.WithDefaults().Events
+	pt := target.Dialect.WithDefaults().ProbeTool
+	turned := 0
+	for _, t := range box.Set.Tenants {
+		c := conns[t.Name]
+		mark, reqMark := c.EventCount(), len(t.Requests())
+		tctx, cancel := context.WithTimeout(ctx, wait)
+		_, err := c.Turn(tctx, sessions[t.Name], "Run the environment probe for "+t.Name+".")
+		cancel()
+		if owner := foreignKeyOwner(box.Set.Tenants, t, reqMark); err != nil && owner != nil {
+			warn("turn", "of %s failed, and its provider got requests carrying %s's provider key: the catalog will report it as a leak (request)\n%v\nproviders: %s", t.Name, owner.Name, err, providerSummary(t))
+			continue
+		}
+		if err != nil {
+			fail("turn", "of %s: %s\nevents seen in the turn: %s\nproviders: %s", t.Name, diagnoseCall("prompt.submit", err), eventTypes(c, mark), providerSummary(t))
+			return false
+		}
+		if !probeReturned(t, reqMark) {
+			fail("turn", "of %s ended, but the probe's output never came back to its provider: the server did not run the probe tool %s{%s} (set dialect.probe_tool)\nproviders: %s", t.Name, pt.Name, pt.Arg, providerSummary(t))
+			return false
+		}
+		where := fmt.Sprintf("tool args in %s.%s", em.ToolArgs, em.ArgsField)
+		if len(c.ToolCalls(sessions[t.Name], mark)) == 0 {
+			if tr.Kind != TransportChat {
+				fail("tool events", "turn of %s: no %s event carried the tool's arguments in field %q (set dialect.events.tool_args and args_field)\nevents seen in the turn: %s", t.Name, em.ToolArgs, em.ArgsField, eventTypes(c, mark))
+				return false
+			}
+			where = "tool calls on the provider's side (the chat stream carries none)"
+		}
+		step("turn", "%s: ended with %s, %s, %s", t.Name, turnEnd(tr, em), where, providerSummary(t))
+		turned++
+	}
+	if turned == 0 {
+		fail("turn", "no tenant's turn got through, so the file's turn mapping is unproven")
+		return false
+	}
+	return true
+}
+
+// turnEnd names how a turn of tr ends.
+func turnEnd(tr Transport, em EventMap) string {
+	if tr.Kind == TransportChat {
+		return "the chat stream's end"
+	}
+	return em.TurnEnd
+}
+
+// connNoun is what one connection of tr is called in a step.
+func connNoun(what string, tr Transport) string {
+	switch {
+	case what != "connection":
+		return what
+	case tr.Kind == TransportFramed:
+		return "framed websocket connection"
+	}
+	return "websocket connection"
+}
+
+// chatSelects says how a chat transport picks the tenant.
+func chatSelects(tr Transport) string {
+	var by []string
+	if strings.Contains(tr.Chat.Model, "{agent}") {
+		by = append(by, "model "+tr.Chat.Model)
+	}
+	if strings.Contains(tr.Chat.User, "{agent}") {
+		by = append(by, "user "+tr.Chat.User)
+	}
+	for k, v := range tr.Chat.Headers {
+		if strings.Contains(v, "{agent}") {
+			by = append(by, "header "+k)
+		}
+	}
+	if len(by) == 0 {
+		return "no field names the agent: the token alone selects it"
+	}
+	return "the agent by " + strings.Join(by, ", ")
 }
 
 // diagnoseCall explains a failed call: a method the server does not know,
@@ -233,9 +321,9 @@ func diagnoseCall(op string, err error) string {
 	return err.Error()
 }
 
-func readyHint(t Target) string {
+func readyHint(t Target, tr Transport) string {
 	em := t.Dialect.WithDefaults().Events
-	if em.NoReadyEvt {
+	if em.NoReadyEvt || tr.Kind == TransportChat {
 		return ""
 	}
 	return fmt.Sprintf("(a connection is ready on event %q: set dialect.events.ready, or no_ready: true if the server sends none)", em.Ready)
@@ -287,12 +375,12 @@ func providerSummary(t *tenants.Tenant) string {
 }
 
 // foreignKeyOwner is the tenant whose provider key a request on t's
-// provider carried, or nil.
-func foreignKeyOwner(ts []*tenants.Tenant, t *tenants.Tenant) *tenants.Tenant {
+// provider (from the from-th on) carried, or nil.
+func foreignKeyOwner(ts []*tenants.Tenant, t *tenants.Tenant, from int) *tenants.Tenant {
 	if !t.HasProvider() {
 		return nil
 	}
-	for _, r := range t.Requests() {
+	for _, r := range since(t.Requests(), from) {
 		for _, o := range ts {
 			if o != t && r.Auth != "" && r.Auth == o.ProviderKey() {
 				return o
@@ -312,8 +400,16 @@ func modelOwner(ts []*tenants.Tenant, m string) *tenants.Tenant {
 	return nil
 }
 
-func probeReturned(t *tenants.Tenant) bool {
-	for _, r := range t.Requests() {
+// since is rs from the from-th on.
+func since(rs []fakellm.Record, from int) []fakellm.Record {
+	if from > len(rs) {
+		return nil
+	}
+	return rs[from:]
+}
+
+func probeReturned(t *tenants.Tenant, from int) bool {
+	for _, r := range since(t.Requests(), from) {
 		for _, m := range r.Messages() {
 			if role, _ := m["role"].(string); role == "tool" && strings.Contains(fmt.Sprint(m["content"]), tenants.ProbeBegin) {
 				return true

@@ -49,10 +49,58 @@ type wireMsg struct {
 	Error  *RPCError       `json:"error,omitempty"`
 }
 
-// RPC is a JSON-RPC 2.0 client over any transport that moves one JSON object
-// per message: it matches replies to calls by id (they may come out of
-// order), queues events for waiters, and keeps every frame received so the
-// RPC-frame scan sees all of them.
+// inbound is a received frame as the connection's wire format reads it:
+// a reply (to the call of id), an event, or neither.
+type inbound struct {
+	reply  bool
+	id     int64
+	result json.RawMessage
+	err    *RPCError
+	event  *Event // Type, SessionID and Payload set
+}
+
+// codec is a wire format of one JSON object a message: JSON-RPC 2.0, or a
+// framed transport's envelope (framed.go).
+type codec interface {
+	encode(id int64, method string, params any) ([]byte, error)
+	// decode reads a frame that is valid JSON; an error is a frame that
+	// is not a JSON object.
+	decode(raw []byte) (inbound, error)
+}
+
+// jsonrpc is DESIGN.md's wire format.
+type jsonrpc struct{}
+
+func (jsonrpc) encode(id int64, method string, params any) ([]byte, error) {
+	return json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+func (jsonrpc) decode(raw []byte) (inbound, error) {
+	var m wireMsg
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return inbound{}, err
+	}
+	if m.Method == "event" {
+		var p struct {
+			Type      string         `json:"type"`
+			SessionID string         `json:"session_id"`
+			Payload   map[string]any `json:"payload"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		return inbound{event: &Event{Type: p.Type, SessionID: p.SessionID, Payload: p.Payload}}, nil
+	}
+	var id int64
+	if json.Unmarshal(m.ID, &id) != nil {
+		return inbound{}, nil
+	}
+	return inbound{reply: true, id: id, result: m.Result, err: m.Error}, nil
+}
+
+// RPC is a client of the tenant-server protocol over any transport that
+// moves one JSON object per message (JSON-RPC 2.0, or a framed envelope),
+// or over an HTTP chat: it matches replies to calls by id (they may come
+// out of order), queues events for waiters, and keeps every frame received
+// so the RPC-frame scan sees all of them.
 type RPC struct {
 	name string
 	send func([]byte) error
@@ -60,7 +108,7 @@ type RPC struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	nextID  int64
-	pending map[int64]chan wireMsg
+	pending map[int64]chan inbound
 	frames  []Frame
 	events  []Event
 	bad     []string // frames that were not JSON objects
@@ -68,10 +116,14 @@ type RPC struct {
 
 	dialect *Dialect   // with defaults; nil speaks DESIGN.md word for word
 	hooks   HookRunner // runs a dialect's hook commands
+
+	wire      codec       // the wire format (JSON-RPC 2.0 by default)
+	transport *Transport  // the transport WithTransport chose; nil: the dialect's first
+	chat      *chatClient // a chat transport's client: calls go over HTTP
 }
 
 func newRPC(name string, send func([]byte) error) *RPC {
-	c := &RPC{name: name, send: send, pending: map[int64]chan wireMsg{}}
+	c := &RPC{name: name, send: send, pending: map[int64]chan inbound{}, wire: jsonrpc{}}
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
@@ -83,8 +135,7 @@ func (c *RPC) deliver(raw []byte) {
 		return
 	}
 	frame := Frame{Raw: append([]byte(nil), raw...), Time: time.Now()}
-	var m wireMsg
-	err := json.Unmarshal(frame.Raw, &m)
+	m, err := c.wire.decode(frame.Raw)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.frames = append(c.frames, frame)
@@ -93,22 +144,34 @@ func (c *RPC) deliver(raw []byte) {
 		c.bad = append(c.bad, truncate(string(raw), 200))
 		return
 	}
-	if m.Method == "event" {
-		var p struct {
-			Type      string         `json:"type"`
-			SessionID string         `json:"session_id"`
-			Payload   map[string]any `json:"payload"`
-		}
-		_ = json.Unmarshal(m.Params, &p)
-		c.events = append(c.events, Event{Index: len(c.events), Type: p.Type, SessionID: p.SessionID, Payload: p.Payload, Raw: frame.Raw})
+	if e := m.event; e != nil {
+		e.Index, e.Raw = len(c.events), frame.Raw
+		c.events = append(c.events, *e)
 		return
 	}
-	var id int64
-	if json.Unmarshal(m.ID, &id) == nil {
-		if ch, ok := c.pending[id]; ok {
-			delete(c.pending, id)
+	if m.reply {
+		if ch, ok := c.pending[m.id]; ok {
+			delete(c.pending, m.id)
 			ch <- m
 		}
+	}
+}
+
+// record keeps a frame the connection's transport received outside
+// deliver (a chat stream's data), with the event it carries, if any.
+func (c *RPC) record(raw []byte, e *Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.cond.Broadcast()
+	if len(raw) > 0 {
+		c.frames = append(c.frames, Frame{Raw: append([]byte(nil), raw...), Time: time.Now()})
+	}
+	if e != nil {
+		e.Index = len(c.events)
+		if e.Raw == nil {
+			e.Raw = raw
+		}
+		c.events = append(c.events, *e)
 	}
 }
 
@@ -146,10 +209,10 @@ func (c *RPC) call(ctx context.Context, method string, params any, result any) e
 	}
 	c.nextID++
 	id := c.nextID
-	ch := make(chan wireMsg, 1)
+	ch := make(chan inbound, 1)
 	c.pending[id] = ch
 	c.mu.Unlock()
-	frame, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	frame, err := c.wire.encode(id, method, params)
 	if err != nil {
 		c.forget(id)
 		return fmt.Errorf("%s: encode %s: %w", c.name, method, err)
@@ -165,13 +228,13 @@ func (c *RPC) call(ctx context.Context, method string, params any, result any) e
 			defer c.mu.Unlock()
 			return fmt.Errorf("%s waiting for its reply: %w", method, c.closed)
 		}
-		if m.Error != nil {
-			m.Error.Method = method
-			return m.Error
+		if m.err != nil {
+			m.err.Method = method
+			return m.err
 		}
 		if result != nil {
-			if err := json.Unmarshal(m.Result, result); err != nil {
-				return fmt.Errorf("%s: decode %s result %s: %w", c.name, method, truncate(string(m.Result), 200), err)
+			if err := json.Unmarshal(m.result, result); err != nil {
+				return fmt.Errorf("%s: decode %s result %s: %w", c.name, method, truncate(string(m.result), 200), err)
 			}
 		}
 		return nil

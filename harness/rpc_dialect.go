@@ -11,13 +11,39 @@ import (
 type DialOption func(*RPC)
 
 // WithDialect makes the connection speak d: logical operations become the
-// server's methods, hooks run through hooks (nil: a hook is an error), and
-// turns are judged by d's events.
+// server's methods, hooks run through hooks (nil: a hook is an error),
+// turns are judged by d's events, and the connection speaks d's first
+// transport (a stdio backend: its first that is not chat).
 func WithDialect(d Dialect, hooks HookRunner) DialOption {
 	return func(c *RPC) {
 		dd := d.WithDefaults()
 		c.dialect, c.hooks = &dd, hooks
 	}
+}
+
+// WithTransport makes the connection speak t rather than its dialect's
+// first transport (`canary-run target check` walks them all).
+func WithTransport(t Transport) DialOption {
+	return func(c *RPC) {
+		tt := t.WithDefaults()
+		c.transport = &tt
+	}
+}
+
+// transportFor is the transport a connection speaks: WithTransport's, else
+// the dialect's first (stdio: its first that is not chat).
+func (c *RPC) transportFor(stdio bool) Transport {
+	var d Dialect
+	if c.dialect != nil {
+		d = *c.dialect
+	}
+	switch {
+	case c.transport != nil:
+		return *c.transport
+	case stdio:
+		return d.stdioTransport()
+	}
+	return d.TransportList()[0]
 }
 
 func (c *Conn) apply(opts []DialOption) {
@@ -36,8 +62,14 @@ func (c *RPC) eventMap() EventMap {
 
 // callDialect is Call through the connection's dialect.
 func (c *RPC) callDialect(ctx context.Context, op string, params any, result any) error {
+	if c.chat != nil && chatBuiltins[op] {
+		return c.chat.call(ctx, op, asMap(params), result)
+	}
 	key, spec, mapped := c.dialect.spec(op, params)
 	if !mapped {
+		if c.chat != nil {
+			return &UnsupportedError{Op: op, Reason: "the chat transport cannot express it (map it to a hook, or declare it unsupported)"}
+		}
 		return c.call(ctx, op, params, result)
 	}
 	logical := asMap(params)
@@ -55,6 +87,8 @@ func (c *RPC) callDialect(ctx context.Context, op string, params any, result any
 			return fmt.Errorf("%s (hook): %w", key, err)
 		}
 		raw = hookReply(out)
+	case c.chat != nil:
+		return &UnsupportedError{Op: key, Reason: fmt.Sprintf("the chat transport cannot express method %q (only a hook runs beside a chat)", spec.Method)}
 	default:
 		p := any(logical)
 		if spec.Params != nil {

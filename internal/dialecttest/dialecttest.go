@@ -35,10 +35,49 @@ func Build(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// TargetFile writes the server's target file, with bin as its binary and
-// each edit (old, new) applied, into dir and returns its path.
+// The server's target files in harness/testdata.
+const (
+	// File speaks JSON-RPC 2.0 on the websocket and on stdio.
+	File = "dialect-target.yaml"
+	// FramedFile speaks the second transport: framed websocket messages
+	// first (and framed stdio), then the HTTP chat selecting the agent by
+	// model.
+	FramedFile = "dialect-framed-target.yaml"
+)
+
+// TargetFile writes the server's target file (File), with bin as its
+// binary and each edit (old, new) applied, into dir and returns its path.
 func TargetFile(dir, bin string, edits ...string) (string, error) {
-	data, err := os.ReadFile(filepath.Join(testdata(), "dialect-target.yaml"))
+	return TargetFileOf(File, dir, bin, edits...)
+}
+
+// ChatFirst are the edits of FramedFile that put its chat transport first,
+// so the chat drives the catalog (the framed websocket then comes second).
+func ChatFirst() ([]string, error) {
+	data, err := os.ReadFile(filepath.Join(testdata(), FramedFile))
+	if err != nil {
+		return nil, fmt.Errorf("read dialect target: %w", err)
+	}
+	var framed, chat string
+	for _, line := range strings.SplitAfter(string(data), "\n") {
+		switch {
+		case strings.HasPrefix(line, "    - {kind: framed"):
+			framed = line
+		case strings.HasPrefix(line, "    - {kind: chat"):
+			chat = line
+		}
+	}
+	if framed == "" || chat == "" {
+		return nil, fmt.Errorf("%s: no framed and chat transport lines to swap", FramedFile)
+	}
+	return []string{framed, "", chat, chat + framed}, nil
+}
+
+// TargetFileOf writes the target file name of harness/testdata, with bin
+// as its binary and each edit (old, new) applied, into dir and returns its
+// path.
+func TargetFileOf(name, dir, bin string, edits ...string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(testdata(), name))
 	if err != nil {
 		return "", fmt.Errorf("read dialect target: %w", err)
 	}
@@ -49,16 +88,22 @@ func TargetFile(dir, bin string, edits ...string) (string, error) {
 		}
 		text = strings.ReplaceAll(text, edits[i], edits[i+1])
 	}
-	path := filepath.Join(dir, "dialect-target.yaml")
+	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		return "", fmt.Errorf("write dialect target: %w", err)
 	}
 	return path, nil
 }
 
-// Target loads the server's target file with bin as its binary.
+// Target loads the server's target file (File) with bin as its binary.
 func Target(dir, bin string, edits ...string) (harness.Target, error) {
-	path, err := TargetFile(dir, bin, edits...)
+	return TargetOf(File, dir, bin, edits...)
+}
+
+// TargetOf loads the target file name of harness/testdata with bin as its
+// binary.
+func TargetOf(name, dir, bin string, edits ...string) (harness.Target, error) {
+	path, err := TargetFileOf(name, dir, bin, edits...)
 	if err != nil {
 		return harness.Target{}, err
 	}

@@ -7,7 +7,8 @@
 // first turn, a shell tool named exec{cmd}, the provider key read from
 // model.token ("${VAR}" expanded from the profile's .env), profiles made
 // and removed by a command (profile add|rm NAME), and an unknown profile
-// falling back to the launch profile.
+// falling back to the launch profile. framed.go adds a second transport:
+// framed websocket messages, and an HTTP chat selecting the agent by model.
 //
 // With DIALECT_LEAK=1 it leaks: every reply.done of a named profile's
 // session carries the launch profile's .env values (a positive control).
@@ -98,6 +99,8 @@ func run(args []string) error {
 		return serve(args[2], args[4])
 	case len(args) == 1 && args[0] == "stdio":
 		return stdio()
+	case len(args) == 2 && args[0] == "stdio" && args[1] == "--framed":
+		return stdioFramed()
 	}
 	return fmt.Errorf("usage: dialectserver root | profile add|rm NAME | config cwd DIR | serve --host H --port P (got %q)", args)
 }
@@ -167,6 +170,7 @@ func serve(host, port string) error {
 			}}
 		c.serve(ctx, &wg)
 	})
+	serveFramed(ctx, mux, token, &wg)
 	srv := &http.Server{Handler: mux}
 	fmt.Printf("starting up\nDIALECT READY port=%d\n", ln.Addr().(*net.TCPAddr).Port)
 	go func() {
