@@ -118,12 +118,13 @@ type RPC struct {
 	hooks   HookRunner // runs a dialect's hook commands
 
 	wire      codec       // the wire format (JSON-RPC 2.0 by default)
+	speaks    Transport   // the transport dialed
 	transport *Transport  // the transport WithTransport chose; nil: the dialect's first
 	chat      *chatClient // a chat transport's client: calls go over HTTP
 }
 
 func newRPC(name string, send func([]byte) error) *RPC {
-	c := &RPC{name: name, send: send, pending: map[int64]chan inbound{}, wire: jsonrpc{}}
+	c := &RPC{name: name, send: send, pending: map[int64]chan inbound{}, wire: jsonrpc{}, speaks: Transport{}.WithDefaults()}
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }

@@ -30,6 +30,9 @@ func WithTransport(t Transport) DialOption {
 	}
 }
 
+// Transport is the transport the connection speaks.
+func (c *RPC) Transport() Transport { return c.speaks }
+
 // transportFor is the transport a connection speaks: WithTransport's, else
 // the dialect's first (stdio: its first that is not chat).
 func (c *RPC) transportFor(stdio bool) Transport {

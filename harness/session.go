@@ -14,7 +14,14 @@ type SessionInfo struct {
 		ProfileName string `json:"profile_name"`
 		Cwd         string `json:"cwd"`
 	} `json:"info"`
+	// NoModel, set by the harness (never by a reply), is why the session
+	// reports no model: a chat transport's sessions are the harness's own.
+	// The launch-bleed check of info.model is then skipped with it.
+	NoModel string `json:"-"`
 }
+
+// noModel is why a chat transport's session reports no model.
+const noModel = "a chat transport's sessions are the harness's own and report no model (each turn's model is on the tenant's provider requests, which the request checks see)"
 
 // CreateSession opens a session of profile ("" for the launch profile).
 func (c *RPC) CreateSession(ctx context.Context, profile string) (SessionInfo, error) {
@@ -24,6 +31,9 @@ func (c *RPC) CreateSession(ctx context.Context, profile string) (SessionInfo, e
 	}
 	var s SessionInfo
 	err := c.Call(ctx, "session.create", params, &s)
+	if c.chat != nil {
+		s.NoModel = noModel
+	}
 	return s, err
 }
 

@@ -49,6 +49,7 @@ func DialStdio(ctx context.Context, p *Proc, opts ...DialOption) (*Conn, error) 
 	c := &Conn{RPC: newRPC(p.Name(), send), closeFn: cancel, readDone: make(chan struct{})}
 	c.apply(opts)
 	tr := c.transportFor(true)
+	c.speaks = tr
 	switch tr.Kind {
 	case TransportChat:
 		cancel()
@@ -87,6 +88,7 @@ func DialWebsocket(ctx context.Context, base, token string, opts ...DialOption) 
 	c := &Conn{RPC: newRPC("websocket "+u.Host, nil), readDone: make(chan struct{})}
 	c.apply(opts)
 	tr := c.transportFor(false)
+	c.speaks = tr
 	if tr.Kind == TransportChat {
 		c.name = "chat " + u.Host
 		dialChat(c, base, token, tr)

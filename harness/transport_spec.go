@@ -206,20 +206,13 @@ func (t Transport) validate(where string) []error {
 	return errs
 }
 
-// validateTransports checks every declared transport, and that a dialect
-// with a chat transport first keeps a method mapping of the chat's
-// built-in operations only where another transport uses it.
+// validateTransports checks every declared transport. A method mapping of
+// an operation a chat does itself (chatBuiltins) is no error: the chat
+// ignores it, and a framed or JSON-RPC transport of the same file uses it.
 func (d *Dialect) validateTransports() []error {
 	var errs []error
 	for i, t := range d.Transports {
 		errs = append(errs, t.validate(fmt.Sprintf("dialect.transports[%d]", i))...)
-	}
-	if len(d.Transports) > 0 && d.Transports[0].Kind == TransportChat && len(d.Transports) == 1 {
-		for op := range chatBuiltins {
-			if m, ok := d.Methods[op]; ok && m.Method != "" {
-				errs = append(errs, fmt.Errorf("dialect.methods.%s: the only transport is chat, which does %s itself: drop the method", op, op))
-			}
-		}
 	}
 	return errs
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -124,6 +125,10 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 	out = append(out, pending...)
 	// 6. Launch bleed: every session reported its own profile's model.
 	for _, s := range sessions {
+		if s.info.NoModel != "" {
+			e.skip(string(LaunchBleed), "info.model: "+s.info.NoModel)
+			continue
+		}
 		out = append(out, invariants.LaunchBleedOf(ts, s.tenant.Name, s.info.Info.Model, "session "+s.info.SessionID+" info.model")...)
 	}
 	// Operator secrets, shared places.
@@ -181,6 +186,10 @@ func (e *Env) controls(ctx context.Context, conns []ownedConn) ([]Control, []inv
 	}
 	for _, c := range conns {
 		if c.owner == nil || !driven[c.owner.Name] {
+			continue
+		}
+		if c.conn.Transport().Kind == harness.TransportChat {
+			e.skip(string(PositiveControl), "own model in own frames: a chat stream names the server's model, not the tenant's (the scan of its chunks has no positive control)")
 			continue
 		}
 		var all [][]byte

@@ -1,0 +1,166 @@
+package scenarios
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/internal/dialecttest"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// framedTarget is the dialect server's second transport, from its target
+// file alone (harness/testdata/dialect-framed-target.yaml): framed
+// websocket messages first, or, with chatFirst, the HTTP chat selecting
+// the agent by model.
+func framedTarget(t *testing.T, chatFirst bool, edits ...string) harness.Target {
+	t.Helper()
+	dialectTarget(t) // builds the binary
+	if chatFirst {
+		swap, err := dialecttest.ChatFirst()
+		require.NoError(t, err)
+		edits = append(swap, edits...)
+	}
+	tg, err := dialecttest.TargetOf(dialecttest.FramedFile, t.TempDir(), dialectBin, edits...)
+	require.NoError(t, err)
+	require.Equal(t, map[bool]string{false: harness.TransportFramed, true: harness.TransportChat}[chatFirst], tg.Dialect.TransportList()[0].Kind)
+	return tg
+}
+
+// transportProbeSpec drives the serve backend over the target's first
+// transport: a session and a turn per tenant, each turn's probe result back
+// on its own provider, the tool calls from the framed step.end events (a
+// chat's stream carries none: its tool calls are the provider's), and an
+// unknown profile's session falling back to the launch tenant's.
+func transportProbeSpec() Spec {
+	return Spec{
+		ID:        "transport-probe",
+		Purpose:   "the dialect server's turns over its second transport",
+		Backends:  []harness.Backend{harness.BackendServe},
+		Snapshots: perTenant(2),
+		Timeout:   2 * time.Minute,
+		Phases: []Phase{
+			{Name: "connect", Run: func(e *Env) {
+				e.ServePerTenant()
+				e.OpenSessions()
+				e.InterleavedTurns(1)
+			}},
+			{Name: "transport", Run: func(e *Env) {
+				kind := e.Box.Target.Dialect.TransportList()[0].Kind
+				for _, t := range e.Tenants {
+					c, sid := e.Conns[t.Name], e.Sessions[t.Name].SessionID
+					calls := c.ToolCalls(sid, 0)
+					switch kind {
+					case harness.TransportFramed:
+						if len(calls) != 1 || calls[0].Name != "exec" || !strings.Contains(calls[0].Args["cmd"].(string), tenants.ProbeBegin) {
+							e.T.Errorf("framed: tool calls of %s from step.end: %+v, want one exec{cmd: the probe}", t.Name, calls)
+						}
+					case harness.TransportChat:
+						if len(calls) != 0 {
+							e.T.Errorf("chat: the dialect server streams no tool calls, got %+v", calls)
+						}
+					}
+					if len(c.Frames()) == 0 {
+						e.T.Errorf("%s: no frame kept on %s's connection: the RPC-frame scan would see nothing", kind, t.Name)
+					}
+				}
+				e.UnknownProfile(e.Conns[e.Launch().Name], "nosuchprofile")
+			}},
+		},
+	}
+}
+
+func TestDialectTransportsPassClean(t *testing.T) {
+	t.Parallel()
+	for _, chat := range []bool{false, true} {
+		t.Run(map[bool]string{false: "framed", true: "chat"}[chat], func(t *testing.T) {
+			t.Parallel()
+			rep, out := runDialect(t, transportProbeSpec(), framedTarget(t, chat))
+			require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+			require.Empty(t, rep.Findings())
+			held := 0
+			for _, ph := range rep.Phases {
+				for _, c := range ph.Controls {
+					require.True(t, c.Passed, "control %+v", c)
+					held++
+				}
+			}
+			require.Positive(t, held)
+			skipped := map[string]string{}
+			for _, s := range rep.Skipped {
+				skipped[s.Invariant] = s.Reason
+			}
+			if chat {
+				require.Contains(t, skipped[string(LaunchBleed)], "chat transport's sessions", "a check the chat cannot make is skipped, never passed")
+				require.Contains(t, skipped[string(PositiveControl)], "own model in own frames")
+			} else {
+				require.Empty(t, skipped)
+			}
+		})
+	}
+}
+
+// TestDialectTransportsLeakIsFound: DIALECT_LEAK=1 puts the launch
+// profile's .env in every answer of a named profile's session: in the
+// reply.done frame over the framed websocket, in the answer's chunk over
+// the chat; the RPC-frame scan finds it either way.
+func TestDialectTransportsLeakIsFound(t *testing.T) {
+	t.Parallel()
+	for _, chat := range []bool{false, true} {
+		t.Run(map[bool]string{false: "framed", true: "chat"}[chat], func(t *testing.T) {
+			t.Parallel()
+			tg := framedTarget(t, chat)
+			tg.Env = map[string]string{"DIALECT_LEAK": "1"}
+			rep, out := runDialect(t, transportProbeSpec(), tg)
+			require.Equal(t, Leak, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+			found := false
+			for _, f := range rep.Findings() {
+				if f.Invariant == invariants.RPC && f.Owner == "default" && f.Kind == tenants.ProviderKey {
+					found = true
+				}
+			}
+			require.True(t, found, "no RPC finding of default's provider key among %v", rep.Findings())
+		})
+	}
+}
+
+// TestDialectChatLaunchEnvLeakIsFound: DIALECT_LEAK=launch-env expands a
+// named profile's key from the launch profile's .env; over the chat, its
+// provider gets the launch key (a request finding).
+func TestDialectChatLaunchEnvLeakIsFound(t *testing.T) {
+	t.Parallel()
+	tg := framedTarget(t, true)
+	tg.Env = map[string]string{"DIALECT_LEAK": "launch-env"}
+	rep, out := runDialect(t, transportProbeSpec(), tg)
+	require.Equal(t, Leak, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+	found := false
+	for _, f := range rep.Findings() {
+		if f.Invariant == invariants.Request && f.Owner == "default" {
+			found = true
+		}
+	}
+	require.True(t, found, "no request finding of default's canary among %v", rep.Findings())
+}
+
+// TestDialectTransportsCatalog runs catalog scenarios through the framed
+// file: the profile lifecycle (hooks beside either transport) and the
+// stdio backends speaking framed lines.
+func TestDialectTransportsCatalog(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		id   string
+		chat bool
+	}{{"profile-lifecycle", false}, {"profile-lifecycle", true}, {"stdio-separate", false}} {
+		t.Run(c.id+map[bool]string{false: "/framed", true: "/chat"}[c.chat], func(t *testing.T) {
+			t.Parallel()
+			spec, err := Default().Get(c.id)
+			require.NoError(t, err)
+			rep, out := runDialect(t, spec, framedTarget(t, c.chat))
+			require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+		})
+	}
+}
