@@ -10,8 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -252,12 +253,7 @@ func (cc *chatClient) turn(sid string, req *http.Request) {
 			return
 		}
 	}
-	idx := make([]int, 0, len(calls))
-	for i := range calls {
-		idx = append(idx, i)
-	}
-	sort.Ints(idx)
-	for _, i := range idx {
+	for _, i := range slices.Sorted(maps.Keys(calls)) {
 		c := calls[i]
 		var args map[string]any
 		_ = json.Unmarshal([]byte(c.args), &args)

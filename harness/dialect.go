@@ -167,11 +167,7 @@ type Health struct {
 
 // WithDefaults fills every empty field with agentd's.
 func (d Dialect) WithDefaults() Dialect {
-	fill := func(s *string, def string) {
-		if *s == "" {
-			*s = def
-		}
-	}
+	fill := fillDefault
 	e := &d.Events
 	fill(&e.Ready, "gateway.ready")
 	fill(&e.TurnEnd, "message.complete")
@@ -185,6 +181,13 @@ func (d Dialect) WithDefaults() Dialect {
 	fill(&d.ProbeTool.Name, "terminal")
 	fill(&d.ProbeTool.Arg, "command")
 	return d
+}
+
+// fillDefault sets *s to def when it is empty.
+func fillDefault(s *string, def string) {
+	if *s == "" {
+		*s = def
+	}
 }
 
 var placeholderRE = regexp.MustCompile(`\{([a-z_]+)\}`)

@@ -107,11 +107,7 @@ func (t Transport) Label() string {
 
 // WithDefaults fills every empty field with its default.
 func (t Transport) WithDefaults() Transport {
-	fill := func(s *string, def string) {
-		if *s == "" {
-			*s = def
-		}
-	}
+	fill := fillDefault
 	fill(&t.Kind, TransportJSONRPC)
 	if t.Kind == TransportChat {
 		fill(&t.Path, "/v1/chat/completions")

@@ -88,13 +88,7 @@ func TestFramedTransportSpeaksTheDeclaredEnvelope(t *testing.T) {
 			Method: "op", Params: "args", OK: "success", Result: "body", Error: "fault", Name: "name", Payload: "data", Session: "data.meta.sid"}}
 	d := Dialect{Events: EventMap{Ready: "challenge"}, Transports: []Transport{tr},
 		Methods: map[string]MethodSpec{"session.create": {Method: "open", Result: map[string]string{"session_id": "sid"}}}}
-	require.Empty(t, d.validate())
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-
-	c, err := DialWebsocket(ctx, srv.URL, token, WithDialect(d, nil))
-	require.NoError(t, err)
-	defer c.Close()
+	ctx, c := dialDialect(t, srv.URL, token, d)
 	s, err := c.CreateSession(ctx, "")
 	require.NoError(t, err)
 	assert.Equal(t, "s-1", s.SessionID)
@@ -165,13 +159,7 @@ func TestChatTransportTurnsAreStreams(t *testing.T) {
 		Headers: map[string]string{"X-Agent": "{agent}"}, LaunchAgent: "boss"}}
 	d := Dialect{Transports: []Transport{tr}, Events: EventMap{TurnEnd: "reply.done", ToolArgs: "step.end", ArgsField: "input", ToolField: "tool"},
 		Methods: map[string]MethodSpec{"session.create": {Method: "open"}, "cron.create": {Method: "cron.add"}}}
-	require.Empty(t, d.validate())
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-
-	c, err := DialWebsocket(ctx, srv.URL, token, WithDialect(d, nil))
-	require.NoError(t, err)
-	defer c.Close()
+	ctx, c := dialDialect(t, srv.URL, token, d)
 	launch, err := c.CreateSession(ctx, "")
 	require.NoError(t, err)
 	alpha, err := c.CreateSession(ctx, "alpha")
@@ -272,4 +260,17 @@ dialect:
 	assert.Equal(t, []Transport{Transport{Kind: TransportJSONRPC}.WithDefaults()}, d.TransportList(), "none declared: JSON-RPC")
 	d.Transports = []Transport{{Kind: TransportChat}, {Kind: TransportFramed}}
 	assert.Equal(t, TransportFramed, d.stdioTransport().Kind, "stdio speaks the first transport that is not chat")
+}
+
+// dialDialect validates d and dials base with it, failing the test on an
+// error; the connection closes with the test.
+func dialDialect(t *testing.T, base, token string, d Dialect) (context.Context, *Conn) {
+	t.Helper()
+	require.Empty(t, d.validate())
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	c, err := DialWebsocket(ctx, base, token, WithDialect(d, nil))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return ctx, c
 }

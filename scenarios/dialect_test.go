@@ -54,11 +54,7 @@ func dialectProbeSpec() Spec {
 		Snapshots: perTenant(2),
 		Timeout:   2 * time.Minute,
 		Phases: []Phase{
-			{Name: "connect", Run: func(e *Env) {
-				e.ServePerTenant()
-				e.OpenSessions()
-				e.InterleavedTurns(1)
-			}},
+			serveTurnPhase(),
 			{Name: "dialect", Run: func(e *Env) {
 				for _, t := range e.Tenants {
 					c, sid := e.Conns[t.Name], e.Sessions[t.Name].SessionID
@@ -117,6 +113,16 @@ func dialectProbeSpec() Spec {
 	}
 }
 
+// serveTurnPhase starts the serve backend, connects each tenant, opens its
+// session and runs a turn each.
+func serveTurnPhase() Phase {
+	return Phase{Name: "connect", Run: func(e *Env) {
+		e.ServePerTenant()
+		e.OpenSessions()
+		e.InterleavedTurns(1)
+	}}
+}
+
 // runDialect runs spec against target in a standalone T (so a finding is
 // the report's, not this test's failure) and returns its report.
 func runDialect(t *testing.T, spec Spec, target harness.Target) (*Report, harness.Outcome) {
@@ -131,9 +137,15 @@ func runDialect(t *testing.T, spec Spec, target harness.Target) (*Report, harnes
 func TestDialectServerPassesClean(t *testing.T) {
 	t.Parallel()
 	rep, out := runDialect(t, dialectProbeSpec(), dialectTarget(t))
+	requireClean(t, rep, out)
+}
+
+// requireClean fails unless rep passed with no finding and every positive
+// control held (the scans saw each tenant's own canaries), at least one.
+func requireClean(t *testing.T, rep *Report, out harness.Outcome) {
+	t.Helper()
 	require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
 	require.Empty(t, rep.Findings())
-	// Positive controls held: the scans saw each tenant's own canaries.
 	held := 0
 	for _, ph := range rep.Phases {
 		for _, c := range ph.Controls {
@@ -149,14 +161,7 @@ func TestDialectServerLeakIsFound(t *testing.T) {
 	tg := dialectTarget(t)
 	tg.Env = map[string]string{"DIALECT_LEAK": "1"}
 	rep, out := runDialect(t, dialectProbeSpec(), tg)
-	require.Equal(t, Leak, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
-	found := false
-	for _, f := range rep.Findings() {
-		if f.Invariant == invariants.RPC && f.Owner == "default" && f.Kind == tenants.ProviderKey {
-			found = true
-		}
-	}
-	require.True(t, found, "no RPC finding of default's provider key among %v", rep.Findings())
+	requireLeak(t, rep, out, invariants.RPC, "default", tenants.ProviderKey)
 }
 
 func TestDialectProfileLifecycleThroughHooks(t *testing.T) {

@@ -3,7 +3,6 @@ package scenarios
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -37,41 +36,30 @@ func framedTarget(t *testing.T, chatFirst bool, edits ...string) harness.Target 
 // chat's stream carries none: its tool calls are the provider's), and an
 // unknown profile's session falling back to the launch tenant's.
 func transportProbeSpec() Spec {
-	return Spec{
-		ID:        "transport-probe",
-		Purpose:   "the dialect server's turns over its second transport",
-		Backends:  []harness.Backend{harness.BackendServe},
-		Snapshots: perTenant(2),
-		Timeout:   2 * time.Minute,
-		Phases: []Phase{
-			{Name: "connect", Run: func(e *Env) {
-				e.ServePerTenant()
-				e.OpenSessions()
-				e.InterleavedTurns(1)
-			}},
-			{Name: "transport", Run: func(e *Env) {
-				kind := e.Box.Target.Dialect.TransportList()[0].Kind
-				for _, t := range e.Tenants {
-					c, sid := e.Conns[t.Name], e.Sessions[t.Name].SessionID
-					calls := c.ToolCalls(sid, 0)
-					switch kind {
-					case harness.TransportFramed:
-						if len(calls) != 1 || calls[0].Name != "exec" || !strings.Contains(calls[0].Args["cmd"].(string), tenants.ProbeBegin) {
-							e.T.Errorf("framed: tool calls of %s from step.end: %+v, want one exec{cmd: the probe}", t.Name, calls)
-						}
-					case harness.TransportChat:
-						if len(calls) != 0 {
-							e.T.Errorf("chat: the dialect server streams no tool calls, got %+v", calls)
-						}
-					}
-					if len(c.Frames()) == 0 {
-						e.T.Errorf("%s: no frame kept on %s's connection: the RPC-frame scan would see nothing", kind, t.Name)
-					}
+	s := dialectProbeSpec() // its first phase: serve, sessions, a turn each
+	s.ID, s.Purpose = "transport-probe", "the dialect server's turns over its second transport"
+	s.Phases = []Phase{s.Phases[0], {Name: "transport", Run: func(e *Env) {
+		kind := e.Box.Target.Dialect.TransportList()[0].Kind
+		for _, t := range e.Tenants {
+			c, sid := e.Conns[t.Name], e.Sessions[t.Name].SessionID
+			calls := c.ToolCalls(sid, 0)
+			switch kind {
+			case harness.TransportFramed:
+				if len(calls) != 1 || calls[0].Name != "exec" || !strings.Contains(calls[0].Args["cmd"].(string), tenants.ProbeBegin) {
+					e.T.Errorf("framed: tool calls of %s from step.end: %+v, want one exec{cmd: the probe}", t.Name, calls)
 				}
-				e.UnknownProfile(e.Conns[e.Launch().Name], "nosuchprofile")
-			}},
-		},
-	}
+			case harness.TransportChat:
+				if len(calls) != 0 {
+					e.T.Errorf("chat: the dialect server streams no tool calls, got %+v", calls)
+				}
+			}
+			if len(c.Frames()) == 0 {
+				e.T.Errorf("%s: no frame kept on %s's connection: the RPC-frame scan would see nothing", kind, t.Name)
+			}
+		}
+		e.UnknownProfile(e.Conns[e.Launch().Name], "nosuchprofile")
+	}}}
+	return s
 }
 
 func TestDialectTransportsPassClean(t *testing.T) {
@@ -80,16 +68,7 @@ func TestDialectTransportsPassClean(t *testing.T) {
 		t.Run(map[bool]string{false: "framed", true: "chat"}[chat], func(t *testing.T) {
 			t.Parallel()
 			rep, out := runDialect(t, transportProbeSpec(), framedTarget(t, chat))
-			require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
-			require.Empty(t, rep.Findings())
-			held := 0
-			for _, ph := range rep.Phases {
-				for _, c := range ph.Controls {
-					require.True(t, c.Passed, "control %+v", c)
-					held++
-				}
-			}
-			require.Positive(t, held)
+			requireClean(t, rep, out)
 			skipped := map[string]string{}
 			for _, s := range rep.Skipped {
 				skipped[s.Invariant] = s.Reason
@@ -107,43 +86,42 @@ func TestDialectTransportsPassClean(t *testing.T) {
 // TestDialectTransportsLeakIsFound: DIALECT_LEAK=1 puts the launch
 // profile's .env in every answer of a named profile's session: in the
 // reply.done frame over the framed websocket, in the answer's chunk over
-// the chat; the RPC-frame scan finds it either way.
+// the chat; the RPC-frame scan finds it either way. DIALECT_LEAK=launch-env
+// expands a named profile's key from the launch profile's .env: over the
+// chat, its provider gets the launch key (a request finding).
 func TestDialectTransportsLeakIsFound(t *testing.T) {
 	t.Parallel()
-	for _, chat := range []bool{false, true} {
-		t.Run(map[bool]string{false: "framed", true: "chat"}[chat], func(t *testing.T) {
+	for _, c := range []struct {
+		name, leak string
+		chat       bool
+		inv        invariants.Invariant
+		kind       tenants.Kind
+	}{
+		{"framed", "1", false, invariants.RPC, tenants.ProviderKey},
+		{"chat", "1", true, invariants.RPC, tenants.ProviderKey},
+		{"chat/launch-env", "launch-env", true, invariants.Request, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			tg := framedTarget(t, chat)
-			tg.Env = map[string]string{"DIALECT_LEAK": "1"}
+			tg := framedTarget(t, c.chat)
+			tg.Env = map[string]string{"DIALECT_LEAK": c.leak}
 			rep, out := runDialect(t, transportProbeSpec(), tg)
-			require.Equal(t, Leak, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
-			found := false
-			for _, f := range rep.Findings() {
-				if f.Invariant == invariants.RPC && f.Owner == "default" && f.Kind == tenants.ProviderKey {
-					found = true
-				}
-			}
-			require.True(t, found, "no RPC finding of default's provider key among %v", rep.Findings())
+			requireLeak(t, rep, out, c.inv, "default", c.kind)
 		})
 	}
 }
 
-// TestDialectChatLaunchEnvLeakIsFound: DIALECT_LEAK=launch-env expands a
-// named profile's key from the launch profile's .env; over the chat, its
-// provider gets the launch key (a request finding).
-func TestDialectChatLaunchEnvLeakIsFound(t *testing.T) {
-	t.Parallel()
-	tg := framedTarget(t, true)
-	tg.Env = map[string]string{"DIALECT_LEAK": "launch-env"}
-	rep, out := runDialect(t, transportProbeSpec(), tg)
+// requireLeak fails unless rep is a leak with a finding of invariant inv
+// whose canary is owner's (of kind, unless kind is empty).
+func requireLeak(t *testing.T, rep *Report, out harness.Outcome, inv invariants.Invariant, owner string, kind tenants.Kind) {
+	t.Helper()
 	require.Equal(t, Leak, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
-	found := false
 	for _, f := range rep.Findings() {
-		if f.Invariant == invariants.Request && f.Owner == "default" {
-			found = true
+		if f.Invariant == inv && f.Owner == owner && (kind == "" || f.Kind == kind) {
+			return
 		}
 	}
-	require.True(t, found, "no request finding of default's canary among %v", rep.Findings())
+	t.Fatalf("no %s finding of %s's %s among %v", inv, owner, kind, rep.Findings())
 }
 
 // TestDialectTransportsCatalog runs catalog scenarios through the framed

@@ -66,24 +66,30 @@ func serveFramed(ctx context.Context, mux *http.ServeMux, token string, wg *sync
 // stdioFramed serves one framed connection on stdin and stdout, a frame a
 // line; stdio needs no connect request.
 func stdioFramed() error {
+	return serveLines(func(write func([]byte) error, read func() ([]byte, error)) *conn {
+		return framedConn("", write, read)
+	})
+}
+
+// serveLines serves the conn mk makes of stdin and stdout, a frame a line,
+// until stdin ends; its turns finish first.
+func serveLines(mk func(write func([]byte) error, read func() ([]byte, error)) *conn) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(make([]byte, 0, 64*1024), 16<<20)
-	c := framedConn("",
-		func(b []byte) error {
-			_, err := os.Stdout.Write(append(b, '\n'))
-			return err
-		},
-		func() ([]byte, error) {
-			if !sc.Scan() {
-				if err := sc.Err(); err != nil {
-					return nil, err
-				}
-				return nil, io.EOF
+	c := mk(func(b []byte) error {
+		_, err := os.Stdout.Write(append(b, '\n'))
+		return err
+	}, func() ([]byte, error) {
+		if !sc.Scan() {
+			if err := sc.Err(); err != nil {
+				return nil, err
 			}
-			return sc.Bytes(), nil
-		})
+			return nil, io.EOF
+		}
+		return sc.Bytes(), nil
+	})
 	var wg sync.WaitGroup
 	c.serve(ctx, &wg)
 	wg.Wait()

@@ -187,28 +187,9 @@ func serve(host, port string) error {
 // stdio serves one connection on stdin and stdout, a frame a line, until
 // stdin ends; its turns finish first.
 func stdio() error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	sc := bufio.NewScanner(os.Stdin)
-	sc.Buffer(make([]byte, 0, 64*1024), 16<<20)
-	c := &conn{sessions: map[string]*session{},
-		write: func(b []byte) error {
-			_, err := os.Stdout.Write(append(b, '\n'))
-			return err
-		},
-		read: func() ([]byte, error) {
-			if !sc.Scan() {
-				if err := sc.Err(); err != nil {
-					return nil, err
-				}
-				return nil, io.EOF
-			}
-			return sc.Bytes(), nil
-		}}
-	var wg sync.WaitGroup
-	c.serve(ctx, &wg)
-	wg.Wait()
-	return nil
+	return serveLines(func(write func([]byte) error, read func() ([]byte, error)) *conn {
+		return &conn{sessions: map[string]*session{}, write: write, read: read}
+	})
 }
 
 type conn struct {
