@@ -153,7 +153,7 @@ func (c *Certificate) Accept(known []KnownFinding, now time.Time) {
 					continue
 				}
 				moved = true
-				lines[r.ID+"/"+p.Name+": "+f.String()] = true
+				lines[scenarios.FindingLine(r.ID, p.Name, f)] = true
 			}
 			p.Findings = keep
 			p.Counts.Findings = len(keep)

@@ -263,6 +263,16 @@ func (r Reach) Cell(owner, place string) ReachCell {
 // Empty reports whether no finding is in the matrix (counted or accepted).
 func (r Reach) Empty() bool { return len(r.Cells) == 0 }
 
+// Counted is the number of findings in the matrix the verdict counts
+// (accepted ones are not).
+func (r Reach) Counted() int {
+	n := 0
+	for _, c := range r.Cells {
+		n += c.Findings
+	}
+	return n
+}
+
 // Sentence says the matrix in words, from its cells: "beta's data
 // reached alpha and a shared place; no other tenant's data left its
 // tenant", then what the known findings accept. LeftOutLine says what the

@@ -176,8 +176,10 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // folder the file is in: paths written relative to the file.
 const TargetDirPlaceholder = "{target_dir}"
 
-// AgentdTarget is the embedded target: agentd run as argv0 (its own binary,
-// or a canary-run re-executing itself with the arguments in prefix).
+// AgentdTarget is the embedded target: agentd run as argv0 with the
+// arguments in prefix first (its own binary alone, or a program that
+// re-executes itself as agentd: certify.Command("agentd") split into
+// argv0 and prefix, as canary-run does).
 func AgentdTarget(argv0 string, prefix ...string) Target {
 	cmd := func(args ...string) []string {
 		return append(append([]string{argv0}, prefix...), args...)

@@ -47,6 +47,15 @@ func NewChecker(ts []*tenants.Tenant) (*Checker, error) {
 	return &Checker{m: m}, nil
 }
 
+// WithFileCache makes c's file scans (FileLeaks and the shared places)
+// keep what they find in fc, and read again only the files changed since:
+// a scenario checks its homes after every phase, and most files did not
+// change. c is returned.
+func (c *Checker) WithFileCache(fc *scan.FileCache) *Checker {
+	c.m.m = c.m.m.WithCache(fc)
+	return c
+}
+
 // withChecker runs check with a fresh Checker over ts; a matcher that does
 // not compile is a harness finding placed at place.
 func withChecker(ts []*tenants.Tenant, place string, check func(*Checker) []Finding) []Finding {

@@ -15,6 +15,14 @@ type Operator struct {
 	m *scan.Matcher
 }
 
+// WithFileCache is Checker.WithFileCache for the operator's secrets.
+func (o *Operator) WithFileCache(fc *scan.FileCache) *Operator {
+	if o.m != nil {
+		o.m = o.m.WithCache(fc)
+	}
+	return o
+}
+
 // NewOperator compiles the operator's secrets: kind names each (e.g.
 // "serve_token"). Empty values are dropped; none at all gives an Operator
 // that finds nothing.

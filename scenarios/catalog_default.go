@@ -79,8 +79,8 @@ func pooledServe() Spec {
 	}
 }
 
-// ConcurrentTurnsPerTenant is how many turns each tenant runs at once.
-const ConcurrentTurnsPerTenant = 3
+// concurrentTurnsPerTenant is how many turns each tenant runs at once.
+const concurrentTurnsPerTenant = 3
 
 func concurrentTurns() Spec {
 	return Spec{
@@ -88,7 +88,7 @@ func concurrentTurns() Spec {
 		Purpose:   "every tenant runs several turns at the same time on one pooled server",
 		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Requests, EnvSnapshots, Text},
-		Snapshots: perTenant(ConcurrentTurnsPerTenant),
+		Snapshots: perTenant(concurrentTurnsPerTenant),
 		Timeout:   5 * time.Minute,
 		Phases: []Phase{
 			{Name: "concurrent-turns", Run: func(e *Env) {
@@ -101,7 +101,7 @@ func concurrentTurns() Spec {
 				var jobs []job
 				for i, t := range e.Tenants {
 					c := e.Dial(srv, t)
-					for k := 0; k < ConcurrentTurnsPerTenant; k++ {
+					for k := 0; k < concurrentTurnsPerTenant; k++ {
 						jobs = append(jobs, job{conn: c, sid: e.CreateSession(c, t).SessionID, t: i})
 					}
 				}

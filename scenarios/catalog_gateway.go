@@ -33,8 +33,8 @@ func gatewayResponder(t *tenants.Tenant) fakellm.Responder {
 	}
 }
 
-// GatewayConcurrency is how many chats each tenant makes at once.
-const GatewayConcurrency = 3
+// gatewayConcurrency is how many chats each tenant makes at once.
+const gatewayConcurrency = 3
 
 func gatewayTenants() Spec {
 	return Spec{
@@ -53,7 +53,7 @@ func gatewayTenants() Spec {
 			}},
 			{Name: "foreign-keys", Run: func(e *Env) { e.GatewayForeignKeys() }},
 			{Name: "foreign-models", Run: func(e *Env) { e.GatewayForeignModels() }},
-			{Name: "concurrent", Run: func(e *Env) { e.GatewayConcurrent(GatewayConcurrency) }},
+			{Name: "concurrent", Run: func(e *Env) { e.GatewayConcurrent(gatewayConcurrency) }},
 			{Name: "read-apis", Run: func(e *Env) { e.GatewayReads() }},
 			{Name: "restart", Run: func(e *Env) {
 				g := e.llmGateway()
@@ -88,11 +88,11 @@ var failoverModes = []struct {
 	{"hang", func() fakellm.Response { return fakellm.Hang().WithFor(time.Second) }},
 }
 
-// FailoverAttempts is how many failures a tenant's provider serves in a
+// failoverAttempts is how many failures a tenant's provider serves in a
 // row: enough to outlast a gateway's own retries on the tenant's channel
 // (agentd's agent.api_max_retries is 2), so a gateway that fails over
 // does so.
-const FailoverAttempts = 3
+const failoverAttempts = 3
 
 func gatewayFailover() Spec {
 	phases := []Phase{{Name: "start", Run: func(e *Env) {

@@ -394,7 +394,7 @@ func idVariants(owner map[string]string, callerOwns map[string]bool) []idSet {
 const FailoverChat tenants.Kind = "failover_chat"
 
 // GatewayFailover has every tenant of ts chat at once while its own
-// upstream fails: FailoverAttempts failures of mode are scripted on each
+// upstream fails: failoverAttempts failures of mode are scripted on each
 // tenant's provider, and each chat's text carries a canary minted for it.
 // Whatever each gets back, every request a provider recorded meanwhile must
 // be its own tenant's chat: one carrying another tenant's chat is that
@@ -415,7 +415,7 @@ func (e *Env) GatewayFailover(ts []*tenants.Tenant, mode string, resp func() fak
 	for _, t := range ts {
 		c := e.mint(t, FailoverChat)
 		chatOf[c.Value], mark[t.Name] = t, c.Value
-		for i := 0; i < FailoverAttempts; i++ {
+		for i := 0; i < failoverAttempts; i++ {
 			t.Provider.Enqueue(resp())
 		}
 	}

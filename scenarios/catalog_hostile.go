@@ -11,16 +11,16 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// MaxAttackers is how many tenants of a run attack in a hostile scenario
+// maxAttackers is how many tenants of a run attack in a hostile scenario
 // (the first ones, the launch tenant among them); the others are only
 // victims, so a run with many tenants stays bounded in time.
-const MaxAttackers = 3
+const maxAttackers = 3
 
 // attackers are the tenants that attack in a hostile scenario.
 func (e *Env) attackers() []*tenants.Tenant {
 	var out []*tenants.Tenant
 	for _, t := range e.Tenants {
-		if len(out) < MaxAttackers && e.Sessions[t.Name].SessionID != "" {
+		if len(out) < maxAttackers && e.Sessions[t.Name].SessionID != "" {
 			out = append(out, t)
 		}
 	}

@@ -185,6 +185,10 @@ func usesPlugin(ch attack.Chain) bool {
 func (e *Env) runChains(chains []attack.Chain) {
 	e.T.Helper()
 	for k, ch := range e.chainsOf(chains) {
+		if e.caught() {
+			e.Logf("chains from %s on are not run: this faulty run's fault is caught", ch.ID)
+			return
+		}
 		a, v := e.chainPair(ch, k)
 		r := e.newChainRun(ch, a, v)
 		if r == nil {

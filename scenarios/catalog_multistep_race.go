@@ -14,14 +14,14 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// ChainRaceRounds is how many delete + re-create rounds a race chain runs;
+// chainRaceRounds is how many delete + re-create rounds a race chain runs;
 // the variable CANARY_CHAIN_ROUNDS overrides it (a longer hunt for a
 // rarer race).
-const ChainRaceRounds = 12
+const chainRaceRounds = 12
 
-// RaceLoopers is how many connections of the racing profile loop its
+// raceLoopers is how many connections of the racing profile loop its
 // requests at once.
-const RaceLoopers = 4
+const raceLoopers = 4
 
 // ChainGeneration is the kind of the canary each round of a race plants in
 // the profile before it is deleted: the profile made again must not hold
@@ -32,7 +32,7 @@ func raceRounds() int {
 	if n, err := strconv.Atoi(os.Getenv("CANARY_CHAIN_ROUNDS")); err == nil && n > 0 {
 		return n
 	}
-	return ChainRaceRounds
+	return chainRaceRounds
 }
 
 // raceChain runs ch against a profile made for it: each round plants a
@@ -74,13 +74,13 @@ func (e *Env) raceChain(ch attack.Chain) {
 		// the requests in flight when the operator acts.
 		var stops []func()
 		n := &atomic.Int64{}
-		for range RaceLoopers {
+		for range raceLoopers {
 			c := e.Dial(e.Server, g)
 			stop := e.loopSteps(c, g, ch, gen.Value, n)
 			stops = append(stops, func() { stop(); c.Close() })
 		}
 		e.Eventually("a first round of "+name+"'s own requests", 30*time.Second, func() (bool, string) {
-			return n.Load() >= RaceLoopers, fmt.Sprintf("%d loop(s) begun", n.Load())
+			return n.Load() >= raceLoopers, fmt.Sprintf("%d loop(s) begun", n.Load())
 		})
 		// An operator whose delete failed tries again, while the requests
 		// go on racing.

@@ -16,8 +16,8 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// The noisy neighbour's flood: FloodConns connections of one tenant,
-// FloodWorkers workers on each, every one keeping a turn of a session of
+// The noisy neighbour's flood: floodConns connections of one tenant,
+// floodWorkers workers on each, every one keeping a turn of a session of
 // its own running, back to back, in a process of its own (see
 // harness/flood), for as long as the neighbours time their turns under
 // it. A server without limits takes all 10,000 sessions at once and runs
@@ -26,19 +26,19 @@ import (
 // rest once. Fewer (3,000) let a fast agentd without limits clear the
 // flood's sessions within the 1 s slack now and then.
 const (
-	FloodConns   = 10
-	FloodWorkers = 1000
-	// NeighbourTurns is how many turns each other tenant times in one
+	floodConns   = 10
+	floodWorkers = 1000
+	// neighbourTurns is how many turns each other tenant times in one
 	// window, alone or under the flood.
-	NeighbourTurns = 5
-	// NoisyRounds is how many rounds (a window alone, then a window under
+	neighbourTurns = 5
+	// noisyRounds is how many rounds (a window alone, then a window under
 	// a fresh flood) the scenario runs at most: it stops once every
 	// neighbour's verdict is decided (invariants.Latencies.Judge), so a
 	// fair server takes two rounds, a starving one often one.
-	NoisyRounds = 3
-	// ControlEvery is how often the machine control is probed in a
+	noisyRounds = 3
+	// controlEvery is how often the machine control is probed in a
 	// window: a window of a second holds 20 probes.
-	ControlEvery = 50 * time.Millisecond
+	controlEvery = 50 * time.Millisecond
 )
 
 // flooding is held by the one noisy-neighbour run of this process that
@@ -96,7 +96,7 @@ func (e *Env) setupNoisy() {
 		token = n.flooder.APIServerKey()
 	}
 	n.spec = flood.Spec{Base: e.Server.Base, Token: token, Profile: profileParam(n.flooder), Dialect: dialect,
-		Conns: FloodConns, Workers: FloodWorkers, Prompt: attack.FloodPrompt}
+		Conns: floodConns, Workers: floodWorkers, Prompt: attack.FloodPrompt}
 	if err := n.spec.Check(); errors.Is(err, flood.ErrHook) {
 		e.T.Skipf("the flood runs in a process of its own, which cannot run the target's hooks: %v", err)
 	} else if err != nil {
@@ -224,10 +224,10 @@ func (e *Env) timeTurns(nb *neighbour, n int, loaded bool) error {
 	return nil
 }
 
-// timeNeighbours times NeighbourTurns turns of every neighbour, all at
+// timeNeighbours times neighbourTurns turns of every neighbour, all at
 // once, baseline (opening a new round) or loaded: both windows run the
 // neighbours concurrently, so that under the flood only the flood is new.
-// The machine control is probed every ControlEvery over the same window.
+// The machine control is probed every controlEvery over the same window.
 func (e *Env) timeNeighbours(loaded bool) {
 	e.T.Helper()
 	n := e.noisyRun
@@ -244,7 +244,7 @@ func (e *Env) timeNeighbours(loaded bool) {
 	}
 	probes := make(chan sampled, 1)
 	go func() { // ends with stop, below
-		ds, err := n.control.Sample(ctx, ControlEvery, invariants.MinControlProbes)
+		ds, err := n.control.Sample(ctx, controlEvery, invariants.MinControlProbes)
 		probes <- sampled{ds, err}
 	}()
 	errs := make([]error, len(n.neighbours))
@@ -253,7 +253,7 @@ func (e *Env) timeNeighbours(loaded bool) {
 		wg.Add(1)
 		go func() { // ends with the neighbour's turns
 			defer wg.Done()
-			errs[i] = e.timeTurns(nb, NeighbourTurns, loaded)
+			errs[i] = e.timeTurns(nb, neighbourTurns, loaded)
 		}()
 	}
 	wg.Wait()
@@ -349,7 +349,7 @@ func (e *Env) floodRound(r int, f *flood.Flood) {
 // noisyDecided reports whether every neighbour's verdict is decided.
 func (e *Env) noisyDecided() bool {
 	for _, nb := range e.noisyRun.neighbours {
-		if !nb.lat.Judge(NoisyRounds).Decided {
+		if !nb.lat.Judge(noisyRounds).Decided {
 			return false
 		}
 	}
@@ -382,7 +382,7 @@ func noisyNeighbour() Spec {
 		Purpose:   "one tenant floods the pooled server with connections and requests from a process of its own; every other tenant's turns complete within 3x their baseline p99, beyond what a machine control slowed",
 		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Availability, Requests},
-		Snapshots: perTenant(1 + 2*NeighbourTurns*NoisyRounds),
+		Snapshots: perTenant(1 + 2*neighbourTurns*noisyRounds),
 		Timeout:   MaxTimeout,
 		Alone:     true,
 		Responder: attack.Responder,
@@ -400,7 +400,7 @@ func noisyNeighbour() Spec {
 				// over a run, weighs on both alike, and the control
 				// measures what the flood costs the machine; they stop
 				// once every neighbour's verdict is decided.
-				for r := 0; r < NoisyRounds; r++ {
+				for r := 0; r < noisyRounds; r++ {
 					f := e.startFlood(r)
 					e.timeNeighbours(false)
 					e.floodRound(r, f)

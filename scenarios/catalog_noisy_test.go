@@ -22,7 +22,7 @@ func TestAnInconclusiveAvailabilityCheckFailsTheRun(t *testing.T) {
 	// The neighbour within its limit in every round, the control 4x
 	// slower under the flood in every round: nothing is judged.
 	var rounds []invariants.Round
-	for range NoisyRounds {
+	for range noisyRounds {
 		rounds = append(rounds, invariants.Round{Baseline: ms(200), Loaded: ms(700), ControlBaseline: probes(5), ControlLoaded: probes(20)})
 	}
 	e := &Env{T: t, Report: &Report{}}
@@ -55,6 +55,6 @@ func TestNoisyNeighbourSpec(t *testing.T) {
 	t.Parallel()
 	spec, err := Default().Get("noisy-neighbour")
 	require.NoError(t, err)
-	assert.Equal(t, 1+2*NeighbourTurns*NoisyRounds, spec.Snapshots(3))
-	assert.GreaterOrEqual(t, NoisyRounds, 3, "a majority of rounds needs three")
+	assert.Equal(t, 1+2*neighbourTurns*noisyRounds, spec.Snapshots(3))
+	assert.GreaterOrEqual(t, noisyRounds, 3, "a majority of rounds needs three")
 }

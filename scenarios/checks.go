@@ -61,6 +61,7 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 	if err != nil {
 		return []invariants.Finding{{Invariant: invariants.Harness, Detail: err.Error()}}, nil, counts
 	}
+	chk.WithFileCache(e.fileCache())
 	// 1. Requests on every provider.
 	out = append(out, chk.RequestLeaks()...)
 	// 2. Env snapshots, and liveness per tenant.

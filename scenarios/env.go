@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/invariants/scan"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -60,6 +61,17 @@ type Env struct {
 	chains   *chainState                      // hostile-chains: what the target can run of the chains
 	ranSt    ranState                         // the ran-controls since the last check
 	faulty   faultyRun                        // set in a self-test's faulty run that stops once caught
+	files    *scan.FileCache                  // what the file checks found, by file identity: a phase rescans only what changed
+}
+
+// fileCache is the scenario's file-scan cache (made on first use).
+func (e *Env) fileCache() *scan.FileCache {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.files == nil {
+		e.files = scan.NewFileCache()
+	}
+	return e.files
 }
 
 type ownedConn struct {

@@ -43,10 +43,20 @@ func (e *Env) chainsOf(chains []attack.Chain) []attack.Chain {
 // the phase's check finds it; t's further rows would only pile more of
 // the same into every later request of its session.
 func (e *Env) caughtBy(t *tenants.Tenant) bool {
+	return e.caughtWhere(func(h AttackHit) bool { return h.Tenant == t.Name })
+}
+
+// caught is caughtBy for any attacker: the chains of a faulty run stop
+// at the first one whose probe brought another tenant's canary back.
+func (e *Env) caught() bool {
+	return e.caughtWhere(func(AttackHit) bool { return true })
+}
+
+func (e *Env) caughtWhere(match func(AttackHit) bool) bool {
 	if e.faulty.stopOn != invariants.Request {
 		return false
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return slices.ContainsFunc(e.Report.Attacks, func(h AttackHit) bool { return h.Tenant == t.Name })
+	return slices.ContainsFunc(e.Report.Attacks, match)
 }

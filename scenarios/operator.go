@@ -71,6 +71,7 @@ func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns [
 	if err != nil {
 		return []invariants.Finding{{Invariant: invariants.Harness, Detail: err.Error()}}, nil
 	}
+	op.WithFileCache(e.fileCache())
 	var controls []Control
 	control := func(name string, ok bool, detail string) {
 		c := Control{Tenant: invariants.OperatorOwner, Name: name, Passed: ok}

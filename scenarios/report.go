@@ -144,3 +144,10 @@ func (r *Report) Findings() []invariants.Finding {
 	}
 	return out
 }
+
+// FindingLine is how a finding of a scenario's phase reads on the console,
+// in a report's log and in a test's failure: "scenario/phase: invariant:
+// tenant where: carries owner's kind (encoding)".
+func FindingLine(scenario, phase string, f invariants.Finding) string {
+	return scenario + "/" + phase + ": " + f.String()
+}

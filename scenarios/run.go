@@ -17,15 +17,15 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// Config is one run of the catalog.
+// Config is how each scenario runs: the target, its tenants, its timeout,
+// its seed. The options of a run of several scenarios (which ones, where,
+// how many at once) are CatalogOptions; Run, WorkDir, Keep and Parallel
+// here are their old home, still honoured where CatalogOptions leave them
+// zero.
 type Config struct {
 	Target   harness.Target
 	Tenants  int           // tenants per scenario (at least a scenario's MinTenants); default 3
-	Run      string        // regexp selecting scenario IDs; "" = all
-	WorkDir  string        // sandboxes go under it (canary-run); tests use t.TempDir
-	Keep     bool          // keep the sandboxes for a look
 	Timeout  time.Duration // each scenario's timeout in place of its own (shorter or longer); 0 keeps its own
-	Parallel int           // scenarios run at once (canary-run); default 1
 	Progress io.Writer     // progress lines; nil = silent
 	// Extras are added to every tenant's home (plugins, faults).
 	Extras tenants.HomeExtras
@@ -36,6 +36,15 @@ type Config struct {
 	// Env.Rand); 0 draws one. The seed a run used is in every report, and
 	// running again with it replays the same orders.
 	Seed uint64
+
+	// Deprecated: use CatalogOptions.Run (RunCatalogWith).
+	Run string
+	// Deprecated: use CatalogOptions.WorkDir (RunCatalogWith, SelfTestOptions.Catalog).
+	WorkDir string
+	// Deprecated: use CatalogOptions.Keep (RunCatalogWith, SelfTestOptions.Catalog).
+	Keep bool
+	// Deprecated: use CatalogOptions.Parallel (RunCatalogWith, SelfTestOptions.Catalog).
+	Parallel int
 
 	down *targetDown // set by runSpecs: the target could not start
 	// stopOn ends a run after the first phase that found this invariant
@@ -208,7 +217,7 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 		pr.Counts.Findings = len(pr.Findings)
 		rep.Phases = append(rep.Phases, pr)
 		for _, f := range pr.Findings {
-			rt.Errorf("%s/%s: %s", spec.ID, ph.Name, f)
+			rt.Errorf("%s", FindingLine(spec.ID, ph.Name, f))
 		}
 		progress(cfg.Progress, "%-20s phase %s done in %v: %d requests, %d snapshots, %d frames, %d new findings",
 			spec.ID, ph.Name, pr.Duration.Round(time.Millisecond), counts.Requests, counts.Snapshots, counts.Frames, len(pr.Findings))
@@ -295,25 +304,67 @@ func progress(w io.Writer, format string, args ...any) {
 	}
 }
 
+// CatalogOptions are the options of a run of several scenarios, beside
+// each scenario's Config: which scenarios, where their sandboxes go, and
+// how many run at once.
+type CatalogOptions struct {
+	Run      string // regexp selecting scenario IDs; "" = all
+	WorkDir  string // sandboxes go under it, one folder per scenario
+	Keep     bool   // keep the sandboxes for a look
+	Parallel int    // scenarios run at once; default 1 (AutoParallel is canary-run's)
+	// Each, when set, wraps every scenario's run: it is called in the
+	// scenario's own goroutine, holding the scenario's share of the run's
+	// lock (a scenario that measures latency runs alone), and calls run
+	// once, or not at all to leave the scenario out (it then has no
+	// report). run runs the scenario and returns its report; its progress
+	// lines go to progress (nil: Config.Progress). Package certify calls
+	// t.Run around it, so each scenario is a subtest.
+	Each func(spec Spec, run func(progress io.Writer) Report)
+}
+
+// withConfig is o with each zero field taken from cfg's deprecated one.
+func (o CatalogOptions) withConfig(cfg Config) CatalogOptions {
+	if o.Run == "" {
+		o.Run = cfg.Run
+	}
+	if o.WorkDir == "" {
+		o.WorkDir = cfg.WorkDir
+	}
+	o.Keep = o.Keep || cfg.Keep
+	if o.Parallel == 0 {
+		o.Parallel = cfg.Parallel
+	}
+	return o
+}
+
 // RunCatalog runs the scenarios of cat that cfg.Run selects, cfg.Parallel at
 // a time, each in its own sandbox under cfg.WorkDir, and returns their
-// reports in catalog order.
+// reports in catalog order. It is RunCatalogWith with the catalog options
+// of cfg's deprecated fields.
 func RunCatalog(ctx context.Context, cat *Catalog, cfg Config) ([]Report, error) {
+	return RunCatalogWith(ctx, cat, cfg, CatalogOptions{})
+}
+
+// RunCatalogWith runs the scenarios of cat that opts.Run selects,
+// opts.Parallel at a time, each with cfg in its own sandbox under
+// opts.WorkDir, and returns their reports in catalog order.
+func RunCatalogWith(ctx context.Context, cat *Catalog, cfg Config, opts CatalogOptions) ([]Report, error) {
+	opts = opts.withConfig(cfg)
 	specs := cat.All()
-	if cfg.Run != "" {
+	if opts.Run != "" {
 		var err error
-		if specs, err = cat.Match(cfg.Run); err != nil {
+		if specs, err = cat.Match(opts.Run); err != nil {
 			return nil, err
 		}
 	}
-	return runSpecs(ctx, specs, cfg, "")
+	return runSpecs(ctx, specs, cfg, opts, "")
 }
 
-// runSpecs runs specs cfg.Parallel at a time, each standalone in a sandbox
-// under cfg.WorkDir (in a folder named label, when not empty), and returns
+// runSpecs runs specs opts.Parallel at a time, each standalone in a sandbox
+// under opts.WorkDir (in a folder named label, when not empty), and returns
 // their reports in order.
-func runSpecs(ctx context.Context, specs []Spec, cfg Config, label string) ([]Report, error) {
-	if cfg.WorkDir == "" {
+func runSpecs(ctx context.Context, specs []Spec, cfg Config, opts CatalogOptions, label string) ([]Report, error) {
+	if opts.WorkDir == "" {
 		return nil, fmt.Errorf("run scenarios: no work dir")
 	}
 	cfg.Interrupt = ctx
@@ -321,42 +372,75 @@ func runSpecs(ctx context.Context, specs []Spec, cfg Config, label string) ([]Re
 		// One seed for the whole run, so a replay needs one number.
 		cfg.Seed = DrawSeed()
 	}
+	parallel := opts.Parallel
 	if cfg.Target.TenantsFile != "" {
 		// A staging run's scenarios share one server and one set of
 		// tenants: one at a time, so each sees only its own requests.
-		cfg.Parallel = 1
+		parallel = 1
 	}
 	reports := make([]Report, len(specs))
+	ran := make([]bool, len(specs))
 	cfg.down = &targetDown{}
 	if cfg.excl == nil {
 		cfg.excl = &sync.RWMutex{}
 	}
 	order := longestFirst(specs)
-	runJobs(ctx, cfg.Parallel, len(specs), cfg.excl, func(j int) bool { return specs[order[j]].Alone }, func(j int) {
+	runJobs(ctx, parallel, len(specs), cfg.excl, func(j int) bool { return specs[order[j]].Alone }, func(j int) {
 		i := order[j]
 		spec := specs[i]
-		rep := &Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus}
-		if why := cfg.down.why(); why != "" && spec.unmet(cfg.Target) == "" {
-			rep.Result, rep.Reason = Failed, "not run: "+why
-			progress(cfg.Progress, "%-20s not run: %s", spec.ID, why)
-			reports[i] = *rep
+		run := func(progress io.Writer) Report {
+			c := cfg
+			if progress != nil {
+				c.Progress = progress
+			}
+			return runStandalone(ctx, spec, c, opts, label)
+		}
+		if opts.Each == nil {
+			reports[i] = run(nil)
 			return
 		}
-		out := harness.RunStandalone(ctx, spec.ID, filepath.Join(cfg.WorkDir, label, spec.ID), cfg.Keep, func(t harness.T) {
-			runInto(t, spec, cfg, rep)
+		opts.Each(spec, func(progress io.Writer) Report {
+			ran[i] = true
+			reports[i] = run(progress)
+			return reports[i]
 		})
-		if out.Skipped && rep.Result == "" {
-			rep.Result = Skipped
-		}
-		if out.Failed && rep.Result == Pass {
-			rep.Result = Failed
-		}
-		if rep.Result != Pass && len(rep.Log) == 0 {
-			rep.Log = out.Log
-		}
-		reports[i] = *rep
 	})
+	if opts.Each != nil {
+		// A scenario Each did not run (a test filter left it out) has no
+		// report.
+		var out []Report
+		for i, r := range reports {
+			if ran[i] {
+				out = append(out, r)
+			}
+		}
+		reports = out
+	}
 	return reports, ctx.Err()
+}
+
+// runStandalone runs spec on its own (harness.RunStandalone) in a sandbox
+// under opts.WorkDir, unless the target is down already.
+func runStandalone(ctx context.Context, spec Spec, cfg Config, opts CatalogOptions, label string) Report {
+	rep := &Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus}
+	if why := cfg.down.why(); why != "" && spec.unmet(cfg.Target) == "" {
+		rep.Result, rep.Reason = Failed, "not run: "+why
+		progress(cfg.Progress, "%-20s not run: %s", spec.ID, why)
+		return *rep
+	}
+	out := harness.RunStandalone(ctx, spec.ID, filepath.Join(opts.WorkDir, label, spec.ID), opts.Keep, func(t harness.T) {
+		runInto(t, spec, cfg, rep)
+	})
+	if out.Skipped && rep.Result == "" {
+		rep.Result = Skipped
+	}
+	if out.Failed && rep.Result == Pass {
+		rep.Result = Failed
+	}
+	if rep.Result != Pass && len(rep.Log) == 0 {
+		rep.Log = out.Log
+	}
+	return *rep
 }
 
 // longestFirst is the order runSpecs starts specs in: the longest first

@@ -161,6 +161,10 @@ type SelfTestOptions struct {
 	// check that reads the whole faulty run (every row of a scenario) asks
 	// for it.
 	Whole func(Fault) bool
+	// Catalog is where the runs' sandboxes go (WorkDir, Keep) and how many
+	// run at once (Parallel); Run and Each do not apply. Zero fields are
+	// taken from the Config's deprecated ones.
+	Catalog CatalogOptions
 }
 
 // Faulty runs get their timeout from their scenario's clean run: this
@@ -182,7 +186,8 @@ func faultyTimeout(spec Spec, cfg Config, clean time.Duration) time.Duration {
 }
 
 // SelfTest runs, for every fault, its scenario with the fault on, and every
-// scenario the faults use once with none, cfg.Parallel at a time.
+// scenario the faults use once with none, cfg.Parallel at a time (see
+// SelfTestOptions.Catalog).
 func SelfTest(ctx context.Context, cat *Catalog, cfg Config, faults []Fault) (SelfTestResult, error) {
 	return SelfTestWith(ctx, cat, cfg, faults, SelfTestOptions{})
 }
@@ -199,6 +204,8 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 	if cfg.Seed == 0 {
 		cfg.Seed = DrawSeed() // one seed for every clean and faulty run
 	}
+	runOpts := CatalogOptions{WorkDir: opts.Catalog.WorkDir, Keep: opts.Catalog.Keep, Parallel: opts.Catalog.Parallel}.withConfig(cfg)
+	runOpts.Run = ""
 	given := map[string]Report{}
 	for _, r := range opts.Clean {
 		given[r.ID] = r
@@ -255,11 +262,11 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 	// Every run shares one lock, so a latency-measuring one runs alone
 	// among them all (each run takes it in runSpecs).
 	cfg.excl = &sync.RWMutex{}
-	runJobs(ctx, cfg.Parallel, len(jobs), nil, nil, func(i int) {
+	runJobs(ctx, runOpts.Parallel, len(jobs), nil, nil, func(i int) {
 		j := jobs[i]
 		c := cfg
 		if j.fault.Name == "" {
-			reps, err := runSpecs(ctx, []Spec{j.spec}, c, "")
+			reps, err := runSpecs(ctx, []Spec{j.spec}, c, runOpts, "")
 			if len(reps) == 1 {
 				*clean[j.spec.ID] = reps[0]
 			}
@@ -287,7 +294,7 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 		if c.Progress != nil {
 			c.Progress = prefixWriter{w: c.Progress, prefix: "[" + j.fault.Name + "] "}
 		}
-		reps, err := runSpecs(ctx, []Spec{j.spec}, c, j.fault.Name)
+		reps, err := runSpecs(ctx, []Spec{j.spec}, c, runOpts, j.fault.Name)
 		if len(reps) == 1 {
 			faulty[j.k] = reps[0]
 		}

@@ -11,20 +11,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/agentd/cli"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
 	"github.com/tenantcanary/tenantcanary/certificate"
+	"github.com/tenantcanary/tenantcanary/certify"
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/scenarios"
-	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// Limits of --tenants.
-const (
-	minTenants = 2 // isolation needs someone to be isolated from
-	maxTenants = 100
-)
+// runSynopsis is the main run's command line: the one source of its usage
+// (runUsage, usageText; TestUsageListsEveryFlag checks it has every flag).
+const runSynopsis = `canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--shard K/N] [--out DIR]
+             [--keep] [--timeout D] [--parallel N] [--seed N] [--self-test | --no-self-test]`
 
-const runUsage = "usage: canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--shard K/N] [--out DIR] [--keep] [--timeout D] [--parallel N] [--seed N] [--self-test | --no-self-test]"
+// runUsage is the run's usage on one line, for its usage errors.
+var runUsage = "usage: " + strings.Join(strings.Fields(runSynopsis), " ")
 
 // certifyOptions are the main run's flags.
 type certifyOptions struct {
@@ -78,8 +79,8 @@ func parseCertify(args []string) (certifyOptions, error) {
 	if o.target == "" {
 		errs = append(errs, errors.New("--target is empty: give agentd or a target file"))
 	}
-	if o.tenants < minTenants || o.tenants > maxTenants {
-		errs = append(errs, fmt.Errorf("--tenants %d: want %d to %d", o.tenants, minTenants, maxTenants))
+	if o.tenants < certify.MinTenants || o.tenants > certify.MaxTenants {
+		errs = append(errs, fmt.Errorf("--tenants %d: want %d to %d", o.tenants, certify.MinTenants, certify.MaxTenants))
 	}
 	if o.out == "" {
 		errs = append(errs, errors.New("--out is empty"))
@@ -107,33 +108,42 @@ func parseCertify(args []string) (certifyOptions, error) {
 	if o.shard != "" {
 		if o.selfTest {
 			errs = append(errs, errors.New("--self-test runs the whole fault matrix: --shard does not apply"))
-		} else if _, err := shardRun(o.run, o.shard); err != nil {
+		} else if _, err := certify.SelectShard(o.run, o.shard); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return *o, errors.Join(errs...)
 }
 
-// loadTarget is the embedded agentd (this binary re-executed as
-// `canary-run agentd ...`) or a target file.
-func loadTarget(name string) (harness.Target, certificate.Target, error) {
-	if name == "agentd" {
-		exe, err := os.Executable()
-		if err != nil {
-			return harness.Target{}, certificate.Target{}, fmt.Errorf("find this binary to run the embedded agentd: %w", err)
-		}
-		t := harness.AgentdTarget(exe, "agentd")
-		return t, certificate.Target{Name: t.Name, Version: server.Version}, nil
-	}
-	t, err := harness.LoadTarget(name)
-	if err != nil {
-		return harness.Target{}, certificate.Target{}, err
-	}
-	return t, certificate.Target{Name: t.Name, Version: t.Version,
-		Behaviours: map[string]string{"unknown_profile": t.Dialect.WithDefaults().Behaviours.UnknownProfile}}, nil
+// agentdCommand is the embedded agentd's name when this program re-executes
+// itself as it (certify.Command, certify.Dispatch in main).
+const agentdCommand = "agentd"
+
+// agentdMain is the embedded agentd: this program re-executed with
+// certify.CommandEnv=agentd, its arguments agentd's.
+func agentdMain() int {
+	// agentd handles its own signals, as the standalone binary does.
+	return cli.Main(context.Background(), append([]string{"agentd"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr)
 }
 
-// runCertify is the main run: the catalog, the certificate, the verdict.
+// embeddedAgentd is the default target: this program re-executed as agentd.
+func embeddedAgentd() harness.Target {
+	argv := certify.Command(agentdCommand)
+	t := harness.AgentdTarget(argv[0], argv[1:]...)
+	t.Version = server.Version
+	return t
+}
+
+// loadTarget is the embedded agentd or a target file.
+func loadTarget(name string) (harness.Target, error) {
+	if name == "agentd" {
+		return embeddedAgentd(), nil
+	}
+	return certify.LoadTarget(name)
+}
+
+// runCertify is the main run: the flags, certify.Certify, the table and
+// the exit code.
 func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	o, err := parseCertify(args)
 	if errors.Is(err, errHelp) {
@@ -143,7 +153,7 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	if err != nil {
 		return usageError(stderr, "canary-run", err, runUsage)
 	}
-	target, certTarget, err := loadTarget(o.target)
+	target, err := loadTarget(o.target)
 	if err != nil {
 		return usageError(stderr, "canary-run", err, runUsage)
 	}
@@ -155,85 +165,16 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	if err != nil {
 		return usageError(stderr, "canary-run", fmt.Errorf("--out %q: %w", o.out, err), runUsage)
 	}
-
-	var shard *certificate.Shard
-	if o.shard != "" {
-		sh, _ := shardRun(o.run, o.shard) // checked by parseCertify
-		shard = &sh.Shard
-		o.run = sh.Run
-		if sh.K > 1 {
-			o.noSelf = true // shard 1 measures the detection power for all
-		}
-		fmt.Fprintf(stderr, "canary-run: shard %d/%d: %s\n", sh.K, sh.N, strings.Join(sh.IDs, ", "))
-	}
-	if o.seed == 0 {
-		o.seed = scenarios.DrawSeed()
-	}
-	fmt.Fprintf(stderr, "canary-run: seed %d (replay with --seed %d)\n", o.seed, o.seed)
-	start := time.Now()
-	var reports []scenarios.Report
-	var runErr error
-	var st stages
-	if !o.selfTest {
-		runErr = st.time("preflight", func() error { return preflight(ctx, out, o, target, stderr) })
-		if runErr == nil {
-			runErr = st.time("catalog", func() (err error) {
-				reports, err = runWork(ctx, out, o, stderr, func(work string) ([]scenarios.Report, error) {
-					return scenarios.RunCatalog(ctx, scenarios.Default(), catalogConfig(o, target, work, stderr))
-				})
-				return err
-			})
-		}
-	}
-	var power *certificate.DetectionPower
-	var selfErr error
-	if !o.noSelf && runErr == nil {
-		selfErr = st.time("self-test", func() (err error) {
-			// The embedded agentd passed its preflight for the catalog
-			// already: the self-test runs the same binary here.
-			preflighted := !o.selfTest && o.target == "agentd"
-			power, err = selfTest(ctx, out, o, preflighted, reusable(o, reports), stdout, stderr)
-			return err
-		})
-	}
-	fmt.Fprintf(stderr, "canary-run: stages: %s\n", st)
-	ts := certificate.TenantsOf(reports)
-	if len(ts) == 0 {
-		ts = tenantsOf(o.tenants)
-	}
-	cert := certificate.New(certTarget, ts, reports, time.Since(start))
-	cert.DetectionPower = power
-	cert.Shard = shard
-	cert.Seed = o.seed
-	if target.KnownFindings != "" && !o.selfTest {
-		// Findings the target's owner accepted stay listed, as accepted.
-		known, err := certificate.LoadKnownFindings(target.KnownFindings)
-		if err != nil {
-			cert.Fail(err)
-		} else {
-			cert.Accept(known, time.Now())
-		}
-	}
-	if o.selfTest {
-		cert.Verdict = certificate.Certified
-		if power == nil || power.Caught != power.Seeded || !allClean(power) {
-			cert.Verdict = certificate.Failed
-		}
-	}
-	for _, err := range []error{runErr, selfErr} {
-		if err != nil {
-			if ctx.Err() != nil {
-				err = fmt.Errorf("interrupted: %w", err)
-			}
-			cert.Fail(err)
-		}
+	cert, err := certify.Certify(ctx, target, o.options(out, stdout, stderr, lookupEnv))
+	if cert == nil {
+		return usageError(stderr, "canary-run", err, runUsage)
 	}
 	// The result (the table, the verdict, where the certificate is) goes to
 	// stdout; progress went to stderr.
-	if err := cert.WriteTable(stdout); err != nil {
-		fmt.Fprintf(stderr, "canary-run: %v\n", err)
+	if werr := cert.WriteTable(stdout); werr != nil {
+		fmt.Fprintf(stderr, "canary-run: %v\n", werr)
 	}
-	if err := cert.Write(out, lookupEnv); err != nil {
+	if err != nil {
 		fmt.Fprintf(stderr, "canary-run: %v\n", err)
 		return certificate.ExitFailed
 	}
@@ -241,177 +182,26 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	return certificate.ExitCode(cert.Verdict)
 }
 
-// stages are the run's stages and how long each took, for the console.
-type stages []string
-
-// time runs fn as stage name and notes its duration.
-func (s *stages) time(name string, fn func() error) error {
-	start := time.Now()
-	err := fn()
-	*s = append(*s, fmt.Sprintf("%s %.1fs", name, time.Since(start).Seconds()))
-	return err
-}
-
-func (s stages) String() string { return strings.Join(s, ", ") }
-
-// preflight runs the target's preflight check (the embedded agentd's: a
-// tool sandbox works here) in the run's work tree and prints what it said.
-// An error means nothing can be certified with this target here.
-func preflight(ctx context.Context, out string, o certifyOptions, target harness.Target, stderr io.Writer) error {
-	if len(target.Preflight) == 0 {
-		return nil
-	}
-	_, err := runWork(ctx, out, o, stderr, func(work string) (struct{}, error) {
-		text, err := harness.Preflight(ctx, target, filepath.Join(work, "preflight"))
-		if err == nil {
-			fmt.Fprintf(stderr, "canary-run: preflight of %s passed:\n%s\n", target.Name, text)
-		}
-		return struct{}{}, err
-	})
-	return err
-}
-
-// runWork runs fn in a work tree: DIR/work when kept, else a temporary
-// folder removed afterwards.
-func runWork[T any](ctx context.Context, out string, o certifyOptions, stderr io.Writer, fn func(work string) (T, error)) (T, error) {
-	var zero T
-	var work string
-	if o.keep {
-		work = filepath.Join(out, "work")
-		if err := os.MkdirAll(work, 0o755); err != nil {
-			return zero, fmt.Errorf("make the work tree: %w", err)
-		}
-		fmt.Fprintf(stderr, "canary-run: keeping the work tree in %s\n", work)
-	} else {
-		var err error
-		if work, err = os.MkdirTemp("", "canary-run-"); err != nil {
-			return zero, fmt.Errorf("make the work tree: %w", err)
-		}
-		defer os.RemoveAll(work)
-	}
-	return fn(work)
-}
-
-func catalogConfig(o certifyOptions, target harness.Target, work string, stderr io.Writer) scenarios.Config {
-	return scenarios.Config{
-		Target:   target,
-		Tenants:  o.tenants,
-		Run:      o.run,
-		WorkDir:  work,
-		Keep:     o.keep,
-		Timeout:  o.timeout,
-		Parallel: o.parallel,
-		Progress: stderr,
-		Seed:     o.seed,
-	}
-}
-
-// selfTestTenants is how many tenants the self-test's scenarios run with:
-// enough for a launch profile and two others.
-const selfTestTenants = 3
-
-// selfTest measures the harness's detection power: every seeded fault of
-// the embedded agentd (whatever the target of the run) through the
-// scenario that must catch it, and those scenarios clean. It prints the
-// table and returns the result for the certificate; a self-test that does
-// not pass is an error, since a harness that misses a seeded leak cannot
-// certify anything.
-//
-// seededFaults is the faults it seeds: every one (scenarios.Faults). The
-// command's own test narrows it, since the whole matrix runs once in the
-// suite already (scenarios.TestSelfTestCatchesEverySeededFault).
+// seededFaults is the faults the self-test seeds: every one
+// (scenarios.Faults). The command's own test narrows it, since the whole
+// matrix runs once in the suite already
+// (scenarios.TestSelfTestCatchesEverySeededFault).
 var seededFaults = scenarios.Faults
 
-func selfTest(ctx context.Context, out string, o certifyOptions, preflighted bool, clean []scenarios.Report, stdout, stderr io.Writer) (*certificate.DetectionPower, error) {
-	target, _, err := loadTarget("agentd")
-	if err != nil {
-		return nil, err
+// options are the flags as certify's options: progress on stderr, the
+// self-test's table on stdout, the certificate into out.
+func (o certifyOptions) options(out string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) certify.Options {
+	opts := certify.Options{
+		Out: out, Tenants: o.tenants, Run: o.run, Shard: o.shard, Parallel: o.parallel, Timeout: o.timeout,
+		Seed: o.seed, Keep: o.keep,
+		SelfTest: !o.noSelf && !o.selfTest, OnlySelfTest: o.selfTest, Faults: seededFaults(),
+		Progress: stderr, Results: stdout, Name: "canary-run", LookupEnv: lookupEnv,
 	}
-	if !preflighted {
-		if err := preflight(ctx, out, o, target, stderr); err != nil {
-			return nil, fmt.Errorf("self-test: %w", err)
-		}
+	if o.target != "agentd" {
+		// The self-test seeds the embedded agentd's faults, whatever the
+		// run's target.
+		agentd := embeddedAgentd()
+		opts.SelfTestTarget = &agentd
 	}
-	fmt.Fprintln(stderr, "canary-run: self-test: every seeded fault of the embedded agentd, and the same scenarios clean")
-	res, err := runWork(ctx, out, o, stderr, func(work string) (scenarios.SelfTestResult, error) {
-		cfg := catalogConfig(o, target, filepath.Join(work, "self-test"), stderr)
-		cfg.Run, cfg.Tenants = "", selfTestTenants
-		return scenarios.SelfTestWith(ctx, scenarios.Default(), cfg, seededFaults(), scenarios.SelfTestOptions{Clean: clean})
-	})
-	if len(res.Outcomes) == 0 {
-		if err == nil {
-			err = fmt.Errorf("self-test ran no fault")
-		}
-		return nil, err
-	}
-	if werr := scenarios.WriteSelfTestTable(stdout, res); werr != nil && err == nil {
-		err = werr
-	}
-	power := &certificate.DetectionPower{Caught: res.Caught(), Seeded: len(res.Outcomes)}
-	for _, oc := range res.Outcomes {
-		power.Faults = append(power.Faults, certificate.FaultResult{
-			Fault: oc.Fault, Scenario: oc.Scenario, Expected: string(oc.Expected),
-			Caught: oc.Caught, Findings: oc.Findings, CleanRun: oc.Clean, Missed: missedWhy(oc), CleanWhy: oc.CleanWhy,
-		})
-	}
-	if err == nil && !res.Passed() {
-		fails := power.Failures()
-		err = fmt.Errorf("self-test: the harness caught %d of %d seeded faults by their expected invariant, and %d clean runs were not clean: it cannot certify: %s",
-			res.Caught(), len(res.Outcomes), uncleanRuns(res), strings.Join(fails, "; "))
-	}
-	return power, err
-}
-
-// reusable is the catalog's reports the self-test may take as its clean
-// runs: those of a run against the embedded agentd with the self-test's
-// tenants, the very runs it would make.
-func reusable(o certifyOptions, reports []scenarios.Report) []scenarios.Report {
-	if o.target != "agentd" || o.tenants != selfTestTenants {
-		return nil
-	}
-	var out []scenarios.Report
-	for _, r := range reports {
-		if r.Result != scenarios.Skipped {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// missedWhy is why a fault was missed, "" when it was caught.
-func missedWhy(o scenarios.FaultOutcome) string {
-	if o.Caught {
-		return ""
-	}
-	return o.Error
-}
-
-// uncleanRuns counts the scenarios whose clean run was not clean.
-func uncleanRuns(r scenarios.SelfTestResult) int {
-	n := 0
-	for _, c := range r.Clean {
-		if c.Result != scenarios.Pass {
-			n++
-		}
-	}
-	return n
-}
-
-func allClean(p *certificate.DetectionPower) bool {
-	for _, f := range p.Faults {
-		if !f.CleanRun {
-			return false
-		}
-	}
-	return true
-}
-
-// tenantsOf names the tenants each scenario runs with, for a run where no
-// scenario got as far as building its own (whose tags are then unknown).
-func tenantsOf(n int) []certificate.Tenant {
-	out := make([]certificate.Tenant, 0, n)
-	for _, name := range tenants.Names(n) {
-		out = append(out, certificate.Tenant{Name: name, Launch: name == "default"})
-	}
-	return out
+	return opts
 }

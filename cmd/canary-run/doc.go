@@ -12,24 +12,9 @@
 // code is 0 when certified, 1 when a leak was found, 2 on a usage error or
 // when the harness or the target failed.
 //
-// Subcommands:
-//
-//	canary-run merge [--out DIR] SHARD-DIR...
-//	canary-run scan --canaries FILE [--json] PATH...
-//	canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--journal FILE] [--advertise-host H] [--homes DIR [--layout agentd|FILE]]
-//	canary-run target check [--keep] [--wait D] FILE
-//	canary-run agentd ARGS...
-//
-// merge joins the certificates of the shards of one run (canary-run
-// --shard K/N runs every Nth scenario from the Kth); scan looks for
-// canaries in files (for staging hosts the harness cannot read); fakellm
-// serves one fake provider per tenant for a staging server, journaling
-// every request, and with --homes writes the tenants' homes for it; target
-// check validates a target file and makes one dry pass with it, diagnosing
-// each step; agentd
-// runs the embedded reference server, which is how the default target
-// needs no install.
-//
-// Every command takes --help and --version. Results (the verdict table,
-// findings, the certificate's path) go to stdout, progress to stderr.
+// `canary-run --help` prints every command (merge, scan, fakellm, target
+// check, agentd, version) and the run's flags; each command takes --help
+// for its own. The run is a thin layer on package certify, which a Go
+// test calls directly (certify.Run); the embedded agentd is this binary
+// re-executed through certify.Command.
 package main

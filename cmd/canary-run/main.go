@@ -7,12 +7,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/tenantcanary/tenantcanary/certify"
 )
 
 func main() {
+	// Re-executed as the embedded agentd (the default target): run it.
+	certify.Dispatch(map[string]func() int{agentdCommand: agentdMain})
 	args := os.Args[1:]
 	if len(args) > 0 && args[0] == "agentd" {
-		// agentd handles its own signals, as the standalone binary does.
+		// `canary-run agentd ...` by hand: agentd handles its own signals,
+		// as the standalone binary does.
 		os.Exit(run(context.Background(), args, os.Stdin, os.Stdout, os.Stderr))
 	}
 	ctx, stop := interruptible(context.Background(), os.Stderr)

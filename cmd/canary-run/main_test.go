@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/certify"
 	"github.com/tenantcanary/tenantcanary/internal/dialecttest"
 	"github.com/tenantcanary/tenantcanary/internal/syncio"
 )
@@ -37,9 +38,11 @@ func testgwBin(t *testing.T) string {
 var binDir string
 
 // TestMain lets the test binary stand in for canary-run as the embedded
-// target: the harness runs os.Executable() with "agentd" first, as it runs
-// a real canary-run.
+// target: the harness runs os.Executable() with certify.CommandEnv=agentd
+// (certify.Command), as it runs a real canary-run; target files of the
+// tests run it with "agentd" first, as `canary-run agentd` runs.
 func TestMain(m *testing.M) {
+	certify.Dispatch(map[string]func() int{agentdCommand: agentdMain})
 	if len(os.Args) > 1 && os.Args[1] == "agentd" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
@@ -94,7 +97,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 func noEnv(string) (string, bool) { return "", false }
 
 // embeddedAgentds lists live processes running this test binary as the
-// embedded agentd with a HOME under work (the run's work tree): after a
+// embedded agentd (certify.CommandEnv=agentd, or "agentd" first) with a HOME under work (the run's work tree): after a
 // run returns there must be none.
 func embeddedAgentds(t *testing.T, work string) []string {
 	t.Helper()
@@ -113,11 +116,16 @@ func embeddedAgentds(t *testing.T, work string) []string {
 			continue
 		}
 		argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if len(argv) < 2 || argv[0] != exe || argv[1] != "agentd" {
+		if len(argv) < 1 || argv[0] != exe {
 			continue
 		}
 		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
 		if err != nil {
+			continue
+		}
+		// Re-executed as agentd: by certify.Command, or by hand.
+		asAgentd := strings.Contains("\x00"+string(environ)+"\x00", "\x00"+certify.CommandEnv+"="+agentdCommand+"\x00")
+		if !asAgentd && (len(argv) < 2 || argv[1] != "agentd") {
 			continue
 		}
 		if strings.Contains("\x00"+string(environ), "\x00HOME="+work+string(filepath.Separator)) {

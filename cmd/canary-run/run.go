@@ -16,18 +16,19 @@ import (
 // exitUsage is the exit code of a usage error (the same as a failed run's).
 const exitUsage = certificate.ExitFailed
 
-const usageText = `usage:
-  canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--shard K/N] [--out DIR]
-             [--keep] [--timeout D] [--parallel N] [--self-test | --no-self-test]
+// usageText is canary-run's usage: the one source of it (doc.go points at
+// --help, which prints it).
+var usageText = `usage:
+  ` + runSynopsis + `
       run the scenario catalog against a pooled server and write the
       certificate (certificate.json, junit.xml, summary.md) into --out
-  canary-run merge [--out DIR] SHARD-DIR...
+  ` + synopsis(mergeUsage) + `
       join the certificates of the shards of one run (--shard K/N) into one
-  canary-run scan --canaries FILE [--json] PATH...
+  ` + synopsis(scancmd.Usage) + `
       look for canaries in files and trees, in every encoding
-  canary-run fakellm --listen ADDR --tenants FILE [--out DIR] [--homes DIR [--layout agentd|FILE]] ...
+  ` + synopsis(fakellmUsage) + `
       serve one fake provider per tenant for a staging server until interrupted
-  canary-run target check [--keep] [--wait D] FILE
+  ` + synopsis(targetUsage) + `
       validate a target file and make one dry pass, step by step
   canary-run agentd ARGS...
       run the embedded agentd (the default target)
@@ -39,6 +40,12 @@ Every command takes --help.
 exit: 0 certified (scan: nothing found), 1 leaks found, 2 a usage error
       or the harness or the target failed
 `
+
+// synopsis is the first line of a command's usage, without "usage: ".
+func synopsis(usage string) string {
+	first, _, _ := strings.Cut(usage, "\n")
+	return strings.TrimPrefix(first, "usage: ")
+}
 
 // run is canary-run with args (without the program name); it returns the
 // exit code.

@@ -93,7 +93,7 @@ func TestHelp(t *testing.T) {
 		code, stdout, stderr := runCLI(t, args...)
 		require.Equal(t, 0, code)
 		require.Empty(t, stderr)
-		require.Contains(t, stdout, "canary-run scan --canaries FILE [--json] PATH...")
+		require.Contains(t, stdout, "canary-run scan --canaries FILE [--json] [--ignore-own [--home DIR] [--launch NAME]] [--allow-special] PATH...")
 		require.Contains(t, stdout, "canary-run fakellm --listen ADDR --tenants FILE")
 		require.Contains(t, stdout, "exit: 0 certified")
 	}

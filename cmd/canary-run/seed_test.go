@@ -6,18 +6,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/tenantcanary/tenantcanary/harness"
 )
 
-// --seed reaches the catalog's configuration; without it the run draws one.
+// --seed reaches certify's options; without it the run draws one.
 func TestSeedFlag(t *testing.T) {
 	t.Parallel()
 	o, err := parseCertify([]string{"--seed", "987654321"})
 	require.NoError(t, err)
 	assert.Equal(t, uint64(987654321), o.seed)
-	cfg := catalogConfig(o, harness.AgentdTarget("agentd"), filepath.Join(t.TempDir(), "work"), nil)
-	assert.Equal(t, uint64(987654321), cfg.Seed)
+	opts := o.options(filepath.Join(t.TempDir(), "out"), nil, nil, noEnv)
+	assert.Equal(t, uint64(987654321), opts.Seed)
 	o, err = parseCertify(nil)
 	require.NoError(t, err)
 	assert.Zero(t, o.seed, "0: runCertify draws one and prints it")

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/certificate"
+	"github.com/tenantcanary/tenantcanary/certify"
 	"github.com/tenantcanary/tenantcanary/internal/syncio"
 	"github.com/tenantcanary/tenantcanary/scenarios"
 )
@@ -20,13 +21,13 @@ func TestShardsCoverTheCatalogOnce(t *testing.T) {
 	for n := 1; n <= len(all); n++ {
 		var got []string
 		for k := 1; k <= n; k++ {
-			sel, err := shardRun("", strconv.Itoa(k)+"/"+strconv.Itoa(n))
+			sel, err := certify.SelectShard("", strconv.Itoa(k)+"/"+strconv.Itoa(n))
 			require.NoError(t, err)
 			require.NotEmpty(t, sel.IDs, "%d/%d", k, n)
 			specs, err := scenarios.Default().Match(sel.Run)
 			require.NoError(t, err)
 			require.Len(t, specs, len(sel.IDs), "the --run expression selects exactly the shard")
-			again, _ := shardRun("", strconv.Itoa(k)+"/"+strconv.Itoa(n))
+			again, _ := certify.SelectShard("", strconv.Itoa(k)+"/"+strconv.Itoa(n))
 			require.Equal(t, sel.IDs, again.IDs, "deterministic")
 			got = append(got, sel.IDs...)
 		}
@@ -34,7 +35,7 @@ func TestShardsCoverTheCatalogOnce(t *testing.T) {
 		require.Equal(t, all, got, "%d shards: disjoint and complete", n)
 	}
 	// A shard of a selection.
-	sel, err := shardRun("^(stdio-separate|gateway|shell-reuse)$", "2/2")
+	sel, err := certify.SelectShard("^(stdio-separate|gateway|shell-reuse)$", "2/2")
 	require.NoError(t, err)
 	require.Equal(t, []string{"gateway"}, sel.IDs)
 
@@ -42,7 +43,7 @@ func TestShardsCoverTheCatalogOnce(t *testing.T) {
 		"0/3": "want K/N with 1 <= K <= N", "4/3": "want K/N", "a/b": "want K/N", "3": "want K/N", "1/0": "want K/N",
 		"1/99": "fewer than 99 shards",
 	} {
-		_, err := shardRun("", spec)
+		_, err := certify.SelectShard("", spec)
 		require.ErrorContains(t, err, want, spec)
 	}
 	code, _, stderr := runCLI(t, "--shard", "5/4")

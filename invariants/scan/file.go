@@ -453,7 +453,7 @@ func (m *Matcher) tree(ctx context.Context, root string, open opener, r *Report)
 		if strings.HasSuffix(path, "-wal") && isSQLite(strings.TrimSuffix(path, "-wal")) {
 			return nil // scanned with its database
 		}
-		m.file(ctx, path, func(p string) (*os.File, error) {
+		m.cachedFile(ctx, path, func(p string) (*os.File, error) {
 			f, err := open(p)
 			if p == path && p != root && errors.Is(err, fs.ErrNotExist) {
 				return nil, errVanished

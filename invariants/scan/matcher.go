@@ -3,12 +3,14 @@ package scan
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/bits"
 	"strconv"
+	"sync"
 )
 
 // Pattern is one canary the Matcher looks for: who owns it, what kind of
@@ -79,13 +81,17 @@ type Matcher struct {
 	noff []uint32 // needle i is data[noff[i]:noff[i+1]]
 	npat []uint32 // pattern of needle i
 	nenc []Encoding
+
+	cache  *FileCache // WithCache
+	fpOnce *sync.Once // fingerprint, once per compiled matcher (shared by its copies)
+	fp     *[sha256.Size]byte
 }
 
 // Compile builds a Matcher for patterns. Values must be at least MinValueLen
 // bytes; the same value may not belong to two owners or kinds (a finding
 // could not say whose it is); exact duplicates are kept once.
 func Compile(patterns []Pattern) (*Matcher, error) {
-	m := &Matcher{limits: DefaultLimits}
+	m := &Matcher{limits: DefaultLimits, fpOnce: &sync.Once{}, fp: new([sha256.Size]byte)}
 	seen := make(map[string]int, len(patterns))
 	for i, p := range patterns {
 		if len(p.Value) < MinValueLen {

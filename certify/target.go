@@ -1,0 +1,39 @@
+package certify
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tenantcanary/tenantcanary/certificate"
+	"github.com/tenantcanary/tenantcanary/harness"
+)
+
+// LoadTarget reads a target file (YAML; the README's "Target files: every
+// field") and validates it: harness.LoadTarget. Run and RunT validate a
+// target given as a struct literal the same way.
+func LoadTarget(file string) (harness.Target, error) {
+	return harness.LoadTarget(file)
+}
+
+// ErrTarget marks a target that cannot be driven (see harness.Target.Validate).
+var ErrTarget = errors.New("bad target")
+
+// checkTarget validates t as LoadTarget does and returns it ready to run
+// (its ready line compiled, its layout's defaults filled).
+func checkTarget(t harness.Target) (harness.Target, error) {
+	if err := t.Validate(); err != nil {
+		name := t.Name
+		if name == "" {
+			name = "(unnamed)"
+		}
+		return harness.Target{}, fmt.Errorf("%w %s: %w", ErrTarget, name, err)
+	}
+	return t, nil
+}
+
+// certTarget is how the certificate names t: its name, its version and
+// its declared behaviours.
+func certTarget(t harness.Target) certificate.Target {
+	return certificate.Target{Name: t.Name, Version: t.Version,
+		Behaviours: map[string]string{"unknown_profile": t.Dialect.WithDefaults().Behaviours.UnknownProfile}}
+}

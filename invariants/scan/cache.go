@@ -1,0 +1,120 @@
+package scan
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"sync"
+	"syscall"
+)
+
+// FileCache remembers what a Matcher found in each file it scanned, so a
+// tree scanned again (after every phase of a scenario) reads only the files
+// that changed. An entry holds for one file identity (device, inode, size,
+// modification and change times, and those of its -wal for a SQLite
+// database) and one matcher's patterns: a file written since, even to the
+// same size, has a new change time, which nobody can set back; a new
+// canary makes a new matcher. A scan that skipped anything is never kept.
+// Safe for concurrent use.
+type FileCache struct {
+	mu      sync.Mutex
+	entries map[cacheKey]cacheEntry
+	scans   int // files read (not served from the cache), for tests
+}
+
+// NewFileCache returns an empty cache.
+func NewFileCache() *FileCache { return &FileCache{entries: map[cacheKey]cacheEntry{}} }
+
+type cacheKey struct {
+	path     string
+	patterns [sha256.Size]byte
+}
+
+type cacheEntry struct {
+	id   fileID
+	hits []Hit
+}
+
+type fileID struct {
+	file, wal statID
+}
+
+type statID struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime syscall.Timespec
+}
+
+// identify reads path's identity (not following a link) and its -wal's;
+// false when path cannot be read.
+func identify(path string) (fileID, bool) {
+	var id fileID
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err != nil {
+		return id, false
+	}
+	id.file = statID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+	if err := syscall.Lstat(path+"-wal", &st); err == nil {
+		id.wal = statID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+	}
+	return id, true
+}
+
+// WithCache returns a Matcher that scans as m does and keeps what Tree and
+// File find in c (nil: no cache).
+func (m *Matcher) WithCache(c *FileCache) *Matcher {
+	cp := *m
+	cp.cache = c
+	return &cp
+}
+
+// fingerprint names m's patterns: entries of a matcher with other
+// patterns are other entries.
+func (m *Matcher) fingerprint() [sha256.Size]byte {
+	m.fpOnce.Do(func() {
+		h := sha256.New()
+		var n [8]byte
+		for _, p := range m.patterns {
+			for _, s := range []string{p.Value, p.Owner, p.Kind} {
+				binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+				h.Write(n[:])
+				h.Write([]byte(s))
+			}
+		}
+		copy(m.fp[:], h.Sum(nil))
+	})
+	return *m.fp
+}
+
+// cachedFile is file through m's cache: a file whose identity has not
+// changed since it was scanned with these patterns gives its hits again
+// without a read.
+func (m *Matcher) cachedFile(ctx context.Context, path string, open opener, r *Report) {
+	if m.cache == nil {
+		m.file(ctx, path, open, r)
+		return
+	}
+	key := cacheKey{path: path, patterns: m.fingerprint()}
+	id, ok := identify(path) // before the read: a write during it changes the identity
+	if ok {
+		m.cache.mu.Lock()
+		e, hit := m.cache.entries[key]
+		m.cache.mu.Unlock()
+		if hit && e.id == id {
+			r.Hits = append(r.Hits, e.hits...)
+			return
+		}
+	}
+	var sub Report
+	m.cache.mu.Lock()
+	m.cache.scans++
+	m.cache.mu.Unlock()
+	m.file(ctx, path, open, &sub)
+	r.Hits = append(r.Hits, sub.Hits...)
+	r.Skipped = append(r.Skipped, sub.Skipped...)
+	if ok && len(sub.Skipped) == 0 && ctx.Err() == nil {
+		m.cache.mu.Lock()
+		m.cache.entries[key] = cacheEntry{id: id, hits: append([]Hit(nil), sub.Hits...)}
+		m.cache.mu.Unlock()
+	}
+}
