@@ -305,3 +305,19 @@ func (s *Sandbox) InstallProbePlugin(ctx context.Context, p *ProbePlugin, t *ten
 	}
 	return nil
 }
+
+// AgentdPluginsUnsupported says why the target does not load plugins in
+// agentd's format (Go source run through yaegi, against agentd's plugin
+// SDK), or "" when it does: the scenarios whose plugins are written
+// against that SDK alone (hooks, providers, the chain and state plugins)
+// need it. A dialect declaring plugins.install unsupported gives its
+// reason; a target with a probe plugin of its own loads its own format.
+func (t *Target) AgentdPluginsUnsupported() string {
+	if why := t.Dialect.Unsupported("plugins.install"); why != "" {
+		return why
+	}
+	if p := t.ProbePlugin; p != nil {
+		return "the target's plugins are its own format (probe plugin " + p.Name + "), not agentd's"
+	}
+	return ""
+}

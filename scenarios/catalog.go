@@ -132,8 +132,8 @@ func (s Spec) unmet(target harness.Target) string {
 				return "needs the probe plugin's hostile steps: " + pp.Lacks(harness.AbilityHostile)
 			}
 		case NeedAgentdPlugins:
-			if target.Dialect.Unsupported("plugins.install") == "" && target.ProbePlugin != nil {
-				return "needs agentd's plugin format (hooks, memory, image and model providers through agentd's plugin SDK); the target's probe plugin " + target.ProbePlugin.Name + " is its own format"
+			if why := target.AgentdPluginsUnsupported(); why != "" {
+				return "needs agentd's plugin format (hooks, memory, image and model providers through agentd's plugin SDK): " + why
 			}
 		}
 	}
