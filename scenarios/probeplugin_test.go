@@ -79,3 +79,49 @@ func TestDialectPluginLeaksAreFound(t *testing.T) {
 		})
 	}
 }
+
+// hostile-plugin runs harness/attack's plugin rows through the dialect
+// server's probe plugin: confined hosts refuse them all and the hog is
+// skipped with the reason the target gives; unconfined hosts let every
+// attacker read the other homes.
+func TestDialectHostilePlugin(t *testing.T) {
+	t.Parallel()
+	needBwrap(t)
+	spec, err := Default().Get("hostile-plugin")
+	require.NoError(t, err)
+	t.Run("confined", func(t *testing.T) {
+		t.Parallel()
+		rep, out := runDialect(t, spec, dialectTarget(t))
+		require.Equal(t, Pass, rep.Result, "%s\nlog:\n%s", rep.Reason, strings.Join(out.Log, "\n"))
+		var reasons []string
+		for _, s := range rep.Skipped {
+			reasons = append(reasons, s.Invariant+": "+s.Reason)
+		}
+		assert.Contains(t, strings.Join(reasons, "\n"), "availability: the probe plugin dialectprobe cannot hog its host past the call's deadline: dialectserver sets no limits")
+	})
+	t.Run("unconfined", func(t *testing.T) {
+		t.Parallel()
+		rep, out := runDialect(t, spec, withPluginLeak(t, "unconfined"))
+		require.Equal(t, Leak, rep.Result, "%s\nlog:\n%s", rep.Reason, strings.Join(out.Log, "\n"))
+		hits := map[string]bool{}
+		for _, h := range rep.Attacks {
+			hits[h.Row] = true
+		}
+		assert.True(t, hits["plugin-sibling-homes"], "no attacker's plugin read another home: %+v", rep.Attacks)
+	})
+}
+
+// The embedded agentd's probe plugin is the default probe_plugin, on the
+// same code path as a target's own: plugin-hosts passes through it.
+func TestAgentdProbePluginIsTheDefault(t *testing.T) {
+	t.Parallel()
+	require.Nil(t, agentdTarget().ProbePlugin)
+	pp := probePluginOf(agentdTarget())
+	require.Equal(t, PluginName, pp.Name)
+	require.True(t, pp.UsesLauncher(), "agentd's install takes the harness's launcher")
+	require.True(t, pp.IsHost("agentd plugin-host --profile x"))
+	reps, err := RunCatalog(t.Context(), Default(), Config{Target: agentdTarget(), Tenants: 2, WorkDir: t.TempDir(), Run: "^plugin-hosts$"})
+	require.NoError(t, err)
+	require.Len(t, reps, 1)
+	require.Equal(t, Pass, reps[0].Result, "%s\n%s", reps[0].Reason, strings.Join(reps[0].Log, "\n"))
+}

@@ -395,6 +395,7 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 		keyEnv = readDotEnv(launchHome())
 	}
 	key := varRE.ReplaceAllStringFunc(cfg.Model.Token, func(m string) string { return keyEnv[m[2:len(m)-1]] })
+	serverLog(s, key)
 	if !s.probed {
 		s.probed = true
 		// A metadata probe without a key, as real clients make.
