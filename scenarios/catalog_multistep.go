@@ -83,7 +83,7 @@ func chainsSpec(chains []attack.Chain) Spec {
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) {
 				e.startHostile(nil)
-				e.chains = &chainState{plugins: e.Box.Target.Dialect.Unsupported("plugins.install"), outside: map[string]time.Time{},
+				e.chains = &chainState{plugins: e.Box.Target.AgentdPluginsUnsupported(), outside: map[string]time.Time{},
 					rowKinds: map[tenants.Kind]bool{}}
 				e.plantWorkdirs()
 				// Every victim has a job, so a chain that reaches another's jobs
