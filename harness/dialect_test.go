@@ -111,12 +111,22 @@ func TestReadyAddrForms(t *testing.T) {
 	}
 }
 
-// TestHermesExampleLoads keeps examples/targets/hermes.yaml valid and
-// checks the parts of it the README promises.
+// TestHermesExampleLoads keeps examples/targets/hermes/target.yaml valid
+// and checks the parts of it the README promises.
 func TestHermesExampleLoads(t *testing.T) {
 	t.Parallel()
-	tg, err := LoadTarget("../examples/targets/hermes.yaml")
+	tg, err := LoadTarget("../examples/targets/hermes/target.yaml")
 	require.NoError(t, err)
+	// Its probe plugin is Hermes's format: a directory plugin with its
+	// manifest and register(ctx), from the folder beside the file.
+	pp := tg.ProbePlugin
+	require.NotNil(t, pp)
+	require.NoError(t, pp.LoadFiles())
+	assert.Contains(t, pp.Files, "plugin.yaml")
+	assert.Contains(t, pp.Files["__init__.py"], "def register(ctx)")
+	assert.Contains(t, pp.Files["__init__.py"], `"`+pp.Tools.Probe+`"`)
+	assert.Contains(t, pp.Files["__init__.py"], `"`+pp.Tools.Hostile+`"`)
+	assert.Subset(t, tg.ServerFiles, []string{"logs/", "auth.lock", "state.db*", "provider_models_cache.json"})
 	d := tg.Dialect.WithDefaults()
 	assert.Equal(t, UnknownProfileFallback, d.Behaviours.UnknownProfile)
 	assert.Equal(t, "tool.complete", d.Events.ToolArgs)

@@ -119,6 +119,17 @@ type Target struct {
 	// never as passed.
 	KnownFindings string `yaml:"known_findings"`
 
+	// ProbePlugin is the target's probe plugin, in its own plugin format
+	// (harness/probeplugin.go, docs/probe-plugin.md); nil is the embedded
+	// agentd's, for a target that loads agentd's plugins.
+	ProbePlugin *ProbePlugin `yaml:"probe_plugin"`
+	// ServerFiles are globs, relative to the launch profile's home, of
+	// files and folders that belong to the server rather than to any
+	// tenant (its logs, locks, shared caches): a write there is no
+	// write_scope finding; they are still scanned, and a tenant's secret
+	// there is a shared_place finding.
+	ServerFiles []string `yaml:"server_files"`
+
 	readyRE *regexp.Regexp
 }
 
@@ -317,6 +328,15 @@ func (t *Target) Validate() error {
 		}
 	}
 	errs = append(errs, t.Dialect.validate()...)
+	errs = append(errs, t.ProbePlugin.validate()...)
+	if t.ProbePlugin != nil && t.Dialect.Unsupported("plugins.install") != "" {
+		errs = append(errs, errors.New("probe_plugin is given and dialect.methods.plugins.install is unsupported: drop one"))
+	}
+	for _, g := range t.ServerFiles {
+		if _, err := filepath.Match(g, ""); err != nil || g == "" || filepath.IsAbs(g) || strings.HasPrefix(filepath.Clean(g), "..") {
+			errs = append(errs, fmt.Errorf("server_files: %q is not a glob inside the launch home", g))
+		}
+	}
 	errs = append(errs, t.validateGateway()...)
 	t.Layout = t.Layout.WithDefaults()
 	return errors.Join(errs...)

@@ -21,8 +21,9 @@ func FileLeaks(ctx context.Context, s *tenants.Set) []Finding {
 }
 
 // FileLeaks is the package's FileLeaks; s's tenants must be the ones c was
-// made for.
-func (c *Checker) FileLeaks(ctx context.Context, s *tenants.Set) []Finding {
+// made for. Hits in serverFiles (ServerFiles: the server's, nobody's home)
+// are left to SharedPlaceLeaks.
+func (c *Checker) FileLeaks(ctx context.Context, s *tenants.Set, serverFiles ...string) []Finding {
 	m := c.m
 	roots := []string{s.LaunchHome}
 	for _, t := range s.Tenants {
@@ -34,6 +35,9 @@ func (c *Checker) FileLeaks(ctx context.Context, s *tenants.Set) []Finding {
 	for _, root := range roots {
 		r := m.m.Tree(ctx, root)
 		for _, h := range r.Hits {
+			if inServerFiles(h.Path, serverFiles) {
+				continue // nobody's: SharedPlaceLeaks scans them
+			}
 			place, tenant := placeOf(s, h.Path)
 			if !m.foreign(place, h.Pattern, !tenant) {
 				continue

@@ -72,9 +72,16 @@ type Need string
 const (
 	NeedRestart Need = "restart" // the harness starts the serve backend, so it can restart it
 	NeedFiles   Need = "files"   // the harness reads and writes the target's homes
-	// NeedPlugins: the target loads the catalog's probe plugin (agentd's
-	// format); a dialect declaring plugins.install unsupported skips it.
+	// NeedPlugins: the target loads a probe plugin: its own
+	// (probe_plugin), else agentd's; a dialect declaring plugins.install
+	// unsupported skips it.
 	NeedPlugins Need = "plugins"
+	// NeedPluginHostile: the probe plugin runs hostile steps.
+	NeedPluginHostile Need = "plugin_hostile"
+	// NeedAgentdPlugins: the target loads agentd's plugin format itself
+	// (hooks, memory, image and model providers through agentd's SDK):
+	// a target with a probe plugin of its own skips it.
+	NeedAgentdPlugins Need = "agentd_plugins"
 	// NeedLLMGateway: the target says how its gateway's tenants are
 	// reached (llm_gateway: a provisioner or access templates). A `kind:
 	// gateway` target runs only the scenarios with this need.
@@ -86,7 +93,7 @@ const (
 )
 
 // allNeeds are the needs a spec may declare.
-var allNeeds = []Need{NeedRestart, NeedFiles, NeedPlugins, NeedLLMGateway, NeedGatewayAccess}
+var allNeeds = []Need{NeedRestart, NeedFiles, NeedPlugins, NeedPluginHostile, NeedAgentdPlugins, NeedLLMGateway, NeedGatewayAccess}
 
 // unmet says why target cannot run spec, or "" when it can.
 func (s Spec) unmet(target harness.Target) string {
@@ -119,6 +126,14 @@ func (s Spec) unmet(target harness.Target) string {
 		case NeedPlugins:
 			if why := target.Dialect.Unsupported("plugins.install"); why != "" {
 				return "needs the catalog's probe plugin: " + why
+			}
+		case NeedPluginHostile:
+			if pp := probePluginOf(target); pp.Lacks(harness.AbilityHostile) != "" {
+				return "needs the probe plugin's hostile steps: " + pp.Lacks(harness.AbilityHostile)
+			}
+		case NeedAgentdPlugins:
+			if why := target.AgentdPluginsUnsupported(); why != "" {
+				return "needs agentd's plugin format (hooks, memory, image and model providers through agentd's plugin SDK): " + why
 			}
 		}
 	}

@@ -275,7 +275,7 @@ func (e *Env) collideStateWhy() string {
 	if !e.Box.Target.Files || e.Box.Target.Remote() {
 		return "the target's homes are not the harness's to install a plugin in"
 	}
-	return e.Box.Target.Dialect.Unsupported("plugins.install")
+	return e.Box.Target.AgentdPluginsUnsupported()
 }
 
 // installCollideState puts the state plugin in every tenant's home, before

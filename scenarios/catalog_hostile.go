@@ -194,26 +194,25 @@ func hostileTools() Spec {
 	}
 }
 
-// installHostilePlugin puts the hostile plugin into every tenant's home,
-// and has the operator's scope run plugins in hosts with a short call
-// deadline and a memory limit that the hog row outruns (a host past either
-// is killed); those are the operator's to set, never a profile's own.
+// installHostilePlugin puts the target's probe plugin (its hostile tool)
+// into every tenant's home under the target's own launcher, and has the
+// operator's scope set the probe plugin's host limits (agentd's: a short
+// call deadline and a memory limit that the hog row outruns, a host past
+// either is killed); those are the operator's to set, never a profile's
+// own.
 func (e *Env) installHostilePlugin() {
 	e.T.Helper()
-	if _, err := e.Box.MergeManaged(map[string]any{"plugins": map[string]any{"isolation": "host",
-		"host": map[string]any{"call_timeout": attack.HostCallTimeout, "memory_limit": attack.HostMemoryLimit}}}); err != nil {
-		e.T.Fatalf("set the plugin hosts' limits in the operator's scope: %v", err)
+	pp := e.probePlugin()
+	if len(pp.Install.Limits) > 0 {
+		if _, err := e.Box.MergeManaged(pp.Install.Limits); err != nil {
+			e.T.Fatalf("set the plugin hosts' limits in the operator's scope: %v", err)
+		}
 	}
+	ctx, cancel := e.ctx(2 * time.Minute)
+	defer cancel()
 	for _, t := range e.Tenants {
-		err := t.WriteHome(e.Box.Set.Layout, tenants.HomeExtras{
-			Config: map[string]any{"plugins": map[string]any{"enabled": []any{attack.PluginName}}},
-			Files: map[string]string{
-				"plugins/" + attack.PluginName + "/plugin.yaml": attack.PluginManifest,
-				"plugins/" + attack.PluginName + "/plugin.go":   attack.PluginSource,
-			},
-		})
-		if err != nil {
-			e.T.Fatalf("install the hostile plugin for %s: %v", t.Name, err)
+		if err := e.Box.InstallProbePlugin(ctx, pp, t, map[string]any{harness.BwrapLauncherVar: ""}); err != nil {
+			e.T.Fatalf("install the hostile plugin: %v", err)
 		}
 	}
 }
@@ -229,7 +228,7 @@ func (e *Env) pingEach(skip *tenants.Tenant, sessions map[string]string, lat map
 		l := lat[t.Name]
 		ctx, cancel := e.ctx(2 * time.Minute)
 		start := time.Now()
-		_, err := e.Conns[t.Name].Turn(ctx, sessions[t.Name], attack.Prompt(attack.Ping()))
+		_, err := e.Conns[t.Name].Turn(ctx, sessions[t.Name], attack.Prompt(e.ping()))
 		cancel()
 		if err == nil {
 			if res, _ := attack.LastResult(t); len(res) < 4 || res[:4] != "pong" {
@@ -256,18 +255,21 @@ func hostilePlugin() Spec {
 		Focus:     []Invariant{Requests, Files, ProcessEscape, Availability},
 		Snapshots: perTenant(2),
 		Timeout:   8 * time.Minute,
-		Needs:     []Need{NeedFiles, NeedRestart, NeedPlugins},
+		Needs:     []Need{NeedFiles, NeedRestart, NeedPlugins, NeedPluginHostile},
 		Responder: attack.Responder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) { e.startHostile(e.installHostilePlugin) }},
 			{Name: "reads", Run: func(e *Env) {
-				e.attackAll(rows, attack.Read, attack.Write)
+				e.attackAll(e.hostileRows(rows), attack.Read, attack.Write)
 				e.nextTurns()
 			}},
 			{Name: "hog", Run: func(e *Env) {
 				// One tenant's plugin holds memory and spins past its deadline;
 				// every other tenant's plugin calls still complete, during the
 				// hog and after it.
+				if e.lacks(harness.AbilityHog, string(invariants.Availability)) {
+					return
+				}
 				hog := e.attackers()[len(e.attackers())-1]
 				lat := map[string]*invariants.Latencies{}
 				pings := map[string]string{} // a session of its own for the pings, free of the reads' history
@@ -276,7 +278,7 @@ func hostilePlugin() Spec {
 					pings[t.Name] = e.CreateSession(e.Conns[t.Name], t).SessionID
 				}
 				// The pings are timed: no other scenario runs beside them.
-				e.Alone(func() { e.hogWindows(rows, hog, pings, lat) })
+				e.Alone(func() { e.hogWindows(e.hostileRows(rows), hog, pings, lat) })
 				for _, t := range e.Tenants {
 					if t != hog {
 						e.CheckAvailability(*lat[t.Name])
@@ -288,7 +290,11 @@ func hostilePlugin() Spec {
 				// die (and are waited for) at once.
 				e.atOnce(e.attackers(), func(t *tenants.Tenant) {
 					c, sid := e.Conns[t.Name], e.Sessions[t.Name].SessionID
-					mark := e.spawnIn(c, t, sid, rows, "processes of "+t.Name+"'s plugin host")
+					mark := e.spawnIn(c, t, sid, e.hostileRows(rows), "processes of "+t.Name+"'s plugin host")
+					if e.noHostToKill() {
+						e.killCarriers(invariants.Ended{Canaries: []tenants.Canary{mark}})
+						return
+					}
 					hosts := pluginHostsOf(e, t)
 					if len(hosts) == 0 {
 						e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: "plugin host of " + t.Name},
@@ -303,7 +309,7 @@ func hostilePlugin() Spec {
 						Canaries: []tenants.Canary{mark}})
 				})
 			}},
-			{Name: "server-stop", Run: func(e *Env) { e.stopAndCheck(rows) }},
+			{Name: "server-stop", Run: func(e *Env) { e.stopAndCheck(e.hostileRows(rows)) }},
 		},
 	}
 }

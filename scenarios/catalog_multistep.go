@@ -19,12 +19,14 @@ import (
 // chainState is what hostile-chains keeps between phases, per run (the
 // self-test runs the spec clean and faulty at once).
 type chainState struct {
-	plugins string            // why the target cannot load the chains' plugin, "" when it can
-	aliases map[string]string // tenant -> a link to its workdir whose path names no canary
-	runs    []*chainRun       // every chain run, in order
-	phase   string            // the phase running now
-	skipped []ChainRow        // the rows the target could not run, and why
-	outside map[string]time.Time
+	plugins  string            // why the target cannot load the chains' plugin, "" when it can
+	aliases  map[string]string // tenant -> a link to its workdir whose path names no canary
+	runs     []*chainRun       // every chain run, in order
+	phase    string            // the phase running now
+	skipped  []ChainRow        // the rows the target could not run, and why
+	outside  map[string]time.Time
+	rowKinds map[tenants.Kind]bool // the kinds of the rows' own write canaries
+	held     []*chainRun           // the last restart round's runs: put back again after the next stop
 }
 
 // chainRun is one chain as one attacker runs it against one victim.
@@ -39,10 +41,20 @@ type chainRun struct {
 	window  *chainWindow
 	took    time.Duration
 	phase   string // the phase that ran it
+	// kind is the kind of the write canary ({write}) minted for this run
+	// alone; stale the tenants whose canaries the attacker's own files
+	// held when it began; slate the victim's files as they were then
+	// (catalog_multistep_slate.go).
+	kind  tenants.Kind
+	stale *staleSet
+	slate []slateFile
 }
 
-func hostileChains() Spec {
-	chains := attack.Chains()
+func hostileChains() Spec { return chainsSpec(attack.Chains()) }
+
+// chainsSpec is hostile-chains over chains (a test runs a table of its
+// own).
+func chainsSpec(chains []attack.Chain) Spec {
 	restarts := func(ch attack.Chain) bool { return ch.Trigger == attack.OnRestart || ch.Trigger == attack.OnCrash }
 	of := func(c attack.ChainClass) []attack.Chain {
 		var out []attack.Chain
@@ -71,7 +83,8 @@ func hostileChains() Spec {
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) {
 				e.startHostile(nil)
-				e.chains = &chainState{plugins: e.Box.Target.Dialect.Unsupported("plugins.install"), outside: map[string]time.Time{}}
+				e.chains = &chainState{plugins: e.Box.Target.AgentdPluginsUnsupported(), outside: map[string]time.Time{},
+					rowKinds: map[tenants.Kind]bool{}}
 				e.plantWorkdirs()
 				// Every victim has a job, so a chain that reaches another's jobs
 				// shows its cron prompt.
@@ -134,8 +147,9 @@ func (e *Env) newChainRun(ch attack.Chain, a, v *tenants.Tenant) *chainRun {
 	if a == nil || v == nil || a == v {
 		return skip(fmt.Sprintf("no attacker and victim for role %q in this run", ch.Role))
 	}
+	kind := chainRowKind(ch.ID)
 	pl := attack.Places{
-		Write: e.hostile.canaries(e, a).Write, Home: a.Home, Victim: v.Home, VictimName: v.Name,
+		Home: a.Home, Victim: v.Home, VictimName: v.Name,
 		OwnWorkdir: a.Workdir, VictimWorkdir: e.chains.aliases[v.Name], WorkRoot: e.workRoot(),
 		HomesParent:    filepath.Join(e.Box.Set.LaunchHome, e.Box.Set.Layout.WithDefaults().ProfilesDir),
 		VictimProvider: v.ProviderURL(), Files: e.Box.Set.Layout.WithDefaults().Files,
@@ -146,7 +160,10 @@ func (e *Env) newChainRun(ch attack.Chain, a, v *tenants.Tenant) *chainRun {
 	if e.chains.plugins != "" && usesPlugin(ch) {
 		return skip("it installs a plugin, and " + e.chains.plugins)
 	}
-	r := &chainRun{ch: ch, a: a, v: v, vars: pl.Vars(), phase: e.chains.phase}
+	// Its own write canary, minted now: no earlier row can have left it.
+	pl.Write = e.mint(a, kind).Value
+	e.chains.rowKinds[kind] = true
+	r := &chainRun{ch: ch, a: a, v: v, vars: pl.Vars(), phase: e.chains.phase, kind: kind}
 	e.chains.runs = append(e.chains.runs, r)
 	return r
 }
@@ -178,11 +195,13 @@ func (e *Env) runChains(chains []attack.Chain) {
 			continue
 		}
 		closeWindow := e.openWindow(r)
+		e.beginRow(r)
 		if e.plant(r) {
 			e.trigger(r)
 			e.probe(r, "")
 		}
 		e.restore(r)
+		e.putSlate(r)
 		closeWindow()
 		e.Logf("chain %s by %s against %s in %v: %s", ch.ID, a.Name, v.Name, r.took.Round(time.Millisecond), r.outcome)
 	}
@@ -312,33 +331,14 @@ const ChainPluginCode tenants.Kind = "plugin_code"
 
 // restore puts back the home files r's steps replaced and undoes its
 // settings, so the next chain starts from the attacker's own home; the
-// victim's plugin and the attacker's model-provider plugin go.
+// victim's plugin and the attacker's model-provider plugin go. (The
+// victim's files are put back by putSlate.)
 func (e *Env) restore(r *chainRun) {
 	e.T.Helper()
 	if r.ch.VictimPlugin {
-		if err := os.RemoveAll(filepath.Join(r.v.Home, r.vars["plugins"], attack.VictimPlugin)); err != nil {
-			e.T.Errorf("chain %s: remove the victim's plugin: %v", r.ch.ID, err)
-		}
+		e.removeVictimPlugin(r)
 	}
-	if r.ch.ModelPlugin {
-		if err := os.RemoveAll(filepath.Join(r.a.Home, r.vars["plugins"], attack.ModelPluginDir)); err != nil {
-			e.T.Errorf("chain %s: remove its model-provider plugin: %v", r.ch.ID, err)
-		}
-	}
-	for _, rel := range r.ch.Restore {
-		p := filepath.Join(r.a.Home, attack.Fill(rel, r.vars))
-		bak := p + attack.BackupSuffix
-		if _, err := os.Lstat(bak); err == nil {
-			if err := os.RemoveAll(p); err != nil {
-				e.T.Errorf("chain %s: restore %s: %v", r.ch.ID, p, err)
-			}
-			if err := os.Rename(bak, p); err != nil {
-				e.T.Errorf("chain %s: restore %s: %v", r.ch.ID, p, err)
-			}
-		} else if st, err := os.Lstat(p); err == nil && st.Mode()&os.ModeSymlink != 0 {
-			_ = os.Remove(p)
-		}
-	}
+	e.restoreOwn(r)
 	c, sid := e.Conns[r.a.Name], e.Sessions[r.a.Name].SessionID
 	for _, s := range r.ch.Undo {
 		if _, err := e.chainCall(c, r.a, sid, s, r.vars); err != nil {
@@ -529,7 +529,7 @@ func (e *Env) watchOutside(do func()) {
 		for _, f := range invariants.OutsideWrites(e.Ctx, e.Box.Set.Tenants, places, before, after) {
 			e.chains.outside[f.Where.Path] = after[f.Where.Path].ModTime
 			e.Find(f)
-			if f.Kind == HostileWrite && strings.Contains(filepath.Base(f.Where.Path), "chain-") && !within(f.Where.Path, e.Box.Root) {
+			if (f.Kind == HostileWrite || e.chains.rowKinds[f.Kind]) && strings.Contains(filepath.Base(f.Where.Path), "chain-") && !within(f.Where.Path, e.Box.Root) {
 				_ = os.RemoveAll(f.Where.Path)
 			}
 		}

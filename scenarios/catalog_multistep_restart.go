@@ -141,6 +141,17 @@ func (e *Env) restartRound(rd *restartRound) {
 			e.StopServe(e.Server)
 		}
 		t1 := time.Now()
+		// With the server down, nothing holds a victim's file of the last
+		// round open any more: what it wrote there since is that round's,
+		// and the file is put back again. What this round's rows start from
+		// is noted now, with their plants in place and the server not yet
+		// acting on them.
+		for _, r := range e.chains.held {
+			e.putSlate(r)
+		}
+		for _, r := range rd.runs {
+			e.beginRow(r)
+		}
 		e.ServePerTenant()
 		e.Logf("the server stopped in %v and started in %v", t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
 		// A planted file may keep a profile from opening (a defended server
@@ -196,7 +207,9 @@ func (e *Env) restartRound(rd *restartRound) {
 	}
 	for _, r := range rd.runs {
 		e.restore(r)
+		e.putSlate(r)
 	}
+	e.chains.held = runs
 	closeWindow()
 	took("restored in")
 	for _, r := range rd.runs {

@@ -16,9 +16,9 @@ import (
 // Row by row: each chain run keeps a window on the run's evidence (the
 // provider requests, the frames and the home files of the time it ran),
 // and once every phase is checked, each finding whose evidence lies in a
-// window, in that row's attacker's place or carrying its canaries, is the
-// row's. The report lists every row with the invariants it was found by,
-// so the self-test can require each row's own leak of its own fault.
+// window and that the row itself caused (chainRun.credits) is the row's.
+// The report lists every row with the invariants it was found by, so the
+// self-test can require each row's own leak of its own fault.
 
 // evidenceMark is the run's evidence counted at one moment.
 type evidenceMark struct {
@@ -32,10 +32,10 @@ type evidenceMark struct {
 // marks, and the findings the scenario itself made for the row.
 type chainWindow struct {
 	start, end time.Time
-	reqs       map[string][2]int // tenant -> sequence numbers (from, to]
-	frames     map[string][2]int // label -> frame indexes [from, to)
-	files      map[string]int64  // home files added (-1) or changed (their size before)
-	direct     map[string]bool   // findings (String) made for the row
+	reqs       map[string][2]int   // tenant -> sequence numbers (from, to]
+	frames     map[string][2]int   // label -> frame indexes [from, to)
+	files      map[string][2]int64 // home files added (-1) or changed (their size before), and their size after
+	direct     map[string]bool     // findings (String) made for the row
 }
 
 // markEvidence counts the run's evidence now.
@@ -79,7 +79,7 @@ func (e *Env) markEvidence() evidenceMark {
 
 // windowOf is the evidence between two marks.
 func windowOf(from, to evidenceMark) *chainWindow {
-	w := &chainWindow{start: from.at, end: to.at, reqs: map[string][2]int{}, frames: map[string][2]int{}, files: map[string]int64{}, direct: map[string]bool{}}
+	w := &chainWindow{start: from.at, end: to.at, reqs: map[string][2]int{}, frames: map[string][2]int{}, files: map[string][2]int64{}, direct: map[string]bool{}}
 	for t, n := range to.reqs {
 		w.reqs[t] = [2]int{from.reqs[t], n}
 	}
@@ -89,9 +89,9 @@ func windowOf(from, to evidenceMark) *chainWindow {
 	for p, a := range to.files {
 		switch b, ok := from.files[p]; {
 		case !ok:
-			w.files[p] = -1
+			w.files[p] = [2]int64{-1, a.Size}
 		case b != a:
-			w.files[p] = b.Size
+			w.files[p] = [2]int64{b.Size, a.Size}
 		}
 	}
 	return w
@@ -126,16 +126,45 @@ func (r *chainRun) holds(f invariants.Finding, outside map[string]time.Time) boo
 		rg, ok := w.frames[f.Where.Label]
 		return ok && *f.Where.Frame >= rg[0] && *f.Where.Frame < rg[1]
 	case f.Where.Path != "":
-		if old, ok := w.files[f.Where.Path]; ok {
+		if rg, ok := w.files[f.Where.Path]; ok {
 			// Made in the time, or the hit lies past the file's old end (a
 			// WAL, a log): a file that only changed (a tenant's own
-			// database, written by every turn) holds older hits too.
-			return old < 0 || f.Where.Part == "" && f.Where.Offset != nil && *f.Where.Offset >= old
+			// database, written by every turn) holds older hits too. A hit
+			// past the file's end when the window closed was written after
+			// it (by what an earlier row left open).
+			old, end := rg[0], rg[1]
+			raw := f.Where.Part == "" && f.Where.Offset != nil
+			if raw && *f.Where.Offset >= end {
+				return false
+			}
+			return old < 0 || raw && *f.Where.Offset >= old
 		}
 		at, ok := outside[f.Where.Path]
 		return ok && !at.Before(w.start) && !at.After(w.end)
 	}
 	return false
+}
+
+// credits reports whether f, which r's window holds, is r's own doing: a
+// finding made for r; the attacker's own canary only when it is the one
+// minted for r (an earlier row's is not r's); another tenant's canary only
+// in the attacker's places, and only when the attacker's own files did not
+// already hold that tenant's canaries as r began (an earlier row's
+// leftovers); a finding of no tenant's canary in the attacker's places or
+// in no tenant's. A run that never began (its stale set unknown) is
+// credited with what was made for it only.
+func (r *chainRun) credits(f invariants.Finding) bool {
+	switch {
+	case r.window != nil && r.window.direct[f.String()]:
+		return true
+	case r.stale == nil:
+		return false
+	case f.Owner == r.a.Name:
+		return f.Kind == r.kind
+	case f.Owner != "":
+		return f.Tenant == r.a.Name && !r.stale.has(f)
+	}
+	return f.Tenant == r.a.Name || f.Tenant == ""
 }
 
 // staleKey is f without its offset: the same evidence found again at
@@ -181,18 +210,43 @@ func maps(m map[string]bool) map[string]bool {
 	return out
 }
 
-// chainRows is the last phase of hostile-chains: every finding of the
-// earlier phases (once: found again at another offset, it is the same) is
-// given to the rows whose window holds its evidence (those whose attacker
-// and victim it names first, else those whose attacker's place it is,
-// else those whose attacker's canary it is, else, for a finding of no
-// tenant's, every one), and the report lists each row with the
-// invariants it was found by.
+// chainRows is the last phase of hostile-chains: the report lists each
+// row with the invariants it was found by (attributeChains).
 func (e *Env) chainRows() {
 	e.mu.Lock()
 	phases := slices.Clone(e.Report.Phases)
 	e.mu.Unlock()
 	runs := e.chains.runs
+	found, evidence := attributeChains(phases, runs, e.chains.outside)
+	var rows []ChainRow
+	for i, r := range runs {
+		row := ChainRow{Row: r.ch.ID, Attacker: r.a.Name, Victim: r.v.Name, Outcome: r.outcome, Duration: r.took, Evidence: evidence[i]}
+		for inv, n := range found[i] {
+			row.Found = append(row.Found, inv)
+			row.Findings += n
+		}
+		sort.Slice(row.Found, func(a, b int) bool { return row.Found[a] < row.Found[b] })
+		rows = append(rows, row)
+	}
+	rows = append(rows, e.chains.skipped...)
+	e.mu.Lock()
+	e.Report.Chains = append(e.Report.Chains, rows...)
+	e.mu.Unlock()
+	for _, row := range rows {
+		if len(row.Found) > 0 {
+			e.Logf("chain %s by %s against %s found by %s", row.Row, row.Attacker, row.Victim, strings.Join(invNames(row.Found), ", "))
+		}
+	}
+}
+
+// attributeChains gives every leak finding of the phases (once: found
+// again at another offset, it is the same) to the runs of its phase whose
+// window holds its evidence and that caused it (chainRun.credits): those
+// whose attacker and victim it names first, else every one. Another
+// tenant's canary in an attacker's place is none of its rows' when, in
+// the same window, that tenant attacked the place. It returns,
+// per run, the findings of each invariant and the first few as text.
+func attributeChains(phases []PhaseReport, runs []*chainRun, outside map[string]time.Time) ([]map[invariants.Invariant]int, [][]string) {
 	found := make([]map[invariants.Invariant]int, len(runs))
 	evidence := make([][]string, len(runs))
 	for i := range found {
@@ -233,33 +287,23 @@ func (e *Env) chainRows() {
 		for _, f := range fresh {
 			var holders []int
 			for _, i := range inPhase {
-				if runs[i].holds(f, e.chains.outside) {
+				if runs[i].holds(f, outside) {
 					holders = append(holders, i)
 				}
 			}
-			pick := func(match func(r *chainRun) bool) []int {
-				var out []int
-				for _, i := range holders {
-					if match(runs[i]) {
-						out = append(out, i)
-					}
+			var got, pair []int
+			for _, i := range holders {
+				r := runs[i]
+				if !r.credits(f) || r.a.Name != f.Owner && attacks(runs, holders, f.Owner, f.Tenant) {
+					continue
 				}
-				return out
+				got = append(got, i)
+				if r.a.Name == f.Tenant && r.v.Name == f.Owner || r.a.Name == f.Owner && r.v.Name == f.Tenant {
+					pair = append(pair, i)
+				}
 			}
-			// Whose row: the one whose attacker and victim the finding
-			// names (either way round), else the one whose attacker's
-			// place it is, else the one whose attacker's canary it is.
-			got := pick(func(r *chainRun) bool {
-				return r.a.Name == f.Tenant && r.v.Name == f.Owner || r.a.Name == f.Owner && r.v.Name == f.Tenant
-			})
-			if len(got) == 0 {
-				got = pick(func(r *chainRun) bool { return f.Tenant != "" && r.a.Name == f.Tenant })
-			}
-			if len(got) == 0 {
-				got = pick(func(r *chainRun) bool { return f.Owner != "" && r.a.Name == f.Owner })
-			}
-			if len(got) == 0 && f.Tenant == "" && f.Owner == "" {
-				got = holders
+			if len(pair) > 0 {
+				got = pair
 			}
 			for _, i := range got {
 				found[i][f.Invariant]++
@@ -269,25 +313,20 @@ func (e *Env) chainRows() {
 			}
 		}
 	}
-	var rows []ChainRow
-	for i, r := range runs {
-		row := ChainRow{Row: r.ch.ID, Attacker: r.a.Name, Victim: r.v.Name, Outcome: r.outcome, Duration: r.took, Evidence: evidence[i]}
-		for inv, n := range found[i] {
-			row.Found = append(row.Found, inv)
-			row.Findings += n
-		}
-		sort.Slice(row.Found, func(a, b int) bool { return row.Found[a] < row.Found[b] })
-		rows = append(rows, row)
-	}
-	rows = append(rows, e.chains.skipped...)
-	e.mu.Lock()
-	e.Report.Chains = append(e.Report.Chains, rows...)
-	e.mu.Unlock()
-	for _, row := range rows {
-		if len(row.Found) > 0 {
-			e.Logf("chain %s by %s against %s found by %s", row.Row, row.Attacker, row.Victim, strings.Join(invNames(row.Found), ", "))
+	return found, evidence
+}
+
+// attacks reports whether, among the runs of a shared window (holders),
+// owner attacked the place tenant: another tenant's canary found there may
+// then be that row's doing (a restart round's rows are planted at once),
+// never the row whose attacker the place is.
+func attacks(runs []*chainRun, holders []int, owner, tenant string) bool {
+	for _, i := range holders {
+		if r := runs[i]; owner != "" && r.a.Name == owner && r.v.Name == tenant {
+			return true
 		}
 	}
+	return false
 }
 
 func invNames(is []invariants.Invariant) []string {

@@ -77,7 +77,7 @@ func probe(pctx plugin.Context, c context.Context, args map[string]any) (string,
 	if err != nil {
 		return "", err
 	}
-	b, err := json.Marshal(map[string]any{"pid": os.Getpid(), "host": hostID, "cwd": wd, "env": env, "prev": prev,
+	b, err := json.Marshal(map[string]any{"pid": os.Getpid(), "ppid": os.Getppid(), "host": hostID, "cwd": wd, "env": env, "prev": prev,
 		"reads": reads(paths), "nested": nested, "llm": answer})
 	return string(b), err
 }
@@ -92,15 +92,16 @@ func Register(pctx plugin.Context) error {
 }
 `
 
-// pluginPrompt is the user text that makes the plugin responder call the
-// probe tool with args.
+// pluginPrompt starts the user text that makes the plugin responder call
+// a probe tool: the tool's name, a space and its args as JSON follow.
 const pluginPrompt = "PLUGIN-PROBE "
 
 // llmFacadePrompt starts the prompt the plugin sends through the server's
 // LLM facade (followed by its session tag, a canary of its tenant).
 const llmFacadePrompt = "LLM-FACADE "
 
-// pluginArgs are the probe's arguments, carried in the user's prompt.
+// pluginArgs are the probe's arguments, carried in the user's prompt
+// (docs/probe-plugin.md).
 type pluginArgs struct {
 	Tag  string   `json:"tag"`
 	Read []string `json:"read"`
@@ -109,6 +110,7 @@ type pluginArgs struct {
 // pluginDump is what the probe tool returns.
 type pluginDump struct {
 	Pid    int               `json:"pid"`  // in the host's own PID namespace: the server's pid only in process
+	Ppid   int               `json:"ppid"` // its parent's, in the same namespace
 	Host   string            `json:"host"` // unique per host process
 	Cwd    string            `json:"cwd"`
 	Env    []string          `json:"env"`
@@ -125,10 +127,11 @@ func pluginResponder(t *tenants.Tenant) fakellm.Responder {
 	return func(r fakellm.Record) fakellm.Response {
 		if last := lastMessage(r); last["role"] == "user" {
 			text, _ := last["content"].(string)
-			if raw, ok := strings.CutPrefix(text, pluginPrompt); ok {
+			if rest, ok := strings.CutPrefix(text, pluginPrompt); ok {
+				tool, raw, _ := strings.Cut(rest, " ")
 				var args pluginArgs
 				if json.Unmarshal([]byte(raw), &args) == nil {
-					return fakellm.ToolCall(pluginProbeTool, args)
+					return fakellm.ToolCall(tool, args)
 				}
 			}
 		}
@@ -181,54 +184,66 @@ type pluginState struct {
 	tags      map[string]string // the tag each tenant's first session stored
 }
 
-// probePlugin runs one PLUGIN-PROBE turn of t's session sid and returns
-// the plugin's dump, checking what must hold of any dump: the plugin ran
-// outside the server's process, in t's home, with t's environment, and
-// (sandboxed) read only t's own home.
-func (e *Env) probePlugin(c *harness.Conn, t *tenants.Tenant, sid, tag string, st *pluginState) pluginDump {
+// probeTurn runs one PLUGIN-PROBE turn of t's session sid and returns
+// the probe plugin's dump, checking what must hold of any dump: the plugin
+// ran outside the server's process, in t's home, with t's environment, and
+// (sandboxed) read only t's own home. A check whose ability the probe
+// plugin lacks is skipped with its reason.
+func (e *Env) probeTurn(c *harness.Conn, t *tenants.Tenant, sid, tag string, st *pluginState) pluginDump {
 	e.T.Helper()
+	pp := e.probePlugin()
 	var read []string
 	for _, u := range e.Tenants {
 		read = append(read, filepath.Join(u.Home, ".env"))
 	}
 	args, _ := json.Marshal(pluginArgs{Tag: tag, Read: read})
-	e.Prompt(c, t, sid, pluginPrompt+string(args))
+	e.Prompt(c, t, sid, pluginPrompt+pp.Tools.Probe+" "+string(args))
 	d := e.lastPluginDump(t)
-	where := invariants.Where{Label: "plugin " + PluginName + " of " + t.Name}
-	if d.Pid == e.Server.Pid() {
-		e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Where: where,
-			Detail: fmt.Sprintf("the plugin ran inside the pooled server's process (pid %d)", d.Pid)})
-	}
-	if d.Cwd != t.Home {
-		e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Where: where,
-			Detail: fmt.Sprintf("the plugin host runs in %q, not its profile's home %q", d.Cwd, t.Home)})
+	where := invariants.Where{Label: "plugin " + pp.Name + " of " + t.Name}
+	if !e.lacks(harness.AbilityWhere, string(invariants.PluginBoundary)) {
+		if d.Pid == e.Server.Pid() {
+			e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Where: where,
+				Detail: fmt.Sprintf("the plugin ran inside the pooled server's process (pid %d)", d.Pid)})
+		}
+		if d.Cwd != t.Home {
+			e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Where: where,
+				Detail: fmt.Sprintf("the plugin host runs in %q, not its profile's home %q", d.Cwd, t.Home)})
+		}
 	}
 	// Positive controls: the dump is this tenant's environment, and its
-	// own home is readable.
-	env := "\n" + strings.Join(d.Env, "\n") + "\n"
-	if !strings.Contains(env, "\nTENANT_MARKER="+t.Value(tenants.EnvMarker)+"\n") ||
-		!strings.Contains(env, "\n"+t.Value(tenants.EnvName)+"=") {
-		e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: where,
-			Detail: "the plugin's environment does not show its own env marker and env name"})
+	// own home is readable. Foreign canaries in it are the request scan's.
+	if !e.lacks(harness.AbilityEnv, string(invariants.Control)) {
+		env := "\n" + strings.Join(d.Env, "\n") + "\n"
+		if !strings.Contains(env, "\nTENANT_MARKER="+t.Value(tenants.EnvMarker)+"\n") ||
+			!strings.Contains(env, "\n"+t.Value(tenants.EnvName)+"=") {
+			e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: where,
+				Detail: "the plugin's environment does not show its own env marker and env name"})
+		}
 	}
-	own := filepath.Join(t.Home, ".env")
-	if d.Reads[own] != "ok" {
-		e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: where,
-			Detail: fmt.Sprintf("the plugin could not read its own home: %s", d.Reads[own])})
-	}
-	if st.sandboxed {
-		for _, u := range e.Tenants {
-			p := filepath.Join(u.Home, ".env")
-			if u != t && d.Reads[p] == "ok" {
-				e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Owner: u.Name, Where: where,
-					Detail: fmt.Sprintf("the sandboxed plugin read %s's home (%s)", u.Name, p)})
+	if !e.lacks(harness.AbilityRead, string(invariants.PluginBoundary)) {
+		own := filepath.Join(t.Home, ".env")
+		if d.Reads[own] != "ok" {
+			e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: where,
+				Detail: fmt.Sprintf("the plugin could not read its own home: %s", d.Reads[own])})
+		}
+		if st.sandboxed {
+			for _, u := range e.Tenants {
+				p := filepath.Join(u.Home, ".env")
+				if u != t && d.Reads[p] == "ok" {
+					e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Owner: u.Name, Where: where,
+						Detail: fmt.Sprintf("the sandboxed plugin read %s's home (%s)", u.Name, p)})
+				}
 			}
 		}
 	}
-	e.checkLLMFacade(t, tag, where)
-	if want := "NESTED-CWD=" + t.Workdir; !strings.Contains(d.Nested, want) {
-		e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name, Where: where,
-			Detail: fmt.Sprintf("the plugin's nested terminal call did not run in its session's shell (%q)", truncateText(d.Nested, 200))})
+	if !e.lacks(harness.AbilityLLM, string(invariants.Request)) {
+		e.checkLLMFacade(t, tag, where)
+	}
+	if !e.lacks(harness.AbilityNested, string(invariants.SessionContext)) {
+		if want := "NESTED-CWD=" + t.Workdir; !strings.Contains(d.Nested, want) {
+			e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name, Where: where,
+				Detail: fmt.Sprintf("the plugin's nested terminal call did not run in its session's shell (%q)", truncateText(d.Nested, 200))})
+		}
 	}
 	return d
 }
@@ -246,7 +261,7 @@ func (e *Env) lastPluginDump(t *tenants.Tenant) pluginDump {
 			}
 			content, _ := msgs[j]["content"].(string)
 			var d pluginDump
-			if err := json.Unmarshal([]byte(content), &d); err != nil || d.Pid == 0 {
+			if err := json.Unmarshal([]byte(content), &d); err != nil || !strings.HasPrefix(strings.TrimSpace(content), "{") {
 				e.T.Fatalf("%s: the plugin probe did not answer with its dump: %s", t.Name, truncateText(content, 500))
 			}
 			return d
@@ -261,6 +276,56 @@ func truncateText(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// installProbePlugin installs the target's probe plugin into every
+// tenant's home, each plugin host under the harness's bubblewrap launcher
+// where the install takes one and bubblewrap works here; st.sandboxed
+// says whether the checks that a plugin reads no other home are made.
+func (e *Env) installProbePlugin(st *pluginState) {
+	e.T.Helper()
+	pp := e.probePlugin()
+	launch := pp.UsesLauncher()
+	why := ""
+	if launch {
+		why = bwrapUnusable(e)
+	}
+	switch {
+	case pp.Confined:
+		st.sandboxed = true
+	case !launch:
+		e.skip("plugin_sandbox", "the probe plugin "+pp.Name+"'s install takes no launcher and the target does not declare its plugin hosts confined: the check that a plugin cannot read another tenant's home was not made")
+	case why != "":
+		e.skip("plugin_sandbox", why+": the launcher check that a plugin cannot read another tenant's home was not made")
+	default:
+		st.sandboxed = true
+	}
+	ctx, cancel := e.ctx(2 * time.Minute)
+	defer cancel()
+	for _, t := range e.Tenants {
+		vars := map[string]any{harness.BwrapLauncherVar: ""}
+		if launch && why == "" {
+			launcher := []any{}
+			for _, a := range bwrapLauncher(e.Box.Root, t, e.Box.Set.Layout.ProfilesDir) {
+				launcher = append(launcher, a)
+			}
+			vars[harness.BwrapLauncherVar] = launcher
+		}
+		if err := e.Box.InstallProbePlugin(ctx, pp, t, vars); err != nil {
+			e.T.Fatalf("%v", err)
+		}
+	}
+}
+
+// noHostToKill records, when the probe plugin names no host process to
+// find, that the host-death checks were not made, and reports it.
+func (e *Env) noHostToKill() bool {
+	pp := e.probePlugin()
+	if pp.HostCmdline != "" {
+		return false
+	}
+	e.skipRow(string(invariants.PluginBoundary), "the probe plugin "+pp.Name+" names no host_cmdline: no plugin host of a tenant can be found to kill, and the host-death checks were not made")
+	return true
 }
 
 func pluginHosts() Spec {
@@ -279,31 +344,7 @@ func pluginHosts() Spec {
 			{Name: "install", Run: func(e *Env) {
 				st := &pluginState{hostID: map[string]string{}, tags: map[string]string{}}
 				e.pluginSt = st
-				if why := bwrapUnusable(e); why != "" {
-					e.skip("plugin_sandbox", why+": the launcher check that a plugin cannot read another tenant's home was not made")
-				} else {
-					st.sandboxed = true
-				}
-				for _, t := range e.Tenants {
-					plugins := map[string]any{"enabled": []any{PluginName}, "isolation": "host"}
-					if st.sandboxed {
-						launcher := []any{}
-						for _, a := range bwrapLauncher(e.Box.Root, t, e.Box.Set.Layout.ProfilesDir) {
-							launcher = append(launcher, a)
-						}
-						plugins["host"] = map[string]any{"launcher": launcher}
-					}
-					err := e.Box.WriteHome(t, tenants.HomeExtras{
-						Config: map[string]any{"plugins": plugins},
-						Files: map[string]string{
-							"plugins/" + PluginName + "/plugin.yaml": "name: " + PluginName + "\nversion: \"1.0\"\nkind: general\n",
-							"plugins/" + PluginName + "/plugin.go":   pluginSource,
-						},
-					})
-					if err != nil {
-						e.T.Fatalf("install the plugin for %s: %v", t.Name, err)
-					}
-				}
+				e.installProbePlugin(st)
 				e.ServePerTenant()
 				e.OpenSessions()
 			}},
@@ -314,14 +355,17 @@ func pluginHosts() Spec {
 					if err != nil {
 						e.T.Fatalf("%v", err)
 					}
-					d := e.probePlugin(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
+					d := e.probeTurn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
 					st.hostID[t.Name], st.tags[t.Name] = d.Host, tag.Value
-					if d.Prev != "" {
+					if d.Prev != "" && !e.lacks(harness.AbilityState, string(invariants.SessionContext)) {
 						e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name,
 							Detail: fmt.Sprintf("a new session's first plugin call found state %q", d.Prev)})
 					}
 				}
 				// One host per profile: every tenant's host is its own process.
+				if e.lacks(harness.AbilityWhere, string(invariants.PluginBoundary)) {
+					return
+				}
 				seen := map[string]string{}
 				for name, host := range st.hostID {
 					if other, ok := seen[host]; ok {
@@ -342,19 +386,22 @@ func pluginHosts() Spec {
 					if err != nil {
 						e.T.Fatalf("%v", err)
 					}
-					d := e.probePlugin(c, t, s.SessionID, tag.Value, st)
-					if d.Prev != "" {
+					d := e.probeTurn(c, t, s.SessionID, tag.Value, st)
+					if d.Prev != "" && !e.lacks(harness.AbilityState, string(invariants.SessionContext)) {
 						e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name,
 							Where:  invariants.Where{Label: "session " + s.SessionID},
 							Detail: fmt.Sprintf("the plugin's nested state call ran as another session: it found %q (the first session stored %q)", d.Prev, st.tags[t.Name])})
 					}
-					if d.Host != st.hostID[t.Name] {
+					if d.Host != st.hostID[t.Name] && e.probePlugin().Lacks(harness.AbilityWhere) == "" {
 						e.T.Errorf("%s: the second session got plugin host %s, the first %s: want one host per profile", t.Name, d.Host, st.hostID[t.Name])
 					}
 				}
 			}},
 			{Name: "kill-one-host", Run: func(e *Env) {
 				st := e.pluginSt
+				if e.noHostToKill() {
+					return
+				}
 				victim := e.Tenants[len(e.Tenants)-1]
 				killed := st.hostID[victim.Name]
 				hosts := pluginHostsOf(e, victim) // real pids: the host's own are in its PID namespace
@@ -371,7 +418,7 @@ func pluginHosts() Spec {
 					if err != nil {
 						e.T.Fatalf("%v", err)
 					}
-					d := e.probePlugin(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
+					d := e.probeTurn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
 					switch {
 					case t == victim && d.Host == killed:
 						e.T.Errorf("%s: still answered by the killed host %s", t.Name, killed)

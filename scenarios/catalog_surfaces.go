@@ -559,7 +559,7 @@ func pluginSurfaces() Spec {
 		Focus:     []Invariant{Requests, Files},
 		Snapshots: perTenant(0),
 		Timeout:   5 * time.Minute,
-		Needs:     []Need{NeedFiles, NeedPlugins, NeedRestart},
+		Needs:     []Need{NeedFiles, NeedPlugins, NeedAgentdPlugins, NeedRestart},
 		Responder: surfacesResponder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {

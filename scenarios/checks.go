@@ -33,6 +33,8 @@ func (e *Env) ScopedWrite(what string, t *tenants.Tenant, expected []string, wri
 	if err != nil {
 		e.T.Fatalf("snapshot homes after %s: %v", what, err)
 	}
+	// The server's own files (server_files) change with any write.
+	expected = append(expected, invariants.ServerFilePatterns(e.Box.Set.LaunchHome, e.Box.Target.ServerFiles)...)
 	fs := invariants.WriteScopeChanges(e.Box.Set, t.Name, before, after, expected...)
 	e.mu.Lock()
 	e.pending = append(e.pending, fs...)
@@ -91,7 +93,7 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 	}
 	// 3. Files under every home.
 	if e.Box.Target.Files {
-		out = append(out, chk.FileLeaks(ctx, e.Box.Set)...)
+		out = append(out, chk.FileLeaks(ctx, e.Box.Set, invariants.ServerFiles(e.Box.Set.LaunchHome, e.Box.Target.ServerFiles)...)...)
 		counts.Files, counts.Bytes = treeSize(e.Box.Set.LaunchHome)
 	} else {
 		e.skip(string(Files), "the target's files are not reachable from the harness")

@@ -56,6 +56,7 @@ type Env struct {
 	noisyRun *noisyRun                        // noisy-neighbour: its flood's spec, machine control and neighbours, per run
 	hostile  *hostileState                    // hostile-tools, hostile-plugin: each tenant's write canary, per run
 	pluginSt *pluginState                     // what plugin-hosts learnt of the hosts
+	probePl  *harness.ProbePlugin             // the target's probe plugin (probePlugin)
 	llmgw    *gatewayRun                      // the gateway family's gateway and controls
 	surfaces *surfacesState                   // what plugin-surfaces did and expects its plugins to have seen
 	chains   *chainState                      // hostile-chains: what the target can run of the chains

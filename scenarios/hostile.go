@@ -164,7 +164,7 @@ func everyCanary(ts []*tenants.Tenant) []tenants.Canary {
 }
 
 // pluginHostsOf lists the live plugin hosts of t: processes whose command
-// line runs a plugin host and whose environment is t's (its provider key,
+// line is a host's (the probe plugin's host_cmdline) and whose environment is t's (its provider key,
 // or its home as AGENTD_HOME). Only the hosts themselves are listed, not
 // the launchers around them (bwrap, agentd's Landlock sandbox-exec, whose
 // command lines name the host's too): a plugin host that crashes or is
@@ -176,7 +176,7 @@ func pluginHostsOf(e *Env, t *tenants.Tenant) []procgroup.Carrier {
 	seen := map[int]bool{}
 	var found []procgroup.Carrier
 	for _, p := range procgroup.Carrying(needles) {
-		if strings.Contains(p.Cmdline, "plugin-host") && !seen[p.Pid] {
+		if e.probePlugin().IsHost(p.Cmdline) && !seen[p.Pid] {
 			seen[p.Pid] = true
 			found = append(found, p)
 		}

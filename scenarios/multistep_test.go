@@ -13,8 +13,8 @@ import (
 // checkChainDetections: in each fault's run of hostile-chains (the
 // self-test's), every chain row that fault re-opens finds its own leak: a
 // finding of the row's expected invariant whose evidence is the row's own
-// (Report.Chains: the requests, frames and files of the time it ran, in
-// its attacker's places or carrying its attacker's canaries). A row that
+// (Report.Chains: the requests, frames and files of the time it ran that
+// it caused itself: see attributeChains). A row that
 // did not run, or was not found, fails the test by name. A row that
 // another of agentd's defences still stops (Chain.OtherDefence) must not be
 // found by its fault alone (were it found, the reason it gives would be

@@ -107,6 +107,9 @@ func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns [
 		places := invariants.SharedPlaces(e.Box.Set, e.Box.Logs)
 		control("shared places include the target's cwd and TMPDIR", slices.Contains(places, e.Box.Cwd) && slices.Contains(places, e.Box.Tmp),
 			fmt.Sprintf("listed: %v", places))
+		// The server's own files in the launch home (server_files) are
+		// nobody's home: a shared place.
+		places = append(places, invariants.ServerFiles(e.Box.Set.LaunchHome, e.Box.Target.ServerFiles)...)
 		out = append(out, chk.SharedPlaceLeaks(ctx, places)...)
 		// The machine's temp folder: only entries the run can pin on the
 		// target are listed, and one that cannot be read is not the

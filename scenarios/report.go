@@ -86,8 +86,9 @@ type Report struct {
 
 // ChainRow is one multi-step attack as it ran. Found lists the invariants
 // of the findings whose evidence lies in what the row produced: the
-// provider requests, frames and files of the time it ran, in the
-// attacker's places or carrying the attacker's canaries.
+// provider requests, frames and files of the time it ran that the row
+// caused itself (the write canary minted for it, or another tenant's
+// canary new to the attacker's places).
 type ChainRow struct {
 	Row      string                 `json:"row"`
 	Attacker string                 `json:"attacker,omitempty"`

@@ -21,7 +21,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 // and no process of any run left behind.
 func TestCatalogAgainstAgentd(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Target: agentdTarget(), Tenants: 3}
+	cfg := Config{Target: agentdRaceTarget(), Tenants: 3}
 	for _, spec := range Default().All() {
 		t.Run(spec.ID, func(t *testing.T) {
 			t.Parallel()

@@ -87,6 +87,7 @@ func TestCatalogAgainstDialectServerTransports(t *testing.T) {
 			require.Equal(t, 0, code, "summary:\n%s\nstderr:\n%s", summary, stderr)
 			for _, want := range []string{
 				"| profile-lifecycle | pass |", "| stdio-separate | pass |", "| concurrent-turns | pass |",
+				"| plugin-hosts | pass |", "| hostile-plugin | pass |",
 				"pooled-serve: the whole scenario: cron.create is unsupported by the target: dialectserver has no cron",
 			} {
 				assert.Contains(t, summary, want)

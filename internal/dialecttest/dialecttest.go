@@ -22,18 +22,37 @@ func testdata() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "harness", "testdata")
 }
 
-// Build compiles the server into dir and returns the binary's path.
+// Build compiles the server into dir and returns the binary's path. Its
+// probe plugin is built beside it (ProbeDir): the folder a target file's
+// probe_plugin.source names.
 func Build(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "dialectserver")
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./dialectserver")
-	cmd.Dir = testdata()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build dialectserver: %w\n%s", err, out)
+	probe := ProbeDir(bin)
+	if err := os.MkdirAll(probe, 0o755); err != nil {
+		return "", fmt.Errorf("build dialectprobe: %w", err)
+	}
+	manifest, err := os.ReadFile(filepath.Join(testdata(), "dialectprobe", "plugin.json"))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(probe, "plugin.json"), manifest, 0o644)
+	}
+	if err != nil {
+		return "", fmt.Errorf("build dialectprobe: %w", err)
+	}
+	for _, b := range [][2]string{{bin, "./dialectserver"}, {filepath.Join(probe, "dialectprobe"), "./dialectprobe"}} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", b[0], b[1])
+		cmd.Dir = testdata()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s: %w\n%s", b[1], err, out)
+		}
 	}
 	return bin, nil
 }
+
+// ProbeDir is the folder of the probe plugin Build made beside bin: its
+// plugin.json and executable.
+func ProbeDir(bin string) string { return filepath.Join(filepath.Dir(bin), "dialectprobe-plugin") }
 
 // The server's target files in harness/testdata.
 const (
@@ -46,7 +65,8 @@ const (
 )
 
 // TargetFile writes the server's target file (File), with bin as its
-// binary and each edit (old, new) applied, into dir and returns its path.
+// binary (and @PROBE@ as the probe plugin Build made beside it) and each
+// edit (old, new) applied, into dir and returns its path.
 func TargetFile(dir, bin string, edits ...string) (string, error) {
 	return TargetFileOf(File, dir, bin, edits...)
 }
@@ -82,6 +102,7 @@ func TargetFileOf(name, dir, bin string, edits ...string) (string, error) {
 		return "", fmt.Errorf("read dialect target: %w", err)
 	}
 	text := strings.ReplaceAll(string(data), "@BIN@", bin)
+	text = strings.ReplaceAll(text, "@PROBE@", ProbeDir(bin))
 	for i := 0; i+1 < len(edits); i += 2 {
 		if !strings.Contains(text, edits[i]) {
 			return "", fmt.Errorf("dialect target has no %q to edit", edits[i])

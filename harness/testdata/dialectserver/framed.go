@@ -91,6 +91,7 @@ func serveLines(mk func(write func([]byte) error, read func() ([]byte, error)) *
 		return sc.Bytes(), nil
 	})
 	var wg sync.WaitGroup
+	defer stopPlugins()
 	c.serve(ctx, &wg)
 	wg.Wait()
 	return nil

@@ -7,8 +7,10 @@
 // first turn, a shell tool named exec{cmd}, the provider key read from
 // model.token ("${VAR}" expanded from the profile's .env), profiles made
 // and removed by a command (profile add|rm NAME), and an unknown profile
-// falling back to the launch profile. framed.go adds a second transport:
-// framed websocket messages, and an HTTP chat selecting the agent by model.
+// falling back to the launch profile. Its plugins are executables
+// speaking JSON lines, one host per tenant (plugins.go). framed.go adds a
+// second transport: framed websocket messages, and an HTTP chat selecting
+// the agent by model.
 //
 // With DIALECT_LEAK=1 it leaks: every reply.done of a named profile's
 // session carries the launch profile's .env values (a positive control).
@@ -177,6 +179,7 @@ func serve(host, port string) error {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
+	defer stopPlugins()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -377,6 +380,7 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 		keyEnv = readDotEnv(launchHome())
 	}
 	key := varRE.ReplaceAllStringFunc(cfg.Model.Token, func(m string) string { return keyEnv[m[2:len(m)-1]] })
+	serverLog(s, key)
 	if !s.probed {
 		s.probed = true
 		// A metadata probe without a key, as real clients make.
@@ -399,7 +403,7 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 		rounds = 20 // a wrapping server loops longer than the provider's bound
 	}
 	for range rounds {
-		msg, err := complete(ctx, cfg, key, msgs)
+		msg, err := complete(ctx, cfg, key, msgs, pluginToolSpecs(s.home))
 		if err != nil {
 			fail(err)
 			return
@@ -429,6 +433,8 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 			out := "unknown tool " + name
 			if cmd, _ := args["cmd"].(string); name == "exec" && cmd != "" {
 				out = shell(ctx, cfg.Terminal.Cwd, dotenv, cmd)
+			} else if res, ok := callPlugin(ctx, s, cfg, dotenv, name, args); ok {
+				out = res
 			}
 			c.event("step.end", s.id, map[string]any{"tool": name, "input": args})
 			if wrapping() != "lose-results" {
@@ -463,13 +469,13 @@ func persist(s *session, msgs []any) {
 	}
 }
 
-func complete(ctx context.Context, cfg config, key string, msgs []any) (map[string]any, error) {
+func complete(ctx context.Context, cfg config, key string, msgs []any, more []any) (map[string]any, error) {
 	body, _ := json.Marshal(map[string]any{
 		"model": cfg.Model.Default, "messages": msgs,
-		"tools": []any{map[string]any{"type": "function", "function": map[string]any{
+		"tools": append([]any{map[string]any{"type": "function", "function": map[string]any{
 			"name": "exec", "description": "run a shell command",
 			"parameters": map[string]any{"type": "object", "properties": map[string]any{"cmd": map[string]any{"type": "string"}}},
-		}}},
+		}}}, more...),
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.Model.BaseURL+"/chat/completions", bytes.NewReader(body))
 	if err != nil {

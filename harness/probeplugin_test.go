@@ -1,0 +1,77 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// A probe_plugin block is validated when the file loads: its folder, one
+// way to install, its tools, and a reason for every ability it lacks.
+func TestProbePluginValidates(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "probe"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "probe", "run"), []byte("#!/bin/sh\n"), 0o755))
+	base := "name: x\nstdio: [x]\nprobe_plugin:\n  name: p\n  source: \"{target_dir}/probe\"\n  tools: {probe: pr, hostile: ho}\n"
+	load := func(extra string) error {
+		path := filepath.Join(dir, "t.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(base+extra), 0o644))
+		_, err := LoadTarget(path)
+		return err
+	}
+	require.NoError(t, load("  install: {path: plugins/p}\n  unsupported: {llm: none here}\nserver_files: [logs/, state.db*]\n"))
+	for extra, want := range map[string]string{
+		"  install: {path: plugins/p, hook: [cp]}\n":                                       "exactly one of path",
+		"  install: {path: ../p}\n":                                                        "inside the tenant's home",
+		"  install: {path: p}\n  unsupported: {teleport: no}\n":                            `unknown ability "teleport"`,
+		"  install: {path: p}\n  unsupported: {llm: \" \"}\n":                              "unsupported.llm: give the reason",
+		"  install: {path: p, config: {a: \"{nope}\"}}\n":                                  "unknown placeholder(s) {nope}",
+		"  install: {path: p}\n  host_cmdline: \"(\"\n":                                    "host_cmdline",
+		"  install: {path: p}\nserver_files: [/etc/x]\n":                                   "not a glob inside the launch home",
+		"  install: {path: p}\ndialect: {methods: {plugins.install: {unsupported: no}}}\n": "drop one",
+	} {
+		err := load(extra)
+		require.Error(t, err, extra)
+		assert.Contains(t, err.Error(), want, extra)
+	}
+}
+
+// The install copies the plugin's folder into the home (an executable
+// stays one) and merges its config, {bwrap_launcher} filled or dropped.
+func TestInstallProbePlugin(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "probe")
+	require.NoError(t, os.MkdirAll(filepath.Join(src, "lib"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "run"), []byte("#!/bin/sh\n"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "lib", "a.txt"), []byte("a"), 0o644))
+	tg := echoTarget("sh", "-c", `echo "$AGENTD_HOME/profiles"`)
+	tg.ProbePlugin = &ProbePlugin{Name: "p", Source: src, Tools: PluginTools{Probe: "pr", Hostile: "ho"},
+		Install: PluginInstall{Path: "plugins/{tenant}", Config: map[string]any{"plugins": map[string]any{
+			"enabled": []any{"p"}, "launcher": "{bwrap_launcher}"}}}}
+	box, err := NewSandbox(t.Context(), filepath.Join(dir, "box"), tg, SandboxOptions{Tenants: tenants.Options{Names: []string{"default", "alpha"}, NoProviders: true}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = box.Close() })
+	a, b := box.Set.Tenants[0], box.Set.Tenants[1]
+	require.NoError(t, box.InstallProbePlugin(t.Context(), tg.ProbePlugin, a, map[string]any{BwrapLauncherVar: []any{"bwrap", "--x"}}))
+	require.NoError(t, box.InstallProbePlugin(t.Context(), tg.ProbePlugin, b, map[string]any{BwrapLauncherVar: ""}))
+	st, err := os.Stat(filepath.Join(a.Home, "plugins", a.Name, "run"))
+	require.NoError(t, err)
+	assert.NotZero(t, st.Mode()&0o100, "the executable stays executable")
+	got, err := os.ReadFile(filepath.Join(b.Home, "plugins", b.Name, "lib", "a.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "a", string(got))
+	cfgA, err := os.ReadFile(filepath.Join(a.Home, "config.yaml"))
+	require.NoError(t, err)
+	assert.Contains(t, string(cfgA), "--x")
+	cfgB, err := os.ReadFile(filepath.Join(b.Home, "config.yaml"))
+	require.NoError(t, err)
+	assert.True(t, strings.Contains(string(cfgB), "enabled") && !strings.Contains(string(cfgB), "launcher"), "%s", cfgB)
+}

@@ -1,0 +1,58 @@
+package invariants
+
+import (
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Server-wide files are files and folders in the launch profile's home
+// that belong to the server, not to a tenant (its logs, locks, shared
+// caches: a target file's server_files, globs relative to the launch home,
+// one ending in "/" naming a folder and everything under it). A write
+// there is no write-scope finding (ServerFilePatterns are absolute
+// patterns for WriteScopeChanges); they are not the launch tenant's home
+// either: FileLeaks leaves them to SharedPlaceLeaks, which finds any
+// tenant's secret there (ServerFiles lists them).
+
+// ServerFilePatterns are globs, relative to launchHome, as the absolute
+// patterns WriteScopeChanges takes.
+func ServerFilePatterns(launchHome string, globs []string) []string {
+	out := make([]string, 0, len(globs))
+	for _, g := range globs {
+		p := filepath.Join(launchHome, g)
+		if strings.HasSuffix(g, "/") {
+			p += "/"
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// ServerFiles are the existing files and folders globs (relative to
+// launchHome) match, sorted.
+func ServerFiles(launchHome string, globs []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, g := range globs {
+		m, _ := filepath.Glob(filepath.Join(launchHome, strings.TrimSuffix(g, "/")))
+		for _, p := range m {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// inServerFiles reports whether path is one of paths or under one.
+func inServerFiles(path string, paths []string) bool {
+	for _, p := range paths {
+		if within(path, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,169 @@
+package scenarios
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/harness/attack"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// TestChainRowWithoutItsEffectIsNotCredited: with home-follows-links on,
+// persist-log-to-soul leaves its attacker's log lines in its victim's
+// SOUL.md, and that victim attacks next with link-cache, whose effect is
+// switched off here (its cache folder is not linked: the steps only make
+// its model-provider plugin its provider). The row must not be credited
+// with what the earlier row left in its attacker's places; the earlier
+// row, which did land, is (the positive control: the leftovers were there
+// to be mistaken).
+func TestChainRowWithoutItsEffectIsNotCredited(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("a run of hostile-chains")
+	}
+	var chains []attack.Chain
+	for _, ch := range attack.Chains() {
+		if ch.Fault != attack.FaultHomeFollowsLinks || ch.Trigger != attack.OnRestart && ch.Trigger != attack.OnCrash {
+			continue
+		}
+		if ch.ID == "link-cache" {
+			ch.Steps = ch.Steps[1:] // no link: the plugin's cache stays in its own home
+			ch.Restore = []string{"{config}"}
+		}
+		chains = append(chains, ch)
+	}
+	require.NotEmpty(t, chains)
+	rep := runOne(t, chainsSpec(chains), withEnv(agentdTarget(), FaultEnv(attack.FaultHomeFollowsLinks)))
+	row := func(id string) ChainRow {
+		i := slices.IndexFunc(rep.Chains, func(r ChainRow) bool { return r.Row == id })
+		require.GreaterOrEqual(t, i, 0, "row %s did not run: %v", id, rep.Chains)
+		return rep.Chains[i]
+	}
+	earlier, later := row("persist-log-to-soul"), row("link-cache")
+	require.Equal(t, earlier.Victim, later.Attacker, "the test needs link-cache's attacker to be persist-log-to-soul's victim: %+v, %+v", earlier, later)
+	assert.Contains(t, earlier.Found, invariants.File, "persist-log-to-soul landed (the leftovers the later row could be credited with): %+v", earlier)
+	assert.Empty(t, later.Found, "link-cache, its effect switched off, was credited with %v: %v", later.Found, later.Evidence)
+}
+
+// TestAttributeChainsCreditsOnlyTheRowsOwnEffect: attributeChains over
+// runs and findings made by hand, each finding one way a row could be
+// credited with what it did not cause, beside the same evidence when the
+// row did cause it (so each rule is shown to be what tells them apart).
+func TestAttributeChainsCreditsOnlyTheRowsOwnEffect(t *testing.T) {
+	alpha, beta, dflt := &tenants.Tenant{Name: "alpha"}, &tenants.Tenant{Name: "beta"}, &tenants.Tenant{Name: "default"}
+	const soul, cache = "/h/beta/SOUL.md", "/h/default/plugin_host/m.json"
+	window := func() *chainWindow {
+		return &chainWindow{reqs: map[string][2]int{"alpha": {0, 9}, "beta": {0, 9}, "default": {0, 9}},
+			files:  map[string][2]int64{soul: {100, 400}, cache: {-1, 300}},
+			frames: map[string][2]int{}, direct: map[string]bool{}}
+	}
+	run := func(id string, a, v *tenants.Tenant, stale *staleSet) *chainRun {
+		return &chainRun{ch: attack.Chain{ID: id}, a: a, v: v, phase: "restart", kind: chainRowKind(id), stale: stale, window: window()}
+	}
+	clean := func() *staleSet { return &staleSet{feed: map[string]bool{}, files: map[string]map[string]bool{}} }
+	req := func(tenant, owner string, kind tenants.Kind) invariants.Finding {
+		return invariants.Finding{Invariant: invariants.Request, Tenant: tenant, Owner: owner, Kind: kind, Where: invariants.Where{Request: intp(3)}}
+	}
+	file := func(tenant, owner string, kind tenants.Kind, path string, off int64) invariants.Finding {
+		return invariants.Finding{Invariant: invariants.File, Tenant: tenant, Owner: owner, Kind: kind, Where: invariants.Where{Path: path, Offset: &off}}
+	}
+	credited := func(runs []*chainRun, f invariants.Finding) []string {
+		found, _ := attributeChains([]PhaseReport{{Name: "restart", Findings: []invariants.Finding{f}}}, runs, nil)
+		var out []string
+		for i, r := range runs {
+			if found[i][f.Invariant] > 0 {
+				out = append(out, r.ch.ID)
+			}
+		}
+		return out
+	}
+	leftover := clean()
+	leftover.feed["alpha"] = true
+	tests := []struct {
+		name string
+		runs []*chainRun
+		f    invariants.Finding
+		want []string
+	}{
+		// The case of issue 21: the attacker's requests carry what an
+		// earlier row left in its SOUL.md.
+		{"another tenant's canary its attacker's files held as it began", []*chainRun{run("link-cache", beta, dflt, leftover)},
+			req("beta", "alpha", tenants.Model), nil},
+		{"another tenant's canary new to its attacker's places", []*chainRun{run("link-cache", beta, dflt, clean())},
+			req("beta", "alpha", tenants.Model), []string{"link-cache"}},
+		{"its attacker's canary of an earlier row", []*chainRun{run("link-cache", beta, dflt, clean())},
+			file("default", "beta", chainRowKind("persist-log-to-soul"), cache, 10), nil},
+		{"its attacker's canary of another kind", []*chainRun{run("link-cache", beta, dflt, clean())},
+			file("default", "beta", tenants.Model, cache, 10), nil},
+		{"its own canary", []*chainRun{run("link-cache", beta, dflt, clean())},
+			file("default", "beta", chainRowKind("link-cache"), cache, 10), []string{"link-cache"}},
+		// A restart round: alpha's row writes into beta's SOUL.md while
+		// beta's row runs; neither is credited with alpha's model there.
+		{"a canary of a tenant that attacked the place in the same window",
+			[]*chainRun{run("persist-log-to-soul", alpha, beta, clean()), run("link-cache", beta, dflt, clean())},
+			file("beta", "alpha", tenants.Model, soul, 150), nil},
+		{"what the server wrote after the window closed", []*chainRun{run("persist-state", beta, dflt, clean())},
+			file("beta", "alpha", tenants.Model, soul, 400), nil},
+		{"a row that never began", []*chainRun{run("link-cache", beta, dflt, nil)},
+			req("beta", "default", tenants.Model), nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, credited(tc.runs, tc.f))
+		})
+	}
+	t.Run("a finding made for the row", func(t *testing.T) {
+		r := run("persist-log-to-soul", alpha, beta, clean())
+		f := file("beta", "alpha", tenants.Model, soul, 150)
+		r.window.direct[f.String()] = true
+		assert.Equal(t, []string{"persist-log-to-soul"}, credited([]*chainRun{r}, f))
+	})
+}
+
+func intp(i int) *int { return &i }
+
+// TestHomeFilesFollowNoLink: the clean slate reads and puts back a home's
+// files beneath it, never through a link the tenant made (its target,
+// another home, is left as it was).
+func TestHomeFilesFollowNoLink(t *testing.T) {
+	home, other := t.TempDir(), t.TempDir()
+	target := filepath.Join(other, ".env")
+	require.NoError(t, os.WriteFile(target, []byte("SECRET=other\n"), 0o600))
+	require.NoError(t, os.Symlink(target, filepath.Join(home, "SOUL.md")))
+	_, exists, err := readHomeFile(home, "SOUL.md")
+	assert.True(t, exists)
+	assert.ErrorIs(t, err, errNotRegular)
+	data, exists, err := readHomeFile(home, "MEMORY.md")
+	assert.NoError(t, err)
+	assert.False(t, exists)
+	assert.Nil(t, data)
+
+	require.NoError(t, putHomeFile(home, "SOUL.md", []byte("own soul\n"), true))
+	st, err := os.Lstat(filepath.Join(home, "SOUL.md"))
+	require.NoError(t, err)
+	assert.True(t, st.Mode().IsRegular(), "the link is replaced by the file, not written through")
+	got, err := os.ReadFile(target)
+	require.NoError(t, err)
+	assert.Equal(t, "SECRET=other\n", string(got), "the link's target is untouched")
+	data, exists, err = readHomeFile(home, "SOUL.md")
+	require.NoError(t, err)
+	assert.True(t, exists)
+	assert.Equal(t, "own soul\n", string(data))
+
+	// A file that was not there goes; a parent that is a link out is not
+	// followed.
+	require.NoError(t, putHomeFile(home, "SOUL.md", nil, false))
+	_, err = os.Lstat(filepath.Join(home, "SOUL.md"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	require.NoError(t, os.Symlink(other, filepath.Join(home, "cron")))
+	assert.Error(t, putHomeFile(home, "cron/.env", []byte("x"), true))
+	got, err = os.ReadFile(target)
+	require.NoError(t, err)
+	assert.Equal(t, "SECRET=other\n", string(got))
+}

@@ -1,0 +1,106 @@
+package scenarios
+
+import (
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/attack"
+)
+
+// AgentdProbePlugin is the embedded agentd's probe plugin, the default of
+// a target file with no probe_plugin block: two plugins in agentd's format
+// (Go source run by yaegi in the tenant's plugin host), the probe
+// (PluginName) and harness/attack's hostile plugin, installed under
+// plugins/ in every tenant's home and run in host mode. plugin-hosts hands
+// each host the harness's bubblewrap launcher where it works; the hostile
+// run sets the operator's host limits its hog outruns.
+func AgentdProbePlugin() *harness.ProbePlugin {
+	return &harness.ProbePlugin{
+		Name: PluginName,
+		Files: map[string]string{
+			PluginName + "/plugin.yaml":        "name: " + PluginName + "\nversion: \"1.0\"\nkind: general\n",
+			PluginName + "/plugin.go":          pluginSource,
+			attack.PluginName + "/plugin.yaml": attack.PluginManifest,
+			attack.PluginName + "/plugin.go":   attack.PluginSource,
+		},
+		Install: harness.PluginInstall{
+			Path: "plugins",
+			Config: map[string]any{"plugins": map[string]any{
+				"enabled":   []any{PluginName, attack.PluginName},
+				"isolation": "host",
+				"host":      map[string]any{"launcher": "{" + harness.BwrapLauncherVar + "}"},
+			}},
+			Limits: map[string]any{"plugins": map[string]any{"isolation": "host",
+				"host": map[string]any{"call_timeout": attack.HostCallTimeout, "memory_limit": attack.HostMemoryLimit}}},
+		},
+		Tools:       harness.PluginTools{Probe: pluginProbeTool, Hostile: attack.PluginTool},
+		HostCmdline: "plugin-host",
+	}
+}
+
+// probePluginOf is target's probe plugin: its own, else agentd's.
+func probePluginOf(target harness.Target) *harness.ProbePlugin {
+	if target.ProbePlugin != nil {
+		return target.ProbePlugin
+	}
+	return AgentdProbePlugin()
+}
+
+// probePlugin is the run's probe plugin (made once per Env: its files are
+// read once, and its host pattern compiled once).
+func (e *Env) probePlugin() *harness.ProbePlugin {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.probePl == nil {
+		e.probePl = probePluginOf(e.Box.Target)
+	}
+	return e.probePl
+}
+
+// lacks records, once per reason, that the checks of ability under inv
+// were not made (the probe plugin declares it unsupported), and reports
+// whether it lacks it.
+func (e *Env) lacks(ability, inv string) bool {
+	why := e.probePlugin().Lacks(ability)
+	if why == "" {
+		return false
+	}
+	e.skipRow(inv, "the probe plugin "+e.probePlugin().Name+" cannot "+abilityText[ability]+": "+why)
+	return true
+}
+
+// abilityText says what each ability is, for a skip's reason.
+var abilityText = map[string]string{
+	harness.AbilityWhere:   "report where it runs (pid, parent, host, working folder)",
+	harness.AbilityRead:    "read a path and report what it got",
+	harness.AbilityEnv:     "report its environment",
+	harness.AbilityNested:  "make a nested call into the server as its session",
+	harness.AbilityLLM:     "call the server's LLM facade as its session",
+	harness.AbilityState:   "keep state by key in its session",
+	harness.AbilityHostile: "run a hostile step",
+	harness.AbilityHog:     "hog its host past the call's deadline",
+}
+
+// hostileRows are rows with their calls made to the probe plugin's
+// hostile tool (harness/attack writes them for agentd's).
+func (e *Env) hostileRows(rows []attack.Row) []attack.Row {
+	tool := e.probePlugin().Tools.Hostile
+	out := make([]attack.Row, len(rows))
+	for i, r := range rows {
+		call := r.Call
+		r.Call = func(c attack.Canaries) attack.Call {
+			got := call(c)
+			if got.Tool == attack.PluginTool {
+				got.Tool = tool
+			}
+			return got
+		}
+		out[i] = r
+	}
+	return out
+}
+
+// ping is attack.Ping made to the probe plugin's hostile tool.
+func (e *Env) ping() attack.Call {
+	c := attack.Ping()
+	c.Tool = e.probePlugin().Tools.Hostile
+	return c
+}

@@ -1,0 +1,73 @@
+package scenarios
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/invariants"
+)
+
+// serverFilesSpec has every tenant take a turn, each checked for its write
+// scope: the dialect server (DIALECT_SERVER_LOG) logs every turn in its
+// launch home's logs/server.log.
+func serverFilesSpec() Spec {
+	return Spec{
+		ID:        "server-files",
+		Purpose:   "turns that write the server's own log in the launch home",
+		Backends:  []harness.Backend{harness.BackendServe},
+		Snapshots: perTenant(1),
+		Timeout:   2 * time.Minute,
+		Phases: []Phase{
+			{Name: "turns", Run: func(e *Env) {
+				e.ServePerTenant()
+				e.OpenSessions()
+				for _, t := range e.Tenants {
+					e.ScopedWrite("a turn of "+t.Name, t, []string{"state.db*"}, func() {
+						e.Turn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID)
+					})
+				}
+			}},
+		},
+	}
+}
+
+// A target's server_files are the server's: a write there is no
+// write_scope finding, and a tenant's secret there is a shared_place one.
+func TestServerFilesAreTheServers(t *testing.T) {
+	t.Parallel()
+	declared := "files: true\nserver_files: [logs/]"
+	for _, c := range []struct {
+		name, log, edit string
+		want            invariants.Invariant // "" for a pass
+	}{
+		{"declared", "1", declared, ""},
+		{"undeclared", "1", "files: true", invariants.WriteScope},
+		{"secret-in-declared", "keys", declared, invariants.SharedPlace},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			tg := dialectTarget(t, "files: true", c.edit)
+			tg.Env = map[string]string{"DIALECT_SERVER_LOG": c.log}
+			rep, out := runDialect(t, serverFilesSpec(), tg)
+			log := strings.Join(out.Log, "\n")
+			if c.want == "" {
+				require.Equal(t, Pass, rep.Result, "%s\n%s", rep.Reason, log)
+				return
+			}
+			require.Equal(t, Leak, rep.Result, "%s\n%s", rep.Reason, log)
+			var got []string
+			for _, f := range rep.Findings() {
+				got = append(got, fmt.Sprint(f))
+				require.Equal(t, c.want, f.Invariant, "every finding is the one planted: %s", f)
+				require.Equal(t, filepath.Join("logs", "server.log"), filepath.Join(filepath.Base(filepath.Dir(f.Where.Path)), filepath.Base(f.Where.Path)), "%s", f)
+			}
+			require.NotEmpty(t, got)
+		})
+	}
+}
