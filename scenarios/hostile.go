@@ -113,8 +113,22 @@ func (e *Env) CheckEscapes(ev invariants.Ended) {
 	e.T.Helper()
 	deadline := time.Now().Add(e.Box.Target.EscapeWithin())
 	carriers := invariants.Live(ev) // a scan of every process: once per poll
-	for len(carriers) > 0 && time.Now().Before(deadline) {
-		if !sleepCtx(e.Ctx, 100*time.Millisecond) {
+	for confirmed := false; time.Now().Before(deadline); {
+		if len(carriers) == 0 {
+			if confirmed {
+				break
+			}
+			// A process in the middle of an exec cannot have its
+			// environment read: none seen is believed on a second look.
+			confirmed = true
+		} else {
+			confirmed = false
+		}
+		pause := 100 * time.Millisecond
+		if confirmed {
+			pause = 20 * time.Millisecond
+		}
+		if !sleepCtx(e.Ctx, pause) {
 			break
 		}
 		carriers = invariants.Live(ev)
