@@ -166,6 +166,12 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 				Home:        sc.Profile.Home,
 				FollowLinks: sc.Profile.FS().FollowLinks, // the home-follows-links fault (test-only)
 				Env:         snap.ToolEnv,                // the profile's environment only
+				// The model-provider extraction runs with no credential: the
+				// server's environment scrubbed as every tool's is (it says
+				// how to run this program again: PATH, and the variable a
+				// program embedding agentd re-executes itself by) and the
+				// home, never the profile's .env.
+				ExtractEnv:  append(profile.Scrub(os.Environ()), "HOME="+sc.Profile.Home),
 				PluginsDir:  dir,
 				Enabled:     enabled,
 				Backend:     backend,

@@ -180,3 +180,21 @@ func TestSelfTestCommand(t *testing.T) {
 	require.Equal(t, certificate.Certified, c.Verdict)
 	require.Equal(t, c.DetectionPower.Seeded, c.DetectionPower.Caught)
 }
+
+// TestEmbeddedAgentdRunsItsPlugins: the embedded agentd's plugin hosts
+// are this binary run again, the model-provider extraction's credential-
+// free child included (it once lost the variable that re-executes the
+// binary as agentd, and exited with the usage error).
+func TestEmbeddedAgentdRunsItsPlugins(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "cert")
+	var stdout, stderr syncio.Buffer
+	code := dispatch(t.Context(), []string{"--run", "^(plugin-surfaces|plugin-hosts)$", "--out", out, "--no-self-test"},
+		strings.NewReader(""), &stdout, &stderr, func(string) (string, bool) { return "", false })
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
+	c := readCertificate(t, out)
+	require.Len(t, c.Scenarios, 2)
+	for _, r := range c.Scenarios {
+		require.Equal(t, scenarios.Pass, r.Result, "%s: %s", r.ID, r.Reason)
+	}
+}
