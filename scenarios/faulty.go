@@ -32,6 +32,12 @@ func (f faultyRun) runsChain(ch attack.Chain) bool {
 	return ch.Fault == f.fault
 }
 
+// waitsForEscape says a faulty run waits for a process escape: the attack
+// rows (reads and writes whose results show what they reached) cannot show
+// one, so such a run skips them; the phases that end sessions, profiles
+// and the server show it.
+func (f faultyRun) waitsForEscape() bool { return f.stopOn == invariants.ProcessEscape }
+
 // chainsOf is chains without those a faulty run skips (runsChain).
 func (e *Env) chainsOf(chains []attack.Chain) []attack.Chain {
 	return slices.DeleteFunc(slices.Clone(chains), func(ch attack.Chain) bool { return !e.faulty.runsChain(ch) })
