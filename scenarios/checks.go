@@ -198,7 +198,11 @@ func (e *Env) controls(ctx context.Context, conns []ownedConn) ([]Control, []inv
 		}
 		one := []*tenants.Tenant{t}
 		add(t, "own key on own provider", invariants.ControlKeys(one))
-		add(t, "own env marker in every own snapshot", invariants.ControlSnapshots(one))
+		if e.Box.Target.ToolEnvSource() == harness.ToolEnvNone {
+			e.skipRow(string(PositiveControl), "own env marker in every own snapshot: the target gives its tools no per-tenant environment (tool_env: none)")
+		} else {
+			add(t, "own env marker in every own snapshot", invariants.ControlSnapshots(one))
+		}
 		if e.Box.Target.Files && !deleted[t.Name] {
 			if e.Box.Set.Layout.StateDBName() == "" {
 				e.skipRow(string(PositiveControl), "own session text in own state database: the target file names no state database (layout.state_db, layout.home_files.state)")
