@@ -17,11 +17,11 @@ import (
 
 // sharedTarget is the dialect server in its shared-config mode, from its
 // target file alone (harness/testdata/dialect-shared-target.yaml), with
-// env added to the file's.
-func sharedTarget(t *testing.T, env map[string]string) harness.Target {
+// env added to the file's and each edit (old, new) applied to it.
+func sharedTarget(t *testing.T, env map[string]string, edits ...string) harness.Target {
 	t.Helper()
 	dialectTarget(t) // builds the binary
-	tg, err := dialecttest.TargetOf(dialecttest.SharedFile, t.TempDir(), dialectBin)
+	tg, err := dialecttest.TargetOf(dialecttest.SharedFile, t.TempDir(), dialectBin, edits...)
 	require.NoError(t, err)
 	require.NotNil(t, tg.SharedConfig)
 	for k, v := range env {
@@ -83,13 +83,33 @@ func TestDialectSharedConfigPassesClean(t *testing.T) {
 	require.Equal(t, 2*len(rep.Phases), held["own env marker in every own snapshot"], "%v", held)
 }
 
+// TestDialectSharedConfigToolEnvNone: a file declaring that the tools get
+// no per-tenant environment has the env-marker control skipped with that
+// reason, never passed, and the rest of the checks made.
+func TestDialectSharedConfigToolEnvNone(t *testing.T) {
+	t.Parallel()
+	rep, out := runDialect(t, sharedProbeSpec(), sharedTarget(t, nil, "tool_env: shared_config", "tool_env: none"))
+	requireClean(t, rep, out)
+	for _, ph := range rep.Phases {
+		for _, c := range ph.Controls {
+			require.NotEqual(t, "own env marker in every own snapshot", c.Name)
+		}
+	}
+	reasons := ""
+	for _, s := range rep.Skipped {
+		reasons += s.Invariant + ": " + s.Reason + "\n"
+	}
+	require.Contains(t, reasons, string(PositiveControl)+": own env marker in every own snapshot: the target gives its tools no per-tenant environment (tool_env: none)")
+}
+
 // TestDialectSharedConfigCatalog runs catalog scenarios through the file
-// alone: turns at once, and a profile made and deleted while the server
-// runs (its sections written into the shared config and taken out, the
-// server reloading it).
+// alone: turns at once, a profile made and deleted while the server runs
+// (its sections written into the shared config and taken out, the server
+// reloading it), and the authorization probes. (hostile-tools finds
+// leaks, rightly: the server runs its tools unsandboxed.)
 func TestDialectSharedConfigCatalog(t *testing.T) {
 	t.Parallel()
-	for _, id := range []string{"concurrent-turns", "profile-lifecycle"} {
+	for _, id := range []string{"concurrent-turns", "profile-lifecycle", "tenant-authz"} {
 		t.Run(id, func(t *testing.T) {
 			t.Parallel()
 			spec, err := Default().Get(id)
