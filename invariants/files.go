@@ -27,7 +27,7 @@ func FileLeaks(ctx context.Context, s *tenants.Set) []Finding {
 // are left to SharedPlaceLeaks.
 func (c *Checker) FileLeaks(ctx context.Context, s *tenants.Set, serverFiles ...string) []Finding {
 	m := c.m
-	roots := tenantRoots(s)
+	roots := TenantRoots(s)
 	var out []Finding
 	for _, root := range roots {
 		r := m.m.Tree(ctx, root)
@@ -92,11 +92,11 @@ func placeOf(s *tenants.Set, path string) (place string, tenant bool) {
 	return place, place != ""
 }
 
-// tenantRoots are the folders to walk for the tenants' files: the launch
+// TenantRoots are the folders to walk for the tenants' files: the launch
 // home (which holds the profiles' homes), every home outside it, and every
 // tenant's state folder apart from its home (tenants.Layout.StateRoot)
 // that exists.
-func tenantRoots(s *tenants.Set) []string {
+func TenantRoots(s *tenants.Set) []string {
 	roots := []string{s.LaunchHome}
 	add := func(dir string) {
 		for _, r := range roots {

@@ -83,7 +83,7 @@ func (o *Operator) Homes(ctx context.Context, s *tenants.Set) []Finding {
 		return nil
 	}
 	var out []Finding
-	for _, root := range tenantRoots(s) {
+	for _, root := range TenantRoots(s) {
 		r := o.m.Tree(ctx, root)
 		for _, h := range r.Hits {
 			place, _ := placeOf(s, h.Path)
