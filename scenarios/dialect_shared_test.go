@@ -122,7 +122,9 @@ func TestDialectSharedConfigCatalog(t *testing.T) {
 
 // TestDialectSharedConfigLeaksAreFound: the leak switches hold in the
 // shared-config mode. DIALECT_LEAK=1 puts the default agent's env in a
-// named agent's reply.done (an RPC finding); DIALECT_LEAK=config-snapshot
+// named agent's reply.done (an RPC finding); DIALECT_LEAK=launch-env gives
+// a named agent the default agent's provider key (a request finding on
+// its provider); DIALECT_LEAK=config-snapshot
 // stores the whole operator config in every agent's sessions database,
 // found in the state folder as that tenant's place (a file finding).
 func TestDialectSharedConfigLeaksAreFound(t *testing.T) {
@@ -130,7 +132,7 @@ func TestDialectSharedConfigLeaksAreFound(t *testing.T) {
 	for _, c := range []struct {
 		leak string
 		inv  invariants.Invariant
-	}{{"1", invariants.RPC}, {"config-snapshot", invariants.File}} {
+	}{{"1", invariants.RPC}, {"launch-env", invariants.Request}, {"config-snapshot", invariants.File}} {
 		t.Run(c.leak, func(t *testing.T) {
 			t.Parallel()
 			tg := sharedTarget(t, map[string]string{"DIALECT_LEAK": c.leak})
