@@ -181,7 +181,7 @@ func TestTargetCheckSharedConfig(t *testing.T) {
 	require.NoError(t, err)
 	code, out, errOut := runCLI(t, "target", "check", file)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
-	for _, want := range []string{"ok    session.create", "ok    turn", "the dry pass got through"} {
+	for _, want := range []string{"ok    shared config", "/operator/dialect.yaml: 2 section(s) per tenant", "ok    session.create", "ok    turn", "the dry pass got through"} {
 		assert.Contains(t, out, want)
 	}
 	assert.NotContains(t, out, "FAIL")
