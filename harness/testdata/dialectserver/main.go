@@ -10,7 +10,9 @@
 // falling back to the launch profile. Its plugins are executables
 // speaking JSON lines, one host per tenant (plugins.go). framed.go adds a
 // second transport: framed websocket messages, and an HTTP chat selecting
-// the agent by model.
+// the agent by model. shared.go adds a mode (DIALECT_SHARED_CONFIG) in
+// which one operator config file holds every agent's section and each
+// agent's state lives under DIALECT_STATE, apart from its home.
 //
 // With DIALECT_LEAK=1 it leaks: every reply.done of a named profile's
 // session carries the launch profile's .env values (a positive control).
