@@ -370,12 +370,16 @@ func (s *Sandbox) writeHomes(extras tenants.HomeExtras) error {
 }
 
 // WriteHome writes t's home with extras and the dialect's config template
-// (a profile a scenario adds later gets the same).
+// (a profile a scenario adds later gets the same), and, for a target with
+// a shared config, rewrites that file with t's sections.
 func (s *Sandbox) WriteHome(t *tenants.Tenant, extras tenants.HomeExtras) error {
 	if cfg := s.Target.Dialect.TenantConfig(t, s.Set.Layout, s.Root); cfg != nil {
 		extras.Config = tenants.DeepMerge(cfg, extras.Config)
 	}
-	return t.WriteHome(s.Set.Layout, extras)
+	if err := t.WriteHome(s.Set.Layout, extras); err != nil {
+		return err
+	}
+	return s.noteHome(t, extras)
 }
 
 // probeResponder is the default responder for a dialect whose probe tool

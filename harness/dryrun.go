@@ -75,6 +75,9 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 		}
 	}()
 	step("sandbox", "%d tenants under %s, profiles resolve inside it", len(box.Set.Tenants), box.Root)
+	if p := box.SharedConfigPath(); p != "" {
+		step("shared config", "%s: %d section(s) per tenant", p, len(target.SharedConfig.Sections))
+	}
 
 	var srv *Proc
 	failed, walked := 0, 0

@@ -51,6 +51,9 @@ type Sandbox struct {
 	procs []*Proc
 	seq   int
 	serve serveAddr // the serve backend now up, for hooks
+
+	sharedMu sync.Mutex  // guards shared and the shared config file
+	shared   sharedState // what the shared config is written from
 }
 
 // serveAddr is where the serve backend listens and the token it takes.
@@ -132,6 +135,13 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 	}
 	for _, dir := range []string{s.Logs, set.Home, s.Cwd, s.Tmp} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fail(err)
+		}
+	}
+	if sr := set.Layout.StateRootOf(s.Root); sr != "" && target.Files && !target.Remote() {
+		// The tenants' state folders are the target's to make; their root
+		// is there from the start, so every snapshot of it compares.
+		if err := os.MkdirAll(sr, 0o755); err != nil {
 			return fail(err)
 		}
 	}

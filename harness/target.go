@@ -130,6 +130,15 @@ type Target struct {
 	// there is a shared_place finding.
 	ServerFiles []string `yaml:"server_files"`
 
+	// SharedConfig is one operator config file the target reads for every
+	// tenant, a templated section per tenant (harness/sharedconfig.go);
+	// nil: each tenant's settings are in its own home.
+	SharedConfig *SharedConfig `yaml:"shared_config"`
+	// ToolEnv is where a tenant's tools get its variables from: dotenv
+	// (its home's .env, the default), shared_config (its section's {env})
+	// or none.
+	ToolEnv string `yaml:"tool_env"`
+
 	readyRE *regexp.Regexp
 }
 
@@ -338,6 +347,7 @@ func (t *Target) Validate() error {
 		}
 	}
 	errs = append(errs, t.validateGateway()...)
+	errs = append(errs, t.validateShared()...)
 	t.Layout = t.Layout.WithDefaults()
 	return errors.Join(errs...)
 }

@@ -61,17 +61,34 @@ func ControlSnapshots(ts []*tenants.Tenant) []Finding {
 // under its home, StateDB by default) holds, read row by row from a copy,
 // at least one of the tenant's own canaries: its own session text is
 // there, so a file scan that finds nothing foreign has read real data.
+// ControlStateDBIn finds each tenant's database where its layout says.
 func ControlStateDB(ctx context.Context, ts []*tenants.Tenant, name string) []Finding {
 	if name == "" {
 		name = StateDB
 	}
+	return controlStateDB(ctx, ts, func(t *tenants.Tenant) string { return filepath.Join(t.Home, name) })
+}
+
+// ControlStateDBIn is ControlStateDB with each tenant's database where
+// layout puts it (tenants.Tenant.StateDB): its state folder when the
+// target keeps one apart from the home, the layout's state_db or
+// home_files.state. A layout that names no state database is a Harness
+// finding: the caller should not have asked.
+func ControlStateDBIn(ctx context.Context, ts []*tenants.Tenant, layout tenants.Layout) []Finding {
+	if layout.StateDBName() == "" {
+		return harnessFinding("", errors.New("state database control: the layout names no state database (layout.state_db, layout.home_files.state)"))
+	}
+	return controlStateDB(ctx, ts, func(t *tenants.Tenant) string { return t.StateDB(layout) })
+}
+
+func controlStateDB(ctx context.Context, ts []*tenants.Tenant, pathOf func(*tenants.Tenant) string) []Finding {
 	m, err := compile(ts)
 	if err != nil {
 		return harnessFinding("", err)
 	}
 	var out []Finding
 	for _, t := range ts {
-		path := filepath.Join(t.Home, name)
+		path := pathOf(t)
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			out = append(out, Finding{Invariant: Control, Tenant: t.Name, Where: Where{Path: path}, Detail: "there is no state database"})
 			continue

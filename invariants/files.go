@@ -2,6 +2,7 @@ package invariants
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -9,7 +10,8 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// FileLeaks scans every regular file under every tenant's home (state.db
+// FileLeaks scans every regular file under every tenant's home and state
+// folder (tenants.Tenant.Places; state.db
 // as raw pages and rows, its WAL, logs, gzip logs, config, .env, memories,
 // cron output) for another tenant's canary in any encoding. The launch
 // home's profiles folder is scanned as the profiles': a file under
@@ -25,12 +27,7 @@ func FileLeaks(ctx context.Context, s *tenants.Set) []Finding {
 // are left to SharedPlaceLeaks.
 func (c *Checker) FileLeaks(ctx context.Context, s *tenants.Set, serverFiles ...string) []Finding {
 	m := c.m
-	roots := []string{s.LaunchHome}
-	for _, t := range s.Tenants {
-		if !within(t.Home, s.LaunchHome) {
-			roots = append(roots, t.Home)
-		}
-	}
+	roots := TenantRoots(s)
 	var out []Finding
 	for _, root := range roots {
 		r := m.m.Tree(ctx, root)
@@ -77,8 +74,10 @@ func fileWhere(h scan.Hit) Where {
 func placeOf(s *tenants.Set, path string) (place string, tenant bool) {
 	best := ""
 	for _, t := range s.Tenants {
-		if within(path, t.Home) && len(t.Home) > len(best) {
-			best, place = t.Home, t.Name
+		for _, own := range t.Places() {
+			if within(path, own) && len(own) > len(best) {
+				best, place = own, t.Name
+			}
 		}
 	}
 	if place != "" && best != s.LaunchHome {
@@ -91,6 +90,34 @@ func placeOf(s *tenants.Set, path string) (place string, tenant bool) {
 		}
 	}
 	return place, place != ""
+}
+
+// TenantRoots are the folders to walk for the tenants' files: the launch
+// home (which holds the profiles' homes), every home outside it, and every
+// tenant's state folder apart from its home (tenants.Layout.StateRoot)
+// that exists.
+func TenantRoots(s *tenants.Set) []string {
+	roots := []string{s.LaunchHome}
+	add := func(dir string) {
+		for _, r := range roots {
+			if within(dir, r) {
+				return
+			}
+		}
+		roots = append(roots, dir)
+	}
+	for _, t := range s.Tenants {
+		add(t.Home)
+	}
+	for _, t := range s.Tenants {
+		if t.State == "" {
+			continue
+		}
+		if _, err := os.Stat(t.State); err == nil {
+			add(t.State)
+		}
+	}
+	return roots
 }
 
 // within reports whether path is dir or under it.

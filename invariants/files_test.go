@@ -30,7 +30,14 @@ func write(t *testing.T, path string, data []byte) {
 // walOnly the rows stay in the -wal file (the connection is kept open).
 func stateDB(t *testing.T, home string, walOnly bool, rows ...string) {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(home, "state.db")+"?_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)")
+	stateDBAt(t, filepath.Join(home, "state.db"), walOnly, rows...)
+}
+
+// stateDBAt is stateDB at path.
+func stateDBAt(t *testing.T, path string, walOnly bool, rows ...string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)")
 	require.NoError(t, err)
 	db.SetMaxOpenConns(1)
 	t.Cleanup(func() { db.Close() })

@@ -76,19 +76,14 @@ func (o *Operator) Requests(ts []*tenants.Tenant) []Finding {
 	return out
 }
 
-// Homes reports operator secrets in the files under every tenant's home.
+// Homes reports operator secrets in the files under every tenant's home
+// and state folder.
 func (o *Operator) Homes(ctx context.Context, s *tenants.Set) []Finding {
 	if o.m == nil {
 		return nil
 	}
 	var out []Finding
-	roots := []string{s.LaunchHome}
-	for _, t := range s.Tenants {
-		if !within(t.Home, s.LaunchHome) {
-			roots = append(roots, t.Home)
-		}
-	}
-	for _, root := range roots {
+	for _, root := range TenantRoots(s) {
 		r := o.m.Tree(ctx, root)
 		for _, h := range r.Hits {
 			place, _ := placeOf(s, h.Path)

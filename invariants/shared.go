@@ -10,13 +10,13 @@ import (
 )
 
 // SharedPlaces lists what to scan as shared places under a sandbox root:
-// every file and folder that is not inside a tenant's home, a tenant's
-// workdir, or one of skip (the harness's own logs, say). A folder holding
+// every file and folder that is not inside a tenant's home or state folder,
+// a tenant's workdir, or one of skip (the harness's own logs, say). A folder holding
 // none of those is one entry, scanned whole.
 func SharedPlaces(s *tenants.Set, skip ...string) []string {
 	excluded := append([]string(nil), skip...)
 	for _, t := range s.Tenants {
-		excluded = append(excluded, t.Home)
+		excluded = append(excluded, t.Places()...)
 		excluded = append(excluded, t.Workdirs()...)
 	}
 	var out []string

@@ -66,11 +66,12 @@ func HashTree(ctx context.Context, roots ...string) (Hashes, error) {
 // WriteScopeChanges compares the snapshots taken before and after a write
 // addressed to one tenant and reports every changed, added or removed file
 // that the write was not expected to touch: anything outside the addressed
-// tenant's home, and anything in it that matches none of expected (glob
-// patterns relative to that home, as filepath.Match takes them; a pattern
-// ending in "/" matches everything under that folder). An absolute pattern
-// matches wherever it points, for a file the target changes on every
-// write whoever it is addressed to (a shared log of the server, say).
+// tenant's own places (its home, its state folder), and anything in them
+// that matches none of expected (glob patterns relative to the place, as
+// filepath.Match takes them; a pattern ending in "/" matches everything
+// under that folder). An absolute pattern matches wherever it points, for
+// a file the target changes on every write whoever it is addressed to (a
+// shared log of the server, say).
 func WriteScopeChanges(s *tenants.Set, addressed string, before, after Hashes, expected ...string) []Finding {
 	t := s.Get(addressed)
 	if t == nil {
@@ -102,13 +103,24 @@ func WriteScopeChanges(s *tenants.Set, addressed string, before, after Hashes, e
 			continue
 		}
 		place, _ := placeOf(s, p)
-		if (place == addressed && expectedIn(t.Home, p, expected)) || expectedAnywhere(p, expected) {
+		if (place == addressed && expectedInPlaces(t, p, expected)) || expectedAnywhere(p, expected) {
 			continue
 		}
 		out = append(out, Finding{Invariant: WriteScope, Tenant: place, Where: Where{Path: p},
 			Detail: fmt.Sprintf("%s by a write addressed to %s", change, addressed)})
 	}
 	return out
+}
+
+// expectedInPlaces reports whether a relative pattern matches path below
+// one of t's own places (its home, its state folder).
+func expectedInPlaces(t *tenants.Tenant, path string, patterns []string) bool {
+	for _, own := range t.Places() {
+		if within(path, own) && expectedIn(own, path, patterns) {
+			return true
+		}
+	}
+	return false
 }
 
 // expectedAnywhere reports whether an absolute pattern matches path.

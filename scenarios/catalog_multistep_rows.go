@@ -56,13 +56,7 @@ func (e *Env) markEvidence() evidenceMark {
 		m.frames[c.label] = len(c.conn.Frames())
 	}
 	if e.Box.Target.Files && !e.Box.Target.Remote() {
-		roots := []string{e.Box.Set.LaunchHome}
-		for _, t := range e.Box.Set.Tenants {
-			if !within(t.Home, e.Box.Set.LaunchHome) {
-				roots = append(roots, t.Home)
-			}
-		}
-		for _, root := range roots {
+		for _, root := range invariants.TenantRoots(e.Box.Set) {
 			_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 				if err != nil || d.IsDir() {
 					return nil

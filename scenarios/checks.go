@@ -24,12 +24,13 @@ func (e *Env) ScopedWrite(what string, t *tenants.Tenant, expected []string, wri
 		write()
 		return
 	}
-	before, err := invariants.HashTree(e.Ctx, e.Box.Set.LaunchHome)
+	roots := e.scopeRoots()
+	before, err := invariants.HashTree(e.Ctx, roots...)
 	if err != nil {
 		e.T.Fatalf("snapshot homes before %s: %v", what, err)
 	}
 	write()
-	after, err := invariants.HashTree(e.Ctx, e.Box.Set.LaunchHome)
+	after, err := invariants.HashTree(e.Ctx, roots...)
 	if err != nil {
 		e.T.Fatalf("snapshot homes after %s: %v", what, err)
 	}
@@ -39,6 +40,19 @@ func (e *Env) ScopedWrite(what string, t *tenants.Tenant, expected []string, wri
 	e.mu.Lock()
 	e.pending = append(e.pending, fs...)
 	e.mu.Unlock()
+}
+
+// scopeRoots are the folders a write-scope snapshot covers: the launch
+// home (the profiles' homes inside it) and the tenants' state root when
+// the target keeps their state apart (layout.state_root), once it exists.
+func (e *Env) scopeRoots() []string {
+	roots := []string{e.Box.Set.LaunchHome}
+	if sr := e.Box.Set.Layout.StateRootOf(e.Box.Set.Root); sr != "" {
+		if _, err := os.Stat(sr); err == nil {
+			roots = append(roots, sr)
+		}
+	}
+	return roots
 }
 
 func (e *Env) skip(inv, reason string) {
@@ -94,7 +108,10 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 	// 3. Files under every home.
 	if e.Box.Target.Files {
 		out = append(out, chk.FileLeaks(ctx, e.Box.Set, invariants.ServerFiles(e.Box.Set.LaunchHome, e.Box.Target.ServerFiles)...)...)
-		counts.Files, counts.Bytes = treeSize(e.Box.Set.LaunchHome)
+		for _, root := range e.scopeRoots() {
+			files, bytes := treeSize(root)
+			counts.Files, counts.Bytes = counts.Files+files, counts.Bytes+bytes
+		}
 	} else {
 		e.skip(string(Files), "the target's files are not reachable from the harness")
 	}
@@ -181,9 +198,17 @@ func (e *Env) controls(ctx context.Context, conns []ownedConn) ([]Control, []inv
 		}
 		one := []*tenants.Tenant{t}
 		add(t, "own key on own provider", invariants.ControlKeys(one))
-		add(t, "own env marker in every own snapshot", invariants.ControlSnapshots(one))
+		if e.Box.Target.ToolEnvSource() == harness.ToolEnvNone {
+			e.skipRow(string(PositiveControl), "own env marker in every own snapshot: the target gives its tools no per-tenant environment (tool_env: none)")
+		} else {
+			add(t, "own env marker in every own snapshot", invariants.ControlSnapshots(one))
+		}
 		if e.Box.Target.Files && !deleted[t.Name] {
-			add(t, "own session text in own state database", invariants.ControlStateDB(ctx, one, ""))
+			if e.Box.Set.Layout.StateDBName() == "" {
+				e.skipRow(string(PositiveControl), "own session text in own state database: the target file names no state database (layout.state_db, layout.home_files.state)")
+			} else {
+				add(t, "own session text in own state database", invariants.ControlStateDBIn(ctx, one, e.Box.Set.Layout))
+			}
 		}
 	}
 	for _, c := range conns {

@@ -100,14 +100,18 @@ func (e *Env) KeepText(owner *tenants.Tenant, label string, data []byte) {
 }
 
 // MarkDeleted records that t's profile was deleted: its home is gone, so
-// its state-database control no longer applies.
+// its state-database control no longer applies, and its sections leave
+// the target's shared config, if it has one (Sandbox.DropTenant).
 func (e *Env) MarkDeleted(t *tenants.Tenant) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.deleted == nil {
 		e.deleted = map[string]bool{}
 	}
 	e.deleted[t.Name] = true
+	e.mu.Unlock()
+	if err := e.Box.DropTenant(t); err != nil {
+		e.T.Errorf("profile %s deleted: %v", t.Name, err)
+	}
 }
 
 type session struct {

@@ -104,7 +104,13 @@ func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns [
 			control("operator scan sees the managed secret in the managed config", err == nil && len(op.Text("", path, data)) > 0,
 				fmt.Sprintf("not seen in %s (%v)", path, err))
 		}
-		places := invariants.SharedPlaces(e.Box.Set, e.Box.Logs)
+		// The shared config holds every tenant's section by design: the
+		// operator's file, no shared place.
+		skip := []string{e.Box.Logs}
+		if p := e.Box.SharedConfigPath(); p != "" {
+			skip = append(skip, p)
+		}
+		places := invariants.SharedPlaces(e.Box.Set, skip...)
 		control("shared places include the target's cwd and TMPDIR", slices.Contains(places, e.Box.Cwd) && slices.Contains(places, e.Box.Tmp),
 			fmt.Sprintf("listed: %v", places))
 		// The server's own files in the launch home (server_files) are

@@ -14,6 +14,16 @@ type Layout struct {
 	// Files names the files the target reads or writes in a home, relative
 	// to it: the multi-step attacks replace each with a symlink.
 	Files FileNames `yaml:"home_files"`
+
+	// StateRoot, when set, is where the target keeps its tenants' state
+	// apart from their homes ({root}/... : inside the sandbox); each
+	// tenant's state folder is StateDir under it (default {profile}), and
+	// is scanned as that tenant's own place (state.go).
+	StateRoot string `yaml:"state_root"`
+	StateDir  string `yaml:"state_dir"` // e.g. agents/{profile}; {name} or {profile}
+	// StateDB is the state database's path relative to the tenant's state
+	// folder (or its home, without a state root); default Files.State.
+	StateDB string `yaml:"state_db"`
 }
 
 // FileNames are the files (and folders) a target reads or writes in a

@@ -169,6 +169,7 @@ func FromRoster(root string, r Roster, layout Layout, journal string) (*Set, err
 		if !t.Launch {
 			t.Home = filepath.Join(s.LaunchHome, layout.ProfilesDir, rt.Name)
 		}
+		t.State = layout.StateFolder(s.Root, t)
 		t.Workdir = rt.Workdir
 		t.workDir = filepath.Dir(rt.Workdir) // minted workdirs go beside the first
 		t.remote = &remoteProvider{baseURL: rt.BaseURL, journal: j}

@@ -218,6 +218,7 @@ func (s *Set) newTenant(name string, launch bool) (*Tenant, error) {
 	if !launch {
 		t.Home = filepath.Join(s.LaunchHome, s.Layout.ProfilesDir, name)
 	}
+	t.State = s.Layout.StateFolder(s.Root, t)
 	t.workDir = filepath.Join(s.workRoot, t.Profile())
 	t.Workdir = filepath.Join(t.workDir, CanaryValue(Workdir, name, tag))
 	if err := os.MkdirAll(t.Workdir, 0o755); err != nil {

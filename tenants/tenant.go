@@ -16,6 +16,7 @@ type Tenant struct {
 	Name     string          // profile name; the launch tenant's is its own name too
 	Launch   bool            // this tenant is the launch profile (home at the launch folder)
 	Home     string          // the profile's home: config.yaml, .env, state.db, ...
+	State    string          // its state folder apart from the home (Layout.StateRoot), or ""
 	Workdir  string          // the terminal cwd written into config.yaml
 	Tag      string          // 10 random hex digits shared by the tenant's base canaries
 	Provider *fakellm.Server // the tenant's own provider; nil when built without providers

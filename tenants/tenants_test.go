@@ -335,3 +335,22 @@ func TestAddTenantMidRun(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, g.ProviderKey(), h.Env["TENANT_PROVIDER_KEY"])
 }
+
+func TestLayoutCheckState(t *testing.T) {
+	t.Parallel()
+	ok := Layout{StateRoot: "{root}/state", StateDir: "agents/{profile}", StateDB: "db/sessions.sqlite"}
+	require.Empty(t, ok.CheckState())
+	for field, l := range map[string]Layout{
+		"layout.state_root": {StateRoot: "/var/lib/state"},
+		"layout.state_dir":  {StateRoot: "{root}/state", StateDir: "agents"},
+		"layout.state_db":   {StateDB: "../elsewhere.db"},
+	} {
+		errs := l.CheckState()
+		require.NotEmpty(t, errs, field)
+		require.Contains(t, errs[0].Error(), field)
+	}
+	require.NotEmpty(t, Layout{StateRoot: "{root}/state", StateDir: "../{name}"}.CheckState())
+	require.NotEmpty(t, Layout{StateRoot: "{root}/state", StateDir: "{agent}"}.CheckState())
+	require.NotEmpty(t, Layout{StateDir: "{name}"}.CheckState(), "state_dir without state_root")
+	require.NotEmpty(t, Layout{StateRoot: "{root}/.."}.CheckState())
+}

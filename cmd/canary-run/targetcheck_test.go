@@ -170,3 +170,20 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 		assert.Contains(t, summary, "provider_key")
 	})
 }
+
+// TestTargetCheckSharedConfig: the dialect server's shared-config file
+// (one operator config with a section per agent, state apart from the
+// homes) gets through the dry pass from the file alone.
+func TestTargetCheckSharedConfig(t *testing.T) {
+	t.Parallel()
+	bin := dialectServer(t)
+	file, err := dialecttest.TargetFileOf(dialecttest.SharedFile, t.TempDir(), bin)
+	require.NoError(t, err)
+	code, out, errOut := runCLI(t, "target", "check", file)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	for _, want := range []string{"ok    shared config", "/operator/dialect.yaml: 2 section(s) per tenant", "ok    session.create", "ok    turn", "the dry pass got through"} {
+		assert.Contains(t, out, want)
+	}
+	assert.NotContains(t, out, "FAIL")
+	assert.NotContains(t, out, "warn")
+}

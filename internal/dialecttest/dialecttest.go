@@ -62,6 +62,9 @@ const (
 	// first (and framed stdio), then the HTTP chat selecting the agent by
 	// model.
 	FramedFile = "dialect-framed-target.yaml"
+	// SharedFile runs the server in its shared-config mode: one operator
+	// config file with a section per agent, state apart from the homes.
+	SharedFile = "dialect-shared-target.yaml"
 )
 
 // TargetFile writes the server's target file (File), with bin as its

@@ -31,7 +31,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -277,12 +276,10 @@ func (cs *chatServer) session(agent, user string) *session {
 	if s := cs.sessions[key]; s != nil {
 		return s
 	}
-	home, who := launchHome(), ""
-	if agent != "main" && agent != "." && agent != ".." && !strings.Contains(agent, "/") {
-		if _, err := os.Stat(filepath.Join(profilesRoot(), agent, "config.yaml")); err == nil {
-			home, who = filepath.Join(profilesRoot(), agent), agent
-		}
+	if agent == "main" {
+		agent = ""
 	}
+	home, who := findAgent(agent)
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	s := &session{id: "c" + hex.EncodeToString(rnd[:]), home: home, profile: who}

@@ -10,7 +10,9 @@
 // falling back to the launch profile. Its plugins are executables
 // speaking JSON lines, one host per tenant (plugins.go). framed.go adds a
 // second transport: framed websocket messages, and an HTTP chat selecting
-// the agent by model.
+// the agent by model. shared.go adds a mode (DIALECT_SHARED_CONFIG) in
+// which one operator config file holds every agent's section and each
+// agent's state lives under DIALECT_STATE, apart from its home.
 //
 // With DIALECT_LEAK=1 it leaks: every reply.done of a named profile's
 // session carries the launch profile's .env values (a positive control).
@@ -90,6 +92,9 @@ func run(args []string) error {
 		// The target file's hook_env names who asks; the launch tenant does.
 		if os.Getenv("DIALECT_WHO") == "" {
 			return errors.New("profile rm: DIALECT_WHO is not set")
+		}
+		if err := sharedRemove(args[2]); err != nil {
+			return err
 		}
 		return os.RemoveAll(filepath.Join(profilesRoot(), args[2]))
 	case len(args) == 3 && args[0] == "config" && args[1] == "cwd":
@@ -253,15 +258,8 @@ func (c *conn) serve(ctx context.Context, wg *sync.WaitGroup) {
 		switch req.Method {
 		case "open":
 			who, _ := req.Params["who"].(string)
-			home := launchHome()
-			if who != "" {
-				if _, err := os.Stat(filepath.Join(profilesRoot(), who, "config.yaml")); err == nil {
-					home = filepath.Join(profilesRoot(), who)
-				} else {
-					who = "" // an unknown profile falls back to the launch profile
-				}
-			}
-			cfg, err := readConfig(home)
+			home, who := findAgent(who) // an unknown profile falls back to the launch profile
+			cfg, _, _, err := agentSetup(home, who)
 			if err == nil && cfg.Model.Owner == "" {
 				err = fmt.Errorf("%s/config.yaml has no model.owner", home)
 			}
@@ -280,7 +278,7 @@ func (c *conn) serve(ctx context.Context, wg *sync.WaitGroup) {
 			c.sessions[s.id] = s
 			c.mu.Unlock()
 			model := cfg.Model.Default
-			if launchEnvLeak() && who != "" {
+			if launchEnvLeak() && who != "" && !sharedMode() {
 				if lc, err := readConfig(launchHome()); err == nil {
 					model = lc.Model.Default
 				}
@@ -333,6 +331,49 @@ type config struct {
 
 func launchEnvLeak() bool { return os.Getenv("DIALECT_LEAK") == "launch-env" }
 
+// findAgent is the home and the profile of a session naming who: who's,
+// or the launch profile's ("") when who names no profile (shared.go: the
+// shared config's agents).
+func findAgent(who string) (home, profile string) {
+	if sharedMode() {
+		return sharedFind(who)
+	}
+	if who != "" && who != "." && who != ".." && !strings.Contains(who, "/") {
+		if _, err := os.Stat(filepath.Join(profilesRoot(), who, "config.yaml")); err == nil {
+			return filepath.Join(profilesRoot(), who), who
+		}
+	}
+	return launchHome(), ""
+}
+
+// agentSetup is a session's config, its tools' environment and its
+// provider key: from the home's config.yaml and .env ("${VAR}" in
+// model.token expanded from the .env), or from the shared config.
+func agentSetup(home, profile string) (config, map[string]string, string, error) {
+	if sharedMode() {
+		return sharedSetup(profile)
+	}
+	cfg, err := readConfig(home)
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	dotenv := readDotEnv(home)
+	keyEnv := dotenv
+	if launchEnvLeak() {
+		keyEnv = readDotEnv(launchHome())
+	}
+	key := varRE.ReplaceAllStringFunc(cfg.Model.Token, func(m string) string { return keyEnv[m[2:len(m)-1]] })
+	return cfg, dotenv, key, nil
+}
+
+// launchEnv is the launch profile's variables (the DIALECT_LEAK=1 leak).
+func launchEnv() map[string]string {
+	if sharedMode() {
+		return sharedLaunchEnv()
+	}
+	return readDotEnv(launchHome())
+}
+
 func readConfig(home string) (config, error) {
 	var cfg config
 	data, err := os.ReadFile(filepath.Join(home, "config.yaml"))
@@ -369,17 +410,11 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 		persist(s, msgs)
 		c.event("oops", s.id, map[string]any{"message": err.Error()})
 	}
-	cfg, err := readConfig(s.home)
+	cfg, dotenv, key, err := agentSetup(s.home, s.profile)
 	if err != nil {
 		fail(err)
 		return
 	}
-	dotenv := readDotEnv(s.home)
-	keyEnv := dotenv
-	if launchEnvLeak() {
-		keyEnv = readDotEnv(launchHome())
-	}
-	key := varRE.ReplaceAllStringFunc(cfg.Model.Token, func(m string) string { return keyEnv[m[2:len(m)-1]] })
 	serverLog(s, key)
 	if !s.probed {
 		s.probed = true
@@ -414,7 +449,7 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 			content, _ := msg["content"].(string)
 			payload := map[string]any{"outcome": "ok", "text": content}
 			if os.Getenv("DIALECT_LEAK") == "1" && s.profile != "" {
-				payload["debug"] = readDotEnv(launchHome())
+				payload["debug"] = launchEnv()
 			}
 			persist(s, msgs)
 			sharedCache.put(text, content)
@@ -451,7 +486,13 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 // persist appends a turn's messages to the session's profile's state.db
 // (SQLite, WAL), as real servers keep their sessions.
 func persist(s *session, msgs []any) {
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(s.home, "state.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
+	path, more, err := stateDBOf(s)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "state.db:", err)
+		return
+	}
+	msgs = append(msgs, more...)
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "state.db:", err)
 		return

@@ -1,0 +1,320 @@
+package harness
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// SharedConfig is one operator config file that a target reads for every
+// tenant, with a section per tenant in one place or more (its agents,
+// its providers), as gateways keep theirs. The harness writes it before
+// the target starts, and again whenever a scenario writes a new profile's
+// home or deletes a profile (Sandbox.WriteHome, Sandbox.DropTenant), so a
+// server that reloads it on change sees each tenant come and go. It holds
+// every tenant's section by design: it is the operator's file, not a
+// tenant's place nor a shared place, and is not scanned.
+type SharedConfig struct {
+	// Path is the file, inside the sandbox ({root}/...), outside every
+	// home and the state root.
+	Path string `yaml:"path"`
+	// Format is yaml or json; default json for a .json path, else yaml.
+	Format string `yaml:"format"`
+	// Base is the file's content before any section ({root} filled):
+	// the operator's own settings.
+	Base map[string]any `yaml:"base"`
+	// Sections are where each tenant's sections go, in order.
+	Sections []SharedSection `yaml:"sections"`
+}
+
+// SharedSection is one section each tenant has in the shared config.
+type SharedSection struct {
+	// At is the dotted path of the sections in the file (agents,
+	// models.providers); the folders on the way are made.
+	At string `yaml:"at"`
+	// Key, when given, makes At a mapping with one entry per tenant under
+	// this key (a template: "{profile}", "t-{tenant}"); without it At is a
+	// list, one element per tenant.
+	Key string `yaml:"key"`
+	// Template is one tenant's section; each string has the tenant's
+	// placeholders (SharedConfigVars) filled, and a string that is exactly
+	// one placeholder becomes its value itself ({env}: a mapping; {launch}:
+	// a boolean).
+	Template map[string]any `yaml:"template"`
+}
+
+// Tool environment sources (Target.ToolEnv).
+const (
+	// ToolEnvDotenv: a tenant's tools get the variables of its home's .env
+	// (agentd's way; the default).
+	ToolEnvDotenv = "dotenv"
+	// ToolEnvShared: they get the variables of the tenant's section of
+	// the shared config (the section's {env}).
+	ToolEnvShared = "shared_config"
+	// ToolEnvNone: the target gives its tools no per-tenant environment;
+	// the env-marker control has nothing to see and is skipped.
+	ToolEnvNone = "none"
+)
+
+// SharedConfigVars are the placeholders of a shared config's section
+// templates and keys: Dialect.Config's, and the tenant's profile name
+// ({profile}: the launch tenant's is tenants.LaunchProfile), its state
+// folder ({state}), its gateway key ({api_server_key}), its env marker
+// ({env_marker}), its tool environment as a mapping ({env}: the
+// variables agentd reads from .env) and whether it is the launch tenant
+// ({launch}).
+var SharedConfigVars = append(append([]string(nil), configVars...), "profile", "state", "api_server_key", "env_marker", "env", "launch")
+
+// ToolEnvSource is the target's tool environment source: ToolEnv, or
+// ToolEnvDotenv when not given.
+func (t *Target) ToolEnvSource() string {
+	if t.ToolEnv == "" {
+		return ToolEnvDotenv
+	}
+	return t.ToolEnv
+}
+
+// validateShared checks the shared config, the tool environment's source
+// and the layout's state places, each error naming its field.
+func (t *Target) validateShared() []error {
+	errs := t.Layout.CheckState()
+	switch t.ToolEnv {
+	case "", ToolEnvDotenv, ToolEnvNone:
+	case ToolEnvShared:
+		if !t.SharedConfig.usesEnv() {
+			errs = append(errs, errors.New("tool_env: shared_config needs a shared_config section whose template holds {env} (the tenant's tool variables)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("tool_env %q: want %s, %s or %s", t.ToolEnv, ToolEnvDotenv, ToolEnvShared, ToolEnvNone))
+	}
+	sc := t.SharedConfig
+	if sc == nil {
+		return errs
+	}
+	if !strings.HasPrefix(sc.Path, "{root}/") || !filepath.IsLocal(strings.TrimPrefix(sc.Path, "{root}/")) {
+		errs = append(errs, fmt.Errorf("shared_config.path %q: want a file inside the sandbox ({root}/...)", sc.Path))
+	}
+	switch sc.Format {
+	case "", "yaml", "json":
+	default:
+		errs = append(errs, fmt.Errorf("shared_config.format %q: want yaml or json", sc.Format))
+	}
+	if err := checkPlaceholders(sc.Base, []string{"root"}); err != nil {
+		errs = append(errs, fmt.Errorf("shared_config.base: %w", err))
+	}
+	if len(sc.Sections) == 0 {
+		errs = append(errs, errors.New("shared_config.sections: give at least one section (at, template)"))
+	}
+	for i, sec := range sc.Sections {
+		where := fmt.Sprintf("shared_config.sections[%d]", i)
+		if sec.At == "" || strings.Contains(sec.At, "..") || strings.HasPrefix(sec.At, ".") || strings.HasSuffix(sec.At, ".") {
+			errs = append(errs, fmt.Errorf("%s.at %q: want a dotted path like agents or models.providers", where, sec.At))
+		}
+		if len(sec.Template) == 0 {
+			errs = append(errs, fmt.Errorf("%s.template: empty", where))
+		}
+		if err := checkPlaceholders(sec.Template, SharedConfigVars); err != nil {
+			errs = append(errs, fmt.Errorf("%s.template: %w", where, err))
+		}
+		if err := checkPlaceholders(sec.Key, SharedConfigVars); err != nil {
+			errs = append(errs, fmt.Errorf("%s.key: %w", where, err))
+		}
+		if sec.Key != "" && !placeholderRE.MatchString(sec.Key) {
+			errs = append(errs, fmt.Errorf("%s.key %q: want a placeholder in it ({profile}, {tenant}), so each tenant has its own key", where, sec.Key))
+		}
+	}
+	return errs
+}
+
+// usesEnv reports whether some section's template holds {env}.
+func (sc *SharedConfig) usesEnv() bool {
+	if sc == nil {
+		return false
+	}
+	found := false
+	for _, sec := range sc.Sections {
+		walkStrings(sec.Template, func(s string) { found = found || strings.Contains(s, "{env}") })
+	}
+	return found
+}
+
+// SharedConfigPath is the shared config file of this sandbox, or "" when
+// the target declares none.
+func (s *Sandbox) SharedConfigPath() string {
+	if s.Target.SharedConfig == nil {
+		return ""
+	}
+	return filepath.Clean(strings.ReplaceAll(s.Target.SharedConfig.Path, "{root}", s.Root))
+}
+
+// sharedState is what the shared config is written from: the tenants
+// whose homes are written (and not deleted since), in the order of the
+// set, and the extra tool variables each home was written with.
+type sharedState struct {
+	written map[string]bool
+	env     map[string]map[string]string
+}
+
+// noteHome records that t's home was written with extras, and rewrites
+// the shared config with t's sections.
+func (s *Sandbox) noteHome(t *tenants.Tenant, extras tenants.HomeExtras) error {
+	if s.Target.SharedConfig == nil {
+		return nil
+	}
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	if s.shared.written == nil {
+		s.shared = sharedState{written: map[string]bool{}, env: map[string]map[string]string{}}
+	}
+	s.shared.written[t.Name] = true
+	if len(extras.Env) > 0 {
+		env := map[string]string{}
+		for k, v := range extras.Env {
+			env[k] = v
+		}
+		s.shared.env[t.Name] = env
+	}
+	return s.writeSharedLocked()
+}
+
+// DropTenant takes a deleted profile's sections out of the shared config
+// and rewrites it (a target without one: nothing to do). The profile's
+// home, written again (WriteHome), brings them back.
+func (s *Sandbox) DropTenant(t *tenants.Tenant) error {
+	if s.Target.SharedConfig == nil || s.Target.Remote() || !s.Target.Files {
+		return nil
+	}
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	delete(s.shared.written, t.Name)
+	delete(s.shared.env, t.Name)
+	return s.writeSharedLocked()
+}
+
+// sharedVars are t's placeholders in the shared config's sections.
+func (s *Sandbox) sharedVars(t *tenants.Tenant) map[string]any {
+	vars := TenantVars(t, s.Set.Layout, s.Root)
+	env := map[string]any{}
+	for k, v := range t.DotEnv(s.Set.Layout) {
+		env[k] = v
+	}
+	for k, v := range s.shared.env[t.Name] {
+		env[k] = v
+	}
+	vars["profile"], vars["state"], vars["launch"] = t.Profile(), t.State, t.Launch
+	vars["api_server_key"], vars["env_marker"], vars["env"] = t.APIServerKey(), t.Value(tenants.EnvMarker), env
+	return vars
+}
+
+// writeSharedLocked writes the shared config: the base, then each written
+// tenant's sections. The file is replaced in one rename, so a server
+// reloading it never reads half of it. s.sharedMu is held.
+func (s *Sandbox) writeSharedLocked() error {
+	sc := s.Target.SharedConfig
+	path := s.SharedConfigPath()
+	for _, own := range []string{s.Set.LaunchHome, s.Set.Layout.StateRootOf(s.Root)} {
+		if own != "" && within(path, own) {
+			return fmt.Errorf("shared config %s lies inside %s: the tenants' places would hold every tenant's section", path, own)
+		}
+	}
+	doc, _ := expandRoot(sc.Base, s.Root).(map[string]any)
+	if doc == nil {
+		doc = map[string]any{}
+	}
+	for _, t := range s.Set.Tenants {
+		if !s.shared.written[t.Name] {
+			continue
+		}
+		vars := s.sharedVars(t)
+		for i, sec := range sc.Sections {
+			body, _ := fill(sec.Template, vars)
+			key := ""
+			if sec.Key != "" {
+				k, _ := fill(sec.Key, vars)
+				key = fmt.Sprint(k)
+			}
+			if err := putSection(doc, sec.At, key, body); err != nil {
+				return fmt.Errorf("shared config: sections[%d] of %s: %w", i, t.Name, err)
+			}
+		}
+	}
+	var data []byte
+	var err error
+	if sc.Format == "json" || (sc.Format == "" && strings.EqualFold(filepath.Ext(path), ".json")) {
+		data, err = json.MarshalIndent(doc, "", "  ")
+	} else {
+		data, err = yaml.Marshal(doc)
+	}
+	if err != nil {
+		return fmt.Errorf("shared config: encode: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("shared config: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("shared config: %w", err)
+	}
+	_, werr := tmp.Write(data)
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Chmod(tmp.Name(), 0o600)
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), path)
+	}
+	if werr != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("shared config: write %s: %w", path, werr)
+	}
+	return nil
+}
+
+// putSection puts body at the dotted path at of doc: under key in a
+// mapping, or appended to a list when key is "".
+func putSection(doc map[string]any, at, key string, body any) error {
+	parts := strings.Split(at, ".")
+	m := doc
+	for i, part := range parts[:len(parts)-1] {
+		next, ok := m[part].(map[string]any)
+		if !ok {
+			if m[part] != nil {
+				return fmt.Errorf("%s is not a mapping in the base", strings.Join(parts[:i+1], "."))
+			}
+			next = map[string]any{}
+			m[part] = next
+		}
+		m = next
+	}
+	last := parts[len(parts)-1]
+	if key == "" {
+		list, ok := m[last].([]any)
+		if !ok && m[last] != nil {
+			return fmt.Errorf("%s is not a list in the base", at)
+		}
+		m[last] = append(list, body)
+		return nil
+	}
+	sections, ok := m[last].(map[string]any)
+	if !ok {
+		if m[last] != nil {
+			return fmt.Errorf("%s is not a mapping in the base", at)
+		}
+		sections = map[string]any{}
+		m[last] = sections
+	}
+	if _, dup := sections[key]; dup {
+		return fmt.Errorf("%s.%s is given twice (the base, or two tenants with one key)", at, key)
+	}
+	sections[key] = body
+	return nil
+}
