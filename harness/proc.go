@@ -306,6 +306,17 @@ func (p *Proc) Stop(grace time.Duration) error {
 	return p.ExitErr()
 }
 
+// StopServer is Stop for a server the harness asked to leave: a server
+// that SIGTERM ended by its default action (a Python server without a
+// handler, as Hermes's serve backend) stopped as asked, and that is no
+// error.
+func (p *Proc) StopServer(grace time.Duration) error {
+	if err := p.Stop(grace); err != nil && !isSignalExit(err) {
+		return err
+	}
+	return nil
+}
+
 // Kill kills the child's process group at once and waits for it. A
 // child killed so ended on purpose: a later Stop judges no exit of it.
 func (p *Proc) Kill() {

@@ -164,3 +164,19 @@ func TestProcStopReturnsWhileAnEscapedGrandchildHoldsItsOutput(t *testing.T) {
 	<-p.Done()
 	assert.True(t, procgroup.Alive(gc), "the grandchild, out of the group, still holds the pipes (the case under test)")
 }
+
+func TestStopServerTakesSIGTERMsDefaultActionAsAStop(t *testing.T) {
+	t.Parallel()
+	// A server with no SIGTERM handler dies of the signal: stopped as asked.
+	p, err := StartProc(context.Background(), ProcSpec{Name: "sleeper", Argv: []string{"sleep", "300"}})
+	require.NoError(t, err)
+	defer p.Kill()
+	require.NoError(t, p.StopServer(10*time.Second))
+	// One that fails on its way out is still an error.
+	q, err := StartProc(context.Background(), ProcSpec{Name: "failer", Argv: []string{"bash", "-c", `trap 'exit 3' TERM; echo up; while :; do sleep 0.05; done`}})
+	require.NoError(t, err)
+	defer q.Kill()
+	_, err = q.Line(context.Background(), 0)
+	require.NoError(t, err)
+	require.ErrorContains(t, q.StopServer(10*time.Second), "exit status 3")
+}
