@@ -58,12 +58,19 @@ type Proc struct {
 
 	readers sync.WaitGroup
 	drained chan struct{} // closed once stdout and stderr are both read to EOF
+	reaped  chan struct{} // closed once the child has exited and is reaped
 	done    chan struct{}
 	stopped sync.Once
 	killed  atomic.Bool // Kill ended it
 }
 
 const tailLines = 40
+
+// outputGrace is how long the readers of a child's output read on after
+// the child exited, for what is still in the pipes, before giving up on
+// the end of a pipe that another process (one that left the child's
+// group) still holds.
+const outputGrace = 5 * time.Second
 
 // StartProc starts spec's program. The child runs in a new process group,
 // dies with the harness (parent-death signal) and is killed as a group
@@ -72,7 +79,7 @@ func StartProc(ctx context.Context, spec ProcSpec) (*Proc, error) {
 	if len(spec.Argv) == 0 {
 		return nil, fmt.Errorf("start %s: empty argv", spec.Name)
 	}
-	p := &Proc{spec: spec, drained: make(chan struct{}), done: make(chan struct{})}
+	p := &Proc{spec: spec, drained: make(chan struct{}), reaped: make(chan struct{}), done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	cmd := procgroup.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir, cmd.Env = spec.Dir, spec.Env
@@ -95,25 +102,49 @@ func StartProc(ctx context.Context, spec ProcSpec) (*Proc, error) {
 			return fail(err)
 		}
 	}
-	stdout, err := cmd.StdoutPipe()
+	// Pipes of our own, not cmd's: cmd.Wait then waits for the child alone,
+	// and the readers read on after it, to the end or until outputGrace.
+	stdout, stdoutW, err := os.Pipe()
 	if err != nil {
 		return fail(err)
 	}
-	stderr, err := cmd.StderrPipe()
+	stderr, stderrW, err := os.Pipe()
 	if err != nil {
+		stdout.Close()
+		stdoutW.Close()
 		return fail(err)
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	err = cmd.Start()
+	stdoutW.Close() // the child holds the write ends now
+	stderrW.Close()
+	if err != nil {
+		stdout.Close()
+		stderr.Close()
 		return fail(fmt.Errorf("%w: %w", ErrStart, err))
 	}
 	p.readers.Add(2)
 	go p.pump(stdout, "out", true)
 	go p.pump(stderr, "err", false)
 	go func() {
-		// Readers first: Wait closes the pipes, which would cut the last lines.
 		p.readers.Wait()
 		close(p.drained)
+	}()
+	go func() {
 		err := cmd.Wait()
+		close(p.reaped)
+		// Read what the child left to the end. A process that left its
+		// group (a setsid'd grandchild a tenant started) may hold the
+		// pipes open long after: it must not hold the child's end too.
+		grace := time.NewTimer(outputGrace)
+		select {
+		case <-p.drained:
+		case <-grace.C:
+		}
+		grace.Stop()
+		stdout.Close() // ends a reader still waiting on such a pipe
+		stderr.Close()
+		<-p.drained
 		p.mu.Lock()
 		p.exited, p.exitErr = true, err
 		p.cond.Broadcast()
@@ -250,13 +281,13 @@ func (p *Proc) Stop(grace time.Duration) error {
 			// the grace before asking with a signal.
 			p.stdin.Close()
 			select {
-			case <-p.done:
+			case <-p.reaped:
 			case <-time.After(grace / 2):
 			}
 		}
 		_ = procgroup.Signal(p.Pid(), syscall.SIGTERM)
 		select {
-		case <-p.done:
+		case <-p.reaped: // its output may take outputGrace more
 		case <-deadline.C:
 			killed = true
 			_ = procgroup.Kill(p.Pid())
@@ -273,6 +304,17 @@ func (p *Proc) Stop(grace time.Duration) error {
 		return nil // Kill ended it
 	}
 	return p.ExitErr()
+}
+
+// StopServer is Stop for a server the harness asked to leave: a server
+// that SIGTERM ended by its default action (a Python server without a
+// handler, as Hermes's serve backend) stopped as asked, and that is no
+// error.
+func (p *Proc) StopServer(grace time.Duration) error {
+	if err := p.Stop(grace); err != nil && !isSignalExit(err) {
+		return err
+	}
+	return nil
 }
 
 // Kill kills the child's process group at once and waits for it. A

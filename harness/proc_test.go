@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,4 +136,47 @@ func TestSIGTERMByDefaultActionIsACleanStopForTheSandbox(t *testing.T) {
 	<-q.Done()
 	assert.False(t, isSignalExit(q.ExitErr()))
 	assert.False(t, isSignalExit(nil))
+}
+
+func TestProcStopReturnsWhileAnEscapedGrandchildHoldsItsOutput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// A server whose grandchild left its process group (setsid) with the
+	// server's stdout and stderr, as a tenant's escaping process does: the
+	// group kill does not reach it, and it holds the pipes open.
+	p := startBash(t, ctx, `setsid -f sh -c 'echo grandchild $$; exec sleep 600'; trap 'exit 0' TERM; echo up; while :; do sleep 0.05; done`)
+	m, err := p.WaitLine(ctx, regexp.MustCompile(`^grandchild (\d+)$`))
+	require.NoError(t, err)
+	gc, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Kill(gc, syscall.SIGKILL) })
+	_, err = p.WaitLine(ctx, regexp.MustCompile(`^up$`))
+	require.NoError(t, err)
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- p.Stop(10 * time.Second) }()
+	select {
+	case err := <-stopped:
+		require.NoError(t, err, "the server left cleanly on SIGTERM")
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Stop did not return while the escaped grandchild holds the server's output")
+	}
+	<-p.Done()
+	assert.True(t, procgroup.Alive(gc), "the grandchild, out of the group, still holds the pipes (the case under test)")
+}
+
+func TestStopServerTakesSIGTERMsDefaultActionAsAStop(t *testing.T) {
+	t.Parallel()
+	// A server with no SIGTERM handler dies of the signal: stopped as asked.
+	p, err := StartProc(context.Background(), ProcSpec{Name: "sleeper", Argv: []string{"sleep", "300"}})
+	require.NoError(t, err)
+	defer p.Kill()
+	require.NoError(t, p.StopServer(10*time.Second))
+	// One that fails on its way out is still an error.
+	q, err := StartProc(context.Background(), ProcSpec{Name: "failer", Argv: []string{"bash", "-c", `trap 'exit 3' TERM; echo up; while :; do sleep 0.05; done`}})
+	require.NoError(t, err)
+	defer q.Kill()
+	_, err = q.Line(context.Background(), 0)
+	require.NoError(t, err)
+	require.ErrorContains(t, q.StopServer(10*time.Second), "exit status 3")
 }

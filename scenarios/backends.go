@@ -80,7 +80,7 @@ func (e *Env) StopServe(s *Serve) {
 		e.T.Fatalf("stop serve: the staging server is not the harness's to stop")
 	}
 	e.Box.NoteServe("", "")
-	if err := s.Proc.Stop(20 * time.Second); err != nil {
+	if err := s.Proc.StopServer(20 * time.Second); err != nil {
 		e.T.Fatalf("stop serve backend: %v", err)
 	}
 }
