@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -136,6 +137,11 @@ func TestPooledTerminalContainment(t *testing.T) {
 			require.Contains(t, ranIn(t, cb, beta, sb, leave), "started")
 			require.Eventually(t, func() bool { return len(tenantProcs(beta)) >= 4 }, 20*time.Second, 10*time.Millisecond,
 				"positive control: beta's shell and its three sleepers run")
+			// The setsid sleeper is forked in the shell's session and leaves
+			// it when its setsid runs: the event comes once it is sleep in a
+			// session of its own, or a session kill could end it first.
+			require.Eventually(t, func() bool { return setsidSleeper(tenantProcs(beta)) }, 20*time.Second, 10*time.Millisecond,
+				"positive control: beta's setsid sleeper leads a session of its own")
 			switch how {
 			case "session.close":
 				cb.ok("session.close", map[string]any{"session_id": sb})
@@ -292,4 +298,28 @@ func TestPluginHostUnderLandlock(t *testing.T) {
 	s.stop()
 	require.Eventually(t, func() bool { return len(tenantProcs(alpha)) == 0 }, 10*time.Second, 10*time.Millisecond,
 		"alpha's plugin host outlived the server")
+}
+
+// setsidSleeper reports whether one of pids is a sleep that leads its own
+// session (/proc/PID/stat's session field is its pid).
+func setsidSleeper(pids []int) bool {
+	for _, pid := range pids {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil || strings.TrimSpace(string(comm)) != "sleep" {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndex(string(stat), ") ")
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat)[i+2:]) // state ppid pgrp session ...
+		if len(fields) > 3 && fields[3] == strconv.Itoa(pid) {
+			return true
+		}
+	}
+	return false
 }
