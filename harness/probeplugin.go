@@ -225,8 +225,19 @@ func toAny(ss []string) []any {
 // LoadFiles reads the plugin's Source folder (when it has one) into Files,
 // so an install copies what the folder held when the run began.
 func (p *ProbePlugin) LoadFiles() error {
+	files, err := p.readFiles()
+	if err != nil || files == nil {
+		return err
+	}
+	p.Files = files
+	return nil
+}
+
+// readFiles reads the Source folder (nil without one). It changes nothing
+// of p: scenarios running at once share their target's ProbePlugin.
+func (p *ProbePlugin) readFiles() (map[string]string, error) {
 	if p.Source == "" {
-		return nil
+		return nil, nil
 	}
 	files := map[string]string{}
 	err := filepath.WalkDir(p.Source, func(path string, d fs.DirEntry, err error) error {
@@ -248,10 +259,9 @@ func (p *ProbePlugin) LoadFiles() error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("probe plugin %s: read %s: %w", p.Name, p.Source, err)
+		return nil, fmt.Errorf("probe plugin %s: read %s: %w", p.Name, p.Source, err)
 	}
-	p.Files = files
-	return nil
+	return files, nil
 }
 
 // InstallProbePlugin installs p into t's home: its config merged into
@@ -268,8 +278,10 @@ func (s *Sandbox) InstallProbePlugin(ctx context.Context, p *ProbePlugin, t *ten
 	if err := s.WriteHome(t, tenants.HomeExtras{Config: cm}); err != nil {
 		return fmt.Errorf("install probe plugin %s for %s: %w", p.Name, t.Name, err)
 	}
-	if p.Files == nil {
-		if err := p.LoadFiles(); err != nil {
+	files := p.Files
+	if files == nil {
+		var err error
+		if files, err = p.readFiles(); err != nil {
 			return err
 		}
 	}
@@ -288,7 +300,7 @@ func (s *Sandbox) InstallProbePlugin(ctx context.Context, p *ProbePlugin, t *ten
 		}
 		return nil
 	}
-	for rel, data := range p.Files {
+	for rel, data := range files {
 		path := filepath.Join(dest, filepath.FromSlash(rel))
 		mode := os.FileMode(0o644)
 		if p.Source != "" {
