@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
 	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
 // cmdTenant points tn at a provider whose model runs the user's text as a
@@ -301,23 +301,14 @@ func TestPluginHostUnderLandlock(t *testing.T) {
 }
 
 // setsidSleeper reports whether one of pids is a sleep that leads its own
-// session (/proc/PID/stat's session field is its pid).
+// session.
 func setsidSleeper(pids []int) bool {
 	for _, pid := range pids {
 		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 		if err != nil || strings.TrimSpace(string(comm)) != "sleep" {
 			continue
 		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndex(string(stat), ") ")
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(string(stat)[i+2:]) // state ppid pgrp session ...
-		if len(fields) > 3 && fields[3] == strconv.Itoa(pid) {
+		if sid, ok := procgroup.SessionOf(pid); ok && sid == pid {
 			return true
 		}
 	}

@@ -99,6 +99,16 @@ func KillSession(sid int) []int {
 	return found
 }
 
+// SessionOf returns the session id of the live process pid (false when it
+// is gone or a zombie): a process that called setsid leads its own.
+func SessionOf(pid int) (int, bool) {
+	st, ok := readStat(pid)
+	if !ok || !st.live() {
+		return 0, false
+	}
+	return st.session, true
+}
+
 // procStat is the part of /proc/PID/stat this package reads.
 type procStat struct {
 	state      byte

@@ -78,9 +78,9 @@ func TestMarkedFindsDescendantsInOtherGroups(t *testing.T) {
 	// cannot be read. The group is killed once it is sleep in a session of
 	// its own.
 	settled := func() bool {
-		st, ok := readStat(grandchild)
+		sid, ok := SessionOf(grandchild)
 		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(grandchild) + "/comm")
-		return ok && st.session == grandchild && strings.TrimSpace(string(comm)) == "sleep"
+		return ok && sid == grandchild && strings.TrimSpace(string(comm)) == "sleep"
 	}
 	require.Eventually(t, settled, 10*time.Second, 5*time.Millisecond, "the grandchild never became sleep in a session of its own")
 	require.ElementsMatch(t, []int{cmd.Process.Pid, grandchild}, Marked(id))

@@ -65,25 +65,25 @@ func identify(path string) (fileID, bool) {
 func (m *Matcher) WithCache(c *FileCache) *Matcher {
 	cp := *m
 	cp.cache = c
+	cp.fp = fingerprint(m.patterns)
 	return &cp
 }
 
-// fingerprint names m's patterns: entries of a matcher with other
+// fingerprint names a set of patterns: entries of a matcher with other
 // patterns are other entries.
-func (m *Matcher) fingerprint() [sha256.Size]byte {
-	m.fpOnce.Do(func() {
-		h := sha256.New()
-		var n [8]byte
-		for _, p := range m.patterns {
-			for _, s := range []string{p.Value, p.Owner, p.Kind} {
-				binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
-				h.Write(n[:])
-				h.Write([]byte(s))
-			}
+func fingerprint(patterns []Pattern) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, p := range patterns {
+		for _, s := range []string{p.Value, p.Owner, p.Kind} {
+			binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+			h.Write(n[:])
+			h.Write([]byte(s))
 		}
-		copy(m.fp[:], h.Sum(nil))
-	})
-	return *m.fp
+	}
+	var fp [sha256.Size]byte
+	copy(fp[:], h.Sum(nil))
+	return fp
 }
 
 // cachedFile is file through m's cache: a file whose identity has not
@@ -94,7 +94,7 @@ func (m *Matcher) cachedFile(ctx context.Context, path string, open opener, r *R
 		m.file(ctx, path, open, r)
 		return
 	}
-	key := cacheKey{path: path, patterns: m.fingerprint()}
+	key := cacheKey{path: path, patterns: m.fp}
 	id, ok := identify(path) // before the read: a write during it changes the identity
 	if ok {
 		m.cache.mu.Lock()

@@ -10,7 +10,6 @@ import (
 	"io"
 	"math/bits"
 	"strconv"
-	"sync"
 )
 
 // Pattern is one canary the Matcher looks for: who owns it, what kind of
@@ -82,16 +81,15 @@ type Matcher struct {
 	npat []uint32 // pattern of needle i
 	nenc []Encoding
 
-	cache  *FileCache // WithCache
-	fpOnce *sync.Once // fingerprint, once per compiled matcher (shared by its copies)
-	fp     *[sha256.Size]byte
+	cache *FileCache        // WithCache
+	fp    [sha256.Size]byte // the patterns' fingerprint, set by WithCache
 }
 
 // Compile builds a Matcher for patterns. Values must be at least MinValueLen
 // bytes; the same value may not belong to two owners or kinds (a finding
 // could not say whose it is); exact duplicates are kept once.
 func Compile(patterns []Pattern) (*Matcher, error) {
-	m := &Matcher{limits: DefaultLimits, fpOnce: &sync.Once{}, fp: new([sha256.Size]byte)}
+	m := &Matcher{limits: DefaultLimits}
 	seen := make(map[string]int, len(patterns))
 	for i, p := range patterns {
 		if len(p.Value) < MinValueLen {
