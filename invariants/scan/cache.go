@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // FileCache remembers what a Matcher found in each file it scanned, so a
@@ -14,16 +15,25 @@ import (
 // modification and change times, and those of its -wal for a SQLite
 // database) and one matcher's patterns: a file written since, even to the
 // same size, has a new change time, which nobody can set back; a new
-// canary makes a new matcher. A scan that skipped anything is never kept.
-// Safe for concurrent use.
+// canary makes a new matcher. A scan that skipped anything is never kept,
+// nor one of a file changed just before it (git's "racy clean" rule: the
+// kernel stamps times from a clock that ticks every few milliseconds, so a
+// write of the same size in the same tick, after the read, would keep the
+// stamp). Safe for concurrent use.
 type FileCache struct {
 	mu      sync.Mutex
 	entries map[cacheKey]cacheEntry
-	scans   int // files read (not served from the cache), for tests
+	scans   int           // files read (not served from the cache), for tests
+	settle  time.Duration // a file changed less than this before its scan is not kept
 }
 
+// settleTime is far longer than any kernel's timestamp tick (1-10 ms).
+const settleTime = 50 * time.Millisecond
+
 // NewFileCache returns an empty cache.
-func NewFileCache() *FileCache { return &FileCache{entries: map[cacheKey]cacheEntry{}} }
+func NewFileCache() *FileCache {
+	return &FileCache{entries: map[cacheKey]cacheEntry{}, settle: settleTime}
+}
 
 type cacheKey struct {
 	path     string
@@ -58,6 +68,12 @@ func identify(path string) (fileID, bool) {
 		id.wal = statID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 	}
 	return id, true
+}
+
+// settled reports whether the file (and its -wal) last changed before t.
+func (id fileID) settled(t time.Time) bool {
+	before := func(s statID) bool { return time.Unix(s.ctime.Unix()).Before(t) && time.Unix(s.mtime.Unix()).Before(t) }
+	return before(id.file) && (id.wal == statID{} || before(id.wal))
 }
 
 // WithCache returns a Matcher that scans as m does and keeps what Tree and
@@ -95,6 +111,7 @@ func (m *Matcher) cachedFile(ctx context.Context, path string, open opener, r *R
 		return
 	}
 	key := cacheKey{path: path, patterns: m.fp}
+	began := time.Now()
 	id, ok := identify(path) // before the read: a write during it changes the identity
 	if ok {
 		m.cache.mu.Lock()
@@ -112,7 +129,7 @@ func (m *Matcher) cachedFile(ctx context.Context, path string, open opener, r *R
 	m.file(ctx, path, open, &sub)
 	r.Hits = append(r.Hits, sub.Hits...)
 	r.Skipped = append(r.Skipped, sub.Skipped...)
-	if ok && len(sub.Skipped) == 0 && ctx.Err() == nil {
+	if ok && len(sub.Skipped) == 0 && ctx.Err() == nil && id.settled(began.Add(-m.cache.settle)) {
 		m.cache.mu.Lock()
 		m.cache.entries[key] = cacheEntry{id: id, hits: append([]Hit(nil), sub.Hits...)}
 		m.cache.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -22,6 +23,7 @@ func TestFileCacheRescansOnlyWhatChanged(t *testing.T) {
 	m, err := Compile([]Pattern{{Owner: "alpha", Kind: "k", Value: "canary-alpha-0123456789"}, {Owner: "beta", Kind: "k", Value: "canary-beta-98765432100"}})
 	require.NoError(t, err)
 	fc := NewFileCache()
+	fc.settle = 0 // the files were written just now (TestFileCacheKeepsNoFreshFile)
 	cm := m.WithCache(fc)
 	owners := func(r Report) map[string]string {
 		out := map[string]string{}
@@ -53,4 +55,29 @@ func TestFileCacheRescansOnlyWhatChanged(t *testing.T) {
 	r = m2.WithCache(fc).Tree(ctx, dir)
 	require.Equal(t, map[string]string{"a.txt": "alpha"}, owners(r))
 	require.Equal(t, 5, fc.scans)
+}
+
+// TestFileCacheKeepsNoFreshFile: a file changed just before its scan is
+// read again at the next (a write of the same size in the same clock tick
+// would keep its times), and kept once it has settled.
+func TestFileCacheKeepsNoFreshFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.txt")
+	require.NoError(t, os.WriteFile(a, []byte("x canary-alpha-0123456789 x"), 0o600))
+	m, err := Compile([]Pattern{{Owner: "alpha", Kind: "k", Value: "canary-alpha-0123456789"}})
+	require.NoError(t, err)
+	fc := NewFileCache()
+	fc.settle = time.Hour // every file here is fresh
+	cm := m.WithCache(fc)
+	ctx := context.Background()
+	for range 2 {
+		require.Len(t, cm.Tree(ctx, dir).Hits, 1)
+	}
+	require.Equal(t, 2, fc.scans, "a fresh file was served from the cache")
+	fc.settle = 0
+	for range 2 {
+		require.Len(t, cm.Tree(ctx, dir).Hits, 1)
+	}
+	require.Equal(t, 3, fc.scans, "a settled file was read again")
 }
