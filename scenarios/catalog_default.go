@@ -26,6 +26,7 @@ func Default() *Catalog {
 		hostileTools(),
 		hostilePlugin(),
 		hostileChains(),
+		hostileRestarts(),
 		collidingInputs(),
 		noisyNeighbour(),
 		gatewayTenants(),

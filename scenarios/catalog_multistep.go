@@ -50,12 +50,41 @@ type chainRun struct {
 	slate []slateFile
 }
 
-func hostileChains() Spec { return chainsSpec(attack.Chains()) }
+// restarts reports whether ch waits for a restart or a crash of the
+// server: those rows run in hostile-restarts, beside hostile-chains (each
+// round stops the server its scenario owns, so the two can run at once).
+func restarts(ch attack.Chain) bool {
+	return ch.Trigger == attack.OnRestart || ch.Trigger == attack.OnCrash
+}
 
-// chainsSpec is hostile-chains over chains (a test runs a table of its
-// own).
+// hostileChains is the chains that the server, a cron job, the operator or
+// a race acts on while it runs.
+func hostileChains() Spec {
+	chains := slices.DeleteFunc(attack.Chains(), restarts)
+	spec := chainsSpec(chains)
+	spec.Purpose = "every tenant chains its own powers: links, settings, operator keys and paths planted in its own space, acted on by the server, the operator or a neighbour"
+	return spec
+}
+
+// hostileRestarts is the chains that wait for the server's restart or
+// crash: what a tenant planted in its own home, read at the next start.
+func hostileRestarts() Spec {
+	var chains []attack.Chain
+	for _, ch := range attack.Chains() {
+		if restarts(ch) {
+			chains = append(chains, ch)
+		}
+	}
+	spec := chainsSpec(chains)
+	spec.ID = "hostile-restarts"
+	spec.Purpose = "every tenant plants links and settings in its own home and waits for the server to restart or crash and start again: what the server then opens, stores and launches stays its own"
+	return spec
+}
+
+// chainsSpec is hostile-chains over chains, a phase per group that has
+// any (a test runs a table of its own; hostileRestarts the restart
+// group alone).
 func chainsSpec(chains []attack.Chain) Spec {
-	restarts := func(ch attack.Chain) bool { return ch.Trigger == attack.OnRestart || ch.Trigger == attack.OnCrash }
 	of := func(c attack.ChainClass) []attack.Chain {
 		var out []attack.Chain
 		for _, ch := range attack.ChainsOf(chains, c) {
@@ -71,6 +100,43 @@ func chainsSpec(chains []attack.Chain) Spec {
 			restartGroup = append(restartGroup, ch)
 		}
 	}
+	phases := []Phase{
+		{Name: "connect", Run: func(e *Env) {
+			e.startHostile(nil)
+			e.chains = &chainState{plugins: e.Box.Target.AgentdPluginsUnsupported(), outside: map[string]time.Time{},
+				rowKinds: map[tenants.Kind]bool{}}
+			e.plantWorkdirs()
+			// Every victim has a job, so a chain that reaches another's jobs
+			// shows its cron prompt.
+			for _, t := range e.Tenants {
+				e.CreateCron(e.Conns[t.Name], t)
+			}
+			e.outsideControl()
+		}},
+	}
+	for _, g := range []struct {
+		phase string
+		class attack.ChainClass
+	}{{"home-links", attack.HomeLink}, {"settings", attack.Setting}, {"tenant-paths", attack.TenantPath}, {"operator-settings", attack.OperatorSetting}} {
+		if group := of(g.class); len(group) > 0 {
+			phases = append(phases, chainPhase(g.phase, func(e *Env) { e.watchOutside(func() { e.runChains(group) }) }))
+		}
+	}
+	if len(restartGroup) > 0 {
+		phases = append(phases, chainPhase("restart", func(e *Env) { e.watchOutside(func() { e.restartChains(restartGroup) }) }))
+	}
+	if races := attack.ChainsOf(chains, attack.Race); len(races) > 0 {
+		phases = append(phases, chainPhase("races", func(e *Env) {
+			for _, ch := range e.chainsOf(races) {
+				e.raceChain(ch)
+			}
+		}))
+	}
+	phases = append(phases, Phase{Name: "chain-rows", Run: func(e *Env) { e.chainRows() }})
+	needs := []Need{NeedFiles}
+	if len(restartGroup) > 0 {
+		needs = append(needs, NeedRestart)
+	}
 	return Spec{
 		ID:        "hostile-chains",
 		Purpose:   "every tenant chains its own powers: links, settings, operator keys and paths planted in its own space, acted on by the server, a restart, the operator or a neighbour",
@@ -78,33 +144,9 @@ func chainsSpec(chains []attack.Chain) Spec {
 		Focus:     []Invariant{Requests, Files, Text, WriteScope, OperatorSecret},
 		Snapshots: perTenant(1),
 		Timeout:   10 * time.Minute,
-		Needs:     []Need{NeedFiles, NeedRestart},
+		Needs:     needs,
 		Responder: attack.Responder,
-		Phases: []Phase{
-			{Name: "connect", Run: func(e *Env) {
-				e.startHostile(nil)
-				e.chains = &chainState{plugins: e.Box.Target.AgentdPluginsUnsupported(), outside: map[string]time.Time{},
-					rowKinds: map[tenants.Kind]bool{}}
-				e.plantWorkdirs()
-				// Every victim has a job, so a chain that reaches another's jobs
-				// shows its cron prompt.
-				for _, t := range e.Tenants {
-					e.CreateCron(e.Conns[t.Name], t)
-				}
-				e.outsideControl()
-			}},
-			chainPhase("home-links", func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.HomeLink)) }) }),
-			chainPhase("settings", func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.Setting)) }) }),
-			chainPhase("tenant-paths", func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.TenantPath)) }) }),
-			chainPhase("operator-settings", func(e *Env) { e.watchOutside(func() { e.runChains(of(attack.OperatorSetting)) }) }),
-			chainPhase("restart", func(e *Env) { e.watchOutside(func() { e.restartChains(restartGroup) }) }),
-			chainPhase("races", func(e *Env) {
-				for _, ch := range e.chainsOf(attack.ChainsOf(chains, attack.Race)) {
-					e.raceChain(ch)
-				}
-			}),
-			{Name: "chain-rows", Run: func(e *Env) { e.chainRows() }},
-		},
+		Phases:    phases,
 	}
 }
 

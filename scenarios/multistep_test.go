@@ -1,11 +1,15 @@
 package scenarios
 
 import (
+	"context"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/harness/attack"
 )
@@ -24,17 +28,19 @@ import (
 // (examples/targets/agentd-v0.3.0/ci.sh) or a test of the effect itself.
 // Only the rows of faults are checked (every fault of the chains in the
 // full self-test). The clean run is TestCatalogAgainstAgentd/hostile-chains.
-func checkChainDetections(t *testing.T, faulty map[string]Report, faults []string) {
+func checkChainDetections(t *testing.T, runs faultyRuns, faults []string) {
 	t.Helper()
 	for _, ch := range attack.Chains() {
 		if !slices.Contains(faults, ch.Fault) {
 			continue
 		}
+		scenario := chainScenario(ch)
+		faulty := runs[scenario]
 		rep, ok := faulty[ch.Fault]
-		if !assert.True(t, ok, "row %s: the self-test ran no %s", ch.ID, ch.Fault) {
+		if !assert.True(t, ok, "row %s: the self-test ran no %s in %s", ch.ID, ch.Fault, scenario) {
 			continue
 		}
-		assert.Equal(t, "hostile-chains", rep.ID, ch.Fault)
+		assert.Equal(t, scenario, rep.ID, ch.Fault)
 		i := slices.IndexFunc(rep.Chains, func(r ChainRow) bool { return r.Row == ch.ID })
 		if !assert.GreaterOrEqual(t, i, 0, "row %s did not run in the %s run of hostile-chains", ch.ID, ch.Fault) {
 			continue
@@ -68,9 +74,76 @@ func checkChainDetections(t *testing.T, faulty map[string]Report, faults []strin
 				ch.ID, row.Attacker, row.Victim, ch.Expect, ch.ControlFaults(), ch.AlsoFault, ch.OtherDefence, row.Found, row.Outcome)
 		}
 	}
-	for _, a := range faulty[attack.FaultDeleteRace].Chains {
+	for _, a := range runs["hostile-chains"][attack.FaultDeleteRace].Chains {
 		if a.Row == "race-delete-recreate" {
 			t.Logf("%s: %s", a.Row, a.Outcome)
 		}
 	}
+}
+
+// faultyRuns are a self-test's faulty runs by scenario, then fault.
+type faultyRuns map[string]map[string]Report
+
+// chainScenario is the scenario that runs ch.
+func chainScenario(ch attack.Chain) string {
+	if restarts(ch) {
+		return "hostile-restarts"
+	}
+	return "hostile-chains"
+}
+
+// chainsScenario reports whether f is a fault of the chains' scenarios.
+func chainsScenario(f Fault) bool {
+	return f.Scenario == "hostile-chains" || f.Scenario == "hostile-restarts"
+}
+
+// restartFaults are the faults of hostile-chains among faults whose rows
+// (or rows they are the positive control of, with another defence off)
+// wait for a restart: the same faults, run in hostile-restarts, each
+// expecting its first such row's invariant.
+func restartFaults(faults []Fault) []Fault {
+	var out []Fault
+	for _, f := range faults {
+		if f.Scenario != "hostile-chains" {
+			continue
+		}
+		for _, ch := range attack.Chains() {
+			if restarts(ch) && (ch.Fault == f.Name && ch.OtherDefence == "" || ch.AlsoFault != "" && ch.ControlFaults() == f.Name) {
+				out = append(out, Fault{Name: f.Name, Scenario: "hostile-restarts", Expect: ch.Expect, Why: f.Why})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// selfTestWithRestarts is SelfTestWith over faults (the chains' faults
+// run whole), and at once over their restartFaults: the faulty runs of
+// both, by scenario.
+func selfTestWithRestarts(ctx context.Context, t *testing.T, cfg Config, faults []Fault) (SelfTestResult, SelfTestResult, faultyRuns) {
+	t.Helper()
+	var res, rst SelfTestResult
+	var errRes, errRst error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rcfg := cfg
+		rcfg.WorkDir = filepath.Join(cfg.WorkDir, "restarts")
+		rst, errRst = SelfTestWith(ctx, Default(), rcfg, restartFaults(faults), SelfTestOptions{Whole: chainsScenario})
+	}()
+	res, errRes = SelfTestWith(ctx, Default(), cfg, faults, SelfTestOptions{Whole: chainsScenario})
+	wg.Wait()
+	require.NoError(t, errRes)
+	require.NoError(t, errRst)
+	runs := faultyRuns{}
+	for _, r := range []SelfTestResult{res, rst} {
+		for _, o := range r.Outcomes {
+			if runs[o.Scenario] == nil {
+				runs[o.Scenario] = map[string]Report{}
+			}
+			runs[o.Scenario][o.Fault] = r.Faulty[o.Fault]
+		}
+	}
+	return res, rst, runs
 }

@@ -72,9 +72,10 @@ func Faults() []Fault {
 		{"delete-race", "hostile-chains", invariants.File, "a request racing profiles.delete re-makes the home: the profile made again holds the deleted one's files"},
 		{"tenant-text-as-path", "hostile-chains", invariants.Request, "a custom prompt's @<path> is read by plain path: the victim's .env goes into the attacker's system prompt"},
 		// Two defences off at once: the chain rows that one fault alone
-		// cannot re-open (attack.Chain.AlsoFault) land here.
+		// cannot re-open (attack.Chain.AlsoFault) land here (a plugins
+		// folder linked in is loaded at the next start).
 		{"workdir-anywhere,no-tool-sandbox", "hostile-chains", invariants.Snapshot, "a cwd of /dev, unjudged and unsandboxed: the tenant's shell runs in the host's /dev"},
-		{"home-follows-links,plugin-in-process", "hostile-chains", invariants.Request, "a plugins folder linked to another home, loaded in the server: the victim's plugin is the attacker's"},
+		{"home-follows-links,plugin-in-process", "hostile-restarts", invariants.Request, "a plugins folder linked to another home, loaded in the server: the victim's plugin is the attacker's"},
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -22,7 +23,8 @@ import (
 // runSynopsis is the main run's command line: the one source of its usage
 // (runUsage, usageText; TestUsageListsEveryFlag checks it has every flag).
 const runSynopsis = `canary-run [--target agentd|FILE] [--tenants N] [--run REGEXP] [--shard K/N] [--out DIR]
-             [--keep] [--timeout D] [--parallel N] [--seed N] [--self-test | --no-self-test]`
+             [--keep] [--timeout D] [--parallel N] [--seed N] [--self-test | --no-self-test]
+             [--faults REGEXP]`
 
 // runUsage is the run's usage on one line, for its usage errors.
 var runUsage = "usage: " + strings.Join(strings.Fields(runSynopsis), " ")
@@ -40,6 +42,7 @@ type certifyOptions struct {
 	noSelf   bool
 	shard    string // K/N as given
 	seed     uint64
+	faults   string // a regexp of the faults the self-test seeds
 }
 
 // errHelp: -h was asked for.
@@ -60,6 +63,7 @@ func certifyFlags() (*flag.FlagSet, *certifyOptions) {
 	fs.BoolVar(&o.selfTest, "self-test", false, "only prove the harness catches every seeded leak of the embedded agentd (and that the same scenarios are clean); exit 0 when it does")
 	fs.Uint64Var(&o.seed, "seed", 0, "replay a run's tenant orders and interleavings with its seed `N` (printed and in the certificate; 0 draws one)")
 	fs.BoolVar(&o.noSelf, "no-self-test", false, "certify without measuring the harness's detection power (the certificate says it was not measured)")
+	fs.StringVar(&o.faults, "faults", "", "seed only the faults whose name matches this `REGEXP` in the self-test (a quick re-run of a few; the detection power then counts only those)")
 	fs.StringVar(&o.shard, "shard", "", "run only slice `K/N` of the selected scenarios (every Nth from the Kth, in catalog order); shard 1 also measures the detection power; join the shards' certificates with canary-run merge")
 	return fs, o
 }
@@ -102,6 +106,13 @@ func parseCertify(args []string) (certifyOptions, error) {
 	}
 	if o.run != "" {
 		if _, err := scenarios.Default().Match(o.run); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.faults != "" {
+		if o.noSelf {
+			errs = append(errs, errors.New("--faults picks the self-test's faults: --no-self-test runs none"))
+		} else if _, err := selectFaults(seededFaults(), o.faults); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -191,10 +202,14 @@ var seededFaults = scenarios.Faults
 // options are the flags as certify's options: progress on stderr, the
 // self-test's table on stdout, the certificate into out.
 func (o certifyOptions) options(out string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) certify.Options {
+	faults := seededFaults()
+	if o.faults != "" {
+		faults, _ = selectFaults(faults, o.faults) // parseCertify checked it
+	}
 	opts := certify.Options{
 		Out: out, Tenants: o.tenants, Run: o.run, Shard: o.shard, Parallel: o.parallel, Timeout: o.timeout,
 		Seed: o.seed, Keep: o.keep,
-		SelfTest: !o.noSelf && !o.selfTest, OnlySelfTest: o.selfTest, Faults: seededFaults(),
+		SelfTest: !o.noSelf && !o.selfTest, OnlySelfTest: o.selfTest, Faults: faults,
 		Progress: stderr, Results: stdout, Name: "canary-run", LookupEnv: lookupEnv,
 	}
 	if o.target != "agentd" {
@@ -204,4 +219,25 @@ func (o certifyOptions) options(out string, stdout, stderr io.Writer, lookupEnv 
 		opts.SelfTestTarget = &agentd
 	}
 	return opts
+}
+
+// selectFaults is the faults whose name matches expr; an error names the
+// bad expression, or says that none matched and which there are.
+func selectFaults(all []scenarios.Fault, expr string) ([]scenarios.Fault, error) {
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return nil, fmt.Errorf("--faults %q: %w", expr, err)
+	}
+	var out []scenarios.Fault
+	var names []string
+	for _, f := range all {
+		names = append(names, f.Name)
+		if re.MatchString(f.Name) {
+			out = append(out, f)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--faults %q matches no fault (the faults: %s)", expr, strings.Join(names, " "))
+	}
+	return out, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,6 +51,9 @@ func TestUsageErrors(t *testing.T) {
 		{"several errors at once", []string{"--tenants", "0", "--parallel", "-2", "--out", out}, "--tenants 0: want 2 to 100\n--parallel -2"},
 		{"self-test and not", []string{"--self-test", "--no-self-test", "--out", out}, "--self-test and --no-self-test exclude each other"},
 		{"self-test with run", []string{"--self-test", "--run", "^pooled", "--out", out}, "--run does not apply"},
+		{"faults without the self-test", []string{"--no-self-test", "--faults", "no-conn", "--out", out}, "--faults picks the self-test's faults: --no-self-test runs none"},
+		{"faults bad regexp", []string{"--self-test", "--faults", "(", "--out", out}, `--faults "(": error parsing regexp`},
+		{"faults match nothing", []string{"--self-test", "--faults", "^nothing$", "--out", out}, `--faults "^nothing$" matches no fault (the faults: dotenv-into-process `},
 		{"scan without canaries", []string{"scan", dir}, "--canaries FILE is required"},
 		{"fakellm without listen", []string{"fakellm", "--tenants", names, "--out", out}, "--listen ADDR is required"},
 		{"fakellm without tenants", []string{"fakellm", "--listen", "127.0.0.1:0", "--out", out}, "--tenants FILE is required"},
@@ -110,7 +114,7 @@ func TestEveryCommandHasHelpAndVersion(t *testing.T) {
 		args  []string
 		flags []string
 	}{
-		{nil, []string{"-target", "-tenants", "-run", "-shard", "-out", "-keep", "-timeout", "-parallel", "-self-test", "-no-self-test"}},
+		{nil, []string{"-target", "-tenants", "-run", "-shard", "-out", "-keep", "-timeout", "-parallel", "-self-test", "-no-self-test", "-faults"}},
 		{[]string{"fakellm"}, []string{"-listen", "-tenants", "-out", "-journal", "-advertise-host", "-homes", "-layout"}},
 		{[]string{"merge"}, []string{"-out"}},
 	} {
@@ -174,6 +178,13 @@ func TestFlagsReachTheRun(t *testing.T) {
 	o, err = parseCertify([]string{"--self-test"})
 	require.NoError(t, err)
 	require.True(t, o.selfTest)
+	o, err = parseCertify([]string{"--self-test", "--faults", "^(no-conn-limit|shared-shell)$"})
+	require.NoError(t, err)
+	var names []string
+	for _, f := range o.options("o", io.Discard, io.Discard, nil).Faults {
+		names = append(names, f.Name)
+	}
+	require.Equal(t, []string{"shared-shell", "no-conn-limit"}, names, "the faults in the catalog's order")
 	o, err = parseCertify(nil)
 	require.NoError(t, err)
 	require.Equal(t, certifyOptions{target: "agentd", tenants: 3, out: "canary-out", parallel: scenarios.AutoParallel()}, o)

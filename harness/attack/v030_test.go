@@ -13,7 +13,8 @@ import (
 	"github.com/tenantcanary/tenantcanary/invariants"
 )
 
-// TestRowsOnAgentdV030 reads the certificate of hostile-chains against
+// TestRowsOnAgentdV030 reads the certificate of hostile-chains and
+// hostile-restarts against
 // agentd v0.3.0 (AGENTD_V030_CERT, set by examples/targets/agentd-v0.3.0/ci.sh;
 // unset, it is skipped): the rows that a defence of today's agentd stops
 // with no fault of agentd to switch it off (Chain.OtherDefence, no
@@ -41,9 +42,13 @@ func TestRowsOnAgentdV030(t *testing.T) {
 		Scenarios []report `json:"scenarios"`
 	}
 	require.NoError(t, json.Unmarshal(data, &cert), path)
-	i := slices.IndexFunc(cert.Scenarios, func(s report) bool { return s.ID == "hostile-chains" })
-	require.GreaterOrEqual(t, i, 0, "no hostile-chains report in %s", path)
-	rows := cert.Scenarios[i].Chains
+	// The chains a restart acts on run in hostile-restarts.
+	var rows []row
+	for _, id := range []string{"hostile-chains", "hostile-restarts"} {
+		i := slices.IndexFunc(cert.Scenarios, func(s report) bool { return s.ID == id })
+		require.GreaterOrEqual(t, i, 0, "no %s report in %s", id, path)
+		rows = append(rows, cert.Scenarios[i].Chains...)
+	}
 	for _, r := range rows {
 		t.Logf("%-22s %-8s -> %-8s %v", r.Row, r.Attacker, r.Victim, r.Found)
 	}

@@ -42,7 +42,7 @@ echo "agentd-v0.3.0: built $version from $commit ($(($(date +%s) - start))s)"
 (cd "$repo" && go build -o "$out/canary-run" ./cmd/canary-run)
 rc=0
 (cd "$repo" && PATH="$bin:$PATH" "$out/canary-run" --target examples/targets/agentd-v0.3.0/target.yaml \
-  --run '^hostile-chains$' --no-self-test --out "$out/cert") || rc=$?
+  --run '^hostile-(chains|restarts)$' --no-self-test --out "$out/cert") || rc=$?
 if [ "$rc" -ne 1 ]; then
   echo "agentd-v0.3.0: canary-run exited $rc, want 1 (leaks: v0.3.0 has no defence against chained attacks)" >&2
   cat "$out/cert/summary.md" >&2 2>/dev/null || true
@@ -58,5 +58,5 @@ if ! (cd "$repo" && AGENTD_V030_CERT="$out/cert/certificate.json" go test -count
   echo "agentd-v0.3.0: a row whose positive control is v0.3.0 did not find its leak" >&2
   exit 1
 fi
-echo "agentd-v0.3.0: hostile-chains found v0.3.0's leaks, verdict leaks as expected ($(($(date +%s) - start))s)"
+echo "agentd-v0.3.0: hostile-chains and hostile-restarts found v0.3.0's leaks, verdict leaks as expected ($(($(date +%s) - start))s)"
 grep -E '^\| |^- ' "$out/cert/summary.md" | head -40 || true

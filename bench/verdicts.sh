@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# bench/verdicts.sh: does a certification give the same verdict at rest and
+# on a busy machine? It builds canary-run once, then, with BUSY processes
+# spinning on the CPUs the whole time (default 0: at rest), runs RUNS
+# certifications of the embedded agentd (--no-self-test) and RUNS
+# self-tests of the no-conn-limit fault alone (noisy-neighbour's positive
+# control, the timing check a busy machine could fool), and prints each
+# verdict and time, then the counts. Exit 1 when a run gave another
+# verdict than the one it must.
+#
+#   bench/verdicts.sh                 # at rest, 5 + 5 runs
+#   BUSY=4 bench/verdicts.sh          # 4 busy processes on the machine
+#   RUNS=3 FULL=1 bench/verdicts.sh   # the whole run (catalog and self-test)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+busy=${BUSY:-0}
+runs=${RUNS:-5}
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+go build -o "$work/canary-run" ./cmd/canary-run
+for ((i = 0; i < busy; i++)); do
+  (while :; do :; done) &
+  pids+=("$!")
+done
+echo "verdicts: $runs + $runs runs, $busy busy processes on $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg)"
+
+bad=0
+certified=0
+caught=0
+run() { # KIND WANT-EXIT ARGS...: one run, its exit and time
+  local kind=$1 want=$2 rc=0 start end
+  shift 2
+  start=$(date +%s.%N)
+  "$work/canary-run" "$@" --out "$work/out" >"$work/stdout" 2>"$work/stderr" || rc=$?
+  end=$(date +%s.%N)
+  printf '%-10s exit %d (want %d) in %5.1fs: %s\n' "$kind" "$rc" "$want" "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')" \
+    "$(grep -E '^verdict:|detection power' "$work/stdout" | head -1)"
+  if [ "$rc" -ne "$want" ]; then
+    bad=1
+    grep -vE '^\s' "$work/stdout" | tail -30 | sed 's/^/    /'
+    return 1
+  fi
+  rm -rf "$work/out"
+}
+for ((i = 1; i <= runs; i++)); do
+  if [ "${FULL:-0}" = 1 ]; then
+    run certify 0 && certified=$((certified + 1)) || true
+  else
+    run certify 0 --no-self-test && certified=$((certified + 1)) || true
+  fi
+done
+for ((i = 1; i <= runs; i++)); do
+  run no-conn 0 --self-test --faults '^no-conn-limit$' && caught=$((caught + 1)) || true
+done
+echo "verdicts: certified $certified/$runs, no-conn-limit caught $caught/$runs ($busy busy processes)"
+exit $bad
