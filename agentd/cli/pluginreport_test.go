@@ -78,11 +78,20 @@ func errorEvents(a *agentd, sid string) []string {
 
 // A plugin that does not compile, or whose provider does not satisfy the
 // SDK's interface, is reported to the tenant over its own connection
-// (pooled serve, plugins in the profile's host): an error event when a
+// (pooled serve; in a host and in-process): an error event when a
 // session starts, and a tool result plus an error event when the model
 // calls the tool it would have offered. Another tenant hears nothing of it.
 func TestPluginThatDidNotLoadIsReportedToTheTenant(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []string{"host", "in_process"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			pluginFailureReported(t, mode)
+		})
+	}
+}
+
+func pluginFailureReported(t *testing.T, mode string) {
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
 	beta := w.addTenant("beta", false)
@@ -90,7 +99,7 @@ func TestPluginThatDidNotLoadIsReportedToTheTenant(t *testing.T) {
 	installPlugin(t, alpha, "broken", brokenPlugin)
 	installPlugin(t, alpha, "fine", finePlugin)
 	installPlugin(t, beta, "fine", finePlugin)
-	w.writeManaged("plugins:\n  isolation: host\n  host:\n    launcher: env\n")
+	w.writeManaged("plugins:\n  isolation: " + mode + "\n  host:\n    launcher: env\n")
 	s := w.startServe(nil)
 	ca, cb := s.dial(), s.dial()
 
