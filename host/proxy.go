@@ -81,7 +81,12 @@ func (p *proxy) call(ctx context.Context, args providerArgs, out any) error {
 
 type memoryProxy struct{ *proxy }
 
-var _ plugin.MemoryProvider = memoryProxy{}
+// A memoryProxy is always a plugin.Shutdowner: the host calls the
+// provider's Shutdown when it has one, and does nothing otherwise.
+var (
+	_ plugin.MemoryProvider = memoryProxy{}
+	_ plugin.Shutdowner     = memoryProxy{}
+)
 
 func (p memoryProxy) Name() string { return p.name }
 

@@ -333,7 +333,10 @@ func (g *registry) callProvider(ctx context.Context, a providerArgs) (any, error
 			case "sync_turn":
 				err = p.SyncTurn(ctx, a.User, a.Assistant)
 			case "shutdown":
-				err = p.Shutdown(ctx, a.SessionID)
+				// Optional (a provider written for v0.2.0 has none).
+				if s, ok := p.(plugin.Shutdowner); ok {
+					err = s.Shutdown(ctx, a.SessionID)
+				}
 			default:
 				err = fmt.Errorf("no method %q: %w", a.Method, ErrNotFound)
 			}

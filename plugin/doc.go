@@ -10,6 +10,13 @@
 // server or in a plugin host child process (plugins.isolation) is invisible
 // to it, except where the isolation package's boundary tables say otherwise.
 //
+// The SDK stays compatible: a plugin written for an older release loads
+// unchanged. An interface a plugin implements never gains a method; a new
+// one arrives as an optional interface of its own, which the server checks
+// with a type assertion, as io.Copy checks for io.WriterTo (Shutdowner, for
+// memory providers, is one). .ci/apidiff fails CI on an incompatible change
+// of this package's API against the last release.
+//
 //	package probe
 //
 //	import (

@@ -34,16 +34,28 @@ type Hook func(ctx context.Context, payload map[string]any) error
 // MemoryProvider is the interface the server checks for a memory provider.
 // One provider object serves every session of its profile: the server
 // calls Initialize when a session starts (or before its first turn),
-// Prefetch before every turn (its text joins the turn's system prompt),
-// SyncTurn after every turn, and Shutdown when the session ends (closed,
-// its connection gone, its profile deleted, the server stopping). Each
-// call's ctx carries the session it is made for (SessionID).
+// Prefetch before every turn (its text joins the turn's system prompt) and
+// SyncTurn after every turn. Each call's ctx carries the session it is made
+// for (SessionID). A provider that also implements Shutdowner is told when
+// each session ends.
+//
+// MemoryProvider is the interface of v0.2.0 and stays so: a method added
+// later arrives as an optional interface of its own (Shutdowner), checked
+// with a type assertion as io.Copy checks for io.WriterTo, so a provider
+// written for an older SDK keeps loading.
 type MemoryProvider interface {
 	Name() string
 	IsAvailable(ctx context.Context) bool
 	Initialize(ctx context.Context, sessionID string) error
 	Prefetch(ctx context.Context, query string) (string, error)
 	SyncTurn(ctx context.Context, user, assistant string) error
+}
+
+// Shutdowner is implemented by a memory provider that wants to know when a
+// session ends (closed, its connection gone, its profile deleted, the
+// server stopping). The server calls Shutdown once per session it called
+// Initialize for, with ctx carrying that session.
+type Shutdowner interface {
 	Shutdown(ctx context.Context, sessionID string) error
 }
 

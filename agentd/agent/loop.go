@@ -138,11 +138,11 @@ func Run(ctx context.Context, t Turn, text string) (answer string, history []llm
 
 func runTool(ctx context.Context, reg *Registry, env *Env, call llm.ToolCall) string {
 	if reg == nil {
-		return fmt.Sprintf("error: unknown tool %q", call.Function.Name)
+		return reg.missing(ctx, env, call.Function.Name)
 	}
 	tool, ok := reg.Get(call.Function.Name)
 	if !ok {
-		return fmt.Sprintf("error: unknown tool %q", call.Function.Name)
+		return reg.missing(ctx, env, call.Function.Name)
 	}
 	args := json.RawMessage(call.Function.Arguments)
 	if strings.TrimSpace(call.Function.Arguments) == "" {

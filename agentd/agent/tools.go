@@ -46,6 +46,32 @@ type Registry struct {
 	hook   HookFunc
 	memory Memory
 	model  ModelProvider
+	miss   MissingFunc
+}
+
+// MissingFunc answers a call of a tool the registry does not hold: its
+// text is the call's result (a plugin that did not load can say so there).
+type MissingFunc func(ctx context.Context, env *Env, name string) string
+
+// SetMissing sets what answers a call of a tool the registry does not hold;
+// nil (the default) answers that the tool is unknown.
+func (r *Registry) SetMissing(f MissingFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.miss = f
+}
+
+// missing is the result of a call of the unknown tool name.
+func (r *Registry) missing(ctx context.Context, env *Env, name string) string {
+	if r != nil {
+		r.mu.RLock()
+		f := r.miss
+		r.mu.RUnlock()
+		if f != nil {
+			return f(ctx, env, name)
+		}
+	}
+	return fmt.Sprintf("error: unknown tool %q", name)
 }
 
 // HookFunc runs the hooks registered for event (plugins' hooks, say) as

@@ -120,8 +120,8 @@ func (m *memory) End(ctx context.Context, env *agent.Env) {
 	ctx = plugin.WithSession(ctx, session)
 	for _, name := range m.names {
 		p, err := m.provider(ctx, name)
-		if err == nil {
-			err = p.Shutdown(ctx, session)
+		if s, ok := p.(plugin.Shutdowner); ok && err == nil {
+			err = s.Shutdown(ctx, session) // optional: a v0.2.0 provider has none
 		}
 		if err != nil {
 			m.warn("shutdown", name, session, err)

@@ -336,7 +336,14 @@ func Registry(ctx context.Context, sc *scope.Scope, builtins []agent.Tool, opts 
 	if mem != nil {
 		reg.SetMemory(mem)
 	}
+	bad := unloadedOf(ctx, sc, loader)
+	if len(bad.messages()) > 0 {
+		reg.SetMissing(bad.missing)
+	}
 	reg.SetHook(func(ctx context.Context, env *agent.Env, event string, payload map[string]any) {
+		if event == agent.HookSessionStart {
+			bad.report(env) // the session's owner hears which plugins did not load
+		}
 		session := ""
 		if env != nil {
 			session = env.Session

@@ -178,7 +178,9 @@ func (s *Session) start(ctx context.Context, tools *agent.Registry, payload map[
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimeout)
 	defer cancel()
-	tools.StartSession(ctx, s.hookEnv(), payload)
+	env := s.hookEnv()
+	env.Emit = s.emit // a plugin that did not load is said to the session's owner, before the reply
+	tools.StartSession(ctx, env, payload)
 }
 
 // cancelCurrentTurn cancels the turn the session is playing, if any.

@@ -25,12 +25,28 @@ var Symbols = map[string]map[string]reflect.Value{
 		"ModelProfile":     reflect.ValueOf((*plugin.ModelProfile)(nil)),
 		"ModelProvider":    reflect.ValueOf((*plugin.ModelProvider)(nil)),
 		"PlatformFactory":  reflect.ValueOf((*plugin.PlatformFactory)(nil)),
+		"Shutdowner":       reflect.ValueOf((*plugin.Shutdowner)(nil)),
 		"State":            reflect.ValueOf((*plugin.State)(nil)),
 		"Tool":             reflect.ValueOf((*plugin.Tool)(nil)),
 
 		"_ImageGenProvider": reflect.ValueOf((*_plugin_ImageGenProvider)(nil)),
 		"_MemoryProvider":   reflect.ValueOf((*_plugin_MemoryProvider)(nil)),
 		"_ModelProvider":    reflect.ValueOf((*_plugin_ModelProvider)(nil)),
+		"_Shutdowner":       reflect.ValueOf((*_plugin_Shutdowner)(nil)),
+	},
+	// Composed wrappers: an interpreted value passed as an SDK interface
+	// keeps the optional methods it has (see composed below).
+	".": {"MapTypes": reflect.ValueOf(composed)},
+}
+
+// composed lists, for an SDK interface's wrapper, the wrappers that add
+// optional interfaces to it, most methods first. The interpreter wraps an
+// interpreted value in the first one whose methods the value all has, so a
+// memory provider with a Shutdown method satisfies plugin.Shutdowner on the
+// server's side, and one without (written for v0.2.0) still loads.
+var composed = map[reflect.Value][]reflect.Type{
+	reflect.ValueOf((*_plugin_MemoryProvider)(nil)): {
+		reflect.TypeOf(_plugin_MemoryProviderShutdowner{}),
 	},
 }
 
@@ -51,7 +67,6 @@ type _plugin_MemoryProvider struct {
 	WIsAvailable func(ctx context.Context) bool
 	WName        func() string
 	WPrefetch    func(ctx context.Context, query string) (string, error)
-	WShutdown    func(ctx context.Context, sessionID string) error
 	WSyncTurn    func(ctx context.Context, user string, assistant string) error
 }
 
@@ -62,9 +77,6 @@ func (W _plugin_MemoryProvider) IsAvailable(ctx context.Context) bool { return W
 func (W _plugin_MemoryProvider) Name() string                         { return W.WName() }
 func (W _plugin_MemoryProvider) Prefetch(ctx context.Context, query string) (string, error) {
 	return W.WPrefetch(ctx, query)
-}
-func (W _plugin_MemoryProvider) Shutdown(ctx context.Context, sessionID string) error {
-	return W.WShutdown(ctx, sessionID)
 }
 func (W _plugin_MemoryProvider) SyncTurn(ctx context.Context, user string, assistant string) error {
 	return W.WSyncTurn(ctx, user, assistant)
@@ -80,3 +92,44 @@ func (W _plugin_ModelProvider) BuildExtraBody(ctx context.Context, sessionID str
 	return W.WBuildExtraBody(ctx, sessionID)
 }
 func (W _plugin_ModelProvider) Profile() plugin.ModelProfile { return W.WProfile() }
+
+// _plugin_MemoryProviderShutdowner is a memory provider that is also a
+// plugin.Shutdowner. Its fields after IValue are _plugin_MemoryProvider's
+// and then the optional methods', as the interpreter's composed wrappers
+// want.
+type _plugin_MemoryProviderShutdowner struct {
+	IValue       interface{}
+	WInitialize  func(ctx context.Context, sessionID string) error
+	WIsAvailable func(ctx context.Context) bool
+	WName        func() string
+	WPrefetch    func(ctx context.Context, query string) (string, error)
+	WSyncTurn    func(ctx context.Context, user string, assistant string) error
+
+	WShutdown func(ctx context.Context, sessionID string) error
+}
+
+func (W _plugin_MemoryProviderShutdowner) Initialize(ctx context.Context, sessionID string) error {
+	return W.WInitialize(ctx, sessionID)
+}
+func (W _plugin_MemoryProviderShutdowner) IsAvailable(ctx context.Context) bool {
+	return W.WIsAvailable(ctx)
+}
+func (W _plugin_MemoryProviderShutdowner) Name() string { return W.WName() }
+func (W _plugin_MemoryProviderShutdowner) Prefetch(ctx context.Context, query string) (string, error) {
+	return W.WPrefetch(ctx, query)
+}
+func (W _plugin_MemoryProviderShutdowner) SyncTurn(ctx context.Context, user string, assistant string) error {
+	return W.WSyncTurn(ctx, user, assistant)
+}
+func (W _plugin_MemoryProviderShutdowner) Shutdown(ctx context.Context, sessionID string) error {
+	return W.WShutdown(ctx, sessionID)
+}
+
+type _plugin_Shutdowner struct {
+	IValue    interface{}
+	WShutdown func(ctx context.Context, sessionID string) error
+}
+
+func (W _plugin_Shutdowner) Shutdown(ctx context.Context, sessionID string) error {
+	return W.WShutdown(ctx, sessionID)
+}
