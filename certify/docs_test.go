@@ -29,7 +29,11 @@ func codeFacts() sampleFacts {
 	for _, f := range scenarios.Faults() {
 		faults = append(faults, f.Name)
 	}
-	return sampleFacts{Scenarios: scenarios.Default().IDs(), Faults: faults, Version: "v" + version.Semver}
+	var ids []string // in catalog order, as a run reports them
+	for _, s := range scenarios.Default().All() {
+		ids = append(ids, s.ID)
+	}
+	return sampleFacts{Scenarios: ids, Faults: faults, Version: "v" + version.Semver}
 }
 
 var (

@@ -21,9 +21,11 @@ trap 'rm -rf "$work"' EXIT INT TERM
 
 (cd "$repo" && go build -o "$work/canary-run" ./cmd/canary-run)
 
-# A relative --out keeps the sandbox's path out of the console.
+# Run from the checkout, so that the version names its commit (read from
+# .git when the build has no VCS stamp); the temp folder's name is taken
+# out of the console below.
 status=0
-(cd "$work" && ./canary-run --out canary-out "$@" >console.txt 2>stderr.txt) || status=$?
+(cd "$repo" && "$work/canary-run" --out "$work/canary-out" "$@" >"$work/console.txt" 2>"$work/stderr.txt") || status=$?
 if [ "$status" != 0 ]; then
 	echo "gen-sample: canary-run exited $status; $sample is left as it was" >&2
 	tail -n 40 "$work/console.txt" "$work/stderr.txt" >&2
@@ -44,7 +46,7 @@ fi
 	echo 'What `canary-run` printed on stdout (its progress, on stderr, is left out):'
 	echo
 	echo '```text'
-	cat "$work/console.txt"
+	sed "s|$work/||g" "$work/console.txt"
 	echo '```'
 	echo
 	echo '## summary.md'
