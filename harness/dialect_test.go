@@ -112,7 +112,7 @@ func TestReadyAddrForms(t *testing.T) {
 }
 
 // TestHermesExampleLoads keeps examples/targets/hermes/target.yaml valid
-// and checks the parts of it the README promises.
+// and checks the parts of it docs/real-targets.md promises.
 func TestHermesExampleLoads(t *testing.T) {
 	t.Parallel()
 	tg, err := LoadTarget("../examples/targets/hermes/target.yaml")

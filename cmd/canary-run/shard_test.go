@@ -54,7 +54,7 @@ func TestShardsCoverTheCatalogOnce(t *testing.T) {
 	require.Contains(t, stderr, "--shard does not apply")
 }
 
-// TestShardThenMerge is the README's matrix on two small shards: each runs
+// TestShardThenMerge is docs/sharding.md's matrix on two small shards: each runs
 // its slice of the selection, merge joins them into one certificate of the
 // whole selection in catalog order, with the worst verdict.
 func TestShardThenMerge(t *testing.T) {

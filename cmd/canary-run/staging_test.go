@@ -20,7 +20,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// TestStagingRecipe runs the README's staging section step by step: the
+// TestStagingRecipe runs docs/staging.md's recipe step by step: the
 // providers with --homes, agentd serve on those homes (this test binary is
 // agentd, see TestMain), a target file naming the roster, the catalog:
 // exit 0, a certificate that says it is partial, and the server leaves no
