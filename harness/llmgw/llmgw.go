@@ -296,6 +296,11 @@ func adopt(t *tenants.Tenant, a harness.GatewayAccess) error {
 	for _, v := range a.Headers {
 		vals[strings.TrimSpace(strings.TrimPrefix(v, "Bearer "))] = tenants.GatewayCredential
 	}
+	for _, hs := range a.Credentials {
+		for _, v := range hs {
+			vals[credentialValue(v)] = tenants.GatewayCredential
+		}
+	}
 	for v, kind := range vals {
 		if len(v) < scan.MinValueLen*2 {
 			continue // too short to tell from chance (a user id header)
@@ -407,17 +412,14 @@ func Credentials(r harness.Route, caller harness.GatewayAccess) map[string]strin
 	return caller.Headers
 }
 
-// FillRoute fills route r's placeholders ({<name>_id}) from ids; ok is
-// false when ids lack one.
+// FillRoute fills route r's placeholders ({<name>_id}, and {own.<name>_id}:
+// this is the owner's own call) from ids; ok is false when ids lack one.
 func FillRoute(r harness.Route, ids map[string]string) (path, body string, ok bool) {
-	path, body = r.Path, r.Body
-	for _, ph := range harness.RoutePlaceholders(r.Path + r.Body) {
-		v, have := ids[strings.TrimSuffix(ph, "_id")]
-		if !have || v == "" {
-			return "", "", false
-		}
-		path = strings.ReplaceAll(path, "{"+ph+"}", v)
-		body = strings.ReplaceAll(body, "{"+ph+"}", v)
+	v := harness.NewRouteValues(harness.GatewayAccess{}, ids, ids)
+	path, miss := v.Fill(r.Path)
+	body, miss2 := v.Fill(r.Body)
+	if miss != "" || miss2 != "" {
+		return "", "", false
 	}
 	return path, body, true
 }
