@@ -151,3 +151,26 @@ func TestCapturePath(t *testing.T) {
 		assert.ErrorIs(t, err, ErrCapturePath, bad)
 	}
 }
+
+// TestOneAPIExampleLoads keeps examples/targets/one-api/target.yaml valid
+// (its module builds one-api, which the tests here cannot fetch): its
+// credential forms, query variants and public pages load.
+func TestOneAPIExampleLoads(t *testing.T) {
+	t.Parallel()
+	tg, err := LoadTarget("../examples/targets/one-api/target.yaml")
+	require.NoError(t, err)
+	require.True(t, tg.IsGateway())
+	byName := map[string]Route{}
+	for _, r := range tg.LLMGateway.Routes {
+		byName[r.Name] = r
+	}
+	pin := byName["chat through a pinned channel"]
+	require.Len(t, pin.CredentialForms(), 1)
+	assert.Equal(t, "sk-{bare_key}-{channel_id}", pin.CredentialForms()[0].Bearer)
+	assert.True(t, pin.NamesForeignIDs())
+	assert.Len(t, byName["own user"].CredentialForms(), 2)
+	assert.NotEmpty(t, byName["own logs"].Variants)
+	assert.True(t, byName["status"].Public)
+	assert.False(t, byName["own user"].Public)
+	assert.Equal(t, "key", byName["relay through a channel by id"].Auth, "the single form of old")
+}
