@@ -209,6 +209,9 @@ func (e *Env) GatewayOwnRoutes() {
 			continue
 		}
 		forms, queries := route.CredentialForms(), route.Queries()
+		if len(forms) == 0 {
+			forms = []harness.AuthForm{{Name: harness.FormNone}} // a capture anyone may make
+		}
 		if !route.Read {
 			forms, queries = forms[:1], queries[:1]
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
 // credentialValue is the secret part of a credential header's value
@@ -122,4 +123,12 @@ func (g *Gateway) Send(ctx context.Context, f Filled) (Reply, error) {
 		b = []byte(f.Body)
 	}
 	return g.Do(ctx, f.Method, f.Path, f.Headers, b)
+}
+
+// AgentIDs are the ids the harness has for a tenant of an agent server
+// (a target whose gateway is reached by access templates): its profile's
+// name ({profile_id}) and its own name ({tenant_id}), for the target's
+// routes.
+func AgentIDs(t *tenants.Tenant) map[string]string {
+	return map[string]string{"profile": t.Profile(), "tenant": t.Name}
 }

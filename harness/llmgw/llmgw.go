@@ -262,7 +262,9 @@ func (g *Gateway) provision(ctx context.Context) error {
 		}
 	} else {
 		for _, t := range ts {
-			access[t.Name] = g.spec.Access.For(t)
+			a := g.spec.Access.For(t)
+			a.IDs = AgentIDs(t)
+			access[t.Name] = a
 		}
 	}
 	for _, t := range ts {

@@ -1,0 +1,17 @@
+package harness
+
+// AgentdRoutes are the routes of agentd's gateway (`agentd gateway`) that
+// gateway-routes probes: its health page (public), the launch profile's
+// chat route and every other profile's, /p/{profile_id}/v1/chat/completions,
+// each behind that profile's API_SERVER_KEY. An agent target's tenants
+// carry the ids the harness has for them: {profile_id} (the profile's
+// name, tenants.Tenant.Profile) and {tenant_id} (the tenant's name).
+func AgentdRoutes() []Route {
+	const probe = `{"model": "route-probe", "messages": [{"role": "user", "content": "route probe"}]}`
+	key := AuthForms{{Name: FormKey}}
+	return []Route{
+		{Name: "health", Method: "GET", Path: "/health", Read: true, Public: true, Forms: key, Auth: FormKey, Success: `"status":\s*"ok"`},
+		{Name: "chat on the launch route", Method: "POST", Path: "/v1/chat/completions", Body: probe, Forms: key, Auth: FormKey, Success: `"choices"`},
+		{Name: "chat on a profile's route", Method: "POST", Path: "/p/{profile_id}/v1/chat/completions", Body: probe, Forms: key, Auth: FormKey, Success: `"choices"`},
+	}
+}
