@@ -197,13 +197,15 @@ func (e *Env) drove(route harness.Route, caller, how string, r llmgw.Reply, befo
 // each of its credential forms and query variants, and every route with
 // a capture once (its first form): each call must succeed (a positive
 // control; a form with own: any need not), no answer may carry another
-// tenant's data, and each capture's value becomes the tenant's id for
-// later routes. Routes are taken in their declared order.
+// tenant's data, no call may drive another tenant's provider, and each
+// capture's value becomes the tenant's id for later routes. Routes are
+// taken in their declared order.
 func (e *Env) GatewayOwnRoutes() {
 	e.T.Helper()
 	g := e.llmGateway()
 	st := e.routes()
 	chk := e.routeChecker()
+	ts := e.Box.Set.Tenants
 	for _, route := range g.Spec().Routes {
 		if !route.Read && len(route.Capture) == 0 {
 			continue
@@ -233,7 +235,10 @@ func (e *Env) GatewayOwnRoutes() {
 						continue
 					}
 					how := fmt.Sprintf("%s's own call (%s)", t.Name, formWords(f, q))
+					before := invariants.Counts(ts)
 					r := e.sendRoute(g, filled, fmt.Sprintf("route %q of %s (%s)", route.Name, t.Name, formWords(f, q)))
+					after := invariants.Counts(ts)
+					e.drove(route, t.Name, how, r, before, after)
 					ok := route.Succeeded(r.Status, r.Body)
 					if f.MustWork() {
 						e.gatewayControl(t, name, ok, fmt.Sprintf("%s %s: HTTP %d: %s", r.Method, r.Path, r.Status, excerpt(r.Body)))

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/invariants"
 )
 
@@ -110,4 +111,28 @@ func TestRouteIDVariantsNeverGuessMadeIDs(t *testing.T) {
 	}
 	assert.Equal(t, []string{"3/gamma"}, guessed, "1 is the caller's, 4 it made")
 	assert.Equal(t, "beta", sets[0].owner)
+}
+
+// TestGatewayRouteMissingFormFailsItsControl: a read route's form the
+// provisioner printed no credential for is a failed control, never a
+// silent pass.
+func TestGatewayRouteMissingFormFailsItsControl(t *testing.T) {
+	t.Parallel()
+	tg := testgwTarget(t, "")
+	tg.LLMGateway.Routes = append([]harness.Route{{Name: "own user by cookie", Method: "GET", Path: "/api/user/self", Read: true,
+		Forms: harness.AuthForms{{Name: "headers"}, {Name: "cookie"}}, Success: `"success":\s*true`}}, tg.LLMGateway.Routes[:1]...)
+	spec, err := Default().Get("gateway-routes")
+	require.NoError(t, err)
+	rep := runOne(t, spec, tg)
+	assert.Equal(t, Failed, rep.Result, "%v", rep.Log)
+	var failed []string
+	for _, p := range rep.Phases {
+		for _, c := range p.Controls {
+			if !c.Passed {
+				failed = append(failed, c.Name+": "+c.Detail)
+			}
+		}
+	}
+	require.NotEmpty(t, failed)
+	assert.Contains(t, strings.Join(failed, "\n"), `own route "own user by cookie" answers (auth cookie): auth form "cookie": the provisioner printed no credential "cookie"`)
 }
