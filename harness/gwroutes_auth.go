@@ -52,6 +52,16 @@ type AuthForm struct {
 	Own string `yaml:"own"`
 }
 
+// The backends a route may name (Route.Backend).
+const (
+	RouteBackendGateway = "gateway"
+	RouteBackendServe   = "serve"
+)
+
+// OnServe reports whether the route is served by an agent server's serve
+// backend rather than its gateway.
+func (r Route) OnServe() bool { return r.Backend == RouteBackendServe }
+
 // Template reports whether f is a template (bearer or headers) rather
 // than a named credential.
 func (f AuthForm) Template() bool { return f.Bearer != "" || len(f.Headers) > 0 }
@@ -272,6 +282,11 @@ func (r *Route) validateForms(where string) []error {
 	}
 	if len(r.Variants) > 0 && !r.Read {
 		errs = append(errs, fmt.Errorf("%s: variants are a read route's filters: give read: true", where))
+	}
+	switch r.Backend {
+	case "", RouteBackendGateway, RouteBackendServe:
+	default:
+		errs = append(errs, fmt.Errorf("%s: backend %q: want gateway or serve", where, r.Backend))
 	}
 	seen := map[string]bool{}
 	for i, f := range r.Forms {

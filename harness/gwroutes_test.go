@@ -87,6 +87,7 @@ func TestGatewayRouteFormsValidation(t *testing.T) {
 		"bad capture path":    {Route{Name: "r", Path: "/t", Capture: map[string]string{"x": "data.id"}}, "want $ first"},
 		"bad capture name":    {Route{Name: "r", Path: "/t", Capture: map[string]string{"X-1": "$.id"}}, `capture "X-1"`},
 		"read only anonymous": {Route{Name: "r", Path: "/t", Read: true, Forms: AuthForms{{Name: "none"}}}, "other than none"},
+		"bad backend":         {Route{Name: "r", Path: "/t", Backend: "dashboard"}, `backend "dashboard"`},
 	} {
 		tg := Target{Name: "gw", Kind: KindGateway, Gateway: []string{"gw", "--port", "{port}"},
 			LLMGateway: &LLMGateway{Provision: []string{"provision"}, Routes: []Route{c.route}}}

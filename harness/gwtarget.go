@@ -162,6 +162,10 @@ type Route struct {
 	// own. A route with a capture is called by each tenant as its owner
 	// (read or not) before the cross-tenant probes.
 	Capture map[string]string `yaml:"capture"`
+	// Backend is where the route is served: "gateway" (the default: the
+	// LLM gateway) or "serve" (an agent server's serve backend, its
+	// dashboard and websocket port, which gateway-routes then starts).
+	Backend string `yaml:"backend"`
 	// Read marks a per-tenant read API: the tenant's own call must
 	// succeed (positive control) and its answer is scanned as a frame to
 	// that tenant. Routes that change something (PUT, DELETE) are only

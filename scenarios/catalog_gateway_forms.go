@@ -153,13 +153,47 @@ func (e *Env) routeChecker() *invariants.Checker {
 	return chk
 }
 
-// sendRoute makes one filled route call, failing the scenario when the
-// gateway cannot be reached.
-func (e *Env) sendRoute(g *llmgw.Gateway, f llmgw.Filled, what string) llmgw.Reply {
+// startRouteBackends starts the serve backend when a route is served by
+// it (an agent server's dashboard and websocket port), or says why its
+// routes are not probed.
+func (e *Env) startRouteBackends(routes []harness.Route) {
 	e.T.Helper()
+	for _, r := range routes {
+		if !r.OnServe() || e.Server != nil {
+			continue
+		}
+		if ok, why := e.Box.Target.Supports(harness.BackendServe); !ok {
+			e.skip(string(Authz), fmt.Sprintf("route %q is served by the serve backend: %s", r.Name, why))
+			return
+		}
+		e.StartServe()
+		return
+	}
+}
+
+// routeBase is the base URL of the backend that serves route; ok is
+// false when that backend is not running.
+func (e *Env) routeBase(g *llmgw.Gateway, route harness.Route) (base string, ok bool) {
+	if !route.OnServe() {
+		return g.Base(), true
+	}
+	if e.Server == nil {
+		return "", false
+	}
+	return e.Server.Base, true
+}
+
+// sendRoute makes one filled call of route, failing the scenario when
+// its backend cannot be reached.
+func (e *Env) sendRoute(g *llmgw.Gateway, route harness.Route, f llmgw.Filled, what string) llmgw.Reply {
+	e.T.Helper()
+	base, ok := e.routeBase(g, route)
+	if !ok {
+		e.T.Fatalf("%s: the serve backend is not running", what)
+	}
 	ctx, cancel := e.ctx(30 * time.Second)
 	defer cancel()
-	r, err := g.Send(ctx, f)
+	r, err := g.SendAt(ctx, base, f)
 	if err != nil {
 		e.T.Fatalf("%s: %v", what, err)
 	}
@@ -206,8 +240,9 @@ func (e *Env) GatewayOwnRoutes() {
 	st := e.routes()
 	chk := e.routeChecker()
 	ts := e.Box.Set.Tenants
+	e.startRouteBackends(g.Spec().Routes)
 	for _, route := range g.Spec().Routes {
-		if !route.Read && len(route.Capture) == 0 {
+		if _, up := e.routeBase(g, route); !up || (!route.Read && len(route.Capture) == 0) {
 			continue
 		}
 		forms, queries := route.CredentialForms(), route.Queries()
@@ -236,7 +271,7 @@ func (e *Env) GatewayOwnRoutes() {
 					}
 					how := fmt.Sprintf("%s's own call (%s)", t.Name, formWords(f, q))
 					before := invariants.Counts(ts)
-					r := e.sendRoute(g, filled, fmt.Sprintf("route %q of %s (%s)", route.Name, t.Name, formWords(f, q)))
+					r := e.sendRoute(g, route, filled, fmt.Sprintf("route %q of %s (%s)", route.Name, t.Name, formWords(f, q)))
 					after := invariants.Counts(ts)
 					e.drove(route, t.Name, how, r, before, after)
 					ok := route.Succeeded(r.Status, r.Body)
@@ -298,6 +333,9 @@ func (e *Env) GatewayAnonymousRoutes() {
 	ts := e.Box.Set.Tenants
 	none := harness.AuthForm{Name: harness.FormNone}
 	for _, route := range g.Spec().Routes {
+		if _, up := e.routeBase(g, route); !up {
+			continue
+		}
 		named := []*tenants.Tenant{nil}
 		if route.NamesIDs() {
 			named = e.Tenants
@@ -323,7 +361,7 @@ func (e *Env) GatewayAnonymousRoutes() {
 				}
 				how := fmt.Sprintf("an anonymous call (no credentials%s)%s", variant, whose)
 				before := invariants.Counts(ts)
-				r := e.sendRoute(g, filled, fmt.Sprintf("route %q, anonymous", route.Name))
+				r := e.sendRoute(g, route, filled, fmt.Sprintf("route %q, anonymous", route.Name))
 				after := invariants.Counts(ts)
 				where := invariants.Where{Label: routePlace(route), Method: r.Method, Path: r.Path}
 				if !route.Public && route.Succeeded(r.Status, r.Body) {
@@ -362,8 +400,8 @@ func (e *Env) GatewayCrossRoutes() {
 		provisioned[t.Name] = g.Access(t).IDs
 	}
 	for _, route := range g.Spec().Routes {
-		if !route.NamesForeignIDs() {
-			continue // it names no identifier: only the caller's own data
+		if _, up := e.routeBase(g, route); !up || !route.NamesForeignIDs() {
+			continue // it names no identifier (only the caller's own data), or its backend is not running
 		}
 		for _, a := range e.Tenants {
 			acc := g.Access(a)
@@ -392,7 +430,7 @@ func (e *Env) GatewayCrossRoutes() {
 							called[filled.Key()] = true
 							how := fmt.Sprintf("%s's credentials (%s) with %s's %s", a.Name, formWords(f, q), o.Name, ids.what)
 							before := invariants.Counts(ts)
-							r := e.sendRoute(g, filled, fmt.Sprintf("route %q of %s naming %s's ids", route.Name, a.Name, o.Name))
+							r := e.sendRoute(g, route, filled, fmt.Sprintf("route %q of %s naming %s's ids", route.Name, a.Name, o.Name))
 							after := invariants.Counts(ts)
 							ok := route.Succeeded(r.Status, r.Body)
 							if ok {

@@ -278,8 +278,8 @@ func (e *Env) GatewayReads() {
 				fmt.Sprintf("GET %s: HTTP %d: %s", path, r.Status, excerpt(r.Body)))
 		}
 		for _, route := range spec.Routes {
-			if !route.Read {
-				continue
+			if !route.Read || route.OnServe() {
+				continue // another backend's routes: gateway-routes calls them
 			}
 			r, ok, err := g.CallRoute(ctx, route, a, a.IDs)
 			if err != nil {

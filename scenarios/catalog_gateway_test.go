@@ -33,11 +33,12 @@ func TestGatewayFamilyOnAgentd(t *testing.T) {
 	}
 }
 
-// TestGatewayRoutesOnAgentd: agentd declares its gateway's routes (its
-// health page, the launch and the profiles' chat routes), with the ids
-// the harness has for its tenants (their profiles): gateway-routes probes
-// them, as each owner, anonymously and across tenants, and passes with
-// every control held.
+// TestGatewayRoutesOnAgentd: agentd declares its routes (its gateway's
+// health page, the launch and the profiles' chat routes; its serve
+// backend's health page and websocket endpoint), with the ids the harness
+// has for its tenants (their profiles): gateway-routes probes them, as
+// each owner, anonymously and across tenants, and passes with every
+// control held.
 func TestGatewayRoutesOnAgentd(t *testing.T) {
 	t.Parallel()
 	spec, err := Default().Get("gateway-routes")
@@ -52,6 +53,7 @@ func TestGatewayRoutesOnAgentd(t *testing.T) {
 		}
 	}
 	assert.True(t, names[`own route "health" answers`], "%v", names)
+	assert.True(t, names[`own route "serve health" answers`], "the serve backend's routes were probed too: %v", names)
 }
 
 // TestGatewayFaultsCaught is the positive control of the failover and

@@ -118,11 +118,17 @@ func (c RouteCall) Fill() (Filled, string) {
 
 // Send makes the filled call on the gateway.
 func (g *Gateway) Send(ctx context.Context, f Filled) (Reply, error) {
+	return g.SendAt(ctx, g.Base(), f)
+}
+
+// SendAt makes the filled call on base (http://host:port): a route of
+// another backend of the target (Route.Backend).
+func (g *Gateway) SendAt(ctx context.Context, base string, f Filled) (Reply, error) {
 	var b []byte
 	if f.Body != "" {
 		b = []byte(f.Body)
 	}
-	return g.Do(ctx, f.Method, f.Path, f.Headers, b)
+	return g.doAt(ctx, strings.TrimRight(base, "/"), f.Method, f.Path, f.Headers, b)
 }
 
 // AgentIDs are the ids the harness has for a tenant of an agent server

@@ -380,11 +380,16 @@ type Reply struct {
 
 // Do makes one HTTP request on the gateway.
 func (g *Gateway) Do(ctx context.Context, method, path string, headers map[string]string, body []byte) (Reply, error) {
+	return g.doAt(ctx, g.Base(), method, path, headers, body)
+}
+
+// doAt is Do on another base URL (an agent server's serve backend).
+func (g *Gateway) doAt(ctx context.Context, base, method, path string, headers map[string]string, body []byte) (Reply, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, g.Base()+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return Reply{}, fmt.Errorf("gateway %s %s: %w", method, path, err)
 	}
