@@ -332,7 +332,9 @@ func (r *Route) validateForms(where string) []error {
 	// The single form of old: a route whose only form is key or headers
 	// keeps Auth, for the callers that read it.
 	if cf := r.CredentialForms(); len(r.Forms) > 0 && len(cf) == 1 && (cf[0].Name == FormKey || cf[0].Name == FormHeaders) && !cf[0].Template() {
-		r.Auth = cf[0].Name
+		if r.Auth != cf[0].Name { // written once: a validated target is shared
+			r.Auth = cf[0].Name
+		}
 	}
 	names := make([]string, 0, len(r.Capture))
 	for name := range r.Capture {

@@ -289,10 +289,15 @@ func (g *LLMGateway) validate() []error {
 		if r.Name == "" {
 			errs = append(errs, fmt.Errorf("llm_gateway.routes[%d]: no name", i))
 		}
-		if r.Method == "" {
-			r.Method = "GET"
+		// Writes only what changes: a validated target is shared by the
+		// scenarios running at once, and each validates it again.
+		m := strings.ToUpper(r.Method)
+		if m == "" {
+			m = "GET"
 		}
-		r.Method = strings.ToUpper(r.Method)
+		if r.Method != m {
+			r.Method = m
+		}
 		if !strings.HasPrefix(r.Path, "/") {
 			errs = append(errs, fmt.Errorf("%s: path %q: want an absolute path", where, r.Path))
 		}
@@ -312,7 +317,9 @@ func (g *LLMGateway) validate() []error {
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: success: %w", where, err))
 			}
-			r.successRE = re
+			if r.successRE == nil || r.successRE.String() != r.Success {
+				r.successRE = re
+			}
 		}
 	}
 	if s := g.Store; s != nil {
