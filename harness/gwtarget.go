@@ -135,10 +135,37 @@ type Route struct {
 	// Body is an optional request body (JSON text) with the same
 	// placeholders.
 	Body string `yaml:"body"`
-	// Auth is the credential sent: "headers" (the provisioner's headers
-	// for the tenant's management API; the default when it gave any) or
-	// "key" (Authorization: Bearer <the tenant's gateway key>).
-	Auth string `yaml:"auth"`
+	// Auth is the single credential form of old: "headers" (the
+	// provisioner's headers for the tenant's management API; the default
+	// when it gave any) or "key" (Authorization: Bearer <the tenant's
+	// gateway key>). A target file's `auth: key` sets it (through Forms).
+	Auth string `yaml:"-"`
+	// Forms are the credential forms the route is called with (`auth:` in
+	// a target file: one name, or a list of names and templates; see
+	// AuthForm). Every route is also called with none: an anonymous
+	// success, or any tenant's data in an anonymous answer, is an authz
+	// finding. Empty: Auth's single form.
+	Forms AuthForms `yaml:"auth"`
+	// Public marks a route anyone may call (a status page): an anonymous
+	// success is then no finding (tenant data in its answer still is).
+	Public bool `yaml:"public"`
+	// Variants are a read route's query variants, the filters a UI sends
+	// ("?type=1", "?keyword={own.user_id}"): the route is called as
+	// declared and with each, appended to its path.
+	Variants []string `yaml:"variants"`
+	// Capture reads values from the owner's answer for later routes:
+	// name -> a small JSONPath ($.data.id). A captured value is an id of
+	// the tenant that made the call: later routes name it {NAME_id} (the
+	// named tenant's) or {own.NAME_id} (the caller's); an id the
+	// provisioner gave under the same name wins. Captured ids are never
+	// the base of a neighbour guess, and a caller never guesses one of its
+	// own. A route with a capture is called by each tenant as its owner
+	// (read or not) before the cross-tenant probes.
+	Capture map[string]string `yaml:"capture"`
+	// Backend is where the route is served: "gateway" (the default: the
+	// LLM gateway) or "serve" (an agent server's serve backend, its
+	// dashboard and websocket port, which gateway-routes then starts).
+	Backend string `yaml:"backend"`
 	// Read marks a per-tenant read API: the tenant's own call must
 	// succeed (positive control) and its answer is scanned as a frame to
 	// that tenant. Routes that change something (PUT, DELETE) are only
@@ -205,6 +232,11 @@ type GatewayAccess struct {
 	// IDs are identifiers the tenant owns (user, token, channel, ...):
 	// the route placeholders {<name>_id} and the store's owner ids.
 	IDs map[string]string `json:"ids,omitempty"`
+	// Credentials are the tenant's other credentials (an access token, a
+	// session cookie), each a name and the headers that present it: a
+	// route's auth form of that name sends them. Each value is recorded
+	// as the tenant's secret canary, as Headers' are.
+	Credentials map[string]map[string]string `json:"credentials,omitempty"`
 }
 
 // IsGateway reports whether t is a multi-tenant LLM gateway target.
@@ -257,10 +289,15 @@ func (g *LLMGateway) validate() []error {
 		if r.Name == "" {
 			errs = append(errs, fmt.Errorf("llm_gateway.routes[%d]: no name", i))
 		}
-		if r.Method == "" {
-			r.Method = "GET"
+		// Writes only what changes: a validated target is shared by the
+		// scenarios running at once, and each validates it again.
+		m := strings.ToUpper(r.Method)
+		if m == "" {
+			m = "GET"
 		}
-		r.Method = strings.ToUpper(r.Method)
+		if r.Method != m {
+			r.Method = m
+		}
 		if !strings.HasPrefix(r.Path, "/") {
 			errs = append(errs, fmt.Errorf("%s: path %q: want an absolute path", where, r.Path))
 		}
@@ -274,12 +311,15 @@ func (g *LLMGateway) validate() []error {
 		default:
 			errs = append(errs, fmt.Errorf("%s: auth %q: want headers or key", where, r.Auth))
 		}
+		errs = append(errs, r.validateForms(where)...)
 		if r.Success != "" {
 			re, err := regexp.Compile(r.Success)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: success: %w", where, err))
 			}
-			r.successRE = re
+			if r.successRE == nil || r.successRE.String() != r.Success {
+				r.successRE = re
+			}
 		}
 	}
 	if s := g.Store; s != nil {

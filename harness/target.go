@@ -226,7 +226,7 @@ func AgentdTarget(argv0 string, prefix ...string) Target {
 
 		TenantCredentials: true,
 		ManagedConfig:     "{root}/managed/config.yaml",
-		LLMGateway:        &LLMGateway{Access: &AgentdAccess},
+		LLMGateway:        &LLMGateway{Access: &AgentdAccess, Routes: AgentdRoutes()},
 	}
 	t.readyRE = regexp.MustCompile(t.ReadyLine)
 	return t

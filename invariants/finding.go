@@ -57,6 +57,12 @@ type Finding struct {
 	Encoding  scan.Encoding `json:"encoding,omitempty"`
 	Excerpt   string        `json:"excerpt,omitempty"`
 	Detail    string        `json:"detail,omitempty"`
+	// Place, when set, names the route or place the finding is about
+	// (`route "own token"`): Dedup keeps one finding per invariant, place,
+	// owner and tenant, however many calls or rows showed it.
+	Place string `json:"place,omitempty"`
+	// Count is how many findings Dedup folded into this one (0 or 1: one).
+	Count int `json:"count,omitempty"`
 }
 
 // Where locates a finding; only the fields that apply are set.
@@ -142,24 +148,17 @@ func (f Finding) String() string {
 	if f.Excerpt != "" {
 		fmt.Fprintf(&b, " in %s", f.Excerpt)
 	}
+	if f.Count > 1 {
+		fmt.Fprintf(&b, " (seen %d times)", f.Count)
+	}
 	return b.String()
 }
 
-// Dedup returns the findings with repeats (same String) removed, first
-// occurrence kept, in order.
-func Dedup(fs []Finding) []Finding {
-	seen := make(map[string]bool, len(fs))
-	out := make([]Finding, 0, len(fs))
-	for _, f := range fs {
-		k := f.String()
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
-		out = append(out, f)
-	}
-	return out
-}
+// Dedup returns the findings with repeats folded, first occurrence kept,
+// in order: a repeat is a finding with the same String, or, for findings
+// with a Place, the same invariant, place, owner and tenant. The kept
+// finding's Count says how many were folded into it (see Collapse).
+func Dedup(fs []Finding) []Finding { return Collapse(fs) }
 
 // TB is the part of testing.TB that Assert needs.
 type TB interface {

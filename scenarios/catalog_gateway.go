@@ -120,7 +120,7 @@ func gatewayFailover() Spec {
 func gatewayRoutes() Spec {
 	return Spec{
 		ID:        "gateway-routes",
-		Purpose:   "every tenant-facing route the target declares, called with one tenant's credentials and another's identifiers (and guessed neighbours), is refused with no data and no upstream effect",
+		Purpose:   "every tenant-facing route the target declares answers its owner in each credential form and query variant with none of another tenant's data; called anonymously, or with one tenant's credentials and another's identifiers (guessed neighbours, captured ids and ids in credential templates included), it is refused with no data and no upstream effect",
 		Backends:  []harness.Backend{harness.BackendGateway},
 		Focus:     []Invariant{Authz, Text, Routing, SharedStore},
 		Snapshots: perTenant(0),
@@ -134,8 +134,9 @@ func gatewayRoutes() Spec {
 				}
 				e.StartLLMGateway()
 				e.GatewayOwnKeys() // traffic, so logs and usage rows exist
-				e.GatewayReads()
+				e.GatewayOwnRoutes()
 			}},
+			{Name: "anonymous-routes", Run: func(e *Env) { e.GatewayAnonymousRoutes() }},
 			{Name: "cross-tenant-routes", Run: func(e *Env) { e.GatewayCrossRoutes() }},
 		},
 	}

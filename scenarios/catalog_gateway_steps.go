@@ -24,6 +24,7 @@ type gatewayRun struct {
 	g        *llmgw.Gateway
 	mu       sync.Mutex
 	controls map[string]Control // by tenant and name: the last outcome
+	routes   routeState         // the route probes' captured ids
 }
 
 func (r *gatewayRun) control(t *tenants.Tenant, name string, ok bool, detail string) {
@@ -277,8 +278,8 @@ func (e *Env) GatewayReads() {
 				fmt.Sprintf("GET %s: HTTP %d: %s", path, r.Status, excerpt(r.Body)))
 		}
 		for _, route := range spec.Routes {
-			if !route.Read {
-				continue
+			if !route.Read || route.OnServe() {
+				continue // another backend's routes: gateway-routes calls them
 			}
 			r, ok, err := g.CallRoute(ctx, route, a, a.IDs)
 			if err != nil {
@@ -294,99 +295,6 @@ func (e *Env) GatewayReads() {
 		}
 		cancel()
 	}
-}
-
-// GatewayCrossRoutes: every declared route, with each tenant's own
-// credentials and every other tenant's identifiers and their guessed
-// neighbours: a success, or a request on the owner's provider, is an
-// Authz finding; the answer is scanned as a stream to the caller.
-func (e *Env) GatewayCrossRoutes() {
-	e.T.Helper()
-	g := e.llmGateway()
-	ts := e.Box.Set.Tenants
-	chk, err := invariants.NewChecker(ts)
-	if err != nil {
-		e.T.Fatalf("compile the canaries: %v", err)
-	}
-	own := map[string]map[string]bool{} // caller -> "name=value" ids it owns
-	for _, t := range ts {
-		own[t.Name] = map[string]bool{}
-		for k, v := range g.Access(t).IDs {
-			own[t.Name][k+"="+v] = true
-		}
-	}
-	for _, route := range g.Spec().Routes {
-		if len(harness.RoutePlaceholders(route.Path+route.Body)) == 0 {
-			continue // it names no identifier: only the caller's own data
-		}
-		for _, a := range e.Tenants {
-			called := map[string]bool{} // the requests a already made of this route
-			for _, o := range e.Shuffled(e.Tenants) {
-				if o == a {
-					continue
-				}
-				for _, ids := range idVariants(g.Access(o).IDs, own[a.Name]) {
-					path, body, ok := llmgw.FillRoute(route, ids.ids)
-					if !ok || called[path+"\x00"+body] {
-						continue
-					}
-					called[path+"\x00"+body] = true
-					before := invariants.Counts(ts)
-					ctx, cancel := e.ctx(30 * time.Second)
-					r, ok, err := g.CallRoute(ctx, route, g.Access(a), ids.ids)
-					cancel()
-					if err != nil {
-						e.T.Fatalf("route %q of %s naming %s's ids: %v", route.Name, a.Name, o.Name, err)
-					}
-					if !ok {
-						continue
-					}
-					after := invariants.Counts(ts)
-					label := fmt.Sprintf("route %q (%s %s) to %s naming %s's %s", route.Name, r.Method, r.Path, a.Name, o.Name, ids.what)
-					e.KeepText(a, label, r.Body)
-					where := invariants.Where{Label: fmt.Sprintf("route %q", route.Name), Method: r.Method, Path: r.Path}
-					if route.Succeeded(r.Status, r.Body) {
-						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: a.Name, Where: where,
-							Detail: fmt.Sprintf("%s's credentials with %s's %s were not refused: HTTP %d", a.Name, o.Name, ids.what, r.Status), Excerpt: excerpt(r.Body)})
-					}
-					if leaks := chk.TextLeaks(label, r.Body, a.Name); len(leaks) > 0 {
-						f := leaks[0]
-						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: a.Name, Owner: f.Owner, Kind: f.Kind, Where: where,
-							Detail: fmt.Sprintf("the answer to %s's credentials with %s's %s carries another tenant's data (HTTP %d)", a.Name, o.Name, ids.what, r.Status), Excerpt: f.Excerpt})
-					}
-					if n := after[o.Name] - before[o.Name]; n > 0 {
-						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: o.Name, Where: where,
-							Detail: fmt.Sprintf("%s's call naming its %s drove %d request(s) to its provider", a.Name, ids.what, n)})
-					}
-				}
-			}
-		}
-	}
-}
-
-type idSet struct {
-	what string
-	ids  map[string]string
-}
-
-// idVariants are the owner's identifiers, then for each of them its
-// guessed neighbours (id-1, id+1, id+2) that the caller does not own.
-func idVariants(owner map[string]string, callerOwns map[string]bool) []idSet {
-	out := []idSet{{what: "ids", ids: owner}}
-	for k, v := range owner {
-		for _, n := range invariants.Neighbours(v) {
-			if callerOwns[k+"="+n] {
-				continue
-			}
-			ids := map[string]string{}
-			for k2, v2 := range owner {
-				ids[k2] = v2
-			}
-			ids[k] = n
-			out = append(out, idSet{what: fmt.Sprintf("guessed %s id %s (a neighbour of its %s)", k, n, v), ids: ids})
-		}
-	}
-	return out
 }
 
 // FailoverChat is the kind of the canary each failover chat's text

@@ -33,15 +33,27 @@ func TestGatewayFamilyOnAgentd(t *testing.T) {
 	}
 }
 
-// TestGatewayRoutesSkipOnAgentd: agentd declares no management routes, so
-// the route scenario is skipped with that reason, never passed.
-func TestGatewayRoutesSkipOnAgentd(t *testing.T) {
+// TestGatewayRoutesOnAgentd: agentd declares its routes (its gateway's
+// health page, the launch and the profiles' chat routes; its serve
+// backend's health page and websocket endpoint), with the ids the harness
+// has for its tenants (their profiles): gateway-routes probes them, as
+// each owner, anonymously and across tenants, and passes with every
+// control held.
+func TestGatewayRoutesOnAgentd(t *testing.T) {
 	t.Parallel()
 	spec, err := Default().Get("gateway-routes")
 	require.NoError(t, err)
 	rep := runOne(t, spec, agentdTarget())
-	require.Equal(t, Skipped, rep.Result, "%v", rep.Log)
-	assert.Contains(t, rep.Reason, "routes")
+	require.Equal(t, Pass, rep.Result, "%v\n%v", rep.Log, rep.Findings())
+	names := map[string]bool{}
+	for _, p := range rep.Phases {
+		for _, c := range p.Controls {
+			assert.True(t, c.Passed, "%s/%s: %s: %s", p.Name, c.Tenant, c.Name, c.Detail)
+			names[c.Name] = true
+		}
+	}
+	assert.True(t, names[`own route "health" answers`], "%v", names)
+	assert.True(t, names[`own route "serve health" answers`], "the serve backend's routes were probed too: %v", names)
 }
 
 // TestGatewayFaultsCaught is the positive control of the failover and

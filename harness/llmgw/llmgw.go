@@ -262,7 +262,9 @@ func (g *Gateway) provision(ctx context.Context) error {
 		}
 	} else {
 		for _, t := range ts {
-			access[t.Name] = g.spec.Access.For(t)
+			a := g.spec.Access.For(t)
+			a.IDs = AgentIDs(t)
+			access[t.Name] = a
 		}
 	}
 	for _, t := range ts {
@@ -295,6 +297,11 @@ func adopt(t *tenants.Tenant, a harness.GatewayAccess) error {
 	}
 	for _, v := range a.Headers {
 		vals[strings.TrimSpace(strings.TrimPrefix(v, "Bearer "))] = tenants.GatewayCredential
+	}
+	for _, hs := range a.Credentials {
+		for _, v := range hs {
+			vals[credentialValue(v)] = tenants.GatewayCredential
+		}
 	}
 	for v, kind := range vals {
 		if len(v) < scan.MinValueLen*2 {
@@ -373,11 +380,16 @@ type Reply struct {
 
 // Do makes one HTTP request on the gateway.
 func (g *Gateway) Do(ctx context.Context, method, path string, headers map[string]string, body []byte) (Reply, error) {
+	return g.doAt(ctx, g.Base(), method, path, headers, body)
+}
+
+// doAt is Do on another base URL (an agent server's serve backend).
+func (g *Gateway) doAt(ctx context.Context, base, method, path string, headers map[string]string, body []byte) (Reply, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, g.Base()+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return Reply{}, fmt.Errorf("gateway %s %s: %w", method, path, err)
 	}
@@ -407,17 +419,14 @@ func Credentials(r harness.Route, caller harness.GatewayAccess) map[string]strin
 	return caller.Headers
 }
 
-// FillRoute fills route r's placeholders ({<name>_id}) from ids; ok is
-// false when ids lack one.
+// FillRoute fills route r's placeholders ({<name>_id}, and {own.<name>_id}:
+// this is the owner's own call) from ids; ok is false when ids lack one.
 func FillRoute(r harness.Route, ids map[string]string) (path, body string, ok bool) {
-	path, body = r.Path, r.Body
-	for _, ph := range harness.RoutePlaceholders(r.Path + r.Body) {
-		v, have := ids[strings.TrimSuffix(ph, "_id")]
-		if !have || v == "" {
-			return "", "", false
-		}
-		path = strings.ReplaceAll(path, "{"+ph+"}", v)
-		body = strings.ReplaceAll(body, "{"+ph+"}", v)
+	v := harness.NewRouteValues(harness.GatewayAccess{}, ids, ids)
+	path, miss := v.Fill(r.Path)
+	body, miss2 := v.Fill(r.Body)
+	if miss != "" || miss2 != "" {
+		return "", "", false
 	}
 	return path, body, true
 }

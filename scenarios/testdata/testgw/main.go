@@ -10,6 +10,17 @@
 //	failover     a failed upstream call is retried on every other channel
 //	store-leak   every upstream key is also kept in a settings table, and
 //	             every log row is filed under user 1
+//	anon-logs    GET /api/log/self with no credentials serves every user's logs
+//	key-channel  a relay key with a channel suffix (sk-KEY-<channel id>) pins
+//	             any channel, another user's too (clean: only the key's user's)
+//	mixed-owner  PUT /api/token/{id}/channel binds the caller's token to any
+//	             channel ("my token, your channel"; clean: only its own)
+//	made-token   GET /api/token/{id} serves a token made through POST
+//	             /api/token to any user (clean: only to its owner)
+//	log-filter   GET /api/log/self?keyword=K drops the owner condition
+//
+// The management API takes a user's access token as "Authorization:
+// Bearer" or as the cookie "session"; the provisioner prints both forms.
 //
 // Usage:
 //
@@ -70,7 +81,7 @@ type gw struct {
 const schema = `
 CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, name TEXT UNIQUE, access_token TEXT);
 CREATE TABLE IF NOT EXISTS channels (id INTEGER PRIMARY KEY, user_id INTEGER, base_url TEXT, key TEXT, model TEXT);
-CREATE TABLE IF NOT EXISTS tokens (id INTEGER PRIMARY KEY, user_id INTEGER, key TEXT UNIQUE, name TEXT);
+CREATE TABLE IF NOT EXISTS tokens (id INTEGER PRIMARY KEY, user_id INTEGER, key TEXT UNIQUE, name TEXT, made INTEGER DEFAULT 0, channel_id INTEGER DEFAULT 0);
 CREATE TABLE IF NOT EXISTS logs (id INTEGER PRIMARY KEY, user_id INTEGER, token_id INTEGER, model TEXT, content TEXT);
 CREATE TABLE IF NOT EXISTS settings (name TEXT, value TEXT);
 `
@@ -135,9 +146,11 @@ func (g *gw) mux() *http.ServeMux {
 	m.HandleFunc("POST /v1/chat/completions", g.chat)
 	m.HandleFunc("GET /v1/models", g.models)
 	m.HandleFunc("GET /api/user/self", g.user(g.userSelf))
-	m.HandleFunc("GET /api/log/self", g.user(g.logSelf))
+	m.HandleFunc("GET /api/log/self", g.anonLogs(g.user(g.logSelf)))
+	m.HandleFunc("POST /api/token", g.user(g.tokenMake))
 	m.HandleFunc("GET /api/token/{id}", g.user(g.tokenGet))
 	m.HandleFunc("DELETE /api/token/{id}", g.user(g.tokenDelete))
+	m.HandleFunc("PUT /api/token/{id}/channel", g.user(g.tokenBind))
 	m.HandleFunc("GET /api/channel/{id}", g.user(g.channelGet))
 	return m
 }
@@ -213,9 +226,28 @@ type channel struct {
 
 // tokenUser resolves a relay key (sk-...) to its token and user.
 func (g *gw) tokenUser(r *http.Request) (tokenID, userID int64, ok bool) {
+	tokenID, userID, _, ok = g.tokenPin(r)
+	return tokenID, userID, ok
+}
+
+// tokenPin resolves a relay key (sk-KEY, or sk-KEY-<channel id>: a pinned
+// channel) to its token, user and pinned channel (0: none; the channel
+// the token is bound to, when it is).
+func (g *gw) tokenPin(r *http.Request) (tokenID, userID, channelID int64, ok bool) {
 	key, _ := strings.CutPrefix(bearer(r), "sk-")
-	err := g.db.QueryRow(`SELECT id, user_id FROM tokens WHERE key = ?`, key).Scan(&tokenID, &userID)
-	return tokenID, userID, err == nil && key != ""
+	if k, ch, cut := strings.Cut(key, "-"); cut {
+		n, err := strconv.ParseInt(ch, 10, 64)
+		if err != nil {
+			return 0, 0, 0, false
+		}
+		key, channelID = k, n
+	}
+	var bound int64
+	err := g.db.QueryRow(`SELECT id, user_id, channel_id FROM tokens WHERE key = ?`, key).Scan(&tokenID, &userID, &bound)
+	if channelID == 0 {
+		channelID = bound
+	}
+	return tokenID, userID, channelID, err == nil && key != ""
 }
 
 func (g *gw) channels(q string, args ...any) []channel {
@@ -235,7 +267,7 @@ func (g *gw) channels(q string, args ...any) []channel {
 }
 
 func (g *gw) chat(w http.ResponseWriter, r *http.Request) {
-	tokenID, userID, ok := g.tokenUser(r)
+	tokenID, userID, pin, ok := g.tokenPin(r)
 	if !ok {
 		// Quoting the caller's own key back, as gateways do.
 		fail(w, 401, "invalid token "+bearer(r))
@@ -253,7 +285,13 @@ func (g *gw) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	model, _ := req["model"].(string)
 	var chs []channel
-	if g.leak["any-model"] {
+	if pin != 0 {
+		chs = g.channels(`WHERE id = ?`, pin)
+		if len(chs) == 0 || (chs[0].userID != userID && !g.leak["key-channel"]) {
+			fail(w, 403, "not your channel")
+			return
+		}
+	} else if g.leak["any-model"] {
 		chs = g.channels(`WHERE model = ?`, model)
 	} else {
 		chs = g.channels(`WHERE model = ? AND user_id = ?`, model, userID)
@@ -325,16 +363,41 @@ func (g *gw) models(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{"object": "list", "data": data})
 }
 
+// access is the user's access token a management request carries: as
+// "Authorization: Bearer", or as the cookie "session".
+func access(r *http.Request) string {
+	if b := bearer(r); b != "" {
+		return b
+	}
+	if c, err := r.Cookie("session"); err == nil {
+		return c.Value
+	}
+	return ""
+}
+
 // user wraps a management handler: the caller is the user whose access
 // token the request carries.
 func (g *gw) user(h func(w http.ResponseWriter, r *http.Request, userID int64)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var uid int64
-		if err := g.db.QueryRow(`SELECT id FROM users WHERE access_token = ?`, bearer(r)).Scan(&uid); err != nil || bearer(r) == "" {
+		tok := access(r)
+		if err := g.db.QueryRow(`SELECT id FROM users WHERE access_token = ?`, tok).Scan(&uid); err != nil || tok == "" {
 			fail(w, 401, "not logged in")
 			return
 		}
 		h(w, r, uid)
+	}
+}
+
+// anonLogs is the anon-logs leak: a request with no credentials gets
+// every user's logs.
+func (g *gw) anonLogs(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if g.leak["anon-logs"] && access(r) == "" {
+			g.logSelf(w, r, 0)
+			return
+		}
+		next(w, r)
 	}
 }
 
@@ -344,8 +407,17 @@ func (g *gw) userSelf(w http.ResponseWriter, _ *http.Request, uid int64) {
 	writeJSON(w, 200, map[string]any{"success": true, "data": map[string]any{"id": uid, "name": name}})
 }
 
-func (g *gw) logSelf(w http.ResponseWriter, _ *http.Request, uid int64) {
-	rows, err := g.db.Query(`SELECT id, model, content FROM logs WHERE user_id = ? ORDER BY id`, uid)
+// logSelf serves the caller's logs (uid 0: everyone's, the anon-logs
+// leak), those whose content holds ?keyword= when given.
+func (g *gw) logSelf(w http.ResponseWriter, r *http.Request, uid int64) {
+	q, args := `SELECT id, model, content FROM logs WHERE (user_id = ? OR ? = 0)`, []any{uid, uid}
+	if kw := r.URL.Query().Get("keyword"); kw != "" {
+		if g.leak["log-filter"] {
+			q, args = `SELECT id, model, content FROM logs WHERE 1 = 1`, nil
+		}
+		q, args = q+` AND content LIKE ?`, append(args, "%"+kw+"%")
+	}
+	rows, err := g.db.Query(q+` ORDER BY id`, args...)
 	if err != nil {
 		fail(w, 500, err.Error())
 		return
@@ -378,6 +450,10 @@ func (g *gw) owned(table string, r *http.Request, uid int64, leak bool) (int64, 
 
 func (g *gw) tokenGet(w http.ResponseWriter, r *http.Request, uid int64) {
 	id, ok := g.owned("tokens", r, uid, g.leak["token-route"])
+	if !ok && g.leak["made-token"] {
+		var made int64
+		ok = g.db.QueryRow(`SELECT made FROM tokens WHERE id = ?`, id).Scan(&made) == nil && made == 1
+	}
 	if !ok {
 		refuse(w, "no such token")
 		return
@@ -394,6 +470,48 @@ func (g *gw) tokenDelete(w http.ResponseWriter, r *http.Request, uid int64) {
 		return
 	}
 	_, _ = g.db.Exec(`DELETE FROM tokens WHERE id = ?`, id)
+	writeJSON(w, 200, map[string]any{"success": true})
+}
+
+// tokenMake makes a new token of the caller's and answers its id.
+func (g *gw) tokenMake(w http.ResponseWriter, r *http.Request, uid int64) {
+	var in struct {
+		Name string `json:"name"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Name == "" {
+		refuse(w, "want {\"name\": ...}")
+		return
+	}
+	res, err := g.db.Exec(`INSERT INTO tokens (user_id, key, name, made) VALUES (?, ?, ?, 1)`, uid, randHex(24), in.Name)
+	if err != nil {
+		fail(w, 500, err.Error())
+		return
+	}
+	id, _ := res.LastInsertId()
+	writeJSON(w, 200, map[string]any{"success": true, "data": map[string]any{"id": id, "name": in.Name}})
+}
+
+// tokenBind binds the caller's token to one of its channels (with the
+// mixed-owner leak: to any channel).
+func (g *gw) tokenBind(w http.ResponseWriter, r *http.Request, uid int64) {
+	id, ok := g.owned("tokens", r, uid, false)
+	if !ok {
+		refuse(w, "no such token")
+		return
+	}
+	var in struct {
+		ChannelID int64 `json:"channel_id"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		refuse(w, err.Error())
+		return
+	}
+	var owner int64
+	if g.db.QueryRow(`SELECT user_id FROM channels WHERE id = ?`, in.ChannelID).Scan(&owner) != nil || (owner != uid && !g.leak["mixed-owner"]) {
+		refuse(w, "no such channel")
+		return
+	}
+	_, _ = g.db.Exec(`UPDATE tokens SET channel_id = ? WHERE id = ?`, in.ChannelID, id)
 	writeJSON(w, 200, map[string]any{"success": true})
 }
 
@@ -449,7 +567,8 @@ func provision(stdin io.Reader, stdout io.Writer) error {
 		}
 		out[t.Name] = map[string]any{
 			"key": got.Key, "models": []string{t.Model}, "base_path": "/v1",
-			"headers": map[string]string{"Authorization": "Bearer " + got.AccessToken},
+			"headers":     map[string]string{"Authorization": "Bearer " + got.AccessToken},
+			"credentials": map[string]map[string]string{"session": {"Cookie": "session=" + got.AccessToken}},
 			"ids": map[string]string{"user": strconv.FormatInt(got.UserID, 10), "channel": strconv.FormatInt(got.ChannelID, 10),
 				"token": strconv.FormatInt(got.TokenID, 10)},
 		}
