@@ -140,7 +140,9 @@ func decodeFrame(line []byte, f *Frame) bool {
 			i = next
 		case "body":
 			end, ok := skipValue(line, i)
-			if !ok || !json.Valid(line[i:end]) {
+			// Whitespace around the value is no part of it (encoding/json
+			// trims it): leave such a frame to encoding/json.
+			if !ok || isSpace(line[i]) || isSpace(line[end-1]) || !json.Valid(line[i:end]) {
 				return false
 			}
 			f.Body = append(json.RawMessage(nil), line[i:end]...)
@@ -161,6 +163,9 @@ func decodeFrame(line []byte, f *Frame) bool {
 		}
 	}
 }
+
+// isSpace reports whether c is JSON whitespace.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // plainString reads a JSON string at b[i] made of printable ASCII with no
 // escapes.
