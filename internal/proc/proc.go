@@ -249,7 +249,7 @@ func waitExited(pid int) {
 func (p *Proc) pump(r io.Reader, stream string, keep bool) {
 	defer p.readers.Done()
 	if !keep && p.spec.Stderr != nil {
-		r = io.TeeReader(r, p.spec.Stderr)
+		r = io.TeeReader(r, &copyTo{w: p.spec.Stderr})
 	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 64<<20)
@@ -279,6 +279,22 @@ func (p *Proc) pump(r io.Reader, stream string, keep bool) {
 		p.cond.Broadcast()
 		p.mu.Unlock()
 	}
+}
+
+// copyTo writes to w until a write fails, then drops the rest: a failing
+// Spec.Stderr must not stop the reading (the child would block on a full
+// pipe).
+type copyTo struct {
+	w      io.Writer
+	failed bool
+}
+
+func (c *copyTo) Write(b []byte) (int, error) {
+	if !c.failed {
+		_, err := c.w.Write(b)
+		c.failed = err != nil
+	}
+	return len(b), nil
 }
 
 // isLastWords reports whether a stderr line says why a Go program died: a

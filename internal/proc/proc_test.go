@@ -195,3 +195,21 @@ func TestImportsStayOneWay(t *testing.T) {
 		}
 	}
 }
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+// A Stderr copy that fails does not stop the reading: a child that writes
+// more than a pipe holds still runs to its end.
+func TestAFailingStderrCopyStillDrainsTheChild(t *testing.T) {
+	t.Parallel()
+	p := start(t, Spec{Name: "chatty", Argv: []string{"sh", "-c", `yes 0123456789012345678901234567890123456789012345678901234567890123456789 | head -n 20000 >&2; echo done >&2`}, RawStdout: true, Stderr: failingWriter{}})
+	select {
+	case <-p.Done():
+	case <-time.After(eventually):
+		t.Fatal("the child blocked on stderr once its copy failed")
+	}
+	require.NoError(t, p.ExitErr())
+	require.Contains(t, p.Tail(), "err: done")
+}
