@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tenantcanary/tenantcanary/internal/proc"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -361,11 +361,4 @@ func (s *Sandbox) Close() error {
 
 // isSignalExit reports whether err is the exit of a process that SIGTERM
 // ended by its default action: asked to stop, it stopped.
-func isSignalExit(err error) bool {
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) {
-		return false
-	}
-	ws, ok := exit.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM
-}
+func isSignalExit(err error) bool { return proc.IsSignalExit(err) }

@@ -34,4 +34,23 @@
 // and in the child:
 //
 //	err := host.ServeChild(ctx, os.Stdin, os.Stdout, os.Stderr)
+//
+// # The wire protocol
+//
+// Each side writes one JSON Frame per line; a frame is at most
+// Config.MaxFrame bytes (a larger one is refused by its sender, and breaks
+// the connection if it ever arrives). The host's first frame is a hello
+// notification {"op":"hello","body":{"protocol":1,"pid":N}}; the parent
+// checks the version. Each side numbers its own requests (id); a reply
+// names the request it answers (re) and carries body or err {code,
+// message}. The parent asks: load, call, hook, provider, schema, extract;
+// the host asks: loading (before each plugin, so the parent knows which one
+// was loading if it dies), dispatch and facade, naming in parent the call
+// they are nested in. Either side may send a cancel notification for a
+// request it stopped waiting for. Requests carry timeout_ms; calls carry
+// the session.
+//
+// The codec is in frame.go, the error codes in errors.go, and the
+// connection (who reads the stream, and how a call waits) in conn.go and
+// conn_read.go.
 package host

@@ -1,3 +1,5 @@
+// Over 600 lines: one supervisor (start, restart budget, reaping, calls) whose parts share hostProc's state and lock.
+
 package host
 
 import (
@@ -7,16 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"sort"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-	"unsafe"
 
-	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+	"github.com/tenantcanary/tenantcanary/internal/proc"
 	"github.com/tenantcanary/tenantcanary/isolation"
 	"github.com/tenantcanary/tenantcanary/plugin"
 	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
@@ -115,14 +113,13 @@ type Manager struct {
 type hostProc struct {
 	gen     uint64
 	desc    string
-	cmd     *exec.Cmd
+	p       *proc.Proc // the host's process: its group and tree
 	pgid    int
 	pid     int
 	conn    *conn
 	dead    chan struct{}
 	exitErr error
 
-	tail     *tailWriter            // the end of what the host wrote to stderr
 	lastCall atomic.Pointer[string] // what was last asked of it
 
 	mu        sync.Mutex
@@ -329,27 +326,19 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 	m.gen++
 	gen := m.gen
 	m.mu.Unlock()
-	argv := m.cfg.Command
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = m.cfg.Home
-	cmd.Env = append(append([]string(nil), m.cfg.Env...), isolation.HostProcessEnv+"=1")
-	tail := &tailWriter{}
-	cmd.Stderr = io.MultiWriter(m.cfg.Log, tail)
-	// A process the host left holding its stderr must not hold Wait.
-	cmd.WaitDelay = 2 * time.Second
-	procgroup.Prepare(cmd)
-	stdin, err := cmd.StdinPipe()
+	// The host outlives the start: ctx bounds the hello only.
+	p, err := proc.Start(context.WithoutCancel(ctx), proc.Spec{
+		Name: "plugin host for profile " + m.cfg.Profile, Argv: m.cfg.Command, Dir: m.cfg.Home,
+		Env:   append(append([]string(nil), m.cfg.Env...), isolation.HostProcessEnv+"=1"),
+		Stdin: true, RawStdout: true, Stderr: m.cfg.Log, Tree: true,
+		// A process the host left holding its stderr must not hold the reaping.
+		OutputGrace: 2 * time.Second,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("start plugin host for profile %s: %w", m.cfg.Profile, err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("start plugin host for profile %s: %w", m.cfg.Profile, err)
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start plugin host for profile %s: %v: %w", m.cfg.Profile, err, ErrUnavailable)
 	}
-	h := &hostProc{gen: gen, cmd: cmd, pgid: cmd.Process.Pid, pid: cmd.Process.Pid, dead: make(chan struct{}), tail: tail}
+	stdout := p.Stdout()
+	h := &hostProc{gen: gen, p: p, pgid: p.Pid(), pid: p.Pid(), dead: make(chan struct{})}
 	h.desc = fmt.Sprintf("plugin host for profile %s (pid %d)", m.cfg.Profile, h.pid)
 	m.mu.Lock()
 	m.procs[h] = true
@@ -357,52 +346,41 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 
 	// The hello comes first, within the start deadline.
 	br := bufio.NewReaderSize(stdout, 64<<10)
-	helloc := make(chan error, 1)
-	go func() {
+	herr := p.Handshake(ctx, func() error {
 		line, err := readFrame(br, DefaultMaxFrame)
 		if err != nil {
-			helloc <- fmt.Errorf("read hello: %w", err)
-			return
+			return fmt.Errorf("read hello: %w", err)
 		}
 		var f Frame
 		var hb helloBody
 		if err := json.Unmarshal(line, &f); err != nil || f.Op != opHello {
-			helloc <- fmt.Errorf("first frame %.80q is not a hello: %w", line, ErrProtocol)
-			return
+			return fmt.Errorf("first frame %.80q is not a hello: %w", line, ErrProtocol)
 		}
 		if err := json.Unmarshal(f.Body, &hb); err != nil || hb.Protocol != ProtocolVersion {
-			helloc <- fmt.Errorf("hello names protocol %d, want %d: %w", hb.Protocol, ProtocolVersion, ErrProtocol)
-			return
+			return fmt.Errorf("hello names protocol %d, want %d: %w", hb.Protocol, ProtocolVersion, ErrProtocol)
 		}
 		if hb.PID > 0 {
 			h.pid = hb.PID
 		}
-		helloc <- nil
-	}()
-	var herr error
-	select {
-	case herr = <-helloc:
-		if herr != nil {
-			h.kill()
-		}
-	case <-ctx.Done():
-		h.kill()
-		<-helloc
-		herr = fmt.Errorf("no hello: %w", ctx.Err())
-	}
+		return nil
+	})
 	if herr != nil {
-		werr := cmd.Wait()
+		if errors.Is(herr, proc.ErrNotReady) {
+			herr = fmt.Errorf("no hello: %w", ctx.Err())
+		}
+		<-p.Done() // Handshake killed it
+		_ = stdout.Close()
 		m.forget(h)
 		close(h.dead)
-		return nil, fmt.Errorf("start plugin host for profile %s (exit: %v): %w", m.cfg.Profile, werr, herr)
+		return nil, fmt.Errorf("start plugin host for profile %s (exit: %v): %w", m.cfg.Profile, p.ExitErr(), herr)
 	}
 	h.desc = fmt.Sprintf("plugin host for profile %s (pid %d)", m.cfg.Profile, h.pid)
-	h.conn = newConn(h.desc, br, stdin, m.cfg.MaxFrame, func(f *Frame) { m.serveHost(h, f) })
+	h.conn = newConn(h.desc, br, p.Stdin(), m.cfg.MaxFrame, func(f *Frame) { m.serveHost(h, f) })
 	h.conn.readEnd = func(error) { go m.monitor(h) }
-	if f, ok := stdout.(*os.File); ok && f.SetReadDeadline(time.Time{}) == nil {
+	if stdout.SetReadDeadline(time.Time{}) == nil {
 		// A caller reads its own reply (no hand-off from a reader
 		// goroutine); a read deadline bounds its wait.
-		h.conn.useLeader(f.SetReadDeadline)
+		h.conn.useLeader(stdout.SetReadDeadline)
 	}
 	// A host that stops reading its stdin (hung, stopped) breaks the
 	// connection at a write deadline; kill it so the monitor reaps it.
@@ -419,28 +397,13 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 
 // kill ends the host's whole tree: its process group, and every process
 // below it however it left the group (setsid, a double fork under the
-// keeper). Never after it was reaped: its pid may name another process.
-func (h *hostProc) kill() {
-	procgroup.KillTree(h.cmd.Process.Pid, h.pgid)
-}
+// keeper). It does not wait; once the host is reaped it signals nothing
+// (its pid may name another process).
+func (h *hostProc) kill() { h.p.Abort() }
 
 // exitGrace is how long a host whose stream ended may take to exit on its
 // own before its tree is killed.
 const exitGrace = 2 * time.Second
-
-// waitExited returns once the child pid has exited, without reaping it
-// (waitid with WNOWAIT): until Wait reaps it, its pid names no other
-// process, so its tree may still be killed safely.
-func waitExited(pid int) {
-	const pPID, wExited, wNoWait = 1, 4, 0x01000000
-	var info [128]byte // siginfo_t
-	for {
-		_, _, e := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), uintptr(unsafe.Pointer(&info[0])), wExited|wNoWait, 0, 0)
-		if e != syscall.EINTR {
-			return
-		}
-	}
-}
 
 func (m *Manager) forget(h *hostProc) {
 	m.mu.Lock()
@@ -460,34 +423,25 @@ func (m *Manager) monitor(h *hostProc) {
 		// keeper exits right after it, having killed what it left, with
 		// its status; a keeper that does not is killed with its tree. A
 		// host being stopped gets its grace period in stop instead.
-		exited := make(chan struct{})
-		go func() {
-			defer close(exited)
-			waitExited(h.cmd.Process.Pid)
-		}()
 		t := time.NewTimer(exitGrace)
 		select {
-		case <-exited:
+		case <-h.p.Exited():
 		case <-t.C:
-			h.mu.Lock()
 			h.kill()
-			h.mu.Unlock()
-			<-exited
 		}
 		t.Stop()
 	}
-	werr := h.cmd.Wait()
+	<-h.p.Done()
+	_ = h.p.Stdout().Close() // read to its end: the conn stopped reading
+	werr := h.p.ExitErr()
 	h.mu.Lock()
 	h.reaped = true
 	stopping, loading, loaded, killedFor := h.stopping, h.loading, h.loaded, h.killedFor
 	h.mu.Unlock()
-	why := fmt.Sprint(werr)
+	why := h.p.Diagnose()
 	if killedFor != "" {
 		why = killedFor
 	} else {
-		if last := h.tail.lastWords(); last != "" {
-			why = fmt.Sprintf("%v: %s", werr, last)
-		}
 		if c := h.lastCall.Load(); c != nil {
 			why += "; the last call was: " + *c
 		}

@@ -161,37 +161,8 @@ func TestAppendFrameMatchesEncodingJSON(t *testing.T) {
 // takes, and leaves everything else (errors included) to encoding/json.
 func TestDecodeFrameMatchesEncodingJSON(t *testing.T) {
 	t.Parallel()
-	lines := []string{
-		`{}`,
-		`{"id":1,"op":"call","session":"s","timeout_ms":30000,"body":{"tool":"t","args":{"a":"x\"}","b":[1,{"c":null}]}}}`,
-		`{"re":7,"body":{"result":"ok"}}`,
-		`{"re":7,"body":"a string"}`,
-		`{"re":7,"body":null}`,
-		`{"re":7,"body":12.5}`,
-		`{"id":18446744073709551615,"parent":42,"op":"dispatch","timeout_ms":-3}`,
-		`{"re":8,"err":{"code":"plugin","message":"boom"}}`,
-		`{"id":1,"id":2}`,
-		`{"op":"caf\u00e9"}`,
-		`{"unknown":1,"id":3}`,
-		` {"id":1}`,
-		`{"id":1 }`,
-		`{"id":01}`,
-		`{"id":-1}`,
-		`{"id":1.5}`,
-		`{"id":18446744073709551616}`,
-		`{"id":"1"}`,
-		`{"body":{"a":}}`,
-		`{"body":}`,
-		`{"body":[1,2}`,
-		`{"body":{"a":1}`,
-		`{"op":"x"`,
-		`{"op":"x"}}`,
-		`{"op":"x",}`,
-		`{"timeout_ms":-}`,
-		`not json`,
-	}
 	fast := 0
-	for _, l := range lines {
+	for _, l := range decodeFrameLines {
 		var want Frame
 		werr := json.Unmarshal([]byte(l), &want)
 		var got Frame
@@ -202,4 +173,36 @@ func TestDecodeFrameMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, fast, 6, "the fast path took the frames it is for")
+}
+
+// decodeFrameLines are frames the fast decoder takes and frames it must
+// leave to encoding/json; FuzzDecodeFrame starts from them.
+var decodeFrameLines = []string{
+	`{}`,
+	`{"id":1,"op":"call","session":"s","timeout_ms":30000,"body":{"tool":"t","args":{"a":"x\"}","b":[1,{"c":null}]}}}`,
+	`{"re":7,"body":{"result":"ok"}}`,
+	`{"re":7,"body":"a string"}`,
+	`{"re":7,"body":null}`,
+	`{"re":7,"body":12.5}`,
+	`{"id":18446744073709551615,"parent":42,"op":"dispatch","timeout_ms":-3}`,
+	`{"re":8,"err":{"code":"plugin","message":"boom"}}`,
+	`{"id":1,"id":2}`,
+	`{"op":"caf\u00e9"}`,
+	`{"unknown":1,"id":3}`,
+	` {"id":1}`,
+	`{"id":1 }`,
+	`{"id":01}`,
+	`{"id":-1}`,
+	`{"id":1.5}`,
+	`{"id":18446744073709551616}`,
+	`{"id":"1"}`,
+	`{"body":{"a":}}`,
+	`{"body":}`,
+	`{"body":[1,2}`,
+	`{"body":{"a":1}`,
+	`{"op":"x"`,
+	`{"op":"x"}}`,
+	`{"op":"x",}`,
+	`{"timeout_ms":-}`,
+	`not json`,
 }

@@ -1,0 +1,130 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/agentd/cron"
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
+	"github.com/tenantcanary/tenantcanary/agentd/profile"
+	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+)
+
+// RunJob implements cron.Runner: the job runs as a turn in a session of
+// its own in profile p's scope.
+func (s *Server) RunJob(ctx context.Context, p profile.Profile, job cron.Job) (string, error) {
+	name := p.Name
+	if s.opts.Faults.Has(faults.CronLaunchScope) {
+		name = profile.LaunchName // the bug: every job runs in the launch scope
+	}
+	answer, err := s.RunDetached(ctx, Detached{Profile: name, Source: "cron", Title: "cron: " + job.Name, Text: job.Prompt})
+	if err != nil {
+		return "", fmt.Errorf("cron job %s: %w", job.ID, err)
+	}
+	return answer, nil
+}
+
+// TickCron fires the due jobs of every profile once.
+func (s *Server) TickCron(ctx context.Context, now time.Time) ([]cron.Result, error) {
+	profiles, err := s.opts.Homes.List()
+	if err != nil {
+		return nil, err
+	}
+	var out []cron.Result
+	for _, p := range profiles {
+		out = append(out, s.TickProfile(ctx, p.Name, now)...)
+	}
+	return out, nil
+}
+
+// TickProfile fires the due jobs of one profile, holding its scope for the
+// whole tick: a delete of the profile waits for the tick (and cancels its
+// turns), and a tick never writes in a home that was deleted meanwhile.
+// A profile deleted before the tick has no jobs.
+func (s *Server) TickProfile(ctx context.Context, name string, now time.Time) []cron.Result {
+	sc, release, err := s.pool.Use(ctx, name)
+	if errors.Is(err, profile.ErrUnknownProfile) {
+		return nil
+	}
+	if err != nil {
+		return []cron.Result{{Profile: name, Err: err}}
+	}
+	defer release()
+	return cron.Tick(ctx, []profile.Profile{sc.Profile}, now, s)
+}
+
+func (s *Server) cronCreate(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		Profile string `json:"profile"`
+		Name    string `json:"name"`
+		Prompt  string `json:"prompt"`
+		Every   string `json:"every"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	if p.Prompt == "" || p.Every == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.create: prompt and every are required")
+	}
+	if _, err := cron.ParseEvery(p.Every); err != nil {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.create: %v", err)
+	}
+	sc, release, err := s.callerScope(ctx, c, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	job, err := cron.ForProfile(sc.Profile).Create(p.Name, p.Prompt, p.Every, time.Now())
+	if err != nil {
+		return nil, internalError("cron.create: %v", err)
+	}
+	sc.Log.Info("cron job created", "job", job.ID)
+	return map[string]any{"ok": true, "profile": sc.Profile.Name, "job": job}, nil
+}
+
+func (s *Server) cronTrigger(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		Profile string `json:"profile"`
+		ID      string `json:"id"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	if p.ID == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: id is required")
+	}
+	sc, release, err := s.callerScope(ctx, c, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	job, err := cron.ForProfile(sc.Profile).Trigger(p.ID, time.Now())
+	if errors.Is(err, cron.ErrUnknownJob) {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: unknown job %q in profile %q", p.ID, sc.Profile.Name)
+	}
+	if err != nil {
+		return nil, internalError("cron.trigger: %v", err)
+	}
+	return map[string]any{"ok": true, "profile": sc.Profile.Name, "job": job}, nil
+}
+
+func (s *Server) cronList(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		Profile string `json:"profile"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	sc, release, err := s.callerScope(ctx, c, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	jobs, err := cron.ForProfile(sc.Profile).List()
+	if err != nil {
+		return nil, internalError("cron.list: %v", err)
+	}
+	return map[string]any{"profile": sc.Profile.Name, "jobs": jobs}, nil
+}

@@ -1,0 +1,197 @@
+// The dialect's templates: placeholders, filling them, and mapping a
+// logical call to the server's method and its reply back.
+
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+var placeholderRE = regexp.MustCompile(`\{([a-z_]+)\}`)
+
+// configVars are the placeholders of Dialect.Config.
+var configVars = []string{"provider_key", "key_env", "base_url", "model", "workdir", "home", "tenant", "root"}
+
+// checkPlaceholders reports a {name} in any string of v that is not known.
+func checkPlaceholders(v any, known []string) error {
+	var bad []string
+	walkStrings(v, func(s string) {
+		for _, m := range placeholderRE.FindAllStringSubmatch(s, -1) {
+			ok := false
+			for _, k := range known {
+				ok = ok || k == m[1]
+			}
+			if !ok {
+				bad = append(bad, m[0])
+			}
+		}
+	})
+	if len(bad) > 0 {
+		return fmt.Errorf("unknown placeholder(s) %s (known: {%s})", strings.Join(bad, " "), strings.Join(known, "} {"))
+	}
+	return nil
+}
+
+func walkStrings(v any, fn func(string)) {
+	switch x := v.(type) {
+	case string:
+		fn(x)
+	case map[string]any:
+		for _, e := range x {
+			walkStrings(e, fn)
+		}
+	case []any:
+		for _, e := range x {
+			walkStrings(e, fn)
+		}
+	}
+}
+
+// fill returns v with every {name} of vars filled in strings; a string that
+// is exactly "{name}" becomes vars[name] itself (any type). keep reports
+// whether the value stays: a sole placeholder whose var is absent or empty
+// drops its key.
+func fill(v any, vars map[string]any) (out any, keep bool) {
+	switch x := v.(type) {
+	case string:
+		if m := placeholderRE.FindStringSubmatch(x); m != nil && m[0] == x {
+			got, ok := vars[m[1]]
+			if !ok || got == nil || got == "" {
+				return nil, false
+			}
+			return got, true
+		}
+		return placeholderRE.ReplaceAllStringFunc(x, func(p string) string {
+			if got, ok := vars[p[1:len(p)-1]]; ok {
+				return fmt.Sprint(got)
+			}
+			return p
+		}), true
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			if f, ok := fill(e, vars); ok {
+				m[k] = f
+			}
+		}
+		return m, true
+	case []any:
+		l := make([]any, 0, len(x))
+		for _, e := range x {
+			if f, ok := fill(e, vars); ok {
+				l = append(l, f)
+			}
+		}
+		return l, true
+	}
+	return v, true
+}
+
+// TenantVars are a tenant's placeholders (config templates and hooks).
+func TenantVars(t *tenants.Tenant, layout tenants.Layout, root string) map[string]any {
+	layout = layout.WithDefaults()
+	return map[string]any{
+		"provider_key": t.ProviderKey(), "key_env": layout.KeyEnv, "base_url": t.ProviderURL(),
+		"model": t.Model(), "workdir": t.Workdir, "home": t.Home, "tenant": t.Name, "root": root,
+	}
+}
+
+// TenantConfig is the dialect's config template filled for t.
+func (d *Dialect) TenantConfig(t *tenants.Tenant, layout tenants.Layout, root string) map[string]any {
+	if len(d.Config) == 0 {
+		return nil
+	}
+	out, _ := fill(d.Config, TenantVars(t, layout, root))
+	m, _ := out.(map[string]any)
+	return m
+}
+
+// spec returns the mapping of logical operation op for params.
+func (d *Dialect) spec(op string, params any) (string, MethodSpec, bool) {
+	if d == nil || len(d.Methods) == 0 {
+		return op, MethodSpec{}, false
+	}
+	if op == "config.set" {
+		if p, ok := params.(map[string]any); ok {
+			if key, _ := p["key"].(string); key != "" {
+				if m, ok := d.Methods["config.set."+key]; ok {
+					return "config.set." + key, m, true
+				}
+			}
+		}
+	}
+	m, ok := d.Methods[op]
+	return op, m, ok
+}
+
+// asMap turns logical params into a map (through JSON for a struct).
+func asMap(params any) map[string]any {
+	if m, ok := params.(map[string]any); ok {
+		return m
+	}
+	out := map[string]any{}
+	if params == nil {
+		return out
+	}
+	if b, err := json.Marshal(params); err == nil {
+		_ = json.Unmarshal(b, &out)
+	}
+	return out
+}
+
+// mapResult rewrites a server's reply into the logical one: each logical
+// path of spec.Result takes the value at its server path; the rest of the
+// reply stays.
+func mapResult(raw []byte, spec MethodSpec) ([]byte, error) {
+	if len(spec.Result) == 0 {
+		return raw, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("reply %s is not a JSON object, and the target maps its fields: %w", truncate(string(raw), 200), err)
+	}
+	logical := make([]string, 0, len(spec.Result))
+	for k := range spec.Result {
+		logical = append(logical, k)
+	}
+	sort.Strings(logical)
+	for _, l := range logical {
+		if v, ok := getPath(m, spec.Result[l]); ok {
+			setPath(m, l, v)
+		}
+	}
+	return json.Marshal(m)
+}
+
+func getPath(m map[string]any, path string) (any, bool) {
+	var cur any = m
+	for _, part := range strings.Split(path, ".") {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = mm[part]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+func setPath(m map[string]any, path string, v any) {
+	parts := strings.Split(path, ".")
+	for _, part := range parts[:len(parts)-1] {
+		next, ok := m[part].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[part] = next
+		}
+		m = next
+	}
+	m[parts[len(parts)-1]] = v
+}
