@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -331,8 +332,8 @@ func (t *Target) Validate() error {
 	}
 	for _, argv := range [][]string{t.Stdio, t.Serve, t.Gateway, t.ProfileRoot, t.CronTick, t.Preflight} {
 		for _, a := range argv {
-			if i := strings.Index(a, "{"); i >= 0 && !knownPlaceholder(a[i:]) {
-				errs = append(errs, fmt.Errorf("argument %q: unknown placeholder (known: {host} {port} {cron_interval} {root})", a))
+			if err := placeholder.Argv.Check(a); err != nil {
+				errs = append(errs, fmt.Errorf("argument %q: %w", a, err))
 			}
 		}
 	}
@@ -352,25 +353,10 @@ func (t *Target) Validate() error {
 	return errors.Join(errs...)
 }
 
-func knownPlaceholder(s string) bool {
-	for _, p := range []string{"{host}", "{port}", "{cron_interval}", "{root}"} {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// Expand fills the placeholders of an argv template.
+// Expand fills the placeholders of an argv template (its vocabulary:
+// placeholder.Argv); one vars lacks stays as written.
 func Expand(argv []string, vars map[string]string) []string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		for k, v := range vars {
-			a = strings.ReplaceAll(a, "{"+k+"}", v)
-		}
-		out[i] = a
-	}
-	return out
+	return placeholder.Strings(argv, vars)
 }
 
 // ReadyRE is the compiled ready line.
