@@ -151,7 +151,7 @@ func (s *Sandbox) SharedConfigPath() string {
 	if s.Target.SharedConfig == nil {
 		return ""
 	}
-	return filepath.Clean(strings.ReplaceAll(s.Target.SharedConfig.Path, "{root}", s.Root))
+	return filepath.Clean(fillRoot(s.Target.SharedConfig.Path, s.Root))
 }
 
 // sharedState is what the shared config is written from: the tenants

@@ -407,10 +407,15 @@ func (t Target) ManagedFor(root string) map[string]any {
 	return m
 }
 
+// fillRoot fills s's {root} (placeholder.Root) with the sandbox's root.
+func fillRoot(s, root string) string {
+	return placeholder.String(s, map[string]string{"root": root})
+}
+
 func expandRoot(v any, root string) any {
 	switch x := v.(type) {
 	case string:
-		return strings.ReplaceAll(x, "{root}", root)
+		return fillRoot(x, root)
 	case []any:
 		out := make([]any, len(x))
 		for i, e := range x {
