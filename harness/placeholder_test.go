@@ -10,9 +10,9 @@ import (
 )
 
 // TestFillersAgreeWithThePlaceholderEngine: the fillers and vocabularies
-// still written in this package (dialect.go's fill and configVars, the
-// shared config's SharedConfigVars, gwtarget.go's RoutePlaceholders and
-// its route rule) do what internal/placeholder does, until they are
+// still written in this package (dialect.go's fill, checkPlaceholders and
+// configVars for dialect.config and hooks; gwtarget.go's RoutePlaceholders
+// and its route rule) do what internal/placeholder does, until they are
 // replaced by it.
 func TestFillersAgreeWithThePlaceholderEngine(t *testing.T) {
 	t.Parallel()

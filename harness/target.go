@@ -278,7 +278,7 @@ func withTargetDir(data []byte, dir string) ([]byte, error) {
 	var fill func(n *yaml.Node)
 	fill = func(n *yaml.Node) {
 		if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, TargetDirPlaceholder) {
-			n.Value = strings.ReplaceAll(n.Value, TargetDirPlaceholder, dir)
+			n.Value = placeholder.String(n.Value, map[string]string{"target_dir": dir})
 			n.Style = yaml.DoubleQuotedStyle
 		}
 		for _, c := range n.Content {

@@ -3,6 +3,12 @@ package placeholder
 // The vocabularies: every {name} a template may use, by the kind of
 // template. A new placeholder is a new Var here, with what it means.
 
+// TargetFile is the one placeholder of every string of a target file,
+// filled when the file is loaded, before anything else reads it.
+var TargetFile = Vocabulary{Of: "any string of a target file", Vars: []Var{
+	{"target_dir", "the folder the target file is in: paths written relative to the file"},
+}}
+
 // Argv is the vocabulary of a command line of a target file: stdio,
 // serve, gateway, profile_root, cron_tick, preflight and
 // llm_gateway.provision.
@@ -45,6 +51,26 @@ var SharedConfig = Config.with("shared_config.sections",
 	Var{"launch", "whether the tenant is the launch tenant, a boolean"},
 )
 
+// Install is the vocabulary of a probe plugin's install (its config and
+// path): Config's, and the harness's bubblewrap launcher for the tenant's
+// plugin host, the plugin's source folder and its destination.
+var Install = Config.with("a probe plugin's install",
+	Var{"bwrap_launcher", "the harness's bubblewrap launcher of the tenant's plugin host"},
+	Var{"source", "the probe plugin's source folder"},
+	Var{"dest", "where the plugin is installed in the tenant's home"},
+)
+
+// Connect is the vocabulary of a transport's connect params.
+var Connect = Vocabulary{Of: "a transport's connect params", Vars: []Var{
+	{"token", "the token the connection authenticates with"},
+}}
+
+// Chat is the vocabulary of a chat transport's model, user and headers.
+var Chat = Vocabulary{Of: "a chat transport", Vars: []Var{
+	{"agent", "the agent (profile) the turn addresses"},
+	{"session_id", "the harness's session id of the turn"},
+}}
+
 // Route is the vocabulary of an llm_gateway route's path and body: an
 // identifier of the tenant's own ({session_id}, {file_id}, ...), which the
 // gateway family fills with the caller's or another tenant's.
@@ -82,7 +108,7 @@ var Chain = Vocabulary{Of: "an attack chain", Vars: []Var{
 }}
 
 // Vocabularies are every vocabulary, for the documentation.
-var Vocabularies = []Vocabulary{Argv, Root, Config, SharedConfig, Route, Chain}
+var Vocabularies = []Vocabulary{TargetFile, Argv, Root, Config, SharedConfig, Install, Connect, Chat, Route, Chain}
 
 // with is v, named of, with more vars.
 func (v Vocabulary) with(of string, more ...Var) Vocabulary {
