@@ -42,7 +42,7 @@ var Config = Vocabulary{Of: "dialect.config", Vars: []Var{
 // SharedConfig is the vocabulary of a shared config's section templates
 // and keys (shared_config.sections): Config's, and the tenant's profile,
 // state folder, gateway key, env marker, tool environment and launch flag.
-var SharedConfig = Config.with("shared_config.sections",
+var SharedConfig = Config.extend("shared_config.sections",
 	Var{"profile", "the tenant's profile name (the launch tenant's is its launch profile's)"},
 	Var{"state", "the tenant's state folder"},
 	Var{"api_server_key", "the tenant's gateway key"},
@@ -54,7 +54,7 @@ var SharedConfig = Config.with("shared_config.sections",
 // Install is the vocabulary of a probe plugin's install (its config and
 // path): Config's, and the harness's bubblewrap launcher for the tenant's
 // plugin host, the plugin's source folder and its destination.
-var Install = Config.with("a probe plugin's install",
+var Install = Config.extend("a probe plugin's install",
 	Var{"bwrap_launcher", "the harness's bubblewrap launcher of the tenant's plugin host"},
 	Var{"source", "the probe plugin's source folder"},
 	Var{"dest", "where the plugin is installed in the tenant's home"},
@@ -110,8 +110,8 @@ var Chain = Vocabulary{Of: "an attack chain", Vars: []Var{
 // Vocabularies are every vocabulary, for the documentation.
 var Vocabularies = []Vocabulary{TargetFile, Argv, Root, Config, SharedConfig, Install, Connect, Chat, Route, Chain}
 
-// with is v, named of, with more vars.
-func (v Vocabulary) with(of string, more ...Var) Vocabulary {
+// extend is v, named of, with more vars.
+func (v Vocabulary) extend(of string, more ...Var) Vocabulary {
 	v.Of = of
 	v.Vars = append(append([]Var(nil), v.Vars...), more...)
 	return v
