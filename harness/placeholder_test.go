@@ -38,6 +38,15 @@ func TestFillersAgreeWithThePlaceholderEngine(t *testing.T) {
 		assert.Equal(t, rule, placeholder.Route.Has(name), name)
 	}
 
+	// A target's command line is checked by the engine: a near miss
+	// ({Root}) is refused, a JSON argument is no placeholder.
+	tg := AgentdTarget("agentd")
+	tg.Serve = []string{"agentd", "serve", "--root", "{Root}", `{"json": 1}`}
+	err := tg.Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `argument "{Root}": unknown placeholder(s) {Root} in a command line`)
+	assert.NotContains(t, err.Error(), "json")
+
 	// Expand is the engine's: a name vars lacks stays.
 	assert.Equal(t, []string{"srv", "127.0.0.1:{port}"}, Expand([]string{"srv", "{host}:{port}"}, map[string]string{"host": "127.0.0.1"}))
 }
