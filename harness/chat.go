@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 )
 
 // chatClient is a chat transport's side of a connection: sessions are the
@@ -130,7 +132,7 @@ func errForeignChatSession(op, sid string) error {
 func (cc *chatClient) request(sid, agent, text string) (*http.Request, error) {
 	vars := map[string]any{"agent": agent, "session_id": sid}
 	str := func(tmpl string) string {
-		v, _ := fill(tmpl, vars)
+		v, _ := placeholder.Value(tmpl, vars)
 		s, _ := v.(string)
 		return s
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 )
 
 // envelope is a framed transport's wire format: one JSON object a message,
@@ -96,7 +98,7 @@ func (c *RPC) connect(ctx context.Context, t Transport, token string) error {
 	if t.Connect == nil {
 		return nil
 	}
-	params, _ := fill(t.Connect.Params, map[string]any{"token": token})
+	params, _ := placeholder.Value(t.Connect.Params, map[string]any{"token": token})
 	if err := c.call(ctx, t.Connect.Method, params, nil); err != nil {
 		return fmt.Errorf("%s: the connect request (dialect.transports[].connect): %w", t.Label(), err)
 	}

@@ -22,7 +22,7 @@ func (s *Sandbox) plantOperatorSecrets() error {
 	if s.Target.ManagedConfig == "" {
 		return nil
 	}
-	path := strings.ReplaceAll(s.Target.ManagedConfig, "{root}", s.Root)
+	path := fillRoot(s.Target.ManagedConfig, s.Root)
 	if !within(path, s.Root) {
 		return fmt.Errorf("managed_config %s is not inside the sandbox %s", path, s.Root)
 	}

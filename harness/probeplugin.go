@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -121,10 +122,6 @@ type PluginTools struct {
 // bubblewrap launcher of a tenant's plugin host.
 const BwrapLauncherVar = "bwrap_launcher"
 
-// installVars are the placeholders of a probe plugin's install: the
-// tenant's, and the launcher's.
-var installVars = append(append([]string{}, configVars...), BwrapLauncherVar, "source", "dest")
-
 // Lacks is why the plugin cannot do ability, or "" when it can.
 func (p *ProbePlugin) Lacks(ability string) string {
 	if p == nil {
@@ -179,7 +176,7 @@ func (p *ProbePlugin) validate() []error {
 		errs = append(errs, fmt.Errorf("probe_plugin.install.path %q: want a path inside the tenant's home", p.Install.Path))
 	}
 	for _, v := range []any{p.Install.Config, p.Install.Path, toAny(p.Install.Hook)} {
-		if err := checkPlaceholders(v, installVars); err != nil {
+		if err := placeholder.Install.Check(v); err != nil {
 			errs = append(errs, fmt.Errorf("probe_plugin.install: %w", err))
 		}
 	}
@@ -273,7 +270,7 @@ func (s *Sandbox) InstallProbePlugin(ctx context.Context, p *ProbePlugin, t *ten
 	for k, v := range vars {
 		all[k] = v
 	}
-	cfg, _ := fill(p.Install.Config, all)
+	cfg, _ := placeholder.Value(p.Install.Config, all)
 	cm, _ := cfg.(map[string]any)
 	if err := s.WriteHome(t, tenants.HomeExtras{Config: cm}); err != nil {
 		return fmt.Errorf("install probe plugin %s for %s: %w", p.Name, t.Name, err)
@@ -287,7 +284,7 @@ func (s *Sandbox) InstallProbePlugin(ctx context.Context, p *ProbePlugin, t *ten
 	}
 	dest := ""
 	if p.Install.Path != "" {
-		d, _ := fill(p.Install.Path, all)
+		d, _ := placeholder.Value(p.Install.Path, all)
 		dest = filepath.Join(t.Home, fmt.Sprint(d))
 	}
 	if len(p.Install.Hook) > 0 {

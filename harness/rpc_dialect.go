@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 )
 
 // DialOption shapes a connection.
@@ -95,7 +97,7 @@ func (c *RPC) callDialect(ctx context.Context, op string, params any, result any
 	default:
 		p := any(logical)
 		if spec.Params != nil {
-			p, _ = fill(spec.Params, logical)
+			p, _ = placeholder.Value(spec.Params, logical)
 		}
 		var res json.RawMessage
 		if err := c.call(ctx, spec.Method, p, &res); err != nil {

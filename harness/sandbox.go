@@ -147,7 +147,7 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 	}
 	extra := map[string]string{procgroup.MarkerVar: id, "TMPDIR": s.Tmp}
 	for k, v := range target.Env {
-		extra[k] = strings.ReplaceAll(v, "{root}", s.Root)
+		extra[k] = fillRoot(v, s.Root)
 	}
 	if s.env, err = set.Env(extra); err != nil {
 		return fail(err)
@@ -177,7 +177,7 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 // writeManaged writes the target's managed scope as config.yaml in its
 // managed folder, which must lie inside the sandbox.
 func (s *Sandbox) writeManaged() error {
-	dir := strings.ReplaceAll(s.Target.ManagedDir, "{root}", s.Root)
+	dir := fillRoot(s.Target.ManagedDir, s.Root)
 	if !within(dir, s.Root) || dir == s.Root {
 		return fmt.Errorf("managed scope folder %s is not inside %s", dir, s.Root)
 	}
@@ -203,7 +203,7 @@ func (s *Sandbox) MergeManaged(cfg map[string]any) (bool, error) {
 	if s.Target.ManagedDir == "" || s.Target.Remote() {
 		return false, nil
 	}
-	dir := strings.ReplaceAll(s.Target.ManagedDir, "{root}", s.Root)
+	dir := fillRoot(s.Target.ManagedDir, s.Root)
 	if !within(dir, s.Root) || dir == s.Root {
 		return false, fmt.Errorf("managed scope folder %s is not inside %s", dir, s.Root)
 	}

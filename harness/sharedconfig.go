@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -70,7 +71,7 @@ const (
 // ({env_marker}), its tool environment as a mapping ({env}: the
 // variables agentd reads from .env) and whether it is the launch tenant
 // ({launch}).
-var SharedConfigVars = append(append([]string(nil), configVars...), "profile", "state", "api_server_key", "env_marker", "env", "launch")
+var SharedConfigVars = placeholder.SharedConfig.Names()
 
 // ToolEnvSource is the target's tool environment source: ToolEnv, or
 // ToolEnvDotenv when not given.
@@ -106,7 +107,7 @@ func (t *Target) validateShared() []error {
 	default:
 		errs = append(errs, fmt.Errorf("shared_config.format %q: want yaml or json", sc.Format))
 	}
-	if err := checkPlaceholders(sc.Base, []string{"root"}); err != nil {
+	if err := placeholder.Root.Check(sc.Base); err != nil {
 		errs = append(errs, fmt.Errorf("shared_config.base: %w", err))
 	}
 	if len(sc.Sections) == 0 {
@@ -120,13 +121,13 @@ func (t *Target) validateShared() []error {
 		if len(sec.Template) == 0 {
 			errs = append(errs, fmt.Errorf("%s.template: empty", where))
 		}
-		if err := checkPlaceholders(sec.Template, SharedConfigVars); err != nil {
+		if err := placeholder.SharedConfig.Check(sec.Template); err != nil {
 			errs = append(errs, fmt.Errorf("%s.template: %w", where, err))
 		}
-		if err := checkPlaceholders(sec.Key, SharedConfigVars); err != nil {
+		if err := placeholder.SharedConfig.Check(sec.Key); err != nil {
 			errs = append(errs, fmt.Errorf("%s.key: %w", where, err))
 		}
-		if sec.Key != "" && !placeholderRE.MatchString(sec.Key) {
+		if sec.Key != "" && len(placeholder.Names(sec.Key)) == 0 {
 			errs = append(errs, fmt.Errorf("%s.key %q: want a placeholder in it ({profile}, {tenant}), so each tenant has its own key", where, sec.Key))
 		}
 	}
@@ -151,7 +152,7 @@ func (s *Sandbox) SharedConfigPath() string {
 	if s.Target.SharedConfig == nil {
 		return ""
 	}
-	return filepath.Clean(strings.ReplaceAll(s.Target.SharedConfig.Path, "{root}", s.Root))
+	return filepath.Clean(fillRoot(s.Target.SharedConfig.Path, s.Root))
 }
 
 // sharedState is what the shared config is written from: the tenants
@@ -234,10 +235,10 @@ func (s *Sandbox) writeSharedLocked() error {
 		}
 		vars := s.sharedVars(t)
 		for i, sec := range sc.Sections {
-			body, _ := fill(sec.Template, vars)
+			body, _ := placeholder.Value(sec.Template, vars)
 			key := ""
 			if sec.Key != "" {
-				k, _ := fill(sec.Key, vars)
+				k, _ := placeholder.Value(sec.Key, vars)
 				key = fmt.Sprint(k)
 			}
 			if err := putSection(doc, sec.At, key, body); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -277,7 +278,7 @@ func withTargetDir(data []byte, dir string) ([]byte, error) {
 	var fill func(n *yaml.Node)
 	fill = func(n *yaml.Node) {
 		if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, TargetDirPlaceholder) {
-			n.Value = strings.ReplaceAll(n.Value, TargetDirPlaceholder, dir)
+			n.Value = placeholder.String(n.Value, map[string]string{"target_dir": dir})
 			n.Style = yaml.DoubleQuotedStyle
 		}
 		for _, c := range n.Content {
@@ -331,8 +332,8 @@ func (t *Target) Validate() error {
 	}
 	for _, argv := range [][]string{t.Stdio, t.Serve, t.Gateway, t.ProfileRoot, t.CronTick, t.Preflight} {
 		for _, a := range argv {
-			if i := strings.Index(a, "{"); i >= 0 && !knownPlaceholder(a[i:]) {
-				errs = append(errs, fmt.Errorf("argument %q: unknown placeholder (known: {host} {port} {cron_interval} {root})", a))
+			if err := placeholder.Argv.Check(a); err != nil {
+				errs = append(errs, fmt.Errorf("argument %q: %w", a, err))
 			}
 		}
 	}
@@ -352,25 +353,10 @@ func (t *Target) Validate() error {
 	return errors.Join(errs...)
 }
 
-func knownPlaceholder(s string) bool {
-	for _, p := range []string{"{host}", "{port}", "{cron_interval}", "{root}"} {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// Expand fills the placeholders of an argv template.
+// Expand fills the placeholders of an argv template (its vocabulary:
+// placeholder.Argv); one vars lacks stays as written.
 func Expand(argv []string, vars map[string]string) []string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		for k, v := range vars {
-			a = strings.ReplaceAll(a, "{"+k+"}", v)
-		}
-		out[i] = a
-	}
-	return out
+	return placeholder.Strings(argv, vars)
 }
 
 // ReadyRE is the compiled ready line.
@@ -421,10 +407,15 @@ func (t Target) ManagedFor(root string) map[string]any {
 	return m
 }
 
+// fillRoot fills s's {root} (placeholder.Root) with the sandbox's root.
+func fillRoot(s, root string) string {
+	return placeholder.String(s, map[string]string{"root": root})
+}
+
 func expandRoot(v any, root string) any {
 	switch x := v.(type) {
 	case string:
-		return strings.ReplaceAll(x, "{root}", root)
+		return fillRoot(x, root)
 	case []any:
 		out := make([]any, len(x))
 		for i, e := range x {

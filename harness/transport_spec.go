@@ -3,6 +3,8 @@ package harness
 import (
 	"fmt"
 	"strings"
+
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 )
 
 // Transport kinds of Transport.Kind.
@@ -85,9 +87,6 @@ type ChatSpec struct {
 	Headers     map[string]string `yaml:"headers"`      // extra headers
 	LaunchAgent string            `yaml:"launch_agent"` // {agent} of the launch profile (main)
 }
-
-// chatVars are the placeholders of a ChatSpec.
-var chatVars = []string{"agent", "session_id"}
 
 // chatBuiltins are the logical operations a chat transport performs
 // itself; every other one needs a hook or is unsupported there.
@@ -188,7 +187,7 @@ func (t Transport) validate(where string) []error {
 		if c.Method == "" {
 			errs = append(errs, fmt.Errorf("%s.connect: give the method", where))
 		}
-		if err := checkPlaceholders(c.Params, []string{"token"}); err != nil {
+		if err := placeholder.Connect.Check(c.Params); err != nil {
 			errs = append(errs, fmt.Errorf("%s.connect.params: %w", where, err))
 		}
 	}
@@ -196,7 +195,7 @@ func (t Transport) validate(where string) []error {
 	for k, v := range t.Chat.Headers {
 		chat[k] = v
 	}
-	if err := checkPlaceholders(chat, chatVars); err != nil {
+	if err := placeholder.Chat.Check(chat); err != nil {
 		errs = append(errs, fmt.Errorf("%s.chat: %w", where, err))
 	}
 	return errs

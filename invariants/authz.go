@@ -8,24 +8,6 @@ import (
 	"strings"
 )
 
-// The invariants of issue 12: authorization, operator secrets, shared
-// places. Each is a leak (Leak reports true).
-const (
-	// Authz: a call from one tenant's connection that names another
-	// tenant's session, stored session, profile or cron job was not
-	// refused, or its refusal carried data; or session identifiers are
-	// predictable.
-	Authz Invariant = "authz"
-	// OperatorSecret: a secret of the operator (the serve token, a managed
-	// scope value, a secret the target file declares) reached a place a
-	// tenant sees.
-	OperatorSecret Invariant = "operator_secret"
-	// SharedPlace: a tenant's secret sits in a place outside every
-	// tenant's own home (the server's cwd, TMPDIR, a shared folder, the
-	// system temp folder).
-	SharedPlace Invariant = "shared_place"
-)
-
 // OperatorOwner owns the operator's canaries.
 const OperatorOwner = "operator"
 

@@ -9,11 +9,6 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// Availability: one tenant's load (a flood of connections and requests)
-// took another tenant's service away: its turns failed, or their p99 grew
-// past the allowed multiple of its own baseline from the same run.
-const Availability Invariant = "availability"
-
 // MaxSlowdown is how many times its own baseline p99 a tenant's p99 may
 // grow while another tenant floods the server.
 const MaxSlowdown = 3.0

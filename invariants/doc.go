@@ -5,6 +5,10 @@
 // an excerpt. All of them use one scanner (package scan) built from every
 // canary of every tenant in every encoding.
 //
+// Every invariant a finding can name is a row of All (its name, what it
+// holds, whether it is a leak, its item of DESIGN.md's list), and Lookup
+// finds it; docs/invariants.md is that table, rendered.
+//
 // The checks: RequestLeaks (1), SnapshotLeaks and SnapshotShortfall (2),
 // FileLeaks (3), TextLeaks and FrameLeaks (4), HashTree with
 // WriteScopeChanges (5), LaunchBleedOf (6) and the positive controls

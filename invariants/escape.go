@@ -8,12 +8,6 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// ProcessEscape: a process that carries a tenant's canary (in its
-// environment or command line) outlived the lifecycle event that should have
-// ended it: its session's close, its profile's deletion, its plugin host's
-// death, or the server's stop.
-const ProcessEscape Invariant = "process_escape"
-
 // Ended is one lifecycle event and the canaries that every process it
 // should have ended carries: after it, no live process may carry any of
 // them.

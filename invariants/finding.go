@@ -9,41 +9,6 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// Invariant names the rule a finding breaks.
-type Invariant string
-
-// The invariants of DESIGN.md, plus the failures that are not leaks:
-// Shortfall (liveness), Control (a positive control that failed) and
-// Harness (the check itself could not be carried out completely).
-const (
-	Request     Invariant = "request"
-	Snapshot    Invariant = "env_snapshot"
-	File        Invariant = "file"
-	Text        Invariant = "text"
-	RPC         Invariant = "rpc"
-	WriteScope  Invariant = "write_scope"
-	LaunchBleed Invariant = "launch_bleed"
-	// PluginBoundary: a tenant's plugin code ran inside the pooled server's
-	// process, or read another tenant's home through its sandbox.
-	PluginBoundary Invariant = "plugin_boundary"
-	// SessionContext: a nested call (plugin -> server) ran as another
-	// session than the one whose call made it.
-	SessionContext Invariant = "session_context"
-	Shortfall      Invariant = "snapshot_shortfall"
-	Control        Invariant = "control"
-	Harness        Invariant = "harness"
-)
-
-// Leak reports whether a finding of this invariant is an isolation failure,
-// as opposed to a liveness, control or harness failure.
-func (i Invariant) Leak() bool {
-	switch i {
-	case Shortfall, Control, Harness:
-		return false
-	}
-	return true
-}
-
 // Finding is one broken rule: in whose place (Tenant) what was found (the
 // canary's Owner and Kind, in which Encoding, with an Excerpt), or what was
 // wrong (Detail), and Where. Findings are plain values: they compare by

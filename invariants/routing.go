@@ -6,14 +6,6 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// Routing: a request one tenant made of a gateway reached another
-// tenant's provider (its upstream channel): a failover onto a foreign
-// channel, a foreign model routed to its owner's channel, a pool shared
-// across tenants. A leak even when the request carries the other
-// tenant's own key, since it spends that tenant's channel on another's
-// conversation.
-const Routing Invariant = "routing"
-
 // Counts is how many requests each tenant's provider has recorded, by
 // tenant name.
 func Counts(ts []*tenants.Tenant) map[string]int {

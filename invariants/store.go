@@ -19,12 +19,6 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// SharedStore: in a target that keeps every tenant in one data folder (a
-// gateway's SQLite database), a tenant's canary sits in a row another
-// tenant owns, or a tenant's secret rests outside the places declared for
-// it (another table or column, a row nobody owns, another file).
-const SharedStore Invariant = "shared_store"
-
 // StorePlace is one column where tenants' secrets may rest, and which
 // tenant owns each row: Owners maps a value of OwnerColumn to a tenant.
 type StorePlace struct {

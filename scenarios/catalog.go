@@ -14,29 +14,6 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// Invariant names one check of DESIGN.md's list.
-type Invariant string
-
-// The invariants every scenario checks at the end of each phase.
-const (
-	Requests        Invariant = "request"
-	EnvSnapshots    Invariant = "env_snapshot"
-	Files           Invariant = "file"
-	Text            Invariant = "text"
-	WriteScope      Invariant = "write_scope"
-	LaunchBleed     Invariant = "launch_bleed"
-	PositiveControl Invariant = "positive_control"
-	// ProcessEscape: no process carrying a tenant's canary outlives the
-	// session, profile, plugin host or server that started it.
-	ProcessEscape Invariant = "process_escape"
-	// Availability: one tenant's flood neither fails another's turns nor
-	// slows them past 3x their own baseline.
-	Availability Invariant = "availability"
-)
-
-// AllInvariants in DESIGN.md's order.
-var AllInvariants = []Invariant{Requests, EnvSnapshots, Files, Text, WriteScope, LaunchBleed, PositiveControl, ProcessEscape, Availability}
-
 // Phase is one step of a scenario; the invariants are checked after each.
 type Phase struct {
 	Name string
@@ -66,35 +43,6 @@ type Spec struct {
 	Alone bool
 }
 
-// Need is something a scenario needs of its target.
-type Need string
-
-const (
-	NeedRestart Need = "restart" // the harness starts the serve backend, so it can restart it
-	NeedFiles   Need = "files"   // the harness reads and writes the target's homes
-	// NeedPlugins: the target loads a probe plugin: its own
-	// (probe_plugin), else agentd's; a dialect declaring plugins.install
-	// unsupported skips it.
-	NeedPlugins Need = "plugins"
-	// NeedPluginHostile: the probe plugin runs hostile steps.
-	NeedPluginHostile Need = "plugin_hostile"
-	// NeedAgentdPlugins: the target loads agentd's plugin format itself
-	// (hooks, memory, image and model providers through agentd's SDK):
-	// a target with a probe plugin of its own skips it.
-	NeedAgentdPlugins Need = "agentd_plugins"
-	// NeedLLMGateway: the target says how its gateway's tenants are
-	// reached (llm_gateway: a provisioner or access templates). A `kind:
-	// gateway` target runs only the scenarios with this need.
-	NeedLLMGateway Need = "llm_gateway"
-	// NeedGatewayAccess: an agent server's gateway backend, with the
-	// target's llm_gateway.access saying how a tenant reaches it (its key,
-	// route and model).
-	NeedGatewayAccess Need = "gateway_access"
-)
-
-// allNeeds are the needs a spec may declare.
-var allNeeds = []Need{NeedRestart, NeedFiles, NeedPlugins, NeedPluginHostile, NeedAgentdPlugins, NeedLLMGateway, NeedGatewayAccess}
-
 // unmet says why target cannot run spec, or "" when it can.
 func (s Spec) unmet(target harness.Target) string {
 	if target.IsGateway() && !slices.Contains(s.Needs, NeedLLMGateway) {
@@ -106,35 +54,8 @@ func (s Spec) unmet(target harness.Target) string {
 		}
 	}
 	for _, n := range s.Needs {
-		switch n {
-		case NeedRestart:
-			if !target.CanRestart() {
-				return "needs to restart the server, and the harness did not start it"
-			}
-		case NeedFiles:
-			if !target.Files || target.Remote() {
-				return "needs the target's files, which the harness cannot reach"
-			}
-		case NeedLLMGateway:
-			if g := target.LLMGateway; g == nil || (g.Access == nil && len(g.Provision) == 0) {
-				return "needs llm_gateway (a provisioner or access templates): how the gateway's tenants are reached"
-			}
-		case NeedGatewayAccess:
-			if g := target.LLMGateway; g == nil || g.Access == nil {
-				return "needs llm_gateway.access: how a tenant reaches the gateway (its key, route and model)"
-			}
-		case NeedPlugins:
-			if why := target.Dialect.Unsupported("plugins.install"); why != "" {
-				return "needs the catalog's probe plugin: " + why
-			}
-		case NeedPluginHostile:
-			if pp := probePluginOf(target); pp.Lacks(harness.AbilityHostile) != "" {
-				return "needs the probe plugin's hostile steps: " + pp.Lacks(harness.AbilityHostile)
-			}
-		case NeedAgentdPlugins:
-			if why := target.AgentdPluginsUnsupported(); why != "" {
-				return "needs agentd's plugin format (hooks, memory, image and model providers through agentd's plugin SDK): " + why
-			}
+		if why := n.Unmet(target); why != "" {
+			return why
 		}
 	}
 	return ""
@@ -170,17 +91,13 @@ func (s Spec) validate() error {
 		}
 		names[p.Name] = true
 	}
-	known := map[Invariant]bool{}
-	for _, inv := range AllInvariants {
-		known[inv] = true
-	}
 	for _, f := range s.Focus {
-		if !known[f] {
-			errs = append(errs, fmt.Errorf("focus %q is not an invariant", f))
+		if !isFocusable(f) {
+			errs = append(errs, fmt.Errorf("focus %q is not an invariant (a row of invariants.All)", f))
 		}
 	}
 	for _, n := range s.Needs {
-		if !slices.Contains(allNeeds, n) {
+		if _, ok := lookupNeed(n); !ok {
 			errs = append(errs, fmt.Errorf("need %q is unknown", n))
 		}
 	}

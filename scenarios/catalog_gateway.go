@@ -15,16 +15,6 @@ import (
 // with text naming the tenant's model, so a reply shows whose provider
 // answered it.
 
-// Routing and SharedStore are the gateway family's invariants.
-const (
-	Routing     Invariant = "routing"      // a tenant's request reaches no other tenant's provider
-	SharedStore Invariant = "shared_store" // a tenant's secrets rest only in its declared places, in rows it owns
-)
-
-func init() {
-	AllInvariants = append(AllInvariants, Routing, SharedStore)
-}
-
 // gatewayResponder answers every request with text naming the tenant and
 // its model.
 func gatewayResponder(t *tenants.Tenant) fakellm.Responder {

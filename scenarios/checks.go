@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/invariants"
@@ -66,107 +65,21 @@ func (e *Env) skip(inv, reason string) {
 	e.Report.Skipped = append(e.Report.Skipped, SkippedCheck{Invariant: inv, Reason: reason})
 }
 
-// checkAll runs every invariant over what the run has produced so far.
+// checkAll runs every row of phaseChecks over what the run has produced
+// so far.
 func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Counts) {
-	ts := e.Box.Set.Tenants
-	var out []invariants.Finding
-	var counts Counts
-
-	// One matcher for the whole check run: every place below is scanned
-	// for the same canaries.
-	chk, err := invariants.NewChecker(ts)
+	chk, err := invariants.NewChecker(e.Box.Set.Tenants)
 	if err != nil {
-		return []invariants.Finding{{Invariant: invariants.Harness, Detail: err.Error()}}, nil, counts
+		return []invariants.Finding{{Invariant: invariants.Harness, Detail: err.Error()}}, nil, Counts{}
 	}
 	chk.WithFileCache(e.fileCache())
-	// 1. Requests on every provider.
-	out = append(out, chk.RequestLeaks()...)
-	// 2. Env snapshots, and liveness per tenant.
-	out = append(out, chk.SnapshotLeaks()...)
-	e.mu.Lock()
-	expected := map[string]int{}
-	for k, v := range e.expected {
-		expected[k] = v
+	r := e.newCheckRun(chk)
+	for _, c := range phaseChecks {
+		c.run(ctx, e, r)
 	}
-	conns := append([]ownedConn(nil), e.conns...)
-	sessions := append([]session(nil), e.sessions...)
-	pending := e.pending
-	e.pending = nil
-	texts := append([]ownedText(nil), e.texts...)
-	e.mu.Unlock()
-	for _, t := range ts {
-		if !t.HasProvider() {
-			continue
-		}
-		recs := t.Requests()
-		counts.Requests += len(recs)
-		counts.Snapshots += len(invariants.EnvSnapshots(t, recs))
-		if n := expected[t.Name]; n > 0 {
-			out = append(out, invariants.SnapshotShortfall([]*tenants.Tenant{t}, n)...)
-		}
-	}
-	// 3. Files under every home.
-	if e.Box.Target.Files {
-		out = append(out, chk.FileLeaks(ctx, e.Box.Set, invariants.ServerFiles(e.Box.Set.LaunchHome, e.Box.Target.ServerFiles)...)...)
-		for _, root := range e.scopeRoots() {
-			files, bytes := treeSize(root)
-			counts.Files, counts.Bytes = counts.Files+files, counts.Bytes+bytes
-		}
-	} else {
-		e.skip(string(Files), "the target's files are not reachable from the harness")
-	}
-	// 4. Text: every process log the harness kept, every stream it
-	// received, and every RPC frame.
-	for _, p := range e.Box.Procs() {
-		owner := ""
-		if strings.HasPrefix(p.Name(), "stdio-") {
-			owner = strings.TrimPrefix(p.Name(), "stdio-")
-		}
-		out = append(out, chk.TextLeaks("log of "+p.Name(), []byte(p.Output()), owner)...)
-	}
-	for _, x := range texts {
-		out = append(out, chk.TextLeaks(x.label, x.data, x.owner)...)
-	}
-	for _, c := range conns {
-		frames := c.conn.Frames()
-		counts.Frames += len(frames)
-		fr := make([]invariants.Frame, len(frames))
-		for i, f := range frames {
-			fr[i] = invariants.Frame{Data: f.Raw}
-		}
-		owner := ""
-		if c.owner != nil {
-			owner = c.owner.Name
-		}
-		out = append(out, chk.FrameLeaks(owner, c.label, fr)...)
-	}
-	// 5. Write scope: the writes this phase made.
-	out = append(out, pending...)
-	// 6. Launch bleed: every session reported its own profile's model.
-	for _, s := range sessions {
-		if s.info.NoModel != "" {
-			e.skip(string(LaunchBleed), "info.model: "+s.info.NoModel)
-			continue
-		}
-		out = append(out, invariants.LaunchBleedOf(ts, s.tenant.Name, s.info.Info.Model, "session "+s.info.SessionID+" info.model")...)
-	}
-	// Operator secrets, shared places.
-	df, dc := e.detectChecks(ctx, chk, conns, texts)
-	out = append(out, df...)
-	gf, gc := e.gatewayChecks(ctx, chk)
-	out = append(out, gf...)
-	dc = append(dc, gc...)
-	// A turn the fake provider had to end: the target never took its tool
-	// results as answers.
-	out = append(out, loopFindings(ts)...)
-	// 7. Positive controls, the ran-controls first.
-	controls, cf := e.controls(ctx, conns)
-	controls = append(e.ranControls(), controls...)
-	controls = append(controls, dc...)
-	out = append(out, cf...)
-	out = invariants.Dedup(out)
-	counts.Findings = len(out)
-	return out, controls, counts
+	r.findings = invariants.Dedup(r.findings)
+	r.counts.Findings = len(r.findings)
+	return r.findings, r.controls, r.counts
 }
 
 // controls runs the positive controls tenant by tenant, so the report can

@@ -3,11 +3,14 @@ package attack
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -179,36 +182,13 @@ var ChainFaults = []string{FaultHomeFollowsLinks, FaultUncheckedJobIDs, FaultWor
 // BackupSuffix names the copy a step keeps of a home file it replaces.
 const BackupSuffix = ".chain-bak"
 
-// Placeholders a chain's templates may use; the scenario fills them for
-// one attacker and one victim (Places.Vars), plus what Save kept.
-var Placeholders = []string{
-	"write",              // the attacker's write canary
-	"home",               // the attacker's home
-	"victim",             // the victim's home
-	"victim_name",        // the victim's profile name
-	"own_workdir",        // the attacker's workdir
-	"victim_workdir",     // the victim's workdir
-	"work_root",          // the folder holding every tenant's workdir
-	"homes_parent",       // the folder holding the named profiles' homes
-	"victim_provider",    // the victim's provider base URL
-	"victim_from_output", // the victim's home, relative to the attacker's job output folder
-	"victim_from_home",   // the victim's home, relative to the attacker's home
-	"victim_plugin",      // the name of the victim's plugin (VictimPlugin)
-	// the layout's home files (tenants.FileNames' yaml names)
-	"config", "env", "soul", "memory", "jobs", "job_output", "log", "log_dir", "state", "state_wal", "plugins", "cache",
-}
-
-var placeholderRE = regexp.MustCompile(`\{([a-z_]+)\}`)
+// Placeholders a chain's templates may use (placeholder.Chain, where
+// each is documented); the scenario fills them for one attacker and one
+// victim (Places.Vars), plus what Save kept.
+var Placeholders = placeholder.Chain.Names()
 
 // Fill replaces every {name} of s with vars[name]; unknown names stay.
-func Fill(s string, vars map[string]string) string {
-	return placeholderRE.ReplaceAllStringFunc(s, func(m string) string {
-		if v, ok := vars[m[1:len(m)-1]]; ok {
-			return v
-		}
-		return m
-	})
-}
+func Fill(s string, vars map[string]string) string { return placeholder.String(s, vars) }
 
 // FillParams is Fill over every string of an RPC step's params.
 func FillParams(p map[string]any, vars map[string]string) map[string]any {
@@ -267,8 +247,8 @@ func (c Chain) Touches() (own, victim []string) {
 		return n
 	}
 	for _, r := range c.Restore {
-		if m := placeholderRE.FindStringSubmatch(r); m != nil && m[0] == r {
-			own = append(own, norm(m[1]))
+		if name := placeholder.Sole(r); name != "" {
+			own = append(own, norm(name))
 		}
 	}
 	if c.InstallPlugin || c.ModelPlugin || c.HostLimit != nil {
@@ -310,10 +290,6 @@ func (c Chain) HasProbe() bool { return c.Probe.Tool != "" || c.Probe.Plugin != 
 // canary in what the chain writes or says.
 func ValidateChains(chains []Chain) error {
 	var errs []error
-	known := map[string]bool{}
-	for _, p := range Placeholders {
-		known[p] = true
-	}
 	classes := map[ChainClass]bool{}
 	for _, c := range ChainClasses {
 		classes[c] = true
@@ -350,7 +326,7 @@ func ValidateChains(chains []Chain) error {
 		if !faults[c.Fault] {
 			bad("fault %q is not one of %v", c.Fault, ChainFaults)
 		}
-		if c.Expect == "" || !c.Expect.Leak() {
+		if r, ok := invariants.Lookup(c.Expect); !ok || !r.Leak {
 			bad("expected invariant %q is not a leak check", c.Expect)
 		}
 		for what, s := range map[string]string{"tries": c.Tries, "refusal": c.Refusal} {
@@ -365,10 +341,8 @@ func ValidateChains(chains []Chain) error {
 		var text []string
 		check := func(where, s string) {
 			text = append(text, s)
-			for _, m := range placeholderRE.FindAllStringSubmatch(s, -1) {
-				if !known[m[1]] && !saved[m[1]] {
-					bad("%s: placeholder {%s} is unknown", where, m[1])
-				}
+			if err := placeholder.Chain.With(slices.Collect(maps.Keys(saved))...).Check(s); err != nil {
+				bad("%s: %v", where, err)
 			}
 		}
 		steps := append(append([]Step(nil), c.Steps...), c.Undo...)

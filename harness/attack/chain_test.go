@@ -40,7 +40,7 @@ func TestValidateChainsRejectsBadRows(t *testing.T) {
 	}
 	err := ValidateChains(bad)
 	for _, want := range []string{"want lower-case words", `class "nope"`, `trigger "never"`, `fault "x"`,
-		`"control" is not a leak check`, "exactly one of", "placeholder {nope}", `plugin row "no-such-row"`,
+		`"control" is not a leak check`, "exactly one of", "placeholder(s) {nope}", `plugin row "no-such-row"`,
 		"write canary", "id given twice", "no step", "tries: want one"} {
 		assert.ErrorContains(t, err, want)
 	}

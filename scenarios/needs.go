@@ -1,0 +1,107 @@
+package scenarios
+
+import (
+	"fmt"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+)
+
+// Need is something a scenario needs of its target beyond its backends.
+// Every need is a row of needs, which says when a target lacks it.
+type Need string
+
+// The needs a spec may declare.
+const (
+	NeedRestart Need = "restart" // the harness starts the serve backend, so it can restart it
+	NeedFiles   Need = "files"   // the harness reads and writes the target's homes
+	// NeedPlugins: the target loads a probe plugin: its own
+	// (probe_plugin), else agentd's; a dialect declaring plugins.install
+	// unsupported skips it.
+	NeedPlugins Need = "plugins"
+	// NeedPluginHostile: the probe plugin runs hostile steps.
+	NeedPluginHostile Need = "plugin_hostile"
+	// NeedAgentdPlugins: the target loads agentd's plugin format itself
+	// (hooks, memory, image and model providers through agentd's SDK):
+	// a target with a probe plugin of its own skips it.
+	NeedAgentdPlugins Need = "agentd_plugins"
+	// NeedLLMGateway: the target says how its gateway's tenants are
+	// reached (llm_gateway: a provisioner or access templates). A `kind:
+	// gateway` target runs only the scenarios with this need.
+	NeedLLMGateway Need = "llm_gateway"
+	// NeedGatewayAccess: an agent server's gateway backend, with the
+	// target's llm_gateway.access saying how a tenant reaches it (its key,
+	// route and model).
+	NeedGatewayAccess Need = "gateway_access"
+)
+
+// needRow is one need and the reason a target lacks it ("" when it has
+// it).
+type needRow struct {
+	need  Need
+	unmet func(harness.Target) string
+}
+
+// needs is every Need a spec may declare; a new need is a new row.
+var needs = []needRow{
+	{NeedRestart, func(t harness.Target) string {
+		if !t.CanRestart() {
+			return "needs to restart the server, and the harness did not start it"
+		}
+		return ""
+	}},
+	{NeedFiles, func(t harness.Target) string {
+		if !t.Files || t.Remote() {
+			return "needs the target's files, which the harness cannot reach"
+		}
+		return ""
+	}},
+	{NeedPlugins, func(t harness.Target) string {
+		if why := t.Dialect.Unsupported("plugins.install"); why != "" {
+			return "needs the catalog's probe plugin: " + why
+		}
+		return ""
+	}},
+	{NeedPluginHostile, func(t harness.Target) string {
+		if why := probePluginOf(t).Lacks(harness.AbilityHostile); why != "" {
+			return "needs the probe plugin's hostile steps: " + why
+		}
+		return ""
+	}},
+	{NeedAgentdPlugins, func(t harness.Target) string {
+		if why := t.AgentdPluginsUnsupported(); why != "" {
+			return "needs agentd's plugin format (hooks, memory, image and model providers through agentd's plugin SDK): " + why
+		}
+		return ""
+	}},
+	{NeedLLMGateway, func(t harness.Target) string {
+		if g := t.LLMGateway; g == nil || (g.Access == nil && len(g.Provision) == 0) {
+			return "needs llm_gateway (a provisioner or access templates): how the gateway's tenants are reached"
+		}
+		return ""
+	}},
+	{NeedGatewayAccess, func(t harness.Target) string {
+		if g := t.LLMGateway; g == nil || g.Access == nil {
+			return "needs llm_gateway.access: how a tenant reaches the gateway (its key, route and model)"
+		}
+		return ""
+	}},
+}
+
+func lookupNeed(n Need) (needRow, bool) {
+	for _, r := range needs {
+		if r.need == n {
+			return r, true
+		}
+	}
+	return needRow{}, false
+}
+
+// Unmet says why target lacks n, or "" when it has it. An unknown need is
+// never met.
+func (n Need) Unmet(target harness.Target) string {
+	r, ok := lookupNeed(n)
+	if !ok {
+		return fmt.Sprintf("needs %q, which no row of the catalog's needs defines", string(n))
+	}
+	return r.unmet(target)
+}
