@@ -31,6 +31,8 @@ func Default() *Catalog {
 		gatewayTenants(),
 		gatewayFailover(),
 		gatewayRoutes(),
+		gatewayOffboarding(),
+		gatewayFetch(),
 	)
 	if err != nil {
 		// The catalog is data compiled into the binary; TestCatalogIsValid

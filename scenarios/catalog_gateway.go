@@ -6,6 +6,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/llmgw"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -96,7 +97,7 @@ const failoverAttempts = 3
 
 func gatewayFailover() Spec {
 	phases := []Phase{{Name: "start", Run: func(e *Env) {
-		e.StartLLMGateway()
+		e.StartLLMGatewayWith(llmgw.Options{Retries: true}) // the gateway's own retries and fallbacks on
 		e.GatewayOwnKeys()
 	}}}
 	for _, m := range failoverModes {
@@ -137,6 +138,7 @@ func gatewayRoutes() Spec {
 				e.GatewayReads()
 			}},
 			{Name: "cross-tenant-routes", Run: func(e *Env) { e.GatewayCrossRoutes() }},
+			{Name: "owner-rows", Run: func(e *Env) { e.GatewayOwnerRows() }},
 		},
 	}
 }

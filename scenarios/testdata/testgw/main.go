@@ -10,11 +10,21 @@
 //	failover     a failed upstream call is retried on every other channel
 //	store-leak   every upstream key is also kept in a settings table, and
 //	             every log row is filed under user 1
+//	stale-session  a disabled or deleted user's access token and keys still
+//	             work (delete only marks the user deleted)
+//	fetch        POST /api/fetch fetches any URL, loopback included, and
+//	             returns its body
+//	log-route    GET /api/log/{id} serves any user's log row
+//	operator-secret  GET /api/user/self carries the admin password
+//	model-cache  the relay keeps one upstream client per model name: a
+//	             tenant naming a model another tenant's channel also serves
+//	             may be sent with that tenant's key
 //
 // Usage:
 //
 //	testgw serve --port P --data DIR
 //	testgw provision   (stdin: the roster; env GATEWAY_URL, ROOT_TOKEN; stdout: the access)
+//	testgw deprovision (stdin: {"step": "disable"|"delete", "tenant": NAME, "access": {...}})
 package main
 
 import (
@@ -52,6 +62,8 @@ func main() {
 		err = serve(os.Args[2:])
 	case "provision":
 		err = provision(os.Stdin, os.Stdout)
+	case "deprovision":
+		err = deprovision(os.Stdin)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -68,7 +80,7 @@ type gw struct {
 }
 
 const schema = `
-CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, name TEXT UNIQUE, access_token TEXT);
+CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, name TEXT UNIQUE, access_token TEXT, status INTEGER NOT NULL DEFAULT 1);
 CREATE TABLE IF NOT EXISTS channels (id INTEGER PRIMARY KEY, user_id INTEGER, base_url TEXT, key TEXT, model TEXT);
 CREATE TABLE IF NOT EXISTS tokens (id INTEGER PRIMARY KEY, user_id INTEGER, key TEXT UNIQUE, name TEXT);
 CREATE TABLE IF NOT EXISTS logs (id INTEGER PRIMARY KEY, user_id INTEGER, token_id INTEGER, model TEXT, content TEXT);
@@ -139,6 +151,7 @@ func (g *gw) mux() *http.ServeMux {
 	m.HandleFunc("GET /api/token/{id}", g.user(g.tokenGet))
 	m.HandleFunc("DELETE /api/token/{id}", g.user(g.tokenDelete))
 	m.HandleFunc("GET /api/channel/{id}", g.user(g.channelGet))
+	g.offboardRoutes(m)
 	return m
 }
 
@@ -215,7 +228,7 @@ type channel struct {
 func (g *gw) tokenUser(r *http.Request) (tokenID, userID int64, ok bool) {
 	key, _ := strings.CutPrefix(bearer(r), "sk-")
 	err := g.db.QueryRow(`SELECT id, user_id FROM tokens WHERE key = ?`, key).Scan(&tokenID, &userID)
-	return tokenID, userID, err == nil && key != ""
+	return tokenID, userID, err == nil && key != "" && g.active(userID)
 }
 
 func (g *gw) channels(q string, args ...any) []channel {
@@ -330,7 +343,7 @@ func (g *gw) models(w http.ResponseWriter, r *http.Request) {
 func (g *gw) user(h func(w http.ResponseWriter, r *http.Request, userID int64)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var uid int64
-		if err := g.db.QueryRow(`SELECT id FROM users WHERE access_token = ?`, bearer(r)).Scan(&uid); err != nil || bearer(r) == "" {
+		if err := g.db.QueryRow(`SELECT id FROM users WHERE access_token = ?`, bearer(r)).Scan(&uid); err != nil || bearer(r) == "" || !g.active(uid) {
 			fail(w, 401, "not logged in")
 			return
 		}
@@ -341,7 +354,11 @@ func (g *gw) user(h func(w http.ResponseWriter, r *http.Request, userID int64)) 
 func (g *gw) userSelf(w http.ResponseWriter, _ *http.Request, uid int64) {
 	var name string
 	_ = g.db.QueryRow(`SELECT name FROM users WHERE id = ?`, uid).Scan(&name)
-	writeJSON(w, 200, map[string]any{"success": true, "data": map[string]any{"id": uid, "name": name}})
+	data := map[string]any{"id": uid, "name": name}
+	if g.leak["operator-secret"] {
+		data["admin_hint"] = g.adminPassword()
+	}
+	writeJSON(w, 200, map[string]any{"success": true, "data": data})
 }
 
 func (g *gw) logSelf(w http.ResponseWriter, _ *http.Request, uid int64) {
@@ -454,5 +471,11 @@ func provision(stdin io.Reader, stdout io.Writer) error {
 				"token": strconv.FormatInt(got.TokenID, 10)},
 		}
 	}
-	return json.NewEncoder(stdout).Encode(map[string]any{"tenants": out})
+	doc := map[string]any{"tenants": out}
+	pw, err := mintAdminPassword(base)
+	if err != nil {
+		return err
+	}
+	doc["operator_secrets"] = map[string]string{"admin_password": pw}
+	return json.NewEncoder(stdout).Encode(doc)
 }
