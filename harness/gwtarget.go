@@ -232,6 +232,13 @@ func (t *Target) IsGateway() bool { return t.Kind == KindGateway }
 // validateGateway checks the kind and the llm_gateway block.
 func (t *Target) validateGateway() []error {
 	var errs []error
+	if t.LLMGateway != nil {
+		// Validation fills defaults in the routes: on a copy, since
+		// copies of a Target share the block (scenarios run at once).
+		c := *t.LLMGateway
+		c.Routes = append([]Route(nil), c.Routes...)
+		t.LLMGateway = &c
+	}
 	switch t.Kind {
 	case "", KindAgent:
 		if t.LLMGateway != nil && t.LLMGateway.Provision != nil {

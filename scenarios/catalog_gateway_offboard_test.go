@@ -1,0 +1,103 @@
+package scenarios
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/invariants"
+)
+
+// TestGatewayOffboardFetchOnTestgw certifies the clean test gateway with
+// gateway-offboarding and gateway-fetch: passed, every control held, the
+// ones that make their refusals mean something among them.
+func TestGatewayOffboardFetchOnTestgw(t *testing.T) {
+	t.Parallel()
+	tg := testgwTarget(t, "")
+	for id, want := range map[string][]string{
+		"gateway-offboarding": {"gateway key accepted on the relay before offboarding", "management headers accepted on route \"own token\" before offboarding",
+			"own key still served after a neighbour's offboarding", "own key answered by own provider"},
+		"gateway-fetch": {"the fetch listener answers on loopback"},
+	} {
+		t.Run(id, func(t *testing.T) {
+			t.Parallel()
+			spec, err := Default().Get(id)
+			require.NoError(t, err)
+			rep := runOne(t, spec, tg)
+			require.Equal(t, Pass, rep.Result, "%s: %v\n%v", id, rep.Log, rep.Findings())
+			names := map[string]bool{}
+			for _, p := range rep.Phases {
+				for _, c := range p.Controls {
+					assert.True(t, c.Passed, "%s/%s: %s: %s", p.Name, c.Tenant, c.Name, c.Detail)
+					names[c.Name] = true
+				}
+			}
+			for _, w := range want {
+				assert.True(t, names[w], "control %q ran: %v", w, names)
+			}
+		})
+	}
+}
+
+// TestGatewayOffboardSkipsWithoutDeprovision: a target with no
+// deprovision (agentd's gateway) skips gateway-offboarding with that
+// reason, and gateway-fetch (no url_fields) likewise: never passed.
+func TestGatewayOffboardSkipsWithoutDeprovision(t *testing.T) {
+	t.Parallel()
+	for id, why := range map[string]string{"gateway-offboarding": "deprovision", "gateway-fetch": "url_fields"} {
+		t.Run(id, func(t *testing.T) {
+			t.Parallel()
+			spec, err := Default().Get(id)
+			require.NoError(t, err)
+			rep := runOne(t, spec, agentdTarget())
+			require.Equal(t, Skipped, rep.Result, "%v", rep.Log)
+			assert.Contains(t, rep.Reason, why)
+		})
+	}
+}
+
+// TestGatewayRound2ChecksCatchTestgwLeaks is the positive control of each
+// check of issue 24 part B against the test gateway made to leak.
+func TestGatewayRound2ChecksCatchTestgwLeaks(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		inv    invariants.Invariant
+		detail string
+	}
+	cases := []struct {
+		leak, scenario string
+		wants          []want
+	}{
+		{"stale-session", "gateway-offboarding", []want{
+			{invariants.Authz, "was not refused on the relay after its disable"},
+			{invariants.Authz, "was not refused on route \"own token\" after its delete"},
+			{invariants.Authz, "drove"},
+		}},
+		{"fetch", "gateway-fetch", []want{
+			{invariants.Fetch, "fetched the loopback URL"},
+			{invariants.Fetch, "came back to"},
+		}},
+		{"log-route", "gateway-routes", []want{{invariants.Authz, "an owner-only row of the store"}}},
+		{"operator-secret", "gateway-tenants", []want{{invariants.OperatorSecret, ""}}},
+	}
+	for _, c := range cases {
+		t.Run(c.leak+"/"+c.scenario, func(t *testing.T) {
+			t.Parallel()
+			spec, err := Default().Get(c.scenario)
+			require.NoError(t, err)
+			rep := runOne(t, spec, testgwTarget(t, c.leak))
+			assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
+			for _, w := range c.wants {
+				fs := findingsOf(rep, w.inv)
+				require.NotEmpty(t, fs, "want a %s finding; got %v", w.inv, rep.Findings())
+				var details []string
+				for _, f := range fs {
+					details = append(details, f.String())
+				}
+				assert.Contains(t, strings.Join(details, "\n"), w.detail)
+			}
+		})
+	}
+}
