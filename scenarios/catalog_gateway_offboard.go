@@ -142,7 +142,7 @@ func (e *Env) offboardProbe(v *tenants.Tenant, a harness.GatewayAccess, step str
 			if accepted {
 				e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: v.Name,
 					Where:  invariants.Where{Label: p.what, Method: p.method, Path: p.path, Part: cred.Name},
-					Detail: fmt.Sprintf("%s's %s was not refused on %s after its %s: HTTP %d", v.Name, cred.Name, p.what, step, rep.Status), Excerpt: excerpt(rep.Body)})
+					Detail: fmt.Sprintf("after its %s, %s's credential (%s) was accepted on %s: HTTP %d", step, v.Name, cred.Name, p.what, rep.Status), Excerpt: excerpt(rep.Body)})
 			}
 		}
 	}

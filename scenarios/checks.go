@@ -106,14 +106,14 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 		}
 	}
 	// 3. Files under every home.
-	if e.Box.Target.Files {
+	if e.Box.Target.Files && !e.Box.Target.IsGateway() {
 		out = append(out, chk.FileLeaks(ctx, e.Box.Set, invariants.ServerFiles(e.Box.Set.LaunchHome, e.Box.Target.ServerFiles)...)...)
 		for _, root := range e.scopeRoots() {
 			files, bytes := treeSize(root)
 			counts.Files, counts.Bytes = counts.Files+files, counts.Bytes+bytes
 		}
 	} else {
-		e.skip(string(Files), "the target's files are not reachable from the harness")
+		e.skip(string(Files), e.filesSkipReason())
 	}
 	// 4. Text: every process log the harness kept, every stream it
 	// received, and every RPC frame.

@@ -16,6 +16,8 @@
 //	             returns its body
 //	log-route    GET /api/log/{id} serves any user's log row
 //	operator-secret  GET /api/user/self carries the admin password
+//	cwd-file     every upstream key is also appended to channels.txt in the
+//	             gateway's working folder (outside its data folder)
 //	model-cache  the relay keeps one upstream client per model name: a
 //	             tenant naming a model another tenant's channel also serves
 //	             may be sent with that tenant's key
@@ -208,6 +210,7 @@ func (g *gw) adminTenant(w http.ResponseWriter, r *http.Request) {
 	if g.leak["store-leak"] {
 		_, _ = g.db.Exec(`INSERT INTO settings (name, value) VALUES (?, ?)`, "upstream", in.Key)
 	}
+	g.cwdLeak(in.Key)
 	key := randHex(24)
 	res, err = g.db.Exec(`INSERT INTO tokens (user_id, key, name) VALUES (?, ?, ?)`, uid, key, in.Name+"-token")
 	if err != nil {
