@@ -2,14 +2,20 @@ package llmgw
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
 // TestFetchListener: a registered URL answers its body and records the
@@ -90,4 +96,61 @@ func TestDeprovisionUndeclared(t *testing.T) {
 	g := &Gateway{}
 	assert.False(t, g.CanDeprovision())
 	assert.ErrorIs(t, g.Deprovision(context.Background(), nil, harness.StepDisable), ErrNoDeprovision)
+}
+
+// TestDeprovisionContract: the deprovision command gets the step, tenant
+// and access on stdin and STEP, TENANT, GATEWAY_URL in its environment;
+// a failing one is an error naming the step; the provisioner's
+// operator_secrets are kept; RETRIES reaches the provisioner when asked;
+// ProvisionAs provisions one tenant under another's name.
+func TestDeprovisionContract(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	script := `cat > /dev/null; echo "retries=$RETRIES" > "$ROOT/retries"
+echo '{"tenants": {"default": {"key": "sk-0123456789abcdef0123", "ids": {"user": "1"}},
+ "alpha": {"key": "sk-fedcba9876543210fedc", "ids": {"user": "2"}}},
+ "operator_secrets": {"admin_password": "admin-password-0123456789"}}'`
+	tg := harness.Target{Name: "gw", Kind: harness.KindGateway, GatewayURL: srv.URL,
+		LLMGateway: &harness.LLMGateway{Provision: []string{"/bin/sh", "-c", script},
+			Deprovision: []string{"/bin/sh", "-c", `cat > "$ROOT/off-$STEP.json"; echo "$STEP $TENANT $GATEWAY_URL" > "$ROOT/off-$STEP.env"; [ "$STEP" != delete ] || [ ! -e "$ROOT/fail-delete" ] || exit 3`}}}
+	box, err := harness.NewSandbox(t.Context(), t.TempDir(), tg, harness.SandboxOptions{Tenants: tenants.Options{Names: tenants.Names(2)}})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, box.Close()) })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	g, err := StartWith(ctx, ctx, box, Options{Retries: true})
+	require.NoError(t, err)
+	defer g.Stop()
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(box.Root, name))
+		require.NoError(t, err)
+		return string(b)
+	}
+	assert.Equal(t, "retries=1\n", read("retries"))
+	assert.Equal(t, map[string]string{"admin_password": "admin-password-0123456789"}, g.OperatorSecrets())
+	a := box.Set.Get("alpha")
+	require.True(t, g.CanDeprovision())
+	require.NoError(t, g.Deprovision(ctx, a, harness.StepDisable))
+	assert.Equal(t, harness.StepDisable, g.Offboarded(a))
+	var req harness.DeprovisionRequest
+	require.NoError(t, json.Unmarshal([]byte(read("off-disable.json")), &req))
+	assert.Equal(t, harness.DeprovisionRequest{Step: "disable", Tenant: "alpha", Access: g.Access(a)}, req)
+	assert.Equal(t, "disable alpha "+srv.URL+"\n", read("off-disable.env"))
+	require.NoError(t, os.WriteFile(filepath.Join(box.Root, "fail-delete"), nil, 0o644))
+	err = g.Deprovision(ctx, a, harness.StepDelete)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "delete")
+	assert.Equal(t, harness.StepDisable, g.Offboarded(a), "a failed step is not recorded")
+	assert.Error(t, g.Deprovision(ctx, a, "archive"), "an unknown step")
+
+	// Provisioned again under alpha's name: the script answers for
+	// "alpha", which becomes the successor's access.
+	s, err := box.Set.AddTenant("alpha-again")
+	require.NoError(t, err)
+	require.NoError(t, g.ProvisionAs(ctx, s, "alpha"))
+	assert.Equal(t, "sk-fedcba9876543210fedc", g.Access(s).Key)
+	assert.Equal(t, []string{s.Model()}, g.Access(s).Models, "its own model by default")
+	g.AddIDs(s, map[string]string{"log": "9", "user": "99"})
+	assert.Equal(t, map[string]string{"log": "9", "user": "2"}, g.Access(s).IDs, "the provisioner's ids win")
 }
