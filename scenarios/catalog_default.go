@@ -33,6 +33,7 @@ func Default() *Catalog {
 		gatewayRoutes(),
 		gatewayOffboarding(),
 		gatewayFetch(),
+		gatewayCollide(),
 	)
 	if err != nil {
 		// The catalog is data compiled into the binary; TestCatalogIsValid

@@ -143,3 +143,47 @@ func TestGatewayRound2ChecksCatchTestgwLeaks(t *testing.T) {
 		})
 	}
 }
+
+// TestGatewayCollideOnTestgw: every testgw tenant provisioned with one
+// model name chats in both orders, each served by its own provider; the
+// test gateway with a model-keyed client cache is caught (routing), and
+// agentd, whose tenants' models are fixed by its access templates, skips
+// the scenario with that reason.
+func TestGatewayCollideOnTestgw(t *testing.T) {
+	t.Parallel()
+	spec, err := Default().Get("gateway-collide")
+	require.NoError(t, err)
+	t.Run("clean", func(t *testing.T) {
+		t.Parallel()
+		rep := runOne(t, spec, testgwTarget(t, ""))
+		require.Equal(t, Pass, rep.Result, "%v\n%v", rep.Log, rep.Findings())
+		n := 0
+		for _, p := range rep.Phases {
+			for _, c := range p.Controls {
+				assert.True(t, c.Passed, "%s/%s: %s: %s", p.Name, c.Tenant, c.Name, c.Detail)
+				if c.Name == "own provider answers under the shared model name" {
+					n++
+				}
+			}
+		}
+		assert.Positive(t, n)
+	})
+	t.Run("model-cache", func(t *testing.T) {
+		t.Parallel()
+		rep := runOne(t, spec, testgwTarget(t, "model-cache"))
+		assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
+		fs := findingsOf(rep, invariants.Routing)
+		require.NotEmpty(t, fs, "want a routing finding; got %v", rep.Findings())
+		var details []string
+		for _, f := range fs {
+			details = append(details, f.String())
+		}
+		assert.Contains(t, strings.Join(details, "\n"), "shared model name")
+	})
+	t.Run("agentd", func(t *testing.T) {
+		t.Parallel()
+		rep := runOne(t, spec, agentdTarget())
+		require.Equal(t, Skipped, rep.Result, "%v", rep.Log)
+		assert.Contains(t, rep.Reason, "one model name")
+	})
+}

@@ -73,6 +73,9 @@ func StartWith(ctx, life context.Context, box *harness.Sandbox, opts Options) (*
 	if spec.Access == nil && len(spec.Provision) == 0 {
 		return nil, fmt.Errorf("gateway %s: the target gives neither llm_gateway.provision nor llm_gateway.access", box.Target.Name)
 	}
+	if opts.SharedModel != "" && len(spec.Provision) == 0 {
+		return nil, fmt.Errorf("%w: the target has no provisioner (its tenants' models are fixed by its access templates)", ErrSharedModel)
+	}
 	g := &Gateway{box: box, spec: spec, http: &http.Client{}, life: life, opts: opts}
 	if box.Target.GatewayURL != "" {
 		g.base = strings.TrimRight(box.Target.GatewayURL, "/")
@@ -81,6 +84,9 @@ func StartWith(ctx, life context.Context, box *harness.Sandbox, opts Options) (*
 	}
 	if err := g.provision(ctx); err != nil {
 		g.Stop()
+		if opts.SharedModel != "" && errors.Is(err, ErrProvision) {
+			return nil, fmt.Errorf("%w: %w", ErrSharedModel, err)
+		}
 		return nil, err
 	}
 	return g, nil
@@ -253,7 +259,7 @@ func (g *Gateway) provision(ctx context.Context) error {
 	ts := g.box.Set.Tenants
 	access := map[string]harness.GatewayAccess{}
 	if len(g.spec.Provision) > 0 {
-		got, err := g.runProvisioner(ctx, g.box.Set.Roster(""))
+		got, err := g.runProvisioner(ctx, g.roster())
 		if err != nil {
 			return err
 		}
@@ -276,7 +282,7 @@ func (g *Gateway) provision(ctx context.Context) error {
 	for _, t := range ts {
 		a := access[t.Name]
 		if len(a.Models) == 0 {
-			a.Models = []string{t.Model()}
+			a.Models = []string{g.modelOf(t)}
 		}
 		if a.BasePath == "" {
 			a.BasePath = "/v1"

@@ -20,7 +20,36 @@ type Options struct {
 	// and fallbacks: its environment gets RETRIES=1 (gateway-failover
 	// sets it, so the failover probes exercise what a deployment runs).
 	Retries bool
+	// SharedModel, when set, is the model name every tenant is
+	// provisioned with (the roster's model), each on its own channel:
+	// gateway-collide's colliding names. Only a provisioner can do it.
+	SharedModel string
 }
+
+// roster is the roster the provisioner reads: the set's, with every
+// model named SharedModel when set.
+func (g *Gateway) roster() tenants.Roster {
+	r := g.box.Set.Roster("")
+	if g.opts.SharedModel != "" {
+		for i := range r.Tenants {
+			r.Tenants[i].Model = g.opts.SharedModel
+		}
+	}
+	return r
+}
+
+// modelOf is the model t was provisioned with: its own, or SharedModel.
+func (g *Gateway) modelOf(t *tenants.Tenant) string {
+	if g.opts.SharedModel != "" {
+		return g.opts.SharedModel
+	}
+	return t.Model()
+}
+
+// ErrSharedModel wraps why tenants could not be provisioned with one
+// model name (Options.SharedModel): the target has no provisioner, or the
+// gateway refused it.
+var ErrSharedModel = errors.New("the gateway's tenants cannot share a model name")
 
 // ErrNoDeprovision is returned by Deprovision when the target declares no
 // llm_gateway.deprovision.
@@ -126,7 +155,7 @@ func (g *Gateway) ProvisionAs(ctx context.Context, successor *tenants.Tenant, na
 	if len(g.spec.Provision) == 0 {
 		return errors.New("provision again: the target has no provisioner")
 	}
-	r := g.box.Set.Roster("")
+	r := g.roster()
 	var keep []tenants.RosterTenant
 	for _, rt := range r.Tenants {
 		if rt.Name == successor.Name {
@@ -148,7 +177,7 @@ func (g *Gateway) ProvisionAs(ctx context.Context, successor *tenants.Tenant, na
 		return fmt.Errorf("%w: provision %s as %s: no access (with a key) for %s", ErrProvision, successor.Name, name, name)
 	}
 	if len(a.Models) == 0 {
-		a.Models = []string{successor.Model()}
+		a.Models = []string{g.modelOf(successor)}
 	}
 	if a.BasePath == "" {
 		a.BasePath = "/v1"

@@ -278,7 +278,11 @@ func (g *gw) chat(w http.ResponseWriter, r *http.Request) {
 		fail(w, 404, "no channel of yours serves model "+model)
 		return
 	}
-	status, ctype, out, err := relay(r.Context(), chs[0], req)
+	ch := chs[0]
+	if g.leak["model-cache"] {
+		ch = cachedClient(model, ch)
+	}
+	status, ctype, out, err := relay(r.Context(), ch, req)
 	if (err != nil || status >= 500 || status == 429) && g.leak["failover"] {
 		for _, c := range g.channels(`WHERE id != ?`, chs[0].id) {
 			if status, ctype, out, err = relay(r.Context(), c, req); err == nil && status < 400 {

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -269,4 +270,15 @@ func (g *gw) cwdLeak(key string) {
 	}
 	defer f.Close()
 	_, _ = f.WriteString(key + "\n")
+}
+
+// modelClients is the model-cache leak's client cache: one upstream
+// channel (base URL and key) per model name, the first that served it.
+var modelClients sync.Map // model -> channel
+
+// cachedClient, with model-cache, is the channel first used for model,
+// whoever asks now.
+func cachedClient(model string, c channel) channel {
+	v, _ := modelClients.LoadOrStore(model, c)
+	return v.(channel)
 }
