@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/internal/sqlitefile"
@@ -37,6 +38,22 @@ func StoreRowIDs(ctx context.Context, s Store, table, idColumn, ownerColumn stri
 	}
 	defer db.Close()
 	q := func(n string) string { return `"` + strings.ReplaceAll(n, `"`, `""`) + `"` }
+	// SQLite reads a quoted name that is no column as a string: check
+	// the columns first.
+	probe, err := db.QueryContext(ctx, `SELECT * FROM `+q(table)+` LIMIT 0`)
+	if err != nil {
+		return nil, fmt.Errorf("read %s of %s: %w", table, s.DB, err)
+	}
+	cols, err := probe.Columns()
+	probe.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read %s of %s: %w", table, s.DB, err)
+	}
+	for _, want := range []string{idColumn, ownerColumn} {
+		if !slices.Contains(cols, want) {
+			return nil, fmt.Errorf("table %s of %s has no column %q (it has %v)", table, s.DB, want, cols)
+		}
+	}
 	rows, err := db.QueryContext(ctx, `SELECT `+q(idColumn)+`, `+q(ownerColumn)+` FROM `+q(table)+` ORDER BY rowid`)
 	if err != nil {
 		return nil, fmt.Errorf("read %s.%s of %s: %w", table, idColumn, s.DB, err)
