@@ -117,6 +117,10 @@ func TestGatewayRound2ChecksCatchTestgwLeaks(t *testing.T) {
 			{invariants.Authz, "after its delete, "},
 			{invariants.Authz, "drove"},
 		}},
+		{"name-reuse", "gateway-offboarding", []want{
+			{invariants.Authz, "holds the old one's data"},
+			{invariants.Authz, "after its delete and a new tenant under its name, "},
+		}},
 		{"fetch", "gateway-fetch", []want{
 			{invariants.Fetch, "fetched the loopback URL"},
 			{invariants.Fetch, "came back to"},

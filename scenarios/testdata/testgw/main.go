@@ -16,6 +16,9 @@
 //	             returns its body
 //	log-route    GET /api/log/{id} serves any user's log row
 //	operator-secret  GET /api/user/self carries the admin password
+//	name-reuse   delete only marks the user deleted, and a tenant created
+//	             again under its name gets the old user back (its id, rows
+//	             and keys)
 //	cwd-file     every upstream key is also appended to channels.txt in the
 //	             gateway's working folder (outside its data folder)
 //	model-cache  the relay keeps one upstream client per model name: a
@@ -195,13 +198,12 @@ func (g *gw) adminTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	access := randHex(16)
-	res, err := g.db.Exec(`INSERT INTO users (name, access_token) VALUES (?, ?)`, in.Name, access)
+	uid, err := g.newUser(in.Name, access)
 	if err != nil {
 		fail(w, 500, err.Error())
 		return
 	}
-	uid, _ := res.LastInsertId()
-	res, err = g.db.Exec(`INSERT INTO channels (user_id, base_url, key, model) VALUES (?, ?, ?, ?)`, uid, in.BaseURL, in.Key, in.Model)
+	res, err := g.db.Exec(`INSERT INTO channels (user_id, base_url, key, model) VALUES (?, ?, ?, ?)`, uid, in.BaseURL, in.Key, in.Model)
 	if err != nil {
 		fail(w, 500, err.Error())
 		return

@@ -69,6 +69,15 @@ func (g *gw) disableTenant(w http.ResponseWriter, r *http.Request) {
 
 func (g *gw) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if g.leak["name-reuse"] {
+		// Marked deleted, its name kept for newUser to bring back.
+		if _, err := g.db.Exec(`UPDATE users SET status = ? WHERE id = ?`, statusDeleted, id); err != nil {
+			fail(w, 500, err.Error())
+			return
+		}
+		writeJSON(w, 200, map[string]any{"success": true})
+		return
+	}
 	if g.leak["stale-session"] {
 		// Marked deleted, its name freed: its rows, keys and session stay.
 		res, err := g.db.Exec(`UPDATE users SET status = ?, name = name || '#deleted-' || id WHERE id = ?`, statusDeleted, id)
@@ -281,4 +290,21 @@ var modelClients sync.Map // model -> channel
 func cachedClient(model string, c channel) channel {
 	v, _ := modelClients.LoadOrStore(model, c)
 	return v.(channel)
+}
+
+// newUser creates a user; with name-reuse, a deleted user of that name
+// comes back instead, with its id, rows and keys.
+func (g *gw) newUser(name, access string) (int64, error) {
+	if g.leak["name-reuse"] {
+		var uid int64
+		if g.db.QueryRow(`SELECT id FROM users WHERE name = ? AND status = ?`, name, statusDeleted).Scan(&uid) == nil {
+			_, err := g.db.Exec(`UPDATE users SET status = ?, access_token = ? WHERE id = ?`, statusActive, access, uid)
+			return uid, err
+		}
+	}
+	res, err := g.db.Exec(`INSERT INTO users (name, access_token) VALUES (?, ?)`, name, access)
+	if err != nil {
+		return 0, err
+	}
+	return res.LastInsertId()
 }
