@@ -34,6 +34,11 @@ func checkTarget(t harness.Target) (harness.Target, error) {
 // certTarget is how the certificate names t: its name, its version and
 // its declared behaviours.
 func certTarget(t harness.Target) certificate.Target {
+	if t.IsGateway() {
+		// unknown_profile and the other behaviours are an agent server's:
+		// a gateway's certificate names none of them.
+		return certificate.Target{Name: t.Name, Version: t.Version}
+	}
 	return certificate.Target{Name: t.Name, Version: t.Version,
 		Behaviours: map[string]string{"unknown_profile": t.Dialect.WithDefaults().Behaviours.UnknownProfile}}
 }

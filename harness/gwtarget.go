@@ -53,6 +53,9 @@ type LLMGateway struct {
 	// one JSON document, Provisioned. Everything it mints (keys, header
 	// values) becomes a canary of its tenant.
 	Provision []string `yaml:"provision"`
+	// Deprovision offboards one tenant (see Deprovision in
+	// gwoffboard.go): run once per step, disable then delete.
+	Deprovision []string `yaml:"deprovision"`
 	// Access is how a tenant reaches the gateway when there is no
 	// provisioner: templates filled with the tenant's values
 	// ({api_server_key} {provider_key} {model} {tenant}). agentd's
@@ -175,6 +178,10 @@ type Route struct {
 	// success, for an API that answers 200 {"success": false} to a
 	// refusal; empty: every 2xx is a success.
 	Success string `yaml:"success"`
+	// URLFields are the route's fields that hold a URL the gateway
+	// fetches: a body field (dotted path) or ?name for a query
+	// parameter; the fetch probes point them at the harness's listener.
+	URLFields []string `yaml:"url_fields"`
 
 	successRE *regexp.Regexp
 }
@@ -198,7 +205,9 @@ type Store struct {
 // StorePlace is one column where tenants' secrets may rest, and how a
 // row names its owner.
 type StorePlace struct {
-	// Table and Column hold the secret.
+	// Table and Column hold the secret. Without Column the place is
+	// owner-only rows: no secret may rest in them, and no other
+	// tenant's canary either.
 	Table  string `yaml:"table"`
 	Column string `yaml:"column"`
 	// OwnerColumn is the column of the same row that names its owner.
@@ -206,6 +215,12 @@ type StorePlace struct {
 	// OwnerID is the provisioner's ids key whose value OwnerColumn holds
 	// for the tenant that owns the row (user: ids.user).
 	OwnerID string `yaml:"owner_id"`
+	// IDColumn and ID, when set, name each row's identifier and the
+	// ids key it becomes: after traffic, the harness reads the store and
+	// gives each tenant ids.<ID> = the identifier of its latest row here,
+	// so routes with {<ID>_id} are probed for rows no provisioner knew.
+	IDColumn string `yaml:"id_column"`
+	ID       string `yaml:"id"`
 }
 
 // Provisioned is a provisioner's stdout:
@@ -214,6 +229,10 @@ type StorePlace struct {
 //	  "headers": {"Authorization": "..."}, "ids": {"user": "3", "token": "7", "channel": "2"}}}}
 type Provisioned struct {
 	Tenants map[string]GatewayAccess `json:"tenants"`
+	// OperatorSecrets are secrets of the operator the provisioner
+	// minted (a root token, an admin password), by name: each becomes a
+	// canary of the operator, checked like the target's static secrets.
+	OperatorSecrets map[string]string `json:"operator_secrets,omitempty"`
 }
 
 // GatewayAccess is one tenant's way into the gateway.
@@ -245,6 +264,13 @@ func (t *Target) IsGateway() bool { return t.Kind == KindGateway }
 // validateGateway checks the kind and the llm_gateway block.
 func (t *Target) validateGateway() []error {
 	var errs []error
+	if t.LLMGateway != nil {
+		// Validation fills defaults in the routes: on a copy, since
+		// copies of a Target share the block (scenarios run at once).
+		c := *t.LLMGateway
+		c.Routes = append([]Route(nil), c.Routes...)
+		t.LLMGateway = &c
+	}
 	switch t.Kind {
 	case "", KindAgent:
 		if t.LLMGateway != nil && t.LLMGateway.Provision != nil {
@@ -330,12 +356,12 @@ func (g *LLMGateway) validate() []error {
 			errs = append(errs, errors.New("llm_gateway.store: no places: where may each tenant's secrets rest?"))
 		}
 		for i, p := range s.Places {
-			if p.Table == "" || p.Column == "" || p.OwnerColumn == "" || p.OwnerID == "" {
-				errs = append(errs, fmt.Errorf("llm_gateway.store.places[%d]: want table, column, owner_column and owner_id", i))
+			if p.Table == "" || p.OwnerColumn == "" || p.OwnerID == "" {
+				errs = append(errs, fmt.Errorf("llm_gateway.store.places[%d]: want table, column (none for owner-only rows), owner_column and owner_id", i))
 			}
 		}
 	}
-	return errs
+	return append(errs, g.validateRound2()...)
 }
 
 var routePlaceholderRE = regexp.MustCompile(`\{([a-z][a-z0-9_]*)\}`)

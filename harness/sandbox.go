@@ -157,7 +157,7 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 			return fail(err)
 		}
 	}
-	if target.Files && !target.Remote() {
+	if target.Files && !target.Remote() && !target.IsGateway() { // a gateway has no homes
 		if err := s.checkProfileRoot(ctx); err != nil {
 			return fail(err)
 		}

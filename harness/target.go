@@ -324,7 +324,7 @@ func (t *Target) Validate() error {
 	if t.URL != "" && t.TenantsFile == "" {
 		errs = append(errs, errors.New("url (a running server) needs tenants_file: the roster `canary-run fakellm` wrote for the tenants it was provisioned with"))
 	}
-	if t.Files && len(t.ProfileRoot) == 0 && t.URL == "" {
+	if t.Files && len(t.ProfileRoot) == 0 && t.URL == "" && !t.IsGateway() {
 		errs = append(errs, errors.New("files: true needs profile_root, the command that proves the profiles resolve inside the sandbox"))
 	}
 	if t.Managed != nil && !strings.HasPrefix(t.ManagedDir, "{root}/") {

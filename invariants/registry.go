@@ -58,6 +58,13 @@ const (
 	// declared for it (another table or column, a row nobody owns, another
 	// file).
 	SharedStore Invariant = "shared_store"
+	// Fetch: a gateway fetched a URL a tenant gave it (an image URL, a
+	// callback, a notify hook) that points at a loopback listener of the
+	// harness, or handed the fetched body back to the tenant. A gateway that
+	// does reaches, for any tenant, whatever its own host serves on loopback:
+	// the admin ports, metadata services and other tenants' side services
+	// behind it (server-side request forgery).
+	Fetch Invariant = "fetch"
 	// Harness: the check itself could not be carried out completely.
 	Harness Invariant = "harness"
 )
@@ -100,6 +107,7 @@ var All = []Rule{
 	{SharedPlace, "no tenant secret rests outside the tenants' homes (server cwd, TMPDIR, new system-temp entries)", true, 14},
 	{Routing, "a tenant's request to a gateway reaches no other tenant's provider, failover included", true, 15},
 	{SharedStore, "in a gateway's one database, a tenant's secrets rest only in declared places, in rows it owns", true, 16},
+	{Fetch, "a gateway fetches no loopback URL a tenant gave it, and hands no fetched body back", true, 17},
 	{Harness, "the check itself could not be carried out completely (not a leak)", false, 0},
 }
 

@@ -32,6 +32,9 @@ func Default() *Catalog {
 		gatewayTenants(),
 		gatewayFailover(),
 		gatewayRoutes(),
+		gatewayOffboarding(),
+		gatewayFetch(),
+		gatewayCollide(),
 	)
 	if err != nil {
 		// The catalog is data compiled into the binary; TestCatalogIsValid

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/llmgw"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -86,7 +87,7 @@ const failoverAttempts = 3
 
 func gatewayFailover() Spec {
 	phases := []Phase{{Name: "start", Run: func(e *Env) {
-		e.StartLLMGateway()
+		e.StartLLMGatewayWith(llmgw.Options{Retries: true}) // the gateway's own retries and fallbacks on
 		e.GatewayOwnKeys()
 	}}}
 	for _, m := range failoverModes {
@@ -128,6 +129,7 @@ func gatewayRoutes() Spec {
 			}},
 			{Name: "anonymous-routes", Run: func(e *Env) { e.GatewayAnonymousRoutes() }},
 			{Name: "cross-tenant-routes", Run: func(e *Env) { e.GatewayCrossRoutes() }},
+			{Name: "owner-rows", Run: func(e *Env) { e.GatewayOwnerRows() }},
 		},
 	}
 }

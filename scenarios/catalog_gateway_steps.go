@@ -51,9 +51,17 @@ func (e *Env) targetGateway() harness.LLMGateway {
 // StartLLMGateway starts the gateway and provisions the tenants.
 func (e *Env) StartLLMGateway() *llmgw.Gateway {
 	e.T.Helper()
+	return e.StartLLMGatewayWith(llmgw.Options{})
+}
+
+// StartLLMGatewayWith starts the gateway and provisions the tenants with
+// opts; the operator secrets the provisioner printed become the
+// operator's canaries.
+func (e *Env) StartLLMGatewayWith(opts llmgw.Options) *llmgw.Gateway {
+	e.T.Helper()
 	ctx, cancel := e.ctx(3 * time.Minute)
 	defer cancel()
-	g, err := llmgw.Start(ctx, e.Ctx, e.Box)
+	g, err := llmgw.StartWith(ctx, e.Ctx, e.Box, opts)
 	if err != nil {
 		e.targetCannotStart("gateway", err)
 		e.T.Fatalf("start the gateway: %v", err)
@@ -62,6 +70,7 @@ func (e *Env) StartLLMGateway() *llmgw.Gateway {
 	e.mu.Lock()
 	e.llmgw = &gatewayRun{g: g, controls: map[string]Control{}}
 	e.mu.Unlock()
+	e.noteProvisionerSecrets(g)
 	return g
 }
 

@@ -74,6 +74,7 @@ func TestGatewayFamilyOnTestgw(t *testing.T) {
 			assert.True(t, names["own key answered by own provider"], "%v", names)
 			if id == "gateway-routes" {
 				assert.True(t, names[`own route "own token" answers`], "%v", names)
+				assert.True(t, names[`own row answers on route "own log row"`], "owner-only rows probed: %v", names)
 			}
 		})
 	}

@@ -97,8 +97,8 @@ func checkShortfall(_ context.Context, _ *Env, r *checkRun) {
 }
 
 func checkFiles(ctx context.Context, e *Env, r *checkRun) {
-	if !e.Box.Target.Files {
-		e.skip(string(invariants.File), "the target's files are not reachable from the harness")
+	if !e.Box.Target.Files || e.Box.Target.IsGateway() {
+		e.skip(string(invariants.File), e.filesSkipReason())
 		return
 	}
 	r.find(r.chk.FileLeaks(ctx, e.Box.Set, invariants.ServerFiles(e.Box.Set.LaunchHome, e.Box.Target.ServerFiles)...)...)

@@ -58,6 +58,7 @@ type Env struct {
 	pluginSt *pluginState                     // what plugin-hosts learnt of the hosts
 	probePl  *harness.ProbePlugin             // the target's probe plugin (probePlugin)
 	llmgw    *gatewayRun                      // the gateway family's gateway and controls
+	offboard *offboardState                   // gateway-offboarding: its victim and successor
 	surfaces *surfacesState                   // what plugin-surfaces did and expects its plugins to have seen
 	chains   *chainState                      // hostile-chains: what the target can run of the chains
 	ranSt    ranState                         // the ran-controls since the last check

@@ -106,7 +106,7 @@ func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns [
 		}
 		// The shared config holds every tenant's section by design: the
 		// operator's file, no shared place.
-		skip := []string{e.Box.Logs}
+		skip := append([]string{e.Box.Logs}, e.gatewayStoreFiles()...)
 		if p := e.Box.SharedConfigPath(); p != "" {
 			skip = append(skip, p)
 		}
@@ -126,7 +126,7 @@ func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns [
 			e.skipRow(string(SharedPlace), "a new entry of the system temp folder could not be read, and is not surely the target's: "+n)
 		}
 	} else {
-		e.skip(string(SharedPlace), "the target's files are not reachable from the harness")
+		e.skip(string(SharedPlace), e.sharedPlacesSkipReason())
 	}
 	return out, controls
 }

@@ -85,7 +85,8 @@ func TestTargetCheckGateway(t *testing.T) {
 	target := gatewayTarget(t, t.TempDir(), "", "")
 	code, stdout, stderr := runCLI(t, "target", "check", target)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-	for _, want := range []string{"ok    provision", "answered by its own provider", "naming alpha's model: refused", "ok    stop"} {
+	for _, want := range []string{"ok    provision", "answered by its own provider", "naming alpha's model: refused", "ok    stop",
+		"ok    store", "read once: each tenant's own secret rests in a row it owns", `"own token": GET /api/token/`, `ok    route              "delete own token"`} {
 		assert.Contains(t, stdout, want)
 	}
 }

@@ -15,7 +15,9 @@ import (
 
 // DryPass is harness.DryPass for a gateway target: sandbox, start, ready,
 // provisioning, one chat per tenant answered by its own provider with its
-// own model, another tenant's model refused, stop. Each step is written
+// own model, another tenant's model refused, the declared store read once
+// (each tenant's secret in its own rows), each declared route once as its
+// owner, stop. Each step is written
 // to w ("ok" or "FAIL" with a diagnosis); the first failure is returned,
 // wrapping harness.ErrDryPass. wait bounds each step (0: 90s).
 func DryPass(ctx context.Context, target harness.Target, root string, w io.Writer, wait time.Duration) (err error) {
@@ -94,6 +96,12 @@ func DryPass(ctx context.Context, target harness.Target, root string, w io.Write
 		fmt.Fprintf(w, "note  %-18s %s naming %s's model was answered (HTTP %d): the catalog will report it\n", "foreign model", a.Name, b.Name, r.Status)
 	} else {
 		step("foreign model", "%s naming %s's model: refused (HTTP %d)", a.Name, b.Name, r.Status)
+	}
+	note := func(name, format string, args ...any) {
+		fmt.Fprintf(w, "note  %-18s %s\n", name, fmt.Sprintf(format, args...))
+	}
+	if err := dryExtras(ctx, g, box, wait, dryReport{step: step, note: note, fail: fail}); err != nil {
+		return err
 	}
 	if err := g.Stop(); err != nil {
 		return fail("stop", "%v", err)

@@ -52,6 +52,8 @@ type Gateway struct {
 	base   string
 	starts int
 	access map[string]harness.GatewayAccess
+	off    offboarding // what deprovision and provision did beyond the first provisioning (offboard.go)
+	opts   Options
 }
 
 // Start runs the sandbox's gateway (or adopts the staging one at
@@ -59,6 +61,11 @@ type Gateway struct {
 // The gateway process lives until life ends or Stop; ctx bounds the
 // start and the provisioning.
 func Start(ctx, life context.Context, box *harness.Sandbox) (*Gateway, error) {
+	return StartWith(ctx, life, box, Options{})
+}
+
+// StartWith is Start with options for the provisioner.
+func StartWith(ctx, life context.Context, box *harness.Sandbox, opts Options) (*Gateway, error) {
 	spec := harness.LLMGateway{}
 	if box.Target.LLMGateway != nil {
 		spec = *box.Target.LLMGateway
@@ -66,7 +73,10 @@ func Start(ctx, life context.Context, box *harness.Sandbox) (*Gateway, error) {
 	if spec.Access == nil && len(spec.Provision) == 0 {
 		return nil, fmt.Errorf("gateway %s: the target gives neither llm_gateway.provision nor llm_gateway.access", box.Target.Name)
 	}
-	g := &Gateway{box: box, spec: spec, http: &http.Client{}, life: life}
+	if opts.SharedModel != "" && len(spec.Provision) == 0 {
+		return nil, fmt.Errorf("%w: the target has no provisioner (its tenants' models are fixed by its access templates)", ErrSharedModel)
+	}
+	g := &Gateway{box: box, spec: spec, http: &http.Client{}, life: life, opts: opts}
 	if box.Target.GatewayURL != "" {
 		g.base = strings.TrimRight(box.Target.GatewayURL, "/")
 	} else if err := g.start(ctx); err != nil {
@@ -74,6 +84,9 @@ func Start(ctx, life context.Context, box *harness.Sandbox) (*Gateway, error) {
 	}
 	if err := g.provision(ctx); err != nil {
 		g.Stop()
+		if opts.SharedModel != "" && errors.Is(err, ErrProvision) {
+			return nil, fmt.Errorf("%w: %w", ErrSharedModel, err)
+		}
 		return nil, err
 	}
 	return g, nil
@@ -246,10 +259,11 @@ func (g *Gateway) provision(ctx context.Context) error {
 	ts := g.box.Set.Tenants
 	access := map[string]harness.GatewayAccess{}
 	if len(g.spec.Provision) > 0 {
-		got, err := g.runProvisioner(ctx)
+		got, err := g.runProvisioner(ctx, g.roster())
 		if err != nil {
 			return err
 		}
+		g.noteOperatorSecrets(got.OperatorSecrets)
 		for _, t := range ts {
 			a, ok := got.Tenants[t.Name]
 			if !ok {
@@ -270,7 +284,7 @@ func (g *Gateway) provision(ctx context.Context) error {
 	for _, t := range ts {
 		a := access[t.Name]
 		if len(a.Models) == 0 {
-			a.Models = []string{t.Model()}
+			a.Models = []string{g.modelOf(t)}
 		}
 		if a.BasePath == "" {
 			a.BasePath = "/v1"
@@ -317,9 +331,9 @@ func adopt(t *tenants.Tenant, a harness.GatewayAccess) error {
 // runProvisioner runs the provisioner with the roster on stdin and reads
 // its answer. Its output is not logged (it holds every tenant's keys);
 // its last lines show in an error.
-func (g *Gateway) runProvisioner(ctx context.Context) (harness.Provisioned, error) {
+func (g *Gateway) runProvisioner(ctx context.Context, r tenants.Roster) (harness.Provisioned, error) {
 	var out harness.Provisioned
-	roster, err := json.MarshalIndent(g.box.Set.Roster(""), "", "  ")
+	roster, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return out, fmt.Errorf("provision: encode roster: %w", err)
 	}
@@ -330,7 +344,7 @@ func (g *Gateway) runProvisioner(ctx context.Context) (harness.Provisioned, erro
 	base := g.Base()
 	port := base[strings.LastIndex(base, ":")+1:]
 	argv := harness.Expand(g.spec.Provision, map[string]string{"root": g.box.Root, "port": port, "host": "127.0.0.1"})
-	env := g.box.Env(map[string]string{"GATEWAY_URL": base, "ROOT": g.box.Root, "ROSTER": rosterPath})
+	env := g.box.Env(g.provisionerEnv(map[string]string{"GATEWAY_URL": base, "ROOT": g.box.Root, "ROSTER": rosterPath}))
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	p, err := harness.StartProc(ctx, harness.ProcSpec{Name: "provisioner", Argv: argv, Dir: g.box.Cwd, Env: env, Stdin: true})

@@ -18,6 +18,20 @@
 //	made-token   GET /api/token/{id} serves a token made through POST
 //	             /api/token to any user (clean: only to its owner)
 //	log-filter   GET /api/log/self?keyword=K drops the owner condition
+//	stale-session  a disabled or deleted user's access token and keys still
+//	             work (delete only marks the user deleted)
+//	fetch        POST /api/fetch fetches any URL, loopback included, and
+//	             returns its body
+//	log-route    GET /api/log/{id} serves any user's log row
+//	operator-secret  GET /api/user/self carries the admin password
+//	name-reuse   delete only marks the user deleted, and a tenant created
+//	             again under its name gets the old user back (its id, rows
+//	             and keys)
+//	cwd-file     every upstream key is also appended to channels.txt in the
+//	             gateway's working folder (outside its data folder)
+//	model-cache  the relay keeps one upstream client per model name: a
+//	             tenant naming a model another tenant's channel also serves
+//	             may be sent with that tenant's key
 //
 // The management API takes a user's access token as "Authorization:
 // Bearer" or as the cookie "session"; the provisioner prints both forms.
@@ -26,6 +40,7 @@
 //
 //	testgw serve --port P --data DIR
 //	testgw provision   (stdin: the roster; env GATEWAY_URL, ROOT_TOKEN; stdout: the access)
+//	testgw deprovision (stdin: {"step": "disable"|"delete", "tenant": NAME, "access": {...}})
 package main
 
 import (
@@ -63,6 +78,8 @@ func main() {
 		err = serve(os.Args[2:])
 	case "provision":
 		err = provision(os.Stdin, os.Stdout)
+	case "deprovision":
+		err = deprovision(os.Stdin)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -79,7 +96,7 @@ type gw struct {
 }
 
 const schema = `
-CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, name TEXT UNIQUE, access_token TEXT);
+CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, name TEXT UNIQUE, access_token TEXT, status INTEGER NOT NULL DEFAULT 1);
 CREATE TABLE IF NOT EXISTS channels (id INTEGER PRIMARY KEY, user_id INTEGER, base_url TEXT, key TEXT, model TEXT);
 CREATE TABLE IF NOT EXISTS tokens (id INTEGER PRIMARY KEY, user_id INTEGER, key TEXT UNIQUE, name TEXT, made INTEGER DEFAULT 0, channel_id INTEGER DEFAULT 0);
 CREATE TABLE IF NOT EXISTS logs (id INTEGER PRIMARY KEY, user_id INTEGER, token_id INTEGER, model TEXT, content TEXT);
@@ -152,6 +169,7 @@ func (g *gw) mux() *http.ServeMux {
 	m.HandleFunc("DELETE /api/token/{id}", g.user(g.tokenDelete))
 	m.HandleFunc("PUT /api/token/{id}/channel", g.user(g.tokenBind))
 	m.HandleFunc("GET /api/channel/{id}", g.user(g.channelGet))
+	g.offboardRoutes(m)
 	return m
 }
 
@@ -193,13 +211,12 @@ func (g *gw) adminTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	access := randHex(16)
-	res, err := g.db.Exec(`INSERT INTO users (name, access_token) VALUES (?, ?)`, in.Name, access)
+	uid, err := g.newUser(in.Name, access)
 	if err != nil {
 		fail(w, 500, err.Error())
 		return
 	}
-	uid, _ := res.LastInsertId()
-	res, err = g.db.Exec(`INSERT INTO channels (user_id, base_url, key, model) VALUES (?, ?, ?, ?)`, uid, in.BaseURL, in.Key, in.Model)
+	res, err := g.db.Exec(`INSERT INTO channels (user_id, base_url, key, model) VALUES (?, ?, ?, ?)`, uid, in.BaseURL, in.Key, in.Model)
 	if err != nil {
 		fail(w, 500, err.Error())
 		return
@@ -208,6 +225,7 @@ func (g *gw) adminTenant(w http.ResponseWriter, r *http.Request) {
 	if g.leak["store-leak"] {
 		_, _ = g.db.Exec(`INSERT INTO settings (name, value) VALUES (?, ?)`, "upstream", in.Key)
 	}
+	g.cwdLeak(in.Key)
 	key := randHex(24)
 	res, err = g.db.Exec(`INSERT INTO tokens (user_id, key, name) VALUES (?, ?, ?)`, uid, key, in.Name+"-token")
 	if err != nil {
@@ -247,7 +265,7 @@ func (g *gw) tokenPin(r *http.Request) (tokenID, userID, channelID int64, ok boo
 	if channelID == 0 {
 		channelID = bound
 	}
-	return tokenID, userID, channelID, err == nil && key != ""
+	return tokenID, userID, channelID, err == nil && key != "" && g.active(userID)
 }
 
 func (g *gw) channels(q string, args ...any) []channel {
@@ -300,7 +318,11 @@ func (g *gw) chat(w http.ResponseWriter, r *http.Request) {
 		fail(w, 404, "no channel of yours serves model "+model)
 		return
 	}
-	status, ctype, out, err := relay(r.Context(), chs[0], req)
+	ch := chs[0]
+	if g.leak["model-cache"] {
+		ch = cachedClient(model, ch)
+	}
+	status, ctype, out, err := relay(r.Context(), ch, req)
 	if (err != nil || status >= 500 || status == 429) && g.leak["failover"] {
 		for _, c := range g.channels(`WHERE id != ?`, chs[0].id) {
 			if status, ctype, out, err = relay(r.Context(), c, req); err == nil && status < 400 {
@@ -381,7 +403,7 @@ func (g *gw) user(h func(w http.ResponseWriter, r *http.Request, userID int64)) 
 	return func(w http.ResponseWriter, r *http.Request) {
 		var uid int64
 		tok := access(r)
-		if err := g.db.QueryRow(`SELECT id FROM users WHERE access_token = ?`, tok).Scan(&uid); err != nil || tok == "" {
+		if err := g.db.QueryRow(`SELECT id FROM users WHERE access_token = ?`, tok).Scan(&uid); err != nil || tok == "" || !g.active(uid) {
 			fail(w, 401, "not logged in")
 			return
 		}
@@ -404,7 +426,11 @@ func (g *gw) anonLogs(next http.HandlerFunc) http.HandlerFunc {
 func (g *gw) userSelf(w http.ResponseWriter, _ *http.Request, uid int64) {
 	var name string
 	_ = g.db.QueryRow(`SELECT name FROM users WHERE id = ?`, uid).Scan(&name)
-	writeJSON(w, 200, map[string]any{"success": true, "data": map[string]any{"id": uid, "name": name}})
+	data := map[string]any{"id": uid, "name": name}
+	if g.leak["operator-secret"] {
+		data["admin_hint"] = g.adminPassword()
+	}
+	writeJSON(w, 200, map[string]any{"success": true, "data": data})
 }
 
 // logSelf serves the caller's logs (uid 0: everyone's, the anon-logs
@@ -573,5 +599,11 @@ func provision(stdin io.Reader, stdout io.Writer) error {
 				"token": strconv.FormatInt(got.TokenID, 10)},
 		}
 	}
-	return json.NewEncoder(stdout).Encode(map[string]any{"tenants": out})
+	doc := map[string]any{"tenants": out}
+	pw, err := mintAdminPassword(base)
+	if err != nil {
+		return err
+	}
+	doc["operator_secrets"] = map[string]string{"admin_password": pw}
+	return json.NewEncoder(stdout).Encode(doc)
 }

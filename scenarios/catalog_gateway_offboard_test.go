@@ -1,0 +1,193 @@
+package scenarios
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/invariants"
+)
+
+// TestGatewayOffboardFetchOnTestgw certifies the clean test gateway with
+// gateway-offboarding and gateway-fetch: passed, every control held, the
+// ones that make their refusals mean something among them.
+func TestGatewayOffboardFetchOnTestgw(t *testing.T) {
+	t.Parallel()
+	tg := testgwTarget(t, "")
+	for id, want := range map[string][]string{
+		"gateway-offboarding": {"gateway key accepted on the relay before offboarding", "management headers accepted on route \"own token\" before offboarding",
+			"own key still served after a neighbour's offboarding", "own key answered by own provider"},
+		"gateway-fetch": {"the fetch listener answers on loopback"},
+	} {
+		t.Run(id, func(t *testing.T) {
+			t.Parallel()
+			spec, err := Default().Get(id)
+			require.NoError(t, err)
+			rep := runOne(t, spec, tg)
+			require.Equal(t, Pass, rep.Result, "%s: %v\n%v", id, rep.Log, rep.Findings())
+			names := map[string]bool{}
+			for _, p := range rep.Phases {
+				for _, c := range p.Controls {
+					assert.True(t, c.Passed, "%s/%s: %s: %s", p.Name, c.Tenant, c.Name, c.Detail)
+					names[c.Name] = true
+				}
+			}
+			for _, w := range want {
+				assert.True(t, names[w], "control %q ran: %v", w, names)
+			}
+			skipped := skipReasons(rep)
+			assert.Contains(t, skipped[string(Files)], "keeps no tenant homes: its store", "no 'files not reachable' when the store is read")
+			assert.Contains(t, skipped[string(SharedPlace)], "files: false")
+		})
+	}
+}
+
+func skipReasons(rep Report) map[string]string {
+	out := map[string]string{}
+	for _, s := range rep.Skipped {
+		out[s.Invariant] = s.Reason
+	}
+	return out
+}
+
+// TestGatewayFilesOnTestgw: with files: true and no profile_root, a
+// gateway's sandbox is scanned as shared places, its declared store
+// excluded: the clean test gateway passes with the shared-place check
+// run, and one that writes upstream keys into its working folder is
+// caught.
+func TestGatewayFilesOnTestgw(t *testing.T) {
+	t.Parallel()
+	spec, err := Default().Get("gateway-tenants")
+	require.NoError(t, err)
+	for _, leak := range []string{"", "cwd-file"} {
+		t.Run("leak="+leak, func(t *testing.T) {
+			t.Parallel()
+			tg := testgwTarget(t, leak)
+			tg.Files = true
+			rep := runOne(t, spec, tg)
+			skipped := skipReasons(rep)
+			assert.NotContains(t, skipped, string(SharedPlace), "the shared places were scanned")
+			assert.Contains(t, skipped[string(Files)], "keeps no tenant homes")
+			if leak == "" {
+				require.Equal(t, Pass, rep.Result, "%v\n%v", rep.Log, rep.Findings())
+				return
+			}
+			assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
+			fs := findingsOf(rep, invariants.SharedPlace)
+			require.NotEmpty(t, fs, "want a shared_place finding; got %v", rep.Findings())
+			assert.Contains(t, fs[0].String(), "channels.txt")
+		})
+	}
+}
+
+// TestGatewayOffboardSkipsWithoutDeprovision: a target with no
+// deprovision (agentd's gateway) skips gateway-offboarding with that
+// reason, and gateway-fetch (no url_fields) likewise: never passed.
+func TestGatewayOffboardSkipsWithoutDeprovision(t *testing.T) {
+	t.Parallel()
+	for id, why := range map[string]string{"gateway-offboarding": "deprovision", "gateway-fetch": "url_fields"} {
+		t.Run(id, func(t *testing.T) {
+			t.Parallel()
+			spec, err := Default().Get(id)
+			require.NoError(t, err)
+			rep := runOne(t, spec, agentdTarget())
+			require.Equal(t, Skipped, rep.Result, "%v", rep.Log)
+			assert.Contains(t, rep.Reason, why)
+		})
+	}
+}
+
+// TestGatewayRound2ChecksCatchTestgwLeaks is the positive control of each
+// check of issue 24 part B against the test gateway made to leak.
+func TestGatewayRound2ChecksCatchTestgwLeaks(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		inv    invariants.Invariant
+		detail string
+	}
+	cases := []struct {
+		leak, scenario string
+		wants          []want
+	}{
+		{"stale-session", "gateway-offboarding", []want{
+			{invariants.Authz, "after its disable, "},
+			{invariants.Authz, "(gateway key) was accepted on the relay"},
+			{invariants.Authz, "after its delete, "},
+			{invariants.Authz, "drove"},
+		}},
+		{"name-reuse", "gateway-offboarding", []want{
+			{invariants.Authz, "holds the old one's data"},
+			{invariants.Authz, "after its delete and a new tenant under its name, "},
+		}},
+		{"fetch", "gateway-fetch", []want{
+			{invariants.Fetch, "fetched the loopback URL"},
+			{invariants.Fetch, "came back to"},
+		}},
+		{"log-route", "gateway-routes", []want{{invariants.Authz, "an owner-only row of the store"}}},
+		{"operator-secret", "gateway-tenants", []want{{invariants.OperatorSecret, "admin_password"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.leak+"/"+c.scenario, func(t *testing.T) {
+			t.Parallel()
+			spec, err := Default().Get(c.scenario)
+			require.NoError(t, err)
+			rep := runOne(t, spec, testgwTarget(t, c.leak))
+			assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
+			for _, w := range c.wants {
+				fs := findingsOf(rep, w.inv)
+				require.NotEmpty(t, fs, "want a %s finding; got %v", w.inv, rep.Findings())
+				var details []string
+				for _, f := range fs {
+					details = append(details, f.String())
+				}
+				assert.Contains(t, strings.Join(details, "\n"), w.detail)
+			}
+		})
+	}
+}
+
+// TestGatewayCollideOnTestgw: every testgw tenant provisioned with one
+// model name chats in both orders, each served by its own provider; the
+// test gateway with a model-keyed client cache is caught (routing), and
+// agentd, whose tenants' models are fixed by its access templates, skips
+// the scenario with that reason.
+func TestGatewayCollideOnTestgw(t *testing.T) {
+	t.Parallel()
+	spec, err := Default().Get("gateway-collide")
+	require.NoError(t, err)
+	t.Run("clean", func(t *testing.T) {
+		t.Parallel()
+		rep := runOne(t, spec, testgwTarget(t, ""))
+		require.Equal(t, Pass, rep.Result, "%v\n%v", rep.Log, rep.Findings())
+		n := 0
+		for _, p := range rep.Phases {
+			for _, c := range p.Controls {
+				assert.True(t, c.Passed, "%s/%s: %s: %s", p.Name, c.Tenant, c.Name, c.Detail)
+				if c.Name == "own provider answers under the shared model name" {
+					n++
+				}
+			}
+		}
+		assert.Positive(t, n)
+	})
+	t.Run("model-cache", func(t *testing.T) {
+		t.Parallel()
+		rep := runOne(t, spec, testgwTarget(t, "model-cache"))
+		assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
+		fs := findingsOf(rep, invariants.Routing)
+		require.NotEmpty(t, fs, "want a routing finding; got %v", rep.Findings())
+		var details []string
+		for _, f := range fs {
+			details = append(details, f.String())
+		}
+		assert.Contains(t, strings.Join(details, "\n"), "shared model name")
+	})
+	t.Run("agentd", func(t *testing.T) {
+		t.Parallel()
+		rep := runOne(t, spec, agentdTarget())
+		require.Equal(t, Skipped, rep.Result, "%v", rep.Log)
+		assert.Contains(t, rep.Reason, "one model name")
+	})
+}
