@@ -3,6 +3,7 @@ package harness
 import (
 	"errors"
 	"fmt"
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"sort"
 	"strings"
 
@@ -208,7 +209,7 @@ func (d *Dialect) validate() []error {
 			errs = append(errs, errors.New("dialect.methods.plugins.install: a capability, give only unsupported"))
 		}
 	}
-	if err := checkPlaceholders(d.Config, configVars); err != nil {
+	if err := placeholder.Config.Check(d.Config); err != nil {
 		errs = append(errs, fmt.Errorf("dialect.config: %w", err))
 	}
 	switch d.Behaviours.UnknownProfile {

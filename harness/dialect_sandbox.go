@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
@@ -105,7 +106,7 @@ func (s *Sandbox) HookRunner() HookRunner {
 		}
 		filled := make([]string, len(argv))
 		for i, a := range argv {
-			f, ok := fill(a, vars)
+			f, ok := placeholder.Value(a, vars)
 			if !ok {
 				return "", fmt.Errorf("hook %s: argument %q names a param the call does not have", op, a)
 			}
@@ -117,7 +118,7 @@ func (s *Sandbox) HookRunner() HookRunner {
 		}
 		extra[s.Set.Layout.WithDefaults().HomeVar] = t.Home
 		for k, v := range env {
-			f, _ := fill(v, vars)
+			f, _ := placeholder.Value(v, vars)
 			if f != nil {
 				extra[k] = fmt.Sprint(f)
 			}

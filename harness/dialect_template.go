@@ -6,38 +6,15 @@ package harness
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-var placeholderRE = regexp.MustCompile(`\{([a-z_]+)\}`)
-
-// configVars are the placeholders of Dialect.Config.
-var configVars = []string{"provider_key", "key_env", "base_url", "model", "workdir", "home", "tenant", "root"}
-
-// checkPlaceholders reports a {name} in any string of v that is not known.
-func checkPlaceholders(v any, known []string) error {
-	var bad []string
-	walkStrings(v, func(s string) {
-		for _, m := range placeholderRE.FindAllStringSubmatch(s, -1) {
-			ok := false
-			for _, k := range known {
-				ok = ok || k == m[1]
-			}
-			if !ok {
-				bad = append(bad, m[0])
-			}
-		}
-	})
-	if len(bad) > 0 {
-		return fmt.Errorf("unknown placeholder(s) %s (known: {%s})", strings.Join(bad, " "), strings.Join(known, "} {"))
-	}
-	return nil
-}
-
+// walkStrings calls fn with every string in v (a map or list as YAML
+// decodes them, nested).
 func walkStrings(v any, fn func(string)) {
 	switch x := v.(type) {
 	case string:
@@ -51,46 +28,6 @@ func walkStrings(v any, fn func(string)) {
 			walkStrings(e, fn)
 		}
 	}
-}
-
-// fill returns v with every {name} of vars filled in strings; a string that
-// is exactly "{name}" becomes vars[name] itself (any type). keep reports
-// whether the value stays: a sole placeholder whose var is absent or empty
-// drops its key.
-func fill(v any, vars map[string]any) (out any, keep bool) {
-	switch x := v.(type) {
-	case string:
-		if m := placeholderRE.FindStringSubmatch(x); m != nil && m[0] == x {
-			got, ok := vars[m[1]]
-			if !ok || got == nil || got == "" {
-				return nil, false
-			}
-			return got, true
-		}
-		return placeholderRE.ReplaceAllStringFunc(x, func(p string) string {
-			if got, ok := vars[p[1:len(p)-1]]; ok {
-				return fmt.Sprint(got)
-			}
-			return p
-		}), true
-	case map[string]any:
-		m := make(map[string]any, len(x))
-		for k, e := range x {
-			if f, ok := fill(e, vars); ok {
-				m[k] = f
-			}
-		}
-		return m, true
-	case []any:
-		l := make([]any, 0, len(x))
-		for _, e := range x {
-			if f, ok := fill(e, vars); ok {
-				l = append(l, f)
-			}
-		}
-		return l, true
-	}
-	return v, true
 }
 
 // TenantVars are a tenant's placeholders (config templates and hooks).
@@ -107,7 +44,7 @@ func (d *Dialect) TenantConfig(t *tenants.Tenant, layout tenants.Layout, root st
 	if len(d.Config) == 0 {
 		return nil
 	}
-	out, _ := fill(d.Config, TenantVars(t, layout, root))
+	out, _ := placeholder.Value(d.Config, TenantVars(t, layout, root))
 	m, _ := out.(map[string]any)
 	return m
 }

@@ -72,16 +72,6 @@ dialect:
 	assert.ErrorContains(t, err, "field method not found")
 }
 
-func TestFillKeepsTypesAndDropsAbsentParams(t *testing.T) {
-	t.Parallel()
-	tmpl := map[string]any{"sid": "{session_id}", "who": "{profile}", "msg": "say {text}!", "n": 3,
-		"list": []any{"{text}", "{gone}"}, "nested": map[string]any{"flag": "{flag}"}}
-	got, ok := fill(tmpl, map[string]any{"session_id": "s1", "profile": "", "text": "hi", "flag": true})
-	require.True(t, ok)
-	assert.Equal(t, map[string]any{"sid": "s1", "msg": "say hi!", "n": 3, "list": []any{"hi"},
-		"nested": map[string]any{"flag": true}}, got)
-}
-
 func TestMapResultMovesFields(t *testing.T) {
 	t.Parallel()
 	out, err := mapResult([]byte(`{"sid":"s1","meta":{"model":"m","who":""}}`),

@@ -10,24 +10,12 @@ import (
 )
 
 // TestFillersAgreeWithThePlaceholderEngine: the fillers and vocabularies
-// still written in this package (dialect.go's fill, checkPlaceholders and
-// configVars for dialect.config and hooks; gwtarget.go's RoutePlaceholders
-// and its route rule) do what internal/placeholder does, until they are
-// replaced by it.
+// still written in this package (gwtarget.go's RoutePlaceholders and its
+// route rule) do what internal/placeholder does, until they are replaced
+// by it; the dialect's config and hooks are filled and checked by it.
 func TestFillersAgreeWithThePlaceholderEngine(t *testing.T) {
 	t.Parallel()
-	assert.Equal(t, placeholder.Config.Names(), configVars)
 	assert.Equal(t, placeholder.SharedConfig.Names(), SharedConfigVars)
-
-	vars := map[string]any{"env": map[string]any{"A": "1"}, "launch": true, "n": 3, "empty": "", "s": "v"}
-	tmpl := map[string]any{
-		"env": "{env}", "launch": "{launch}", "mixed": "n={n} s={s}", "gone": "{missing}", "blank": "{empty}",
-		"list": []any{"{s}", "{missing}", 7}, "keep": "{missing} too",
-	}
-	got, keep := fill(tmpl, vars)
-	want, wantKeep := placeholder.Value(tmpl, vars)
-	require.Equal(t, wantKeep, keep)
-	assert.Equal(t, want, got)
 
 	for _, s := range []string{"/v1/sessions/{session_id}/files/{file_id}", "{a}{b} {A} {x9_y}", "/v1/{session}"} {
 		assert.Equal(t, placeholder.Names(s), RoutePlaceholders(s), s)

@@ -53,24 +53,37 @@ func (c *Checker) StoreLeaks(ctx context.Context, s Store) (out []Finding, own m
 	return Dedup(out), own
 }
 
-func (c *Checker) storeRows(ctx context.Context, s Store, own map[string]bool) ([]Finding, error) {
-	dir, err := os.MkdirTemp(s.Scratch, "store-copy-*")
+// openCopy opens a copy of s's database (its WAL included) in a scratch
+// folder, so that reading it neither waits for nor disturbs the target;
+// done closes it and removes the copy.
+func openCopy(s Store, pattern string) (db *sql.DB, done func(), err error) {
+	dir, err := os.MkdirTemp(s.Scratch, pattern)
 	if err != nil {
-		return nil, fmt.Errorf("copy the database: %w", err)
+		return nil, nil, fmt.Errorf("copy the database: %w", err)
 	}
-	defer os.RemoveAll(dir)
 	dbCopy := filepath.Join(dir, filepath.Base(s.DB))
 	if err := copyFile(dbCopy, s.DB); err != nil {
-		return nil, err
+		os.RemoveAll(dir)
+		return nil, nil, err
 	}
 	if err := copyFile(dbCopy+"-wal", s.DB+"-wal"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	db, err = sql.Open("sqlite", sqlitefile.URI(dbCopy, ""))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("open the copy of %s: %w", s.DB, err)
+	}
+	return db, func() { db.Close(); os.RemoveAll(dir) }, nil
+}
+
+func (c *Checker) storeRows(ctx context.Context, s Store, own map[string]bool) ([]Finding, error) {
+	db, done, err := openCopy(s, "store-copy-*")
+	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("sqlite", sqlitefile.URI(dbCopy, ""))
-	if err != nil {
-		return nil, fmt.Errorf("open the copy of %s: %w", s.DB, err)
-	}
-	defer db.Close()
+	defer done()
 	tables, err := tableNames(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("list the tables of %s: %w", s.DB, err)

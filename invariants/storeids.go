@@ -2,16 +2,9 @@ package invariants
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-
-	"github.com/tenantcanary/tenantcanary/internal/sqlitefile"
 )
 
 // StoreRowIDs reads, from a copy of s's database (WAL included), the
@@ -20,23 +13,11 @@ import (
 // uses them to probe routes that serve one row ({log_id}) with rows no
 // provisioner knew of.
 func StoreRowIDs(ctx context.Context, s Store, table, idColumn, ownerColumn string) (map[string][]string, error) {
-	dir, err := os.MkdirTemp(s.Scratch, "store-ids-*")
+	db, done, err := openCopy(s, "store-ids-*")
 	if err != nil {
-		return nil, fmt.Errorf("copy the database: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	dbCopy := filepath.Join(dir, filepath.Base(s.DB))
-	if err := copyFile(dbCopy, s.DB); err != nil {
 		return nil, err
 	}
-	if err := copyFile(dbCopy+"-wal", s.DB+"-wal"); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-	db, err := sql.Open("sqlite", sqlitefile.URI(dbCopy, ""))
-	if err != nil {
-		return nil, fmt.Errorf("open the copy of %s: %w", s.DB, err)
-	}
-	defer db.Close()
+	defer done()
 	q := func(n string) string { return `"` + strings.ReplaceAll(n, `"`, `""`) + `"` }
 	// SQLite reads a quoted name that is no column as a string: check
 	// the columns first.

@@ -49,21 +49,11 @@ func gatewayCollide() Spec {
 // the reason.
 func (e *Env) startSharedModel(model string) {
 	e.T.Helper()
-	ctx, cancel := e.ctx(3 * time.Minute)
-	defer cancel()
-	g, err := llmgw.StartWith(ctx, e.Ctx, e.Box, llmgw.Options{SharedModel: model})
-	if errors.Is(err, llmgw.ErrSharedModel) {
-		e.T.Skipf("two tenants cannot be provisioned with one model name: %v", err)
-	}
-	if err != nil {
-		e.targetCannotStart("gateway", err)
-		e.T.Fatalf("start the gateway: %v", err)
-	}
-	e.T.Cleanup(func() { _ = g.Stop() })
-	e.mu.Lock()
-	e.llmgw = &gatewayRun{g: g, controls: map[string]Control{}}
-	e.mu.Unlock()
-	e.noteProvisionerSecrets(g)
+	e.startLLMGateway(llmgw.Options{SharedModel: model}, func(err error) {
+		if errors.Is(err, llmgw.ErrSharedModel) {
+			e.T.Skipf("two tenants cannot be provisioned with one model name: %v", err)
+		}
+	})
 }
 
 // sharedModelChats: each tenant of ts in turn chats under the shared model

@@ -59,10 +59,18 @@ func (e *Env) StartLLMGateway() *llmgw.Gateway {
 // operator's canaries.
 func (e *Env) StartLLMGatewayWith(opts llmgw.Options) *llmgw.Gateway {
 	e.T.Helper()
+	return e.startLLMGateway(opts, func(error) {})
+}
+
+// startLLMGateway is StartLLMGatewayWith, with a look at a start's error
+// before it fails the run (a scenario may skip on one it expects).
+func (e *Env) startLLMGateway(opts llmgw.Options, onErr func(error)) *llmgw.Gateway {
+	e.T.Helper()
 	ctx, cancel := e.ctx(3 * time.Minute)
 	defer cancel()
 	g, err := llmgw.StartWith(ctx, e.Ctx, e.Box, opts)
 	if err != nil {
+		onErr(err)
 		e.targetCannotStart("gateway", err)
 		e.T.Fatalf("start the gateway: %v", err)
 	}

@@ -345,33 +345,14 @@ func (g *Gateway) runProvisioner(ctx context.Context, r tenants.Roster) (harness
 	port := base[strings.LastIndex(base, ":")+1:]
 	argv := harness.Expand(g.spec.Provision, map[string]string{"root": g.box.Root, "port": port, "host": "127.0.0.1"})
 	env := g.box.Env(g.provisionerEnv(map[string]string{"GATEWAY_URL": base, "ROOT": g.box.Root, "ROSTER": rosterPath}))
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	p, err := harness.StartProc(ctx, harness.ProcSpec{Name: "provisioner", Argv: argv, Dir: g.box.Cwd, Env: env, Stdin: true})
+	// A provisioner may read $ROSTER and never its stdin: the roster is
+	// written beside it, and a write it never reads (a broken pipe) is no
+	// error (runTool).
+	lines, err := g.runTool(ctx, "provisioner", argv, env, roster)
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", ErrProvision, err)
 	}
-	defer p.Kill()
-	// A provisioner may read $ROSTER and never its stdin: the roster is
-	// written beside it, and a write it never reads (a broken pipe) is no
-	// error.
-	wrote := make(chan struct{})
-	go func() {
-		defer close(wrote)
-		_, _ = p.Stdin().Write(roster)
-		p.Stdin().Close()
-	}()
-	defer func() { <-wrote }()
-	select {
-	case <-p.Done():
-	case <-ctx.Done():
-		p.Kill()
-		return out, fmt.Errorf("%w: the provisioner did not finish: %w\n%s", ErrProvision, ctx.Err(), p.Tail())
-	}
-	if err := p.ExitErr(); err != nil {
-		return out, fmt.Errorf("%w: the provisioner failed: %w\n%s", ErrProvision, err, p.Tail())
-	}
-	dec := json.NewDecoder(strings.NewReader(strings.Join(p.Lines(), "\n")))
+	dec := json.NewDecoder(strings.NewReader(strings.Join(lines, "\n")))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&out); err != nil {
 		return out, fmt.Errorf("%w: its stdout is not {\"tenants\": {NAME: {key, models, base_path, headers, ids}}}: %w", ErrProvision, err)

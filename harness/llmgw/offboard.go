@@ -216,7 +216,7 @@ func (g *Gateway) AddIDs(t *tenants.Tenant, ids map[string]string) {
 	g.access[t.Name] = a
 }
 
-// runTool runs a target's helper command (a deprovisioner) to its end
+// runTool runs a target's helper command (the provisioner, a deprovisioner) to its end
 // with stdin; its output is not logged (it may hold keys): its last lines
 // show in an error.
 func (g *Gateway) runTool(ctx context.Context, name string, argv, env []string, stdin []byte) ([]string, error) {
