@@ -80,6 +80,9 @@ const (
 	// PlaceStrayProcess: a process carrying the owner's canary that
 	// outlived the session, profile, plugin host or server that started it.
 	PlaceStrayProcess = "(stray process)"
+	// PlaceAnonymous: a caller with no credentials (a gateway route that
+	// answered it with a tenant's data).
+	PlaceAnonymous = "(anonymous)"
 	// PlaceUnowned: a place of no tenant's that the finding does not
 	// name further.
 	PlaceUnowned = "(shared)"
@@ -93,6 +96,7 @@ var nonTenantPlaces = []struct{ name, words string }{
 	{PlaceSharedConnection, "a shared connection"},
 	{PlaceSharedStore, "the shared store"},
 	{PlaceStrayProcess, "a stray process"},
+	{PlaceAnonymous, "an anonymous caller"},
 	{PlaceUnowned, "a place of no tenant's"},
 }
 

@@ -414,3 +414,17 @@ func TestMergeMergesTheReach(t *testing.T) {
 	require.NoError(t, m.WriteMarkdown(&buf))
 	require.Contains(t, buf.String(), "| beta | — | 2 (+1 accepted) | — | 1 |\n")
 }
+
+// TestReachHasAnAnonymousColumn: a tenant's data a gateway route gave a
+// caller with no credentials (the route findings' tenant
+// scenarios.Anonymous) has a column of its own, named in the sentence.
+func TestReachHasAnAnonymousColumn(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, scenarios.Anonymous, PlaceAnonymous)
+	c := &Certificate{Scenarios: []scenarios.Report{{ID: "gateway-routes", Phases: []scenarios.PhaseReport{{Name: "anonymous-routes",
+		Findings: []invariants.Finding{{Invariant: invariants.Authz, Tenant: scenarios.Anonymous, Owner: "alpha", Kind: "model"}}}}}}}
+	r := ReachOf(c)
+	require.Equal(t, []ReachCell{{Owner: "alpha", Place: PlaceAnonymous, Findings: 1}}, r.Cells)
+	require.Contains(t, r.Places, PlaceAnonymous)
+	require.Contains(t, r.Sentence(), "alpha's data reached an anonymous caller")
+}

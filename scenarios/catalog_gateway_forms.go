@@ -23,7 +23,7 @@ import (
 // Anonymous is the Tenant of a finding made by a call with no
 // credentials: no tenant's place, so in parentheses, as the certificate's
 // other non-tenant places.
-const Anonymous = "(anonymous)"
+const Anonymous = "(anonymous)" // certificate.PlaceAnonymous (TestReachHasAnAnonymousColumn)
 
 // The Kinds of route findings that carry no canary: the call named the
 // owner's ids (RouteIDs), or the owner's call drove the tenant's provider
