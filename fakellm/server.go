@@ -238,6 +238,18 @@ func (s *Server) RequestsOf(k Kind) []Record {
 	return s.copiesLocked(k)
 }
 
+// LastSeq is the sequence number of the last request that arrived, and
+// false when none has: what Requests would end with, without copying
+// every record.
+func (s *Server) LastSeq() (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.records) == 0 {
+		return 0, false
+	}
+	return s.records[len(s.records)-1].Seq, true
+}
+
 func (s *Server) copiesLocked(k Kind) []Record {
 	out := make([]Record, 0, len(s.records))
 	for i := range s.records {

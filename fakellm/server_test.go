@@ -283,3 +283,21 @@ func TestInvalidStatusIsNamed(t *testing.T) {
 		assert.Contains(t, apiErr.Message, "want 200-999")
 	}
 }
+
+// TestLastSeq: the last arrival's sequence number, none before the first.
+func TestLastSeq(t *testing.T) {
+	t.Parallel()
+	s := start(t, fakellm.Options{})
+	_, ok := s.LastSeq()
+	require.False(t, ok)
+	for i := range 3 {
+		resp, err := http.Post(s.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		resp.Body.Close()
+		seq, ok := s.LastSeq()
+		require.True(t, ok)
+		require.Equal(t, i, seq)
+		recs := s.Requests()
+		require.Equal(t, recs[len(recs)-1].Seq, seq)
+	}
+}

@@ -35,7 +35,8 @@ type matcher struct {
 // a single check. Mint no canary between NewChecker and its last use, or
 // the new one is not looked for.
 type Checker struct {
-	m matcher
+	m        matcher
+	requests *RequestCache // WithRequestCache
 }
 
 // NewChecker compiles the canaries of ts.

@@ -19,8 +19,17 @@ func RequestLeaks(ts []*tenants.Tenant) []Finding {
 // RequestLeaks is the package's RequestLeaks over c's tenants.
 func (c *Checker) RequestLeaks() []Finding {
 	var out []Finding
+	var state [32]byte
+	if c.requests != nil {
+		state = canaryState(c.m.ts)
+	}
 	for _, t := range c.m.ts {
-		if t.HasProvider() {
+		if !t.HasProvider() {
+			continue
+		}
+		if c.requests != nil {
+			out = append(out, c.m.requestLeaksCached(c.requests, state, t, t.Requests())...)
+		} else {
 			out = append(out, c.m.requestLeaks(c.m.ts, t, t.Requests())...)
 		}
 	}

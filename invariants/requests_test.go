@@ -147,3 +147,56 @@ func TestSharedModelIsNoForeignCanary(t *testing.T) {
 	require.Contains(t, got, "beta alpha env_marker", "the sharer's marker is still foreign")
 	require.Contains(t, got, "default alpha model", "to a tenant that does not share it, the model is alpha's")
 }
+
+// TestRequestCacheJudgesOnlyNewRequests: a Checker with a RequestCache
+// finds what one without does, judging only the requests that came since
+// its last call; a canary minted since (a new state of the canaries)
+// judges every request again, and finds a leak of the new canary in an
+// old request (the cache never hides one).
+func TestRequestCacheJudgesOnlyNewRequests(t *testing.T) {
+	t.Parallel()
+	s := newSet(t)
+	alpha, beta := s.Get("alpha"), s.Get("beta")
+	rc := NewRequestCache()
+	cached := func() []Finding {
+		c, err := NewChecker(s.Tenants)
+		require.NoError(t, err)
+		return c.WithRequestCache(rc).RequestLeaks()
+	}
+	post(t, alpha, alpha.ProviderKey(), chat(alpha.Model(), user("mine "+alpha.Value(tenants.Soul))))
+	post(t, alpha, beta.ProviderKey(), chat(alpha.Model(), user("hi")))
+	waitRequests(t, alpha, 2)
+	require.Equal(t, findingKeys(RequestLeaks(s.Tenants)), findingKeys(cached()))
+	judged := rc.judges
+	require.Positive(t, judged)
+
+	// Nothing new: nothing judged, the same findings.
+	require.Equal(t, findingKeys(RequestLeaks(s.Tenants)), findingKeys(cached()))
+	require.Equal(t, judged, rc.judges, "an old request was judged again")
+
+	// One more request: only it is judged.
+	post(t, alpha, alpha.ProviderKey(), chat(alpha.Model(), user("carries "+beta.Value(tenants.Memory))))
+	waitRequests(t, alpha, 3)
+	got := cached()
+	require.Equal(t, findingKeys(RequestLeaks(s.Tenants)), findingKeys(got))
+	require.Equal(t, judged+1, rc.judges)
+
+	// A new state of the canaries (alpha now shares beta's model name,
+	// as colliding-inputs declares): every request is judged again, and
+	// an old request's finding follows the new state.
+	post(t, alpha, alpha.ProviderKey(), chat(beta.Model(), user("hi")))
+	waitRequests(t, alpha, 4)
+	require.Contains(t, findingKeys(cached()), "request alpha beta/model ")
+	var model tenants.Canary
+	for _, c := range beta.Canaries() {
+		if c.Kind == tenants.Model {
+			model = c
+		}
+	}
+	require.NoError(t, alpha.Share(model))
+	n := rc.judges
+	after := cached()
+	require.Equal(t, findingKeys(RequestLeaks(s.Tenants)), findingKeys(after))
+	require.NotContains(t, findingKeys(after), "request alpha beta/model ", "a finding of the old state was served")
+	require.Equal(t, n+4, rc.judges, "a new state of the canaries did not judge every request again")
+}

@@ -45,8 +45,8 @@ func (e *Env) markEvidence() evidenceMark {
 		if !t.HasProvider() {
 			continue
 		}
-		if recs := t.Requests(); len(recs) > 0 {
-			m.reqs[t.Name] = recs[len(recs)-1].Seq
+		if seq, ok := t.LastRequestSeq(); ok {
+			m.reqs[t.Name] = seq
 		}
 	}
 	e.mu.Lock()

@@ -72,7 +72,7 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 	if err != nil {
 		return []invariants.Finding{{Invariant: invariants.Harness, Detail: err.Error()}}, nil, Counts{}
 	}
-	chk.WithFileCache(e.fileCache())
+	chk.WithFileCache(e.fileCache()).WithRequestCache(e.requestCache())
 	r := e.newCheckRun(chk)
 	for _, c := range phaseChecks {
 		c.run(ctx, e, r)

@@ -64,6 +64,7 @@ type Env struct {
 	ranSt    ranState                         // the ran-controls since the last check
 	faulty   faultyRun                        // set in a self-test's faulty run that stops once caught
 	files    *scan.FileCache                  // what the file checks found, by file identity: a phase rescans only what changed
+	requests *invariants.RequestCache         // what the request checks found, by request: a phase judges only the new ones
 }
 
 // fileCache is the scenario's file-scan cache (made on first use).
@@ -74,6 +75,16 @@ func (e *Env) fileCache() *scan.FileCache {
 		e.files = scan.NewFileCache()
 	}
 	return e.files
+}
+
+// requestCache is the scenario's request-check cache (made on first use).
+func (e *Env) requestCache() *invariants.RequestCache {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.requests == nil {
+		e.requests = invariants.NewRequestCache()
+	}
+	return e.requests
 }
 
 type ownedConn struct {

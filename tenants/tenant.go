@@ -246,6 +246,20 @@ func (t *Tenant) Requests() []fakellm.Record {
 	return out
 }
 
+// LastRequestSeq is the sequence number of the last request t's provider
+// received, and false when none: Requests' last, without a copy of every
+// record when the provider is the harness's own.
+func (t *Tenant) LastRequestSeq() (int, bool) {
+	if t.Provider != nil {
+		return t.Provider.LastSeq()
+	}
+	recs := t.Requests()
+	if len(recs) == 0 {
+		return 0, false
+	}
+	return recs[len(recs)-1].Seq, true
+}
+
 // RequestsErr is the error of the last read of a remote provider's
 // journal, or nil.
 func (t *Tenant) RequestsErr() error {
