@@ -216,10 +216,7 @@ func (e *Env) offboardSuccessor(st *offboardState) {
 	}
 	e.noteProvisionerSecrets(g)
 	ts := e.Box.Set.Tenants
-	chk, err := invariants.NewChecker(ts)
-	if err != nil {
-		e.T.Fatalf("compile the canaries: %v", err)
-	}
+	chk := e.checker(ts)
 	old := func(label string, body []byte, where invariants.Where) {
 		for _, f := range chk.TextLeaks(label, body, s.Name) {
 			if f.Owner != v.Name {

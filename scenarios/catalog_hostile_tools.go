@@ -42,10 +42,7 @@ func hostileTools() Spec {
 			}},
 			{Name: "profile-delete", Run: func(e *Env) {
 				name := "hostile-" + lifecycleName(e)
-				g, err := e.Box.Set.AddTenant(name)
-				if err != nil {
-					e.T.Fatalf("%v", err)
-				}
+				g := e.addTenant(name)
 				e.Tenants = e.Box.Set.Tenants
 				admin := e.DialOperator(e.Server)
 				e.Call(admin, "profiles.create", map[string]any{"name": name}, nil)

@@ -351,10 +351,7 @@ func pluginHosts() Spec {
 			{Name: "probe", Run: func(e *Env) {
 				st := e.pluginSt
 				for _, t := range e.Tenants {
-					tag, err := t.Mint("session_tag")
-					if err != nil {
-						e.T.Fatalf("%v", err)
-					}
+					tag := e.mint(t, "session_tag")
 					d := e.probeTurn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
 					st.hostID[t.Name], st.tags[t.Name] = d.Host, tag.Value
 					if d.Prev != "" && !e.lacks(harness.AbilityState, string(invariants.SessionContext)) {
@@ -382,10 +379,7 @@ func pluginHosts() Spec {
 				for _, t := range e.Tenants {
 					c := e.Conns[t.Name]
 					s := e.CreateSession(c, t)
-					tag, err := t.Mint("session_tag")
-					if err != nil {
-						e.T.Fatalf("%v", err)
-					}
+					tag := e.mint(t, "session_tag")
 					d := e.probeTurn(c, t, s.SessionID, tag.Value, st)
 					if d.Prev != "" && !e.lacks(harness.AbilityState, string(invariants.SessionContext)) {
 						e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name,
@@ -414,10 +408,7 @@ func pluginHosts() Spec {
 					}
 				}
 				for _, t := range e.Tenants {
-					tag, err := t.Mint("session_tag")
-					if err != nil {
-						e.T.Fatalf("%v", err)
-					}
+					tag := e.mint(t, "session_tag")
 					d := e.probeTurn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
 					switch {
 					case t == victim && d.Host == killed:

@@ -303,10 +303,7 @@ func (e *Env) sessionOwners() map[string]*tenants.Tenant {
 // the env probe (the tool hooks must see it).
 func (e *Env) surfaceTurn(c *harness.Conn, t *tenants.Tenant, sid string) {
 	e.T.Helper()
-	mark, err := t.Mint("surface_turn")
-	if err != nil {
-		e.T.Fatalf("%v", err)
-	}
+	mark := e.mint(t, "surface_turn")
 	e.surfaces.turns[t.Name] = append(e.surfaces.turns[t.Name], mark.Value)
 	e.ExpectSnapshots(t, 1)
 	e.Prompt(c, t, sid, "Run the environment probe, and remember "+mark.Value+".")
@@ -576,10 +573,7 @@ func pluginSurfaces() Spec {
 					}
 				}
 				for _, t := range e.permuted(e.Tenants) {
-					mark, err := t.Mint("surface_image")
-					if err != nil {
-						e.T.Fatalf("%v", err)
-					}
+					mark := e.mint(t, "surface_image")
 					e.surfaces.images[t.Name] = append(e.surfaces.images[t.Name], mark.Value)
 					e.Prompt(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, surfacesImagePrompt+mark.Value)
 				}

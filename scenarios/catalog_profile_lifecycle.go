@@ -43,10 +43,7 @@ func profileLifecycle() Spec {
 				// The new profile is a tenant from the start: the write is
 				// addressed to it, and its home as the server makes it may hold no
 				// other tenant's canary.
-				g, err := e.Box.Set.AddTenant(name)
-				if err != nil {
-					e.T.Fatalf("%v", err)
-				}
+				g := e.addTenant(name)
 				e.Tenants = append(e.Tenants, g)
 				e.created = g
 				op := e.DialOperator(e.Server)

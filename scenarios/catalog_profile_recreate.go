@@ -45,14 +45,8 @@ func profileRecreate() Spec {
 				}
 				v := named[e.Rand.IntN(len(named))]
 				c := e.Conns[v.Name]
-				key, err := v.Mint(tenants.SavedKey)
-				if err != nil {
-					e.T.Fatalf("%v", err)
-				}
-				prompt, err := v.Mint("custom_prompt")
-				if err != nil {
-					e.T.Fatalf("%v", err)
-				}
+				key := e.mint(v, tenants.SavedKey)
+				prompt := e.mint(v, "custom_prompt")
 				e.Call(c, "model.save_key", map[string]any{"profile": v.Name, "slug": saveKeySlug(v), "api_key": key.Value}, nil)
 				e.Call(c, "config.set", map[string]any{"profile": v.Name, "key": "prompt", "value": prompt.Value}, nil)
 				e.recreate = &recreated{victim: v, stored: e.Sessions[v.Name].StoredSessionID, live: e.Sessions[v.Name].SessionID,
@@ -74,10 +68,7 @@ func profileRecreate() Spec {
 				}
 				// The home as the server made it: nothing of anyone, the
 				// deleted profile of the same name included.
-				chk, err := invariants.NewChecker(e.Box.Set.Tenants)
-				if err != nil {
-					e.T.Fatalf("%v", err)
-				}
+				chk := e.checker(e.Box.Set.Tenants)
 				for _, f := range chk.Inherited(e.Ctx, v.Name, v.Home) {
 					e.Find(f)
 				}

@@ -86,24 +86,15 @@ func settingsWrites() Spec {
 					other := addressing(e, t, i%2 != 0)
 					otherHow := map[bool]string{true: "by session", false: "by profile"}[i%2 != 0]
 					c := e.Conns[t.Name]
-					dir, err := t.MintWorkdir()
-					if err != nil {
-						e.T.Fatalf("%v", err)
-					}
+					dir := e.mintWorkdir(t)
 					e.ScopedWrite("config.set cwd "+how, t, configWrite, func() {
 						e.Call(c, "config.set", with(addr, "key", "cwd", "value", dir), nil)
 					})
-					prompt, err := t.Mint("custom_prompt")
-					if err != nil {
-						e.T.Fatalf("%v", err)
-					}
+					prompt := e.mint(t, "custom_prompt")
 					e.ScopedWrite("config.set prompt "+otherHow, t, configWrite, func() {
 						e.Call(c, "config.set", with(other, "key", "prompt", "value", prompt.Value), nil)
 					})
-					key, err := t.Mint(tenants.SavedKey)
-					if err != nil {
-						e.T.Fatalf("%v", err)
-					}
+					key := e.mint(t, tenants.SavedKey)
 					e.ScopedWrite("model.save_key "+how, t, envWrite, func() {
 						e.Call(c, "model.save_key", with(addr, "slug", saveKeySlug(t), "api_key", key.Value), nil)
 					})

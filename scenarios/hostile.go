@@ -24,16 +24,6 @@ const (
 	EscapeMark   tenants.Kind = "escape_mark"   // in everything it starts
 )
 
-// mint mints a canary of kind for t, failing the scenario on error.
-func (e *Env) mint(t *tenants.Tenant, kind tenants.Kind) tenants.Canary {
-	e.T.Helper()
-	c, err := t.Mint(kind)
-	if err != nil {
-		e.T.Fatalf("%v", err)
-	}
-	return c
-}
-
 // Attack runs one attack row as t in session sid on c, with cs as its own
 // canaries, and records which other tenants' canaries its result carried
 // (the request invariant reports them as findings; the report names the
@@ -54,10 +44,7 @@ func (e *Env) Attack(c *harness.Conn, t *tenants.Tenant, sid string, r attack.Ro
 	}
 	e.proved(t, "attack "+r.ID, "")
 	res := proof.Result
-	chk, err := invariants.NewChecker(e.Box.Set.Tenants)
-	if err != nil {
-		e.T.Fatalf("%v", err)
-	}
+	chk := e.checker(e.Box.Set.Tenants)
 	seen := map[string]bool{}
 	for _, f := range chk.TextLeaks("attack "+r.ID, []byte(res), t.Name) {
 		seen[fmt.Sprintf("%s's %s", f.Owner, f.Kind)] = true
