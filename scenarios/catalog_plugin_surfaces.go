@@ -526,8 +526,10 @@ const surfaceWait = 30 * time.Second
 // only an event recorded nowhere waits out surfaceWait.
 func (e *Env) waitSurfaces(sid string, events ...string) {
 	e.T.Helper()
-	deadline := time.Now().Add(surfaceWait)
-	for {
+	w := Wait{What: "the records of session " + sid + "'s " + strings.Join(events, ", "), Within: surfaceWait, Poll: 25 * time.Millisecond}
+	// Unmet, the wait is no harness failure: a missing record is the
+	// positive control's finding (checkSurfaces).
+	_ = Await(e.Ctx, w, func() (bool, string) {
 		seen := map[string]bool{}
 		for _, t := range e.Tenants {
 			for _, r := range e.surfacesRecords(t) {
@@ -536,16 +538,14 @@ func (e *Env) waitSurfaces(sid string, events ...string) {
 				}
 			}
 		}
-		all := true
+		var missing []string
 		for _, ev := range events {
-			all = all && seen[ev]
+			if !seen[ev] {
+				missing = append(missing, ev)
+			}
 		}
-		if all || time.Now().After(deadline) || !sleepCtx(e.Ctx, 25*time.Millisecond) {
-			// A missing record is the positive control's finding
-			// (checkSurfaces), not a harness failure.
-			return
-		}
-	}
+		return len(missing) == 0, "not recorded: " + strings.Join(missing, ", ")
+	})
 }
 
 func pluginSurfaces() Spec {

@@ -287,21 +287,8 @@ func (e *Env) SkipUnsupported(err error) {
 // scenario with what it waited for and the last state cond described.
 func (e *Env) Eventually(what string, within time.Duration, cond func() (bool, string)) {
 	e.T.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) || e.Ctx.Err() != nil {
-			e.T.Fatalf("waited %v for %s; last state: %s", within, what, state)
-		}
-		select {
-		case <-tick.C:
-		case <-e.Ctx.Done():
-		}
+	if err := Await(e.Ctx, Wait{What: what, Within: within, Poll: 25 * time.Millisecond}, cond); err != nil {
+		e.T.Fatalf("%v", err)
 	}
 }
 
