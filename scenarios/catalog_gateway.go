@@ -10,6 +10,9 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
+// agentGateway is the gateway scenario's gateway, from own-keys on.
+var agentGateway = &stateKey[*Gateway]{"gateway"}
+
 func gateway() Spec {
 	return Spec{
 		ID:        "gateway",
@@ -37,10 +40,10 @@ func gateway() Spec {
 						e.T.Errorf("%s's own key on its own route: HTTP %d: %s", t.Name, r.Status, r.Body)
 					}
 				}
-				e.gatewayOf = g
+				*stateOf(e, agentGateway) = g
 			}},
 			{Name: "foreign-keys", Run: func(e *Env) {
-				g := e.gatewayOf
+				g := *stateOf(e, agentGateway)
 				for _, route := range e.Tenants {
 					before := len(route.Requests())
 					ra := e.gatewayAccess(route)

@@ -17,6 +17,9 @@ func lifecycleName(e *Env) string {
 	return "gamma-live"
 }
 
+// lifecycleCreated is the profile the lifecycle scenario made.
+var lifecycleCreated = &stateKey[*tenants.Tenant]{"profile-lifecycle"}
+
 func profileLifecycle() Spec {
 	return Spec{
 		ID:        "profile-lifecycle",
@@ -45,7 +48,7 @@ func profileLifecycle() Spec {
 				// other tenant's canary.
 				g := e.addTenant(name)
 				e.Tenants = append(e.Tenants, g)
-				e.created = g
+				*stateOf(e, lifecycleCreated) = g
 				op := e.DialOperator(e.Server)
 				e.ScopedWrite("profiles.create "+name, g, []string{g.Home + "/"}, func() {
 					e.Call(op, "profiles.create", map[string]any{"name": name}, &res)
@@ -72,7 +75,7 @@ func profileLifecycle() Spec {
 				}
 			}},
 			{Name: "delete", Run: func(e *Env) {
-				g := e.created
+				g := *stateOf(e, lifecycleCreated)
 				name := g.Name
 				op := e.DialOperator(e.Server)
 				e.Call(op, "profiles.delete", map[string]any{"name": name}, nil)

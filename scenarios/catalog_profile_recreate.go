@@ -19,6 +19,9 @@ type recreated struct {
 	cron   string // a cron job of the deleted profile
 }
 
+// recreateState is the profile profile-recreate deletes and makes again.
+var recreateState = &stateKey[recreated]{"profile-recreate"}
+
 func profileRecreate() Spec {
 	return Spec{
 		ID:        "profile-recreate",
@@ -49,12 +52,12 @@ func profileRecreate() Spec {
 				prompt := e.mint(v, "custom_prompt")
 				e.Call(c, "model.save_key", map[string]any{"profile": v.Name, "slug": saveKeySlug(v), "api_key": key.Value}, nil)
 				e.Call(c, "config.set", map[string]any{"profile": v.Name, "key": "prompt", "value": prompt.Value}, nil)
-				e.recreate = &recreated{victim: v, stored: e.Sessions[v.Name].StoredSessionID, live: e.Sessions[v.Name].SessionID,
+				*stateOf(e, recreateState) = recreated{victim: v, stored: e.Sessions[v.Name].StoredSessionID, live: e.Sessions[v.Name].SessionID,
 					cron: e.CreateCron(c, v)}
 				e.Logf("profile-recreate: the victim is %s", v.Name)
 			}},
 			{Name: "delete-and-recreate", Run: func(e *Env) {
-				r := e.recreate
+				r := stateOf(e, recreateState)
 				v := r.victim
 				op := e.DialOperator(e.Server)
 				e.Call(op, "profiles.delete", map[string]any{"name": v.Name}, nil)
@@ -112,7 +115,7 @@ func profileRecreate() Spec {
 			}},
 			{Name: "others-serve", Run: func(e *Env) {
 				for _, t := range e.Tenants {
-					if t != e.recreate.victim {
+					if t != stateOf(e, recreateState).victim {
 						e.Turn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID)
 					}
 				}

@@ -36,8 +36,7 @@ type Env struct {
 	Sessions map[string]harness.SessionInfo
 	Server   *Serve
 
-	gatewayOf *Gateway
-	created   *tenants.Tenant // the profile the lifecycle scenario made
+	state stateSlots // each scenario's own state, by key (stateOf)
 
 	mu       sync.Mutex
 	conns    []ownedConn
@@ -50,8 +49,6 @@ type Env struct {
 	texts    []ownedText                      // streams the harness received (gateway replies)
 	deleted  map[string]bool                  // tenants whose profile a phase deleted
 	operator map[string]string                // the operator's secrets the scenario made (serve tokens)
-	authz    map[string]owned                 // what each tenant owns, for the authorization probes
-	recreate *recreated                       // the profile profile-recreate deletes and makes again
 	noisy    map[string]*invariants.Latencies // noisy-neighbour: each neighbour's turn times, per run (the self-test runs the spec twice at once)
 	noisyRun *noisyRun                        // noisy-neighbour: its flood's spec, machine control and neighbours, per run
 	hostile  *hostileState                    // hostile-tools, hostile-plugin: each tenant's write canary, per run
