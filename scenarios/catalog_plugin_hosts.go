@@ -328,6 +328,9 @@ func (e *Env) noHostToKill() bool {
 	return true
 }
 
+// pluginHostsState is what plugin-hosts learns of the hosts.
+var pluginHostsState = &stateKey[pluginState]{"plugin-hosts"}
+
 func pluginHosts() Spec {
 	// The state lives in each run's Env: the self-test runs the same spec
 	// clean and faulty at once, and a closure variable would be shared.
@@ -342,14 +345,14 @@ func pluginHosts() Spec {
 		Responder: pluginResponder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
-				st := &pluginState{hostID: map[string]string{}, tags: map[string]string{}}
-				e.pluginSt = st
+				st := stateOf(e, pluginHostsState)
+				*st = pluginState{hostID: map[string]string{}, tags: map[string]string{}}
 				e.installProbePlugin(st)
 				e.ServePerTenant()
 				e.OpenSessions()
 			}},
 			{Name: "probe", Run: func(e *Env) {
-				st := e.pluginSt
+				st := stateOf(e, pluginHostsState)
 				for _, t := range e.Tenants {
 					tag := e.mint(t, "session_tag")
 					d := e.probeTurn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
@@ -373,7 +376,7 @@ func pluginHosts() Spec {
 				}
 			}},
 			{Name: "second-session", Run: func(e *Env) {
-				st := e.pluginSt
+				st := stateOf(e, pluginHostsState)
 				// A nested call runs as the session that made it: a second
 				// session of the same tenant finds no state of the first.
 				for _, t := range e.Tenants {
@@ -392,7 +395,7 @@ func pluginHosts() Spec {
 				}
 			}},
 			{Name: "kill-one-host", Run: func(e *Env) {
-				st := e.pluginSt
+				st := stateOf(e, pluginHostsState)
 				if e.noHostToKill() {
 					return
 				}

@@ -304,7 +304,8 @@ func (e *Env) sessionOwners() map[string]*tenants.Tenant {
 func (e *Env) surfaceTurn(c *harness.Conn, t *tenants.Tenant, sid string) {
 	e.T.Helper()
 	mark := e.mint(t, "surface_turn")
-	e.surfaces.turns[t.Name] = append(e.surfaces.turns[t.Name], mark.Value)
+	st := stateOf(e, surfacesKey)
+	st.turns[t.Name] = append(st.turns[t.Name], mark.Value)
 	e.ExpectSnapshots(t, 1)
 	e.Prompt(c, t, sid, "Run the environment probe, and remember "+mark.Value+".")
 }
@@ -316,7 +317,7 @@ func (e *Env) surfaceTurn(c *harness.Conn, t *tenants.Tenant, sid string) {
 // check's (every record is checked again in every phase).
 func (e *Env) checkSurfaces(phase string) {
 	e.T.Helper()
-	st := e.surfaces
+	st := stateOf(e, surfacesKey)
 	owners := e.sessionOwners()
 	for _, t := range e.Tenants {
 		recs := e.surfacesRecords(t)
@@ -477,7 +478,7 @@ func (e *Env) remembered(t *tenants.Tenant, mark string) bool {
 // in host mode, under bubblewrap where it works.
 func (e *Env) installSurfacesPlugin() {
 	e.T.Helper()
-	st := e.surfaces
+	st := stateOf(e, surfacesKey)
 	if why := bwrapUnusable(e); why != "" {
 		e.skip("plugin_sandbox", why+": the plugin hosts ran under agentd's default launcher only")
 	} else {
@@ -548,6 +549,10 @@ func (e *Env) waitSurfaces(sid string, events ...string) {
 	})
 }
 
+// surfacesKey is what plugin-surfaces did and expects its plugins to have
+// seen.
+var surfacesKey = &stateKey[surfacesState]{"plugin-surfaces"}
+
 func pluginSurfaces() Spec {
 	return Spec{
 		ID:        "plugin-surfaces",
@@ -560,7 +565,7 @@ func pluginSurfaces() Spec {
 		Responder: surfacesResponder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
-				e.surfaces = &surfacesState{hostID: map[string]string{}, turns: map[string][]string{}, closed: map[string][]string{},
+				*stateOf(e, surfacesKey) = surfacesState{hostID: map[string]string{}, turns: map[string][]string{}, closed: map[string][]string{},
 					images: map[string][]string{}}
 				e.installSurfacesPlugin()
 				e.ServePerTenant()
@@ -574,13 +579,14 @@ func pluginSurfaces() Spec {
 				}
 				for _, t := range e.permuted(e.Tenants) {
 					mark := e.mint(t, "surface_image")
-					e.surfaces.images[t.Name] = append(e.surfaces.images[t.Name], mark.Value)
+					st := stateOf(e, surfacesKey)
+					st.images[t.Name] = append(st.images[t.Name], mark.Value)
 					e.Prompt(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, surfacesImagePrompt+mark.Value)
 				}
 				e.checkSurfaces("before the hosts die")
 			}},
 			{Name: "kill-hosts", Run: func(e *Env) {
-				st := e.surfaces
+				st := stateOf(e, surfacesKey)
 				for _, t := range e.Tenants {
 					hosts := pluginHostsOf(e, t) // real pids: the host's own are in its PID namespace
 					if st.hostID[t.Name] == "" || len(hosts) == 0 {
@@ -600,7 +606,7 @@ func pluginSurfaces() Spec {
 				e.checkSurfaces("after the hosts died")
 			}},
 			{Name: "session-end", Run: func(e *Env) {
-				st := e.surfaces
+				st := stateOf(e, surfacesKey)
 				for _, t := range e.Tenants {
 					c := e.Conns[t.Name]
 					s := e.CreateSession(c, t)
@@ -612,7 +618,7 @@ func pluginSurfaces() Spec {
 				e.checkSurfaces("after a session closed")
 			}},
 			{Name: "server-stop", Run: func(e *Env) {
-				st := e.surfaces
+				st := stateOf(e, surfacesKey)
 				e.StopServe(e.Server)
 				for _, t := range e.Tenants {
 					st.closed[t.Name] = append(st.closed[t.Name], e.Sessions[t.Name].SessionID)

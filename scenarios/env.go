@@ -52,11 +52,8 @@ type Env struct {
 	noisy    map[string]*invariants.Latencies // noisy-neighbour: each neighbour's turn times, per run (the self-test runs the spec twice at once)
 	noisyRun *noisyRun                        // noisy-neighbour: its flood's spec, machine control and neighbours, per run
 	hostile  *hostileState                    // hostile-tools, hostile-plugin: each tenant's write canary, per run
-	pluginSt *pluginState                     // what plugin-hosts learnt of the hosts
 	probePl  *harness.ProbePlugin             // the target's probe plugin (probePlugin)
 	llmgw    *gatewayRun                      // the gateway family's gateway and controls
-	offboard *offboardState                   // gateway-offboarding: its victim and successor
-	surfaces *surfacesState                   // what plugin-surfaces did and expects its plugins to have seen
 	chains   *chainState                      // hostile-chains: what the target can run of the chains
 	ranSt    ranState                         // the ran-controls since the last check
 	faulty   faultyRun                        // set in a self-test's faulty run that stops once caught
