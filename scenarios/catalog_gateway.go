@@ -1,135 +1,94 @@
 package scenarios
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
-	"github.com/tenantcanary/tenantcanary/fakellm"
 	"github.com/tenantcanary/tenantcanary/harness"
-	"github.com/tenantcanary/tenantcanary/harness/llmgw"
+	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// The gateway family certifies a multi-tenant LLM gateway: a `kind:
-// gateway` target (its provisioner mints each tenant's key) and agentd's
-// own gateway (its access templates) alike. Each tenant's provider answers
-// with text naming the tenant's model, so a reply shows whose provider
-// answered it.
+// agentGateway is the gateway scenario's gateway, from own-keys on.
+var agentGateway = &stateKey[*Gateway]{"gateway"}
 
-// gatewayResponder answers every request with text naming the tenant and
-// its model.
-func gatewayResponder(t *tenants.Tenant) fakellm.Responder {
-	return func(fakellm.Record) fakellm.Response {
-		return fakellm.Text("gateway reply from the provider of " + t.Name + " serving " + t.Model())
-	}
-}
-
-// gatewayConcurrency is how many chats each tenant makes at once.
-const gatewayConcurrency = 3
-
-func gatewayTenants() Spec {
+func gateway() Spec {
 	return Spec{
-		ID:        "gateway-tenants",
-		Purpose:   "each tenant's gateway key reaches only its own provider with its own upstream key and model; foreign, upstream and missing keys and foreign models are refused and drive nothing; all at once; again after a restart on the same data",
+		ID:        "gateway",
+		Purpose:   "each tenant's API key works on its own gateway route; every foreign key on every route is refused and drives nothing",
 		Backends:  []harness.Backend{harness.BackendGateway},
-		Focus:     []Invariant{Requests, Text, Authz, Routing, SharedStore},
-		Snapshots: perTenant(0),
-		Timeout:   5 * time.Minute,
-		Responder: gatewayResponder,
-		Needs:     []Need{NeedLLMGateway},
+		Needs:     []Need{NeedGatewayAccess},
+		Focus:     []Invariant{Requests, Text},
+		Snapshots: perTenant(1),
+		Timeout:   3 * time.Minute,
 		Phases: []Phase{
 			{Name: "own-keys", Run: func(e *Env) {
-				e.StartLLMGateway()
-				e.GatewayOwnKeys()
+				g := e.StartGateway()
+				for i, t := range e.Tenants {
+					e.ExpectSnapshots(t, 1)
+					a := e.gatewayAccess(t)
+					ctx, cancel := e.ctx(90 * time.Second)
+					r, err := g.Client.Complete(ctx, harness.ChatRequest{Path: e.gatewayChatPath(a), Key: a.Key, Model: a.Models[0],
+						Text: "Run the environment probe for " + t.Name + ".", Stream: i%2 == 1})
+					cancel()
+					if err != nil {
+						e.T.Fatalf("gateway chat of %s: %v", t.Name, err)
+					}
+					e.KeepText(t, "gateway reply to "+t.Name, r.Body)
+					if r.Status != http.StatusOK {
+						e.T.Errorf("%s's own key on its own route: HTTP %d: %s", t.Name, r.Status, r.Body)
+					}
+				}
+				*stateOf(e, agentGateway) = g
 			}},
-			{Name: "foreign-keys", Run: func(e *Env) { e.GatewayForeignKeys() }},
-			{Name: "foreign-models", Run: func(e *Env) { e.GatewayForeignModels() }},
-			{Name: "concurrent", Run: func(e *Env) { e.GatewayConcurrent(gatewayConcurrency) }},
-			{Name: "read-apis", Run: func(e *Env) { e.GatewayReads() }},
-			{Name: "restart", Run: func(e *Env) {
-				g := e.llmGateway()
-				if !g.CanRestart() {
-					e.skip("restart", "the harness did not start the gateway (gateway_url): it cannot restart it")
-					return
+			{Name: "foreign-keys", Run: func(e *Env) {
+				g := *stateOf(e, agentGateway)
+				for _, route := range e.Tenants {
+					before := len(route.Requests())
+					ra := e.gatewayAccess(route)
+					path := e.gatewayChatPath(ra)
+					for _, key := range e.Tenants {
+						if key == route {
+							continue
+						}
+						for _, k := range []string{e.gatewayAccess(key).Key, key.ProviderKey(), ""} {
+							ctx, cancel := e.ctx(30 * time.Second)
+							r, err := g.Client.Complete(ctx, harness.ChatRequest{Path: path, Key: k, Model: ra.Models[0], Text: "Run the environment probe."})
+							cancel()
+							if err != nil {
+								e.T.Fatalf("gateway chat on %s's route: %v", route.Name, err)
+							}
+							e.KeepText(route, fmt.Sprintf("gateway reply on %s's route to a foreign key", route.Name), scrubSent(r.Body, harness.ChatRequest{Key: k}))
+							if r.Status != http.StatusUnauthorized && r.Status != http.StatusForbidden {
+								e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: route.Name, Owner: key.Name,
+									Where:  invariants.Where{Label: "gateway route of " + route.Name, Path: path},
+									Detail: fmt.Sprintf("answered HTTP %d to %s's key (want 401 or 403)", r.Status, key.Name), Excerpt: excerpt(r.Body)})
+							}
+						}
+					}
+					if after := len(route.Requests()); after != before {
+						e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: route.Name,
+							Where:  invariants.Where{Label: "gateway route of " + route.Name},
+							Detail: fmt.Sprintf("foreign keys drove %d request(s) to its provider", after-before)})
+					}
 				}
-				ctx, cancel := e.ctx(2 * time.Minute)
-				defer cancel()
-				if err := g.Restart(ctx); err != nil {
-					e.T.Fatalf("restart the gateway on the same data folder: %v", err)
-				}
-				e.GatewayOwnKeys()
-				e.GatewayForeignKeys()
-				e.GatewayForeignModels()
 			}},
 		},
 	}
 }
 
-// failoverModes are the ways a tenant's own upstream fails.
-var failoverModes = []struct {
-	name string
-	resp func() fakellm.Response
-}{
-	{"5xx", func() fakellm.Response {
-		return fakellm.Error(http.StatusInternalServerError, "upstream failure (failover probe)")
-	}},
-	{"429", func() fakellm.Response {
-		return fakellm.Error(http.StatusTooManyRequests, "rate limited (failover probe)").WithRetryAfter(time.Second)
-	}},
-	{"hang", func() fakellm.Response { return fakellm.Hang().WithFor(time.Second) }},
+// gatewayAccess is t's way into an agent server's gateway, from the
+// target's llm_gateway.access (NeedGatewayAccess guarantees one).
+func (e *Env) gatewayAccess(t *tenants.Tenant) harness.GatewayAccess {
+	a := e.Box.Target.LLMGateway.Access.For(t)
+	if len(a.Models) == 0 {
+		a.Models = []string{t.Model()}
+	}
+	return a
 }
 
-// failoverAttempts is how many failures a tenant's provider serves in a
-// row: enough to outlast a gateway's own retries on the tenant's channel
-// (agentd's agent.api_max_retries is 2), so a gateway that fails over
-// does so.
-const failoverAttempts = 3
-
-func gatewayFailover() Spec {
-	phases := []Phase{{Name: "start", Run: func(e *Env) {
-		e.StartLLMGatewayWith(llmgw.Options{Retries: true}) // the gateway's own retries and fallbacks on
-		e.GatewayOwnKeys()
-	}}}
-	for _, m := range failoverModes {
-		phases = append(phases, Phase{Name: "upstream-" + m.name, Run: func(e *Env) {
-			e.GatewayFailover(e.Tenants, m.name, m.resp)
-		}})
-	}
-	return Spec{
-		ID:        "gateway-failover",
-		Purpose:   "every tenant's own upstream answers 5xx, 429 with Retry-After, or hangs while all chat at once: the gateway never retries on another tenant's channel",
-		Backends:  []harness.Backend{harness.BackendGateway},
-		Focus:     []Invariant{Routing, Requests, Text},
-		Snapshots: perTenant(0),
-		Timeout:   6 * time.Minute,
-		Responder: gatewayResponder,
-		Needs:     []Need{NeedLLMGateway},
-		Phases:    phases,
-	}
-}
-
-func gatewayRoutes() Spec {
-	return Spec{
-		ID:        "gateway-routes",
-		Purpose:   "every tenant-facing route the target declares answers its owner in each credential form and query variant with none of another tenant's data; called anonymously, or with one tenant's credentials and another's identifiers (guessed neighbours, captured ids and ids in credential templates included), it is refused with no data and no upstream effect",
-		Backends:  []harness.Backend{harness.BackendGateway},
-		Focus:     []Invariant{Authz, Text, Routing, SharedStore},
-		Snapshots: perTenant(0),
-		Timeout:   5 * time.Minute,
-		Responder: gatewayResponder,
-		Needs:     []Need{NeedLLMGateway},
-		Phases: []Phase{
-			{Name: "own-routes", Run: func(e *Env) {
-				if len(e.targetGateway().Routes) == 0 {
-					e.T.Skipf("the target declares no llm_gateway.routes")
-				}
-				e.StartLLMGateway()
-				e.GatewayOwnKeys() // traffic, so logs and usage rows exist
-				e.GatewayOwnRoutes()
-			}},
-			{Name: "anonymous-routes", Run: func(e *Env) { e.GatewayAnonymousRoutes() }},
-			{Name: "cross-tenant-routes", Run: func(e *Env) { e.GatewayCrossRoutes() }},
-			{Name: "owner-rows", Run: func(e *Env) { e.GatewayOwnerRows() }},
-		},
-	}
+// gatewayChatPath is the chat completions path of access a.
+func (e *Env) gatewayChatPath(a harness.GatewayAccess) string {
+	return a.BasePath + e.Box.Target.LLMGateway.ChatCompletionsPath()
 }

@@ -146,11 +146,7 @@ func ownControlName(r harness.Route, first bool, f harness.AuthForm, query strin
 // routeChecker compiles every tenant's canaries for the route probes.
 func (e *Env) routeChecker() *invariants.Checker {
 	e.T.Helper()
-	chk, err := invariants.NewChecker(e.Box.Set.Tenants)
-	if err != nil {
-		e.T.Fatalf("compile the canaries: %v", err)
-	}
-	return chk
+	return e.checker(e.Box.Set.Tenants)
 }
 
 // startRouteBackends starts the serve backend when a route is served by

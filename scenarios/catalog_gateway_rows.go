@@ -30,10 +30,7 @@ func (e *Env) GatewayOwnerRows() {
 		return
 	}
 	ts := e.Box.Set.Tenants
-	chk, err := invariants.NewChecker(ts)
-	if err != nil {
-		e.T.Fatalf("compile the canaries: %v", err)
-	}
+	chk := e.checker(ts)
 	root := func(p string) string { return strings.ReplaceAll(p, "{root}", e.Box.Root) }
 	s := invariants.Store{DB: root(st.SQLite), DataDir: root(st.DataDir), Scratch: e.Box.Logs}
 	for _, p := range st.Places {

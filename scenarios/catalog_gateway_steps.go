@@ -16,6 +16,20 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
+// The gateway family certifies a multi-tenant LLM gateway: a `kind:
+// gateway` target (its provisioner mints each tenant's key) and agentd's
+// own gateway (its access templates) alike. Each tenant's provider answers
+// with text naming the tenant's model, so a reply shows whose provider
+// answered it.
+
+// gatewayResponder answers every request with text naming the tenant and
+// its model.
+func gatewayResponder(t *tenants.Tenant) fakellm.Responder {
+	return func(fakellm.Record) fakellm.Response {
+		return fakellm.Text("gateway reply from the provider of " + t.Name + " serving " + t.Model())
+	}
+}
+
 // The gateway family's steps: what its phases do with the gateway.
 
 // gatewayRun is a scenario's gateway and the positive controls its phases

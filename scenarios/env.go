@@ -36,8 +36,7 @@ type Env struct {
 	Sessions map[string]harness.SessionInfo
 	Server   *Serve
 
-	gatewayOf *Gateway
-	created   *tenants.Tenant // the profile the lifecycle scenario made
+	state stateSlots // each scenario's own state, by key (stateOf)
 
 	mu       sync.Mutex
 	conns    []ownedConn
@@ -50,16 +49,11 @@ type Env struct {
 	texts    []ownedText                      // streams the harness received (gateway replies)
 	deleted  map[string]bool                  // tenants whose profile a phase deleted
 	operator map[string]string                // the operator's secrets the scenario made (serve tokens)
-	authz    map[string]owned                 // what each tenant owns, for the authorization probes
-	recreate *recreated                       // the profile profile-recreate deletes and makes again
 	noisy    map[string]*invariants.Latencies // noisy-neighbour: each neighbour's turn times, per run (the self-test runs the spec twice at once)
 	noisyRun *noisyRun                        // noisy-neighbour: its flood's spec, machine control and neighbours, per run
 	hostile  *hostileState                    // hostile-tools, hostile-plugin: each tenant's write canary, per run
-	pluginSt *pluginState                     // what plugin-hosts learnt of the hosts
 	probePl  *harness.ProbePlugin             // the target's probe plugin (probePlugin)
 	llmgw    *gatewayRun                      // the gateway family's gateway and controls
-	offboard *offboardState                   // gateway-offboarding: its victim and successor
-	surfaces *surfacesState                   // what plugin-surfaces did and expects its plugins to have seen
 	chains   *chainState                      // hostile-chains: what the target can run of the chains
 	ranSt    ranState                         // the ran-controls since the last check
 	faulty   faultyRun                        // set in a self-test's faulty run that stops once caught
@@ -298,21 +292,8 @@ func (e *Env) SkipUnsupported(err error) {
 // scenario with what it waited for and the last state cond described.
 func (e *Env) Eventually(what string, within time.Duration, cond func() (bool, string)) {
 	e.T.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) || e.Ctx.Err() != nil {
-			e.T.Fatalf("waited %v for %s; last state: %s", within, what, state)
-		}
-		select {
-		case <-tick.C:
-		case <-e.Ctx.Done():
-		}
+	if err := Await(e.Ctx, Wait{What: what, Within: within, Poll: 25 * time.Millisecond}, cond); err != nil {
+		e.T.Fatalf("%v", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sort"
@@ -24,16 +25,6 @@ const (
 	EscapeMark   tenants.Kind = "escape_mark"   // in everything it starts
 )
 
-// mint mints a canary of kind for t, failing the scenario on error.
-func (e *Env) mint(t *tenants.Tenant, kind tenants.Kind) tenants.Canary {
-	e.T.Helper()
-	c, err := t.Mint(kind)
-	if err != nil {
-		e.T.Fatalf("%v", err)
-	}
-	return c
-}
-
 // Attack runs one attack row as t in session sid on c, with cs as its own
 // canaries, and records which other tenants' canaries its result carried
 // (the request invariant reports them as findings; the report names the
@@ -54,10 +45,7 @@ func (e *Env) Attack(c *harness.Conn, t *tenants.Tenant, sid string, r attack.Ro
 	}
 	e.proved(t, "attack "+r.ID, "")
 	res := proof.Result
-	chk, err := invariants.NewChecker(e.Box.Set.Tenants)
-	if err != nil {
-		e.T.Fatalf("%v", err)
-	}
+	chk := e.checker(e.Box.Set.Tenants)
 	seen := map[string]bool{}
 	for _, f := range chk.TextLeaks("attack "+r.ID, []byte(res), t.Name) {
 		seen[fmt.Sprintf("%s's %s", f.Owner, f.Kind)] = true
@@ -87,16 +75,14 @@ func (e *Env) CloseSession(c *harness.Conn, sid string) {
 func (e *Env) SeeMarked(t *tenants.Tenant, mark tenants.Canary, what string) {
 	e.T.Helper()
 	ev := invariants.Ended{Canaries: []tenants.Canary{mark}}
-	deadline := time.Now().Add(15 * time.Second)
-	for len(invariants.Live(ev)) == 0 {
-		if time.Now().After(deadline) || e.Ctx.Err() != nil {
-			e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: what},
-				Detail: fmt.Sprintf("no process carrying %s's mark %s was seen while it should live: the escape check would see nothing", t.Name, mark.Value)})
-			return
-		}
-		if !sleepCtx(e.Ctx, 50*time.Millisecond) {
-			return
-		}
+	w := Wait{What: fmt.Sprintf("a process carrying %s's mark %s", t.Name, mark.Value), Within: 15 * time.Second, Poll: 50 * time.Millisecond}
+	err := Await(e.Ctx, w, func() (bool, string) {
+		return len(invariants.Live(ev)) > 0, "no such process"
+	})
+	var we *WaitError
+	if errors.As(err, &we) && we.Err == nil { // the scenario's end is no finding
+		e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: what},
+			Detail: fmt.Sprintf("no process carrying %s's mark %s was seen while it should live: the escape check would see nothing", t.Name, mark.Value)})
 	}
 }
 
@@ -111,28 +97,29 @@ const EscapeGrace = harness.DefaultEscapeGrace
 // reported once and outlives no run.
 func (e *Env) CheckEscapes(ev invariants.Ended) {
 	e.T.Helper()
-	deadline := time.Now().Add(e.Box.Target.EscapeWithin())
-	carriers := invariants.Live(ev) // a scan of every process: once per poll
-	for confirmed := false; time.Now().Before(deadline); {
-		if len(carriers) == 0 {
+	var carriers []procgroup.Carrier
+	confirmed := false
+	w := Wait{What: "every process carrying the canaries to end after " + ev.Event, Within: e.Box.Target.EscapeWithin(),
+		Pause: func() time.Duration {
 			if confirmed {
-				break
+				return 20 * time.Millisecond
 			}
-			// A process in the middle of an exec cannot have its
-			// environment read: none seen is believed on a second look.
-			confirmed = true
-		} else {
+			return 100 * time.Millisecond
+		}}
+	// Unmet, the wait is no failure of its own: each carrier left is a
+	// finding.
+	_ = Await(e.Ctx, w, func() (bool, string) {
+		carriers = invariants.Live(ev) // a scan of every process: once per look
+		if len(carriers) > 0 {
 			confirmed = false
+			return false, describeProcs(carriers)
 		}
-		pause := 100 * time.Millisecond
-		if confirmed {
-			pause = 20 * time.Millisecond
-		}
-		if !sleepCtx(e.Ctx, pause) {
-			break
-		}
-		carriers = invariants.Live(ev)
-	}
+		// A process in the middle of an exec cannot have its environment
+		// read: none seen is believed on a second look.
+		met := confirmed
+		confirmed = true
+		return met, "none seen, to be confirmed"
+	})
 	for _, f := range invariants.EscapesOf(ev, carriers) {
 		e.Find(f)
 	}
@@ -145,27 +132,27 @@ func (e *Env) CheckEscapes(ev invariants.Ended) {
 // descend from this run: the canaries are its own) and waits for them to go.
 func (e *Env) killCarriers(ev invariants.Ended) {
 	e.T.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	w := Wait{What: "the processes carrying this run's canaries to die", Within: 20 * time.Second, Poll: 20 * time.Millisecond}
+	err := Await(e.Ctx, w, func() (bool, string) {
 		left := invariants.Live(ev)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			var desc []string
-			for _, p := range left {
-				desc = append(desc, fmt.Sprintf("%d (%s)", p.Pid, p.Comm))
-			}
-			e.T.Errorf("processes carrying this run's canaries would not die: %s", strings.Join(desc, ", "))
-			return
-		}
 		for _, p := range left {
 			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
 		}
-		if !sleepCtx(e.Ctx, 20*time.Millisecond) {
-			return
-		}
+		return len(left) == 0, describeProcs(left)
+	})
+	var we *WaitError
+	if errors.As(err, &we) && we.Err == nil { // the scenario's end leaves them to its cleanup, as ever
+		e.T.Errorf("%v", err)
 	}
+}
+
+// describeProcs names each of ps by pid and command.
+func describeProcs(ps []procgroup.Carrier) string {
+	desc := make([]string, 0, len(ps))
+	for _, p := range ps {
+		desc = append(desc, fmt.Sprintf("%d (%s)", p.Pid, p.Comm))
+	}
+	return strings.Join(desc, ", ")
 }
 
 // everyCanary lists the canaries of ts, minted ones included.

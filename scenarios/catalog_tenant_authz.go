@@ -87,6 +87,10 @@ var authzProbes = []probe{
 // connections all hold the operator's token.
 const noCredentials = "every connection holds the operator's token (the target declares no tenant_credentials): the probes that address another tenant's profile are not made"
 
+// authzOwned is what each tenant owns, by name, for the authorization
+// probes.
+var authzOwned = &stateKey[map[string]owned]{"tenant-authz"}
+
 func tenantAuthz() Spec {
 	return Spec{
 		ID:        "tenant-authz",
@@ -100,12 +104,13 @@ func tenantAuthz() Spec {
 				e.ServePerTenant()
 				e.OpenSessions()
 				e.InterleavedTurns(1)
-				e.authz = map[string]owned{}
+				owns := map[string]owned{}
+				*stateOf(e, authzOwned) = owns
 				var live, stored, crons []string
 				for _, t := range e.Tenants {
 					s := e.Sessions[t.Name]
-					e.authz[t.Name] = owned{tenant: t, live: s.SessionID, stored: s.StoredSessionID, cron: e.cronIfSupported(e.Conns[t.Name], t)}
-					crons = append(crons, e.authz[t.Name].cron)
+					owns[t.Name] = owned{tenant: t, live: s.SessionID, stored: s.StoredSessionID, cron: e.cronIfSupported(e.Conns[t.Name], t)}
+					crons = append(crons, owns[t.Name].cron)
 					// A second session each, so a counter shows between
 					// neighbours.
 					s2 := e.CreateSession(e.Conns[t.Name], t)
@@ -131,6 +136,7 @@ func tenantAuthz() Spec {
 				if !e.Box.Target.TenantCredentials {
 					e.skip(string(Authz), noCredentials)
 				}
+				owns := *stateOf(e, authzOwned)
 				mine := map[string]map[string]bool{} // attacker -> its own live and stored ids
 				e.mu.Lock()
 				for _, s := range e.sessions {
@@ -149,7 +155,7 @@ func tenantAuthz() Spec {
 						// Reads of its own state database (a resume refused as unknown)
 						// touch its shared-memory index; nothing else of anyone may change.
 						e.ScopedWrite(fmt.Sprintf("%s's probes of %s", a.Name, o.Name), a, []string{"logs/", "state.db-shm"}, func() {
-							e.probeOwner(a, e.authz[o.Name], mine[a.Name])
+							e.probeOwner(a, owns[o.Name], mine[a.Name])
 						})
 					}
 				}

@@ -19,6 +19,9 @@ type recreated struct {
 	cron   string // a cron job of the deleted profile
 }
 
+// recreateState is the profile profile-recreate deletes and makes again.
+var recreateState = &stateKey[recreated]{"profile-recreate"}
+
 func profileRecreate() Spec {
 	return Spec{
 		ID:        "profile-recreate",
@@ -45,22 +48,16 @@ func profileRecreate() Spec {
 				}
 				v := named[e.Rand.IntN(len(named))]
 				c := e.Conns[v.Name]
-				key, err := v.Mint(tenants.SavedKey)
-				if err != nil {
-					e.T.Fatalf("%v", err)
-				}
-				prompt, err := v.Mint("custom_prompt")
-				if err != nil {
-					e.T.Fatalf("%v", err)
-				}
+				key := e.mint(v, tenants.SavedKey)
+				prompt := e.mint(v, "custom_prompt")
 				e.Call(c, "model.save_key", map[string]any{"profile": v.Name, "slug": saveKeySlug(v), "api_key": key.Value}, nil)
 				e.Call(c, "config.set", map[string]any{"profile": v.Name, "key": "prompt", "value": prompt.Value}, nil)
-				e.recreate = &recreated{victim: v, stored: e.Sessions[v.Name].StoredSessionID, live: e.Sessions[v.Name].SessionID,
+				*stateOf(e, recreateState) = recreated{victim: v, stored: e.Sessions[v.Name].StoredSessionID, live: e.Sessions[v.Name].SessionID,
 					cron: e.CreateCron(c, v)}
 				e.Logf("profile-recreate: the victim is %s", v.Name)
 			}},
 			{Name: "delete-and-recreate", Run: func(e *Env) {
-				r := e.recreate
+				r := stateOf(e, recreateState)
 				v := r.victim
 				op := e.DialOperator(e.Server)
 				e.Call(op, "profiles.delete", map[string]any{"name": v.Name}, nil)
@@ -74,10 +71,7 @@ func profileRecreate() Spec {
 				}
 				// The home as the server made it: nothing of anyone, the
 				// deleted profile of the same name included.
-				chk, err := invariants.NewChecker(e.Box.Set.Tenants)
-				if err != nil {
-					e.T.Fatalf("%v", err)
-				}
+				chk := e.checker(e.Box.Set.Tenants)
 				for _, f := range chk.Inherited(e.Ctx, v.Name, v.Home) {
 					e.Find(f)
 				}
@@ -121,7 +115,7 @@ func profileRecreate() Spec {
 			}},
 			{Name: "others-serve", Run: func(e *Env) {
 				for _, t := range e.Tenants {
-					if t != e.recreate.victim {
+					if t != stateOf(e, recreateState).victim {
 						e.Turn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID)
 					}
 				}

@@ -303,11 +303,9 @@ func (e *Env) sessionOwners() map[string]*tenants.Tenant {
 // the env probe (the tool hooks must see it).
 func (e *Env) surfaceTurn(c *harness.Conn, t *tenants.Tenant, sid string) {
 	e.T.Helper()
-	mark, err := t.Mint("surface_turn")
-	if err != nil {
-		e.T.Fatalf("%v", err)
-	}
-	e.surfaces.turns[t.Name] = append(e.surfaces.turns[t.Name], mark.Value)
+	mark := e.mint(t, "surface_turn")
+	st := stateOf(e, surfacesKey)
+	st.turns[t.Name] = append(st.turns[t.Name], mark.Value)
 	e.ExpectSnapshots(t, 1)
 	e.Prompt(c, t, sid, "Run the environment probe, and remember "+mark.Value+".")
 }
@@ -319,7 +317,7 @@ func (e *Env) surfaceTurn(c *harness.Conn, t *tenants.Tenant, sid string) {
 // check's (every record is checked again in every phase).
 func (e *Env) checkSurfaces(phase string) {
 	e.T.Helper()
-	st := e.surfaces
+	st := stateOf(e, surfacesKey)
 	owners := e.sessionOwners()
 	for _, t := range e.Tenants {
 		recs := e.surfacesRecords(t)
@@ -480,7 +478,7 @@ func (e *Env) remembered(t *tenants.Tenant, mark string) bool {
 // in host mode, under bubblewrap where it works.
 func (e *Env) installSurfacesPlugin() {
 	e.T.Helper()
-	st := e.surfaces
+	st := stateOf(e, surfacesKey)
 	if why := bwrapUnusable(e); why != "" {
 		e.skip("plugin_sandbox", why+": the plugin hosts ran under agentd's default launcher only")
 	} else {
@@ -529,8 +527,10 @@ const surfaceWait = 30 * time.Second
 // only an event recorded nowhere waits out surfaceWait.
 func (e *Env) waitSurfaces(sid string, events ...string) {
 	e.T.Helper()
-	deadline := time.Now().Add(surfaceWait)
-	for {
+	w := Wait{What: "the records of session " + sid + "'s " + strings.Join(events, ", "), Within: surfaceWait, Poll: 25 * time.Millisecond}
+	// Unmet, the wait is no harness failure: a missing record is the
+	// positive control's finding (checkSurfaces).
+	_ = Await(e.Ctx, w, func() (bool, string) {
 		seen := map[string]bool{}
 		for _, t := range e.Tenants {
 			for _, r := range e.surfacesRecords(t) {
@@ -539,17 +539,19 @@ func (e *Env) waitSurfaces(sid string, events ...string) {
 				}
 			}
 		}
-		all := true
+		var missing []string
 		for _, ev := range events {
-			all = all && seen[ev]
+			if !seen[ev] {
+				missing = append(missing, ev)
+			}
 		}
-		if all || time.Now().After(deadline) || !sleepCtx(e.Ctx, 25*time.Millisecond) {
-			// A missing record is the positive control's finding
-			// (checkSurfaces), not a harness failure.
-			return
-		}
-	}
+		return len(missing) == 0, "not recorded: " + strings.Join(missing, ", ")
+	})
 }
+
+// surfacesKey is what plugin-surfaces did and expects its plugins to have
+// seen.
+var surfacesKey = &stateKey[surfacesState]{"plugin-surfaces"}
 
 func pluginSurfaces() Spec {
 	return Spec{
@@ -563,7 +565,7 @@ func pluginSurfaces() Spec {
 		Responder: surfacesResponder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
-				e.surfaces = &surfacesState{hostID: map[string]string{}, turns: map[string][]string{}, closed: map[string][]string{},
+				*stateOf(e, surfacesKey) = surfacesState{hostID: map[string]string{}, turns: map[string][]string{}, closed: map[string][]string{},
 					images: map[string][]string{}}
 				e.installSurfacesPlugin()
 				e.ServePerTenant()
@@ -576,17 +578,15 @@ func pluginSurfaces() Spec {
 					}
 				}
 				for _, t := range e.permuted(e.Tenants) {
-					mark, err := t.Mint("surface_image")
-					if err != nil {
-						e.T.Fatalf("%v", err)
-					}
-					e.surfaces.images[t.Name] = append(e.surfaces.images[t.Name], mark.Value)
+					mark := e.mint(t, "surface_image")
+					st := stateOf(e, surfacesKey)
+					st.images[t.Name] = append(st.images[t.Name], mark.Value)
 					e.Prompt(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, surfacesImagePrompt+mark.Value)
 				}
 				e.checkSurfaces("before the hosts die")
 			}},
 			{Name: "kill-hosts", Run: func(e *Env) {
-				st := e.surfaces
+				st := stateOf(e, surfacesKey)
 				for _, t := range e.Tenants {
 					hosts := pluginHostsOf(e, t) // real pids: the host's own are in its PID namespace
 					if st.hostID[t.Name] == "" || len(hosts) == 0 {
@@ -606,7 +606,7 @@ func pluginSurfaces() Spec {
 				e.checkSurfaces("after the hosts died")
 			}},
 			{Name: "session-end", Run: func(e *Env) {
-				st := e.surfaces
+				st := stateOf(e, surfacesKey)
 				for _, t := range e.Tenants {
 					c := e.Conns[t.Name]
 					s := e.CreateSession(c, t)
@@ -618,7 +618,7 @@ func pluginSurfaces() Spec {
 				e.checkSurfaces("after a session closed")
 			}},
 			{Name: "server-stop", Run: func(e *Env) {
-				st := e.surfaces
+				st := stateOf(e, surfacesKey)
 				e.StopServe(e.Server)
 				for _, t := range e.Tenants {
 					st.closed[t.Name] = append(st.closed[t.Name], e.Sessions[t.Name].SessionID)

@@ -328,6 +328,9 @@ func (e *Env) noHostToKill() bool {
 	return true
 }
 
+// pluginHostsState is what plugin-hosts learns of the hosts.
+var pluginHostsState = &stateKey[pluginState]{"plugin-hosts"}
+
 func pluginHosts() Spec {
 	// The state lives in each run's Env: the self-test runs the same spec
 	// clean and faulty at once, and a closure variable would be shared.
@@ -342,19 +345,16 @@ func pluginHosts() Spec {
 		Responder: pluginResponder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
-				st := &pluginState{hostID: map[string]string{}, tags: map[string]string{}}
-				e.pluginSt = st
+				st := stateOf(e, pluginHostsState)
+				*st = pluginState{hostID: map[string]string{}, tags: map[string]string{}}
 				e.installProbePlugin(st)
 				e.ServePerTenant()
 				e.OpenSessions()
 			}},
 			{Name: "probe", Run: func(e *Env) {
-				st := e.pluginSt
+				st := stateOf(e, pluginHostsState)
 				for _, t := range e.Tenants {
-					tag, err := t.Mint("session_tag")
-					if err != nil {
-						e.T.Fatalf("%v", err)
-					}
+					tag := e.mint(t, "session_tag")
 					d := e.probeTurn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
 					st.hostID[t.Name], st.tags[t.Name] = d.Host, tag.Value
 					if d.Prev != "" && !e.lacks(harness.AbilityState, string(invariants.SessionContext)) {
@@ -376,16 +376,13 @@ func pluginHosts() Spec {
 				}
 			}},
 			{Name: "second-session", Run: func(e *Env) {
-				st := e.pluginSt
+				st := stateOf(e, pluginHostsState)
 				// A nested call runs as the session that made it: a second
 				// session of the same tenant finds no state of the first.
 				for _, t := range e.Tenants {
 					c := e.Conns[t.Name]
 					s := e.CreateSession(c, t)
-					tag, err := t.Mint("session_tag")
-					if err != nil {
-						e.T.Fatalf("%v", err)
-					}
+					tag := e.mint(t, "session_tag")
 					d := e.probeTurn(c, t, s.SessionID, tag.Value, st)
 					if d.Prev != "" && !e.lacks(harness.AbilityState, string(invariants.SessionContext)) {
 						e.Find(invariants.Finding{Invariant: invariants.SessionContext, Tenant: t.Name,
@@ -398,7 +395,7 @@ func pluginHosts() Spec {
 				}
 			}},
 			{Name: "kill-one-host", Run: func(e *Env) {
-				st := e.pluginSt
+				st := stateOf(e, pluginHostsState)
 				if e.noHostToKill() {
 					return
 				}
@@ -414,10 +411,7 @@ func pluginHosts() Spec {
 					}
 				}
 				for _, t := range e.Tenants {
-					tag, err := t.Mint("session_tag")
-					if err != nil {
-						e.T.Fatalf("%v", err)
-					}
+					tag := e.mint(t, "session_tag")
 					d := e.probeTurn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, tag.Value, st)
 					switch {
 					case t == victim && d.Host == killed:

@@ -25,6 +25,9 @@ type offboardState struct {
 	successor *tenants.Tenant
 }
 
+// offboardKey is gateway-offboarding's victim and successor.
+var offboardKey = &stateKey[offboardState]{"gateway-offboarding"}
+
 func gatewayOffboarding() Spec {
 	return Spec{
 		ID:        "gateway-offboarding",
@@ -44,13 +47,13 @@ func gatewayOffboarding() Spec {
 				e.GatewayOwnKeys()
 				e.GatewayReads()
 				v := e.Shuffled(e.Tenants)[0]
-				e.offboard = &offboardState{victim: v, access: g.Access(v)}
+				*stateOf(e, offboardKey) = offboardState{victim: v, access: g.Access(v)}
 				e.Logf("gateway-offboarding: the victim is %s", v.Name)
 				e.offboardProbe(v, g.Access(v), "")
 			}},
-			{Name: "disable", Run: func(e *Env) { e.offboardStep(e.offboard, harness.StepDisable) }},
-			{Name: "delete", Run: func(e *Env) { e.offboardStep(e.offboard, harness.StepDelete) }},
-			{Name: "same-name-again", Run: func(e *Env) { e.offboardSuccessor(e.offboard) }},
+			{Name: "disable", Run: func(e *Env) { e.offboardStep(stateOf(e, offboardKey), harness.StepDisable) }},
+			{Name: "delete", Run: func(e *Env) { e.offboardStep(stateOf(e, offboardKey), harness.StepDelete) }},
+			{Name: "same-name-again", Run: func(e *Env) { e.offboardSuccessor(stateOf(e, offboardKey)) }},
 		},
 	}
 }
@@ -216,10 +219,7 @@ func (e *Env) offboardSuccessor(st *offboardState) {
 	}
 	e.noteProvisionerSecrets(g)
 	ts := e.Box.Set.Tenants
-	chk, err := invariants.NewChecker(ts)
-	if err != nil {
-		e.T.Fatalf("compile the canaries: %v", err)
-	}
+	chk := e.checker(ts)
 	old := func(label string, body []byte, where invariants.Where) {
 		for _, f := range chk.TextLeaks(label, body, s.Name) {
 			if f.Owner != v.Name {

@@ -1,0 +1,48 @@
+package scenarios
+
+import (
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+)
+
+// gatewayConcurrency is how many chats each tenant makes at once.
+const gatewayConcurrency = 3
+
+func gatewayTenants() Spec {
+	return Spec{
+		ID:        "gateway-tenants",
+		Purpose:   "each tenant's gateway key reaches only its own provider with its own upstream key and model; foreign, upstream and missing keys and foreign models are refused and drive nothing; all at once; again after a restart on the same data",
+		Backends:  []harness.Backend{harness.BackendGateway},
+		Focus:     []Invariant{Requests, Text, Authz, Routing, SharedStore},
+		Snapshots: perTenant(0),
+		Timeout:   5 * time.Minute,
+		Responder: gatewayResponder,
+		Needs:     []Need{NeedLLMGateway},
+		Phases: []Phase{
+			{Name: "own-keys", Run: func(e *Env) {
+				e.StartLLMGateway()
+				e.GatewayOwnKeys()
+			}},
+			{Name: "foreign-keys", Run: func(e *Env) { e.GatewayForeignKeys() }},
+			{Name: "foreign-models", Run: func(e *Env) { e.GatewayForeignModels() }},
+			{Name: "concurrent", Run: func(e *Env) { e.GatewayConcurrent(gatewayConcurrency) }},
+			{Name: "read-apis", Run: func(e *Env) { e.GatewayReads() }},
+			{Name: "restart", Run: func(e *Env) {
+				g := e.llmGateway()
+				if !g.CanRestart() {
+					e.skip("restart", "the harness did not start the gateway (gateway_url): it cannot restart it")
+					return
+				}
+				ctx, cancel := e.ctx(2 * time.Minute)
+				defer cancel()
+				if err := g.Restart(ctx); err != nil {
+					e.T.Fatalf("restart the gateway on the same data folder: %v", err)
+				}
+				e.GatewayOwnKeys()
+				e.GatewayForeignKeys()
+				e.GatewayForeignModels()
+			}},
+		},
+	}
+}
