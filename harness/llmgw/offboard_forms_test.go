@@ -9,10 +9,10 @@ import (
 	"github.com/tenantcanary/tenantcanary/harness"
 )
 
-// TestCredentialsOfPrintedCredentials: each credential the provisioner
+// TestOffboardCredentialsOfPrinted: each credential the provisioner
 // printed is a form of its own, and its long values alone as bearer
 // tokens, unless another form sends the same headers.
-func TestCredentialsOfPrintedCredentials(t *testing.T) {
+func TestOffboardCredentialsOfPrinted(t *testing.T) {
 	t.Parallel()
 	a := harness.GatewayAccess{Key: "sk-0123456789abcdef", Headers: map[string]string{"Authorization": "Bearer access-0123456789abcdef"},
 		Credentials: map[string]map[string]string{
@@ -28,12 +28,12 @@ func TestCredentialsOfPrintedCredentials(t *testing.T) {
 	assert.Equal(t, []string{"gateway key", "management headers", "credential other", "credential other (X-Api-Token) as a bearer token", "credential session"}, names)
 }
 
-// TestRouteProbes: a route's declared forms (a template filled with the
+// TestOffboardRouteProbes: a route's declared forms (a template filled with the
 // caller's own ids) come first, with the controls of a read route; every
 // other credential form follows; the same request is given once; a form
 // the provisioner printed nothing for is a reason; a route whose ids the
 // tenant lacks gives nothing.
-func TestRouteProbes(t *testing.T) {
+func TestOffboardRouteProbes(t *testing.T) {
 	t.Parallel()
 	a := harness.GatewayAccess{Key: "sk-0123456789abcdef", Headers: map[string]string{"Authorization": "Bearer access-0123456789abcdef"},
 		Credentials: map[string]map[string]string{"session": {"Cookie": "session=access-0123456789abcdef"}},
