@@ -74,7 +74,7 @@ func (e *Env) offboardStep(st *offboardState, step string) {
 // every route: on the relay (chat with its own model) and the model list,
 // each form of llmgw.CredentialsOf (its gateway key, its management
 // headers, each header alone, each credential the provisioner printed);
-// on every declared route with its own ids, those and each of the route's
+// on every declared route not public, with its own ids, those and each of the route's
 // own forms (llmgw.RouteProbes: its auth list, templates such as
 // {key}-{channel_id} included). step "" is before offboarding: then only
 // reads are made, and the key on the relay and the model list, and each
@@ -116,8 +116,8 @@ func (e *Env) offboardProbe(v *tenants.Tenant, a harness.GatewayAccess, step str
 		ids[k] = x
 	}
 	for _, r := range spec.Routes {
-		if r.OnServe() {
-			continue
+		if r.OnServe() || r.Public {
+			continue // anyone may call a public route: its acceptance means nothing
 		}
 		rps, skipped := llmgw.RouteProbes(r, a, ids)
 		if step == "" && r.Read {
