@@ -18,7 +18,8 @@ func TestGatewayOffboardFetchOnTestgw(t *testing.T) {
 	tg := testgwTarget(t, "")
 	for id, want := range map[string][]string{
 		"gateway-offboarding": {"gateway key accepted on the relay before offboarding", "management headers accepted on route \"own token\" before offboarding",
-			"own key still served after a neighbour's offboarding", "own key answered by own provider"},
+			"own key still served after a neighbour's offboarding", "own key answered by own provider",
+			`credential session accepted on route "own user" before offboarding`},
 		"gateway-fetch": {"the fetch listener answers on loopback"},
 	} {
 		t.Run(id, func(t *testing.T) {
@@ -190,4 +191,37 @@ func TestGatewayCollideOnTestgw(t *testing.T) {
 		require.Equal(t, Skipped, rep.Result, "%v", rep.Log)
 		assert.Contains(t, rep.Reason, "one model name")
 	})
+}
+
+// TestGatewayOffboardEveryFormOnTestgw is the positive control of
+// offboarding's per-route credential forms: a test gateway where only a
+// form other than the key and the management headers survives a disable
+// (the session cookie the provisioner printed, or the key with a channel
+// suffix that a route's auth template sends) is caught on that form, and
+// the forms that are refused give no finding.
+func TestGatewayOffboardEveryFormOnTestgw(t *testing.T) {
+	t.Parallel()
+	spec, err := Default().Get("gateway-offboarding")
+	require.NoError(t, err)
+	for leak, form := range map[string]string{
+		"stale-cookie": `(credential session) was accepted on route "own user"`,
+		"stale-pin":    `(auth form "key with a channel suffix") was accepted on route "chat through a pinned channel"`,
+	} {
+		t.Run(leak, func(t *testing.T) {
+			t.Parallel()
+			rep := runOne(t, spec, testgwTarget(t, leak))
+			assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
+			fs := findingsOf(rep, invariants.Authz)
+			require.NotEmpty(t, fs, "want an authz finding; got %v", rep.Findings())
+			var details []string
+			for _, f := range fs {
+				details = append(details, f.String())
+			}
+			all := strings.Join(details, "\n")
+			assert.Contains(t, all, "after its disable, ")
+			assert.Contains(t, all, form)
+			assert.NotContains(t, all, "(gateway key) was accepted", "the bare key is refused")
+			assert.NotContains(t, all, "(management headers) was accepted", "the access token as a bearer is refused")
+		})
+	}
 }

@@ -73,14 +73,17 @@ func (e *Env) offboardStep(st *offboardState, step string) {
 	e.neighboursServed(st.victim, "after "+st.victim.Name+"'s "+step)
 }
 
-// offboardProbe presents every credential form of the victim's access
-// (its gateway key, its management headers, each header alone) on every
-// route: the relay (chat with its own model), the model list and every
-// declared route with its own ids. step "" is before offboarding: then
-// only reads are made, and the key on the relay and the headers on the
-// read routes must be accepted (the positive control that the refusals
-// after a step mean something). After a step, any acceptance is an Authz
-// finding, and so is any request on any provider.
+// offboardProbe presents every credential form of the victim's access on
+// every route: on the relay (chat with its own model) and the model list,
+// each form of llmgw.CredentialsOf (its gateway key, its management
+// headers, each header alone, each credential the provisioner printed);
+// on every declared route not public, with its own ids, those and each of the route's
+// own forms (llmgw.RouteProbes: its auth list, templates such as
+// {key}-{channel_id} included). step "" is before offboarding: then only
+// reads are made, and the key on the relay and the model list, and each
+// declared form of a read route, must be accepted (the positive control
+// that the refusals after a step mean something). After a step, any
+// acceptance is an Authz finding, and so is any request on any provider.
 func (e *Env) offboardProbe(v *tenants.Tenant, a harness.GatewayAccess, step string) {
 	e.T.Helper()
 	g := e.llmGateway()
@@ -92,61 +95,69 @@ func (e *Env) offboardProbe(v *tenants.Tenant, a harness.GatewayAccess, step str
 		when = "after " + step
 	}
 	type probe struct {
-		what, method, path string
-		body               []byte
-		ok                 func(status int, body []byte) bool
-		control            bool // must be accepted before offboarding
-		write              bool // changes something: only after a step
+		what, form string
+		call       llmgw.Filled
+		ok         func(status int, body []byte) bool
+		control    bool // must be accepted before offboarding
+		write      bool // changes something: only after a step
 	}
+	var probes []probe
+	chat := fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "offboarding probe of %s"}]}`, a.Models[0], v.Name)
 	for _, cred := range llmgw.CredentialsOf(a) {
 		keyForm := cred.Name == "gateway key"
-		var probes []probe
-		chat := fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "offboarding probe of %s"}]}`, a.Models[0], v.Name)
-		probes = append(probes, probe{what: "the relay", method: http.MethodPost, path: a.BasePath + g.ChatPath(), body: []byte(chat),
-			ok: func(s int, _ []byte) bool { return s/100 == 2 }, control: keyForm})
+		probes = append(probes, probe{what: "the relay", form: cred.Name, control: keyForm,
+			call: llmgw.Filled{Method: http.MethodPost, Path: a.BasePath + g.ChatPath(), Body: chat, Headers: cred.Headers},
+			ok:   func(s int, _ []byte) bool { return s/100 == 2 }})
 		if spec.ModelsPath != "" {
-			probes = append(probes, probe{what: "the model list", method: http.MethodGet, path: a.BasePath + spec.ModelsPath,
-				ok: func(s int, b []byte) bool { return s/100 == 2 && strings.Contains(string(b), a.Models[0]) }, control: keyForm})
+			probes = append(probes, probe{what: "the model list", form: cred.Name, control: keyForm,
+				call: llmgw.Filled{Method: http.MethodGet, Path: a.BasePath + spec.ModelsPath, Headers: cred.Headers},
+				ok:   func(s int, b []byte) bool { return s/100 == 2 && strings.Contains(string(b), a.Models[0]) }})
 		}
-		for _, r := range spec.Routes {
-			path, body, ok := llmgw.FillRoute(r, a.IDs)
-			if !ok {
-				continue
-			}
-			var b []byte
-			if body != "" {
-				b = []byte(body)
-			}
-			own := llmgw.Credentials(r, a)
-			form := sameHeaders(own, cred.Headers)
-			probes = append(probes, probe{what: fmt.Sprintf("route %q", r.Name), method: r.Method, path: path, body: b,
-				ok: r.Succeeded, control: r.Read && form, write: !r.Read})
+	}
+	ids := e.routes().capturedOf(v.Name)
+	for k, x := range a.IDs {
+		ids[k] = x
+	}
+	for _, r := range spec.Routes {
+		if r.OnServe() || r.Public {
+			continue // anyone may call a public route: its acceptance means nothing
 		}
-		for _, p := range probes {
-			if p.write && step == "" {
-				continue
+		rps, skipped := llmgw.RouteProbes(r, a, ids)
+		if step == "" && r.Read {
+			for _, why := range skipped {
+				e.gatewayControl(v, fmt.Sprintf("every declared form of route %q can be sent before offboarding", r.Name), false, why)
 			}
-			ctx, cancel := e.ctx(30 * time.Second)
-			rep, err := g.Do(ctx, p.method, p.path, cred.Headers, p.body)
-			cancel()
-			if err != nil {
-				e.T.Fatalf("offboarding probe of %s's %s on %s: %v", v.Name, cred.Name, p.what, err)
+		}
+		for _, rp := range rps {
+			probes = append(probes, probe{what: fmt.Sprintf("route %q", r.Name), form: rp.Form, call: rp.Call,
+				ok: r.Succeeded, control: rp.Control, write: !r.Read})
+		}
+	}
+	for _, p := range probes {
+		if p.write && step == "" {
+			continue
+		}
+		ctx, cancel := e.ctx(30 * time.Second)
+		rep, err := g.Send(ctx, p.call)
+		cancel()
+		if err != nil {
+			e.T.Fatalf("offboarding probe of %s's %s on %s: %v", v.Name, p.form, p.what, err)
+		}
+		c := p.call
+		label := fmt.Sprintf("%s's %s on %s (%s %s) %s", v.Name, p.form, p.what, c.Method, c.Path, when)
+		e.KeepText(v, label, rep.Body)
+		accepted := p.ok(rep.Status, rep.Body)
+		if step == "" {
+			if p.control {
+				e.gatewayControl(v, fmt.Sprintf("%s accepted on %s before offboarding", p.form, p.what), accepted,
+					fmt.Sprintf("%s %s: HTTP %d: %s", c.Method, c.Path, rep.Status, excerpt(rep.Body)))
 			}
-			label := fmt.Sprintf("%s's %s on %s (%s %s) %s", v.Name, cred.Name, p.what, p.method, p.path, when)
-			e.KeepText(v, label, rep.Body)
-			accepted := p.ok(rep.Status, rep.Body)
-			if step == "" {
-				if p.control {
-					e.gatewayControl(v, fmt.Sprintf("%s accepted on %s before offboarding", cred.Name, p.what), accepted,
-						fmt.Sprintf("%s %s: HTTP %d: %s", p.method, p.path, rep.Status, excerpt(rep.Body)))
-				}
-				continue
-			}
-			if accepted {
-				e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: v.Name,
-					Where:  invariants.Where{Label: p.what, Method: p.method, Path: p.path, Part: cred.Name},
-					Detail: fmt.Sprintf("after its %s, %s's credential (%s) was accepted on %s: HTTP %d", step, v.Name, cred.Name, p.what, rep.Status), Excerpt: excerpt(rep.Body)})
-			}
+			continue
+		}
+		if accepted {
+			e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: v.Name,
+				Where:  invariants.Where{Label: p.what, Method: c.Method, Path: c.Path, Part: p.form},
+				Detail: fmt.Sprintf("after its %s, %s's credential (%s) was accepted on %s: HTTP %d", step, v.Name, p.form, p.what, rep.Status), Excerpt: excerpt(rep.Body)})
 		}
 	}
 	if step == "" {
@@ -159,19 +170,6 @@ func (e *Env) offboardProbe(v *tenants.Tenant, a harness.GatewayAccess, step str
 				Detail: fmt.Sprintf("%s's credentials after its %s drove %d request(s) to this provider", v.Name, step, n)})
 		}
 	}
-}
-
-// sameHeaders reports whether a and b are the same headers.
-func sameHeaders(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // neighboursServed: every tenant but v (and tenants already offboarded)

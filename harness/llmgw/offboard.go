@@ -255,15 +255,27 @@ type Credential struct {
 
 // CredentialsOf are every credential form a tenant's access holds: its
 // gateway key (Authorization: Bearer), its management headers together,
-// and each header value alone as a bearer token (a session token
-// presented on the relay).
+// each header value alone as a bearer token (a session token presented
+// on the relay), and each credential the provisioner printed
+// (credentials.NAME, a session cookie say), with each of its values alone
+// as a bearer token too. Forms that send the same headers are given once.
+// A route's own forms (its auth templates) are RouteProbes'.
 func CredentialsOf(a harness.GatewayAccess) []Credential {
 	var out []Credential
+	seen := map[string]bool{}
+	add := func(c Credential) {
+		k := headersKey(c.Headers)
+		if seen[k] {
+			return
+		}
+		seen[k] = true
+		out = append(out, c)
+	}
 	if a.Key != "" {
-		out = append(out, Credential{Name: "gateway key", Headers: map[string]string{"Authorization": "Bearer " + a.Key}})
+		add(Credential{Name: "gateway key", Headers: map[string]string{"Authorization": "Bearer " + a.Key}})
 	}
 	if len(a.Headers) > 0 {
-		out = append(out, Credential{Name: "management headers", Headers: a.Headers})
+		add(Credential{Name: "management headers", Headers: a.Headers})
 	}
 	names := make([]string, 0, len(a.Headers))
 	for k := range a.Headers {
@@ -273,8 +285,34 @@ func CredentialsOf(a harness.GatewayAccess) []Credential {
 	for _, k := range names {
 		v := strings.TrimSpace(strings.TrimPrefix(a.Headers[k], "Bearer "))
 		if len(v) >= 16 && "Bearer "+v != "Bearer "+a.Key && !(k == "Authorization" && len(a.Headers) == 1) {
-			out = append(out, Credential{Name: "header " + k + " as a bearer token", Headers: map[string]string{"Authorization": "Bearer " + v}})
+			add(Credential{Name: "header " + k + " as a bearer token", Headers: map[string]string{"Authorization": "Bearer " + v}})
+		}
+	}
+	creds := make([]string, 0, len(a.Credentials))
+	for n := range a.Credentials {
+		creds = append(creds, n)
+	}
+	sort.Strings(creds)
+	for _, n := range creds {
+		hs := a.Credentials[n]
+		if len(hs) == 0 {
+			continue
+		}
+		add(Credential{Name: "credential " + n, Headers: hs})
+		for _, k := range sortedHeaderNames(hs) {
+			if v := credentialValue(hs[k]); len(v) >= 16 {
+				add(Credential{Name: "credential " + n + " (" + k + ") as a bearer token", Headers: map[string]string{"Authorization": "Bearer " + v}})
+			}
 		}
 	}
 	return out
+}
+
+// headersKey tells header sets apart: the same key is the same headers.
+func headersKey(h map[string]string) string {
+	var b strings.Builder
+	for _, k := range sortedHeaderNames(h) {
+		b.WriteString(k + ":" + h[k] + "\x00")
+	}
+	return b.String()
 }

@@ -9,6 +9,16 @@
 //	  "headers": {"Authorization": "<the user's access token>"},
 //	  "ids": {"user": "2", "token": "3", "channel": "1"}}}}
 //
+// With the argument deprovision it offboards one tenant instead (the
+// target's llm_gateway.deprovision): it reads the harness's request on
+// stdin,
+//
+//	{"step": "disable"|"delete", "tenant": "alpha", "access": {"ids": {"user": "2", "channel": "1", ...}, ...}}
+//
+// and disables the tenant's user, or deletes its user and its channel,
+// through the admin API (POST /api/user/manage, DELETE /api/channel/ID).
+// It prints nothing.
+//
 // Environment: GATEWAY_URL (http://127.0.0.1:PORT: one-api binds every
 // interface, reach it on loopback) and ROOT_TOKEN (one-api's
 // INITIAL_ROOT_ACCESS_TOKEN).
@@ -38,19 +48,34 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	fl := flag.NewFlagSet("provision", flag.ContinueOnError)
 	timeout := fl.Duration("timeout", 2*time.Minute, "give up after this long")
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "usage: GATEWAY_URL=http://127.0.0.1:PORT ROOT_TOKEN=T provision [--timeout D] < tenants.json")
+		fmt.Fprintln(fl.Output(), "usage: GATEWAY_URL=http://127.0.0.1:PORT ROOT_TOKEN=T provision [--timeout D] < tenants.json\n"+
+			"       GATEWAY_URL=http://127.0.0.1:PORT ROOT_TOKEN=T provision [--timeout D] deprovision < request.json")
 		fl.PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
-	if fl.NArg() > 0 {
+	deprovision := fl.NArg() == 1 && fl.Arg(0) == "deprovision"
+	if fl.NArg() > 0 && !deprovision {
 		fl.Usage()
-		return fmt.Errorf("unexpected argument %q", fl.Arg(0))
+		return fmt.Errorf("unexpected argument %q (want none, or deprovision)", fl.Arg(0))
 	}
 	url, token := os.Getenv("GATEWAY_URL"), os.Getenv("ROOT_TOKEN")
 	if url == "" || token == "" {
 		return errors.New("set GATEWAY_URL (one-api's base URL) and ROOT_TOKEN (its INITIAL_ROOT_ACCESS_TOKEN)")
+	}
+	if deprovision {
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return fmt.Errorf("read the deprovision request from stdin: %w", err)
+		}
+		req, err := oneapi.DecodeDeprovision("stdin", data)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		defer cancel()
+		return oneapi.Deprovision(ctx, oneapi.NewClient(url, token), req)
 	}
 	where, data, err := readRoster(stdin)
 	if err != nil {

@@ -38,6 +38,9 @@ func TestRunRefusesBadInput(t *testing.T) {
 	if err := run([]string{"extra"}, strings.NewReader(""), &out); err == nil || !strings.Contains(err.Error(), `"extra"`) {
 		t.Errorf("an extra argument: %v", err)
 	}
+	if err := run([]string{"deprovision"}, strings.NewReader(`{"step": "pause", "tenant": "alpha", "access": {"ids": {"user": "2", "channel": "1"}}}`), &out); !errors.Is(err, oneapi.ErrDeprovision) {
+		t.Errorf("an unknown deprovision step: %v, want ErrDeprovision", err)
+	}
 	if out.Len() != 0 {
 		t.Errorf("stdout after refusals: %q, want nothing", out.String())
 	}
