@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tenantcanary/tenantcanary/internal/dialecttest"
+	"github.com/tenantcanary/tenantcanary/harness/dialecttest"
 )
 
 // TestTargetCheck runs `canary-run target check` against
