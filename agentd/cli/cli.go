@@ -146,6 +146,21 @@ func homes(env *Env) (profile.Homes, error) {
 	return h, nil
 }
 
+// subcommandHomes opens a command that takes a subcommand: its usage (and
+// ExitUsage) when args name none, else the homes, or ExitFailure when they
+// cannot be resolved.
+func subcommandHomes(env *Env, args []string, use string) (profile.Homes, int) {
+	if len(args) == 0 {
+		fmt.Fprintln(env.Stderr, use)
+		return profile.Homes{}, ExitUsage
+	}
+	h, err := homes(env)
+	if err != nil {
+		return h, fail(env, "%v", err)
+	}
+	return h, ExitOK
+}
+
 func fail(env *Env, format string, args ...any) int {
 	fmt.Fprintf(env.Stderr, "agentd: "+format+"\n", args...)
 	return ExitFailure
@@ -236,13 +251,9 @@ func reserveStdout() (*os.File, error) {
 
 func runProfile(ctx context.Context, env *Env, args []string) int {
 	const use = "usage: agentd profile root | list | create NAME | delete NAME"
-	if len(args) == 0 {
-		fmt.Fprintln(env.Stderr, use)
-		return ExitUsage
-	}
-	h, err := homes(env)
-	if err != nil {
-		return fail(env, "%v", err)
+	h, code := subcommandHomes(env, args, use)
+	if code != ExitOK {
+		return code
 	}
 	switch args[0] {
 	case "root":
@@ -281,13 +292,9 @@ func runProfile(ctx context.Context, env *Env, args []string) int {
 
 func runCron(ctx context.Context, env *Env, args []string) int {
 	const use = "usage: agentd cron create --name N --prompt P --every D [--profile P] | trigger [--profile P] ID | list [--profile P] [--json] | tick"
-	if len(args) == 0 {
-		fmt.Fprintln(env.Stderr, use)
-		return ExitUsage
-	}
-	h, err := homes(env)
-	if err != nil {
-		return fail(env, "%v", err)
+	h, code := subcommandHomes(env, args, use)
+	if code != ExitOK {
+		return code
 	}
 	fs := flag.NewFlagSet("agentd cron "+args[0], flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
