@@ -314,35 +314,33 @@ func runCron(ctx context.Context, env *Env, args []string) int {
 		}
 		return cron.ForProfile(p), p, true
 	}
+	// oneJob runs a subcommand that makes or fires one job (when its
+	// arguments are usable) and prints the job's id.
+	oneJob := func(usable bool, do func(cron.Jobs) (cron.Job, error)) int {
+		jobs, _, ok := getJobs()
+		if !ok {
+			return ExitFailure
+		}
+		if !usable {
+			fmt.Fprintln(env.Stderr, use)
+			return ExitUsage
+		}
+		job, err := do(jobs)
+		if err != nil {
+			return fail(env, "%v", err)
+		}
+		fmt.Fprintln(env.Stdout, job.ID)
+		return ExitOK
+	}
 	switch args[0] {
 	case "create":
-		jobs, _, ok := getJobs()
-		if !ok {
-			return ExitFailure
-		}
-		if *prompt == "" || *every == "" {
-			fmt.Fprintln(env.Stderr, use)
-			return ExitUsage
-		}
-		job, err := jobs.Create(*name, *prompt, *every, time.Now())
-		if err != nil {
-			return fail(env, "%v", err)
-		}
-		fmt.Fprintln(env.Stdout, job.ID)
+		return oneJob(*prompt != "" && *every != "", func(jobs cron.Jobs) (cron.Job, error) {
+			return jobs.Create(*name, *prompt, *every, time.Now())
+		})
 	case "trigger":
-		jobs, _, ok := getJobs()
-		if !ok {
-			return ExitFailure
-		}
-		if fs.NArg() != 1 {
-			fmt.Fprintln(env.Stderr, use)
-			return ExitUsage
-		}
-		job, err := jobs.Trigger(fs.Arg(0), time.Now())
-		if err != nil {
-			return fail(env, "%v", err)
-		}
-		fmt.Fprintln(env.Stdout, job.ID)
+		return oneJob(fs.NArg() == 1, func(jobs cron.Jobs) (cron.Job, error) {
+			return jobs.Trigger(fs.Arg(0), time.Now())
+		})
 	case "list":
 		jobs, _, ok := getJobs()
 		if !ok {

@@ -88,12 +88,7 @@ func (s *Server) cronTrigger(ctx context.Context, c *rpc.Call) (any, error) {
 		Profile string `json:"profile"`
 		ID      string `json:"id"`
 	}
-	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, func() error {
-		if p.ID == "" {
-			return rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: id is required")
-		}
-		return nil
-	})
+	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, required(&p.ID, "cron.trigger: id is required"))
 	if err != nil {
 		return nil, err
 	}

@@ -108,12 +108,7 @@ func (s *Server) sessionResume(ctx context.Context, c *rpc.Call) (any, error) {
 		SessionID string `json:"session_id"`
 		Profile   string `json:"profile"`
 	}
-	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, func() error {
-		if p.SessionID == "" {
-			return rpc.Errorf(rpc.CodeInvalidParams, "session.resume: session_id (a stored session id) is required")
-		}
-		return nil
-	})
+	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, required(&p.SessionID, "session.resume: session_id (a stored session id) is required"))
 	if err != nil {
 		return nil, err
 	}

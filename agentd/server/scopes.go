@@ -47,6 +47,16 @@ func (s *Server) boundScope(ctx context.Context, c *rpc.Call, p any, profile *st
 	return s.callerScope(ctx, c, *profile)
 }
 
+// required is a boundScope check that refuses an empty *v with msg.
+func required(v *string, msg string) func() error {
+	return func() error {
+		if *v == "" {
+			return rpc.Errorf(rpc.CodeInvalidParams, "%s", msg)
+		}
+		return nil
+	}
+}
+
 // scopeFor returns a profile's scope held for one piece of work (a
 // scope.Pool use: the profile's deletion waits for release), mapping
 // errors to protocol codes. A profile being deleted is unknown (4064). A
