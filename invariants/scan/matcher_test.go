@@ -244,80 +244,58 @@ func TestMatcherMemoryFor1000Tenants(t *testing.T) {
 // `canary-run scan --canaries canaries-N.json corpus-N.txt` can be timed
 // beside it.
 func BenchmarkScan(b *testing.B) {
-	mb := 32
-	if s := os.Getenv("SCAN_BENCH_MB"); s != "" {
-		v, err := strconv.Atoi(s)
-		require.NoError(b, err, "SCAN_BENCH_MB")
-		mb = v
-	}
-	for _, tenants := range []int{2, 64} {
-		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(7, uint64(tenants)))
-			pats := testPatterns(rng, tenants)
-			corpus := textCorpus(rng, mb<<20)
-			planted := 0
-			for k := 0; k < 8; k++ {
-				f := plantForm(pats[rng.IntN(len(pats))].Value, Encodings[k%len(Encodings)], k%3)
-				copy(corpus[rng.IntN(len(corpus)-len(f)):], f)
-				planted++
+	benchEachCorpus(b, func(b *testing.B, tenants int, rng *rand.Rand, pats []Pattern, corpus []byte) {
+		planted := 0
+		for k := 0; k < 8; k++ {
+			f := plantForm(pats[rng.IntN(len(pats))].Value, Encodings[k%len(Encodings)], k%3)
+			copy(corpus[rng.IntN(len(corpus)-len(f)):], f)
+			planted++
+		}
+		m, err := Compile(pats)
+		require.NoError(b, err)
+		if dir := os.Getenv("SCAN_BENCH_DIR"); dir != "" {
+			var raw strings.Builder
+			for _, p := range pats {
+				raw.WriteString(p.Value + "\n")
 			}
-			m, err := Compile(pats)
+			require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("corpus-%d.txt", tenants)), corpus, 0o644))
+			require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("raw-patterns-%d.txt", tenants)), []byte(raw.String()), 0o644))
+			js, err := json.Marshal(pats)
 			require.NoError(b, err)
-			if dir := os.Getenv("SCAN_BENCH_DIR"); dir != "" {
-				var raw strings.Builder
-				for _, p := range pats {
-					raw.WriteString(p.Value + "\n")
-				}
-				require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("corpus-%d.txt", tenants)), corpus, 0o644))
-				require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("raw-patterns-%d.txt", tenants)), []byte(raw.String()), 0o644))
-				js, err := json.Marshal(pats)
-				require.NoError(b, err)
-				require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("canaries-%d.json", tenants)), js, 0o644))
-			}
-			b.SetBytes(int64(len(corpus)))
-			b.ResetTimer()
-			found := 0
-			for b.Loop() {
-				found = 0
-				m.Find(corpus, func(Match) { found++ })
-			}
-			if found < planted-1 { // two plants may overlap
-				b.Fatalf("found %d matches, planted %d", found, planted)
-			}
-		})
-	}
+			require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("canaries-%d.json", tenants)), js, 0o644))
+		}
+		b.SetBytes(int64(len(corpus)))
+		b.ResetTimer()
+		found := 0
+		for b.Loop() {
+			found = 0
+			m.Find(corpus, func(Match) { found++ })
+		}
+		if found < planted-1 { // two plants may overlap
+			b.Fatalf("found %d matches, planted %d", found, planted)
+		}
+	})
 }
 
 // BenchmarkFile is BenchmarkScan through File: the corpus read from a
 // file (page cache) in chunks, as the scan command reads it.
 func BenchmarkFile(b *testing.B) {
-	mb := 32
-	if s := os.Getenv("SCAN_BENCH_MB"); s != "" {
-		v, err := strconv.Atoi(s)
-		require.NoError(b, err, "SCAN_BENCH_MB")
-		mb = v
-	}
-	for _, tenants := range []int{2, 64} {
-		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(7, uint64(tenants)))
-			pats := testPatterns(rng, tenants)
-			corpus := textCorpus(rng, mb<<20)
-			f := plantForm(pats[0].Value, Hex, 0)
-			copy(corpus[len(corpus)/2:], f)
-			path := filepath.Join(b.TempDir(), "corpus.txt")
-			require.NoError(b, os.WriteFile(path, corpus, 0o600))
-			m, err := Compile(pats)
-			require.NoError(b, err)
-			b.SetBytes(int64(len(corpus)))
-			b.ResetTimer()
-			for b.Loop() {
-				r := m.File(context.Background(), path)
-				if len(r.Hits) != 1 || len(r.Skipped) != 0 {
-					b.Fatalf("hits %d, skipped %v", len(r.Hits), r.Skipped)
-				}
+	benchEachCorpus(b, func(b *testing.B, tenants int, rng *rand.Rand, pats []Pattern, corpus []byte) {
+		f := plantForm(pats[0].Value, Hex, 0)
+		copy(corpus[len(corpus)/2:], f)
+		path := filepath.Join(b.TempDir(), "corpus.txt")
+		require.NoError(b, os.WriteFile(path, corpus, 0o600))
+		m, err := Compile(pats)
+		require.NoError(b, err)
+		b.SetBytes(int64(len(corpus)))
+		b.ResetTimer()
+		for b.Loop() {
+			r := m.File(context.Background(), path)
+			if len(r.Hits) != 1 || len(r.Skipped) != 0 {
+				b.Fatalf("hits %d, skipped %v", len(r.Hits), r.Skipped)
 			}
-		})
-	}
+		}
+	})
 }
 
 // BenchmarkCompile measures building the matcher for 64 and 1,000 tenants.
