@@ -82,9 +82,7 @@ func TestEncodedFormsDecodeBack(t *testing.T) {
 func TestFindsEveryEncoding(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
-	pats := testPatterns(rng, 4)
-	m, err := Compile(pats)
-	require.NoError(t, err)
+	m, pats := compileSeeded(t, rng, 4)
 	target := pats[13] // beta's api_server_key
 	for _, enc := range Encodings {
 		for align := 0; align < 5; align++ {
@@ -122,9 +120,7 @@ func TestFindsEveryEncoding(t *testing.T) {
 func TestCleanTextStaysClean(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
-	pats := testPatterns(rng, 2)
-	m, err := Compile(pats)
-	require.NoError(t, err)
+	m, pats := compileSeeded(t, rng, 2)
 	v := pats[0].Value // provider-key-alpha-<tag>
 	tag := v[len(v)-10:]
 	for name, text := range map[string]string{
@@ -176,9 +172,7 @@ func TestAgreesWithNaiveAcrossChunks(t *testing.T) {
 	t.Parallel()
 	for seed := uint64(0); seed < 6; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 99))
-		pats := testPatterns(rng, 1+int(seed)*5)
-		m, err := Compile(pats)
-		require.NoError(t, err)
+		m, pats := compileSeeded(t, rng, 1+int(seed)*5)
 		corpus := textCorpus(rng, 20000)
 		for k := 0; k < 40; k++ {
 			p := pats[rng.IntN(len(pats))]
@@ -349,9 +343,7 @@ func TestUTF16ReportedOnce(t *testing.T) {
 func TestCursorsMeet(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(11, 12))
-	pats := testPatterns(rng, 3)
-	m, err := Compile(pats)
-	require.NoError(t, err)
+	m, pats := compileSeeded(t, rng, 3)
 	for _, size := range []int{2*splitMin + m.window, 3*splitMin + 17, 4*splitMin + m.window, 50000} {
 		b := findParts(m.window-1, size)
 		require.Len(t, b, map[bool]int{false: 3, true: 5}[size >= 4*splitMin+m.window-1], "size %d", size)
