@@ -397,6 +397,15 @@ func (a *agentd) completes(sid string) int {
 }
 
 // turn submits a prompt and waits for that session's next message.complete.
+// probeIn opens a session of profile ("" the launch profile) and runs one
+// probe turn in it; it returns the session id.
+func (a *agentd) probeIn(profile string) string {
+	a.t.Helper()
+	sid, _ := a.create(profile)
+	a.turn(sid, "probe")
+	return sid
+}
+
 func (a *agentd) turn(sid, text string) map[string]any {
 	a.t.Helper()
 	before := a.completes(sid)
