@@ -4,7 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -183,18 +184,9 @@ func fillDefault(s *string, def string) {
 
 func (d *Dialect) validate() []error {
 	var errs []error
-	known := map[string]bool{}
-	for _, op := range LogicalOps {
-		known[op] = true
-	}
-	names := make([]string, 0, len(d.Methods))
-	for op := range d.Methods {
-		names = append(names, op)
-	}
-	sort.Strings(names)
-	for _, op := range names {
+	for _, op := range slices.Sorted(maps.Keys(d.Methods)) {
 		m := d.Methods[op]
-		if !known[op] {
+		if !slices.Contains(LogicalOps, op) {
 			errs = append(errs, fmt.Errorf("dialect.methods: unknown operation %q (known: %s)", op, strings.Join(LogicalOps, " ")))
 			continue
 		}

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
@@ -191,18 +192,9 @@ func (p *ProbePlugin) validate() []error {
 			errs = append(errs, fmt.Errorf("probe_plugin.host_cmdline: %w", err))
 		}
 	}
-	known := map[string]bool{}
-	for _, a := range ProbeAbilities {
-		known[a] = true
-	}
-	names := make([]string, 0, len(p.Unsupported))
-	for a := range p.Unsupported {
-		names = append(names, a)
-	}
-	sort.Strings(names)
-	for _, a := range names {
+	for _, a := range slices.Sorted(maps.Keys(p.Unsupported)) {
 		switch {
-		case !known[a]:
+		case !slices.Contains(ProbeAbilities, a):
 			errs = append(errs, fmt.Errorf("probe_plugin.unsupported: unknown ability %q (known: %s)", a, strings.Join(ProbeAbilities, " ")))
 		case strings.TrimSpace(p.Unsupported[a]) == "":
 			errs = append(errs, fmt.Errorf("probe_plugin.unsupported.%s: give the reason", a))

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 )
 
 // ErrClosed is returned by calls and waits on a connection that has closed.
@@ -266,11 +268,7 @@ func (c *RPC) EventCount() int {
 // satisfies pred. A failed wait names what it waited for (what) and shows
 // the last frames.
 func (c *RPC) WaitEvent(ctx context.Context, from int, what string, pred func(Event) bool) (Event, error) {
-	stop := context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		c.cond.Broadcast()
-		c.mu.Unlock()
-	})
+	stop := syncio.WakeWhenDone(ctx, c.cond)
 	defer stop()
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -247,26 +247,23 @@ func appendFrame(b []byte, f *Frame) []byte {
 		b = append(b, k...)
 		b = append(b, '"', ':')
 	}
-	if f.ID != 0 {
-		key("id")
-		b = strconv.AppendUint(b, f.ID, 10)
+	number := func(k string, v uint64) { // omitempty
+		if v != 0 {
+			key(k)
+			b = strconv.AppendUint(b, v, 10)
+		}
 	}
-	if f.Re != 0 {
-		key("re")
-		b = strconv.AppendUint(b, f.Re, 10)
+	text := func(k, v string) { // omitempty
+		if v != "" {
+			key(k)
+			b = appendString(b, v)
+		}
 	}
-	if f.Op != "" {
-		key("op")
-		b = appendString(b, f.Op)
-	}
-	if f.Parent != 0 {
-		key("parent")
-		b = strconv.AppendUint(b, f.Parent, 10)
-	}
-	if f.Session != "" {
-		key("session")
-		b = appendString(b, f.Session)
-	}
+	number("id", f.ID)
+	number("re", f.Re)
+	text("op", f.Op)
+	number("parent", f.Parent)
+	text("session", f.Session)
 	if f.TimeoutMS != 0 {
 		key("timeout_ms")
 		b = strconv.AppendInt(b, f.TimeoutMS, 10)

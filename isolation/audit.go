@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
 	"io"
 	"os"
@@ -32,24 +31,12 @@ type Report struct {
 // enforces. Only calls on values of type plugin.Context count.
 func AuditDir(dir string) (Report, error) {
 	rep := Report{Plugin: filepath.Base(dir), Dir: dir}
-	entries, err := os.ReadDir(dir)
+	var findings []Finding
+	nfiles, err := eachGoFile(dir, func(_ string, _ *token.FileSet, f *ast.File) {
+		findings = append(findings, auditFile(f)...)
+	})
 	if err != nil {
 		return rep, fmt.Errorf("audit plugin %s: %w", dir, err)
-	}
-	fset := token.NewFileSet()
-	var findings []Finding
-	nfiles := 0
-	for _, e := range entries {
-		n := e.Name()
-		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.SkipObjectResolution)
-		if err != nil {
-			return rep, fmt.Errorf("audit plugin %s: %w", dir, err)
-		}
-		nfiles++
-		findings = append(findings, auditFile(f)...)
 	}
 	if nfiles == 0 {
 		return rep, fmt.Errorf("audit plugin %s: no Go source in the folder", dir)
@@ -60,17 +47,7 @@ func AuditDir(dir string) (Report, error) {
 }
 
 func auditFile(f *ast.File) []Finding {
-	pkgName := ""
-	for _, imp := range f.Imports {
-		p, _ := strconv.Unquote(imp.Path.Value)
-		if p != SDKImportPath {
-			continue
-		}
-		pkgName = "plugin"
-		if imp.Name != nil {
-			pkgName = imp.Name.Name
-		}
-	}
+	pkgName := importName(f, SDKImportPath, "plugin")
 	if pkgName == "" || pkgName == "_" {
 		return nil
 	}

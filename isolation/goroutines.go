@@ -3,13 +3,8 @@ package isolation
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 )
 
 // InProcessRefused are constructs refused in plugin code loaded in-process,
@@ -26,30 +21,9 @@ var InProcessRefused = map[string]string{
 // running it) and lists every use of an InProcessRefused construct, as
 // "file:line: construct: reason".
 func InProcessHazards(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("check plugin %s for goroutines: %w", dir, err)
-	}
-	fset := token.NewFileSet()
 	var out []string
-	for _, e := range entries {
-		n := e.Name()
-		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.SkipObjectResolution)
-		if err != nil {
-			return nil, fmt.Errorf("check plugin %s for goroutines: %w", dir, err)
-		}
-		timeName := ""
-		for _, imp := range f.Imports {
-			if p, _ := strconv.Unquote(imp.Path.Value); p == "time" {
-				timeName = "time"
-				if imp.Name != nil {
-					timeName = imp.Name.Name
-				}
-			}
-		}
+	_, err := eachGoFile(dir, func(n string, fset *token.FileSet, f *ast.File) {
+		timeName := importName(f, "time", "time")
 		add := func(pos token.Pos, what string) {
 			p := fset.Position(pos)
 			out = append(out, fmt.Sprintf("%s:%d: %s: %s", n, p.Line, what, InProcessRefused[what]))
@@ -65,6 +39,9 @@ func InProcessHazards(dir string) ([]string, error) {
 			}
 			return true
 		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("check plugin %s for goroutines: %w", dir, err)
 	}
 	sort.Strings(out)
 	return out, nil

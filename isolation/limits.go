@@ -118,14 +118,8 @@ func parseDuration(v any) (time.Duration, error) {
 // parseSize reads a byte size: a number of bytes, or a number with a unit
 // (K, M, G, T, with or without "i" and "B"; all powers of 1024), or "off".
 func parseSize(v any) (int64, error) {
-	if isOff(v) {
-		return 0, nil
-	}
-	switch v := v.(type) {
-	case int:
-		return int64(v), nonNegative(int64(v))
-	case string:
-		s := strings.ToUpper(strings.TrimSpace(v))
+	return parseWhole(v, func(s string) (int64, bool) {
+		s = strings.ToUpper(strings.TrimSpace(s))
 		s = strings.TrimSuffix(strings.TrimSuffix(s, "B"), "I")
 		mult := int64(1)
 		if n := len(s); n > 0 {
@@ -135,15 +129,22 @@ func parseSize(v any) (int64, error) {
 			}
 		}
 		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || f < 0 {
-			return 0, fmt.Errorf("%q is not a size (want e.g. \"512MiB\", \"2G\", a number of bytes, or \"off\")", v)
-		}
-		return int64(f * float64(mult)), nil
-	}
-	return 0, fmt.Errorf("%v is a %T; want a size such as \"2GiB\"", v, v)
+		return int64(f * float64(mult)), err == nil && f >= 0
+	}, `size (want e.g. "512MiB", "2G", a number of bytes, or "off")`, `a size such as "2GiB"`)
 }
 
+// parseCount reads a whole number, or "off".
 func parseCount(v any) (int64, error) {
+	return parseWhole(v, func(s string) (int64, bool) {
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		return n, err == nil && n >= 0
+	}, `count (want a whole number or "off")`, "a whole number")
+}
+
+// parseWhole reads a limit held in an int64: "off" (0), a YAML int, or a
+// string parse reads (false: it is not one; the error says it is not a
+// what). Any other type wants want.
+func parseWhole(v any, parse func(string) (int64, bool), what, want string) (int64, error) {
 	if isOff(v) {
 		return 0, nil
 	}
@@ -151,13 +152,13 @@ func parseCount(v any) (int64, error) {
 	case int:
 		return int64(v), nonNegative(int64(v))
 	case string:
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil || n < 0 {
-			return 0, fmt.Errorf("%q is not a count (want a whole number or \"off\")", v)
+		n, ok := parse(v)
+		if !ok {
+			return 0, fmt.Errorf("%q is not a %s", v, what)
 		}
 		return n, nil
 	}
-	return 0, fmt.Errorf("%v is a %T; want a whole number", v, v)
+	return 0, fmt.Errorf("%v is a %T; want %s", v, v, want)
 }
 
 func nonNegative(n int64) error {

@@ -74,32 +74,44 @@ func answerAfter(latency time.Duration) fakellm.Responder {
 	}
 }
 
+// benchProvider gives tn a provider answering answerAfter(latency) (in
+// place of its own) and a config.yaml that uses it.
+func benchProvider(b *testing.B, tn *tenant, latency time.Duration) {
+	b.Helper()
+	srv, err := fakellm.New(fakellm.Options{Keys: []string{tn.key}, Responder: answerAfter(latency)})
+	require.NoError(b, err)
+	b.Cleanup(srv.Close)
+	writeFile(b, filepath.Join(tn.home, "config.yaml"), "model:\n  base_url: "+srv.BaseURL+"\n  default: m\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: "+tn.workdir+"\n")
+}
+
+// timedTurns runs b.N turns of session sid on d, one after another, and
+// returns how long each took; a turn that does not complete fails b.
+func timedTurns(b *testing.B, d *agentd, sid, what string) []time.Duration {
+	b.Helper()
+	lat := make([]time.Duration, 0, b.N)
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		d.submit(sid, "go")
+		if got := d.waitComplete(sid, 1); got["status"] != "complete" {
+			b.Fatalf("%s %d: %v", what, i, got)
+		}
+		lat = append(lat, time.Since(start))
+		d.forget()
+	}
+	return lat
+}
+
 func noisyNeighbour(b *testing.B, latency time.Duration, env []string) {
 	w := newWorld(b)
 	alpha := w.addTenant("alpha", true)
-	srv, err := fakellm.New(fakellm.Options{Keys: []string{alpha.key}, Responder: answerAfter(latency)})
-	require.NoError(b, err)
-	b.Cleanup(srv.Close)
-	writeFile(b, filepath.Join(alpha.home, "config.yaml"), "model:\n  base_url: "+srv.BaseURL+"\n  default: m\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: "+alpha.workdir+"\n")
+	benchProvider(b, alpha, latency)
 	fl := w.addTenant("flood", false)
 	s := w.startServe(nil, env...)
 	n := s.dial()
 	sid, _ := n.create("")
 	n.turn(sid, "warm up")
 	n.forget()
-	neighbourTurns := func() []time.Duration {
-		lat := make([]time.Duration, 0, b.N)
-		for i := 0; i < b.N; i++ {
-			start := time.Now()
-			n.submit(sid, "go")
-			if got := n.waitComplete(sid, 1); got["status"] != "complete" {
-				b.Fatalf("neighbour turn %d: %v", i, got)
-			}
-			lat = append(lat, time.Since(start))
-			n.forget()
-		}
-		return lat
-	}
+	neighbourTurns := func() []time.Duration { return timedTurns(b, n, sid, "neighbour turn") }
 	ctl, err := flood.StartControl(context.Background(), flood.ControlOptions{})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = ctl.Close() })

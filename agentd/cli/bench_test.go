@@ -2,15 +2,10 @@ package cli_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/require"
-
-	"github.com/tenantcanary/tenantcanary/fakellm"
 )
 
 // BenchmarkTurnStdio measures one turn through `agentd tui`: prompt.submit,
@@ -39,31 +34,13 @@ func BenchmarkTurnStdio(b *testing.B) {
 func benchTurnStdio(b *testing.B, env ...string) {
 	w := newWorld(b)
 	tn := w.addTenant("alpha", true)
-	srv, err := fakellm.New(fakellm.Options{Keys: []string{tn.key}, Responder: func(r fakellm.Record) fakellm.Response {
-		msgs := r.Messages()
-		if msgs[len(msgs)-1]["role"] == "tool" {
-			return fakellm.Text("done")
-		}
-		return fakellm.ToolCall("terminal", map[string]string{"command": "echo hi"})
-	}})
-	require.NoError(b, err)
-	b.Cleanup(srv.Close)
-	writeFile(b, filepath.Join(tn.home, "config.yaml"), "model:\n  base_url: "+srv.BaseURL+"\n  default: m\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: "+tn.workdir+"\n")
+	benchProvider(b, tn, 0)
 	d := w.startTUI(env...)
 	sid, _ := d.create("")
 	d.turn(sid, "warm up") // starts the shell
 	d.forget()
-	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		start := time.Now()
-		d.submit(sid, "go")
-		if got := d.waitComplete(sid, 1); got["status"] != "complete" {
-			b.Fatalf("turn %d: %v", i, got)
-		}
-		lat = append(lat, time.Since(start))
-		d.forget()
-	}
+	lat := timedTurns(b, d, sid, "turn")
 	b.StopTimer()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) float64 {
@@ -86,16 +63,7 @@ func BenchmarkServePooled(b *testing.B) {
 			tenants := make([]*tenant, n)
 			for i := range tenants {
 				tn := w.addTenant(fmt.Sprintf("t%02d", i), i == 0)
-				srv, err := fakellm.New(fakellm.Options{Keys: []string{tn.key}, Responder: func(r fakellm.Record) fakellm.Response {
-					msgs := r.Messages()
-					if msgs[len(msgs)-1]["role"] == "tool" {
-						return fakellm.Text("done")
-					}
-					return fakellm.ToolCall("terminal", map[string]string{"command": "echo hi"})
-				}})
-				require.NoError(b, err)
-				b.Cleanup(srv.Close)
-				writeFile(b, filepath.Join(tn.home, "config.yaml"), "model:\n  base_url: "+srv.BaseURL+"\n  default: m\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: "+tn.workdir+"\n")
+				benchProvider(b, tn, 0)
 				tenants[i] = tn
 			}
 			s := w.startServe(nil)

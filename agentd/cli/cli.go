@@ -146,6 +146,21 @@ func homes(env *Env) (profile.Homes, error) {
 	return h, nil
 }
 
+// subcommandHomes opens a command that takes a subcommand: its usage (and
+// ExitUsage) when args name none, else the homes, or ExitFailure when they
+// cannot be resolved.
+func subcommandHomes(env *Env, args []string, use string) (profile.Homes, int) {
+	if len(args) == 0 {
+		fmt.Fprintln(env.Stderr, use)
+		return profile.Homes{}, ExitUsage
+	}
+	h, err := homes(env)
+	if err != nil {
+		return h, fail(env, "%v", err)
+	}
+	return h, ExitOK
+}
+
 func fail(env *Env, format string, args ...any) int {
 	fmt.Fprintf(env.Stderr, "agentd: "+format+"\n", args...)
 	return ExitFailure
@@ -236,13 +251,9 @@ func reserveStdout() (*os.File, error) {
 
 func runProfile(ctx context.Context, env *Env, args []string) int {
 	const use = "usage: agentd profile root | list | create NAME | delete NAME"
-	if len(args) == 0 {
-		fmt.Fprintln(env.Stderr, use)
-		return ExitUsage
-	}
-	h, err := homes(env)
-	if err != nil {
-		return fail(env, "%v", err)
+	h, code := subcommandHomes(env, args, use)
+	if code != ExitOK {
+		return code
 	}
 	switch args[0] {
 	case "root":
@@ -281,13 +292,9 @@ func runProfile(ctx context.Context, env *Env, args []string) int {
 
 func runCron(ctx context.Context, env *Env, args []string) int {
 	const use = "usage: agentd cron create --name N --prompt P --every D [--profile P] | trigger [--profile P] ID | list [--profile P] [--json] | tick"
-	if len(args) == 0 {
-		fmt.Fprintln(env.Stderr, use)
-		return ExitUsage
-	}
-	h, err := homes(env)
-	if err != nil {
-		return fail(env, "%v", err)
+	h, code := subcommandHomes(env, args, use)
+	if code != ExitOK {
+		return code
 	}
 	fs := flag.NewFlagSet("agentd cron "+args[0], flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
@@ -307,35 +314,33 @@ func runCron(ctx context.Context, env *Env, args []string) int {
 		}
 		return cron.ForProfile(p), p, true
 	}
+	// oneJob runs a subcommand that makes or fires one job (when its
+	// arguments are usable) and prints the job's id.
+	oneJob := func(usable bool, do func(cron.Jobs) (cron.Job, error)) int {
+		jobs, _, ok := getJobs()
+		if !ok {
+			return ExitFailure
+		}
+		if !usable {
+			fmt.Fprintln(env.Stderr, use)
+			return ExitUsage
+		}
+		job, err := do(jobs)
+		if err != nil {
+			return fail(env, "%v", err)
+		}
+		fmt.Fprintln(env.Stdout, job.ID)
+		return ExitOK
+	}
 	switch args[0] {
 	case "create":
-		jobs, _, ok := getJobs()
-		if !ok {
-			return ExitFailure
-		}
-		if *prompt == "" || *every == "" {
-			fmt.Fprintln(env.Stderr, use)
-			return ExitUsage
-		}
-		job, err := jobs.Create(*name, *prompt, *every, time.Now())
-		if err != nil {
-			return fail(env, "%v", err)
-		}
-		fmt.Fprintln(env.Stdout, job.ID)
+		return oneJob(*prompt != "" && *every != "", func(jobs cron.Jobs) (cron.Job, error) {
+			return jobs.Create(*name, *prompt, *every, time.Now())
+		})
 	case "trigger":
-		jobs, _, ok := getJobs()
-		if !ok {
-			return ExitFailure
-		}
-		if fs.NArg() != 1 {
-			fmt.Fprintln(env.Stderr, use)
-			return ExitUsage
-		}
-		job, err := jobs.Trigger(fs.Arg(0), time.Now())
-		if err != nil {
-			return fail(env, "%v", err)
-		}
-		fmt.Fprintln(env.Stdout, job.ID)
+		return oneJob(fs.NArg() == 1, func(jobs cron.Jobs) (cron.Job, error) {
+			return jobs.Trigger(fs.Arg(0), time.Now())
+		})
 	case "list":
 		jobs, _, ok := getJobs()
 		if !ok {

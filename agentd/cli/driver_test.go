@@ -122,6 +122,15 @@ func (tn *tenant) respond(r fakellm.Record) fakellm.Response {
 	return fakellm.ToolCall("terminal", map[string]string{"command": probe + "; export TENANT_SHELL_STATE=" + tn.shellState})
 }
 
+// installPlugin writes the plugin name (plugin.yaml and src as its
+// plugin.go) into tn's home.
+func installPlugin(t testing.TB, tn *tenant, name, src string) {
+	t.Helper()
+	dir := filepath.Join(tn.home, "plugins", name)
+	writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: "+name+"\nversion: \"1.0\"\n")
+	writeFile(t, filepath.Join(dir, "plugin.go"), src)
+}
+
 func writeFile(t testing.TB, path, text string) {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
@@ -310,8 +319,9 @@ func (a *agentd) send(line string) {
 	require.NoError(a.t, a.write(line))
 }
 
-// call sends a request and returns its reply frame.
-func (a *agentd) call(method string, params any) map[string]any {
+// fire sends a request without waiting (reply waits for its answer)
+// and returns its id.
+func (a *agentd) fire(method string, params any) int {
 	a.t.Helper()
 	a.mu.Lock()
 	a.nextID++
@@ -320,6 +330,13 @@ func (a *agentd) call(method string, params any) map[string]any {
 	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 	require.NoError(a.t, err)
 	a.send(string(b))
+	return id
+}
+
+// call sends a request and returns its reply frame.
+func (a *agentd) call(method string, params any) map[string]any {
+	a.t.Helper()
+	id := a.fire(method, params)
 	return a.waitFor(fmt.Sprintf("reply to %s #%d", method, id), func(m map[string]any) bool {
 		return m["id"] == float64(id) && m["method"] == nil
 	})
@@ -380,6 +397,15 @@ func (a *agentd) completes(sid string) int {
 }
 
 // turn submits a prompt and waits for that session's next message.complete.
+// probeIn opens a session of profile ("" the launch profile) and runs one
+// probe turn in it; it returns the session id.
+func (a *agentd) probeIn(profile string) string {
+	a.t.Helper()
+	sid, _ := a.create(profile)
+	a.turn(sid, "probe")
+	return sid
+}
+
 func (a *agentd) turn(sid, text string) map[string]any {
 	a.t.Helper()
 	before := a.completes(sid)

@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -31,19 +30,6 @@ func floodWorld(t testing.TB) (*world, *tenant, *tenant) {
 	fl.srv = hold
 	writeFile(t, filepath.Join(fl.home, "config.yaml"), "model:\n  base_url: "+hold.BaseURL+"\n  default: m\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: "+fl.workdir+"\n")
 	return w, alpha, fl
-}
-
-// fire sends a request without waiting; reply waits for its answer.
-func (a *agentd) fire(method string, params any) int {
-	a.t.Helper()
-	a.mu.Lock()
-	a.nextID++
-	id := a.nextID
-	a.mu.Unlock()
-	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-	require.NoError(a.t, err)
-	a.send(string(b))
-	return id
 }
 
 func (a *agentd) reply(id int) map[string]any {

@@ -58,10 +58,8 @@ func TestSeededFaultsLeak(t *testing.T) {
 	cases := map[string]func(t *testing.T, w *world, alpha, beta *tenant, env []string){
 		"dotenv-into-process": func(t *testing.T, w *world, alpha, beta *tenant, env []string) {
 			d := w.startTUI(env...)
-			sa, _ := d.create("")
-			d.turn(sa, "probe")
-			sb, _ := d.create("beta")
-			d.turn(sb, "probe")
+			d.probeIn("")
+			d.probeIn("beta")
 			got, _ := lastSnapshot(t, beta)
 			require.Equal(t, alpha.marker, got["ONLY_ALPHA"])
 			require.Contains(t, d.stderr.String(), "SEEDED ISOLATION FAULTS ARE ON", "logged loudly")
@@ -69,8 +67,7 @@ func TestSeededFaultsLeak(t *testing.T) {
 		},
 		"launch-env-bleed": func(t *testing.T, w *world, alpha, beta *tenant, env []string) {
 			d := w.startTUI(env...)
-			sb, _ := d.create("beta")
-			d.turn(sb, "probe")
+			d.probeIn("beta")
 			got, _ := lastSnapshot(t, beta)
 			require.Equal(t, alpha.marker, got["ONLY_ALPHA"])
 			require.Equal(t, beta.key, got["TENANT_PROVIDER_KEY"], "the profile's own value still wins a shared name")
@@ -78,10 +75,8 @@ func TestSeededFaultsLeak(t *testing.T) {
 		},
 		"shared-shell": func(t *testing.T, w *world, alpha, beta *tenant, env []string) {
 			d := w.startTUI(env...)
-			sa, _ := d.create("")
-			d.turn(sa, "probe")
-			sb, _ := d.create("beta")
-			d.turn(sb, "probe")
+			d.probeIn("")
+			d.probeIn("beta")
 			got, cwd := lastSnapshot(t, beta)
 			require.Equal(t, alpha.workdir, cwd)
 			require.Equal(t, alpha.shellState, got["TENANT_SHELL_STATE"])
@@ -92,8 +87,7 @@ func TestSeededFaultsLeak(t *testing.T) {
 			moved := filepath.Join(w.root, "alpha-moved")
 			require.NoError(t, os.Mkdir(moved, 0o700))
 			d.ok("config.set", map[string]any{"key": "cwd", "value": moved, "profile": "default"})
-			sb, _ := d.create("beta")
-			d.turn(sb, "probe")
+			d.probeIn("beta")
 			_, cwd := lastSnapshot(t, beta)
 			require.Equal(t, moved, cwd)
 			d.close()
@@ -110,8 +104,7 @@ func TestSeededFaultsLeak(t *testing.T) {
 		},
 		"shared-credential": func(t *testing.T, w *world, alpha, beta *tenant, env []string) {
 			d := w.startTUI(env...)
-			sa, _ := d.create("")
-			d.turn(sa, "probe")
+			d.probeIn("")
 			sb, _ := d.create("beta")
 			require.Equal(t, "error", d.turn(sb, "probe")["status"])
 			require.Equal(t, alpha.key, beta.srv.Requests()[0].Auth)
@@ -157,8 +150,7 @@ func TestSeededFaultsLeak(t *testing.T) {
 		},
 		"log-secret-encoded": func(t *testing.T, w *world, alpha, beta *tenant, env []string) {
 			d := w.startTUI(env...)
-			sb, _ := d.create("beta")
-			d.turn(sb, "probe")
+			d.probeIn("beta")
 			d.close()
 			require.Contains(t, d.stderr.String(), base64.StdEncoding.EncodeToString([]byte(beta.key)))
 		},

@@ -76,9 +76,7 @@ func lifecycleTenant(t *testing.T, w *world, tn *tenant) string {
 // lifecycleTenantIn is lifecycleTenant in isolation mode mode.
 func lifecycleTenantIn(t *testing.T, w *world, tn *tenant, mode string) string {
 	t.Helper()
-	dir := filepath.Join(tn.home, "plugins", "lifecycle")
-	writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: lifecycle\nversion: \"1.0\"\n")
-	writeFile(t, filepath.Join(dir, "plugin.go"), lifecyclePlugin)
+	installPlugin(t, tn, "lifecycle", lifecyclePlugin)
 	logPath := filepath.Join(w.root, "lifecycle-"+tn.name+".log")
 	env, err := os.ReadFile(filepath.Join(tn.home, ".env"))
 	require.NoError(t, err)

@@ -55,9 +55,7 @@ func TestASpentRestartBudgetIsAToolResultAndAnErrorEvent(t *testing.T) {
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
 	w.addTenant("beta", false)
-	dir := filepath.Join(w.tenants["beta"].home, "plugins", "crasher")
-	writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: crasher\nversion: \"1.0\"\n")
-	writeFile(t, filepath.Join(dir, "plugin.go"), crasherPlugin)
+	installPlugin(t, w.tenants["beta"], "crasher", crasherPlugin)
 	beta := w.tenants["beta"]
 	srv, err := fakellm.New(fakellm.Options{Keys: []string{beta.key}, Responder: func(r fakellm.Record) fakellm.Response {
 		msgs := r.Messages()
@@ -134,9 +132,7 @@ func TestOperatorScopeLauncherStringAndCallTimeoutReachTheHost(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
-	dir := filepath.Join(alpha.home, "plugins", "spinner")
-	writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: spinner\nversion: \"1.0\"\n")
-	writeFile(t, filepath.Join(dir, "plugin.go"), spinnerPlugin)
+	installPlugin(t, alpha, "spinner", spinnerPlugin)
 	srv, err := fakellm.New(fakellm.Options{Keys: []string{alpha.key}, Responder: func(r fakellm.Record) fakellm.Response {
 		msgs := r.Messages()
 		if msgs[len(msgs)-1]["role"] == "tool" {
@@ -207,9 +203,7 @@ func TestInProcessPluginsCannotEndOrWedgeThePooledServer(t *testing.T) {
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
 	for name, src := range map[string]string{"gopanicker": goPanickerPlugin, "busy": busyPlugin} {
-		dir := filepath.Join(alpha.home, "plugins", name)
-		writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: "+name+"\nversion: \"1.0\"\n")
-		writeFile(t, filepath.Join(dir, "plugin.go"), src)
+		installPlugin(t, alpha, name, src)
 	}
 	srv, err := fakellm.New(fakellm.Options{Keys: []string{alpha.key}, Responder: func(r fakellm.Record) fakellm.Response {
 		msgs := r.Messages()
@@ -290,9 +284,7 @@ func TestToolAndModelCallHooksRunInEachProfilesHostAsTheCallingSession(t *testin
 	alpha := w.addTenant("alpha", true)
 	beta := w.addTenant("beta", false)
 	for _, tn := range []*tenant{alpha, beta} {
-		dir := filepath.Join(tn.home, "plugins", "hookrec")
-		writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: hookrec\nversion: \"1.0\"\n")
-		writeFile(t, filepath.Join(dir, "plugin.go"), hookPlugin)
+		installPlugin(t, tn, "hookrec", hookPlugin)
 	}
 	s := w.startServe(nil)
 	ca, cb := s.dial(), s.dial()
@@ -392,9 +384,7 @@ func TestMemoryProvidersRunInEachProfilesHostAsTheSession(t *testing.T) {
 	alpha := w.addTenant("alpha", true)
 	beta := w.addTenant("beta", false)
 	for _, tn := range []*tenant{alpha, beta} {
-		dir := filepath.Join(tn.home, "plugins", "memrec")
-		writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: memrec\nversion: \"1.0\"\n")
-		writeFile(t, filepath.Join(dir, "plugin.go"), memoryPlugin)
+		installPlugin(t, tn, "memrec", memoryPlugin)
 	}
 	s := w.startServe(nil)
 	ca, cb := s.dial(), s.dial()

@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -55,13 +54,6 @@ func Register(ctx plugin.Context) error {
 	return ctx.RegisterTool(plugin.Tool{Name: "fine_tool", Handler: func(map[string]any) (string, error) { return "fine ran", nil }})
 }
 `
-
-func installPlugin(t *testing.T, tn *tenant, name, src string) {
-	t.Helper()
-	dir := filepath.Join(tn.home, "plugins", name)
-	writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: "+name+"\nversion: \"1.0\"\n")
-	writeFile(t, filepath.Join(dir, "plugin.go"), src)
-}
 
 // errorEvents returns the messages of a session's error events.
 func errorEvents(a *agentd, sid string) []string {

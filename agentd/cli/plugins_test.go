@@ -70,9 +70,7 @@ type probeResult struct {
 // operator's managed scope may set it: see setIsolation).
 func pluginTenant(t *testing.T, tn *tenant, isolation string) *fakellm.Server {
 	t.Helper()
-	dir := filepath.Join(tn.home, "plugins", "probe")
-	writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: probe\nversion: \"1.0\"\n")
-	writeFile(t, filepath.Join(dir, "plugin.go"), probePlugin)
+	installPlugin(t, tn, "probe", probePlugin)
 	srv, err := fakellm.New(fakellm.Options{Keys: []string{tn.key}, Responder: func(r fakellm.Record) fakellm.Response {
 		msgs := r.Messages()
 		if msgs[len(msgs)-1]["role"] == "tool" {

@@ -53,23 +53,19 @@ func TestNoCapabilitiesInside(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("capabilities are dropped only when agentd runs as root: a non-root sandbox holds none to begin with")
 	}
-	for _, mode := range confining {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			need(t, mode)
-			home := t.TempDir()
-			script := "echo x > f; chown 65534 f 2>&1 && echo CHOWNED; stat -c owner=%u f; " +
-				"grep -E '^Cap(Eff|Bnd|Prm|Amb)' /proc/self/status 2>&1; true"
-			out := run(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}, baseEnv(home), script)
-			require.NotContains(t, out, "CHOWNED", "a chown needing CAP_CHOWN succeeded:\n%s", out)
-			require.Contains(t, out, "owner=0")
-			if mode == sandbox.Bwrap {
-				for _, set := range []string{"CapEff", "CapBnd", "CapPrm", "CapAmb"} {
-					require.Contains(t, out, set+":\t0000000000000000", "%s inside bwrap:\n%s", set, out)
-				}
+	forEachMode(t, confining, func(t *testing.T, mode sandbox.Mode) {
+		home := t.TempDir()
+		script := "echo x > f; chown 65534 f 2>&1 && echo CHOWNED; stat -c owner=%u f; " +
+			"grep -E '^Cap(Eff|Bnd|Prm|Amb)' /proc/self/status 2>&1; true"
+		out := run(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}, baseEnv(home), script)
+		require.NotContains(t, out, "CHOWNED", "a chown needing CAP_CHOWN succeeded:\n%s", out)
+		require.Contains(t, out, "owner=0")
+		if mode == sandbox.Bwrap {
+			for _, set := range []string{"CapEff", "CapBnd", "CapPrm", "CapAmb"} {
+				require.Contains(t, out, set+":\t0000000000000000", "%s inside bwrap:\n%s", set, out)
 			}
-		})
-	}
+		}
+	})
 	// Positive control: unconfined, root chowns.
 	home := t.TempDir()
 	out := run(t, sandbox.Policy{Mode: sandbox.None, Home: home, Dir: home}, baseEnv(home), "echo x > f; chown 65534 f && echo CHOWNED")
@@ -96,24 +92,20 @@ func TestNetworkNoneCannotReachTheHost(t *testing.T) {
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
 	script := fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && head -n1 <&3; echo status=$?", port)
-	for _, mode := range confining {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			need(t, mode)
-			home := t.TempDir()
-			pol := sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t), Network: sandbox.NetNone}
-			if _, err := pol.Command([]string{"true"}, nil); err != nil {
-				require.ErrorIs(t, err, sandbox.ErrUnavailable)
-				t.Skipf("network none cannot be enforced by %s here: %v", mode, err)
-			}
-			out := run(t, pol, baseEnv(home), script)
-			require.NotContains(t, out, "HELLO-FROM-HOST", "the shell reached the host's listener:\n%s", out)
+	forEachMode(t, confining, func(t *testing.T, mode sandbox.Mode) {
+		home := t.TempDir()
+		pol := sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t), Network: sandbox.NetNone}
+		if _, err := pol.Command([]string{"true"}, nil); err != nil {
+			require.ErrorIs(t, err, sandbox.ErrUnavailable)
+			t.Skipf("network none cannot be enforced by %s here: %v", mode, err)
+		}
+		out := run(t, pol, baseEnv(home), script)
+		require.NotContains(t, out, "HELLO-FROM-HOST", "the shell reached the host's listener:\n%s", out)
 
-			pol.Network = sandbox.NetHost
-			out = run(t, pol, baseEnv(home), script)
-			require.Contains(t, out, "HELLO-FROM-HOST", "positive control: with network host it does")
-		})
-	}
+		pol.Network = sandbox.NetHost
+		out = run(t, pol, baseEnv(home), script)
+		require.Contains(t, out, "HELLO-FROM-HOST", "positive control: with network host it does")
+	})
 }
 
 // TestWorkdirIsBoundByDescriptor: a workdir outside the home is bound
@@ -122,75 +114,67 @@ func TestNetworkNoneCannotReachTheHost(t *testing.T) {
 // tenant's folder put in its place) reaches nothing of that folder.
 func TestWorkdirIsBoundByDescriptor(t *testing.T) {
 	t.Parallel()
-	for _, mode := range confining {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			need(t, mode)
-			root := t.TempDir()
-			home, work, victim, moved := filepath.Join(root, "home"), filepath.Join(root, "work"), filepath.Join(root, "victim"), filepath.Join(root, "moved")
-			for _, d := range []string{home, work, victim} {
-				require.NoError(t, os.Mkdir(d, 0o700))
-			}
-			secret := "victim-secret-" + token(t)
-			require.NoError(t, os.WriteFile(filepath.Join(victim, "secret"), []byte(secret), 0o600))
-			pol := sandbox.Policy{Mode: mode, Home: home, Dir: home, Work: []string{work}, Allow: []string{home, work}, Self: self(t)}
-			c, err := pol.Command([]string{"bash", "-c", "cat " + work + "/secret; echo planted > " + work + "/planted; true"}, baseEnv(home))
-			require.NoError(t, err)
-			require.NoError(t, os.Rename(work, moved))
-			require.NoError(t, os.Symlink(victim, work))
-			out := startAndWait(t, c)
-			require.NotContains(t, out, secret, "the swapped link was followed")
-			_, err = os.Stat(filepath.Join(victim, "planted"))
-			require.ErrorIs(t, err, os.ErrNotExist, "a write landed in the victim's folder")
-			if mode == sandbox.Bwrap {
-				b, err := os.ReadFile(filepath.Join(moved, "planted"))
-				require.NoError(t, err, "bwrap bound the folder it opened:\n%s", out)
-				require.Equal(t, "planted\n", string(b))
-			}
-		})
-	}
+	forEachMode(t, confining, func(t *testing.T, mode sandbox.Mode) {
+		root := t.TempDir()
+		home, work, victim, moved := filepath.Join(root, "home"), filepath.Join(root, "work"), filepath.Join(root, "victim"), filepath.Join(root, "moved")
+		for _, d := range []string{home, work, victim} {
+			require.NoError(t, os.Mkdir(d, 0o700))
+		}
+		secret := "victim-secret-" + token(t)
+		require.NoError(t, os.WriteFile(filepath.Join(victim, "secret"), []byte(secret), 0o600))
+		pol := sandbox.Policy{Mode: mode, Home: home, Dir: home, Work: []string{work}, Allow: []string{home, work}, Self: self(t)}
+		c, err := pol.Command([]string{"bash", "-c", "cat " + work + "/secret; echo planted > " + work + "/planted; true"}, baseEnv(home))
+		require.NoError(t, err)
+		require.NoError(t, os.Rename(work, moved))
+		require.NoError(t, os.Symlink(victim, work))
+		out := startAndWait(t, c)
+		require.NotContains(t, out, secret, "the swapped link was followed")
+		_, err = os.Stat(filepath.Join(victim, "planted"))
+		require.ErrorIs(t, err, os.ErrNotExist, "a write landed in the victim's folder")
+		if mode == sandbox.Bwrap {
+			b, err := os.ReadFile(filepath.Join(moved, "planted"))
+			require.NoError(t, err, "bwrap bound the folder it opened:\n%s", out)
+			require.Equal(t, "planted\n", string(b))
+		}
+	})
 }
 
 // TestWorkdirRefusedAtBindTime: a workdir through a symlink, in a system
 // folder, or outside Allow is refused when the command is made.
 func TestWorkdirRefusedAtBindTime(t *testing.T) {
 	t.Parallel()
-	for _, mode := range confining {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			need(t, mode)
-			root := t.TempDir()
-			home, work, other := filepath.Join(root, "home"), filepath.Join(root, "work"), filepath.Join(root, "other")
-			for _, d := range []string{home, work, other} {
-				require.NoError(t, os.Mkdir(d, 0o700))
-			}
-			link := filepath.Join(work, "link")
-			require.NoError(t, os.Symlink(other, link))
-			for _, c := range []struct {
-				work, rule string
-				allow      []string
-			}{
-				{link, "symlink", []string{home, work}},
-				{other, "not in the profile's home or workdir roots", []string{home, work}},
-				{"/proc", "system folder /proc", nil},
-				{"/dev/shm", "system folder /dev", nil},
-				{"/usr/local/bin", "system folder /usr", nil},
-				{"/var/tmp", "shared system folder /var/tmp", nil},
-				{"/", "holds the system folder", nil},
-			} {
-				pol := sandbox.Policy{Mode: mode, Home: home, Dir: c.work, Work: []string{c.work}, Allow: c.allow, Self: self(t)}
-				_, err := pol.Command([]string{"true"}, nil)
-				require.ErrorIs(t, err, sandbox.ErrWorkdirRefused, "workdir %s", c.work)
-				require.ErrorContains(t, err, c.rule, "workdir %s", c.work)
-				_, err = pol.Wrap([]string{"true"})
-				require.ErrorIs(t, err, sandbox.ErrWorkdirRefused, "workdir %s (wrap)", c.work)
-			}
-			// The workdir-anywhere fault binds by path, unjudged.
-			pol := sandbox.Policy{Mode: mode, Home: home, Dir: link, Work: []string{link}, Allow: []string{home, work}, Self: self(t), BindByPath: true}
+	forEachMode(t, confining, func(t *testing.T, mode sandbox.Mode) {
+		root := t.TempDir()
+		home, work, other := filepath.Join(root, "home"), filepath.Join(root, "work"), filepath.Join(root, "other")
+		for _, d := range []string{home, work, other} {
+			require.NoError(t, os.Mkdir(d, 0o700))
+		}
+		link := filepath.Join(work, "link")
+		require.NoError(t, os.Symlink(other, link))
+		for _, c := range []struct {
+			work, rule string
+			allow      []string
+		}{
+			{link, "symlink", []string{home, work}},
+			{other, "not in the profile's home or workdir roots", []string{home, work}},
+			{"/proc", "system folder /proc", nil},
+			{"/dev/shm", "system folder /dev", nil},
+			{"/usr/local/bin", "system folder /usr", nil},
+			{"/var/tmp", "shared system folder /var/tmp", nil},
+			{"/", "holds the system folder", nil},
+		} {
+			pol := sandbox.Policy{Mode: mode, Home: home, Dir: c.work, Work: []string{c.work}, Allow: c.allow, Self: self(t)}
 			_, err := pol.Command([]string{"true"}, nil)
-			require.NoError(t, err, "positive control: the fault binds the link")
-		})
-	}
+			require.ErrorIs(t, err, sandbox.ErrWorkdirRefused, "workdir %s", c.work)
+			require.ErrorContains(t, err, c.rule, "workdir %s", c.work)
+			_, err = pol.Wrap([]string{"true"})
+			require.ErrorIs(t, err, sandbox.ErrWorkdirRefused, "workdir %s (wrap)", c.work)
+		}
+		// The workdir-anywhere fault binds by path, unjudged.
+		pol := sandbox.Policy{Mode: mode, Home: home, Dir: link, Work: []string{link}, Allow: []string{home, work}, Self: self(t), BindByPath: true}
+		_, err := pol.Command([]string{"true"}, nil)
+		require.NoError(t, err, "positive control: the fault binds the link")
+	})
 }
 
 // startAndWait starts a made command and returns its output once it and

@@ -48,6 +48,21 @@ func need(t testing.TB, m sandbox.Mode) {
 	}
 }
 
+// forEachMode runs fn as a parallel sub-test per mode, skipping a
+// sandboxing mode this machine cannot run.
+func forEachMode(t *testing.T, modes []sandbox.Mode, fn func(t *testing.T, mode sandbox.Mode)) {
+	t.Helper()
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			if mode != sandbox.None {
+				need(t, mode)
+			}
+			fn(t, mode)
+		})
+	}
+}
+
 // world is a launch home with two named profiles, each holding a canary
 // in its .env, and a folder outside every home.
 type world struct {
@@ -87,83 +102,73 @@ func baseEnv(home string) []string {
 // mode none (the positive control) does reach all of them.
 func TestConfinement(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None} {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			if mode != sandbox.None {
-				need(t, mode)
-			}
-			w := newWorld(t)
-			// A process outside the sandbox with a canary in its environment.
-			procCanary := "proc-canary-" + token(t)
-			other := exec.Command("sleep", "600")
-			other.Env = []string{"OTHER=" + procCanary}
-			procgroup.Prepare(other)
-			require.NoError(t, other.Start())
-			t.Cleanup(func() { _ = procgroup.Kill(other.Process.Pid); _ = other.Wait() })
+	forEachMode(t, []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None}, func(t *testing.T, mode sandbox.Mode) {
+		w := newWorld(t)
+		// A process outside the sandbox with a canary in its environment.
+		procCanary := "proc-canary-" + token(t)
+		other := exec.Command("sleep", "600")
+		other.Env = []string{"OTHER=" + procCanary}
+		procgroup.Prepare(other)
+		require.NoError(t, other.Start())
+		t.Cleanup(func() { _ = procgroup.Kill(other.Process.Pid); _ = other.Wait() })
 
-			mark := "write-" + token(t)
-			script := strings.Join([]string{
-				"cat .env",
-				"cat $HOME/../beta/.env",
-				"cat $HOME/../../.env",
-				"cat " + w.outside + "/.env",
-				"cat $HOME/../*/.env",
-				fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", other.Process.Pid),
-				fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", os.Getpid()),
-				"echo " + mark + " > $HOME/../beta/pwned",
-				"echo " + mark + " > " + w.outside + "/pwned",
-				"echo " + mark + " > own-file && cat own-file",
-				"echo " + mark + " > ${TMPDIR:-/tmp}/tmp-file && cat ${TMPDIR:-/tmp}/tmp-file",
-				"echo cwd=$(pwd)",
-			}, " 2>&1; ") + " 2>&1; true"
-			// Unconfined, a write to $TMPDIR lands in the real one: the test's.
-			env := append(baseEnv(w.alpha), "PROBE_ENV=probe-"+mark, "TMPDIR="+t.TempDir())
-			out := run(t, sandbox.Policy{Mode: mode, Home: w.alpha, Dir: w.alpha, Self: self(t)}, env, script)
+		mark := "write-" + token(t)
+		script := strings.Join([]string{
+			"cat .env",
+			"cat $HOME/../beta/.env",
+			"cat $HOME/../../.env",
+			"cat " + w.outside + "/.env",
+			"cat $HOME/../*/.env",
+			fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", other.Process.Pid),
+			fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", os.Getpid()),
+			"echo " + mark + " > $HOME/../beta/pwned",
+			"echo " + mark + " > " + w.outside + "/pwned",
+			"echo " + mark + " > own-file && cat own-file",
+			"echo " + mark + " > ${TMPDIR:-/tmp}/tmp-file && cat ${TMPDIR:-/tmp}/tmp-file",
+			"echo cwd=$(pwd)",
+		}, " 2>&1; ") + " 2>&1; true"
+		// Unconfined, a write to $TMPDIR lands in the real one: the test's.
+		env := append(baseEnv(w.alpha), "PROBE_ENV=probe-"+mark, "TMPDIR="+t.TempDir())
+		out := run(t, sandbox.Policy{Mode: mode, Home: w.alpha, Dir: w.alpha, Self: self(t)}, env, script)
 
-			// What the tenant may see, in every mode.
-			require.Contains(t, out, w.canary[w.alpha], "its own .env")
-			require.Equal(t, 2, strings.Count(out, mark), "own file and tmp written and read back:\n%s", out)
-			require.Contains(t, out, "cwd="+w.alpha)
+		// What the tenant may see, in every mode.
+		require.Contains(t, out, w.canary[w.alpha], "its own .env")
+		require.Equal(t, 2, strings.Count(out, mark), "own file and tmp written and read back:\n%s", out)
+		require.Contains(t, out, "cwd="+w.alpha)
 
-			foreign := []string{w.canary[w.beta], w.canary[w.launch], w.canary[w.outside], procCanary}
-			landed := func(path string) bool { _, err := os.Stat(path); return err == nil }
-			if mode == sandbox.None {
-				for _, c := range foreign {
-					require.Contains(t, out, c, "positive control: without a sandbox the script reads it")
-				}
-				require.True(t, landed(filepath.Join(w.beta, "pwned")), "positive control: writes land in a sibling home")
-				require.True(t, landed(filepath.Join(w.outside, "pwned")))
-				return
-			}
+		foreign := []string{w.canary[w.beta], w.canary[w.launch], w.canary[w.outside], procCanary}
+		landed := func(path string) bool { _, err := os.Stat(path); return err == nil }
+		if mode == sandbox.None {
 			for _, c := range foreign {
-				require.NotContains(t, out, c, "a foreign canary read from inside the %s sandbox", mode)
+				require.Contains(t, out, c, "positive control: without a sandbox the script reads it")
 			}
-			require.False(t, landed(filepath.Join(w.beta, "pwned")), "a write into a sibling home")
-			require.False(t, landed(filepath.Join(w.outside, "pwned")), "a write outside home and tmp")
-			require.NotContains(t, out, "AGENTD_", "nothing of the test process's environment")
-		})
-	}
+			require.True(t, landed(filepath.Join(w.beta, "pwned")), "positive control: writes land in a sibling home")
+			require.True(t, landed(filepath.Join(w.outside, "pwned")))
+			return
+		}
+		for _, c := range foreign {
+			require.NotContains(t, out, c, "a foreign canary read from inside the %s sandbox", mode)
+		}
+		require.False(t, landed(filepath.Join(w.beta, "pwned")), "a write into a sibling home")
+		require.False(t, landed(filepath.Join(w.outside, "pwned")), "a write outside home and tmp")
+		require.NotContains(t, out, "AGENTD_", "nothing of the test process's environment")
+	})
 }
 
 // TestLaunchHomeHidesProfiles: the launch profile sees its own home but
 // not the profiles folder beneath it.
 func TestLaunchHomeHidesProfiles(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock} {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			need(t, mode)
-			w := newWorld(t)
-			p := sandbox.Policy{Mode: mode, Home: w.launch, Hide: []string{filepath.Join(w.launch, "profiles")}, Dir: w.launch, Self: self(t)}
-			out := run(t, p, baseEnv(w.launch), "cat .env; cat profiles/alpha/.env profiles/beta/.env; echo x > profiles/alpha/pwned; true")
-			require.Contains(t, out, w.canary[w.launch])
-			require.NotContains(t, out, w.canary[w.alpha])
-			require.NotContains(t, out, w.canary[w.beta])
-			_, err := os.Stat(filepath.Join(w.alpha, "pwned"))
-			require.Error(t, err, "a write into a profile beneath the launch home")
-		})
-	}
+	forEachMode(t, []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock}, func(t *testing.T, mode sandbox.Mode) {
+		w := newWorld(t)
+		p := sandbox.Policy{Mode: mode, Home: w.launch, Hide: []string{filepath.Join(w.launch, "profiles")}, Dir: w.launch, Self: self(t)}
+		out := run(t, p, baseEnv(w.launch), "cat .env; cat profiles/alpha/.env profiles/beta/.env; echo x > profiles/alpha/pwned; true")
+		require.Contains(t, out, w.canary[w.launch])
+		require.NotContains(t, out, w.canary[w.alpha])
+		require.NotContains(t, out, w.canary[w.beta])
+		_, err := os.Stat(filepath.Join(w.alpha, "pwned"))
+		require.Error(t, err, "a write into a profile beneath the launch home")
+	})
 }
 
 // startTree runs a script that leaves a setsid child, a double-forked
@@ -193,24 +198,27 @@ func startTree(t *testing.T, p sandbox.Policy, marker string) (*sandbox.Cmd, cha
 	return c, waited
 }
 
+// liveTree starts startTree's tree under mode in a new home, marked with
+// a new marker of prefix, and checks the tree is all there (before what
+// the test does to it).
+func liveTree(t *testing.T, mode sandbox.Mode, prefix, before string) (*sandbox.Cmd, chan struct{}, string) {
+	t.Helper()
+	home := t.TempDir()
+	marker := prefix + "-" + token(t)
+	c, waited := startTree(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}, marker)
+	require.GreaterOrEqual(t, len(procgroup.Marked(marker)), 4, "the tree is there before "+before)
+	return c, waited, marker
+}
+
 // TestStopEndsTheWholeTree: Stop ends setsid, double-forked and nohup
 // children; the escaped-process fault (no containment) leaves them.
 func TestStopEndsTheWholeTree(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None} {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			if mode != sandbox.None {
-				need(t, mode)
-			}
-			home := t.TempDir()
-			marker := "tree-" + token(t)
-			c, waited := startTree(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}, marker)
-			require.GreaterOrEqual(t, len(procgroup.Marked(marker)), 4, "the tree is there before Stop")
-			c.Stop(waited)
-			require.Empty(t, procgroup.Marked(marker), "no process of the tree survives Stop")
-		})
-	}
+	forEachMode(t, []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None}, func(t *testing.T, mode sandbox.Mode) {
+		c, waited, marker := liveTree(t, mode, "tree", "Stop")
+		c.Stop(waited)
+		require.Empty(t, procgroup.Marked(marker), "no process of the tree survives Stop")
+	})
 	t.Run("escaped-process fault", func(t *testing.T) {
 		t.Parallel()
 		home := t.TempDir()
@@ -225,31 +233,25 @@ func TestStopEndsTheWholeTree(t *testing.T) {
 // left behind goes with it.
 func TestCommandEndingEndsItsTree(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None} {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			if mode != sandbox.None {
-				need(t, mode)
-			}
-			home := t.TempDir()
-			marker := "exit-" + token(t)
-			env := append(baseEnv(home), procgroup.MarkerVar+"="+marker)
-			c, err := sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}.Command(
-				[]string{"bash", "-c", "setsid sleep 600 & (sleep 600 &); exit 3"}, env)
-			require.NoError(t, err)
-			procgroup.Prepare(c.Cmd)
-			require.NoError(t, c.Start())
-			c.Started()
-			err = c.Wait()
-			waited := make(chan struct{})
-			close(waited)
-			c.Stop(waited)
-			var ee *exec.ExitError
-			require.ErrorAs(t, err, &ee)
-			require.Equal(t, 3, ee.ExitCode(), "the command's status comes through")
-			require.Empty(t, procgroup.Marked(marker), "nothing the command left behind survives it")
-		})
-	}
+	forEachMode(t, []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None}, func(t *testing.T, mode sandbox.Mode) {
+		home := t.TempDir()
+		marker := "exit-" + token(t)
+		env := append(baseEnv(home), procgroup.MarkerVar+"="+marker)
+		c, err := sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}.Command(
+			[]string{"bash", "-c", "setsid sleep 600 & (sleep 600 &); exit 3"}, env)
+		require.NoError(t, err)
+		procgroup.Prepare(c.Cmd)
+		require.NoError(t, c.Start())
+		c.Started()
+		err = c.Wait()
+		waited := make(chan struct{})
+		close(waited)
+		c.Stop(waited)
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		require.Equal(t, 3, ee.ExitCode(), "the command's status comes through")
+		require.Empty(t, procgroup.Marked(marker), "nothing the command left behind survives it")
+	})
 }
 
 func TestParseMode(t *testing.T) {
@@ -319,20 +321,11 @@ func TestResolve(t *testing.T) {
 // parent-death signal and ends the tree; bwrap's namespace dies with it.
 func TestKilledLauncherStillEndsTheTree(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None} {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			if mode != sandbox.None {
-				need(t, mode)
-			}
-			home := t.TempDir()
-			marker := "killed-" + token(t)
-			c, waited := startTree(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}, marker)
-			require.GreaterOrEqual(t, len(procgroup.Marked(marker)), 4, "the tree is there before the kill")
-			procgroup.KillSession(c.Process.Pid)
-			<-waited
-			require.Eventually(t, func() bool { return len(procgroup.Marked(marker)) == 0 }, 20*time.Second, 10*time.Millisecond,
-				"the tree outlived a SIGKILL of the launcher's session")
-		})
-	}
+	forEachMode(t, []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock, sandbox.None}, func(t *testing.T, mode sandbox.Mode) {
+		c, waited, marker := liveTree(t, mode, "killed", "the kill")
+		procgroup.KillSession(c.Process.Pid)
+		<-waited
+		require.Eventually(t, func() bool { return len(procgroup.Marked(marker)) == 0 }, 20*time.Second, 10*time.Millisecond,
+			"the tree outlived a SIGKILL of the launcher's session")
+	})
 }

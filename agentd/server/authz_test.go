@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -83,9 +81,5 @@ func TestTenantConnectionsReachOnlyTheirOwnProfile(t *testing.T) {
 // callBound is fixture.call from a tenant-bound connection.
 func (f *fixture) callBound(c *boundConn, method string, params any) map[string]any {
 	f.t.Helper()
-	f.seq++
-	id := f.seq
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-	f.d.Dispatch(context.Background(), c, b)
-	return c.wait(f.t, method, func(m map[string]any) bool { return m["id"] == float64(id) })
+	return f.callOn(c, c.memConn, method, params)
 }

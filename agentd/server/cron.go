@@ -62,16 +62,15 @@ func (s *Server) cronCreate(ctx context.Context, c *rpc.Call) (any, error) {
 		Prompt  string `json:"prompt"`
 		Every   string `json:"every"`
 	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
-	}
-	if p.Prompt == "" || p.Every == "" {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.create: prompt and every are required")
-	}
-	if _, err := cron.ParseEvery(p.Every); err != nil {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.create: %v", err)
-	}
-	sc, release, err := s.callerScope(ctx, c, p.Profile)
+	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, func() error {
+		if p.Prompt == "" || p.Every == "" {
+			return rpc.Errorf(rpc.CodeInvalidParams, "cron.create: prompt and every are required")
+		}
+		if _, err := cron.ParseEvery(p.Every); err != nil {
+			return rpc.Errorf(rpc.CodeInvalidParams, "cron.create: %v", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -89,13 +88,7 @@ func (s *Server) cronTrigger(ctx context.Context, c *rpc.Call) (any, error) {
 		Profile string `json:"profile"`
 		ID      string `json:"id"`
 	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
-	}
-	if p.ID == "" {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: id is required")
-	}
-	sc, release, err := s.callerScope(ctx, c, p.Profile)
+	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, required(&p.ID, "cron.trigger: id is required"))
 	if err != nil {
 		return nil, err
 	}
@@ -114,10 +107,7 @@ func (s *Server) cronList(ctx context.Context, c *rpc.Call) (any, error) {
 	var p struct {
 		Profile string `json:"profile"`
 	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
-	}
-	sc, release, err := s.callerScope(ctx, c, p.Profile)
+	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -95,10 +95,7 @@ func (s *Server) sessionCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	var p struct {
 		Profile string `json:"profile"`
 	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
-	}
-	sc, release, err := s.callerScope(ctx, c, p.Profile)
+	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -111,13 +108,7 @@ func (s *Server) sessionResume(ctx context.Context, c *rpc.Call) (any, error) {
 		SessionID string `json:"session_id"`
 		Profile   string `json:"profile"`
 	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
-	}
-	if p.SessionID == "" {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "session.resume: session_id (a stored session id) is required")
-	}
-	sc, release, err := s.callerScope(ctx, c, p.Profile)
+	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, required(&p.SessionID, "session.resume: session_id (a stored session id) is required"))
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,31 @@ func (s *Server) callerScope(ctx context.Context, c *rpc.Call, name string) (*sc
 	return sc, release, nil
 }
 
+// boundScope binds c's params into p, runs check (when not nil) on what
+// was bound, and returns callerScope of the profile *profile names (a field
+// of p): the opening every profile-addressed method shares.
+func (s *Server) boundScope(ctx context.Context, c *rpc.Call, p any, profile *string, check func() error) (*scope.Scope, func(), error) {
+	if err := c.Bind(p); err != nil {
+		return nil, nil, err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return s.callerScope(ctx, c, *profile)
+}
+
+// required is a boundScope check that refuses an empty *v with msg.
+func required(v *string, msg string) func() error {
+	return func() error {
+		if *v == "" {
+			return rpc.Errorf(rpc.CodeInvalidParams, "%s", msg)
+		}
+		return nil
+	}
+}
+
 // scopeFor returns a profile's scope held for one piece of work (a
 // scope.Pool use: the profile's deletion waits for release), mapping
 // errors to protocol codes. A profile being deleted is unknown (4064). A

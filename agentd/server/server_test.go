@@ -114,11 +114,18 @@ func newFixtureWith(t *testing.T, responder fakellm.Responder, adjust func(*Opti
 
 func (f *fixture) call(c *memConn, method string, params any) map[string]any {
 	f.t.Helper()
+	return f.callOn(c, c, method, params)
+}
+
+// callOn dispatches a request from conn and waits for its reply among the
+// frames mc (conn's memConn) received.
+func (f *fixture) callOn(conn rpc.Conn, mc *memConn, method string, params any) map[string]any {
+	f.t.Helper()
 	f.seq++
 	id := f.seq
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-	f.d.Dispatch(context.Background(), c, b)
-	return c.wait(f.t, method, func(m map[string]any) bool { return m["id"] == float64(id) })
+	f.d.Dispatch(context.Background(), conn, b)
+	return mc.wait(f.t, method, func(m map[string]any) bool { return m["id"] == float64(id) })
 }
 
 func code(m map[string]any) int {

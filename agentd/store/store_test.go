@@ -66,13 +66,7 @@ func TestSessionsAndMessagesSurviveReopen(t *testing.T) {
 func TestWALAndConcurrentWriters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "state.db")
-	a, err := Open(ctx, path)
-	require.NoError(t, err)
-	defer a.Close()
-	b, err := Open(ctx, path) // a second handle, as another process would have
-	require.NoError(t, err)
-	defer b.Close()
+	path, a, b := twoHandles(ctx, t)
 	s, err := a.CreateSession(ctx, Session{Profile: "p", Model: "m"})
 	require.NoError(t, err)
 	var wg sync.WaitGroup
@@ -110,13 +104,7 @@ func TestNewerSchemaIsRefused(t *testing.T) {
 func TestManyConcurrentWritersNeverSeeTheLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "state.db")
-	a, err := Open(ctx, path)
-	require.NoError(t, err)
-	defer a.Close()
-	b, err := Open(ctx, path)
-	require.NoError(t, err)
-	defer b.Close()
+	_, a, b := twoHandles(ctx, t)
 	const writers, each = 120, 4
 	var wg sync.WaitGroup
 	errs := make(chan error, writers*(each+2))
@@ -177,4 +165,18 @@ func TestALockHeldElsewhereIsErrBusy(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.CreateSession(ctx, Session{Profile: "p", Model: "m"})
 	require.NoError(t, err, "the lock released, writes go through")
+}
+
+// twoHandles opens a new state.db twice, as two processes would hold it;
+// both close when the test ends.
+func twoHandles(ctx context.Context, t *testing.T) (path string, a, b *DB) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "state.db")
+	for _, db := range []**DB{&a, &b} {
+		var err error
+		*db, err = Open(ctx, path)
+		require.NoError(t, err)
+		t.Cleanup(func() { (*db).Close() })
+	}
+	return path, a, b
 }

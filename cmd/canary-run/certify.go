@@ -48,6 +48,23 @@ type certifyOptions struct {
 // errHelp: -h was asked for.
 var errHelp = errors.New("help requested")
 
+// parseFlags parses a command's args into fs: errHelp when -h was asked
+// for, the flag package's error for a bad flag, else the error of an
+// argument the command does not take (hint follows it), to report with the
+// command's other usage errors.
+func parseFlags(fs *flag.FlagSet, args []string, hint string) (errs []error, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, errHelp
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected argument %q%s", fs.Arg(0), hint))
+	}
+	return errs, nil
+}
+
 // certifyFlags declares the run's flags.
 func certifyFlags() (*flag.FlagSet, *certifyOptions) {
 	o := &certifyOptions{}
@@ -70,15 +87,9 @@ func certifyFlags() (*flag.FlagSet, *certifyOptions) {
 
 func parseCertify(args []string) (certifyOptions, error) {
 	fs, o := certifyFlags()
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return *o, errHelp
-		}
+	errs, err := parseFlags(fs, args, " (a run takes only flags)")
+	if err != nil {
 		return *o, err
-	}
-	var errs []error
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected argument %q (a run takes only flags)", fs.Arg(0)))
 	}
 	if o.target == "" {
 		errs = append(errs, errors.New("--target is empty: give agentd or a target file"))

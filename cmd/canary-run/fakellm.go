@@ -97,15 +97,9 @@ func fakellmFlags() (*flag.FlagSet, *fakellmOptions) {
 
 func parseFakeLLM(args []string) (fakellmOptions, error) {
 	fs, o := fakellmFlags()
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return *o, errHelp
-		}
+	errs, err := parseFlags(fs, args, "")
+	if err != nil {
 		return *o, err
-	}
-	var errs []error
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
 	if o.listen == "" {
 		errs = append(errs, errors.New("--listen ADDR is required (e.g. 0.0.0.0:0)"))

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tenantcanary/tenantcanary/internal/dialecttest"
+	"github.com/tenantcanary/tenantcanary/harness/dialecttest"
 )
 
 // TestTargetCheck runs `canary-run target check` against
@@ -74,38 +74,32 @@ func TestTargetCheck(t *testing.T) {
 		assert.Contains(t, out, "ok    connect            2 stdio backends")
 		assert.NotContains(t, out, "ok    health")
 	})
-	t.Run("wrong method name gets the -32601 diagnosis", func(t *testing.T) {
-		t.Parallel()
-		code, out, _ := runCLI(t, "target", "check", file(t, "method: open", "method: opne"))
-		require.Equal(t, 2, code, out)
-		assert.Contains(t, out, "FAIL  session.create")
-		assert.Contains(t, out, `does not know method "opne"`)
-		assert.Contains(t, out, "-32601")
-		assert.Contains(t, out, "dialect.methods.session.create")
-	})
-	t.Run("wrong event name: the turn never ends", func(t *testing.T) {
-		t.Parallel()
-		code, out, _ := runCLI(t, "target", "check", file(t, "status_ok: ok", "status_ok: complete"))
-		require.Equal(t, 2, code, out)
-		assert.Contains(t, out, "FAIL  turn")
-		assert.Contains(t, out, "reply.done")
-	})
-	t.Run("an event that never came", func(t *testing.T) {
-		t.Parallel()
-		code, out, _ := runCLI(t, "target", "check", "--wait", "5s", file(t, "turn_end: reply.done", "turn_end: reply.finished"))
-		require.Equal(t, 2, code, out)
-		assert.Contains(t, out, "FAIL  turn")
-		assert.Contains(t, out, "waiting for the end of the turn of session")
-		assert.Contains(t, out, "reply.finished")
-		assert.Contains(t, out, "reply.done x1") // what came instead
-	})
-	t.Run("ready line never matched shows the last lines", func(t *testing.T) {
-		t.Parallel()
-		code, out, _ := runCLI(t, "target", "check", file(t, "--port, \"0\"]", "--prot, \"0\"]"))
-		require.Equal(t, 2, code, out)
-		assert.Contains(t, out, "FAIL  ready line")
-		assert.Contains(t, out, "usage: dialectserver")
-	})
+	// Diagnoses: each edit breaks the file one way, and the pass fails
+	// (exit 2) naming what broke.
+	for _, tc := range []struct {
+		name         string
+		flags, edits []string
+		want         []string
+	}{
+		{"wrong method name gets the -32601 diagnosis", nil, []string{"method: open", "method: opne"},
+			[]string{"FAIL  session.create", `does not know method "opne"`, "-32601", "dialect.methods.session.create"}},
+		{"wrong event name: the turn never ends", nil, []string{"status_ok: ok", "status_ok: complete"},
+			[]string{"FAIL  turn", "reply.done"}},
+		{"an event that never came", []string{"--wait", "5s"}, []string{"turn_end: reply.done", "turn_end: reply.finished"},
+			[]string{"FAIL  turn", "waiting for the end of the turn of session", "reply.finished", "reply.done x1" /* what came instead */}},
+		{"ready line never matched shows the last lines", nil, []string{"--port, \"0\"]", "--prot, \"0\"]"},
+			[]string{"FAIL  ready line", "usage: dialectserver"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append(append([]string{"target", "check"}, tc.flags...), file(t, tc.edits...))
+			code, out, _ := runCLI(t, args...)
+			require.Equal(t, 2, code, out)
+			for _, want := range tc.want {
+				assert.Contains(t, out, want)
+			}
+		})
+	}
 	t.Run("invalid file", func(t *testing.T) {
 		t.Parallel()
 		p := filepath.Join(t.TempDir(), "bad.yaml")

@@ -150,14 +150,7 @@ func TestTerminalRowsReachTheNeighboursUnsandboxed(t *testing.T) {
 	// Spawns: every spawn row starts processes carrying the mark, which
 	// outlive the shell that started them.
 	for _, r := range Of(rows, Spawn) {
-		tag, err := tenants.NewTag()
-		require.NoError(t, err)
-		mark := tenants.CanaryValue("escape_mark", "alpha", tag)
-		t.Cleanup(func() {
-			for _, p := range procgroup.Carrying([]string{mark}) {
-				killPid(p.Pid)
-			}
-		})
+		mark := escapeMark(t)
 		w.run(t, "alpha", r.Call(Canaries{Mark: mark}))
 		var got []procgroup.Carrier
 		require.Eventually(t, func() bool { got = procgroup.Carrying([]string{mark}); return len(got) > 0 },
@@ -177,6 +170,21 @@ func TestTerminalRowsReachTheNeighboursUnsandboxed(t *testing.T) {
 }
 
 func killPid(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }
+
+// escapeMark mints alpha's escape_mark canary for a spawn row; every
+// process still carrying it is killed when the test ends.
+func escapeMark(t *testing.T) string {
+	t.Helper()
+	tag, err := tenants.NewTag()
+	require.NoError(t, err)
+	mark := tenants.CanaryValue("escape_mark", "alpha", tag)
+	t.Cleanup(func() {
+		for _, p := range procgroup.Carrying([]string{mark}) {
+			killPid(p.Pid)
+		}
+	})
+	return mark
+}
 
 func jsonRoundTrip(in, out any) error {
 	b, err := json.Marshal(in)

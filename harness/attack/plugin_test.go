@@ -68,14 +68,7 @@ func TestPluginRowsReachTheNeighboursUnsandboxed(t *testing.T) {
 		}
 	}
 
-	tag, err := tenants.NewTag()
-	require.NoError(t, err)
-	mark := tenants.CanaryValue("escape_mark", "alpha", tag)
-	t.Cleanup(func() {
-		for _, p := range procgroup.Carrying([]string{mark}) {
-			killPid(p.Pid)
-		}
-	})
+	mark := escapeMark(t)
 	call(row(t, rows, "plugin-spawn").Call(Canaries{Mark: mark}))
 	require.Eventually(t, func() bool { return len(procgroup.Carrying([]string{mark})) >= 2 }, 10*time.Second, 10*time.Millisecond,
 		"the setsid'd process and the double fork carry the mark")

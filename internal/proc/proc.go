@@ -37,6 +37,7 @@ import (
 	"unsafe"
 
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 )
 
 // Errors of a process's life, distinct so a caller can tell a child that
@@ -489,11 +490,7 @@ func IsSignalExit(err error) bool {
 // Line returns stdout line i (0-based), waiting for it until ctx ends or
 // stdout closes.
 func (p *Proc) Line(ctx context.Context, i int) (string, error) {
-	stop := context.AfterFunc(ctx, func() {
-		p.mu.Lock()
-		p.cond.Broadcast()
-		p.mu.Unlock()
-	})
+	stop := syncio.WakeWhenDone(ctx, p.cond)
 	defer stop()
 	p.mu.Lock()
 	defer p.mu.Unlock()

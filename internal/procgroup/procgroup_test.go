@@ -18,15 +18,7 @@ func TestKillReapsWholeGroup(t *testing.T) {
 	t.Parallel()
 	// The leader starts a grandchild that would outlive a leader-only kill.
 	cmd := exec.Command("bash", "-c", "sleep 300 & echo $!; wait")
-	Prepare(cmd)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	buf := make([]byte, 32)
-	n, err := out.Read(buf)
-	require.NoError(t, err)
-	grandchild, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
-	require.NoError(t, err)
+	grandchild := startGroup(t, cmd)
 	leader := cmd.Process.Pid
 	require.True(t, Alive(grandchild))
 	require.ElementsMatch(t, []int{leader, grandchild}, GroupMembers(leader))
@@ -64,15 +56,7 @@ func TestMarkedFindsDescendantsInOtherGroups(t *testing.T) {
 	// server does with its shells.
 	cmd := exec.Command("bash", "-c", "setsid sleep 300 & echo $!; wait")
 	cmd.Env = append(cmd.Environ(), MarkerVar+"="+id)
-	Prepare(cmd)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	buf := make([]byte, 32)
-	n, err := out.Read(buf)
-	require.NoError(t, err)
-	grandchild, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
-	require.NoError(t, err)
+	grandchild := startGroup(t, cmd)
 	// The grandchild is forked in the child's group, leaves it when its
 	// setsid runs, then becomes sleep; while it execs, its environment
 	// cannot be read. The group is killed once it is sleep in a session of
@@ -121,4 +105,21 @@ func TestReadStatOfThisProcess(t *testing.T) {
 	require.Equal(t, sid, st.session)
 	_, ok = readStat(-1)
 	require.False(t, ok)
+}
+
+// startGroup prepares cmd (a bash that prints the pid of a grandchild it
+// started) in a group of its own, starts it and returns the grandchild's
+// pid.
+func startGroup(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	Prepare(cmd)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	buf := make([]byte, 32)
+	n, err := out.Read(buf)
+	require.NoError(t, err)
+	grandchild, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	require.NoError(t, err)
+	return grandchild
 }

@@ -21,11 +21,7 @@ type Buffer struct {
 }
 
 // Write appends p.
-func (b *Buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
+func (b *Buffer) Write(p []byte) (int, error) { return lockedWrite(&b.mu, &b.b, p) }
 
 // String returns everything written so far.
 func (b *Buffer) String() string {
@@ -42,10 +38,13 @@ type Writer struct {
 }
 
 // Write writes p to W under the lock.
-func (w *Writer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.W.Write(p)
+func (w *Writer) Write(p []byte) (int, error) { return lockedWrite(&w.mu, w.W, p) }
+
+// lockedWrite writes p to w holding mu.
+func lockedWrite(mu *sync.Mutex, w io.Writer, p []byte) (int, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	return w.Write(p)
 }
 
 // Bytes returns a copy of everything written so far.

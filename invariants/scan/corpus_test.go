@@ -5,7 +5,12 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 var benchKinds = []string{"provider_key", "api_server_key", "env_marker", "model", "memory", "soul", "workdir", "cron_prompt", "shell_state", "env_name"}
@@ -111,4 +116,23 @@ func alignments(enc Encoding) int {
 		return 5
 	}
 	return 1
+}
+
+// benchEachCorpus runs fn as a sub-benchmark for 2 and for 64 tenants,
+// each with the tenants' patterns and a text corpus of SCAN_BENCH_MB MiB
+// (default 32) drawn from one seeded rng, which fn may draw on further.
+func benchEachCorpus(b *testing.B, fn func(b *testing.B, tenants int, rng *rand.Rand, pats []Pattern, corpus []byte)) {
+	mb := 32
+	if s := os.Getenv("SCAN_BENCH_MB"); s != "" {
+		v, err := strconv.Atoi(s)
+		require.NoError(b, err, "SCAN_BENCH_MB")
+		mb = v
+	}
+	for _, tenants := range []int{2, 64} {
+		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(7, uint64(tenants)))
+			pats := testPatterns(rng, tenants)
+			fn(b, tenants, rng, pats, textCorpus(rng, mb<<20))
+		})
+	}
 }

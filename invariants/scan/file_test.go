@@ -20,7 +20,14 @@ import (
 
 func compileTest(t *testing.T, n int) (*Matcher, []Pattern) {
 	t.Helper()
-	pats := testPatterns(rand.New(rand.NewPCG(11, uint64(n))), n)
+	return compileSeeded(t, rand.New(rand.NewPCG(11, uint64(n))), n)
+}
+
+// compileSeeded compiles the canaries of n tenants testPatterns draws
+// from rng.
+func compileSeeded(t testing.TB, rng *rand.Rand, n int) (*Matcher, []Pattern) {
+	t.Helper()
+	pats := testPatterns(rng, n)
 	m, err := Compile(pats)
 	require.NoError(t, err)
 	return m, pats

@@ -82,9 +82,7 @@ func TestEncodedFormsDecodeBack(t *testing.T) {
 func TestFindsEveryEncoding(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
-	pats := testPatterns(rng, 4)
-	m, err := Compile(pats)
-	require.NoError(t, err)
+	m, pats := compileSeeded(t, rng, 4)
 	target := pats[13] // beta's api_server_key
 	for _, enc := range Encodings {
 		for align := 0; align < 5; align++ {
@@ -122,9 +120,7 @@ func TestFindsEveryEncoding(t *testing.T) {
 func TestCleanTextStaysClean(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
-	pats := testPatterns(rng, 2)
-	m, err := Compile(pats)
-	require.NoError(t, err)
+	m, pats := compileSeeded(t, rng, 2)
 	v := pats[0].Value // provider-key-alpha-<tag>
 	tag := v[len(v)-10:]
 	for name, text := range map[string]string{
@@ -176,9 +172,7 @@ func TestAgreesWithNaiveAcrossChunks(t *testing.T) {
 	t.Parallel()
 	for seed := uint64(0); seed < 6; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 99))
-		pats := testPatterns(rng, 1+int(seed)*5)
-		m, err := Compile(pats)
-		require.NoError(t, err)
+		m, pats := compileSeeded(t, rng, 1+int(seed)*5)
 		corpus := textCorpus(rng, 20000)
 		for k := 0; k < 40; k++ {
 			p := pats[rng.IntN(len(pats))]
@@ -244,80 +238,58 @@ func TestMatcherMemoryFor1000Tenants(t *testing.T) {
 // `canary-run scan --canaries canaries-N.json corpus-N.txt` can be timed
 // beside it.
 func BenchmarkScan(b *testing.B) {
-	mb := 32
-	if s := os.Getenv("SCAN_BENCH_MB"); s != "" {
-		v, err := strconv.Atoi(s)
-		require.NoError(b, err, "SCAN_BENCH_MB")
-		mb = v
-	}
-	for _, tenants := range []int{2, 64} {
-		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(7, uint64(tenants)))
-			pats := testPatterns(rng, tenants)
-			corpus := textCorpus(rng, mb<<20)
-			planted := 0
-			for k := 0; k < 8; k++ {
-				f := plantForm(pats[rng.IntN(len(pats))].Value, Encodings[k%len(Encodings)], k%3)
-				copy(corpus[rng.IntN(len(corpus)-len(f)):], f)
-				planted++
+	benchEachCorpus(b, func(b *testing.B, tenants int, rng *rand.Rand, pats []Pattern, corpus []byte) {
+		planted := 0
+		for k := 0; k < 8; k++ {
+			f := plantForm(pats[rng.IntN(len(pats))].Value, Encodings[k%len(Encodings)], k%3)
+			copy(corpus[rng.IntN(len(corpus)-len(f)):], f)
+			planted++
+		}
+		m, err := Compile(pats)
+		require.NoError(b, err)
+		if dir := os.Getenv("SCAN_BENCH_DIR"); dir != "" {
+			var raw strings.Builder
+			for _, p := range pats {
+				raw.WriteString(p.Value + "\n")
 			}
-			m, err := Compile(pats)
+			require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("corpus-%d.txt", tenants)), corpus, 0o644))
+			require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("raw-patterns-%d.txt", tenants)), []byte(raw.String()), 0o644))
+			js, err := json.Marshal(pats)
 			require.NoError(b, err)
-			if dir := os.Getenv("SCAN_BENCH_DIR"); dir != "" {
-				var raw strings.Builder
-				for _, p := range pats {
-					raw.WriteString(p.Value + "\n")
-				}
-				require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("corpus-%d.txt", tenants)), corpus, 0o644))
-				require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("raw-patterns-%d.txt", tenants)), []byte(raw.String()), 0o644))
-				js, err := json.Marshal(pats)
-				require.NoError(b, err)
-				require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("canaries-%d.json", tenants)), js, 0o644))
-			}
-			b.SetBytes(int64(len(corpus)))
-			b.ResetTimer()
-			found := 0
-			for b.Loop() {
-				found = 0
-				m.Find(corpus, func(Match) { found++ })
-			}
-			if found < planted-1 { // two plants may overlap
-				b.Fatalf("found %d matches, planted %d", found, planted)
-			}
-		})
-	}
+			require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("canaries-%d.json", tenants)), js, 0o644))
+		}
+		b.SetBytes(int64(len(corpus)))
+		b.ResetTimer()
+		found := 0
+		for b.Loop() {
+			found = 0
+			m.Find(corpus, func(Match) { found++ })
+		}
+		if found < planted-1 { // two plants may overlap
+			b.Fatalf("found %d matches, planted %d", found, planted)
+		}
+	})
 }
 
 // BenchmarkFile is BenchmarkScan through File: the corpus read from a
 // file (page cache) in chunks, as the scan command reads it.
 func BenchmarkFile(b *testing.B) {
-	mb := 32
-	if s := os.Getenv("SCAN_BENCH_MB"); s != "" {
-		v, err := strconv.Atoi(s)
-		require.NoError(b, err, "SCAN_BENCH_MB")
-		mb = v
-	}
-	for _, tenants := range []int{2, 64} {
-		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(7, uint64(tenants)))
-			pats := testPatterns(rng, tenants)
-			corpus := textCorpus(rng, mb<<20)
-			f := plantForm(pats[0].Value, Hex, 0)
-			copy(corpus[len(corpus)/2:], f)
-			path := filepath.Join(b.TempDir(), "corpus.txt")
-			require.NoError(b, os.WriteFile(path, corpus, 0o600))
-			m, err := Compile(pats)
-			require.NoError(b, err)
-			b.SetBytes(int64(len(corpus)))
-			b.ResetTimer()
-			for b.Loop() {
-				r := m.File(context.Background(), path)
-				if len(r.Hits) != 1 || len(r.Skipped) != 0 {
-					b.Fatalf("hits %d, skipped %v", len(r.Hits), r.Skipped)
-				}
+	benchEachCorpus(b, func(b *testing.B, tenants int, rng *rand.Rand, pats []Pattern, corpus []byte) {
+		f := plantForm(pats[0].Value, Hex, 0)
+		copy(corpus[len(corpus)/2:], f)
+		path := filepath.Join(b.TempDir(), "corpus.txt")
+		require.NoError(b, os.WriteFile(path, corpus, 0o600))
+		m, err := Compile(pats)
+		require.NoError(b, err)
+		b.SetBytes(int64(len(corpus)))
+		b.ResetTimer()
+		for b.Loop() {
+			r := m.File(context.Background(), path)
+			if len(r.Hits) != 1 || len(r.Skipped) != 0 {
+				b.Fatalf("hits %d, skipped %v", len(r.Hits), r.Skipped)
 			}
-		})
-	}
+		}
+	})
 }
 
 // BenchmarkCompile measures building the matcher for 64 and 1,000 tenants.
@@ -371,9 +343,7 @@ func TestUTF16ReportedOnce(t *testing.T) {
 func TestCursorsMeet(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(11, 12))
-	pats := testPatterns(rng, 3)
-	m, err := Compile(pats)
-	require.NoError(t, err)
+	m, pats := compileSeeded(t, rng, 3)
 	for _, size := range []int{2*splitMin + m.window, 3*splitMin + 17, 4*splitMin + m.window, 50000} {
 		b := findParts(m.window-1, size)
 		require.Len(t, b, map[bool]int{false: 3, true: 5}[size >= 4*splitMin+m.window-1], "size %d", size)

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -54,18 +55,19 @@ func mustHex(s string) []byte {
 
 func gz(t testing.TB, data []byte) []byte {
 	t.Helper()
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	_, err := zw.Write(data)
-	require.NoError(t, err)
-	require.NoError(t, zw.Close())
-	return b.Bytes()
+	return squeeze(t, data, func(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) })
 }
 
 func zl(t testing.TB, data []byte) []byte {
 	t.Helper()
+	return squeeze(t, data, func(w io.Writer) io.WriteCloser { return zlib.NewWriter(w) })
+}
+
+// squeeze writes data through the compressor open makes.
+func squeeze(t testing.TB, data []byte, open func(io.Writer) io.WriteCloser) []byte {
+	t.Helper()
 	var b bytes.Buffer
-	zw := zlib.NewWriter(&b)
+	zw := open(&b)
 	_, err := zw.Write(data)
 	require.NoError(t, err)
 	require.NoError(t, zw.Close())

@@ -102,10 +102,7 @@ func (c *conn) cronTrigger(params json.RawMessage) (any, error) {
 	var p struct {
 		Profile, ID string
 	}
-	if err := decode(params, &p); err != nil {
-		return nil, err
-	}
-	prof, err := c.pool.profile(p.Profile)
+	prof, err := c.decodeProfile(params, &p, &p.Profile)
 	if err != nil {
 		return nil, err
 	}
@@ -128,10 +125,7 @@ func (c *conn) cronTrigger(params json.RawMessage) (any, error) {
 
 func (c *conn) cronList(params json.RawMessage) (any, error) {
 	var p struct{ Profile string }
-	if err := decode(params, &p); err != nil {
-		return nil, err
-	}
-	prof, err := c.pool.profile(p.Profile)
+	prof, err := c.decodeProfile(params, &p, &p.Profile)
 	if err != nil {
 		return nil, err
 	}

@@ -34,10 +34,7 @@ func (c *conn) sessionCreate(params json.RawMessage) (any, error) {
 	var p struct {
 		Profile string `json:"profile"`
 	}
-	if err := decode(params, &p); err != nil {
-		return nil, err
-	}
-	prof, err := c.pool.profile(p.Profile)
+	prof, err := c.decodeProfile(params, &p, &p.Profile)
 	if err != nil {
 		return nil, err
 	}
@@ -53,10 +50,7 @@ func (c *conn) sessionResume(params json.RawMessage) (any, error) {
 		SessionID string `json:"session_id"`
 		Profile   string `json:"profile"`
 	}
-	if err := decode(params, &p); err != nil {
-		return nil, err
-	}
-	prof, err := c.pool.profile(p.Profile)
+	prof, err := c.decodeProfile(params, &p, &p.Profile)
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +164,27 @@ func (c *conn) addressed(a address) (profile, error) {
 	return c.pool.profile(a.Profile)
 }
 
+// decodeProfile decodes a call's params into p and returns the profile
+// *name (a field of p) names: the launch profile when it is empty.
+func (c *conn) decodeProfile(params json.RawMessage, p any, name *string) (profile, error) {
+	if err := decode(params, p); err != nil {
+		return profile{}, err
+	}
+	return c.pool.profile(*name)
+}
+
+// decodeAddressed decodes a settings call's params into p, runs check on
+// what was decoded, and returns the profile a (p's address) names.
+func (c *conn) decodeAddressed(params json.RawMessage, p any, a *address, check func() error) (profile, error) {
+	if err := decode(params, p); err != nil {
+		return profile{}, err
+	}
+	if err := check(); err != nil {
+		return profile{}, err
+	}
+	return c.addressed(*a)
+}
+
 // configKeys are the keys config.set takes, and where each lives in
 // config.yaml.
 var configKeys = map[string]string{"cwd": "terminal.cwd", "prompt": "custom_prompt", "model": "model.default"}
@@ -182,14 +197,14 @@ func (c *conn) configSet(params json.RawMessage) (any, error) {
 		Key   string `json:"key"`
 		Value string `json:"value"`
 	}
-	if err := decode(params, &p); err != nil {
-		return nil, err
-	}
-	key, ok := configKeys[p.Key]
-	if !ok {
-		return nil, errorf(codeBadParams, "config.set: unknown key %q (want cwd, prompt or model)", p.Key)
-	}
-	prof, err := c.addressed(p.address)
+	var key string
+	prof, err := c.decodeAddressed(params, &p, &p.address, func() error {
+		var ok bool
+		if key, ok = configKeys[p.Key]; !ok {
+			return errorf(codeBadParams, "config.set: unknown key %q (want cwd, prompt or model)", p.Key)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -214,13 +229,12 @@ func (c *conn) saveKey(params json.RawMessage) (any, error) {
 		Slug   string `json:"slug"`
 		APIKey string `json:"api_key"`
 	}
-	if err := decode(params, &p); err != nil {
-		return nil, err
-	}
-	if !slugRE.MatchString(p.Slug) || p.APIKey == "" {
-		return nil, errorf(codeBadParams, "model.save_key: want a slug of [a-z0-9_-] and an api_key")
-	}
-	prof, err := c.addressed(p.address)
+	prof, err := c.decodeAddressed(params, &p, &p.address, func() error {
+		if !slugRE.MatchString(p.Slug) || p.APIKey == "" {
+			return errorf(codeBadParams, "model.save_key: want a slug of [a-z0-9_-] and an api_key")
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -234,46 +248,42 @@ func (c *conn) saveKey(params json.RawMessage) (any, error) {
 func (c *conn) profilesCreate(params json.RawMessage) (any, error) {
 	c.pool.life.Lock()
 	defer c.pool.life.Unlock()
-	var p struct {
-		Name string `json:"name"`
-	}
-	if err := decode(params, &p); err != nil {
+	name, err := decodeName(params)
+	if err != nil {
 		return nil, err
 	}
-	if !profileNameRE.MatchString(p.Name) || p.Name == launchName {
-		return nil, errorf(codeBadParams, "profiles.create: bad name %q", p.Name)
+	if !profileNameRE.MatchString(name) || name == launchName {
+		return nil, errorf(codeBadParams, "profiles.create: bad name %q", name)
 	}
-	home := filepath.Join(c.pool.profilesDir(), p.Name)
+	home := filepath.Join(c.pool.profilesDir(), name)
 	if err := os.MkdirAll(c.pool.profilesDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("profiles.create: %w", err)
 	}
 	if err := os.Mkdir(home, 0o755); errors.Is(err, os.ErrExist) {
-		return nil, errorf(codeConflict, "profile %q already exists", p.Name)
+		return nil, errorf(codeConflict, "profile %q already exists", name)
 	} else if err != nil {
 		return nil, fmt.Errorf("profiles.create: %w", err)
 	}
 	// A new profile starts empty: no model, no key, nothing of the launch
 	// profile's. Its owner configures it.
-	prof := profile{name: p.Name, home: home}
+	prof := profile{name: name, home: home}
 	if err := prof.writeFile("config.yaml", []byte("model: {}\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("profiles.create: %w", err)
 	}
-	return map[string]any{"ok": true, "name": p.Name, "path": home}, nil
+	return map[string]any{"ok": true, "name": name, "path": home}, nil
 }
 
 func (c *conn) profilesDelete(params json.RawMessage) (any, error) {
 	c.pool.life.Lock()
 	defer c.pool.life.Unlock()
-	var p struct {
-		Name string `json:"name"`
-	}
-	if err := decode(params, &p); err != nil {
+	name, err := decodeName(params)
+	if err != nil {
 		return nil, err
 	}
-	if p.Name == "" || p.Name == launchName {
+	if name == "" || name == launchName {
 		return nil, errorf(codeBadParams, "profiles.delete: the launch profile cannot be deleted")
 	}
-	prof, err := c.pool.profile(p.Name)
+	prof, err := c.pool.profile(name)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +291,16 @@ func (c *conn) profilesDelete(params json.RawMessage) (any, error) {
 	if err := os.RemoveAll(prof.home); err != nil {
 		return nil, fmt.Errorf("profiles.delete: %w", err)
 	}
-	return map[string]any{"ok": true, "name": p.Name}, nil
+	return map[string]any{"ok": true, "name": name}, nil
+}
+
+// decodeName decodes the params {name} of a profiles call.
+func decodeName(params json.RawMessage) (string, error) {
+	var p struct {
+		Name string `json:"name"`
+	}
+	err := decode(params, &p)
+	return p.Name, err
 }
 
 func (c *conn) profilesList(json.RawMessage) (any, error) {

@@ -10,7 +10,7 @@
 //	dialect_hostile{op, ...}  harness/attack's plugin rows: read, append,
 //	                          spawn, ping (hog is declared unsupported)
 //
-// The dialect server builds it beside plugin.json (internal/dialecttest).
+// The dialect server builds it beside plugin.json (harness/dialecttest).
 package main
 
 import (

@@ -1,6 +1,8 @@
 // Package dialecttest builds harness/testdata/dialectserver, a small server
 // that speaks a dialect other than DESIGN.md's, and loads its target file,
-// for the tests of the harness's dialect layer.
+// for the tests of the harness's dialect layer. It sits beside harness (as
+// net/http/httptest does beside net/http) so that its import of harness
+// runs down the layers: scenarios and cmd/canary-run tests import it.
 package dialecttest
 
 import (
@@ -19,7 +21,7 @@ import (
 // testdata is the folder of the server and its target file.
 func testdata() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "harness", "testdata")
+	return filepath.Join(filepath.Dir(file), "..", "testdata")
 }
 
 // Build compiles the server into dir and returns the binary's path. Its
