@@ -10,7 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tenantcanary/tenantcanary/harness"
-	"github.com/tenantcanary/tenantcanary/internal/dialecttest"
+	"github.com/tenantcanary/tenantcanary/harness/dialecttest"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/harness"
-	"github.com/tenantcanary/tenantcanary/internal/dialecttest"
+	"github.com/tenantcanary/tenantcanary/harness/dialecttest"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
