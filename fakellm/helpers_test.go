@@ -117,3 +117,24 @@ func readSSE(t testing.TB, r io.Reader) []sseEvent {
 }
 
 func unmarshalString(raw string, out *string) error { return json.Unmarshal([]byte(raw), out) }
+
+// settled returns copies of s's records once the first n are settled
+// (their status and response label set): the server settles a record when
+// its handler returns, which may be after the client has read the answer.
+func settled(t testing.TB, s *fakellm.Server, n int) []fakellm.Record {
+	t.Helper()
+	var recs []fakellm.Record
+	require.Eventually(t, func() bool {
+		recs = s.Requests()
+		if len(recs) < n {
+			return false
+		}
+		for _, r := range recs[:n] {
+			if r.Status == 0 || r.Response == "" {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "the first %d record(s) were never settled", n)
+	return recs
+}

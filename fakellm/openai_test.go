@@ -34,7 +34,7 @@ func TestPlainCompletion(t *testing.T) {
 	assert.EqualValues(t, 11, got.Usage.PromptTokens)
 	assert.EqualValues(t, 18, got.Usage.TotalTokens)
 
-	recs := s.Requests()
+	recs := settled(t, s, 1)
 	require.Len(t, recs, 1)
 	r := recs[0]
 	assert.Equal(t, 0, r.Seq)
@@ -161,7 +161,7 @@ func TestStreamedText(t *testing.T) {
 	assert.Equal(t, len([]rune(text))/5+1, contentChunks, "text is split into 5-rune chunks")
 	assert.Positive(t, acc.Usage.TotalTokens, "the final chunk carries usage")
 
-	r := s.Requests()[0]
+	r := settled(t, s, 1)[0]
 	assert.True(t, r.Stream)
 	assert.Equal(t, "text", r.Response)
 	assert.Equal(t, http.StatusOK, r.Status)
@@ -213,7 +213,7 @@ func TestStreamedParallelToolCalls(t *testing.T) {
 		ids[tc.ID] = true
 	}
 	assert.Len(t, ids, 4)
-	assert.Equal(t, "tool_calls", s.Requests()[0].Response)
+	assert.Equal(t, "tool_calls", settled(t, s, 1)[0].Response)
 }
 
 func TestToolCallIDsUniqueUnderLoad(t *testing.T) {
@@ -263,7 +263,7 @@ func TestRateLimitRetryAfter(t *testing.T) {
 		assert.Equal(t, "rate_limit_exceeded", apiErr.Code)
 		assert.Equal(t, "2", apiErr.Response.Header.Get("Retry-After"), "whole seconds, rounded up")
 		assert.Equal(t, "1500", apiErr.Response.Header.Get("Retry-After-Ms"))
-		assert.Equal(t, "error 429", s.Requests()[0].Response)
+		assert.Equal(t, "error 429", settled(t, s, 1)[0].Response)
 	})
 	t.Run("honoured by the client's retry", func(t *testing.T) {
 		t.Parallel()
@@ -351,7 +351,7 @@ func TestDropMidStream(t *testing.T) {
 		_ = stream.Close()
 		assert.Equal(t, 3, n, "exactly the events before the cut arrived")
 		assert.Equal(t, "abcdabcd", acc.Choices[0].Message.Content)
-		assert.Equal(t, "text drop@3 (cut)", s.Requests()[0].Response)
+		assert.Equal(t, "text drop@3 (cut)", settled(t, s, 1)[0].Response)
 	})
 	t.Run("non-streamed", func(t *testing.T) {
 		t.Parallel()
