@@ -3,6 +3,9 @@ package invariants
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/invariants/scan"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -99,4 +103,14 @@ func TestSystemTempLeaksNeverFailOnOthersEntries(t *testing.T) {
 	assert.Equal(t, "alpha", found[0].Owner)
 	require.Len(t, notScanned, 1)
 	assert.Contains(t, notScanned[0], "decompression bomb refused")
+}
+
+// An entry of the system temp folder that went while it was scanned
+// (another program's build folder, cleaned up) is not even listed as not
+// scanned; one that could not be read is.
+func TestSystemTempEntryGoneIsNotListed(t *testing.T) {
+	t.Parallel()
+	assert.True(t, gone(scan.Skip{Path: "/tmp/go-build1", Err: fmt.Errorf("walk: %w", fs.ErrNotExist)}))
+	assert.False(t, gone(scan.Skip{Path: "/tmp/zeros.gz", Err: errors.New("decompression bomb refused")}))
+	assert.False(t, gone(scan.Skip{Path: "/tmp/x", Err: fmt.Errorf("walk: %w", fs.ErrPermission)}))
 }

@@ -2,6 +2,8 @@ package invariants
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -66,13 +68,24 @@ func (c *Checker) SharedPlaceLeaks(ctx context.Context, paths []string) []Findin
 // is listed in notScanned, never a Harness finding. A tenant's secret
 // found there is a finding all the same: canaries are this run's own, so
 // no other program can hold one.
+//
+// An entry that went while it was scanned (another program's build folder,
+// cleaned up) is not listed at all: nothing of it is at rest to hold a
+// secret, and listing it would make a busy machine's run partial.
 func (c *Checker) SystemTempLeaks(ctx context.Context, paths []string) (findings []Finding, notScanned []string) {
 	out, skipped := c.sharedPlaceLeaks(ctx, paths)
 	for _, sk := range skipped {
+		if gone(sk) {
+			continue
+		}
 		notScanned = append(notScanned, sk.Path+": "+sk.Reason)
 	}
 	return Dedup(out), notScanned
 }
+
+// gone reports whether a skip is of an entry that went while it was
+// scanned: nothing of it is at rest.
+func gone(sk scan.Skip) bool { return errors.Is(sk.Err, fs.ErrNotExist) }
 
 func (c *Checker) sharedPlaceLeaks(ctx context.Context, paths []string) ([]Finding, []scan.Skip) {
 	var out []Finding
