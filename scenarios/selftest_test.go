@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +25,9 @@ func TestSelfTestCatchesEverySeededFault(t *testing.T) {
 	defer cancel()
 	// checkChainDetections reads every row of the chain faults' runs, so
 	// those run whole; every other faulty run stops once it is caught.
-	res, rst, runs := selfTestWithRestarts(ctx, t, Config{Target: agentdTarget(), Tenants: 3, WorkDir: t.TempDir(), Parallel: 3}, Faults())
+	cfg := Config{Target: agentdTarget(), Tenants: 3, WorkDir: t.TempDir(), Parallel: 3}
+	res, rst, runs := selfTestWithRestarts(ctx, t, cfg, Faults())
+	res = againWhereInconclusive(ctx, t, cfg, res)
 	for _, o := range rst.Outcomes {
 		assert.True(t, o.Clean, "clean run of %s", o.Scenario)
 	}
@@ -202,4 +205,78 @@ func TestYieldLetsAloneInBetweenPhases(t *testing.T) {
 	require.Equal(t, []string{"alone", "next phase"}, order)
 	excl.RUnlock()
 	require.True(t, excl.TryLock(), "the scenario's share was not given back whole")
+}
+
+// againWhereInconclusive runs a fault again, clean and faulty, when its
+// timing check could not judge (the availability control's
+// "inconclusive": this test binary's other tests, and other packages',
+// saturated the two CPUs under the flood), at most twice: an
+// inconclusive measurement is neither a pass nor a miss, and the matrix
+// wants one that judged. Each run again is logged.
+func againWhereInconclusive(ctx context.Context, t *testing.T, cfg Config, res SelfTestResult) SelfTestResult {
+	t.Helper()
+	for i, o := range res.Outcomes {
+		for try := 1; try <= 2 && (!o.Caught || !o.Clean) && inconclusive(o, res); try++ {
+			t.Logf("%s in %s could not be judged (try %d): the machine was saturated; running it again", o.Fault, o.Scenario, try)
+			var f Fault
+			for _, x := range Faults() {
+				if x.Name == o.Fault {
+					f = x
+				}
+			}
+			c := cfg
+			c.WorkDir = t.TempDir()
+			again, err := SelfTestWith(ctx, Default(), c, []Fault{f}, SelfTestOptions{})
+			require.NoError(t, err)
+			require.Len(t, again.Outcomes, 1)
+			o = again.Outcomes[0]
+			res.Outcomes[i] = o
+			res.Faulty[o.Fault] = again.Faulty[o.Fault]
+			for k, r := range res.Clean {
+				for _, a := range again.Clean {
+					if r.ID == a.ID {
+						res.Clean[k] = a
+					}
+				}
+			}
+		}
+	}
+	return res
+}
+
+// inconclusive reports whether o's faulty or clean run failed only for
+// want of a judgement (a timing check the machine control could not make).
+func inconclusive(o FaultOutcome, res SelfTestResult) bool {
+	if strings.Contains(o.Error, "inconclusive") || strings.Contains(o.CleanWhy, "inconclusive") {
+		return true
+	}
+	faulty := res.Faulty[o.Fault]
+	for _, f := range faulty.Findings() {
+		if strings.Contains(f.Detail, "inconclusive") {
+			return true
+		}
+	}
+	for _, r := range res.Clean {
+		if r.ID == o.Scenario {
+			for _, f := range r.Findings() {
+				if strings.Contains(f.Detail, "inconclusive") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// TestInconclusiveTellsAnUnjudgedTimingCheck: only a run whose timing
+// check could not judge is run again, never a plain miss.
+func TestInconclusiveTellsAnUnjudgedTimingCheck(t *testing.T) {
+	t.Parallel()
+	unjudged := invariants.Finding{Invariant: invariants.Control, Tenant: "beta", Detail: "inconclusive: the machine control ran 4.9x slower"}
+	res := SelfTestResult{
+		Faulty: map[string]Report{"no-conn-limit": {ID: "noisy-neighbour", Phases: []PhaseReport{{Name: "rounds", Findings: []invariants.Finding{unjudged}}}}},
+		Clean:  []Report{{ID: "pooled-serve", Phases: []PhaseReport{{Name: "connect"}}}},
+	}
+	assert.True(t, inconclusive(FaultOutcome{Fault: "no-conn-limit", Scenario: "noisy-neighbour"}, res))
+	assert.False(t, inconclusive(FaultOutcome{Fault: "model-bleed", Scenario: "pooled-serve", Error: "no launch_bleed finding"}, res))
 }
