@@ -43,8 +43,8 @@ func (c *Checker) WithRequestCache(rc *RequestCache) *Checker {
 }
 
 // canaryState names everything a request's findings depend on besides
-// the request: every tenant's name, key, model, canaries and shared
-// names.
+// the request: every tenant's name, key, provider, model, canaries and
+// shared names.
 func canaryState(ts []*tenants.Tenant) [sha256.Size]byte {
 	h := sha256.New()
 	put := func(s string) {
@@ -57,6 +57,7 @@ func canaryState(ts []*tenants.Tenant) [sha256.Size]byte {
 		put("tenant")
 		put(t.Name)
 		put(t.ProviderKey())
+		put(t.ProviderURL()) // a provider made again (a profile re-created) numbers its requests from 0
 		put(t.Model())
 		for _, c := range t.Canaries() {
 			put(string(c.Kind))
