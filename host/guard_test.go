@@ -216,7 +216,7 @@ func TestWithoutTheKeeperADoubleForkSurvivesTheHost(t *testing.T) {
 		id = marked(t, c)
 		c.Env = append(c.Env, "AGENTD_PLUGIN_HOST_KEEPER=inner")
 	})
-	e.call("s", "hostile_spawn", nil)
+	orphan := int(e.call("s", "hostile_spawn", nil)["orphan"].(float64))
 	require.NoError(t, e.m.Close())
 	left := procgroup.Marked(id)
 	defer func() {
@@ -236,6 +236,7 @@ func TestWithoutTheKeeperADoubleForkSurvivesTheHost(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, orphans, "the double fork's orphan did not survive without the keeper: the keeper test proves nothing")
+	require.Contains(t, left, orphan, "the orphan the plugin reported is not among the marked survivors")
 }
 
 func TestAPanicOnAPluginsGoroutineEndsOnlyItsHost(t *testing.T) {
