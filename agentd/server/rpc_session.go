@@ -26,16 +26,20 @@ type sessionResult struct {
 }
 
 func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, stored string) (*sessionResult, error) {
-	snap, err := sc.Load()
-	if err != nil {
-		sc.Log.Error("load config", "err", err)
-		return nil, internalError("load profile %q: %v", sc.Profile.Name, err)
-	}
+	// A full profile is refused before its config is read: a flood of
+	// session.create past the limit then costs the server next to nothing
+	// (a refusal that parsed three YAML files first was most of a
+	// flood's CPU).
 	s.mu.Lock()
 	full := s.tooManySessions(sc.Profile.Name)
 	s.mu.Unlock()
 	if full != nil {
 		return nil, full
+	}
+	snap, err := sc.Load()
+	if err != nil {
+		sc.Log.Error("load config", "err", err)
+		return nil, internalError("load profile %q: %v", sc.Profile.Name, err)
 	}
 	var history []llm.Message
 	resumed := stored != ""
