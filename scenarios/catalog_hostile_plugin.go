@@ -151,6 +151,12 @@ func (e *Env) hogWindows(rows []attack.Row, hog *tenants.Tenant, pings map[strin
 		return n > before, fmt.Sprintf("%d request(s)", n-before)
 	})
 	e.pingEach(hog, pings, lat)
+	select {
+	case herr := <-done: // the loaded window closed before its pings did
+		done <- herr
+		e.Logf("the hog's turn ended before the pings under it did: they were timed partly after the hog")
+	default:
+	}
 	var herr error
 	select {
 	case herr = <-done:
