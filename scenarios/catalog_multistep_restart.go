@@ -100,6 +100,9 @@ func contains(rounds []*restartRound, rd *restartRound) bool {
 func (e *Env) restartChains(chains []attack.Chain) {
 	e.T.Helper()
 	for i, rd := range e.restartRounds(e.chainsOf(chains)) {
+		if i > 0 {
+			e.yield() // rounds stand alone: a phase that runs alone goes in between, not after them all
+		}
 		var ids []string
 		for _, r := range rd.runs {
 			ids = append(ids, r.ch.ID)
