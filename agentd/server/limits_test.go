@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -273,4 +274,23 @@ func TestLiveSessionsOfAProfileAreBounded(t *testing.T) {
 	sessionID(t, f.call(a, "session.create", map[string]any{})) // another profile is not counted
 	require.Equal(t, 0, code(f.call(a, "session.close", map[string]any{"session_id": first})))
 	sessionID(t, f.call(a, "session.create", map[string]any{"profile": "b"}))
+}
+
+// A full profile's session.create is refused before its config is read:
+// a flood past the limit costs no parse. A config broken meanwhile shows
+// only once a session may open again.
+func TestAFullProfileIsRefusedBeforeItsConfigIsRead(t *testing.T) {
+	t.Parallel()
+	f := newFixtureWith(t, heldForB(nil), func(o *Options) { o.Limits = Limits{ProfileSessions: 1} })
+	a := newConn("a")
+	first := sessionID(t, f.call(a, "session.create", map[string]any{"profile": "b"}))
+	p, err := f.homes.Get("b")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p.File("config.yaml"), []byte("model: [\n"), 0o600))
+	refused := f.call(a, "session.create", map[string]any{"profile": "b"})
+	require.Equal(t, rpc.CodeTooBusy, code(refused), "%v", refused)
+	require.Equal(t, 0, code(f.call(a, "session.close", map[string]any{"session_id": first})))
+	broken := f.call(a, "session.create", map[string]any{"profile": "b"})
+	require.NotEqual(t, 0, code(broken), "%v", broken)
+	require.NotEqual(t, rpc.CodeTooBusy, code(broken), "%v", broken)
 }
