@@ -79,15 +79,6 @@ func Faults() []Fault {
 	}
 }
 
-// runsBefore orders a self-test's runs: one that runs alone (Spec.Alone)
-// first, then the heavier (longer) first.
-func runsBefore(a Spec, wa time.Duration, b Spec, wb time.Duration) bool {
-	if a.Alone != b.Alone {
-		return a.Alone
-	}
-	return wa > wb
-}
-
 // FaultEnv is the target environment that turns fault on.
 func FaultEnv(fault string) map[string]string {
 	return map[string]string{"AGENTD_FAULTS": fault, "AGENTD_ALLOW_FAULTS": "1"}
@@ -255,10 +246,7 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 	// The longest first, so the self-test does not end waiting on a long
 	// run started last: clean runs by their scenario's timeout (which
 	// stands for its length), faulty ones by their clean run's measured
-	// duration when it is given, else the same. A run that runs alone
-	// (Spec.Alone) goes before them all: started later, it would wait for
-	// every run going on to end its phase, each of their slots idle once
-	// it has, and hold up every run it waited for.
+	// duration when it is given, else the same.
 	weight := func(j job) time.Duration {
 		if r, ok := given[j.spec.ID]; ok && j.fault.Name != "" && r.Duration > 0 {
 			return r.Duration
@@ -266,9 +254,7 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 		return j.spec.Timeout
 	}
 	for _, part := range [][]job{jobs[:nClean], jobs[nClean:]} {
-		sort.SliceStable(part, func(a, b int) bool {
-			return runsBefore(part[a].spec, weight(part[a]), part[b].spec, weight(part[b]))
-		})
+		sort.SliceStable(part, func(a, b int) bool { return weight(part[a]) > weight(part[b]) })
 	}
 	faulty := make([]Report, len(faults))
 	errs := make([]error, len(faults))

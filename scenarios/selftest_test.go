@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"runtime"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -280,21 +279,4 @@ func TestInconclusiveTellsAnUnjudgedTimingCheck(t *testing.T) {
 	}
 	assert.True(t, inconclusive(FaultOutcome{Fault: "no-conn-limit", Scenario: "noisy-neighbour"}, res))
 	assert.False(t, inconclusive(FaultOutcome{Fault: "model-bleed", Scenario: "pooled-serve", Error: "no launch_bleed finding"}, res))
-}
-
-// A run that runs alone starts before every other, however short: later,
-// it would idle every slot while it waited for the runs going on.
-func TestSelfTestRunsTheAloneRunFirst(t *testing.T) {
-	t.Parallel()
-	specs := []Spec{{ID: "long"}, {ID: "alone", Alone: true}, {ID: "short"}}
-	weights := []time.Duration{30 * time.Second, 5 * time.Second, time.Second}
-	order := []int{0, 1, 2}
-	sort.SliceStable(order, func(a, b int) bool {
-		return runsBefore(specs[order[a]], weights[order[a]], specs[order[b]], weights[order[b]])
-	})
-	var ids []string
-	for _, i := range order {
-		ids = append(ids, specs[i].ID)
-	}
-	require.Equal(t, []string{"alone", "long", "short"}, ids)
 }
