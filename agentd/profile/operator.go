@@ -59,14 +59,20 @@ func (k IgnoredKey) String() string {
 // every OperatorOnly key removed (and listed in the ignored keys) unless
 // the profile owns its operator keys. A missing file is empty.
 func (p Profile) OwnConfig() (map[string]any, []IgnoredKey, error) {
-	path := p.File("config.yaml")
 	own, err := p.readOwnConfig()
 	if err != nil {
 		return nil, nil, err
 	}
+	own, ignored := p.withoutOperatorKeys(own)
+	return own, ignored, nil
+}
+
+// withoutOperatorKeys is OwnConfig's filter of the parsed own config.yaml.
+func (p Profile) withoutOperatorKeys(own map[string]any) (map[string]any, []IgnoredKey) {
 	if p.OwnOperatorKeys {
-		return own, nil, nil
+		return own, nil
 	}
+	path := p.File("config.yaml")
 	var ignored []IgnoredKey
 	for _, k := range OperatorOnly {
 		var found bool
@@ -74,7 +80,7 @@ func (p Profile) OwnConfig() (map[string]any, []IgnoredKey, error) {
 			ignored = append(ignored, IgnoredKey{Profile: p.Name, File: path, Key: k.Key})
 		}
 	}
-	return own, ignored, nil
+	return own, ignored
 }
 
 // ManagedConfig is the managed scope's config.yaml (empty when the profile
