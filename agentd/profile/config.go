@@ -91,51 +91,13 @@ var ErrBadConfig = errors.New("bad config")
 // the managed one over the profile's. A missing file is empty; a file that
 // does not parse is an error naming it and the line.
 func (p Profile) LoadConfig() (*Config, error) {
-	ownData, err := p.readOwnConfigData()
+	own, ignored, err := p.OwnConfig()
 	if err != nil {
 		return nil, err
 	}
-	managedPath := ""
-	var managedData []byte
-	if p.Managed != "" {
-		managedPath = filepath.Join(p.Managed, "config.yaml")
-		if managedData, err = readYAMLFile(managedPath); err != nil {
-			return nil, err
-		}
-	}
-	// The same bytes give the same Config: a server loads a profile's
-	// config at every session and turn, and parsing it again was a large
-	// part of its CPU (see configMemo). Only the parse is skipped: the
-	// files are read every time.
-	key, memoable := configKey(p, ownData, managedPath, managedData)
-	if memoable {
-		if cfg := configs.get(key); cfg != nil {
-			return cfg, nil
-		}
-	}
-	cfg, err := p.parseConfig(ownData, managedData, managedPath)
+	managed, err := p.ManagedConfig()
 	if err != nil {
 		return nil, err
-	}
-	if memoable {
-		configs.put(key, cfg)
-	}
-	return cfg, nil
-}
-
-// parseConfig is LoadConfig of what was read: the profile's own
-// config.yaml (nil: missing) and the managed scope's (at managedPath).
-func (p Profile) parseConfig(ownData, managedData []byte, managedPath string) (*Config, error) {
-	own, err := parseYAMLMap(p.File("config.yaml"), ownData)
-	if err != nil {
-		return nil, err
-	}
-	own, ignored := p.withoutOperatorKeys(own)
-	managed := map[string]any{}
-	if managedPath != "" {
-		if managed, err = parseYAMLMap(managedPath, managedData); err != nil {
-			return nil, err
-		}
 	}
 	merged := Merge(own, managed)
 	cfg := &Config{}
@@ -162,24 +124,14 @@ func (p Profile) parseConfig(ownData, managedData []byte, managedPath string) (*
 // readOwnConfig reads the profile's own config.yaml through its home (no
 // link followed); a missing file is an empty map.
 func (p Profile) readOwnConfig() (map[string]any, error) {
-	data, err := p.readOwnConfigData()
-	if err != nil {
-		return nil, err
-	}
-	return parseYAMLMap(p.File("config.yaml"), data)
-}
-
-// readOwnConfigData is the profile's own config.yaml as bytes, read
-// through its home (no link followed); a missing file is nil.
-func (p Profile) readOwnConfigData() ([]byte, error) {
 	data, err := p.FS().ReadFile("config.yaml")
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return map[string]any{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read config of profile %q: %w", p.Name, err)
 	}
-	return data, nil
+	return parseYAMLMap(p.File("config.yaml"), data)
 }
 
 // readYAMLMap reads the YAML mapping at path (the managed scope's
@@ -188,23 +140,14 @@ func (p Profile) readOwnConfigData() ([]byte, error) {
 // managed folder, or a home: a tenant writes inside its home, never the
 // home itself). A missing file is an empty map.
 func readYAMLMap(path string) (map[string]any, error) {
-	data, err := readYAMLFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return parseYAMLMap(path, data)
-}
-
-// readYAMLFile is readYAMLMap's read: the bytes, nil when missing.
-func readYAMLFile(path string) ([]byte, error) {
 	data, err := homefs.Home{Dir: filepath.Dir(path)}.ReadFile(filepath.Base(path))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return map[string]any{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	return data, nil
+	return parseYAMLMap(path, data)
 }
 
 // parseYAMLMap parses a YAML mapping; empty data is an empty map. It also

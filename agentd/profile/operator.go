@@ -59,20 +59,14 @@ func (k IgnoredKey) String() string {
 // every OperatorOnly key removed (and listed in the ignored keys) unless
 // the profile owns its operator keys. A missing file is empty.
 func (p Profile) OwnConfig() (map[string]any, []IgnoredKey, error) {
+	path := p.File("config.yaml")
 	own, err := p.readOwnConfig()
 	if err != nil {
 		return nil, nil, err
 	}
-	own, ignored := p.withoutOperatorKeys(own)
-	return own, ignored, nil
-}
-
-// withoutOperatorKeys is OwnConfig's filter of the parsed own config.yaml.
-func (p Profile) withoutOperatorKeys(own map[string]any) (map[string]any, []IgnoredKey) {
 	if p.OwnOperatorKeys {
-		return own, nil
+		return own, nil, nil
 	}
-	path := p.File("config.yaml")
 	var ignored []IgnoredKey
 	for _, k := range OperatorOnly {
 		var found bool
@@ -80,7 +74,7 @@ func (p Profile) withoutOperatorKeys(own map[string]any) (map[string]any, []Igno
 			ignored = append(ignored, IgnoredKey{Profile: p.Name, File: path, Key: k.Key})
 		}
 	}
-	return own, ignored
+	return own, ignored, nil
 }
 
 // ManagedConfig is the managed scope's config.yaml (empty when the profile
