@@ -36,6 +36,15 @@ type hostileState struct {
 	writes map[string]tenants.Canary
 }
 
+// hostileKey is a hostile scenario's write canaries.
+var hostileKey = &stateKey[hostileState]{"hostile"}
+
+// hostileCanaries are t's canaries in this run's attacks: its write
+// canary, minted on first use.
+func (e *Env) hostileCanaries(t *tenants.Tenant) attack.Canaries {
+	return stateOf(e, hostileKey).canaries(e, t)
+}
+
 func (st *hostileState) canaries(e *Env, t *tenants.Tenant) attack.Canaries {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -81,7 +90,7 @@ func (e *Env) spawnIn(c *harness.Conn, t *tenants.Tenant, sid string, rows []att
 // ordinary turn each.
 func (e *Env) startHostile(install func()) {
 	e.T.Helper()
-	e.hostile = &hostileState{}
+	*stateOf(e, hostileKey) = hostileState{}
 	if install != nil {
 		install()
 	}
@@ -124,7 +133,7 @@ func (e *Env) attackAll(rows []attack.Row, kinds ...attack.Class) {
 					e.Logf("%s's rows after its first hit are not run: this faulty run's fault is caught", t.Name)
 					return
 				}
-				e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostile.canaries(e, t))
+				e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostileCanaries(t))
 			}
 		}
 	})
