@@ -30,6 +30,18 @@ func gatewayResponder(t *tenants.Tenant) fakellm.Responder {
 	}
 }
 
+// llmGatewaySpec is s as a scenario of the gateway family: it runs
+// against the target's gateway, which it needs, takes no agent snapshots,
+// and each tenant's provider answers with text naming the tenant
+// (gatewayResponder).
+func llmGatewaySpec(s Spec) Spec {
+	s.Backends = []harness.Backend{harness.BackendGateway}
+	s.Snapshots = perTenant(0)
+	s.Responder = gatewayResponder
+	s.Needs = []Need{NeedLLMGateway}
+	return s
+}
+
 // The gateway family's steps: what its phases do with the gateway.
 
 // gatewayRun is a scenario's gateway and the positive controls its phases

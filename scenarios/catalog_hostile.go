@@ -12,6 +12,15 @@ import (
 // What the hostile scenarios share (hostile-tools, hostile-plugin and the
 // multi-step ones): the attackers, their write canaries, and the steps.
 
+// hostileSpec is s as a hostile scenario: on the pooled server, with the
+// attack rows' responder (each tenant's model asks for the row's tool
+// call).
+func hostileSpec(s Spec) Spec {
+	s.Backends = []harness.Backend{harness.BackendServe}
+	s.Responder = attack.Responder
+	return s
+}
+
 // maxAttackers is how many tenants of a run attack in a hostile scenario
 // (the first ones, the launch tenant among them); the others are only
 // victims, so a run with many tenants stays bounded in time.

@@ -140,17 +140,15 @@ func chainsSpec(chains []attack.Chain) Spec {
 	if len(restartGroup) > 0 {
 		needs = append(needs, NeedRestart)
 	}
-	return Spec{
+	return hostileSpec(Spec{
 		ID:        "hostile-chains",
 		Purpose:   "every tenant chains its own powers: links, settings, operator keys and paths planted in its own space, acted on by the server, a restart, the operator or a neighbour",
-		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Requests, Files, Text, WriteScope, OperatorSecret},
 		Snapshots: perTenant(1),
 		Timeout:   10 * time.Minute,
 		Needs:     needs,
-		Responder: attack.Responder,
 		Phases:    phases,
-	}
+	})
 }
 
 // chainPhase is a phase of hostile-chains: the chain runs it makes are its

@@ -392,8 +392,7 @@ func noisyNeighbour() Spec {
 		Phases: []Phase{
 			{Name: "setup", Run: func(e *Env) {
 				e.holdFlooding()
-				e.ServePerTenant()
-				e.OpenSessions()
+				e.serveSessions(0)
 				e.setupNoisy()
 				e.warmUp()
 			}},
