@@ -125,6 +125,16 @@ func (e *Env) InterleavedTurns(rounds int) {
 	}
 }
 
+// serveSessions starts the pooled server with a connection per tenant,
+// opens each tenant's session and runs rounds interleaved turns: where a
+// scenario on the pooled server starts.
+func (e *Env) serveSessions(rounds int) {
+	e.T.Helper()
+	e.ServePerTenant()
+	e.OpenSessions()
+	e.InterleavedTurns(rounds)
+}
+
 // CronEach creates a cron job per tenant, triggers them all, and waits for
 // each to run (the serve backend's ticker fires them).
 func (e *Env) CronEach() {

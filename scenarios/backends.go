@@ -133,9 +133,5 @@ func (e *Env) StartGateway() *Gateway {
 		e.targetCannotStart("gateway", err)
 		e.T.Fatalf("gateway not ready: %v", err)
 	}
-	g := &Gateway{Proc: p, Client: &harness.GatewayClient{Base: "http://" + tg.ReadyAddr(m, "127.0.0.1")}}
-	e.mu.Lock()
-	e.gateway = g
-	e.mu.Unlock()
-	return g
+	return &Gateway{Proc: p, Client: &harness.GatewayClient{Base: "http://" + tg.ReadyAddr(m, "127.0.0.1")}}
 }

@@ -55,24 +55,34 @@ func (e *Env) allAtOnce(do func(t *tenants.Tenant) error) map[string]error {
 	return errs
 }
 
+// gatherAtOnce is allAtOnce for a call with a result: each tenant's call
+// has within, and what each got is kept by tenant beside its error.
+func gatherAtOnce[R any](e *Env, within time.Duration, do func(ctx context.Context, t *tenants.Tenant) (R, error)) (map[string]R, map[string]error) {
+	var mu sync.Mutex
+	got := map[string]R{}
+	errs := e.allAtOnce(func(t *tenants.Tenant) error {
+		ctx, cancel := e.ctx(within)
+		defer cancel()
+		r, err := do(ctx, t)
+		mu.Lock()
+		got[t.Name] = r
+		mu.Unlock()
+		return err
+	})
+	return got, errs
+}
+
 // collideTurns has every tenant send collidePrompt at once on its session
 // in sids, and checks that each answer is its own provider's (its own
 // reply canary in the turn's end).
 func (e *Env) collideTurns(sids map[string]string, what string) {
 	e.T.Helper()
-	ends := map[string][]byte{}
-	var mu sync.Mutex
 	for _, t := range e.Tenants {
 		e.ExpectSnapshots(t, 1)
 	}
-	errs := e.allAtOnce(func(t *tenants.Tenant) error {
-		ctx, cancel := e.ctx(2 * time.Minute)
-		defer cancel()
+	ends, errs := gatherAtOnce(e, 2*time.Minute, func(ctx context.Context, t *tenants.Tenant) ([]byte, error) {
 		ev, err := e.Conns[t.Name].Turn(ctx, sids[t.Name], collidePrompt)
-		mu.Lock()
-		ends[t.Name] = ev.Raw
-		mu.Unlock()
-		return err
+		return ev.Raw, err
 	})
 	for _, t := range e.Tenants {
 		if err := errs[t.Name]; err != nil {
@@ -94,20 +104,13 @@ func (e *Env) collideCron() {
 		e.skipRow(string(Files), "colliding cron job names not tried: cron.create is unsupported by the target: "+why)
 		return
 	}
-	ids := map[string]string{}
-	var mu sync.Mutex
-	errs := e.allAtOnce(func(t *tenants.Tenant) error {
+	ids, errs := gatherAtOnce(e, time.Minute, func(ctx context.Context, t *tenants.Tenant) (string, error) {
 		var res struct {
 			Job cronJob `json:"job"`
 		}
-		ctx, cancel := e.ctx(time.Minute)
-		defer cancel()
 		err := e.Conns[t.Name].Call(ctx, "cron.create", map[string]any{"profile": profileParam(t), "name": collideJob,
 			"prompt": collideJobPrompt, "every": "every 1h"}, &res)
-		mu.Lock()
-		ids[t.Name] = res.Job.ID
-		mu.Unlock()
-		return err
+		return res.Job.ID, err
 	})
 	for _, t := range e.Tenants {
 		if errs[t.Name] != nil || ids[t.Name] == "" {
@@ -154,19 +157,11 @@ func (e *Env) collideChats() {
 	}
 	g := e.StartGateway()
 	for round := 1; round <= 2; round++ {
-		replies := map[string]harness.GatewayReply{}
-		var mu sync.Mutex
 		for _, t := range e.Tenants {
 			e.ExpectSnapshots(t, 1)
 		}
-		errs := e.allAtOnce(func(t *tenants.Tenant) error {
-			ctx, cancel := e.ctx(2 * time.Minute)
-			defer cancel()
-			r, err := g.Client.Chat(ctx, harness.RoutePath(t.Name, t.Launch), t.APIServerKey(), collidePrompt, false)
-			mu.Lock()
-			replies[t.Name] = r
-			mu.Unlock()
-			return err
+		replies, errs := gatherAtOnce(e, 2*time.Minute, func(ctx context.Context, t *tenants.Tenant) (harness.GatewayReply, error) {
+			return g.Client.Chat(ctx, harness.RoutePath(t.Name, t.Launch), t.APIServerKey(), collidePrompt, false)
 		})
 		for _, t := range e.Tenants {
 			r := replies[t.Name]
@@ -352,8 +347,7 @@ func collidingInputs() Spec {
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) {
 				e.installCollideState()
-				e.ServePerTenant()
-				e.OpenSessions()
+				e.serveSessions(0)
 			}},
 			{Name: "same-prompts", Run: func(e *Env) {
 				// Twice: the second round finds whatever the first left in a

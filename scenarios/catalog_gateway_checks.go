@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/llmgw"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -15,9 +16,7 @@ import (
 // positive controls its phases recorded, each tenant's own key on its own
 // provider, and the shared-store invariant with its control.
 func (e *Env) gatewayChecks(ctx context.Context, chk *invariants.Checker) ([]invariants.Finding, []Control) {
-	e.mu.Lock()
-	r := e.llmgw
-	e.mu.Unlock()
+	r := e.gatewayRunOf()
 	if r == nil {
 		return nil, nil
 	}
@@ -49,7 +48,7 @@ func (e *Env) gatewayChecks(ctx context.Context, chk *invariants.Checker) ([]inv
 		}
 	}
 	if st := r.g.Spec().Store; st != nil {
-		fs, cs := e.storeCheck(ctx, chk)
+		fs, cs := e.storeCheck(ctx, chk, r.g)
 		out = append(out, fs...)
 		for _, c := range cs {
 			add(c)
@@ -66,8 +65,7 @@ func (e *Env) gatewayChecks(ctx context.Context, chk *invariants.Checker) ([]inv
 
 // storeCheck runs the shared-store invariant over the target's declared
 // store, each row's owner mapped through the provisioner's ids.
-func (e *Env) storeCheck(ctx context.Context, chk *invariants.Checker) ([]invariants.Finding, []Control) {
-	g := e.llmgw.g
+func (e *Env) storeCheck(ctx context.Context, chk *invariants.Checker, g *llmgw.Gateway) ([]invariants.Finding, []Control) {
 	st := g.Spec().Store
 	root := func(p string) string { return strings.ReplaceAll(p, "{root}", e.Box.Root) }
 	s := invariants.Store{DB: root(st.SQLite), DataDir: root(st.DataDir), Scratch: e.Box.Logs}

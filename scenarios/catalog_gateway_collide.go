@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/harness/llmgw"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -21,15 +20,11 @@ import (
 // channel (its key, its answer) to the next.
 
 func gatewayCollide() Spec {
-	return Spec{
-		ID:        "gateway-collide",
-		Purpose:   "every tenant provisioned with the same model name on its own channel, chatting one after another in both orders: each is served by its own provider, never through a client or cache keyed by the model",
-		Backends:  []harness.Backend{harness.BackendGateway},
-		Focus:     []Invariant{Routing, Requests, Text},
-		Snapshots: perTenant(0),
-		Timeout:   5 * time.Minute,
-		Responder: gatewayResponder,
-		Needs:     []Need{NeedLLMGateway},
+	return llmGatewaySpec(Spec{
+		ID:      "gateway-collide",
+		Purpose: "every tenant provisioned with the same model name on its own channel, chatting one after another in both orders: each is served by its own provider, never through a client or cache keyed by the model",
+		Focus:   []Invariant{Routing, Requests, Text},
+		Timeout: 5 * time.Minute,
 		Phases: []Phase{
 			{Name: "same-model-name", Run: func(e *Env) {
 				e.startSharedModel("collide-model-" + newToken())
@@ -41,7 +36,7 @@ func gatewayCollide() Spec {
 				e.sharedModelChats(rev, "in reverse order")
 			}},
 		},
-	}
+	})
 }
 
 // startSharedModel starts the gateway with every tenant provisioned under

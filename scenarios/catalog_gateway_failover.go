@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
-	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/harness/llmgw"
 )
 
@@ -39,15 +38,11 @@ func gatewayFailover() Spec {
 			e.GatewayFailover(e.Tenants, m.name, m.resp)
 		}})
 	}
-	return Spec{
-		ID:        "gateway-failover",
-		Purpose:   "every tenant's own upstream answers 5xx, 429 with Retry-After, or hangs while all chat at once: the gateway never retries on another tenant's channel",
-		Backends:  []harness.Backend{harness.BackendGateway},
-		Focus:     []Invariant{Routing, Requests, Text},
-		Snapshots: perTenant(0),
-		Timeout:   6 * time.Minute,
-		Responder: gatewayResponder,
-		Needs:     []Need{NeedLLMGateway},
-		Phases:    phases,
-	}
+	return llmGatewaySpec(Spec{
+		ID:      "gateway-failover",
+		Purpose: "every tenant's own upstream answers 5xx, 429 with Retry-After, or hangs while all chat at once: the gateway never retries on another tenant's channel",
+		Focus:   []Invariant{Routing, Requests, Text},
+		Timeout: 6 * time.Minute,
+		Phases:  phases,
+	})
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/harness/llmgw"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -19,15 +18,11 @@ import (
 const FetchBody tenants.Kind = "fetch_body"
 
 func gatewayFetch() Spec {
-	return Spec{
-		ID:        "gateway-fetch",
-		Purpose:   "every route field the target marks as a URL, given by each tenant as a URL of the harness's own loopback listener: the gateway never fetches it, and never hands the listener's answer back",
-		Backends:  []harness.Backend{harness.BackendGateway},
-		Focus:     []Invariant{invariants.Fetch, Text},
-		Snapshots: perTenant(0),
-		Timeout:   5 * time.Minute,
-		Responder: gatewayResponder,
-		Needs:     []Need{NeedLLMGateway},
+	return llmGatewaySpec(Spec{
+		ID:      "gateway-fetch",
+		Purpose: "every route field the target marks as a URL, given by each tenant as a URL of the harness's own loopback listener: the gateway never fetches it, and never hands the listener's answer back",
+		Focus:   []Invariant{invariants.Fetch, Text},
+		Timeout: 5 * time.Minute,
 		Phases: []Phase{
 			{Name: "fetch-probes", Run: func(e *Env) {
 				n := 0
@@ -42,7 +37,7 @@ func gatewayFetch() Spec {
 				e.GatewayFetchProbes()
 			}},
 		},
-	}
+	})
 }
 
 // GatewayFetchProbes starts the harness's fetch listener and proves it

@@ -99,12 +99,7 @@ func (s *routeState) madeValues(caller string) map[string]bool {
 
 func (e *Env) routes() *routeState {
 	e.T.Helper()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.llmgw == nil {
-		e.T.Fatalf("no gateway: StartLLMGateway first")
-	}
-	return &e.llmgw.routes
+	return &e.startedGatewayRun().routes
 }
 
 // idsOf are t's ids: the provisioner's, then the captured ones under names

@@ -1,7 +1,6 @@
 package scenarios
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -27,14 +26,7 @@ func TestGatewayOffboardFetchOnTestgw(t *testing.T) {
 			spec, err := Default().Get(id)
 			require.NoError(t, err)
 			rep := runOne(t, spec, tg)
-			require.Equal(t, Pass, rep.Result, "%s: %v\n%v", id, rep.Log, rep.Findings())
-			names := map[string]bool{}
-			for _, p := range rep.Phases {
-				for _, c := range p.Controls {
-					assert.True(t, c.Passed, "%s/%s: %s: %s", p.Name, c.Tenant, c.Name, c.Detail)
-					names[c.Name] = true
-				}
-			}
+			names := passesWithControls(t, rep)
 			for _, w := range want {
 				assert.True(t, names[w], "control %q ran: %v", w, names)
 			}
@@ -137,13 +129,7 @@ func TestGatewayRound2ChecksCatchTestgwLeaks(t *testing.T) {
 			rep := runOne(t, spec, testgwTarget(t, c.leak))
 			assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
 			for _, w := range c.wants {
-				fs := findingsOf(rep, w.inv)
-				require.NotEmpty(t, fs, "want a %s finding; got %v", w.inv, rep.Findings())
-				var details []string
-				for _, f := range fs {
-					details = append(details, f.String())
-				}
-				assert.Contains(t, strings.Join(details, "\n"), w.detail)
+				assert.Contains(t, findingText(t, rep, w.inv), w.detail)
 			}
 		})
 	}
@@ -160,30 +146,14 @@ func TestGatewayCollideOnTestgw(t *testing.T) {
 	require.NoError(t, err)
 	t.Run("clean", func(t *testing.T) {
 		t.Parallel()
-		rep := runOne(t, spec, testgwTarget(t, ""))
-		require.Equal(t, Pass, rep.Result, "%v\n%v", rep.Log, rep.Findings())
-		n := 0
-		for _, p := range rep.Phases {
-			for _, c := range p.Controls {
-				assert.True(t, c.Passed, "%s/%s: %s: %s", p.Name, c.Tenant, c.Name, c.Detail)
-				if c.Name == "own provider answers under the shared model name" {
-					n++
-				}
-			}
-		}
-		assert.Positive(t, n)
+		names := passesWithControls(t, runOne(t, spec, testgwTarget(t, "")))
+		assert.True(t, names["own provider answers under the shared model name"], "%v", names)
 	})
 	t.Run("model-cache", func(t *testing.T) {
 		t.Parallel()
 		rep := runOne(t, spec, testgwTarget(t, "model-cache"))
 		assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
-		fs := findingsOf(rep, invariants.Routing)
-		require.NotEmpty(t, fs, "want a routing finding; got %v", rep.Findings())
-		var details []string
-		for _, f := range fs {
-			details = append(details, f.String())
-		}
-		assert.Contains(t, strings.Join(details, "\n"), "shared model name")
+		assert.Contains(t, findingText(t, rep, invariants.Routing), "shared model name")
 	})
 	t.Run("agentd", func(t *testing.T) {
 		t.Parallel()
@@ -211,13 +181,7 @@ func TestGatewayOffboardEveryFormOnTestgw(t *testing.T) {
 			t.Parallel()
 			rep := runOne(t, spec, testgwTarget(t, leak))
 			assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
-			fs := findingsOf(rep, invariants.Authz)
-			require.NotEmpty(t, fs, "want an authz finding; got %v", rep.Findings())
-			var details []string
-			for _, f := range fs {
-				details = append(details, f.String())
-			}
-			all := strings.Join(details, "\n")
+			all := findingText(t, rep, invariants.Authz)
 			assert.Contains(t, all, "after its disable, ")
 			assert.Contains(t, all, form)
 			assert.NotContains(t, all, "(gateway key) was accepted", "the bare key is refused")

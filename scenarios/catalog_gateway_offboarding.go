@@ -29,15 +29,11 @@ type offboardState struct {
 var offboardKey = &stateKey[offboardState]{"gateway-offboarding"}
 
 func gatewayOffboarding() Spec {
-	return Spec{
-		ID:        "gateway-offboarding",
-		Purpose:   "a tenant disabled, then deleted, through the target's deprovision command: every credential it held is refused on every route and drives nothing upstream; a tenant provisioned again under its name holds nothing of it",
-		Backends:  []harness.Backend{harness.BackendGateway},
-		Focus:     []Invariant{Authz, Routing, Text, SharedStore},
-		Snapshots: perTenant(0),
-		Timeout:   6 * time.Minute,
-		Responder: gatewayResponder,
-		Needs:     []Need{NeedLLMGateway},
+	return llmGatewaySpec(Spec{
+		ID:      "gateway-offboarding",
+		Purpose: "a tenant disabled, then deleted, through the target's deprovision command: every credential it held is refused on every route and drives nothing upstream; a tenant provisioned again under its name holds nothing of it",
+		Focus:   []Invariant{Authz, Routing, Text, SharedStore},
+		Timeout: 6 * time.Minute,
 		Phases: []Phase{
 			{Name: "before", Run: func(e *Env) {
 				if len(e.targetGateway().Deprovision) == 0 {
@@ -55,7 +51,7 @@ func gatewayOffboarding() Spec {
 			{Name: "delete", Run: func(e *Env) { e.offboardStep(stateOf(e, offboardKey), harness.StepDelete) }},
 			{Name: "same-name-again", Run: func(e *Env) { e.offboardSuccessor(stateOf(e, offboardKey)) }},
 		},
-	}
+	})
 }
 
 // offboardStep runs one deprovision step on the victim, then probes its

@@ -1,21 +1,13 @@
 package scenarios
 
-import (
-	"time"
-
-	"github.com/tenantcanary/tenantcanary/harness"
-)
+import "time"
 
 func gatewayRoutes() Spec {
-	return Spec{
-		ID:        "gateway-routes",
-		Purpose:   "every tenant-facing route the target declares answers its owner in each credential form and query variant with none of another tenant's data; called anonymously, or with one tenant's credentials and another's identifiers (guessed neighbours, captured ids and ids in credential templates included), it is refused with no data and no upstream effect",
-		Backends:  []harness.Backend{harness.BackendGateway},
-		Focus:     []Invariant{Authz, Text, Routing, SharedStore},
-		Snapshots: perTenant(0),
-		Timeout:   5 * time.Minute,
-		Responder: gatewayResponder,
-		Needs:     []Need{NeedLLMGateway},
+	return llmGatewaySpec(Spec{
+		ID:      "gateway-routes",
+		Purpose: "every tenant-facing route the target declares answers its owner in each credential form and query variant with none of another tenant's data; called anonymously, or with one tenant's credentials and another's identifiers (guessed neighbours, captured ids and ids in credential templates included), it is refused with no data and no upstream effect",
+		Focus:   []Invariant{Authz, Text, Routing, SharedStore},
+		Timeout: 5 * time.Minute,
 		Phases: []Phase{
 			{Name: "own-routes", Run: func(e *Env) {
 				if len(e.targetGateway().Routes) == 0 {
@@ -29,5 +21,5 @@ func gatewayRoutes() Spec {
 			{Name: "cross-tenant-routes", Run: func(e *Env) { e.GatewayCrossRoutes() }},
 			{Name: "owner-rows", Run: func(e *Env) { e.GatewayOwnerRows() }},
 		},
-	}
+	})
 }

@@ -30,6 +30,18 @@ func gatewayResponder(t *tenants.Tenant) fakellm.Responder {
 	}
 }
 
+// llmGatewaySpec is s as a scenario of the gateway family: it runs
+// against the target's gateway, which it needs, takes no agent snapshots,
+// and each tenant's provider answers with text naming the tenant
+// (gatewayResponder).
+func llmGatewaySpec(s Spec) Spec {
+	s.Backends = []harness.Backend{harness.BackendGateway}
+	s.Snapshots = perTenant(0)
+	s.Responder = gatewayResponder
+	s.Needs = []Need{NeedLLMGateway}
+	return s
+}
+
 // The gateway family's steps: what its phases do with the gateway.
 
 // gatewayRun is a scenario's gateway and the positive controls its phases
@@ -39,6 +51,29 @@ type gatewayRun struct {
 	mu       sync.Mutex
 	controls map[string]Control // by tenant and name: the last outcome
 	routes   routeState         // the route probes' captured ids
+}
+
+// llmGatewayKey is the gateway family's gateway and controls: nil until
+// StartLLMGateway, so the checks of a run without one find none.
+var llmGatewayKey = &stateKey[*gatewayRun]{"llm-gateway"}
+
+// gatewayRunOf is the run's gateway and controls, nil before
+// StartLLMGateway.
+func (e *Env) gatewayRunOf() *gatewayRun {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return *stateOf(e, llmGatewayKey)
+}
+
+// startedGatewayRun is the run's gateway and controls, failing the
+// scenario if it started none.
+func (e *Env) startedGatewayRun() *gatewayRun {
+	e.T.Helper()
+	r := e.gatewayRunOf()
+	if r == nil {
+		e.T.Fatalf("no gateway: StartLLMGateway first")
+	}
+	return r
 }
 
 func (r *gatewayRun) control(t *tenants.Tenant, name string, ok bool, detail string) {
@@ -90,7 +125,7 @@ func (e *Env) startLLMGateway(opts llmgw.Options, onErr func(error)) *llmgw.Gate
 	}
 	e.T.Cleanup(func() { _ = g.Stop() })
 	e.mu.Lock()
-	e.llmgw = &gatewayRun{g: g, controls: map[string]Control{}}
+	*stateOf(e, llmGatewayKey) = &gatewayRun{g: g, controls: map[string]Control{}}
 	e.mu.Unlock()
 	e.noteProvisionerSecrets(g)
 	return g
@@ -98,19 +133,11 @@ func (e *Env) startLLMGateway(opts llmgw.Options, onErr func(error)) *llmgw.Gate
 
 func (e *Env) llmGateway() *llmgw.Gateway {
 	e.T.Helper()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.llmgw == nil {
-		e.T.Fatalf("no gateway: StartLLMGateway first")
-	}
-	return e.llmgw.g
+	return e.startedGatewayRun().g
 }
 
 func (e *Env) gatewayControl(t *tenants.Tenant, name string, ok bool, detail string) {
-	e.mu.Lock()
-	r := e.llmgw
-	e.mu.Unlock()
-	if r != nil {
+	if r := e.gatewayRunOf(); r != nil {
 		r.control(t, name, ok, detail)
 	}
 }

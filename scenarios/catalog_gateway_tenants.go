@@ -1,24 +1,16 @@
 package scenarios
 
-import (
-	"time"
-
-	"github.com/tenantcanary/tenantcanary/harness"
-)
+import "time"
 
 // gatewayConcurrency is how many chats each tenant makes at once.
 const gatewayConcurrency = 3
 
 func gatewayTenants() Spec {
-	return Spec{
-		ID:        "gateway-tenants",
-		Purpose:   "each tenant's gateway key reaches only its own provider with its own upstream key and model; foreign, upstream and missing keys and foreign models are refused and drive nothing; all at once; again after a restart on the same data",
-		Backends:  []harness.Backend{harness.BackendGateway},
-		Focus:     []Invariant{Requests, Text, Authz, Routing, SharedStore},
-		Snapshots: perTenant(0),
-		Timeout:   5 * time.Minute,
-		Responder: gatewayResponder,
-		Needs:     []Need{NeedLLMGateway},
+	return llmGatewaySpec(Spec{
+		ID:      "gateway-tenants",
+		Purpose: "each tenant's gateway key reaches only its own provider with its own upstream key and model; foreign, upstream and missing keys and foreign models are refused and drive nothing; all at once; again after a restart on the same data",
+		Focus:   []Invariant{Requests, Text, Authz, Routing, SharedStore},
+		Timeout: 5 * time.Minute,
 		Phases: []Phase{
 			{Name: "own-keys", Run: func(e *Env) {
 				e.StartLLMGateway()
@@ -44,5 +36,5 @@ func gatewayTenants() Spec {
 				e.GatewayForeignModels()
 			}},
 		},
-	}
+	})
 }

@@ -61,15 +61,7 @@ func TestGatewayFamilyOnTestgw(t *testing.T) {
 			t.Parallel()
 			spec, err := Default().Get(id)
 			require.NoError(t, err)
-			rep := runOne(t, spec, tg)
-			require.Equal(t, Pass, rep.Result, "%s: %v\n%v", id, rep.Log, rep.Findings())
-			names := map[string]bool{}
-			for _, p := range rep.Phases {
-				for _, c := range p.Controls {
-					assert.True(t, c.Passed, "%s/%s: %s: %s", p.Name, c.Tenant, c.Name, c.Detail)
-					names[c.Name] = true
-				}
-			}
+			names := passesWithControls(t, runOne(t, spec, tg))
 			assert.True(t, names["own secret at rest in its declared place"], "store control ran: %v", names)
 			assert.True(t, names["own key answered by own provider"], "%v", names)
 			if id == "gateway-routes" {
@@ -106,13 +98,7 @@ func TestGatewayChecksCatchTestgwLeaks(t *testing.T) {
 			require.NoError(t, err)
 			rep := runOne(t, spec, testgwTarget(t, c.leak))
 			assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
-			fs := findingsOf(rep, c.want)
-			require.NotEmpty(t, fs, "want a %s finding; got %v", c.want, rep.Findings())
-			var details []string
-			for _, f := range fs {
-				details = append(details, f.String())
-			}
-			assert.Contains(t, strings.Join(details, "\n"), c.detail)
+			assert.Contains(t, findingText(t, rep, c.want), c.detail)
 		})
 	}
 }

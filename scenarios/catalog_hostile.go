@@ -12,6 +12,15 @@ import (
 // What the hostile scenarios share (hostile-tools, hostile-plugin and the
 // multi-step ones): the attackers, their write canaries, and the steps.
 
+// hostileSpec is s as a hostile scenario: on the pooled server, with the
+// attack rows' responder (each tenant's model asks for the row's tool
+// call).
+func hostileSpec(s Spec) Spec {
+	s.Backends = []harness.Backend{harness.BackendServe}
+	s.Responder = attack.Responder
+	return s
+}
+
 // maxAttackers is how many tenants of a run attack in a hostile scenario
 // (the first ones, the launch tenant among them); the others are only
 // victims, so a run with many tenants stays bounded in time.
@@ -34,6 +43,15 @@ func (e *Env) attackers() []*tenants.Tenant {
 type hostileState struct {
 	mu     sync.Mutex // the attackers attack at once
 	writes map[string]tenants.Canary
+}
+
+// hostileKey is a hostile scenario's write canaries.
+var hostileKey = &stateKey[hostileState]{"hostile"}
+
+// hostileCanaries are t's canaries in this run's attacks: its write
+// canary, minted on first use.
+func (e *Env) hostileCanaries(t *tenants.Tenant) attack.Canaries {
+	return stateOf(e, hostileKey).canaries(e, t)
 }
 
 func (st *hostileState) canaries(e *Env, t *tenants.Tenant) attack.Canaries {
@@ -81,7 +99,7 @@ func (e *Env) spawnIn(c *harness.Conn, t *tenants.Tenant, sid string, rows []att
 // ordinary turn each.
 func (e *Env) startHostile(install func()) {
 	e.T.Helper()
-	e.hostile = &hostileState{}
+	*stateOf(e, hostileKey) = hostileState{}
 	if install != nil {
 		install()
 	}
@@ -124,7 +142,7 @@ func (e *Env) attackAll(rows []attack.Row, kinds ...attack.Class) {
 					e.Logf("%s's rows after its first hit are not run: this faulty run's fault is caught", t.Name)
 					return
 				}
-				e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostile.canaries(e, t))
+				e.Attack(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID, r, e.hostileCanaries(t))
 			}
 		}
 	})

@@ -64,15 +64,13 @@ func (e *Env) pingEach(skip *tenants.Tenant, sessions map[string]string, lat map
 
 func hostilePlugin() Spec {
 	rows := attack.Plugin()
-	return Spec{
+	return hostileSpec(Spec{
 		ID:        "hostile-plugin",
 		Purpose:   "every tenant's plugin (host mode) attacks the others through its own code: reads, writes, escaping grandchildren, a hog",
-		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Requests, Files, ProcessEscape, Availability},
 		Snapshots: perTenant(2),
 		Timeout:   8 * time.Minute,
 		Needs:     []Need{NeedFiles, NeedRestart, NeedPlugins, NeedPluginHostile},
-		Responder: attack.Responder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) { e.startHostile(e.installHostilePlugin) }},
 			{Name: "reads", Run: func(e *Env) {
@@ -127,7 +125,7 @@ func hostilePlugin() Spec {
 			}},
 			{Name: "server-stop", Run: func(e *Env) { e.stopAndCheck(e.hostileRows(rows)) }},
 		},
-	}
+	})
 }
 
 // hogWindows times each neighbour's pings before, during and after hog's

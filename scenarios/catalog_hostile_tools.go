@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/harness/attack"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -12,15 +11,13 @@ import (
 
 func hostileTools() Spec {
 	rows := attack.Terminal()
-	return Spec{
+	return hostileSpec(Spec{
 		ID:        "hostile-tools",
 		Purpose:   "every tenant's model attacks the others through its terminal: reads, writes, escaping processes, floods",
-		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Requests, EnvSnapshots, Files, ProcessEscape},
 		Snapshots: perTenant(2),
 		Timeout:   8 * time.Minute,
 		Needs:     []Need{NeedFiles, NeedRestart},
-		Responder: attack.Responder,
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) { e.startHostile(nil) }},
 			{Name: "reads", Run: func(e *Env) { e.attackAll(rows, attack.Read, attack.Flood) }},
@@ -61,5 +58,5 @@ func hostileTools() Spec {
 			}},
 			{Name: "server-stop", Run: func(e *Env) { e.stopAndCheck(rows) }},
 		},
-	}
+	})
 }

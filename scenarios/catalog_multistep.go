@@ -29,6 +29,9 @@ type chainState struct {
 	held     []*chainRun           // the last restart round's runs: put back again after the next stop
 }
 
+// chainsKey is what hostile-chains can run of the chains, and its runs.
+var chainsKey = &stateKey[chainState]{"hostile-chains"}
+
 // chainRun is one chain as one attacker runs it against one victim.
 type chainRun struct {
 	ch      attack.Chain
@@ -103,7 +106,7 @@ func chainsSpec(chains []attack.Chain) Spec {
 	phases := []Phase{
 		{Name: "connect", Run: func(e *Env) {
 			e.startHostile(nil)
-			e.chains = &chainState{plugins: e.Box.Target.AgentdPluginsUnsupported(), outside: map[string]time.Time{},
+			*stateOf(e, chainsKey) = chainState{plugins: e.Box.Target.AgentdPluginsUnsupported(), outside: map[string]time.Time{},
 				rowKinds: map[tenants.Kind]bool{}}
 			e.plantWorkdirs()
 			// Every victim has a job, so a chain that reaches another's jobs
@@ -137,24 +140,22 @@ func chainsSpec(chains []attack.Chain) Spec {
 	if len(restartGroup) > 0 {
 		needs = append(needs, NeedRestart)
 	}
-	return Spec{
+	return hostileSpec(Spec{
 		ID:        "hostile-chains",
 		Purpose:   "every tenant chains its own powers: links, settings, operator keys and paths planted in its own space, acted on by the server, a restart, the operator or a neighbour",
-		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Requests, Files, Text, WriteScope, OperatorSecret},
 		Snapshots: perTenant(1),
 		Timeout:   10 * time.Minute,
 		Needs:     needs,
-		Responder: attack.Responder,
 		Phases:    phases,
-	}
+	})
 }
 
 // chainPhase is a phase of hostile-chains: the chain runs it makes are its
 // (chainRows gives a row only the findings of its own phase).
 func chainPhase(name string, run func(e *Env)) Phase {
 	return Phase{Name: name, Run: func(e *Env) {
-		e.chains.phase = name
+		stateOf(e, chainsKey).phase = name
 		run(e)
 	}}
 }
@@ -181,9 +182,10 @@ func (e *Env) chainPair(ch attack.Chain, k int) (a, v *tenants.Tenant) {
 // newChainRun fills ch's placeholders for attacker a and victim v, or
 // returns nil (logging why) when the target cannot run it.
 func (e *Env) newChainRun(ch attack.Chain, a, v *tenants.Tenant) *chainRun {
+	st := stateOf(e, chainsKey)
 	skip := func(why string) *chainRun {
 		e.Logf("chain %s skipped: %s", ch.ID, why)
-		e.chains.skipped = append(e.chains.skipped, ChainRow{Row: ch.ID, Outcome: "skipped: " + why})
+		st.skipped = append(st.skipped, ChainRow{Row: ch.ID, Outcome: "skipped: " + why})
 		return nil
 	}
 	if a == nil || v == nil || a == v {
@@ -192,21 +194,21 @@ func (e *Env) newChainRun(ch attack.Chain, a, v *tenants.Tenant) *chainRun {
 	kind := chainRowKind(ch.ID)
 	pl := attack.Places{
 		Home: a.Home, Victim: v.Home, VictimName: v.Name,
-		OwnWorkdir: a.Workdir, VictimWorkdir: e.chains.aliases[v.Name], WorkRoot: e.workRoot(),
+		OwnWorkdir: a.Workdir, VictimWorkdir: st.aliases[v.Name], WorkRoot: e.workRoot(),
 		HomesParent:    filepath.Join(e.Box.Set.LaunchHome, e.Box.Set.Layout.WithDefaults().ProfilesDir),
 		VictimProvider: v.ProviderURL(), Files: e.Box.Set.Layout.WithDefaults().Files,
 	}
 	if miss := pl.Missing(ch.Needs); len(miss) > 0 {
 		return skip("the target's layout names no " + strings.Join(miss, ", "))
 	}
-	if e.chains.plugins != "" && usesPlugin(ch) {
-		return skip("it installs a plugin, and " + e.chains.plugins)
+	if st.plugins != "" && usesPlugin(ch) {
+		return skip("it installs a plugin, and " + st.plugins)
 	}
 	// Its own write canary, minted now: no earlier row can have left it.
 	pl.Write = e.mint(a, kind).Value
-	e.chains.rowKinds[kind] = true
-	r := &chainRun{ch: ch, a: a, v: v, vars: pl.Vars(), phase: e.chains.phase, kind: kind}
-	e.chains.runs = append(e.chains.runs, r)
+	st.rowKinds[kind] = true
+	r := &chainRun{ch: ch, a: a, v: v, vars: pl.Vars(), phase: st.phase, kind: kind}
+	st.runs = append(st.runs, r)
 	return r
 }
 
@@ -254,7 +256,7 @@ func (e *Env) runChains(chains []attack.Chain) {
 func (e *Env) plant(r *chainRun) bool {
 	e.T.Helper()
 	c, sid := e.Conns[r.a.Name], e.Sessions[r.a.Name].SessionID
-	cs := e.hostile.canaries(e, r.a)
+	cs := e.hostileCanaries(r.a)
 	if r.ch.InstallPlugin {
 		e.installPlugin(r.a, filepath.Join(r.a.Home, r.vars["plugins"], attack.ChainPlugin), attack.ChainPluginManifest, attack.ChainPluginSource)
 	}
@@ -349,7 +351,7 @@ func (e *Env) probe(r *chainRun, sid string) {
 			return
 		}
 	}
-	res := e.Attack(c, r.a, sid, r.ch.ProbeRow(r.vars), e.hostile.canaries(e, r.a))
+	res := e.Attack(c, r.a, sid, r.ch.ProbeRow(r.vars), e.hostileCanaries(r.a))
 	r.outcome += "; probe: " + truncateText(strings.Join(strings.Fields(res), " "), 160)
 }
 
@@ -498,7 +500,8 @@ func (e *Env) plantWorkdirs() {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		e.T.Fatalf("%v", err)
 	}
-	e.chains.aliases = map[string]string{}
+	aliases := map[string]string{}
+	stateOf(e, chainsKey).aliases = aliases
 	for _, t := range e.Box.Set.Tenants {
 		if err := os.WriteFile(filepath.Join(t.Workdir, "canary.txt"), []byte(t.Value(tenants.EnvMarker)+"\n"), 0o644); err != nil {
 			e.T.Fatalf("plant the workdir of %s: %v", t.Name, err)
@@ -507,7 +510,7 @@ func (e *Env) plantWorkdirs() {
 		if err := os.Symlink(t.Workdir, alias); err != nil {
 			e.T.Fatalf("link the workdir of %s: %v", t.Name, err)
 		}
-		e.chains.aliases[t.Name] = alias
+		aliases[t.Name] = alias
 	}
 }
 
@@ -564,14 +567,15 @@ func (e *Env) workRoot() string {
 // are then removed.
 func (e *Env) watchOutside(do func()) {
 	e.T.Helper()
+	st := stateOf(e, chainsKey)
 	places := e.outsidePlaces()
 	before := invariants.ListPlaces(e.Ctx, places)
 	defer func() {
 		after := invariants.ListPlaces(e.Ctx, places)
 		for _, f := range invariants.OutsideWrites(e.Ctx, e.Box.Set.Tenants, places, before, after) {
-			e.chains.outside[f.Where.Path] = after[f.Where.Path].ModTime
+			st.outside[f.Where.Path] = after[f.Where.Path].ModTime
 			e.Find(f)
-			if (f.Kind == HostileWrite || e.chains.rowKinds[f.Kind]) && strings.Contains(filepath.Base(f.Where.Path), "chain-") && !within(f.Where.Path, e.Box.Root) {
+			if (f.Kind == HostileWrite || st.rowKinds[f.Kind]) && strings.Contains(filepath.Base(f.Where.Path), "chain-") && !within(f.Where.Path, e.Box.Root) {
 				_ = os.RemoveAll(f.Where.Path)
 			}
 		}
@@ -587,7 +591,7 @@ func (e *Env) outsideControl() {
 	a := e.attackers()[0]
 	places := []invariants.Place{{Root: a.Workdir}}
 	before := invariants.ListPlaces(e.Ctx, places)
-	w := e.hostile.canaries(e, a)
+	w := e.hostileCanaries(a)
 	row := attack.Row{ID: "chain-control", Class: attack.Write, Tries: "leave its canary in its own workdir",
 		Refusal: "nothing to refuse: its own workdir", Call: func(c attack.Canaries) attack.Call {
 			return attack.Call{Tool: "terminal", Args: map[string]any{"command": `printf '%s\n' '` + c.Write + `' > "$PWD/chain-control.txt"; echo '` + attack.RowDone + `'`}}

@@ -51,8 +51,9 @@ func (e *Env) raceChain(ch attack.Chain) {
 		e.T.Fatalf("%v", err)
 	}
 	e.Tenants = e.Box.Set.Tenants
-	run := &chainRun{ch: ch, a: g, v: g, phase: e.chains.phase}
-	e.chains.runs = append(e.chains.runs, run)
+	st := stateOf(e, chainsKey)
+	run := &chainRun{ch: ch, a: g, v: g, phase: st.phase}
+	st.runs = append(st.runs, run)
 	closeWindow := e.openWindow(run)
 	defer closeWindow()
 	admin := e.DialOperator(e.Server)

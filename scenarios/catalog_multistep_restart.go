@@ -149,7 +149,7 @@ func (e *Env) restartRound(rd *restartRound) {
 		// and the file is put back again. What this round's rows start from
 		// is noted now, with their plants in place and the server not yet
 		// acting on them.
-		for _, r := range e.chains.held {
+		for _, r := range stateOf(e, chainsKey).held {
 			e.putSlate(r)
 		}
 		for _, r := range rd.runs {
@@ -212,7 +212,7 @@ func (e *Env) restartRound(rd *restartRound) {
 		e.restore(r)
 		e.putSlate(r)
 	}
-	e.chains.held = runs
+	stateOf(e, chainsKey).held = runs
 	closeWindow()
 	took("restored in")
 	for _, r := range rd.runs {

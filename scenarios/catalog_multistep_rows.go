@@ -216,8 +216,9 @@ func (e *Env) chainRows() {
 	e.mu.Lock()
 	phases := slices.Clone(e.Report.Phases)
 	e.mu.Unlock()
-	runs := e.chains.runs
-	found, evidence := attributeChains(phases, runs, e.chains.outside)
+	st := stateOf(e, chainsKey)
+	runs := st.runs
+	found, evidence := attributeChains(phases, runs, st.outside)
 	var rows []ChainRow
 	for i, r := range runs {
 		row := ChainRow{Row: r.ch.ID, Attacker: r.a.Name, Victim: r.v.Name, Outcome: r.outcome, Duration: r.took, Evidence: evidence[i]}
@@ -228,7 +229,7 @@ func (e *Env) chainRows() {
 		sort.Slice(row.Found, func(a, b int) bool { return row.Found[a] < row.Found[b] })
 		rows = append(rows, row)
 	}
-	rows = append(rows, e.chains.skipped...)
+	rows = append(rows, st.skipped...)
 	e.mu.Lock()
 	e.Report.Chains = append(e.Report.Chains, rows...)
 	e.mu.Unlock()

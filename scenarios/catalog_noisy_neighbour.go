@@ -70,6 +70,10 @@ type noisyRun struct {
 	spec       flood.Spec
 }
 
+// noisyKey is the noisy-neighbour run's flood and neighbours (per run: the
+// self-test runs the spec twice at once).
+var noisyKey = &stateKey[noisyRun]{"noisy-neighbour"}
+
 // neighbour is one tenant timing its turns: its session ("" after a turn
 // that was cut, which may still run: the next window opens a fresh one)
 // and its latencies.
@@ -86,7 +90,8 @@ type neighbour struct {
 // the reason) and the machine control, started.
 func (e *Env) setupNoisy() {
 	e.T.Helper()
-	n := &noisyRun{flooder: e.Tenants[len(e.Tenants)-1]}
+	n := stateOf(e, noisyKey)
+	*n = noisyRun{flooder: e.Tenants[len(e.Tenants)-1]}
 	dialect, err := flood.MarshalDialect(e.Box.Target.Dialect)
 	if err != nil {
 		e.T.Fatalf("%v", err)
@@ -102,17 +107,15 @@ func (e *Env) setupNoisy() {
 	} else if err != nil {
 		e.T.Fatalf("%v", err)
 	}
-	e.noisy = map[string]*invariants.Latencies{}
 	for _, t := range e.Tenants[:len(e.Tenants)-1] {
-		e.noisy[t.Name] = &invariants.Latencies{Tenant: t.Name, Flooder: n.flooder.Name}
-		n.neighbours = append(n.neighbours, &neighbour{t: t, sid: e.Sessions[t.Name].SessionID, lat: e.noisy[t.Name]})
+		lat := &invariants.Latencies{Tenant: t.Name, Flooder: n.flooder.Name}
+		n.neighbours = append(n.neighbours, &neighbour{t: t, sid: e.Sessions[t.Name].SessionID, lat: lat})
 	}
 	n.control, err = flood.StartControl(e.Ctx, flood.ControlOptions{Marker: e.Box.RunID, LogPath: filepath.Join(e.Box.Logs, "flood-control.log")})
 	if err != nil {
 		e.T.Fatalf("start the machine control: %v", err)
 	}
 	e.T.Cleanup(func() { _ = n.control.Close() }) // on every path; closed and checked at the rounds' end
-	e.noisyRun = n
 }
 
 // warmUp runs one untimed probe turn of every neighbour, all at once: a
@@ -120,7 +123,7 @@ func (e *Env) setupNoisy() {
 // server's caches), which would slow the first baseline window only.
 func (e *Env) warmUp() {
 	e.T.Helper()
-	n := e.noisyRun
+	n := stateOf(e, noisyKey)
 	errs := make([]error, len(n.neighbours))
 	var wg sync.WaitGroup
 	for i, nb := range n.neighbours {
@@ -230,7 +233,7 @@ func (e *Env) timeTurns(nb *neighbour, n int, loaded bool) error {
 // The machine control is probed every controlEvery over the same window.
 func (e *Env) timeNeighbours(loaded bool) {
 	e.T.Helper()
-	n := e.noisyRun
+	n := stateOf(e, noisyKey)
 	if !loaded {
 		for _, nb := range n.neighbours {
 			nb.lat.Rounds = append(nb.lat.Rounds, invariants.Round{})
@@ -286,7 +289,7 @@ const floodSwamped = 5 * time.Second
 // is on neither window's clock.
 func (e *Env) startFlood(r int) *flood.Flood {
 	e.T.Helper()
-	n := e.noisyRun
+	n := stateOf(e, noisyKey)
 	spec := n.spec
 	spec.Hold = true
 	spec.Frames = filepath.Join(e.Box.Logs, fmt.Sprintf("flood-%d.frames", r))
@@ -310,7 +313,7 @@ func (e *Env) startFlood(r int) *flood.Flood {
 // and the server drops their sessions and turns.
 func (e *Env) floodRound(r int, f *flood.Flood) {
 	e.T.Helper()
-	n := e.noisyRun
+	n := stateOf(e, noisyKey)
 	fl := n.flooder
 	ctx, cancel := e.ctx(2 * time.Minute)
 	defer cancel()
@@ -348,7 +351,7 @@ func (e *Env) floodRound(r int, f *flood.Flood) {
 
 // noisyDecided reports whether every neighbour's verdict is decided.
 func (e *Env) noisyDecided() bool {
-	for _, nb := range e.noisyRun.neighbours {
+	for _, nb := range stateOf(e, noisyKey).neighbours {
 		if !nb.lat.Judge(noisyRounds).Decided {
 			return false
 		}
@@ -359,7 +362,7 @@ func (e *Env) noisyDecided() bool {
 // logRound logs every neighbour's p99s and the control's times in round r.
 func (e *Env) logRound(r int) {
 	e.T.Helper()
-	for _, nb := range e.noisyRun.neighbours {
+	for _, nb := range stateOf(e, noisyKey).neighbours {
 		ps := nb.lat.P99s()
 		if len(ps) <= r {
 			continue
@@ -389,8 +392,7 @@ func noisyNeighbour() Spec {
 		Phases: []Phase{
 			{Name: "setup", Run: func(e *Env) {
 				e.holdFlooding()
-				e.ServePerTenant()
-				e.OpenSessions()
+				e.serveSessions(0)
 				e.setupNoisy()
 				e.warmUp()
 			}},
@@ -409,10 +411,11 @@ func noisyNeighbour() Spec {
 						break
 					}
 				}
-				if err := e.noisyRun.control.Close(); err != nil {
+				n := stateOf(e, noisyKey)
+				if err := n.control.Close(); err != nil {
 					e.T.Fatalf("the machine control: %v", err)
 				}
-				for _, nb := range e.noisyRun.neighbours {
+				for _, nb := range n.neighbours {
 					e.CheckAvailability(*nb.lat)
 				}
 			}},

@@ -328,28 +328,34 @@ func (e *Env) noHostToKill() bool {
 	return true
 }
 
+// pluginSpec is s as a scenario of plugins in host mode: on the pooled
+// server, needing files and plugins (and s's own needs), with no
+// snapshots but those its phases expect.
+func pluginSpec(s Spec) Spec {
+	s.Backends = []harness.Backend{harness.BackendServe}
+	s.Snapshots = perTenant(0)
+	s.Needs = append([]Need{NeedFiles, NeedPlugins}, s.Needs...)
+	return s
+}
+
 // pluginHostsState is what plugin-hosts learns of the hosts.
 var pluginHostsState = &stateKey[pluginState]{"plugin-hosts"}
 
 func pluginHosts() Spec {
 	// The state lives in each run's Env: the self-test runs the same spec
 	// clean and faulty at once, and a closure variable would be shared.
-	return Spec{
+	return pluginSpec(Spec{
 		ID:        "plugin-hosts",
 		Purpose:   "a plugin per tenant in host mode runs out of the server, as its own tenant, sandboxed; one tenant's host dying disturbs no other",
-		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Requests, EnvSnapshots},
-		Snapshots: perTenant(0),
 		Timeout:   4 * time.Minute,
-		Needs:     []Need{NeedFiles, NeedPlugins},
 		Responder: pluginResponder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
 				st := stateOf(e, pluginHostsState)
 				*st = pluginState{hostID: map[string]string{}, tags: map[string]string{}}
 				e.installProbePlugin(st)
-				e.ServePerTenant()
-				e.OpenSessions()
+				e.serveSessions(0)
 			}},
 			{Name: "probe", Run: func(e *Env) {
 				st := stateOf(e, pluginHostsState)
@@ -425,5 +431,5 @@ func pluginHosts() Spec {
 				}
 			}},
 		},
-	}
+	})
 }

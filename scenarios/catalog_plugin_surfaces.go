@@ -554,22 +554,19 @@ func (e *Env) waitSurfaces(sid string, events ...string) {
 var surfacesKey = &stateKey[surfacesState]{"plugin-surfaces"}
 
 func pluginSurfaces() Spec {
-	return Spec{
+	return pluginSpec(Spec{
 		ID:        "plugin-surfaces",
 		Purpose:   "a plugin per tenant with hooks at every point, a memory, an image and a model provider sees only its own tenant's sessions, turns and tool calls, before and after its host dies",
-		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Requests, Files},
-		Snapshots: perTenant(0),
 		Timeout:   5 * time.Minute,
-		Needs:     []Need{NeedFiles, NeedPlugins, NeedAgentdPlugins, NeedRestart},
+		Needs:     []Need{NeedAgentdPlugins, NeedRestart},
 		Responder: surfacesResponder,
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) {
 				*stateOf(e, surfacesKey) = surfacesState{hostID: map[string]string{}, turns: map[string][]string{}, closed: map[string][]string{},
 					images: map[string][]string{}}
 				e.installSurfacesPlugin()
-				e.ServePerTenant()
-				e.OpenSessions()
+				e.serveSessions(0)
 			}},
 			{Name: "turns", Run: func(e *Env) {
 				for round := 0; round < 2; round++ {
@@ -626,5 +623,5 @@ func pluginSurfaces() Spec {
 				e.checkSurfaces("after the server stopped")
 			}},
 		},
-	}
+	})
 }

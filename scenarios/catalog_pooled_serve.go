@@ -16,8 +16,7 @@ func pooledServe() Spec {
 		Timeout:   3 * time.Minute,
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) {
-				e.ServePerTenant()
-				e.OpenSessions()
+				e.serveSessions(0)
 			}},
 			{Name: "interleaved-turns", Run: func(e *Env) { e.InterleavedTurns(2) }},
 			{Name: "cron", Run: func(e *Env) { e.CronEach() }},

@@ -31,9 +31,7 @@ func profileLifecycle() Spec {
 		Needs:     []Need{NeedFiles},
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) {
-				e.ServePerTenant()
-				e.OpenSessions()
-				e.InterleavedTurns(1)
+				e.serveSessions(1)
 			}},
 			{Name: "create", Run: func(e *Env) {
 				pid := e.Server.Pid()

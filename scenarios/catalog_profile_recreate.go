@@ -33,9 +33,7 @@ func profileRecreate() Spec {
 		Needs:     []Need{NeedFiles},
 		Phases: []Phase{
 			{Name: "own-things", Run: func(e *Env) {
-				e.ServePerTenant()
-				e.OpenSessions()
-				e.InterleavedTurns(1)
+				e.serveSessions(1)
 				// The victim: a non-launch tenant the seed picks.
 				var named []*tenants.Tenant
 				for _, t := range e.Tenants {

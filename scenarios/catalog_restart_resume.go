@@ -17,9 +17,7 @@ func restartResume() Spec {
 		Needs:     []Need{NeedRestart},
 		Phases: []Phase{
 			{Name: "before", Run: func(e *Env) {
-				e.ServePerTenant()
-				e.OpenSessions()
-				e.InterleavedTurns(1)
+				e.serveSessions(1)
 				e.CronEach()
 			}},
 			{Name: "restart", Run: func(e *Env) {

@@ -70,8 +70,7 @@ func settingsWrites() Spec {
 		Needs:     []Need{NeedFiles},
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) {
-				e.ServePerTenant()
-				e.OpenSessions()
+				e.serveSessions(0)
 			}},
 			{Name: "writes", Run: func(e *Env) {
 				// Every tenant in the seed's order; each saves its key under a

@@ -101,9 +101,7 @@ func tenantAuthz() Spec {
 		Timeout:   4 * time.Minute,
 		Phases: []Phase{
 			{Name: "own-things", Run: func(e *Env) {
-				e.ServePerTenant()
-				e.OpenSessions()
-				e.InterleavedTurns(1)
+				e.serveSessions(1)
 				owns := map[string]owned{}
 				*stateOf(e, authzOwned) = owns
 				var live, stored, crons []string

@@ -105,6 +105,19 @@ func findingsOf(rep Report, inv invariants.Invariant) []invariants.Finding {
 	return out
 }
 
+// findingText is every finding of inv in rep, one a line, failing the
+// test if there is none.
+func findingText(t *testing.T, rep Report, inv invariants.Invariant) string {
+	t.Helper()
+	fs := findingsOf(rep, inv)
+	require.NotEmpty(t, fs, "want a %s finding; got %v", inv, rep.Findings())
+	details := make([]string, 0, len(fs))
+	for _, f := range fs {
+		details = append(details, f.String())
+	}
+	return strings.Join(details, "\n")
+}
+
 // Secrets planted by hand in shared places (the sandbox's TMPDIR, the
 // system temp folder) and the operator's managed secret planted in a
 // tenant's home are findings of their invariants: the checks see what
@@ -117,9 +130,7 @@ func TestPlantedSharedPlaceAndOperatorSecretAreCaught(t *testing.T) {
 		Backends: []harness.Backend{harness.BackendStdio}, Snapshots: perTenant(1), Timeout: 2 * time.Minute,
 		Phases: []Phase{
 			{Name: "clean", Run: func(e *Env) {
-				e.StdioPerTenant()
-				e.OpenSessions()
-				e.InterleavedTurns(1)
+				e.stdioSessions(1)
 			}},
 			{Name: "plant", Run: func(e *Env) {
 				alpha, beta := e.Tenant("alpha"), e.Tenant("beta")

@@ -15,6 +15,15 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
+// stdioSessions starts a stdio backend per tenant, opens each tenant's
+// session and runs rounds interleaved turns: where a planted spec starts.
+func (e *Env) stdioSessions(rounds int) {
+	e.T.Helper()
+	e.StdioPerTenant()
+	e.OpenSessions()
+	e.InterleavedTurns(rounds)
+}
+
 // A leak planted by hand in the middle of a real run must fail the
 // scenario as a leak, through the same path the catalog takes: the runner
 // never passes by seeing nothing.
@@ -25,9 +34,7 @@ func TestPlantedLeaksAreCaught(t *testing.T) {
 		Backends: []harness.Backend{harness.BackendStdio}, Snapshots: perTenant(1), Timeout: 2 * time.Minute,
 		Phases: []Phase{
 			{Name: "clean", Run: func(e *Env) {
-				e.StdioPerTenant()
-				e.OpenSessions()
-				e.InterleavedTurns(1)
+				e.stdioSessions(1)
 				// Positive control of the no-survivor check: the target's own
 				// children (the sessions' shells) carry the run's marker, so a
 				// shell that outlived agentd would be seen.

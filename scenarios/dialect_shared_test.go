@@ -3,7 +3,6 @@ package scenarios
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -112,10 +111,7 @@ func TestDialectSharedConfigCatalog(t *testing.T) {
 	for _, id := range []string{"concurrent-turns", "profile-lifecycle", "tenant-authz"} {
 		t.Run(id, func(t *testing.T) {
 			t.Parallel()
-			spec, err := Default().Get(id)
-			require.NoError(t, err)
-			rep, out := runDialect(t, spec, sharedTarget(t, nil))
-			require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+			runCatalogDialect(t, id, sharedTarget(t, nil), Pass)
 		})
 	}
 }

@@ -117,10 +117,26 @@ func dialectProbeSpec() Spec {
 // session and runs a turn each.
 func serveTurnPhase() Phase {
 	return Phase{Name: "connect", Run: func(e *Env) {
-		e.ServePerTenant()
-		e.OpenSessions()
-		e.InterleavedTurns(1)
+		e.serveSessions(1)
 	}}
+}
+
+// runCatalogDialect runs the catalog's scenario id against target
+// (runDialect) and requires its result to be want.
+func runCatalogDialect(t *testing.T, id string, target harness.Target, want Result) *Report {
+	t.Helper()
+	spec, err := Default().Get(id)
+	require.NoError(t, err)
+	return runDialectWant(t, spec, target, want)
+}
+
+// runDialectWant runs spec against target (runDialect) and requires its
+// result to be want.
+func runDialectWant(t *testing.T, spec Spec, target harness.Target, want Result) *Report {
+	t.Helper()
+	rep, out := runDialect(t, spec, target)
+	require.Equal(t, want, rep.Result, "%s\nlog:\n%s", rep.Reason, strings.Join(out.Log, "\n"))
+	return rep
 }
 
 // runDialect runs spec against target in a standalone T (so a finding is
@@ -166,18 +182,12 @@ func TestDialectServerLeakIsFound(t *testing.T) {
 
 func TestDialectProfileLifecycleThroughHooks(t *testing.T) {
 	t.Parallel()
-	spec, err := Default().Get("profile-lifecycle")
-	require.NoError(t, err)
-	rep, out := runDialect(t, spec, dialectTarget(t))
-	require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+	runCatalogDialect(t, "profile-lifecycle", dialectTarget(t), Pass)
 }
 
 func TestDialectUnsupportedSkipsWithReason(t *testing.T) {
 	t.Parallel()
-	spec, err := Default().Get("pooled-serve")
-	require.NoError(t, err)
-	rep, out := runDialect(t, spec, dialectTarget(t))
-	require.Equal(t, Skipped, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+	rep := runCatalogDialect(t, "pooled-serve", dialectTarget(t), Skipped)
 	require.Contains(t, rep.Reason, "dialectserver has no cron")
 }
 
@@ -193,8 +203,5 @@ func TestDialectDeclaredErrorIsJudged(t *testing.T) {
 
 func TestDialectStdioSeparate(t *testing.T) {
 	t.Parallel()
-	spec, err := Default().Get("stdio-separate")
-	require.NoError(t, err)
-	rep, out := runDialect(t, spec, dialectTarget(t))
-	require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+	runCatalogDialect(t, "stdio-separate", dialectTarget(t), Pass)
 }

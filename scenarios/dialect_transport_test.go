@@ -135,10 +135,7 @@ func TestDialectTransportsCatalog(t *testing.T) {
 	}{{"profile-lifecycle", false}, {"profile-lifecycle", true}, {"stdio-separate", false}} {
 		t.Run(c.id+map[bool]string{false: "/framed", true: "/chat"}[c.chat], func(t *testing.T) {
 			t.Parallel()
-			spec, err := Default().Get(c.id)
-			require.NoError(t, err)
-			rep, out := runDialect(t, spec, framedTarget(t, c.chat))
-			require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+			runCatalogDialect(t, c.id, framedTarget(t, c.chat), Pass)
 		})
 	}
 }

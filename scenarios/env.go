@@ -41,24 +41,18 @@ type Env struct {
 	mu       sync.Mutex
 	conns    []ownedConn
 	sessions []session
-	expected map[string]int // snapshots each tenant's provider must have received
-	gateway  *Gateway
-	pending  []invariants.Finding             // write-scope findings made since the last check
-	down     *targetDown                      // where a start-up failure of the target stops the run
-	excl     *sync.RWMutex                    // the run's scenarios hold it shared; Alone takes it whole
-	texts    []ownedText                      // streams the harness received (gateway replies)
-	deleted  map[string]bool                  // tenants whose profile a phase deleted
-	operator map[string]string                // the operator's secrets the scenario made (serve tokens)
-	noisy    map[string]*invariants.Latencies // noisy-neighbour: each neighbour's turn times, per run (the self-test runs the spec twice at once)
-	noisyRun *noisyRun                        // noisy-neighbour: its flood's spec, machine control and neighbours, per run
-	hostile  *hostileState                    // hostile-tools, hostile-plugin: each tenant's write canary, per run
-	probePl  *harness.ProbePlugin             // the target's probe plugin (probePlugin)
-	llmgw    *gatewayRun                      // the gateway family's gateway and controls
-	chains   *chainState                      // hostile-chains: what the target can run of the chains
-	ranSt    ranState                         // the ran-controls since the last check
-	faulty   faultyRun                        // set in a self-test's faulty run that stops once caught
-	files    *scan.FileCache                  // what the file checks found, by file identity: a phase rescans only what changed
-	requests *invariants.RequestCache         // what the request checks found, by request: a phase judges only the new ones
+	expected map[string]int           // snapshots each tenant's provider must have received
+	pending  []invariants.Finding     // write-scope findings made since the last check
+	down     *targetDown              // where a start-up failure of the target stops the run
+	excl     *sync.RWMutex            // the run's scenarios hold it shared; Alone takes it whole
+	texts    []ownedText              // streams the harness received (gateway replies)
+	deleted  map[string]bool          // tenants whose profile a phase deleted
+	operator map[string]string        // the operator's secrets the scenario made (serve tokens)
+	probePl  *harness.ProbePlugin     // the target's probe plugin (probePlugin)
+	ranSt    ranState                 // the ran-controls since the last check
+	faulty   faultyRun                // set in a self-test's faulty run that stops once caught
+	files    *scan.FileCache          // what the file checks found, by file identity: a phase rescans only what changed
+	requests *invariants.RequestCache // what the request checks found, by request: a phase judges only the new ones
 }
 
 // fileCache is the scenario's file-scan cache (made on first use).

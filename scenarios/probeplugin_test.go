@@ -34,10 +34,7 @@ func withPluginLeak(t *testing.T, leak string) harness.Target {
 func TestDialectPluginHostsClean(t *testing.T) {
 	t.Parallel()
 	needBwrap(t)
-	spec, err := Default().Get("plugin-hosts")
-	require.NoError(t, err)
-	rep, out := runDialect(t, spec, dialectTarget(t))
-	require.Equal(t, Pass, rep.Result, "%s\nlog:\n%s", rep.Reason, strings.Join(out.Log, "\n"))
+	rep := runCatalogDialect(t, "plugin-hosts", dialectTarget(t), Pass)
 	require.Empty(t, rep.Findings())
 	var reasons []string
 	for _, s := range rep.Skipped {
@@ -65,10 +62,7 @@ func TestDialectPluginLeaksAreFound(t *testing.T) {
 	} {
 		t.Run(c.leak, func(t *testing.T) {
 			t.Parallel()
-			spec, err := Default().Get("plugin-hosts")
-			require.NoError(t, err)
-			rep, out := runDialect(t, spec, withPluginLeak(t, c.leak))
-			require.Equal(t, Leak, rep.Result, "%s\nlog:\n%s", rep.Reason, strings.Join(out.Log, "\n"))
+			rep := runCatalogDialect(t, "plugin-hosts", withPluginLeak(t, c.leak), Leak)
 			var got []string
 			found := false
 			for _, f := range rep.Findings() {
@@ -91,8 +85,7 @@ func TestDialectHostilePlugin(t *testing.T) {
 	require.NoError(t, err)
 	t.Run("confined", func(t *testing.T) {
 		t.Parallel()
-		rep, out := runDialect(t, spec, dialectTarget(t))
-		require.Equal(t, Pass, rep.Result, "%s\nlog:\n%s", rep.Reason, strings.Join(out.Log, "\n"))
+		rep := runDialectWant(t, spec, dialectTarget(t), Pass)
 		var reasons []string
 		for _, s := range rep.Skipped {
 			reasons = append(reasons, s.Invariant+": "+s.Reason)
@@ -101,8 +94,7 @@ func TestDialectHostilePlugin(t *testing.T) {
 	})
 	t.Run("unconfined", func(t *testing.T) {
 		t.Parallel()
-		rep, out := runDialect(t, spec, withPluginLeak(t, "unconfined"))
-		require.Equal(t, Leak, rep.Result, "%s\nlog:\n%s", rep.Reason, strings.Join(out.Log, "\n"))
+		rep := runDialectWant(t, spec, withPluginLeak(t, "unconfined"), Leak)
 		hits := map[string]bool{}
 		for _, h := range rep.Attacks {
 			hits[h.Row] = true

@@ -129,8 +129,7 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 	})
 	t.Run("tenant-authz", func(t *testing.T) {
 		t.Parallel()
-		rep, out := runDialect(t, tenantAuthz(), dialectTarget(t))
-		require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+		rep := runDialectWant(t, tenantAuthz(), dialectTarget(t), Pass)
 		var reasons []string
 		for _, s := range rep.Skipped {
 			reasons = append(reasons, s.Reason)
@@ -147,8 +146,7 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 		t.Parallel()
 		tg := dialectTarget(t)
 		tg.Env = map[string]string{"DIALECT_LEAK": "launch-env"}
-		rep, out := runDialect(t, settingsWrites(), tg)
-		require.Equal(t, Leak, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+		rep := runDialectWant(t, settingsWrites(), tg, Leak)
 		errs := map[string]string{}
 		for _, p := range rep.Phases {
 			errs[p.Name] = p.Error
@@ -160,8 +158,7 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 		t.Parallel()
 		tg := dialectTarget(t)
 		tg.Env = map[string]string{"DIALECT_WRAP": "1"}
-		rep, out := runDialect(t, collidingInputs(), tg)
-		require.Equal(t, Pass, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+		rep := runDialectWant(t, collidingInputs(), tg, Pass)
 		require.Len(t, rep.Phases, len(collidingInputs().Phases))
 		require.NotEmpty(t, rep.Skipped, "the cron rows are skipped with the reason")
 	})
@@ -169,8 +166,7 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 		t.Parallel()
 		tg := dialectTarget(t)
 		tg.Env = map[string]string{"DIALECT_LEAK": "shared-cache"}
-		rep, out := runDialect(t, collidingInputs(), tg)
-		require.Equal(t, Leak, rep.Result, "log:\n%s", strings.Join(out.Log, "\n"))
+		rep := runDialectWant(t, collidingInputs(), tg, Leak)
 		found := false
 		for _, f := range rep.Findings() {
 			if f.Invariant == invariants.RPC && f.Kind == tenants.Reply && f.Owner != f.Tenant {

@@ -25,8 +25,7 @@ func serverFilesSpec() Spec {
 		Timeout:   2 * time.Minute,
 		Phases: []Phase{
 			{Name: "turns", Run: func(e *Env) {
-				e.ServePerTenant()
-				e.OpenSessions()
+				e.serveSessions(0)
 				for _, t := range e.Tenants {
 					e.ScopedWrite("a turn of "+t.Name, t, []string{"state.db*"}, func() {
 						e.Turn(e.Conns[t.Name], t, e.Sessions[t.Name].SessionID)
