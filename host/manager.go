@@ -168,24 +168,21 @@ func (m *Manager) Start(ctx context.Context) error {
 }
 
 // PID is the live host's pid, or 0.
-func (m *Manager) PID() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cur == nil {
-		return 0
-	}
-	return m.cur.pid
-}
+func (m *Manager) PID() int { return m.ofLive(func(h *hostProc) int { return h.pid }) }
 
 // PGID is the live host's process group (the launcher's, when there is
 // one), or 0.
-func (m *Manager) PGID() int {
+func (m *Manager) PGID() int { return m.ofLive(func(h *hostProc) int { return h.pgid }) }
+
+// ofLive is what get reads of the live host, under the lock, or 0 when
+// there is none.
+func (m *Manager) ofLive(get func(*hostProc) int) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cur == nil {
 		return 0
 	}
-	return m.cur.pgid
+	return get(m.cur)
 }
 
 // Generation counts the hosts started so far; the live host has this one.

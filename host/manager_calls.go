@@ -203,11 +203,7 @@ func (m *Manager) Call(ctx context.Context, session, tool string, args map[strin
 	if err != nil {
 		return "", err
 	}
-	var r resultBody
-	if err := decodeBody(raw, &r); err != nil {
-		return "", fmt.Errorf("%s: %v: %w", what, err, ErrProtocol)
-	}
-	return r.Result, nil
+	return resultOf(raw, what)
 }
 
 // Hook runs every hook registered for event in the host, as session. A
