@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/tenantcanary/tenantcanary/internal/dotpath"
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -100,7 +101,7 @@ func mapResult(raw []byte, spec MethodSpec) ([]byte, error) {
 	sort.Strings(logical)
 	for _, l := range logical {
 		if v, ok := getPath(m, spec.Result[l]); ok {
-			setPath(m, l, v)
+			dotpath.Set(m, l, v)
 		}
 	}
 	return json.Marshal(m)
@@ -118,17 +119,4 @@ func getPath(m map[string]any, path string) (any, bool) {
 		}
 	}
 	return cur, true
-}
-
-func setPath(m map[string]any, path string, v any) {
-	parts := strings.Split(path, ".")
-	for _, part := range parts[:len(parts)-1] {
-		next, ok := m[part].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			m[part] = next
-		}
-		m = next
-	}
-	m[parts[len(parts)-1]] = v
 }
