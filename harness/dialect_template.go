@@ -14,23 +14,6 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
-// walkStrings calls fn with every string in v (a map or list as YAML
-// decodes them, nested).
-func walkStrings(v any, fn func(string)) {
-	switch x := v.(type) {
-	case string:
-		fn(x)
-	case map[string]any:
-		for _, e := range x {
-			walkStrings(e, fn)
-		}
-	case []any:
-		for _, e := range x {
-			walkStrings(e, fn)
-		}
-	}
-}
-
 // TenantVars are a tenant's placeholders (config templates and hooks).
 func TenantVars(t *tenants.Tenant, layout tenants.Layout, root string) map[string]any {
 	layout = layout.WithDefaults()
