@@ -40,17 +40,10 @@ func (s *Server) inScope(ctx context.Context, c *rpc.Call, p any, profile *strin
 	return answerIn(c, p, check, func() (*scope.Scope, func(), error) { return s.callerScope(ctx, c, *profile) }, do)
 }
 
-// targetParams are the params that name where a settings write lands: a
-// session of the caller's or a profile (see target).
-type targetParams struct {
-	SessionID string `json:"session_id"`
-	Profile   string `json:"profile"`
-}
-
-// inTarget is inScope for a settings write, in the scope t (a field of p)
-// names once bound: see target.
-func (s *Server) inTarget(ctx context.Context, c *rpc.Call, p any, t *targetParams, check func() error, do func(*scope.Scope) (any, error)) (any, error) {
-	return answerIn(c, p, check, func() (*scope.Scope, func(), error) { return s.target(ctx, c, t.SessionID, t.Profile) }, do)
+// inTarget is inScope for a settings write, in the scope *session or
+// *profile (fields of p) name once bound: see target.
+func (s *Server) inTarget(ctx context.Context, c *rpc.Call, p any, session, profile *string, check func() error, do func(*scope.Scope) (any, error)) (any, error) {
+	return answerIn(c, p, check, func() (*scope.Scope, func(), error) { return s.target(ctx, c, *session, *profile) }, do)
 }
 
 // answerIn binds c's params into p, runs check (when not nil), and calls
