@@ -269,13 +269,7 @@ func (r Reach) Empty() bool { return len(r.Cells) == 0 }
 
 // Counted is the number of findings in the matrix the verdict counts
 // (accepted ones are not).
-func (r Reach) Counted() int {
-	n := 0
-	for _, c := range r.Cells {
-		n += c.Findings
-	}
-	return n
-}
+func (r Reach) Counted() int { return r.total(func(c ReachCell) int { return c.Findings }) }
 
 // Sentence says the matrix in words, from its cells: "beta's data
 // reached alpha and a shared place; no other tenant's data left its
@@ -341,10 +335,13 @@ func (r Reach) reached(n func(ReachCell) int) []string {
 	return out
 }
 
-func (r Reach) accepted() int {
+func (r Reach) accepted() int { return r.total(func(c ReachCell) int { return c.Accepted }) }
+
+// total sums one count of every cell.
+func (r Reach) total(count func(ReachCell) int) int {
 	n := 0
 	for _, c := range r.Cells {
-		n += c.Accepted
+		n += count(c)
 	}
 	return n
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
@@ -137,4 +138,13 @@ func settled(t testing.TB, s *fakellm.Server, n int) []fakellm.Record {
 		return true
 	}, 10*time.Second, 5*time.Millisecond, "the first %d record(s) were never settled", n)
 	return recs
+}
+
+// apiError is err as the OpenAI client's error, which must carry status.
+func apiError(t *testing.T, err error, status int) *openai.Error {
+	t.Helper()
+	var apiErr *openai.Error
+	require.ErrorAs(t, err, &apiErr)
+	assert.Equal(t, status, apiErr.StatusCode)
+	return apiErr
 }

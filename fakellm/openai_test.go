@@ -94,9 +94,7 @@ func TestDefaultAuxAndUnscriptedMain(t *testing.T) {
 	assert.NotEmpty(t, aux.Choices[0].Message.Content)
 
 	_, err = c.Chat.Completions.New(ctx, mainTurn("m", "unscripted"))
-	var apiErr *openai.Error
-	require.ErrorAs(t, err, &apiErr)
-	assert.Equal(t, http.StatusInternalServerError, apiErr.StatusCode)
+	apiErr := apiError(t, err, http.StatusInternalServerError)
 	assert.Contains(t, apiErr.Message, "script empty and no responder", "the error says why")
 }
 
@@ -256,9 +254,7 @@ func TestRateLimitRetryAfter(t *testing.T) {
 			fakellm.Error(http.StatusTooManyRequests, "slow down").WithRetryAfter(1500 * time.Millisecond),
 		}})
 		_, err := newClient(s, "k").Chat.Completions.New(testCtx(t), mainTurn("m", "x"))
-		var apiErr *openai.Error
-		require.ErrorAs(t, err, &apiErr)
-		assert.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
+		apiErr := apiError(t, err, http.StatusTooManyRequests)
 		assert.Equal(t, "slow down", apiErr.Message)
 		assert.Equal(t, "rate_limit_exceeded", apiErr.Code)
 		assert.Equal(t, "2", apiErr.Response.Header.Get("Retry-After"), "whole seconds, rounded up")
@@ -289,9 +285,7 @@ func TestForeignKeyRecordedThen401(t *testing.T) {
 	ctx := testCtx(t)
 
 	_, err := newClient(s, "sk-bob").Chat.Completions.New(ctx, mainTurn("model-bob", "bob's secret turn"))
-	var apiErr *openai.Error
-	require.ErrorAs(t, err, &apiErr)
-	assert.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
+	apiErr := apiError(t, err, http.StatusUnauthorized)
 	assert.Equal(t, "invalid_api_key", apiErr.Code)
 
 	recs := s.Requests()
@@ -411,9 +405,7 @@ func TestRawResponse(t *testing.T) {
 	_, err := c.Chat.Completions.New(ctx, mainTurn("m", "x"))
 	require.Error(t, err, "a malformed body does not parse")
 	_, err = c.Chat.Completions.New(ctx, mainTurn("m", "y"))
-	var apiErr *openai.Error
-	require.ErrorAs(t, err, &apiErr)
-	assert.Equal(t, http.StatusBadGateway, apiErr.StatusCode)
+	apiError(t, err, http.StatusBadGateway)
 	assert.Equal(t, []string{"raw 200", "raw 502"}, []string{s.Requests()[0].Response, s.Requests()[1].Response})
 }
 
@@ -430,9 +422,7 @@ func TestModelsList(t *testing.T) {
 	assert.Equal(t, "/v1/models", r.Path)
 
 	_, err = newClient(s, "sk-b").Models.List(testCtx(t))
-	var apiErr *openai.Error
-	require.ErrorAs(t, err, &apiErr)
-	assert.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
+	apiError(t, err, http.StatusUnauthorized)
 }
 
 func TestPerChunkDelayKeepsTheStreamIntact(t *testing.T) {

@@ -93,21 +93,16 @@ func openAIStream(b []byte, m *message) ([]byte, []int) {
 	}
 	b = append(b, tail...)
 	ends = append(ends, len(b))
-	for _, piece := range chunks(m.r.Reasoning, n) {
-		b = append(b, head...)
-		b = append(b, `{"reasoning_content":`...)
-		b = appendString(b, piece)
-		b = append(b, '}')
-		b = append(b, tail...)
-		ends = append(ends, len(b))
-	}
-	for _, piece := range chunks(m.r.Text, n) {
-		b = append(b, head...)
-		b = append(b, `{"content":`...)
-		b = appendString(b, piece)
-		b = append(b, '}')
-		b = append(b, tail...)
-		ends = append(ends, len(b))
+	// The reasoning's chunks, then the text's: one delta field each.
+	for _, part := range [...]struct{ field, text string }{{`{"reasoning_content":`, m.r.Reasoning}, {`{"content":`, m.r.Text}} {
+		for _, piece := range chunks(part.text, n) {
+			b = append(b, head...)
+			b = append(b, part.field...)
+			b = appendString(b, piece)
+			b = append(b, '}')
+			b = append(b, tail...)
+			ends = append(ends, len(b))
+		}
 	}
 	for i, c := range m.calls {
 		b = append(b, head...)
@@ -244,6 +239,18 @@ func anthropicStream(b []byte, m *message) ([]byte, []int) {
 		b = strconv.AppendInt(b, int64(index), 10)
 	}
 
+	// deltas streams text as content_block_delta events, each piece
+	// after field (the delta's type and its text field's name).
+	deltas := func(field, text string) {
+		for _, piece := range chunks(text, n) {
+			blockHead("content_block_delta")
+			b = append(b, field...)
+			b = appendString(b, piece)
+			b = append(b, "}}"...)
+			end()
+		}
+	}
+
 	event("message_start")
 	b = append(b, `{"type":"message_start","message":{"id":`...)
 	b = appendString(b, m.id)
@@ -258,13 +265,7 @@ func anthropicStream(b []byte, m *message) ([]byte, []int) {
 		blockHead("content_block_start")
 		b = append(b, `,"content_block":{"type":"thinking","thinking":""}}`...)
 		end()
-		for _, piece := range chunks(m.r.Reasoning, n) {
-			blockHead("content_block_delta")
-			b = append(b, `,"delta":{"type":"thinking_delta","thinking":`...)
-			b = appendString(b, piece)
-			b = append(b, "}}"...)
-			end()
-		}
+		deltas(`,"delta":{"type":"thinking_delta","thinking":`, m.r.Reasoning)
 		blockHead("content_block_delta")
 		b = append(b, `,"delta":{"type":"signature_delta","signature":"fakellm"}}`...)
 		end()
@@ -274,13 +275,7 @@ func anthropicStream(b []byte, m *message) ([]byte, []int) {
 		blockHead("content_block_start")
 		b = append(b, `,"content_block":{"type":"text","text":""}}`...)
 		end()
-		for _, piece := range chunks(m.r.Text, n) {
-			blockHead("content_block_delta")
-			b = append(b, `,"delta":{"type":"text_delta","text":`...)
-			b = appendString(b, piece)
-			b = append(b, "}}"...)
-			end()
-		}
+		deltas(`,"delta":{"type":"text_delta","text":`, m.r.Text)
 		blockStop()
 	}
 	for _, c := range m.calls {
@@ -291,13 +286,7 @@ func anthropicStream(b []byte, m *message) ([]byte, []int) {
 		b = appendString(b, c.name)
 		b = append(b, `,"input":{}}}`...)
 		end()
-		for _, piece := range chunks(c.args, n) {
-			blockHead("content_block_delta")
-			b = append(b, `,"delta":{"type":"input_json_delta","partial_json":`...)
-			b = appendString(b, piece)
-			b = append(b, "}}"...)
-			end()
-		}
+		deltas(`,"delta":{"type":"input_json_delta","partial_json":`, c.args)
 		blockStop()
 	}
 	event("message_delta")

@@ -265,9 +265,7 @@ func TestZeroResponseIsNamed(t *testing.T) {
 	t.Parallel()
 	s := start(t, fakellm.Options{Script: []fakellm.Response{{Text: "no constructor"}}})
 	_, err := newClient(s, "k").Chat.Completions.New(testCtx(t), mainTurn("m", "x"))
-	var apiErr *openai.Error
-	require.ErrorAs(t, err, &apiErr)
-	assert.Equal(t, http.StatusInternalServerError, apiErr.StatusCode)
+	apiErr := apiError(t, err, http.StatusInternalServerError)
 	assert.Contains(t, apiErr.Message, "has no kind")
 }
 
@@ -277,9 +275,7 @@ func TestInvalidStatusIsNamed(t *testing.T) {
 	c := newClient(s, "k")
 	for range 2 {
 		_, err := c.Chat.Completions.New(testCtx(t), mainTurn("m", "x"))
-		var apiErr *openai.Error
-		require.ErrorAs(t, err, &apiErr)
-		assert.Equal(t, http.StatusInternalServerError, apiErr.StatusCode)
+		apiErr := apiError(t, err, http.StatusInternalServerError)
 		assert.Contains(t, apiErr.Message, "want 200-999")
 	}
 }

@@ -9,26 +9,10 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/tenantcanary/tenantcanary/internal/dotpath"
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
-
-// walkStrings calls fn with every string in v (a map or list as YAML
-// decodes them, nested).
-func walkStrings(v any, fn func(string)) {
-	switch x := v.(type) {
-	case string:
-		fn(x)
-	case map[string]any:
-		for _, e := range x {
-			walkStrings(e, fn)
-		}
-	case []any:
-		for _, e := range x {
-			walkStrings(e, fn)
-		}
-	}
-}
 
 // TenantVars are a tenant's placeholders (config templates and hooks).
 func TenantVars(t *tenants.Tenant, layout tenants.Layout, root string) map[string]any {
@@ -100,7 +84,7 @@ func mapResult(raw []byte, spec MethodSpec) ([]byte, error) {
 	sort.Strings(logical)
 	for _, l := range logical {
 		if v, ok := getPath(m, spec.Result[l]); ok {
-			setPath(m, l, v)
+			dotpath.Set(m, l, v)
 		}
 	}
 	return json.Marshal(m)
@@ -118,17 +102,4 @@ func getPath(m map[string]any, path string) (any, bool) {
 		}
 	}
 	return cur, true
-}
-
-func setPath(m map[string]any, path string, v any) {
-	parts := strings.Split(path, ".")
-	for _, part := range parts[:len(parts)-1] {
-		next, ok := m[part].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			m[part] = next
-		}
-		m = next
-	}
-	m[parts[len(parts)-1]] = v
 }

@@ -7,8 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -342,13 +343,8 @@ func eventTypes(c *Conn, from int) string {
 	if len(counts) == 0 {
 		return "none"
 	}
-	types := make([]string, 0, len(counts))
-	for k := range counts {
-		types = append(types, k)
-	}
-	sort.Strings(types)
 	var b strings.Builder
-	for i, k := range types {
+	for i, k := range slices.Sorted(maps.Keys(counts)) {
 		if i > 0 {
 			b.WriteString(", ")
 		}

@@ -3,7 +3,9 @@ package harness
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -222,7 +224,7 @@ func (r Route) NamesForeignIDs() bool {
 	s := r.Path + " " + r.Body + " " + strings.Join(r.Variants, " ")
 	for _, f := range r.Forms {
 		s += " " + f.Bearer
-		for _, h := range sortedKeys(f.Headers) {
+		for _, h := range slices.Sorted(maps.Keys(f.Headers)) {
 			s += " " + f.Headers[h]
 		}
 	}
@@ -243,15 +245,6 @@ func (r Route) NamesIDs() bool {
 		}
 	}
 	return false
-}
-
-func sortedKeys(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 var captureNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
@@ -313,7 +306,7 @@ func (r *Route) validateForms(where string) []error {
 			errs = append(errs, fmt.Errorf("%s (%s): give bearer or headers.Authorization, not both", fw, f.Name))
 		}
 		tpl := f.Bearer
-		for _, h := range sortedKeys(f.Headers) {
+		for _, h := range slices.Sorted(maps.Keys(f.Headers)) {
 			tpl += " " + f.Headers[h]
 		}
 		for _, n := range routeValueNames(tpl) {

@@ -135,7 +135,7 @@ func (p *ProbePlugin) Lacks(ability string) string {
 // bubblewrap launcher.
 func (p *ProbePlugin) UsesLauncher() bool {
 	found := false
-	walkStrings(p.Install.Config, func(s string) { found = found || s == "{"+BwrapLauncherVar+"}" })
+	placeholder.WalkStrings(p.Install.Config, func(s string) { found = found || s == "{"+BwrapLauncherVar+"}" })
 	return found
 }
 

@@ -141,7 +141,7 @@ func (sc *SharedConfig) usesEnv() bool {
 	}
 	found := false
 	for _, sec := range sc.Sections {
-		walkStrings(sec.Template, func(s string) { found = found || strings.Contains(s, "{env}") })
+		placeholder.WalkStrings(sec.Template, func(s string) { found = found || strings.Contains(s, "{env}") })
 	}
 	return found
 }

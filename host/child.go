@@ -222,6 +222,45 @@ func decode(f *Frame, v any) error {
 	return nil
 }
 
+// withBody decodes f's body as a B and answers with do's answer to it.
+func withBody[B any](f *Frame, do func(B) (any, error)) (any, error) {
+	var b B
+	if err := decode(f, &b); err != nil {
+		return nil, err
+	}
+	return do(b)
+}
+
+// extract loads one plugin in a registry of its own, only to read the
+// model profiles its providers declare.
+func (c *child) extract(b extractBody) (any, error) {
+	if err := b.Limits.apply(); err != nil {
+		return nil, err
+	}
+	g := newRegistry(0, true, c, c.stderr)
+	st := g.load(b.Plugin)
+	if st.Error != "" {
+		return nil, fmt.Errorf("extract model provider %s: %s: %w", b.Plugin.Name, st.Error, ErrPlugin)
+	}
+	var r extractReply
+	for _, p := range st.Providers {
+		if p.Kind == KindModel && p.Profile != nil {
+			r.Profiles = append(r.Profiles, *p.Profile)
+		}
+	}
+	return r, nil
+}
+
+// resultOf is the text of a result reply, raw; what says, for errors,
+// whose reply it is.
+func resultOf(raw []byte, what string) (string, error) {
+	var r resultBody
+	if err := decodeBody(raw, &r); err != nil {
+		return "", fmt.Errorf("%s: %v: %w", what, err, ErrProtocol)
+	}
+	return r.Result, nil
+}
+
 func (c *child) handle(f *Frame) {
 	if f.Op == opCancel {
 		var b cancelBody
@@ -247,31 +286,9 @@ func (c *child) handle(f *Frame) {
 func (c *child) serve(ctx context.Context, f *Frame) (any, error) {
 	switch f.Op {
 	case opLoad:
-		var b loadBody
-		if err := decode(f, &b); err != nil {
-			return nil, err
-		}
-		return c.load(ctx, b)
+		return withBody(f, func(b loadBody) (any, error) { return c.load(ctx, b) })
 	case opExtract:
-		var b extractBody
-		if err := decode(f, &b); err != nil {
-			return nil, err
-		}
-		if err := b.Limits.apply(); err != nil {
-			return nil, err
-		}
-		g := newRegistry(0, true, c, c.stderr)
-		st := g.load(b.Plugin)
-		if st.Error != "" {
-			return nil, fmt.Errorf("extract model provider %s: %s: %w", b.Plugin.Name, st.Error, ErrPlugin)
-		}
-		var r extractReply
-		for _, p := range st.Providers {
-			if p.Kind == KindModel && p.Profile != nil {
-				r.Profiles = append(r.Profiles, *p.Profile)
-			}
-		}
-		return r, nil
+		return withBody(f, c.extract)
 	}
 	g, err := c.registry()
 	if err != nil {
@@ -279,33 +296,19 @@ func (c *child) serve(ctx context.Context, f *Frame) (any, error) {
 	}
 	switch f.Op {
 	case opCall:
-		var b callBody
-		if err := decode(f, &b); err != nil {
-			return nil, err
-		}
-		out, err := g.callTool(ctx, b.Tool, b.Args)
-		if err != nil {
-			return nil, err
-		}
-		return resultBody{out}, nil
+		return withBody(f, func(b callBody) (any, error) {
+			out, err := g.callTool(ctx, b.Tool, b.Args)
+			if err != nil {
+				return nil, err
+			}
+			return resultBody{out}, nil
+		})
 	case opHook:
-		var b hookBody
-		if err := decode(f, &b); err != nil {
-			return nil, err
-		}
-		return nil, g.runHook(ctx, b.Ref, b.Payload)
+		return withBody(f, func(b hookBody) (any, error) { return nil, g.runHook(ctx, b.Ref, b.Payload) })
 	case opProvider:
-		var b providerArgs
-		if err := decode(f, &b); err != nil {
-			return nil, err
-		}
-		return g.callProvider(ctx, b)
+		return withBody(f, func(b providerArgs) (any, error) { return g.callProvider(ctx, b) })
 	case opSchema:
-		var b schemaBody
-		if err := decode(f, &b); err != nil {
-			return nil, err
-		}
-		return g.schema(ctx, b.Plugin)
+		return withBody(f, func(b schemaBody) (any, error) { return g.schema(ctx, b.Plugin) })
 	}
 	return nil, fmt.Errorf("operation %q: %w", f.Op, ErrUnsupported)
 }
@@ -367,9 +370,5 @@ func (c *child) upcall(ctx context.Context, op string, body any) (string, error)
 	if err != nil {
 		return "", err
 	}
-	var r resultBody
-	if err := decodeBody(raw, &r); err != nil {
-		return "", fmt.Errorf("decode %s reply: %v: %w", op, err, ErrProtocol)
-	}
-	return r.Result, nil
+	return resultOf(raw, "decode "+op+" reply")
 }

@@ -2,7 +2,7 @@ package invariants
 
 import (
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -32,19 +32,13 @@ func ServerFilePatterns(launchHome string, globs []string) []string {
 // ServerFiles are the existing files and folders globs (relative to
 // launchHome) match, sorted.
 func ServerFiles(launchHome string, globs []string) []string {
-	seen := map[string]bool{}
 	var out []string
 	for _, g := range globs {
 		m, _ := filepath.Glob(filepath.Join(launchHome, strings.TrimSuffix(g, "/")))
-		for _, p := range m {
-			if !seen[p] {
-				seen[p] = true
-				out = append(out, p)
-			}
-		}
+		out = append(out, m...)
 	}
-	sort.Strings(out)
-	return out
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // inServerFiles reports whether path is one of paths or under one.

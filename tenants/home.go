@@ -4,9 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -117,13 +118,8 @@ func DeepMerge(base, over map[string]any) map[string]any {
 // FormatDotEnv renders variables as NAME=value lines, sorted by name, with
 // values double-quoted where they hold anything but plain characters.
 func FormatDotEnv(env map[string]string) []byte {
-	names := make([]string, 0, len(env))
-	for k := range env {
-		names = append(names, k)
-	}
-	sort.Strings(names)
 	var b bytes.Buffer
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		v := env[k]
 		if strings.ContainsAny(v, " \t\"'#$\\\n=") {
 			v = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, `$`, `\$`).Replace(v) + `"`

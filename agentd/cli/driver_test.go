@@ -505,3 +505,21 @@ func (a *agentd) forget() {
 	a.frames = nil
 	a.raw = nil
 }
+
+// toolThenText is a provider for key that answers a prompt with one tool
+// call (call makes its name and arguments from the prompt) and the tool's
+// result with done: a turn that runs one tool.
+func toolThenText(t *testing.T, key, done string, call func(prompt any) (string, any)) *fakellm.Server {
+	t.Helper()
+	srv, err := fakellm.New(fakellm.Options{Keys: []string{key}, Responder: func(r fakellm.Record) fakellm.Response {
+		msgs := r.Messages()
+		if msgs[len(msgs)-1]["role"] == "tool" {
+			return fakellm.Text(done)
+		}
+		tool, args := call(msgs[len(msgs)-1]["content"])
+		return fakellm.ToolCall(tool, args)
+	}})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	return srv
+}

@@ -361,15 +361,9 @@ func TestNoProcessLeftBehind(t *testing.T) {
 	tn := w.addTenant("alpha", true)
 	// The tool call leaves a background sleeper in a process group of its
 	// own, and one in a session of its own.
-	srv, err := fakellm.New(fakellm.Options{Keys: []string{tn.key}, Responder: func(r fakellm.Record) fakellm.Response {
-		msgs := r.Messages()
-		if msgs[len(msgs)-1]["role"] == "tool" {
-			return fakellm.Text("left one behind")
-		}
-		return fakellm.ToolCall("terminal", map[string]string{"command": "set -m; sleep 300 & set +m; setsid sleep 300 & echo started"})
-	}})
-	require.NoError(t, err)
-	t.Cleanup(srv.Close)
+	srv := toolThenText(t, tn.key, "left one behind", func(any) (string, any) {
+		return "terminal", map[string]string{"command": "set -m; sleep 300 & set +m; setsid sleep 300 & echo started"}
+	})
 	writeFile(t, filepath.Join(tn.home, "config.yaml"), "model:\n  base_url: "+srv.BaseURL+"\n  default: m\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: "+tn.workdir+"\n")
 	d := w.startTUI()
 	sid, _ := d.create("")

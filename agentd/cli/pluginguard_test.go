@@ -57,15 +57,7 @@ func TestASpentRestartBudgetIsAToolResultAndAnErrorEvent(t *testing.T) {
 	w.addTenant("beta", false)
 	installPlugin(t, w.tenants["beta"], "crasher", crasherPlugin)
 	beta := w.tenants["beta"]
-	srv, err := fakellm.New(fakellm.Options{Keys: []string{beta.key}, Responder: func(r fakellm.Record) fakellm.Response {
-		msgs := r.Messages()
-		if msgs[len(msgs)-1]["role"] == "tool" {
-			return fakellm.Text("crashed")
-		}
-		return fakellm.ToolCall("crash_now", nil)
-	}})
-	require.NoError(t, err)
-	t.Cleanup(srv.Close)
+	srv := toolThenText(t, beta.key, "crashed", func(any) (string, any) { return "crash_now", nil })
 	writeFile(t, filepath.Join(beta.home, "config.yaml"), fmt.Sprintf(
 		"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\nplugins:\n  host:\n    launcher: \"\"\n",
 		srv.BaseURL, beta.model))
@@ -133,15 +125,7 @@ func TestOperatorScopeLauncherStringAndCallTimeoutReachTheHost(t *testing.T) {
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
 	installPlugin(t, alpha, "spinner", spinnerPlugin)
-	srv, err := fakellm.New(fakellm.Options{Keys: []string{alpha.key}, Responder: func(r fakellm.Record) fakellm.Response {
-		msgs := r.Messages()
-		if msgs[len(msgs)-1]["role"] == "tool" {
-			return fakellm.Text("done")
-		}
-		return fakellm.ToolCall("spin", nil)
-	}})
-	require.NoError(t, err)
-	t.Cleanup(srv.Close)
+	srv := toolThenText(t, alpha.key, "done", func(any) (string, any) { return "spin", nil })
 	writeFile(t, filepath.Join(alpha.home, "config.yaml"), fmt.Sprintf(
 		"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\nplugins:\n  host:\n    call_timeout: 10m\n",
 		srv.BaseURL, alpha.model))
@@ -205,16 +189,10 @@ func TestInProcessPluginsCannotEndOrWedgeThePooledServer(t *testing.T) {
 	for name, src := range map[string]string{"gopanicker": goPanickerPlugin, "busy": busyPlugin} {
 		installPlugin(t, alpha, name, src)
 	}
-	srv, err := fakellm.New(fakellm.Options{Keys: []string{alpha.key}, Responder: func(r fakellm.Record) fakellm.Response {
-		msgs := r.Messages()
-		if msgs[len(msgs)-1]["role"] == "tool" {
-			return fakellm.Text("done")
-		}
-		text, _ := msgs[len(msgs)-1]["content"].(string)
-		return fakellm.ToolCall(text, nil)
-	}})
-	require.NoError(t, err)
-	t.Cleanup(srv.Close)
+	srv := toolThenText(t, alpha.key, "done", func(prompt any) (string, any) {
+		tool, _ := prompt.(string)
+		return tool, nil
+	})
 	writeFile(t, filepath.Join(alpha.home, "config.yaml"), fmt.Sprintf(
 		"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\n", srv.BaseURL, alpha.model))
 	w.writeManaged("plugins:\n  isolation: in_process\n  host:\n    call_timeout: 2s\n")

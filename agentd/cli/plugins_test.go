@@ -71,15 +71,9 @@ type probeResult struct {
 func pluginTenant(t *testing.T, tn *tenant, isolation string) *fakellm.Server {
 	t.Helper()
 	installPlugin(t, tn, "probe", probePlugin)
-	srv, err := fakellm.New(fakellm.Options{Keys: []string{tn.key}, Responder: func(r fakellm.Record) fakellm.Response {
-		msgs := r.Messages()
-		if msgs[len(msgs)-1]["role"] == "tool" {
-			return fakellm.Text("plugin probed")
-		}
-		return fakellm.ToolCall("plugin_probe", map[string]any{"tag": msgs[len(msgs)-1]["content"]})
-	}})
-	require.NoError(t, err)
-	t.Cleanup(srv.Close)
+	srv := toolThenText(t, tn.key, "plugin probed", func(prompt any) (string, any) {
+		return "plugin_probe", map[string]any{"tag": prompt}
+	})
 	writeFile(t, filepath.Join(tn.home, "config.yaml"), fmt.Sprintf(
 		"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: %s\nplugins:\n  isolation: %s\n",
 		srv.BaseURL, tn.model, tn.workdir, isolation))

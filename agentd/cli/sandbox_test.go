@@ -20,15 +20,9 @@ import (
 // terminal command, then answers; extra is appended to its config.yaml.
 func cmdTenant(t *testing.T, tn *tenant, extra string) *fakellm.Server {
 	t.Helper()
-	srv, err := fakellm.New(fakellm.Options{Keys: []string{tn.key}, Responder: func(r fakellm.Record) fakellm.Response {
-		msgs := r.Messages()
-		if msgs[len(msgs)-1]["role"] == "tool" {
-			return fakellm.Text("ran")
-		}
-		return fakellm.ToolCall("terminal", map[string]string{"command": fmt.Sprint(msgs[len(msgs)-1]["content"])})
-	}})
-	require.NoError(t, err)
-	t.Cleanup(srv.Close)
+	srv := toolThenText(t, tn.key, "ran", func(prompt any) (string, any) {
+		return "terminal", map[string]string{"command": fmt.Sprint(prompt)}
+	})
 	writeFile(t, filepath.Join(tn.home, "config.yaml"), fmt.Sprintf(
 		"model:\n  base_url: %s\n  default: m\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: %s\n%s", srv.BaseURL, tn.workdir, extra))
 	tn.srv = srv

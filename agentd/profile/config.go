@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tenantcanary/tenantcanary/agentd/homefs"
+	"github.com/tenantcanary/tenantcanary/internal/dotpath"
 	"github.com/tenantcanary/tenantcanary/isolation"
 )
 
@@ -205,16 +206,7 @@ func (p Profile) SetConfig(key string, value any) error {
 			return fmt.Errorf("set config key %q in profile %q: empty path element", key, p.Name)
 		}
 	}
-	cur := m
-	for _, part := range parts[:len(parts)-1] {
-		next, ok := cur[part].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			cur[part] = next
-		}
-		cur = next
-	}
-	cur[parts[len(parts)-1]] = value
+	dotpath.Set(m, key, value)
 	data, err := yaml.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encode config of profile %q: %w", p.Name, err)

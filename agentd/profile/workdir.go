@@ -22,31 +22,14 @@ const ProfileVar = "{profile}"
 // besides its home. templates are the entries as written. No managed
 // scope, or no key, is no root: only the home.
 func (p Profile) WorkdirRoots() (roots, templates []string, err error) {
-	var docs []yamlDoc
-	if p.Managed != "" {
-		f := filepath.Join(p.Managed, "config.yaml")
-		m, err := readYAMLMap(f)
-		if err != nil {
-			return nil, nil, err
-		}
-		docs = append(docs, yamlDoc{f, m})
+	set, err := p.operatorTerminal("workdir_roots")
+	if err != nil {
+		return nil, nil, err
 	}
-	if p.OwnOperatorKeys {
-		own, err := p.readOwnConfig()
-		if err != nil {
-			return nil, nil, err
-		}
-		docs = append(docs, yamlDoc{p.File("config.yaml"), own})
-	}
-	for _, d := range docs {
-		term, _ := d.m["terminal"].(map[string]any)
-		raw, ok := term["workdir_roots"]
-		if !ok || raw == nil {
-			continue
-		}
-		list, isList := raw.([]any)
+	for _, d := range set {
+		list, isList := d.raw.([]any)
 		if !isList {
-			return nil, nil, fmt.Errorf("%w: %s: terminal.workdir_roots: %v is not a list of folders", ErrBadConfig, d.file, raw)
+			return nil, nil, fmt.Errorf("%w: %s: terminal.workdir_roots: %v is not a list of folders", ErrBadConfig, d.file, d.raw)
 		}
 		for _, v := range list {
 			s, isString := v.(string)
@@ -58,6 +41,44 @@ func (p Profile) WorkdirRoots() (roots, templates []string, err error) {
 		}
 	}
 	return roots, templates, nil
+}
+
+// terminalSetting is one config.yaml's value of a terminal key, and the
+// file.
+type terminalSetting struct {
+	file string
+	raw  any
+}
+
+// operatorTerminal reads terminal.<key> from the config.yaml files whose
+// operator keys count for p, in order: the managed scope's, then p's own
+// when it owns its operator keys (see OperatorOnly). A file that does not
+// set it (or sets null) is left out; both are read either way.
+func (p Profile) operatorTerminal(key string) ([]terminalSetting, error) {
+	var docs []yamlDoc
+	if p.Managed != "" {
+		f := filepath.Join(p.Managed, "config.yaml")
+		m, err := readYAMLMap(f)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, yamlDoc{f, m})
+	}
+	if p.OwnOperatorKeys {
+		own, err := p.readOwnConfig()
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, yamlDoc{p.File("config.yaml"), own})
+	}
+	var set []terminalSetting
+	for _, d := range docs {
+		term, _ := d.m["terminal"].(map[string]any)
+		if raw, ok := term[key]; ok && raw != nil {
+			set = append(set, terminalSetting{d.file, raw})
+		}
+	}
+	return set, nil
 }
 
 // yamlDoc is a config.yaml read, and its file.
@@ -85,39 +106,23 @@ const DefaultNetwork = sandbox.NetNone
 // and the profile owns its operator keys (see OperatorOnly). A value that
 // is neither none nor host is an error naming the file.
 func (p Profile) TerminalNetwork() (NetworkSetting, error) {
-	var docs []yamlDoc
-	if p.Managed != "" {
-		f := filepath.Join(p.Managed, "config.yaml")
-		m, err := readYAMLMap(f)
-		if err != nil {
-			return NetworkSetting{}, err
-		}
-		docs = append(docs, yamlDoc{f, m})
+	set, err := p.operatorTerminal("network")
+	if err != nil {
+		return NetworkSetting{}, err
 	}
-	if p.OwnOperatorKeys {
-		own, err := p.readOwnConfig()
-		if err != nil {
-			return NetworkSetting{}, err
-		}
-		docs = append(docs, yamlDoc{p.File("config.yaml"), own})
+	if len(set) == 0 {
+		return NetworkSetting{Mode: DefaultNetwork}, nil
 	}
-	for _, d := range docs {
-		term, _ := d.m["terminal"].(map[string]any)
-		raw, ok := term["network"]
-		if !ok || raw == nil {
-			continue
-		}
-		s, isString := raw.(string)
-		if !isString {
-			return NetworkSetting{}, fmt.Errorf("%w: %s: terminal.network: %v is not a string (want none or host)", ErrBadConfig, d.file, raw)
-		}
-		n, err := sandbox.ParseNetwork(s, DefaultNetwork)
-		if err != nil {
-			return NetworkSetting{}, fmt.Errorf("%w: %s: terminal.network: %v", ErrBadConfig, d.file, err)
-		}
-		return NetworkSetting{Mode: n, From: d.file}, nil
+	d := set[0] // the managed scope's value, when it sets one, wins
+	s, isString := d.raw.(string)
+	if !isString {
+		return NetworkSetting{}, fmt.Errorf("%w: %s: terminal.network: %v is not a string (want none or host)", ErrBadConfig, d.file, d.raw)
 	}
-	return NetworkSetting{Mode: DefaultNetwork}, nil
+	n, err := sandbox.ParseNetwork(s, DefaultNetwork)
+	if err != nil {
+		return NetworkSetting{}, fmt.Errorf("%w: %s: terminal.network: %v", ErrBadConfig, d.file, err)
+	}
+	return NetworkSetting{Mode: n, From: d.file}, nil
 }
 
 // places are a profile's folders and its neighbours', real paths.

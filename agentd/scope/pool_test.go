@@ -3,7 +3,6 @@ package scope
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,10 +18,7 @@ import (
 // profile created again under the name gets a fresh home and scope.
 func TestPoolDeleteRefusesDrainsThenSetsTheHomeAside(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	homes := profile.Homes{Launch: filepath.Join(root, "launch"), Managed: filepath.Join(root, "managed")}
-	_, err := homes.Create("b")
-	require.NoError(t, err)
+	homes := homesWithB(t)
 	pool := NewPool(homes, nil, nil)
 	defer pool.Close()
 	ctx := context.Background()
@@ -89,10 +85,7 @@ func TestPoolTrustsOnlyTheLaunchProfilesOperatorKeys(t *testing.T) {
 		{true, nil, true, false},
 		{false, faults.Set{faults.TenantOperatorSettings: true}, true, true},
 	} {
-		root := t.TempDir()
-		homes := profile.Homes{Launch: filepath.Join(root, "launch"), Managed: filepath.Join(root, "managed")}
-		_, err := homes.Create("b")
-		require.NoError(t, err)
+		homes := homesWithB(t)
 		pool := NewPool(homes, nil, tc.fs)
 		if tc.trust {
 			pool.TrustLaunchOperatorKeys()

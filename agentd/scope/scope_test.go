@@ -15,10 +15,7 @@ import (
 
 func TestPoolScopesAreSeparate(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	homes := profile.Homes{Launch: filepath.Join(root, "launch"), Managed: filepath.Join(root, "managed")}
-	_, err := homes.Create("b")
-	require.NoError(t, err)
+	homes := homesWithB(t)
 	pool := NewPool(homes, []string{"PATH=/bin", "OPENAI_API_KEY=process-secret"}, nil)
 	defer pool.Close()
 	ctx := context.Background()
@@ -144,4 +141,15 @@ func TestPromptFileReferencesAreText(t *testing.T) {
 		}
 		require.NoError(t, sc.Close())
 	}
+}
+
+// homesWithB are a launch home and a managed scope in a temporary folder,
+// and a profile b.
+func homesWithB(t *testing.T) profile.Homes {
+	t.Helper()
+	root := t.TempDir()
+	homes := profile.Homes{Launch: filepath.Join(root, "launch"), Managed: filepath.Join(root, "managed")}
+	_, err := homes.Create("b")
+	require.NoError(t, err)
+	return homes
 }

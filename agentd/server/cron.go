@@ -10,6 +10,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+	"github.com/tenantcanary/tenantcanary/agentd/scope"
 )
 
 // RunJob implements cron.Runner: the job runs as a turn in a session of
@@ -62,7 +63,7 @@ func (s *Server) cronCreate(ctx context.Context, c *rpc.Call) (any, error) {
 		Prompt  string `json:"prompt"`
 		Every   string `json:"every"`
 	}
-	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, func() error {
+	check := func() error {
 		if p.Prompt == "" || p.Every == "" {
 			return rpc.Errorf(rpc.CodeInvalidParams, "cron.create: prompt and every are required")
 		}
@@ -70,17 +71,15 @@ func (s *Server) cronCreate(ctx context.Context, c *rpc.Call) (any, error) {
 			return rpc.Errorf(rpc.CodeInvalidParams, "cron.create: %v", err)
 		}
 		return nil
+	}
+	return s.inScope(ctx, c, &p, &p.Profile, check, func(sc *scope.Scope) (any, error) {
+		job, err := cron.ForProfile(sc.Profile).Create(p.Name, p.Prompt, p.Every, time.Now())
+		if err != nil {
+			return nil, internalError("cron.create: %v", err)
+		}
+		sc.Log.Info("cron job created", "job", job.ID)
+		return map[string]any{"ok": true, "profile": sc.Profile.Name, "job": job}, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	job, err := cron.ForProfile(sc.Profile).Create(p.Name, p.Prompt, p.Every, time.Now())
-	if err != nil {
-		return nil, internalError("cron.create: %v", err)
-	}
-	sc.Log.Info("cron job created", "job", job.ID)
-	return map[string]any{"ok": true, "profile": sc.Profile.Name, "job": job}, nil
 }
 
 func (s *Server) cronTrigger(ctx context.Context, c *rpc.Call) (any, error) {
@@ -88,33 +87,27 @@ func (s *Server) cronTrigger(ctx context.Context, c *rpc.Call) (any, error) {
 		Profile string `json:"profile"`
 		ID      string `json:"id"`
 	}
-	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, required(&p.ID, "cron.trigger: id is required"))
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	job, err := cron.ForProfile(sc.Profile).Trigger(p.ID, time.Now())
-	if errors.Is(err, cron.ErrUnknownJob) {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: unknown job %q in profile %q", p.ID, sc.Profile.Name)
-	}
-	if err != nil {
-		return nil, internalError("cron.trigger: %v", err)
-	}
-	return map[string]any{"ok": true, "profile": sc.Profile.Name, "job": job}, nil
+	return s.inScope(ctx, c, &p, &p.Profile, required(&p.ID, "cron.trigger: id is required"), func(sc *scope.Scope) (any, error) {
+		job, err := cron.ForProfile(sc.Profile).Trigger(p.ID, time.Now())
+		if errors.Is(err, cron.ErrUnknownJob) {
+			return nil, rpc.Errorf(rpc.CodeInvalidParams, "cron.trigger: unknown job %q in profile %q", p.ID, sc.Profile.Name)
+		}
+		if err != nil {
+			return nil, internalError("cron.trigger: %v", err)
+		}
+		return map[string]any{"ok": true, "profile": sc.Profile.Name, "job": job}, nil
+	})
 }
 
 func (s *Server) cronList(ctx context.Context, c *rpc.Call) (any, error) {
 	var p struct {
 		Profile string `json:"profile"`
 	}
-	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	jobs, err := cron.ForProfile(sc.Profile).List()
-	if err != nil {
-		return nil, internalError("cron.list: %v", err)
-	}
-	return map[string]any{"profile": sc.Profile.Name, "jobs": jobs}, nil
+	return s.inScope(ctx, c, &p, &p.Profile, nil, func(sc *scope.Scope) (any, error) {
+		jobs, err := cron.ForProfile(sc.Profile).List()
+		if err != nil {
+			return nil, internalError("cron.list: %v", err)
+		}
+		return map[string]any{"profile": sc.Profile.Name, "jobs": jobs}, nil
+	})
 }

@@ -99,12 +99,9 @@ func (s *Server) sessionCreate(ctx context.Context, c *rpc.Call) (any, error) {
 	var p struct {
 		Profile string `json:"profile"`
 	}
-	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return s.openSession(ctx, c, sc, "")
+	return s.inScope(ctx, c, &p, &p.Profile, nil, func(sc *scope.Scope) (any, error) {
+		return s.openSession(ctx, c, sc, "")
+	})
 }
 
 func (s *Server) sessionResume(ctx context.Context, c *rpc.Call) (any, error) {
@@ -112,23 +109,16 @@ func (s *Server) sessionResume(ctx context.Context, c *rpc.Call) (any, error) {
 		SessionID string `json:"session_id"`
 		Profile   string `json:"profile"`
 	}
-	sc, release, err := s.boundScope(ctx, c, &p, &p.Profile, required(&p.SessionID, "session.resume: session_id (a stored session id) is required"))
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	sc = s.resumeScopeFault(ctx, sc, p.SessionID)
-	return s.openSession(ctx, c, sc, p.SessionID)
+	return s.inScope(ctx, c, &p, &p.Profile, required(&p.SessionID, "session.resume: session_id (a stored session id) is required"), func(sc *scope.Scope) (any, error) {
+		return s.openSession(ctx, c, s.resumeScopeFault(ctx, sc, p.SessionID), p.SessionID)
+	})
 }
 
 func (s *Server) sessionClose(ctx context.Context, c *rpc.Call) (any, error) {
 	var p struct {
 		SessionID string `json:"session_id"`
 	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
-	}
-	sess, err := s.ownedSession(c, p.SessionID)
+	sess, err := s.boundSession(c, &p, &p.SessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -144,10 +134,7 @@ func (s *Server) promptSubmit(ctx context.Context, c *rpc.Call) (any, error) {
 		SessionID string `json:"session_id"`
 		Text      string `json:"text"`
 	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
-	}
-	sess, err := s.ownedSession(c, p.SessionID)
+	sess, err := s.boundSession(c, &p, &p.SessionID)
 	if err != nil {
 		return nil, err
 	}

@@ -32,22 +32,50 @@ func (s *Server) callerScope(ctx context.Context, c *rpc.Call, name string) (*sc
 	return sc, release, nil
 }
 
-// boundScope binds c's params into p, runs check (when not nil) on what
-// was bound, and returns callerScope of the profile *profile names (a field
-// of p): the opening every profile-addressed method shares.
-func (s *Server) boundScope(ctx context.Context, c *rpc.Call, p any, profile *string, check func() error) (*scope.Scope, func(), error) {
+// inScope answers a profile-addressed call: it binds c's params into p,
+// runs check (when not nil) on what was bound, and calls do in callerScope
+// of the profile *profile names (a field of p), held until do returns: the
+// frame every profile-addressed method shares.
+func (s *Server) inScope(ctx context.Context, c *rpc.Call, p any, profile *string, check func() error, do func(*scope.Scope) (any, error)) (any, error) {
+	return answerIn(c, p, check, func() (*scope.Scope, func(), error) { return s.callerScope(ctx, c, *profile) }, do)
+}
+
+// inTarget is inScope for a settings write, in the scope *session or
+// *profile (fields of p) name once bound: see target.
+func (s *Server) inTarget(ctx context.Context, c *rpc.Call, p any, session, profile *string, check func() error, do func(*scope.Scope) (any, error)) (any, error) {
+	return answerIn(c, p, check, func() (*scope.Scope, func(), error) { return s.target(ctx, c, *session, *profile) }, do)
+}
+
+// answerIn binds c's params into p, runs check (when not nil), and calls
+// do in the scope resolve returns, released when do returns. Bad params
+// are refused before any profile is looked up.
+func answerIn(c *rpc.Call, p any, check func() error, resolve func() (*scope.Scope, func(), error), do func(*scope.Scope) (any, error)) (any, error) {
 	if err := c.Bind(p); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if check != nil {
 		if err := check(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	return s.callerScope(ctx, c, *profile)
+	sc, release, err := resolve()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return do(sc)
 }
 
-// required is a boundScope check that refuses an empty *v with msg.
+// boundSession binds c's params into p and returns the live session of the
+// caller's that *id (a field of p) names.
+func (s *Server) boundSession(c *rpc.Call, p any, id *string) (*Session, error) {
+	if err := c.Bind(p); err != nil {
+		return nil, err
+	}
+	return s.ownedSession(c, *id)
+}
+
+// required is an inScope check that refuses an empty *v with msg.
 func required(v *string, msg string) func() error {
 	return func() error {
 		if *v == "" {

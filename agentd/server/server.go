@@ -208,16 +208,13 @@ func (s *Server) Register(d *rpc.Dispatcher) {
 		d.SetAdmit(s.Admit)
 		d.SetRefusalDelay(s.limits.RefusalDelay)
 	}
-	d.Handle("session.create", s.sessionCreate)
-	d.Handle("session.resume", s.sessionResume)
-	d.Handle("session.close", s.sessionClose)
-	d.Handle("prompt.submit", s.promptSubmit)
-	d.Handle("config.set", s.configSet)
-	d.Handle("model.save_key", s.modelSaveKey)
-	d.Handle("profiles.create", s.profilesCreate)
-	d.Handle("profiles.delete", s.profilesDelete)
-	d.Handle("profiles.list", s.profilesList)
-	d.Handle("cron.create", s.cronCreate)
-	d.Handle("cron.trigger", s.cronTrigger)
-	d.Handle("cron.list", s.cronList)
+	for method, h := range map[string]rpc.Handler{
+		"session.create": s.sessionCreate, "session.resume": s.sessionResume, "session.close": s.sessionClose,
+		"prompt.submit": s.promptSubmit,
+		"config.set":    s.configSet, "model.save_key": s.modelSaveKey,
+		"profiles.create": s.profilesCreate, "profiles.delete": s.profilesDelete, "profiles.list": s.profilesList,
+		"cron.create": s.cronCreate, "cron.trigger": s.cronTrigger, "cron.list": s.cronList,
+	} {
+		d.Handle(method, h)
+	}
 }

@@ -18,57 +18,54 @@ func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
 		SessionID string `json:"session_id"`
 		Profile   string `json:"profile"`
 	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
-	}
 	keys := map[string]string{"cwd": "terminal.cwd", "prompt": "custom_prompt", "model": "model.default"}
-	full, ok := keys[p.Key]
-	if !ok {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "config.set: unknown key %q (want cwd, prompt or model)", p.Key)
-	}
-	value, ok := p.Value.(string)
-	if !ok {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "config.set: value of %s must be a string", p.Key)
-	}
-	switch p.Key {
-	case "cwd":
-		if !filepath.IsAbs(value) {
-			return nil, rpc.Errorf(rpc.CodeInvalidParams, "config.set: cwd %q is not an absolute path", value)
+	var full, value string
+	check := func() error {
+		var ok bool
+		if full, ok = keys[p.Key]; !ok {
+			return rpc.Errorf(rpc.CodeInvalidParams, "config.set: unknown key %q (want cwd, prompt or model)", p.Key)
 		}
-		if st, err := os.Stat(value); err != nil || !st.IsDir() {
-			return nil, rpc.Errorf(rpc.CodeInvalidParams, "config.set: cwd %q is not a directory", value)
+		if value, ok = p.Value.(string); !ok {
+			return rpc.Errorf(rpc.CodeInvalidParams, "config.set: value of %s must be a string", p.Key)
 		}
-	case "model":
-		if value == "" {
-			return nil, rpc.Errorf(rpc.CodeInvalidParams, "config.set: model is empty")
+		switch p.Key {
+		case "cwd":
+			if !filepath.IsAbs(value) {
+				return rpc.Errorf(rpc.CodeInvalidParams, "config.set: cwd %q is not an absolute path", value)
+			}
+			if st, err := os.Stat(value); err != nil || !st.IsDir() {
+				return rpc.Errorf(rpc.CodeInvalidParams, "config.set: cwd %q is not a directory", value)
+			}
+		case "model":
+			if value == "" {
+				return rpc.Errorf(rpc.CodeInvalidParams, "config.set: model is empty")
+			}
 		}
+		return nil
 	}
-	sc, release, err := s.target(ctx, c, p.SessionID, p.Profile)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	if p.Key == "cwd" {
-		if err := s.checkCwd(sc, value); err != nil {
-			return nil, err
+	return s.inTarget(ctx, c, &p, &p.SessionID, &p.Profile, check, func(sc *scope.Scope) (any, error) {
+		if p.Key == "cwd" {
+			if err := s.checkCwd(sc, value); err != nil {
+				return nil, err
+			}
 		}
-	}
-	if p.Profile != "" && s.opts.Faults.Has(faults.WrongWriteScope) {
-		launch, releaseLaunch, err := s.scopeFor(ctx, "") // the bug: the launch profile's file
-		if err != nil {
-			return nil, err
+		if p.Profile != "" && s.opts.Faults.Has(faults.WrongWriteScope) {
+			launch, releaseLaunch, err := s.scopeFor(ctx, "") // the bug: the launch profile's file
+			if err != nil {
+				return nil, err
+			}
+			defer releaseLaunch()
+			sc = launch
 		}
-		defer releaseLaunch()
-		sc = launch
-	}
-	if p.Key == "cwd" && s.opts.Faults.Has(faults.GlobalCwd) {
-		_ = os.Chdir(value) // the bug: a process-wide working directory
-	}
-	if err := sc.Profile.SetConfig(full, value); err != nil {
-		return nil, internalError("config.set: %v", err)
-	}
-	sc.Log.Info("config set", "key", full)
-	return map[string]any{"ok": true, "profile": sc.Profile.Name, "key": full}, nil
+		if p.Key == "cwd" && s.opts.Faults.Has(faults.GlobalCwd) {
+			_ = os.Chdir(value) // the bug: a process-wide working directory
+		}
+		if err := sc.Profile.SetConfig(full, value); err != nil {
+			return nil, internalError("config.set: %v", err)
+		}
+		sc.Log.Info("config set", "key", full)
+		return map[string]any{"ok": true, "profile": sc.Profile.Name, "key": full}, nil
+	})
 }
 
 func (s *Server) modelSaveKey(ctx context.Context, c *rpc.Call) (any, error) {
@@ -78,32 +75,29 @@ func (s *Server) modelSaveKey(ctx context.Context, c *rpc.Call) (any, error) {
 		SessionID string `json:"session_id"`
 		Profile   string `json:"profile"`
 	}
-	if err := c.Bind(&p); err != nil {
-		return nil, err
+	check := func() error {
+		if err := profile.ValidSlug(p.Slug); err != nil && !s.opts.Faults.Has(faults.TenantTextAsPath) {
+			return rpc.Errorf(rpc.CodeInvalidParams, "model.save_key: %v", err)
+		}
+		if p.APIKey == "" {
+			return rpc.Errorf(rpc.CodeInvalidParams, "model.save_key: api_key is empty")
+		}
+		return nil
 	}
-	if err := profile.ValidSlug(p.Slug); err != nil && !s.opts.Faults.Has(faults.TenantTextAsPath) {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "model.save_key: %v", err)
-	}
-	if p.APIKey == "" {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "model.save_key: api_key is empty")
-	}
-	sc, release, err := s.target(ctx, c, p.SessionID, p.Profile)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	if file, bad, err := s.slugKeyFileFault(sc, p.Slug, p.APIKey); err != nil {
-		return nil, internalError("model.save_key: %v", err)
-	} else if bad {
-		return map[string]any{"ok": true, "profile": sc.Profile.Name, "file": file}, nil
-	}
-	name := upper(p.Slug) + "_API_KEY"
-	if err := sc.Profile.SetEnv(name, p.APIKey); err != nil {
-		return nil, internalError("model.save_key: %v", err)
-	}
-	s.saveKeyFault(ctx, name, p.APIKey)
-	sc.Log.Info("key saved", "env", name, "key", scope.Fingerprint(p.APIKey))
-	return map[string]any{"ok": true, "profile": sc.Profile.Name, "env": name}, nil
+	return s.inTarget(ctx, c, &p, &p.SessionID, &p.Profile, check, func(sc *scope.Scope) (any, error) {
+		if file, bad, err := s.slugKeyFileFault(sc, p.Slug, p.APIKey); err != nil {
+			return nil, internalError("model.save_key: %v", err)
+		} else if bad {
+			return map[string]any{"ok": true, "profile": sc.Profile.Name, "file": file}, nil
+		}
+		name := upper(p.Slug) + "_API_KEY"
+		if err := sc.Profile.SetEnv(name, p.APIKey); err != nil {
+			return nil, internalError("model.save_key: %v", err)
+		}
+		s.saveKeyFault(ctx, name, p.APIKey)
+		sc.Log.Info("key saved", "env", name, "key", scope.Fingerprint(p.APIKey))
+		return map[string]any{"ok": true, "profile": sc.Profile.Name, "env": name}, nil
+	})
 }
 
 func upper(s string) string {

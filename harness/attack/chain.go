@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
@@ -262,23 +261,12 @@ func (c Chain) Touches() (own, victim []string) {
 	if c.VictimPlugin {
 		victim = append(victim, "plugins")
 	}
-	return dedupSorted(own), dedupSorted(victim)
+	slices.Sort(own)
+	slices.Sort(victim)
+	return slices.Compact(own), slices.Compact(victim)
 }
 
 var victimFileRE = regexp.MustCompile(`\{victim\}/\{([a-z_]+)\}`)
-
-func dedupSorted(in []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, s := range in {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
 
 // HasProbe reports whether the chain has a probe.
 func (c Chain) HasProbe() bool { return c.Probe.Tool != "" || c.Probe.Plugin != "" }

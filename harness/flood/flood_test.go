@@ -221,32 +221,36 @@ func TestAHeldFloodWaitsForGo(t *testing.T) {
 	t.Parallel()
 	srv := newFakeServer(t)
 	ctx := within(t, time.Minute)
-	f, err := Start(ctx, Spec{Base: srv.URL, Token: srv.token, Conns: 2, Workers: 2, Prompt: "FLOOD", Hold: true}, Options{})
-	require.NoError(t, err)
-	t.Cleanup(f.Kill)
-	c, err := f.Wait(ctx, "its connections", func(c Counts) bool { return c.Ready })
-	require.NoError(t, err)
+	f, c := startHeld(ctx, t, srv, 2)
 	assert.Zero(t, c.Workers)
 	assert.Equal(t, int64(2), srv.open.Load())
 	assert.Zero(t, srv.creates.Load(), "nothing is sent before Go")
 	require.NoError(t, f.Go())
-	_, err = f.Wait(ctx, "a turn of the flood", func(c Counts) bool { return c.Workers == 4 && c.Turns >= 1 })
+	_, err := f.Wait(ctx, "a turn of the flood", func(c Counts) bool { return c.Workers == 4 && c.Turns >= 1 })
 	require.NoError(t, err)
 	assert.Equal(t, int64(4), srv.creates.Load())
 	_, err = f.Stop(ctx)
 	require.NoError(t, err)
 
-	never, err := Start(ctx, Spec{Base: srv.URL, Token: srv.token, Conns: 1, Workers: 2, Prompt: "FLOOD", Hold: true}, Options{})
-	require.NoError(t, err)
-	t.Cleanup(never.Kill)
-	_, err = never.Wait(ctx, "its connections", func(c Counts) bool { return c.Ready })
-	require.NoError(t, err)
+	never, _ := startHeld(ctx, t, srv, 1)
 	c, err = never.Stop(ctx)
 	require.NoError(t, err)
 	assert.True(t, c.Done)
 	assert.Zero(t, c.Sent)
 	assert.Equal(t, int64(4), srv.creates.Load(), "the flood stopped before Go sent nothing")
 	gone(t, never.Pid())
+}
+
+// startHeld starts a held flood of conns connections, two workers each,
+// on srv, and waits until its connections are open.
+func startHeld(ctx context.Context, t *testing.T, srv *fakeServer, conns int) (*Flood, Counts) {
+	t.Helper()
+	f, err := Start(ctx, Spec{Base: srv.URL, Token: srv.token, Conns: conns, Workers: 2, Prompt: "FLOOD", Hold: true}, Options{})
+	require.NoError(t, err)
+	t.Cleanup(f.Kill)
+	c, err := f.Wait(ctx, "its connections", func(c Counts) bool { return c.Ready })
+	require.NoError(t, err)
+	return f, c
 }
 
 // A server the flooder cannot reach is an error naming the connection,

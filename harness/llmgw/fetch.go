@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tenantcanary/tenantcanary/internal/dotpath"
 )
 
 // FetchListener is the harness's own canary listener on loopback for the
@@ -147,17 +149,7 @@ func SetURLField(path, body, field, u string) (string, string, error) {
 			return "", "", fmt.Errorf("url field %s: the route's body is not a JSON object: %w", field, err)
 		}
 	}
-	keys := strings.Split(field, ".")
-	m := doc
-	for _, k := range keys[:len(keys)-1] {
-		next, ok := m[k].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			m[k] = next
-		}
-		m = next
-	}
-	m[keys[len(keys)-1]] = u
+	dotpath.Set(doc, field, u)
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return "", "", fmt.Errorf("url field %s: %w", field, err)

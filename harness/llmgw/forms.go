@@ -3,7 +3,8 @@ package llmgw
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -84,19 +85,10 @@ type Filled struct {
 func (f Filled) Key() string {
 	var b strings.Builder
 	b.WriteString(f.Method + " " + f.Path + "\x00" + f.Body)
-	for _, k := range sortedHeaderNames(f.Headers) {
+	for _, k := range slices.Sorted(maps.Keys(f.Headers)) {
 		b.WriteString("\x00" + k + ":" + f.Headers[k])
 	}
 	return b.String()
-}
-
-func sortedHeaderNames(h map[string]string) []string {
-	ks := make([]string, 0, len(h))
-	for k := range h {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // Fill makes c concrete; why, when not empty, says why it cannot be made.

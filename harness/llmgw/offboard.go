@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -299,7 +301,7 @@ func CredentialsOf(a harness.GatewayAccess) []Credential {
 			continue
 		}
 		add(Credential{Name: "credential " + n, Headers: hs})
-		for _, k := range sortedHeaderNames(hs) {
+		for _, k := range slices.Sorted(maps.Keys(hs)) {
 			if v := credentialValue(hs[k]); len(v) >= 16 {
 				add(Credential{Name: "credential " + n + " (" + k + ") as a bearer token", Headers: map[string]string{"Authorization": "Bearer " + v}})
 			}
@@ -311,7 +313,7 @@ func CredentialsOf(a harness.GatewayAccess) []Credential {
 // headersKey tells header sets apart: the same key is the same headers.
 func headersKey(h map[string]string) string {
 	var b strings.Builder
-	for _, k := range sortedHeaderNames(h) {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
 		b.WriteString(k + ":" + h[k] + "\x00")
 	}
 	return b.String()

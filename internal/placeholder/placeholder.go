@@ -162,7 +162,7 @@ func (v Vocabulary) Names() []string {
 func (v Vocabulary) Check(t any) error {
 	seen := map[string]bool{}
 	var bad []string
-	walk(t, func(s string) {
+	WalkStrings(t, func(s string) {
 		for _, p := range near.FindAllString(s, -1) {
 			if n := p[1 : len(p)-1]; !seen[n] && (Sole(p) == "" || !v.Has(n)) {
 				seen[n] = true
@@ -184,7 +184,10 @@ func (v Vocabulary) Check(t any) error {
 	return fmt.Errorf("unknown placeholder(s) %s in %s (known: %s)", strings.Join(bad, " "), v.Of, known)
 }
 
-func walk(v any, fn func(string)) {
+// WalkStrings calls fn with every string in v: a string, or one in a map
+// or list, nested (as JSON or YAML decode them, and string maps and
+// lists).
+func WalkStrings(v any, fn func(string)) {
 	switch x := v.(type) {
 	case string:
 		fn(x)
@@ -194,11 +197,11 @@ func walk(v any, fn func(string)) {
 		}
 	case map[string]any:
 		for _, e := range x {
-			walk(e, fn)
+			WalkStrings(e, fn)
 		}
 	case []any:
 		for _, e := range x {
-			walk(e, fn)
+			WalkStrings(e, fn)
 		}
 	case map[string]string:
 		for _, s := range x {

@@ -3,6 +3,7 @@ package pluginload
 import (
 	"context"
 	"reflect"
+	"strings"
 
 	"github.com/tenantcanary/tenantcanary/plugin"
 )
@@ -11,29 +12,7 @@ import (
 // extract` would generate, written by hand: it is small). Interpreted types
 // reach the SDK's interfaces through the _plugin_* wrappers.
 var Symbols = map[string]map[string]reflect.Value{
-	"github.com/tenantcanary/tenantcanary/plugin/plugin": {
-		"SessionID":   reflect.ValueOf(plugin.SessionID),
-		"WithSession": reflect.ValueOf(plugin.WithSession),
-
-		"Context":          reflect.ValueOf((*plugin.Context)(nil)),
-		"ContextHandler":   reflect.ValueOf((*plugin.ContextHandler)(nil)),
-		"Handler":          reflect.ValueOf((*plugin.Handler)(nil)),
-		"Hook":             reflect.ValueOf((*plugin.Hook)(nil)),
-		"ImageGenProvider": reflect.ValueOf((*plugin.ImageGenProvider)(nil)),
-		"LLM":              reflect.ValueOf((*plugin.LLM)(nil)),
-		"MemoryProvider":   reflect.ValueOf((*plugin.MemoryProvider)(nil)),
-		"ModelProfile":     reflect.ValueOf((*plugin.ModelProfile)(nil)),
-		"ModelProvider":    reflect.ValueOf((*plugin.ModelProvider)(nil)),
-		"PlatformFactory":  reflect.ValueOf((*plugin.PlatformFactory)(nil)),
-		"Shutdowner":       reflect.ValueOf((*plugin.Shutdowner)(nil)),
-		"State":            reflect.ValueOf((*plugin.State)(nil)),
-		"Tool":             reflect.ValueOf((*plugin.Tool)(nil)),
-
-		"_ImageGenProvider": reflect.ValueOf((*_plugin_ImageGenProvider)(nil)),
-		"_MemoryProvider":   reflect.ValueOf((*_plugin_MemoryProvider)(nil)),
-		"_ModelProvider":    reflect.ValueOf((*_plugin_ModelProvider)(nil)),
-		"_Shutdowner":       reflect.ValueOf((*_plugin_Shutdowner)(nil)),
-	},
+	"github.com/tenantcanary/tenantcanary/plugin/plugin": sdkSymbols(),
 	// Composed wrappers: an interpreted value passed as an SDK interface
 	// keeps the optional methods it has (see composed below).
 	".": {"MapTypes": reflect.ValueOf(composed)},
@@ -132,4 +111,24 @@ type _plugin_Shutdowner struct {
 
 func (W _plugin_Shutdowner) Shutdown(ctx context.Context, sessionID string) error {
 	return W.WShutdown(ctx, sessionID)
+}
+
+// sdkSymbols is the SDK's table: its functions, its types under their own
+// names, and the _plugin_* wrappers under "_" and the interface's name. A
+// type's entry is named after the type, so the two cannot drift apart.
+func sdkSymbols() map[string]reflect.Value {
+	table := map[string]reflect.Value{
+		"SessionID":   reflect.ValueOf(plugin.SessionID),
+		"WithSession": reflect.ValueOf(plugin.WithSession),
+	}
+	for _, typ := range []any{
+		(*plugin.Context)(nil), (*plugin.ContextHandler)(nil), (*plugin.Handler)(nil), (*plugin.Hook)(nil),
+		(*plugin.ImageGenProvider)(nil), (*plugin.LLM)(nil), (*plugin.MemoryProvider)(nil),
+		(*plugin.ModelProfile)(nil), (*plugin.ModelProvider)(nil), (*plugin.PlatformFactory)(nil),
+		(*plugin.Shutdowner)(nil), (*plugin.State)(nil), (*plugin.Tool)(nil),
+		(*_plugin_ImageGenProvider)(nil), (*_plugin_MemoryProvider)(nil), (*_plugin_ModelProvider)(nil), (*_plugin_Shutdowner)(nil),
+	} {
+		table[strings.TrimPrefix(reflect.TypeOf(typ).Elem().Name(), "_plugin")] = reflect.ValueOf(typ)
+	}
+	return table
 }

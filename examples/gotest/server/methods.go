@@ -15,18 +15,11 @@ var methods map[string]func(*conn, json.RawMessage) (any, error)
 
 func init() {
 	methods = map[string]func(*conn, json.RawMessage) (any, error){
-		"session.create":  (*conn).sessionCreate,
-		"session.resume":  (*conn).sessionResume,
-		"session.close":   (*conn).sessionClose,
-		"prompt.submit":   (*conn).promptSubmit,
-		"config.set":      (*conn).configSet,
-		"model.save_key":  (*conn).saveKey,
-		"profiles.create": (*conn).profilesCreate,
-		"profiles.delete": (*conn).profilesDelete,
-		"profiles.list":   (*conn).profilesList,
-		"cron.create":     (*conn).cronCreate,
-		"cron.trigger":    (*conn).cronTrigger,
-		"cron.list":       (*conn).cronList,
+		"session.create": (*conn).sessionCreate, "session.resume": (*conn).sessionResume, "session.close": (*conn).sessionClose,
+		"prompt.submit": (*conn).promptSubmit,
+		"config.set":    (*conn).configSet, "model.save_key": (*conn).saveKey,
+		"profiles.create": (*conn).profilesCreate, "profiles.delete": (*conn).profilesDelete, "profiles.list": (*conn).profilesList,
+		"cron.create": (*conn).cronCreate, "cron.trigger": (*conn).cronTrigger, "cron.list": (*conn).cronList,
 	}
 }
 
@@ -173,16 +166,23 @@ func (c *conn) decodeProfile(params json.RawMessage, p any, name *string) (profi
 	return c.pool.profile(*name)
 }
 
-// decodeAddressed decodes a settings call's params into p, runs check on
-// what was decoded, and returns the profile a (p's address) names.
-func (c *conn) decodeAddressed(params json.RawMessage, p any, a *address, check func() error) (profile, error) {
+// settingsCall answers a settings call: holding the pool's life lock
+// (read) for the whole call, it decodes params into p, runs check on what
+// was decoded, and calls do with the profile a (p's address) names.
+func (c *conn) settingsCall(params json.RawMessage, p any, a *address, check func() error, do func(profile) (any, error)) (any, error) {
+	c.pool.life.RLock()
+	defer c.pool.life.RUnlock()
 	if err := decode(params, p); err != nil {
-		return profile{}, err
+		return nil, err
 	}
 	if err := check(); err != nil {
-		return profile{}, err
+		return nil, err
 	}
-	return c.addressed(*a)
+	prof, err := c.addressed(*a)
+	if err != nil {
+		return nil, err
+	}
+	return do(prof)
 }
 
 // configKeys are the keys config.set takes, and where each lives in
@@ -190,59 +190,53 @@ func (c *conn) decodeAddressed(params json.RawMessage, p any, a *address, check 
 var configKeys = map[string]string{"cwd": "terminal.cwd", "prompt": "custom_prompt", "model": "model.default"}
 
 func (c *conn) configSet(params json.RawMessage) (any, error) {
-	c.pool.life.RLock()
-	defer c.pool.life.RUnlock()
 	var p struct {
 		address
 		Key   string `json:"key"`
 		Value string `json:"value"`
 	}
 	var key string
-	prof, err := c.decodeAddressed(params, &p, &p.address, func() error {
+	check := func() error {
 		var ok bool
 		if key, ok = configKeys[p.Key]; !ok {
 			return errorf(codeBadParams, "config.set: unknown key %q (want cwd, prompt or model)", p.Key)
 		}
 		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	if p.Key == "cwd" {
-		if _, err := c.pool.checkCwd(prof, p.Value); err != nil {
-			return nil, errorf(codeBadParams, "config.set: %v", err)
+	return c.settingsCall(params, &p, &p.address, check, func(prof profile) (any, error) {
+		if p.Key == "cwd" {
+			if _, err := c.pool.checkCwd(prof, p.Value); err != nil {
+				return nil, errorf(codeBadParams, "config.set: %v", err)
+			}
 		}
-	}
-	if err := prof.setConfig(key, p.Value); err != nil {
-		return nil, err
-	}
-	return map[string]any{"ok": true, "key": key}, nil
+		if err := prof.setConfig(key, p.Value); err != nil {
+			return nil, err
+		}
+		return map[string]any{"ok": true, "key": key}, nil
+	})
 }
 
 var slugRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 
 func (c *conn) saveKey(params json.RawMessage) (any, error) {
-	c.pool.life.RLock()
-	defer c.pool.life.RUnlock()
 	var p struct {
 		address
 		Slug   string `json:"slug"`
 		APIKey string `json:"api_key"`
 	}
-	prof, err := c.decodeAddressed(params, &p, &p.address, func() error {
+	check := func() error {
 		if !slugRE.MatchString(p.Slug) || p.APIKey == "" {
 			return errorf(codeBadParams, "model.save_key: want a slug of [a-z0-9_-] and an api_key")
 		}
 		return nil
+	}
+	return c.settingsCall(params, &p, &p.address, check, func(prof profile) (any, error) {
+		name := strings.ToUpper(strings.ReplaceAll(p.Slug, "-", "_")) + "_API_KEY"
+		if err := prof.setDotEnv(name, p.APIKey); err != nil {
+			return nil, err
+		}
+		return map[string]any{"ok": true, "env": name}, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	name := strings.ToUpper(strings.ReplaceAll(p.Slug, "-", "_")) + "_API_KEY"
-	if err := prof.setDotEnv(name, p.APIKey); err != nil {
-		return nil, err
-	}
-	return map[string]any{"ok": true, "env": name}, nil
 }
 
 func (c *conn) profilesCreate(params json.RawMessage) (any, error) {

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -190,13 +192,8 @@ func (pr profile) setDotEnv(name, value string) error {
 		return err
 	}
 	env[name] = value
-	names := make([]string, 0, len(env))
-	for k := range env {
-		names = append(names, k)
-	}
-	sort.Strings(names)
 	var b strings.Builder
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		fmt.Fprintf(&b, "%s=\"%s\"\n", k, quote.Replace(env[k]))
 	}
 	return pr.writeFile(".env", []byte(b.String()), 0o600)
