@@ -95,10 +95,23 @@ func (e *Env) raceChain(ch attack.Chain) {
 				e.Logf("%s round %d: profiles.delete failed: %v", ch.ID, i+1, derr)
 			}
 		}
-		cerr := e.operatorCall(admin, "profiles.create", name)
-		for _, stop := range stops {
-			stop()
+		// A target without tenant credentials takes the profile a request
+		// names: after the create, a loop's request by name is the new
+		// profile's own, so its loops stop before the create, and what is
+		// checked is what was in flight at the delete (profile-recreate
+		// checks that a deleted profile's session serves nothing after).
+		// With credentials the loops race the create too: the deleted
+		// profile's connections must reach nothing of the new one.
+		stopLoops := sync.OnceFunc(func() {
+			for _, stop := range stops {
+				stop()
+			}
+		})
+		if !e.Box.Target.TenantCredentials {
+			stopLoops()
 		}
+		cerr := e.operatorCall(admin, "profiles.create", name)
+		stopLoops()
 		loops += int(n.Load())
 		switch {
 		case derr != nil && cerr != nil:
@@ -155,6 +168,12 @@ func (e *Env) loopSteps(c *harness.Conn, t *tenants.Tenant, ch attack.Chain, wri
 					if name := profileParam(t); name != "" {
 						p["profile"] = name
 					}
+				} else if sid == "" {
+					// No session yet (the create was refused): a call with
+					// neither a session nor a profile addresses the launch
+					// profile where a request names its profile, which is
+					// not this tenant's request.
+					break
 				} else {
 					p["session_id"] = sid
 				}
