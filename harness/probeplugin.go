@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -83,9 +84,12 @@ type ProbePlugin struct {
 	// Files are the plugin's files by path relative to Install.Path: the
 	// embedded default's, given in Go; LoadFiles reads Source's.
 	Files map[string]string `yaml:"-"`
-
-	hostRE *regexp.Regexp
 }
+
+// hostPatterns holds each HostCmdline compiled (pattern -> *regexp.Regexp,
+// nil when it does not compile): scenarios running at once share one
+// target's plugin, so nothing is compiled into the plugin itself.
+var hostPatterns sync.Map
 
 // PluginInstall is how a probe plugin gets into a tenant's home: its files
 // copied to Path, or Hook run; Config merged into the tenant's
@@ -145,14 +149,13 @@ func (p *ProbePlugin) IsHost(cmdline string) bool {
 	if p.HostCmdline == "" {
 		return false
 	}
-	if p.hostRE == nil {
-		re, err := regexp.Compile(p.HostCmdline)
-		if err != nil {
-			return false
-		}
-		p.hostRE = re
+	v, ok := hostPatterns.Load(p.HostCmdline)
+	if !ok {
+		re, _ := regexp.Compile(p.HostCmdline) // validate names a bad pattern
+		v, _ = hostPatterns.LoadOrStore(p.HostCmdline, re)
 	}
-	return p.hostRE.MatchString(cmdline)
+	re := v.(*regexp.Regexp)
+	return re != nil && re.MatchString(cmdline)
 }
 
 func (p *ProbePlugin) validate() []error {

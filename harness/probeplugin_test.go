@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -74,4 +75,25 @@ func TestInstallProbePlugin(t *testing.T) {
 	cfgB, err := os.ReadFile(filepath.Join(b.Home, "config.yaml"))
 	require.NoError(t, err)
 	assert.True(t, strings.Contains(string(cfgB), "enabled") && !strings.Contains(string(cfgB), "launcher"), "%s", cfgB)
+}
+
+// Scenarios running at once share one target's probe plugin and ask it
+// about host processes together (CI's data race: IsHost compiled its
+// pattern into the shared plugin on first use).
+func TestProbePluginIsHostConcurrently(t *testing.T) {
+	t.Parallel()
+	p := &ProbePlugin{HostCmdline: `^dialectprobe( |$)`}
+	bad := &ProbePlugin{HostCmdline: `(`}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			assert.True(t, p.IsHost("dialectprobe --tenant a"), "goroutine %d", i)
+			assert.False(t, p.IsHost("agentd serve"), "goroutine %d", i)
+			assert.False(t, bad.IsHost("("), "a pattern that does not compile matches nothing")
+		}()
+	}
+	wg.Wait()
+	assert.False(t, (&ProbePlugin{}).IsHost("anything"), "no pattern, no host")
 }
