@@ -1,7 +1,5 @@
 package harness
 
-import "regexp"
-
 // AgentdRoutes are agentd's HTTP routes that gateway-routes probes: its
 // gateway's (`agentd gateway`) health page (public), the launch profile's
 // chat route and every other profile's, /p/{profile_id}/v1/chat/completions,
@@ -19,13 +17,6 @@ func AgentdRoutes() []Route {
 		{Name: "chat on a profile's route", Method: "POST", Path: "/p/{profile_id}/v1/chat/completions", Body: probe, Forms: key, Auth: FormKey, Success: `"choices"`},
 		{Name: "serve health", Backend: RouteBackendServe, Method: "GET", Path: "/api/health", Read: true, Public: true, Forms: key, Auth: FormKey, Success: `"status":\s*"ok"`},
 		{Name: "websocket endpoint", Backend: RouteBackendServe, Method: "GET", Path: "/api/ws", Forms: key, Auth: FormKey},
-	}
-	// Compiled here, so validating the target (each scenario does, at
-	// once) writes nothing.
-	for i := range rs {
-		if rs[i].Success != "" {
-			rs[i].successRE = regexp.MustCompile(rs[i].Success)
-		}
 	}
 	return rs
 }

@@ -182,8 +182,6 @@ type Route struct {
 	// fetches: a body field (dotted path) or ?name for a query
 	// parameter; the fetch probes point them at the harness's listener.
 	URLFields []string `yaml:"url_fields"`
-
-	successRE *regexp.Regexp
 }
 
 // Store declares where a gateway with one data folder keeps each
@@ -339,12 +337,8 @@ func (g *LLMGateway) validate() []error {
 		}
 		errs = append(errs, r.validateForms(where)...)
 		if r.Success != "" {
-			re, err := regexp.Compile(r.Success)
-			if err != nil {
+			if _, err := regexp.Compile(r.Success); err != nil {
 				errs = append(errs, fmt.Errorf("%s: success: %w", where, err))
-			}
-			if r.successRE == nil || r.successRE.String() != r.Success {
-				r.successRE = re
 			}
 		}
 	}
@@ -384,8 +378,6 @@ func (r *Route) Succeeded(status int, body []byte) bool {
 	if r.Success == "" {
 		return true
 	}
-	if r.successRE == nil {
-		r.successRE = regexp.MustCompile(r.Success)
-	}
-	return r.successRE.Match(body)
+	re := compiled(r.Success)
+	return re != nil && re.Match(body)
 }

@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -86,11 +85,6 @@ type ProbePlugin struct {
 	Files map[string]string `yaml:"-"`
 }
 
-// hostPatterns holds each HostCmdline compiled (pattern -> *regexp.Regexp,
-// nil when it does not compile): scenarios running at once share one
-// target's plugin, so nothing is compiled into the plugin itself.
-var hostPatterns sync.Map
-
 // PluginInstall is how a probe plugin gets into a tenant's home: its files
 // copied to Path, or Hook run; Config merged into the tenant's
 // config.yaml either way.
@@ -149,12 +143,7 @@ func (p *ProbePlugin) IsHost(cmdline string) bool {
 	if p.HostCmdline == "" {
 		return false
 	}
-	v, ok := hostPatterns.Load(p.HostCmdline)
-	if !ok {
-		re, _ := regexp.Compile(p.HostCmdline) // validate names a bad pattern
-		v, _ = hostPatterns.LoadOrStore(p.HostCmdline, re)
-	}
-	re := v.(*regexp.Regexp)
+	re := compiled(p.HostCmdline)
 	return re != nil && re.MatchString(cmdline)
 }
 

@@ -77,13 +77,15 @@ func TestInstallProbePlugin(t *testing.T) {
 	assert.True(t, strings.Contains(string(cfgB), "enabled") && !strings.Contains(string(cfgB), "launcher"), "%s", cfgB)
 }
 
-// Scenarios running at once share one target's probe plugin and ask it
-// about host processes together (CI's data race: IsHost compiled its
-// pattern into the shared plugin on first use).
-func TestProbePluginIsHostConcurrently(t *testing.T) {
+// Scenarios running at once share one target's probe plugin and routes
+// and match their patterns together (CI's data race: IsHost compiled its
+// pattern into the shared plugin on first use, as Succeeded did into a
+// route).
+func TestTargetPatternsMatchConcurrently(t *testing.T) {
 	t.Parallel()
 	p := &ProbePlugin{HostCmdline: `^dialectprobe( |$)`}
 	bad := &ProbePlugin{HostCmdline: `(`}
+	r := &Route{Success: `"choices"`}
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Add(1)
@@ -92,8 +94,11 @@ func TestProbePluginIsHostConcurrently(t *testing.T) {
 			assert.True(t, p.IsHost("dialectprobe --tenant a"), "goroutine %d", i)
 			assert.False(t, p.IsHost("agentd serve"), "goroutine %d", i)
 			assert.False(t, bad.IsHost("("), "a pattern that does not compile matches nothing")
+			assert.True(t, r.Succeeded(200, []byte(`{"choices":[]}`)), "goroutine %d", i)
+			assert.False(t, r.Succeeded(200, []byte(`{"error":{}}`)), "goroutine %d", i)
 		}()
 	}
 	wg.Wait()
 	assert.False(t, (&ProbePlugin{}).IsHost("anything"), "no pattern, no host")
+	assert.False(t, r.Succeeded(500, []byte(`{"choices":[]}`)), "a 5xx is no success")
 }
