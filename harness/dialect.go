@@ -218,7 +218,11 @@ func (d *Dialect) validate() []error {
 			errs = append(errs, fmt.Errorf("dialect.health.path %q: want an absolute path like /api/health", h.Path))
 		}
 		if h.Auth == "" {
-			h.Auth = "none"
+			// On a copy: copies of a Target share the block, and each
+			// scenario validates its own at once (NewSandbox).
+			hh := *h
+			hh.Auth = "none"
+			d.Health = &hh
 		}
 	}
 	return errs

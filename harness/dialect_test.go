@@ -178,3 +178,26 @@ func TestShellToolRenamesTerminalCalls(t *testing.T) {
 	kept := agentd.shellTool(resp)(nil)(fakellm.Record{})
 	assert.Equal(t, "terminal", kept.Calls[0].Name)
 }
+
+// Copies of a target built in Go, its health check without auth, are
+// validated at once (every scenario's NewSandbox): each copy gets auth
+// none, and the block they share is left as it was.
+func TestValidateLeavesTheSharedHealthBlockAlone(t *testing.T) {
+	t.Parallel()
+	base := Target{Name: "x", Stdio: []string{"x"}, Dialect: Dialect{Health: &Health{Path: "/healthz"}}}
+	start := make(chan struct{})
+	auths := make(chan string, 8)
+	for range 8 {
+		go func() {
+			<-start
+			tg := base
+			_ = tg.Validate()
+			auths <- tg.Dialect.Health.Auth
+		}()
+	}
+	close(start)
+	for range 8 {
+		assert.Equal(t, "none", <-auths)
+	}
+	assert.Empty(t, base.Dialect.Health.Auth, "the shared block is not written")
+}
