@@ -44,8 +44,9 @@ func probePluginOf(target harness.Target) *harness.ProbePlugin {
 	return AgentdProbePlugin()
 }
 
-// probePlugin is the run's probe plugin (made once per Env: its files are
-// read once, and its host pattern compiled once).
+// probePlugin is the run's probe plugin, made once per Env. A target's
+// own is the target's, shared with every scenario of the run: only its
+// methods that change nothing of it (IsHost, Lacks) are called at once.
 func (e *Env) probePlugin() *harness.ProbePlugin {
 	e.mu.Lock()
 	defer e.mu.Unlock()
