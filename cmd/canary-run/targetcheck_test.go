@@ -85,7 +85,10 @@ func TestTargetCheck(t *testing.T) {
 			[]string{"FAIL  session.create", `does not know method "opne"`, "-32601", "dialect.methods.session.create"}},
 		{"wrong event name: the turn never ends", nil, []string{"status_ok: ok", "status_ok: complete"},
 			[]string{"FAIL  turn", "reply.done"}},
-		{"an event that never came", []string{"--wait", "5s"}, []string{"turn_end: reply.done", "turn_end: reply.finished"},
+		// The wait is the whole turn's, and the diagnosis names what came
+		// instead (reply.done) only once the turn has ended: long enough
+		// for a turn on a loaded machine.
+		{"an event that never came", []string{"--wait", "20s"}, []string{"turn_end: reply.done", "turn_end: reply.finished"},
 			[]string{"FAIL  turn", "waiting for the end of the turn of session", "reply.finished", "reply.done x1" /* what came instead */}},
 		{"ready line never matched shows the last lines", nil, []string{"--port, \"0\"]", "--prot, \"0\"]"},
 			[]string{"FAIL  ready line", "usage: dialectserver"}},
