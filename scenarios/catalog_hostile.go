@@ -1,7 +1,9 @@
 package scenarios
 
 import (
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/harness/attack"
@@ -43,6 +45,24 @@ func (e *Env) attackers() []*tenants.Tenant {
 type hostileState struct {
 	mu     sync.Mutex // the attackers attack at once
 	writes map[string]tenants.Canary
+	// callEnders are the tenants whose terminal calls' processes the
+	// target ends with the call (seen through attack.HeldSpawn).
+	callEnders map[string]bool
+}
+
+func (st *hostileState) endsCalls(tenant string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.callEnders[tenant]
+}
+
+func (st *hostileState) setEndsCalls(tenant string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.callEnders == nil {
+		st.callEnders = map[string]bool{}
+	}
+	st.callEnders[tenant] = true
 }
 
 // hostileKey is a hostile scenario's write canaries.
@@ -86,11 +106,40 @@ func (e *Env) nextTurns() {
 func (e *Env) spawnIn(c *harness.Conn, t *tenants.Tenant, sid string, rows []attack.Row, what string) tenants.Canary {
 	e.T.Helper()
 	mark := e.mint(t, EscapeMark)
-	for _, r := range attack.Of(rows, attack.Spawn) {
+	spawns := attack.Of(rows, attack.Spawn)
+	for _, r := range spawns {
 		e.Attack(c, t, sid, r, attack.Canaries{Mark: mark.Value})
 	}
-	e.SeeMarked(t, mark, what)
+	st := stateOf(e, hostileKey)
+	terminal := slices.ContainsFunc(spawns, isTerminalSpawn)
+	switch {
+	case terminal && st.endsCalls(t.Name):
+		// Seen before in this run: nothing outlives a terminal call, so
+		// waiting for the rows' processes would only see none.
+	case e.awaitMarked(mark, 15*time.Second):
+		return mark
+	case !terminal:
+		e.markNotSeen(t, mark, what)
+		return mark
+	}
+	// None of the rows' processes outlived its call: either the target
+	// ends a terminal call's processes with the call (a sandbox in a PID
+	// namespace of its own), or the check is blind. A call that holds its
+	// marked process open tells which.
+	if !e.seenWhileHeld(c, t, sid, mark) {
+		e.markNotSeen(t, mark, what)
+		return mark
+	}
+	if !st.endsCalls(t.Name) {
+		st.setEndsCalls(t.Name)
+		e.Logf("%s: the target ends a terminal call's processes with the call (a marked process was seen while a call held it open, and none outlived a call): the escape check has nothing to see after a call", t.Name)
+	}
 	return mark
+}
+
+// isTerminalSpawn reports whether r is one of the terminal's spawn rows.
+func isTerminalSpawn(r attack.Row) bool {
+	return slices.ContainsFunc(attack.Of(attack.Terminal(), attack.Spawn), func(t attack.Row) bool { return t.ID == r.ID })
 }
 
 // startHostile opens a hostile run: fresh attack state, install (when

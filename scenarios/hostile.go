@@ -74,17 +74,67 @@ func (e *Env) CloseSession(c *harness.Conn, sid string) {
 // the event that must end them, the processes carrying mark are seen.
 func (e *Env) SeeMarked(t *tenants.Tenant, mark tenants.Canary, what string) {
 	e.T.Helper()
+	if !e.awaitMarked(mark, 15*time.Second) {
+		e.markNotSeen(t, mark, what)
+	}
+}
+
+// awaitMarked reports whether a process carrying mark is seen within d;
+// the scenario's end counts as seen (it is no finding).
+func (e *Env) awaitMarked(mark tenants.Canary, d time.Duration) bool {
+	e.T.Helper()
 	ev := invariants.Ended{Canaries: []tenants.Canary{mark}}
-	w := Wait{What: fmt.Sprintf("a process carrying %s's mark %s", t.Name, mark.Value), Within: 15 * time.Second, Poll: 50 * time.Millisecond}
+	w := Wait{What: "a process carrying the mark " + mark.Value, Within: d, Poll: 50 * time.Millisecond}
 	err := Await(e.Ctx, w, func() (bool, string) {
 		return len(invariants.Live(ev)) > 0, "no such process"
 	})
 	var we *WaitError
-	if errors.As(err, &we) && we.Err == nil { // the scenario's end is no finding
-		e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: what},
-			Detail: fmt.Sprintf("no process carrying %s's mark %s was seen while it should live: the escape check would see nothing", t.Name, mark.Value)})
-	}
+	return !errors.As(err, &we) || we.Err != nil
 }
+
+// markNotSeen is the failed positive control of the escape check.
+func (e *Env) markNotSeen(t *tenants.Tenant, mark tenants.Canary, what string) {
+	e.T.Helper()
+	e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: what},
+		Detail: fmt.Sprintf("no process carrying %s's mark %s was seen while it should live: the escape check would see nothing", t.Name, mark.Value)})
+}
+
+// seenWhileHeld runs attack.HeldSpawn as t in session sid on c and reports
+// whether the process it starts, carrying mark, was seen while the call
+// held it: on a target that ends a terminal call's processes with the
+// call, what proves the escape check sees a tenant's processes.
+func (e *Env) seenWhileHeld(c *harness.Conn, t *tenants.Tenant, sid string, mark tenants.Canary) bool {
+	e.T.Helper()
+	ev := invariants.Ended{Canaries: []tenants.Canary{mark}}
+	done := make(chan struct{})
+	var seen atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for !seen.Load() {
+			if len(invariants.Live(ev)) > 0 {
+				seen.Store(true)
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	e.Attack(c, t, sid, attack.HeldSpawn(heldSpawnSeconds), attack.Canaries{Mark: mark.Value})
+	close(done)
+	wg.Wait()
+	return seen.Load()
+}
+
+// heldSpawnSeconds is how long attack.HeldSpawn holds its call open: many
+// looks at the processes, on a loaded machine too.
+const heldSpawnSeconds = 4
 
 // EscapeGrace is how long, by default, the processes an event ends have to
 // die before each survivor is a finding; a target says its own
