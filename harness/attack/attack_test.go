@@ -196,3 +196,39 @@ func jsonRoundTrip(in, out any) error {
 
 // HostileWriteKind is the kind of the attacker's write canary in these tests.
 const HostileWriteKind tenants.Kind = "hostile_write"
+
+// HeldSpawn's call starts a process carrying the mark and lives while it
+// holds (the escape check's positive control on a target that ends a
+// call's processes with the call): the mark is seen before the call ends,
+// and the call ends with the row's end marker.
+func TestHeldSpawnHoldsItsCallWithAMarkedProcess(t *testing.T) {
+	t.Parallel()
+	mark := escapeMark(t)
+	call := HeldSpawn(2).Call(Canaries{Mark: mark})
+	require.Equal(t, "terminal", call.Tool)
+	cmd := exec.Command("/bin/sh", "-c", call.Args["command"].(string))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out strings.Builder
+	cmd.Stdout = &out
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	seen := false
+	for !seen {
+		select {
+		case err := <-done:
+			t.Fatalf("the call ended (%v) before its marked process was seen", err)
+		case <-time.After(10 * time.Millisecond):
+			seen = len(procgroup.Carrying([]string{mark})) > 0
+		}
+	}
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held call never ended")
+	}
+	assert.Contains(t, out.String(), RowDone)
+	assert.NotEmpty(t, procgroup.Carrying([]string{mark}), "the marked process outlives the call here (no PID namespace): escapeMark's cleanup ends it")
+}
