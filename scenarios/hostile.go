@@ -106,30 +106,21 @@ func (e *Env) markNotSeen(t *tenants.Tenant, mark tenants.Canary, what string) {
 func (e *Env) seenWhileHeld(c *harness.Conn, t *tenants.Tenant, sid string, mark tenants.Canary) bool {
 	e.T.Helper()
 	ev := invariants.Ended{Canaries: []tenants.Canary{mark}}
-	done := make(chan struct{})
-	var seen atomic.Bool
+	// The look ends with the call: what was not seen while it held the
+	// process open is not seen.
+	ctx, cancel := context.WithCancel(e.Ctx)
+	var seen bool
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for !seen.Load() {
-			if len(invariants.Live(ev)) > 0 {
-				seen.Store(true)
-				return
-			}
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-		}
+		w := Wait{What: "a process carrying the mark " + mark.Value + " while the call holds it", Within: 2 * time.Minute, Poll: 50 * time.Millisecond}
+		seen = Await(ctx, w, func() (bool, string) { return len(invariants.Live(ev)) > 0, "no such process" }) == nil
 	}()
 	e.Attack(c, t, sid, attack.HeldSpawn(heldSpawnSeconds), attack.Canaries{Mark: mark.Value})
-	close(done)
+	cancel()
 	wg.Wait()
-	return seen.Load()
+	return seen
 }
 
 // heldSpawnSeconds is how long attack.HeldSpawn holds its call open: many
