@@ -21,11 +21,9 @@ import (
 func TestATargetThatCannotStartStopsTheRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	exe, err := os.Executable()
-	require.NoError(t, err)
+	exe := testExe(t)
 	broken := `[sh, -c, 'echo "fatal: config.yaml: no such listener" >&2; exit 3']`
-	target := filepath.Join(dir, "broken.yaml")
-	require.NoError(t, os.WriteFile(target, []byte(strings.Join([]string{
+	target := writeFile(t, dir, "broken.yaml", strings.Join([]string{
 		"name: broken",
 		"stdio: " + broken,
 		"serve: " + broken,
@@ -35,7 +33,7 @@ func TestATargetThatCannotStartStopsTheRun(t *testing.T) {
 		"token_var: AGENTD_SESSION_TOKEN",
 		"files: true",
 		"",
-	}, "\n")), 0o644))
+	}, "\n"))
 	out := filepath.Join(dir, "out")
 	var stdout, stderr syncio.Buffer
 	code := dispatch(t.Context(), []string{"--target", target, "--no-self-test", "--out", out}, strings.NewReader(""), &stdout, &stderr, noEnv)
@@ -75,15 +73,13 @@ func TestATargetThatCannotStartStopsTheRun(t *testing.T) {
 func TestNoSandboxHereStopsTheRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	exe, err := os.Executable()
-	require.NoError(t, err)
+	exe := testExe(t)
 	agentd := harness.AgentdTarget(exe, "agentd")
 	require.Equal(t, []string{exe, "agentd", "sandbox", "check"}, agentd.Preflight, "the embedded target checks its sandbox first")
 	// env is the target's environment on top of the hermetic one: the
 	// bwrap run gets a PATH with no bwrap on it.
 	write := func(pin, env string) string {
-		path := filepath.Join(dir, pin+".yaml")
-		require.NoError(t, os.WriteFile(path, []byte(strings.Join([]string{
+		return writeFile(t, dir, pin+".yaml", strings.Join([]string{
 			"name: agentd-pinned-" + pin,
 			"stdio: [" + exe + ", agentd, tui]",
 			"profile_root: [" + exe + ", agentd, profile, root]",
@@ -93,8 +89,7 @@ func TestNoSandboxHereStopsTheRun(t *testing.T) {
 			"managed_dir: '{root}/managed'",
 			"managed: {terminal: {sandbox: " + pin + "}}",
 			"",
-		}, "\n")), 0o644))
-		return path
+		}, "\n"))
 	}
 	out := filepath.Join(dir, "out")
 	var stdout, stderr syncio.Buffer

@@ -41,8 +41,7 @@ func chat(t *testing.T, baseURL, key, model string) int {
 func TestFakeLLMServesJournalsAndStops(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	names := filepath.Join(dir, "names.json")
-	require.NoError(t, os.WriteFile(names, []byte(`{"names":["default","alpha","beta"],"launch":"alpha"}`), 0o644))
+	names := writeFile(t, dir, "names.json", `{"names":["default","alpha","beta"],"launch":"alpha"}`)
 	out := filepath.Join(dir, "out")
 	journal := filepath.Join(dir, "requests.jsonl")
 

@@ -23,12 +23,10 @@ func gatewayTarget(t *testing.T, dir, leak, known string) string {
 	y := strings.ReplaceAll(string(text), "BIN", bin)
 	y = strings.Replace(y, "  ROOT_TOKEN:", "  TESTGW_LEAK: "+leak+"\n  ROOT_TOKEN:", 1)
 	if known != "" {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "known.yaml"), []byte(known), 0o644))
+		writeFile(t, dir, "known.yaml", known)
 		y += "known_findings: known.yaml\n"
 	}
-	path := filepath.Join(dir, "testgw.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(y), 0o644))
-	return path
+	return writeFile(t, dir, "testgw.yaml", y)
 }
 
 // knownTokenRoute accepts what the test gateway's token-route leak shows:

@@ -93,6 +93,24 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
+// writeFile writes content to dir/name (mode 0o644) and returns the path;
+// a failed write fails the test.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	return path
+}
+
+// testExe is the path of this test binary, which stands in for canary-run
+// (see TestMain).
+func testExe(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	return exe
+}
+
 // noEnv is an environment with nothing set.
 func noEnv(string) (string, bool) { return "", false }
 
@@ -101,10 +119,7 @@ func noEnv(string) (string, bool) { return "", false }
 // run returns there must be none.
 func embeddedAgentds(t *testing.T, work string) []string {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatalf("find the test binary: %v", err)
-	}
+	exe := testExe(t)
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatalf("list processes: %v", err)

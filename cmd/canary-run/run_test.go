@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,16 +15,10 @@ import (
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	names := filepath.Join(dir, "names.json")
-	require.NoError(t, os.WriteFile(names, []byte(`["default","alpha"]`), 0o644))
-	badNames := filepath.Join(dir, "bad-names.json")
-	require.NoError(t, os.WriteFile(badNames, []byte(`["default","Alpha!"]`), 0o644))
-	notJSON := filepath.Join(dir, "not.json")
-	require.NoError(t, os.WriteFile(notJSON, []byte(`names: [a]`), 0o644))
-	unknownField := filepath.Join(dir, "unknown.json")
-	require.NoError(t, os.WriteFile(unknownField, []byte(`{"names":["a","b"],"lunch":"a"}`), 0o644))
-	badTarget := filepath.Join(dir, "target.yaml")
-	require.NoError(t, os.WriteFile(badTarget, []byte("name: x\nstdio: [x]\nbogus: 1\n"), 0o644))
+	names := writeFile(t, dir, "names.json", `["default","alpha"]`)
+	notJSON := writeFile(t, dir, "not.json", `names: [a]`)
+	unknownField := writeFile(t, dir, "unknown.json", `{"names":["a","b"],"lunch":"a"}`)
+	badTarget := writeFile(t, dir, "target.yaml", "name: x\nstdio: [x]\nbogus: 1\n")
 	out := filepath.Join(dir, "never")
 
 	for _, tc := range []struct {
@@ -75,19 +68,28 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestFakeLLMBadTenantName: fakellm refuses a names file it cannot serve
+// with exit 2, says why, and writes nothing.
 func TestFakeLLMBadTenantName(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	names := filepath.Join(dir, "names.json")
-	require.NoError(t, os.WriteFile(names, []byte(`{"names":["default","Alpha!"]}`), 0o644))
-	code, _, stderr := runCLI(t, "fakellm", "--listen", "127.0.0.1:0", "--tenants", names, "--out", filepath.Join(dir, "out"))
-	require.Equal(t, 2, code)
-	require.Contains(t, stderr, `tenant name "Alpha!"`)
-
-	require.NoError(t, os.WriteFile(names, []byte(`{"names":["default","alpha"],"launch":"beta"}`), 0o644))
-	code, _, stderr = runCLI(t, "fakellm", "--listen", "127.0.0.1:0", "--tenants", names, "--out", filepath.Join(dir, "out"))
-	require.Equal(t, 2, code)
-	require.Contains(t, stderr, `launch tenant "beta" is not among`)
+	for _, tc := range []struct {
+		name, names, want string
+	}{
+		{"bad name", `{"names":["default","Alpha!"]}`, `tenant name "Alpha!"`},
+		{"launch not among", `{"names":["default","alpha"],"launch":"beta"}`, `launch tenant "beta" is not among`},
+		{"writes nothing", `["default","x_y"]`, `tenant name "x_y"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			names := writeFile(t, dir, "names.json", tc.names)
+			out := filepath.Join(dir, "out")
+			code, _, stderr := runCLI(t, "fakellm", "--listen", "127.0.0.1:0", "--tenants", names, "--out", out)
+			require.Equal(t, 2, code)
+			require.Contains(t, stderr, tc.want)
+			require.NoDirExists(t, out)
+		})
+	}
 }
 
 func TestHelp(t *testing.T) {
@@ -146,21 +148,9 @@ func TestAgentdIsEmbedded(t *testing.T) {
 	require.True(t, strings.HasPrefix(stdout, server.Version+", tenantcanary v"), stdout)
 }
 
-func TestFakeLLMBadTenantNameWritesNothing(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	names := filepath.Join(dir, "names.json")
-	require.NoError(t, os.WriteFile(names, []byte(`["default","x_y"]`), 0o644))
-	out := filepath.Join(dir, "out")
-	code, _, _ := runCLI(t, "fakellm", "--listen", "127.0.0.1:0", "--tenants", names, "--out", out)
-	require.Equal(t, 2, code)
-	require.NoDirExists(t, out)
-}
-
 func TestOutUnderAFileFailsBeforeRunning(t *testing.T) {
 	t.Parallel()
-	file := filepath.Join(t.TempDir(), "a-file")
-	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	file := writeFile(t, t.TempDir(), "a-file", "")
 	code, _, stderr := runCLI(t, "--out", filepath.Join(file, "cert"))
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, `--out "`+filepath.Join(file, "cert")+`": mkdir `)

@@ -25,18 +25,17 @@ func TestScanEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	alphaKey := tenants.CanaryValue(tenants.ProviderKey, "alpha", "0a1b2c3d4e")
 	betaMemory := tenants.CanaryValue(tenants.Memory, "beta", "99aa88bb77")
-	canaries := filepath.Join(dir, "canaries.json")
 	data, err := json.Marshal([]tenants.Canary{
 		{Owner: "alpha", Kind: tenants.ProviderKey, Value: alphaKey},
 		{Owner: "beta", Kind: tenants.Memory, Value: betaMemory},
 	})
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(canaries, data, 0o644))
+	canaries := writeFile(t, dir, "canaries.json", string(data))
 
 	clean := filepath.Join(dir, "clean")
 	require.NoError(t, os.MkdirAll(clean, 0o755))
 	// Near misses stay clean: the bare tag, a name alone, a cut key.
-	require.NoError(t, os.WriteFile(filepath.Join(clean, "log.txt"), []byte("alpha beta 0a1b2c3d4e "+alphaKey[:len(alphaKey)-1]+"\n"), 0o644))
+	writeFile(t, clean, "log.txt", "alpha beta 0a1b2c3d4e "+alphaKey[:len(alphaKey)-1]+"\n")
 	code, stdout, stderr := runCLI(t, "scan", "--canaries", canaries, clean)
 	require.Equal(t, 0, code, stderr)
 	require.Empty(t, stdout)
@@ -44,7 +43,7 @@ func TestScanEndToEnd(t *testing.T) {
 	dirty := filepath.Join(dir, "dirty")
 	require.NoError(t, os.MkdirAll(filepath.Join(dirty, "profiles", "beta"), 0o755))
 	leaked := "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("x:"+alphaKey)) + "\n"
-	require.NoError(t, os.WriteFile(filepath.Join(dirty, "profiles", "beta", "agent.log"), []byte(leaked), 0o644))
+	writeFile(t, filepath.Join(dirty, "profiles", "beta"), "agent.log", leaked)
 	code, stdout, stderr = runCLI(t, "scan", "--canaries", canaries, clean, dirty)
 	require.Equal(t, 1, code, stderr)
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
@@ -63,6 +62,17 @@ func TestScanEndToEnd(t *testing.T) {
 	require.Contains(t, stderr, "missing")
 }
 
+// canariesAndPipe writes a canaries file of one model canary and makes a
+// named pipe (no writer yet), each in a temp dir of its own.
+func canariesAndPipe(t *testing.T) (canaries, pipe string) {
+	t.Helper()
+	canaries = filepath.Join(t.TempDir(), "canaries.json")
+	require.NoError(t, os.WriteFile(canaries, []byte(`[{"owner":"alpha","kind":"model","value":"model-alpha-0011223344"}]`), 0o600))
+	pipe = filepath.Join(t.TempDir(), "pipe")
+	require.NoError(t, syscall.Mkfifo(pipe, 0o600))
+	return canaries, pipe
+}
+
 func TestScanHelpAndSpecialPaths(t *testing.T) {
 	t.Parallel()
 	code, stdout, stderr := runCLI(t, "scan", "--help")
@@ -71,10 +81,7 @@ func TestScanHelpAndSpecialPaths(t *testing.T) {
 	require.Contains(t, stdout, scancmd.Usage)
 	require.Contains(t, stdout, "-ignore-own")
 
-	canaries := filepath.Join(t.TempDir(), "canaries.json")
-	require.NoError(t, os.WriteFile(canaries, []byte(`[{"owner":"alpha","kind":"model","value":"model-alpha-0011223344"}]`), 0o600))
-	pipe := filepath.Join(t.TempDir(), "pipe")
-	require.NoError(t, syscall.Mkfifo(pipe, 0o600))
+	canaries, pipe := canariesAndPipe(t)
 	code, stdout, stderr = runCLI(t, "scan", "--canaries", canaries, pipe)
 	require.Equal(t, 2, code)
 	require.Empty(t, stdout)
@@ -89,10 +96,7 @@ func TestScanHelpAndSpecialPaths(t *testing.T) {
 // never ends it stops at SIGTERM, with exit 2. Not parallel: the signal is
 // process-wide.
 func TestSIGTERMEndsAPipeScan(t *testing.T) {
-	canaries := filepath.Join(t.TempDir(), "canaries.json")
-	require.NoError(t, os.WriteFile(canaries, []byte(`[{"owner":"alpha","kind":"model","value":"model-alpha-0011223344"}]`), 0o600))
-	pipe := filepath.Join(t.TempDir(), "pipe")
-	require.NoError(t, syscall.Mkfifo(pipe, 0o600))
+	canaries, pipe := canariesAndPipe(t)
 	var stderr syncio.Buffer
 	ctx, stop := interruptible(context.Background(), &stderr)
 	defer stop()

@@ -29,8 +29,7 @@ func TestStagingRecipe(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	stage, homes := filepath.Join(dir, "stage"), filepath.Join(dir, "stage", "homes")
-	names := filepath.Join(dir, "names.json")
-	require.NoError(t, os.WriteFile(names, []byte(`["default", "alpha", "beta"]`), 0o644))
+	names := writeFile(t, dir, "names.json", `["default", "alpha", "beta"]`)
 
 	// 1. canary-run fakellm --listen 127.0.0.1:0 --tenants names.json --out stage --homes stage/homes
 	ctx, cancel := context.WithCancel(t.Context())
@@ -74,15 +73,13 @@ func TestStagingRecipe(t *testing.T) {
 	// 2. the operator's scope: each tenant's workdirs lie in stage/work/<profile>
 	managed := filepath.Join(dir, "managed")
 	require.NoError(t, os.MkdirAll(managed, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(managed, "config.yaml"),
-		[]byte("terminal:\n  workdir_roots: [\""+filepath.Join(stage, "work")+"/{profile}\"]\n"), 0o644))
+	writeFile(t, managed, "config.yaml", "terminal:\n  workdir_roots: [\""+filepath.Join(stage, "work")+"/{profile}\"]\n")
 	for _, rt := range roster.Tenants {
 		require.Equal(t, filepath.Join(stage, "work"), filepath.Dir(filepath.Dir(rt.Workdir)), "%s's workdir lies beneath its profile's root", rt.Name)
 	}
 
 	// 3. AGENTD_HOME=stage/homes/home/.agentd AGENTD_MANAGED_DIR=stage/managed AGENTD_SESSION_TOKEN=staging-token agentd serve --cron ...
-	exe, err := os.Executable()
-	require.NoError(t, err)
+	exe := testExe(t)
 	marker := "staging-recipe-" + filepath.Base(filepath.Dir(dir)) // t.TempDir() ends in 001 in every run on the machine
 	env, err := tenants.HermeticEnv(os.Environ(), filepath.Join(homes, "home"), tenants.AgentdLayout(), map[string]string{
 		"AGENTD_HOME": launchHome, "AGENTD_SESSION_TOKEN": "staging-token",
@@ -102,9 +99,8 @@ func TestStagingRecipe(t *testing.T) {
 	require.NoError(t, err)
 
 	// 4. staging.yaml, 5. canary-run --target staging.yaml --no-self-test --out out
-	target := filepath.Join(dir, "staging.yaml")
-	require.NoError(t, os.WriteFile(target, []byte("name: staging\nurl: http://"+m[1]+":"+m[2]+"\ntoken: staging-token\ntenants_file: "+
-		filepath.Join(stage, stagingTenantsFile)+"\n"), 0o644))
+	target := writeFile(t, dir, "staging.yaml", "name: staging\nurl: http://"+m[1]+":"+m[2]+"\ntoken: staging-token\ntenants_file: "+
+		filepath.Join(stage, stagingTenantsFile)+"\n")
 	out := filepath.Join(dir, "out")
 	var rOut, rErr syncio.Buffer
 	// The recipe's run, narrowed to a few scenarios: a pass, a skip and

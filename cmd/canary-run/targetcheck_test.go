@@ -105,8 +105,7 @@ func TestTargetCheck(t *testing.T) {
 	}
 	t.Run("invalid file", func(t *testing.T) {
 		t.Parallel()
-		p := filepath.Join(t.TempDir(), "bad.yaml")
-		require.NoError(t, os.WriteFile(p, []byte("name: x\nstdio: [a]\ndialect: {methods: {session.open: x}}\n"), 0o644))
+		p := writeFile(t, t.TempDir(), "bad.yaml", "name: x\nstdio: [a]\ndialect: {methods: {session.open: x}}\n")
 		code, out, _ := runCLI(t, "target", "check", p)
 		require.Equal(t, 2, code)
 		assert.Contains(t, out, `unknown operation "session.open"`)
