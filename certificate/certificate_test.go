@@ -268,24 +268,28 @@ func TestMarkdownSummary(t *testing.T) {
 
 	lines := strings.Split(md, "\n")
 	require.Equal(t, "## tenantcanary: LEAKS: a tenant's data reached another tenant", lines[0])
-	require.Contains(t, md, "**Verdict: leaks** (exit 1). Target agentd agentd/0.1, tenants default (launch), alpha, beta, ")
-	require.Contains(t, md, "Detection power: not measured")
-	require.Contains(t, md, "Positive controls: 4 of 4 held")
-	require.Contains(t, md, "| scenario | result | phases | requests | snapshots | findings | duration |\n")
-	require.Contains(t, md, "| pooled-serve | pass | 2 | 9 | 6 | 0 | 1.5s |\n")
-	require.Contains(t, md, "| settings | leak | 2 | 9 | 6 | 2 | 1.5s |\n")
-	require.Contains(t, md, "| restart | failed | 1 | 6 | 3 | 0 | 1.5s |\n")
-	require.Contains(t, md, "| files | skipped | 0 | 0 | 0 | 0 | 0.0s |\n")
-	require.Contains(t, md, "### Leaks (2)\n")
-	require.Contains(t, md, "- settings, phase cron: `"+leakFinding.String()+"`\n")
-	require.Contains(t, md, "- settings, phase cron: `"+fileFinding.String()+"`\n")
-	require.Contains(t, md, "### Harness, target, liveness and control failures (not leaks) (2)\n")
-	require.Contains(t, md, "- restart, phase turns: `start serve: no ready line within 10s`")
-	require.Contains(t, md, "- restart: `target not ready: no ready line within 10s`")
-	require.Contains(t, md, "### Skipped checks (not passed: not made) (2)\n")
-	require.Contains(t, md, "- files: the whole scenario: the target's files are out of reach (staging)\n")
-	require.Contains(t, md, "- gateway-keys: file: the target's files are out of reach\n")
-	require.Contains(t, md, "### How to read this")
+	for _, want := range []string{
+		"**Verdict: leaks** (exit 1). Target agentd agentd/0.1, tenants default (launch), alpha, beta, ",
+		"Detection power: not measured",
+		"Positive controls: 4 of 4 held",
+		"| scenario | result | phases | requests | snapshots | findings | duration |\n",
+		"| pooled-serve | pass | 2 | 9 | 6 | 0 | 1.5s |\n",
+		"| settings | leak | 2 | 9 | 6 | 2 | 1.5s |\n",
+		"| restart | failed | 1 | 6 | 3 | 0 | 1.5s |\n",
+		"| files | skipped | 0 | 0 | 0 | 0 | 0.0s |\n",
+		"### Leaks (2)\n",
+		"- settings, phase cron: `" + leakFinding.String() + "`\n",
+		"- settings, phase cron: `" + fileFinding.String() + "`\n",
+		"### Harness, target, liveness and control failures (not leaks) (2)\n",
+		"- restart, phase turns: `start serve: no ready line within 10s`",
+		"- restart: `target not ready: no ready line within 10s`",
+		"### Skipped checks (not passed: not made) (2)\n",
+		"- files: the whole scenario: the target's files are out of reach (staging)\n",
+		"- gateway-keys: file: the target's files are out of reach\n",
+		"### How to read this",
+	} {
+		require.Contains(t, md, want)
+	}
 	// The verdict line comes first, then the table, the findings, the skips, the help.
 	order := []string{"**Verdict", "| scenario |", "### Leaks", "### Skipped", "### How to read"}
 	for i := 1; i < len(order); i++ {
