@@ -97,8 +97,7 @@ func TestReadyAddrForms(t *testing.T) {
 // and checks the parts of it docs/real-targets.md promises.
 func TestHermesExampleLoads(t *testing.T) {
 	t.Parallel()
-	tg, err := LoadTarget("../examples/targets/hermes/target.yaml")
-	require.NoError(t, err)
+	tg := loadExample(t, "hermes")
 	// Its probe plugin is Hermes's format: a directory plugin with its
 	// manifest and register(ctx), from the folder beside the file.
 	pp := tg.ProbePlugin
