@@ -42,19 +42,8 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 	if wait <= 0 {
 		wait = 90 * time.Second
 	}
-	step := func(name, format string, args ...any) {
-		fmt.Fprintf(w, "ok    %-18s %s\n", name, fmt.Sprintf(format, args...))
-	}
-	leaks := 0
-	warn := func(name, format string, args ...any) {
-		leaks++
-		fmt.Fprintf(w, "warn  %-18s %s\n", name, indent(fmt.Sprintf(format, args...)))
-	}
-	fail := func(name, format string, args ...any) error {
-		msg := fmt.Sprintf(format, args...)
-		fmt.Fprintf(w, "FAIL  %-18s %s\n", name, indent(msg))
-		return fmt.Errorf("%w: %s: %s", ErrDryPass, name, firstLine(msg))
-	}
+	rep := &DryReport{W: w}
+	step, fail := rep.Step, rep.Fail
 	if err := target.Validate(); err != nil {
 		return fail("target file", "%v", err)
 	}
@@ -70,11 +59,7 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 	if err != nil {
 		return fail("sandbox", "%v\n(the profile_root command must print a folder inside the sandbox; the homes are written there)", err)
 	}
-	defer func() {
-		if cerr := box.Close(); cerr != nil && err == nil {
-			err = fail("stop", "%v", cerr)
-		}
-	}()
+	defer rep.Close(box, &err)
 	step("sandbox", "%d tenants under %s, profiles resolve inside it", len(box.Set.Tenants), box.Root)
 	if p := box.SharedConfigPath(); p != "" {
 		step("shared config", "%s: %d section(s) per tenant", p, len(target.SharedConfig.Sections))
@@ -88,7 +73,7 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 			if len(trs) > 1 {
 				fmt.Fprintf(w, "----  %-18s %s (%d of %d)\n", "transport", tr.Label(), i+1, len(trs))
 			}
-			if !dryTransport(ctx, box, tr, w, wait, dial, what, step, warn, fail) {
+			if !dryTransport(ctx, box, tr, w, wait, dial, what, rep) {
 				failed++
 			}
 		}
@@ -159,8 +144,8 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 		}
 	}
 	step("stop", "the server stopped")
-	if leaks > 0 {
-		return fmt.Errorf("%w: %d leak(s) seen (the warn lines)", ErrDryPassLeaked, leaks)
+	if rep.Leaks > 0 {
+		return fmt.Errorf("%w: %d leak(s) seen (the warn lines)", ErrDryPassLeaked, rep.Leaks)
 	}
 	return nil
 }
@@ -172,9 +157,9 @@ type dialFunc func(ctx context.Context, t *tenants.Tenant, tr Transport) (*Conn,
 // tenant, a session per tenant, one turn each (its tool calls from the
 // declared events, or from the provider's side when a chat's stream
 // carries none). It reports whether the transport got through; a step that
-// did not is a FAIL line (fail's), a leak a warn line.
-func dryTransport(ctx context.Context, box *Sandbox, tr Transport, w io.Writer, wait time.Duration, dial dialFunc, what string,
-	step, warn func(name, format string, args ...any), fail func(name, format string, args ...any) error) bool {
+// did not is a FAIL line of rep's, a leak a warn line.
+func dryTransport(ctx context.Context, box *Sandbox, tr Transport, w io.Writer, wait time.Duration, dial dialFunc, what string, rep *DryReport) bool {
+	step, warn, fail := rep.Step, rep.Warn, rep.Fail
 	target := box.Target
 	conns := map[string]*Conn{}
 	defer func() {
@@ -424,12 +409,45 @@ func dryToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-func indent(s string) string { return strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n      ") }
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
+// DryReport writes the steps of a dry pass (DryPass, and a gateway's) to
+// W, a line each: "ok" for a step that got through, "warn" for a leak seen
+// on the way, "FAIL" with the diagnosis for a step that did not.
+type DryReport struct {
+	W io.Writer
+	// Leaks is how many warn lines were written.
+	Leaks int
 }
+
+// Step writes the ok line of a step.
+func (r *DryReport) Step(name, format string, args ...any) {
+	fmt.Fprintf(r.W, "ok    %-18s %s\n", name, fmt.Sprintf(format, args...))
+}
+
+// Warn writes the warn line of a leak, and counts it.
+func (r *DryReport) Warn(name, format string, args ...any) {
+	r.Leaks++
+	fmt.Fprintf(r.W, "warn  %-18s %s\n", name, indent(fmt.Sprintf(format, args...)))
+}
+
+// Fail writes the FAIL line of a step with its diagnosis, and returns the
+// dry pass's error: ErrDryPass, the step and the diagnosis's first line.
+func (r *DryReport) Fail(name, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintf(r.W, "FAIL  %-18s %s\n", name, indent(msg))
+	line, _, _ := strings.Cut(msg, "\n")
+	return fmt.Errorf("%w: %s: %s", ErrDryPass, name, line)
+}
+
+// Close closes c (the pass's sandbox) when the pass ends: an error closing
+// it fails step "stop", and is the pass's error, *err, if the pass had got
+// through.
+func (r *DryReport) Close(c io.Closer, err *error) {
+	if cerr := c.Close(); cerr != nil && *err == nil {
+		*err = r.Fail("stop", "%v", cerr)
+	}
+}
+
+func indent(s string) string { return strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n      ") }
 
 // lastLine is the last non-empty line of s (a check's verdict).
 func lastLine(s string) string {

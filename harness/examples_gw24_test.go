@@ -12,8 +12,7 @@ import (
 // gateway-offboarding runs against it.
 func TestOneAPIExampleDeprovision(t *testing.T) {
 	t.Parallel()
-	tg, err := LoadTarget("../examples/targets/one-api/target.yaml")
-	require.NoError(t, err)
+	tg := loadExample(t, "one-api")
 	assert.Equal(t, []string{"one-api-provision", "deprovision"}, tg.LLMGateway.Deprovision)
 }
 
@@ -23,8 +22,7 @@ func TestOneAPIExampleDeprovision(t *testing.T) {
 // access templates, {profile_id}, backend: serve.
 func TestHermesExampleRoutes(t *testing.T) {
 	t.Parallel()
-	tg, err := LoadTarget("../examples/targets/hermes/target.yaml")
-	require.NoError(t, err)
+	tg := loadExample(t, "hermes")
 	require.False(t, tg.IsGateway())
 	require.NotNil(t, tg.LLMGateway)
 	require.NotNil(t, tg.LLMGateway.Access)

@@ -1,11 +1,20 @@
 package harness
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// loadExample loads the target file of examples/targets/name.
+func loadExample(t *testing.T, name string) Target {
+	t.Helper()
+	tg, err := LoadTarget(filepath.Join("..", "examples", "targets", name, "target.yaml"))
+	require.NoError(t, err)
+	return tg
+}
 
 // TestAgentdV030ExampleLoads keeps examples/targets/agentd-v0.3.0 (the
 // multi-step family's real-world positive control, which ci.sh certifies)
@@ -13,8 +22,7 @@ import (
 // they to drift, the control would test a differently driven server.
 func TestAgentdV030ExampleLoads(t *testing.T) {
 	t.Parallel()
-	tg, err := LoadTarget("../examples/targets/agentd-v0.3.0/target.yaml")
-	require.NoError(t, err)
+	tg := loadExample(t, "agentd-v0.3.0")
 	assert.Equal(t, "0.3.0", tg.Version)
 	emb := AgentdTarget("agentd-v0.3.0")
 	assert.Equal(t, emb.Name, tg.Name)

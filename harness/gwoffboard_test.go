@@ -12,33 +12,25 @@ import (
 func TestGatewayRound2Validation(t *testing.T) {
 	t.Parallel()
 	ok := func() Target {
-		return Target{Name: "gw", Kind: KindGateway, Gateway: []string{"gw", "--port", "{port}"},
-			LLMGateway: &LLMGateway{Provision: []string{"provision"}, Deprovision: []string{"provision", "--off"},
-				Routes: []Route{{Name: "fetch", Method: "POST", Path: "/f", URLFields: []string{"image.url", "?callback"}}},
-				Store: &Store{SQLite: "{root}/db", Places: []StorePlace{
-					{Table: "tokens", Column: "key", OwnerColumn: "user_id", OwnerID: "user"},
-					{Table: "logs", OwnerColumn: "user_id", OwnerID: "user", IDColumn: "id", ID: "log"},
-				}}}}
+		tg := gatewayTarget()
+		tg.LLMGateway.Deprovision = []string{"provision", "--off"}
+		tg.LLMGateway.Routes = []Route{{Name: "fetch", Method: "POST", Path: "/f", URLFields: []string{"image.url", "?callback"}}}
+		tg.LLMGateway.Store = &Store{SQLite: "{root}/db", Places: []StorePlace{
+			{Table: "tokens", Column: "key", OwnerColumn: "user_id", OwnerID: "user"},
+			{Table: "logs", OwnerColumn: "user_id", OwnerID: "user", IDColumn: "id", ID: "log"},
+		}}
+		return tg
 	}
 	good := ok()
 	require.NoError(t, good.Validate())
 	assert.True(t, good.LLMGateway.Store.Places[1].OwnerOnly())
 	assert.False(t, good.LLMGateway.Store.Places[0].OwnerOnly())
-	for name, c := range map[string]struct {
-		edit func(*Target)
-		want string
-	}{
+	requireInvalid(t, ok, map[string]invalidEdit{
 		"deprovision alone": {func(t *Target) { t.LLMGateway.Provision = nil; t.LLMGateway.Access = &AccessTemplate{Key: "k"} }, "deprovision needs provision"},
 		"empty url field":   {func(t *Target) { t.LLMGateway.Routes[0].URLFields = []string{"?"} }, `url_fields "?"`},
 		"dotted url field":  {func(t *Target) { t.LLMGateway.Routes[0].URLFields = []string{"a."} }, `url_fields "a."`},
 		"id without column": {func(t *Target) { t.LLMGateway.Store.Places[1].IDColumn = "" }, "id_column and id together"},
 		"id with _id":       {func(t *Target) { t.LLMGateway.Store.Places[1].ID = "log_id" }, "without _id"},
 		"no owner":          {func(t *Target) { t.LLMGateway.Store.Places[1].OwnerColumn = "" }, "owner_column"},
-	} {
-		tg := ok()
-		c.edit(&tg)
-		err := tg.Validate()
-		require.Error(t, err, name)
-		assert.Contains(t, err.Error(), c.want, name)
-	}
+	})
 }

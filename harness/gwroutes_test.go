@@ -158,8 +158,7 @@ func TestCapturePath(t *testing.T) {
 // credential forms, query variants and public pages load.
 func TestOneAPIExampleLoads(t *testing.T) {
 	t.Parallel()
-	tg, err := LoadTarget("../examples/targets/one-api/target.yaml")
-	require.NoError(t, err)
+	tg := loadExample(t, "one-api")
 	require.True(t, tg.IsGateway())
 	byName := map[string]Route{}
 	for _, r := range tg.LLMGateway.Routes {

@@ -10,12 +10,36 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// gatewayTarget is a valid gateway target: its command takes {port}, and
+// the tenants are provisioned.
+func gatewayTarget() Target {
+	return Target{Name: "gw", Kind: KindGateway, Gateway: []string{"gw", "--port", "{port}"},
+		LLMGateway: &LLMGateway{Provision: []string{"provision"}}}
+}
+
+// invalidEdit is an edit that makes a valid target invalid, and what the
+// validation error then says.
+type invalidEdit struct {
+	edit func(*Target)
+	want string
+}
+
+// requireInvalid: each edit, of a target ok makes, fails validation with
+// an error saying its want.
+func requireInvalid(t *testing.T, ok func() Target, edits map[string]invalidEdit) {
+	t.Helper()
+	for name, c := range edits {
+		tg := ok()
+		c.edit(&tg)
+		err := tg.Validate()
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), c.want, name)
+	}
+}
+
 func TestGatewayTargetValidation(t *testing.T) {
 	t.Parallel()
-	ok := func() Target {
-		return Target{Name: "gw", Kind: KindGateway, Gateway: []string{"gw", "--port", "{port}"},
-			LLMGateway: &LLMGateway{Provision: []string{"provision"}}}
-	}
+	ok := gatewayTarget
 	good := ok()
 	require.NoError(t, good.Validate())
 	ok2, why := good.Supports(BackendGateway)
@@ -27,10 +51,7 @@ func TestGatewayTargetValidation(t *testing.T) {
 	portless.Gateway, portless.ReadyLine = []string{"gw"}, `listening on :(\d+)`
 	require.NoError(t, portless.Validate(), "a ready line naming the port will do")
 
-	for name, c := range map[string]struct {
-		edit func(*Target)
-		want string
-	}{
+	requireInvalid(t, ok, map[string]invalidEdit{
 		"bad kind":         {func(t *Target) { t.Kind = "proxy" }, `kind "proxy"`},
 		"with serve":       {func(t *Target) { t.Serve = []string{"x"}; t.TokenVar = "T" }, "takes no stdio, serve or url"},
 		"no block":         {func(t *Target) { t.LLMGateway = nil }, "needs an llm_gateway block"},
@@ -44,13 +65,7 @@ func TestGatewayTargetValidation(t *testing.T) {
 		"store no places":  {func(t *Target) { t.LLMGateway.Store = &Store{SQLite: "{root}/db"} }, "no places"},
 		"store bad place":  {func(t *Target) { t.LLMGateway.Store = &Store{SQLite: "{root}/db", Places: []StorePlace{{Table: "t"}}} }, "want table, column"},
 		"provision, agent": {func(t *Target) { t.Kind = ""; t.Stdio = []string{"x"} }, "needs kind: gateway"},
-	} {
-		tg := ok()
-		c.edit(&tg)
-		err := tg.Validate()
-		require.Error(t, err, name)
-		assert.Contains(t, err.Error(), c.want, name)
-	}
+	})
 }
 
 func TestRouteSucceeded(t *testing.T) {

@@ -18,9 +18,7 @@ import (
 // problem naming its field.
 func TestLoadTargetSharedConfigNamesEveryProblem(t *testing.T) {
 	t.Parallel()
-	_, err := LoadTarget(writeFile(t, `
-name: x
-stdio: [srv]
+	requireLoadFails(t, `
 tool_env: shared_config
 layout: {state_root: /var/lib/x, state_dir: agents, state_db: ../x.db}
 shared_config:
@@ -30,19 +28,14 @@ shared_config:
   sections:
     - {at: "agents.", key: fixed, template: {m: "{modle}"}}
     - {at: providers, template: {}}
-`))
-	require.Error(t, err)
-	for _, want := range []string{
+`,
 		"tool_env: shared_config needs a shared_config section whose template holds {env}",
 		`layout.state_root "/var/lib/x"`, `layout.state_dir "agents"`, `layout.state_db "../x.db"`,
 		`shared_config.path "/etc/x.yaml"`, `shared_config.format "toml"`, "shared_config.base: unknown placeholder(s) {home}",
 		`shared_config.sections[0].at "agents."`, "shared_config.sections[0].template: unknown placeholder(s) {modle}",
 		`shared_config.sections[0].key "fixed"`, "shared_config.sections[1].template: empty",
-	} {
-		assert.ErrorContains(t, err, want)
-	}
-	_, err = LoadTarget(writeFile(t, "name: x\nstdio: [srv]\ntool_env: shell\n"))
-	assert.ErrorContains(t, err, `tool_env "shell": want dotenv, shared_config or none`)
+	)
+	requireLoadFails(t, "tool_env: shell\n", `tool_env "shell": want dotenv, shared_config or none`)
 }
 
 // The harness writes one shared config with every tenant's sections (a

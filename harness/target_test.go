@@ -21,6 +21,24 @@ func writeFile(t *testing.T, body string) string {
 	return p
 }
 
+// loadStdioTarget loads a target file: a target x on stdio (srv), and the
+// rest of the file, yaml.
+func loadStdioTarget(t *testing.T, yaml string) (Target, error) {
+	t.Helper()
+	return LoadTarget(writeFile(t, "name: x\nstdio: [srv]\n"+yaml))
+}
+
+// requireLoadFails: the target file loadStdioTarget makes of yaml does not
+// load, and its error names each of wants.
+func requireLoadFails(t *testing.T, yaml string, wants ...string) {
+	t.Helper()
+	_, err := loadStdioTarget(t, yaml)
+	require.Error(t, err)
+	for _, want := range wants {
+		assert.ErrorContains(t, err, want)
+	}
+}
+
 func TestLoadTargetStaging(t *testing.T) {
 	t.Parallel()
 	tg, err := LoadTarget(writeFile(t, `

@@ -87,38 +87,69 @@ func cpuTicks(t *testing.T, pid int) int {
 	return utime + stime
 }
 
-func TestCallPastItsDeadlineKillsOnlyThatProfilesHost(t *testing.T) {
-	t.Parallel()
-	var id string
-	e := newEnv(t, hostileHome(t), func(c *host.Config) {
-		c.CallTimeout = 2 * time.Second
-		id = marked(t, c)
-	})
-	other := newEnv(t, probeHome(t), nil)
-	otherPID := pidOf(other.call("s", "hostprobe_pid", nil))
+// neighbours are a hostile profile's host, its processes marked, and
+// another profile's probe host beside it, which nothing the hostile host
+// suffers may touch.
+type neighbours struct {
+	e, other *env
+	id       string // the hostile host's marker
+	first    int    // the hostile host's pid before the call under test
+	otherPID int
+}
 
-	first := pidOf(e.call("s", "hostile_pid", nil))
-	_, err := e.m.Call(context.Background(), "s", "hostile_spin", nil)
-	require.ErrorIs(t, err, host.ErrTimeout)
-	for _, want := range []string{"hostile_spin", "plugin hostile", "profile " + filepath.Base(e.home), "plugins.host.call_timeout (2s)", "killed"} {
+// newNeighbours starts both hosts, the hostile one configured by set.
+func newNeighbours(t *testing.T, set func(*host.Config)) *neighbours {
+	t.Helper()
+	n := &neighbours{}
+	n.e = newEnv(t, hostileHome(t), func(c *host.Config) {
+		set(c)
+		n.id = marked(t, c)
+	})
+	n.other = newEnv(t, probeHome(t), nil)
+	n.otherPID = pidOf(n.other.call("s", "hostprobe_pid", nil))
+	n.first = pidOf(n.e.call("s", "hostile_pid", nil))
+	return n
+}
+
+// callFails calls the hostile tool, which must fail with sentinel, its
+// error naming the tool, the plugin, the profile and each of also.
+func (n *neighbours) callFails(t *testing.T, tool string, sentinel error, also ...string) error {
+	t.Helper()
+	_, err := n.e.m.Call(context.Background(), "s", tool, nil)
+	require.ErrorIs(t, err, sentinel)
+	for _, want := range append([]string{tool, "plugin hostile", "profile " + filepath.Base(n.e.home)}, also...) {
 		require.Contains(t, err.Error(), want)
 	}
+	return err
+}
+
+// requireOtherServes: the other profile's host still runs, and serves.
+func (n *neighbours) requireOtherServes(t *testing.T, msg string) {
+	t.Helper()
+	require.True(t, procgroup.Alive(n.otherPID), msg)
+	require.Equal(t, n.otherPID, pidOf(n.other.call("s", "hostprobe_pid", nil)))
+}
+
+func TestCallPastItsDeadlineKillsOnlyThatProfilesHost(t *testing.T) {
+	t.Parallel()
+	n := newNeighbours(t, func(c *host.Config) { c.CallTimeout = 2 * time.Second })
+	e, first := n.e, n.first
+	n.callFails(t, "hostile_spin", host.ErrTimeout, "plugins.host.call_timeout (2s)", "killed")
 	require.True(t, markerExists(e.home, "spinning", first), "positive control: the busy loop ran in the host")
 	require.Eventually(t, func() bool { return !procgroup.Alive(first) }, eventually, tick, "the spinning host %d still runs", first)
-	requireNoneMarked(t, id, "the deadline kill")
+	requireNoneMarked(t, n.id, "the deadline kill")
 
 	second := pidOf(e.call("s", "hostile_pid", nil))
 	require.NotEqual(t, first, second, "a new host serves the next call")
 	require.Equal(t, uint64(2), e.m.Generation())
 	require.Contains(t, e.log.String(), "ran past plugins.host.call_timeout")
 
-	require.True(t, procgroup.Alive(otherPID), "another profile's host was touched")
-	require.Equal(t, otherPID, pidOf(other.call("s", "hostprobe_pid", nil)))
+	n.requireOtherServes(t, "another profile's host was touched")
 
 	// A caller's own shorter deadline is the deadline, and is named.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_, err = e.m.Call(ctx, "s", "hostile_spin", nil)
+	_, err := e.m.Call(ctx, "s", "hostile_spin", nil)
 	require.ErrorIs(t, err, host.ErrTimeout)
 	require.Contains(t, err.Error(), "its deadline of")
 	require.Eventually(t, func() bool { return !procgroup.Alive(second) }, eventually, tick)
@@ -145,26 +176,15 @@ func TestWithoutTheDeadlineKillTheBusyLoopKeepsBurning(t *testing.T) {
 
 func TestMemoryLimitEndsOnlyThatHost(t *testing.T) {
 	t.Parallel()
-	var id string
-	e := newEnv(t, hostileHome(t), func(c *host.Config) {
+	n := newNeighbours(t, func(c *host.Config) {
 		c.Limits = host.Limits{Memory: 1 << 30, CPUSeconds: 60, FileSize: 1 << 20, OpenFiles: 256}
-		id = marked(t, c)
 	})
-	other := newEnv(t, probeHome(t), nil)
-	otherPID := pidOf(other.call("s", "hostprobe_pid", nil))
-
-	first := pidOf(e.call("s", "hostile_pid", nil))
-	_, err := e.m.Call(context.Background(), "s", "hostile_alloc", nil)
-	require.ErrorIs(t, err, host.ErrUnavailable)
-	for _, want := range []string{"hostile_alloc", "plugin hostile", "profile " + filepath.Base(e.home)} {
-		require.Contains(t, err.Error(), want)
-	}
+	err := n.callFails(t, "hostile_alloc", host.ErrUnavailable)
 	// The runtime's words (the race detector's own, in a race build).
 	require.Regexp(t, `out of memory|ThreadSanitizer failed to allocate`, err.Error())
-	requireNoneMarked(t, id, "the memory limit")
-	require.NotEqual(t, first, pidOf(e.call("s", "hostile_pid", nil)), "a new host serves the next call")
-	require.True(t, procgroup.Alive(otherPID), "another profile's host died")
-	require.Equal(t, otherPID, pidOf(other.call("s", "hostprobe_pid", nil)))
+	requireNoneMarked(t, n.id, "the memory limit")
+	require.NotEqual(t, n.first, pidOf(n.e.call("s", "hostile_pid", nil)), "a new host serves the next call")
+	n.requireOtherServes(t, "another profile's host died")
 }
 
 func TestWithoutAMemoryLimitTheAllocationSucceeds(t *testing.T) {

@@ -187,38 +187,29 @@ func TestConcurrentSessionsEachSeeTheirOwnSessionInNestedCalls(t *testing.T) {
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
-	for _, s := range []string{"session-B", "session-C"} {
-		for range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out, err := e.m.Call(context.Background(), s, "hostprobe_whoami", nil)
-				if err != nil {
-					errs <- err
-					return
-				}
-				want := fmt.Sprintf(`{"inner":{"session":%q},"session":%q}`, s, s)
-				if out != want {
-					errs <- fmt.Errorf("as %s got %s", s, out)
-				}
-			}()
-		}
-	}
-	// Goroutines of one handler calling back at once, from two sessions.
-	for _, s := range []string{"session-B", "session-C"} {
+	// expect calls tool as session s on a goroutine of its own, wanting want.
+	expect := func(s, tool, want, what string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out, err := e.m.Call(context.Background(), s, "hostprobe_fanout", nil)
+			out, err := e.m.Call(context.Background(), s, tool, nil)
 			if err != nil {
 				errs <- err
 				return
 			}
-			want := strings.TrimSuffix(strings.Repeat(fmt.Sprintf(`{"session":%q}`+"\n", s), 8), "\n")
 			if out != want {
-				errs <- fmt.Errorf("fan-out as %s got %s", s, out)
+				errs <- fmt.Errorf("%s got %s", what, out)
 			}
 		}()
+	}
+	for _, s := range []string{"session-B", "session-C"} {
+		for range 16 {
+			expect(s, "hostprobe_whoami", fmt.Sprintf(`{"inner":{"session":%q},"session":%q}`, s, s), "as "+s)
+		}
+	}
+	// Goroutines of one handler calling back at once, from two sessions.
+	for _, s := range []string{"session-B", "session-C"} {
+		expect(s, "hostprobe_fanout", strings.TrimSuffix(strings.Repeat(fmt.Sprintf(`{"session":%q}`+"\n", s), 8), "\n"), "fan-out as "+s)
 	}
 	wg.Wait()
 	close(errs)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/internal/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/invariants.md from invariants.All")
@@ -62,14 +64,7 @@ func TestInvariantTableIsValid(t *testing.T) {
 // TestInvariantsDocIsCurrent: docs/invariants.md is the table, rendered.
 // Regenerate it with `go test ./invariants -run TestInvariantsDocIsCurrent -update`.
 func TestInvariantsDocIsCurrent(t *testing.T) {
-	path := filepath.Join("..", "docs", "invariants.md")
-	want := renderDoc()
-	if *update {
-		require.NoError(t, os.WriteFile(path, []byte(want), 0o644))
-	}
-	got, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.Equal(t, want, string(got), "docs/invariants.md is stale: run go test ./invariants -run TestInvariantsDocIsCurrent -update")
+	golden.Check(t, "..", "docs/invariants.md", renderDoc(), *update, "go test ./invariants -run TestInvariantsDocIsCurrent -update")
 }
 
 func renderDoc() string {

@@ -12,21 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
-	"github.com/tenantcanary/tenantcanary/plugin"
-	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
-
-// toolContext is the part of a plugin context the hostile plugin uses: its
-// name, and the tool it registers.
-type toolContext struct {
-	plugin.Context
-	tool plugin.Tool
-}
-
-func (c *toolContext) Name() string { return PluginName }
-
-func (c *toolContext) RegisterTool(t plugin.Tool) error { c.tool = t; return nil }
 
 // Positive controls of the plugin rows: the hostile plugin, interpreted as
 // a host interprets it (unrestricted) and run unsandboxed as alpha, reads
@@ -34,19 +21,17 @@ func (c *toolContext) RegisterTool(t plugin.Tool) error { c.tool = t; return nil
 // own, starts processes carrying its mark, and answers a ping.
 func TestPluginRowsReachTheNeighboursUnsandboxed(t *testing.T) {
 	w := newWorld(t)
-	dir := filepath.Join(t.TempDir(), PluginName)
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "plugin.yaml"), []byte(PluginManifest), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "plugin.go"), []byte(PluginSource), 0o644))
 	// The plugin reads $HOME as its host's environment has it: alpha's.
 	t.Setenv("HOME", w.home["alpha"])
-	pctx := &toolContext{}
-	require.NoError(t, pluginload.Load(dir, pctx, pluginload.Options{Unrestricted: true}))
-	require.Equal(t, PluginTool, pctx.tool.Name)
+	dir := t.TempDir()
+	require.NoError(t, WritePlugin(dir))
+	tool, err := LoadPlugin(dir)
+	require.NoError(t, err)
+	require.Equal(t, PluginTool, tool.Name)
 	call := func(c Call) string {
 		t.Helper()
 		require.Equal(t, PluginTool, c.Tool)
-		out, err := pctx.tool.ContextHandler(context.Background(), roundTrip(t, c.Args))
+		out, err := tool.ContextHandler(context.Background(), roundTrip(t, c.Args))
 		require.NoError(t, err)
 		return out
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/attack"
 )
 
 // testdata is the folder of the server and its target file.
@@ -26,7 +27,8 @@ func testdata() string {
 
 // Build compiles the server into dir and returns the binary's path. Its
 // probe plugin is built beside it (ProbeDir): the folder a target file's
-// probe_plugin.source names.
+// probe_plugin.source names, with harness/attack's hostile plugin in it,
+// which the probe plugin's dialect_hostile runs.
 func Build(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "dialectserver")
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -38,6 +40,10 @@ func Build(ctx context.Context, dir string) (string, error) {
 	manifest, err := os.ReadFile(filepath.Join(testdata(), "dialectprobe", "plugin.json"))
 	if err == nil {
 		err = os.WriteFile(filepath.Join(probe, "plugin.json"), manifest, 0o644)
+	}
+	if err == nil {
+		// dialect_hostile runs harness/attack's hostile plugin, from here.
+		err = attack.WritePlugin(probe)
 	}
 	if err != nil {
 		return "", fmt.Errorf("build dialectprobe: %w", err)

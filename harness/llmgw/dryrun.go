@@ -24,15 +24,8 @@ func DryPass(ctx context.Context, target harness.Target, root string, w io.Write
 	if wait <= 0 {
 		wait = 90 * time.Second
 	}
-	step := func(name, format string, args ...any) {
-		fmt.Fprintf(w, "ok    %-18s %s\n", name, fmt.Sprintf(format, args...))
-	}
-	fail := func(name, format string, args ...any) error {
-		msg := fmt.Sprintf(format, args...)
-		fmt.Fprintf(w, "FAIL  %-18s %s\n", name, strings.ReplaceAll(strings.TrimRight(msg, "\n"), "\n", "\n      "))
-		first, _, _ := strings.Cut(msg, "\n")
-		return fmt.Errorf("%w: %s: %s", harness.ErrDryPass, name, first)
-	}
+	rep := &harness.DryReport{W: w}
+	step, fail := rep.Step, rep.Fail
 	if err := target.Validate(); err != nil {
 		return fail("target file", "%v", err)
 	}
@@ -44,11 +37,7 @@ func DryPass(ctx context.Context, target harness.Target, root string, w io.Write
 	if err != nil {
 		return fail("sandbox", "%v", err)
 	}
-	defer func() {
-		if cerr := box.Close(); cerr != nil && err == nil {
-			err = fail("stop", "%v", cerr)
-		}
-	}()
+	defer rep.Close(box, &err)
 	step("sandbox", "%d tenants under %s", len(box.Set.Tenants), box.Root)
 	sctx, cancel := context.WithTimeout(ctx, wait)
 	g, err := Start(sctx, ctx, box)

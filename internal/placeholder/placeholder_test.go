@@ -3,13 +3,14 @@ package placeholder
 import (
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/internal/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/placeholders.md from the vocabularies")
@@ -82,14 +83,8 @@ func TestVocabulariesAreWellFormed(t *testing.T) {
 // rendered. Regenerate it with
 // `go test ./internal/placeholder -run TestPlaceholdersDocIsCurrent -update`.
 func TestPlaceholdersDocIsCurrent(t *testing.T) {
-	path := filepath.Join("..", "..", "docs", "placeholders.md")
-	want := renderDoc()
-	if *update {
-		require.NoError(t, os.WriteFile(path, []byte(want), 0o644))
-	}
-	got, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.Equal(t, want, string(got), "docs/placeholders.md is stale: run go test ./internal/placeholder -run TestPlaceholdersDocIsCurrent -update")
+	golden.Check(t, filepath.Join("..", ".."), "docs/placeholders.md", renderDoc(), *update,
+		"go test ./internal/placeholder -run TestPlaceholdersDocIsCurrent -update")
 }
 
 func renderDoc() string {

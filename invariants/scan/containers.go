@@ -122,46 +122,54 @@ func isZlib(h []byte) bool {
 // false, having reported nothing, when r's header is not k's after all.
 func (w *walker) open(k kind, r io.Reader, ra io.ReaderAt, size int64, at loc, containersOnly bool) bool {
 	switch k {
-	case gzipStream:
+	case gzipStream, bzip2Stream, zlibStream, zstdStream:
 		cr := &countReader{r: r}
-		zr, err := gzip.NewReader(cr)
+		zr, closer, err := w.decoder(k, cr)
 		if err != nil {
 			return false
 		}
-		defer zr.Close()
-		in := at.child("gzip", false)
-		if !containersOnly {
-			w.text(zr.Name+"\n"+zr.Comment+"\n"+string(zr.Extra), in)
+		defer closer()
+		in := at.child(k.String(), false)
+		if k.weak() {
+			in.guess = true // its bytes are scanned as stored too
 		}
-		w.member(w.bomb(gzipTail{zr}, func() int64 { return cr.n }, true), in, false)
-	case bzip2Stream:
-		cr := &countReader{r: r}
-		w.member(w.bomb(bzip2.NewReader(cr), func() int64 { return cr.n }, true), at.child("bzip2", false), false)
-	case zlibStream:
-		cr := &countReader{r: r}
-		zr, err := zlib.NewReader(cr)
-		if err != nil {
-			return false
+		if g, ok := zr.(gzipTail); ok && !containersOnly {
+			w.text(g.zr.Name+"\n"+g.zr.Comment+"\n"+string(g.zr.Extra), in)
 		}
-		defer zr.Close()
-		in := at.child("zlib", false)
-		in.guess = true // two bytes of signature: its bytes are scanned as stored too
 		w.member(w.bomb(zr, func() int64 { return cr.n }, true), in, false)
-	case zstdStream:
-		cr := &countReader{r: r}
-		zr, err := zstd.NewReader(cr, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-			zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecoderMaxMemory(uint64(w.lim.MaxMember)))
-		if err != nil {
-			return false
-		}
-		defer zr.Close()
-		w.member(w.bomb(zr, func() int64 { return cr.n }, true), at.child("zstd", false), false)
 	case tarArchive:
 		return w.tar(r, at, containersOnly)
 	case zipArchive:
 		return w.zip(ra, size, at, containersOnly)
 	}
 	return true
+}
+
+// decoder opens the decompressed stream of the compressed stream r of
+// kind k, with what closes it.
+func (w *walker) decoder(k kind, r io.Reader) (io.Reader, func(), error) {
+	switch k {
+	case gzipStream:
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return gzipTail{zr}, func() { zr.Close() }, nil
+	case zlibStream:
+		zr, err := zlib.NewReader(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, func() { zr.Close() }, nil
+	case zstdStream:
+		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecoderMaxMemory(uint64(w.lim.MaxMember)))
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, zr.Close, nil
+	}
+	return bzip2.NewReader(r), func() {}, nil
 }
 
 // gzipTail ends a gzip stream at trailing bytes that are not another gzip

@@ -54,9 +54,15 @@ func openWAL(t *testing.T, path string) *sql.DB {
 	var mode string
 	require.NoError(t, db.QueryRow("PRAGMA journal_mode").Scan(&mode))
 	require.Equal(t, "wal", mode)
-	_, err = db.Exec(`CREATE TABLE messages (id INTEGER PRIMARY KEY, content TEXT, blob BLOB)`)
-	require.NoError(t, err)
+	mustExec(t, db, `CREATE TABLE messages (id INTEGER PRIMARY KEY, content TEXT, blob BLOB)`)
 	return db
+}
+
+// mustExec runs a statement on db, failing the test on an error.
+func mustExec(t *testing.T, db *sql.DB, query string, args ...any) {
+	t.Helper()
+	_, err := db.Exec(query, args...)
+	require.NoError(t, err)
 }
 
 func digest(t *testing.T, paths ...string) map[string][32]byte {
@@ -79,11 +85,9 @@ func TestSQLiteWALFrameOnly(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.db")
 	db := openWAL(t, path)
-	_, err := db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
-	require.NoError(t, err)
+	mustExec(t, db, `PRAGMA wal_checkpoint(TRUNCATE)`)
 	leak := pats[0]
-	_, err = db.Exec(`INSERT INTO messages (content) VALUES (?)`, "hello "+leak.Value)
-	require.NoError(t, err)
+	mustExec(t, db, `INSERT INTO messages (content) VALUES (?)`, "hello "+leak.Value)
 	main, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.NotContains(t, string(main), leak.Value, "precondition: the row is in the WAL only")
@@ -118,23 +122,18 @@ func TestSQLiteWALFrameOnly(t *testing.T) {
 func TestSQLiteOverflowAndDeleted(t *testing.T) {
 	t.Parallel()
 	m, pats := compileTest(t, 2)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "state.db")
+	path := filepath.Join(t.TempDir(), "state.db")
 	db := openWAL(t, path)
 	leak := pats[3]
 	// A value of ~20 KiB made of back-to-back copies: each overflow page
 	// boundary cuts one copy in two in the raw pages. (One row only: a
 	// page split would leave stale copies in unused space.)
 	copies := 20000 / (len(leak.Value) + 1)
-	_, err := db.Exec(`INSERT INTO messages (id, content) VALUES (1, ?)`, strings.Repeat(leak.Value+".", copies))
-	require.NoError(t, err)
+	mustExec(t, db, `INSERT INTO messages (id, content) VALUES (1, ?)`, strings.Repeat(leak.Value+".", copies))
 	deleted := pats[5]
-	_, err = db.Exec(`INSERT INTO messages (id, blob) VALUES (1000, ?)`, []byte("gone "+deleted.Value))
-	require.NoError(t, err)
-	_, err = db.Exec(`DELETE FROM messages WHERE id = 1000`)
-	require.NoError(t, err)
-	_, err = db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
-	require.NoError(t, err)
+	mustExec(t, db, `INSERT INTO messages (id, blob) VALUES (1000, ?)`, []byte("gone "+deleted.Value))
+	mustExec(t, db, `DELETE FROM messages WHERE id = 1000`)
+	mustExec(t, db, `PRAGMA wal_checkpoint(TRUNCATE)`)
 
 	r := m.File(context.Background(), path)
 	require.Empty(t, r.Skipped)

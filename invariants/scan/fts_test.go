@@ -19,13 +19,10 @@ func TestSQLiteVirtualAndWithoutRowid(t *testing.T) {
 		`CREATE VIRTUAL TABLE search USING fts5(body)`,
 		`CREATE TABLE kv (k TEXT PRIMARY KEY, v BLOB) WITHOUT ROWID`,
 	} {
-		_, err := db.Exec(q)
-		require.NoError(t, err)
+		mustExec(t, db, q)
 	}
-	_, err := db.Exec(`INSERT INTO search (body) VALUES (?)`, "indexed "+pats[6].Value)
-	require.NoError(t, err)
-	_, err = db.Exec(`INSERT INTO kv (k, v) VALUES ('x', ?)`, []byte(pats[16].Value))
-	require.NoError(t, err)
+	mustExec(t, db, `INSERT INTO search (body) VALUES (?)`, "indexed "+pats[6].Value)
+	mustExec(t, db, `INSERT INTO kv (k, v) VALUES ('x', ?)`, []byte(pats[16].Value))
 	r := m.File(context.Background(), path)
 	require.Empty(t, r.Skipped)
 	rows := map[string]bool{}

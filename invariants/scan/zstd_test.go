@@ -83,8 +83,7 @@ func TestZstdInSQLiteBlob(t *testing.T) {
 	db := openWAL(t, path)
 	frame := zst(t, transcript(betaKey), false)
 	require.False(t, bytes.Contains(frame, []byte(betaKey)))
-	_, err := db.Exec(`INSERT INTO messages (id, blob) VALUES (1, ?)`, frame)
-	require.NoError(t, err)
+	mustExec(t, db, `INSERT INTO messages (id, blob) VALUES (1, ?)`, frame)
 	for _, when := range []string{"in the WAL", "after a checkpoint"} {
 		r := m.File(context.Background(), path)
 		require.Empty(t, r.Skipped, when)
@@ -96,8 +95,7 @@ func TestZstdInSQLiteBlob(t *testing.T) {
 			}
 		}
 		require.Positive(t, rows, "%s: the row reader decodes the blob's frame: %+v", when, r.Hits)
-		_, err = db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
-		require.NoError(t, err)
+		mustExec(t, db, `PRAGMA wal_checkpoint(TRUNCATE)`)
 	}
 }
 
