@@ -22,7 +22,7 @@ func TestV020PluginWorksInServe(t *testing.T) {
 	require.NoError(t, err)
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
-	installPlugin(t, alpha, "probe", string(src))
+	installPlugin(t, "probe", string(src), alpha)
 	w.writeManaged("plugins:\n  isolation: host\n  host:\n    launcher: env\n")
 	s := w.startServe(nil)
 	c := s.dial()

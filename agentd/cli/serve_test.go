@@ -159,9 +159,7 @@ func TestServeTokenHealthAndPortInUse(t *testing.T) {
 
 func TestServeRestartAndResume(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, _, beta := alphaBetaWorld(t)
 	s := w.startServe(nil)
 	c := s.dial()
 	sid, res := c.create("beta")
@@ -227,9 +225,7 @@ func TestServeProfileLifecycleUnderLoad(t *testing.T) {
 
 func TestServeSettingsWritesBySessionAndByProfile(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, alpha, beta := alphaBetaWorld(t)
 	gamma := w.addTenant("gamma", false)
 	s := w.startServe(nil)
 	cb, cg := s.dial(), s.dial()
