@@ -74,8 +74,7 @@ func TestAProfilesOwnOperatorKeysAreIgnored(t *testing.T) {
 func TestBadProfileNamesAndSlugsAreRefused(t *testing.T) {
 	t.Parallel()
 	w, alpha, _ := alphaBetaWorld(t)
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	envBefore := string(mustRead(t, filepath.Join(alpha.home, ".env")))
 	bad := []string{"../x", "a/b", ".deleted-x", "Beta", strings.Repeat("a", 65), ""}
 	for _, name := range bad {

@@ -20,8 +20,7 @@ func TestPooledServeRunsUnconfiguredPluginsInAHost(t *testing.T) {
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
 	srv := pluginTenant(t, alpha, "") // plugins.isolation not set
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sid, _ := c.create("")
 	c.turn(sid, "probe")
 	p := probeOf(t, srv)
@@ -61,8 +60,7 @@ func TestASpentRestartBudgetIsAToolResultAndAnErrorEvent(t *testing.T) {
 		srv.BaseURL, beta.model))
 	_ = alpha
 
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sid, _ := c.create("beta")
 	// Three deaths spend the budget (3 in 10 minutes).
 	for i := range 3 {
@@ -132,8 +130,7 @@ func TestOperatorScopeLauncherStringAndCallTimeoutReachTheHost(t *testing.T) {
 	// profile's.
 	w.writeManaged("plugins:\n  isolation: host\n  host:\n    launcher: \"env 'TC_LAUNCHED=by env'\"\n    call_timeout: 2s\n")
 
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sid, _ := c.create("")
 	require.Equal(t, "complete", c.turn(sid, "spin")["status"])
 	results := toolResults(srv)
@@ -195,8 +192,7 @@ func TestInProcessPluginsCannotEndOrWedgeThePooledServer(t *testing.T) {
 		"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\n", srv.BaseURL, alpha.model))
 	w.writeManaged("plugins:\n  isolation: in_process\n  host:\n    call_timeout: 2s\n")
 
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sid, _ := c.create("")
 	// A plugin that starts goroutines is refused in-process: its tool is
 	// never offered, so its panic can never end the server.

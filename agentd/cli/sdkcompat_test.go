@@ -24,8 +24,7 @@ func TestV020PluginWorksInServe(t *testing.T) {
 	alpha := w.addTenant("alpha", true)
 	installPlugin(t, "probe", string(src), alpha)
 	w.writeManaged("plugins:\n  isolation: host\n  host:\n    launcher: env\n")
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sid, _ := c.create("")
 	require.Empty(t, errorEvents(c, sid), "the v0.2.0 plugin was reported as not loaded")
 

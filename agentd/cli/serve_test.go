@@ -160,8 +160,7 @@ func TestServeTokenHealthAndPortInUse(t *testing.T) {
 func TestServeRestartAndResume(t *testing.T) {
 	t.Parallel()
 	w, _, beta := alphaBetaWorld(t)
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sid, res := c.create("beta")
 	stored := res["stored_session_id"].(string)
 	c.turn(sid, "first question")
@@ -182,8 +181,7 @@ func TestServeProfileLifecycleUnderLoad(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sa, _ := c.create("")
 
 	// A profile created over RPC is served on its next request and gets no
