@@ -113,6 +113,31 @@ func (w *world) addTenant(name string, launch bool) *tenant {
 	return tn
 }
 
+// alphaBetaWorld is the world most tests start from: tenant alpha in the
+// launch profile and tenant beta in the named profile beta.
+func alphaBetaWorld(t testing.TB) (*world, *tenant, *tenant) {
+	t.Helper()
+	w := newWorld(t)
+	return w, w.addTenant("alpha", true), w.addTenant("beta", false)
+}
+
+// defendedAndSeeded runs body as two parallel subtests: "defended", with
+// no fault (seeded false, env nil), and one named after fault, with env the
+// server environment that seeds it (the positive control).
+func defendedAndSeeded(t *testing.T, fault string, body func(t *testing.T, seeded bool, env []string)) {
+	t.Helper()
+	for _, seeded := range []bool{false, true} {
+		name, env := "defended", []string(nil)
+		if seeded {
+			name, env = fault, []string{"AGENTD_FAULTS=" + fault, "AGENTD_ALLOW_FAULTS=1"}
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			body(t, seeded, env)
+		})
+	}
+}
+
 // respond: a user turn runs the probe, a tool result gets the answer.
 func (tn *tenant) respond(r fakellm.Record) fakellm.Response {
 	msgs := r.Messages()
@@ -123,12 +148,14 @@ func (tn *tenant) respond(r fakellm.Record) fakellm.Response {
 }
 
 // installPlugin writes the plugin name (plugin.yaml and src as its
-// plugin.go) into tn's home.
-func installPlugin(t testing.TB, tn *tenant, name, src string) {
+// plugin.go) into the home of each of tns.
+func installPlugin(t testing.TB, name, src string, tns ...*tenant) {
 	t.Helper()
-	dir := filepath.Join(tn.home, "plugins", name)
-	writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: "+name+"\nversion: \"1.0\"\n")
-	writeFile(t, filepath.Join(dir, "plugin.go"), src)
+	for _, tn := range tns {
+		dir := filepath.Join(tn.home, "plugins", name)
+		writeFile(t, filepath.Join(dir, "plugin.yaml"), "name: "+name+"\nversion: \"1.0\"\n")
+		writeFile(t, filepath.Join(dir, "plugin.go"), src)
+	}
 }
 
 func writeFile(t testing.TB, path, text string) {

@@ -101,9 +101,7 @@ func TestTurnProbeShowsOwnCwdAndEnvMarker(t *testing.T) {
 
 func TestTwoProfilesInOneProcessNeverMix(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, alpha, beta := alphaBetaWorld(t)
 	d := w.startTUI()
 
 	sa, _ := d.create("")
@@ -163,9 +161,7 @@ func TestTwoProfilesInOneProcessNeverMix(t *testing.T) {
 
 func TestResumeAfterRestart(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, _, beta := alphaBetaWorld(t)
 
 	d := w.startTUI()
 	sid, res := d.create("beta")
@@ -199,9 +195,7 @@ func TestResumeAfterRestart(t *testing.T) {
 
 func TestCronTickFiresEachJobInItsOwnProfile(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, alpha, beta := alphaBetaWorld(t)
 	gamma := w.addTenant("gamma", false)
 
 	// One job over RPC, one on the command line; gamma's is never triggered.
@@ -304,9 +298,7 @@ func TestBadFramesAndErrorsKeepServing(t *testing.T) {
 
 func TestSettingsWritesTouchOnlyTheAddressedProfile(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, alpha, beta := alphaBetaWorld(t)
 	d := w.startTUI()
 	sb, _ := d.create("beta")
 	d.turn(sb, "probe")

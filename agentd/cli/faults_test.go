@@ -30,9 +30,7 @@ func TestFaultsAreRefusedWithoutAllow(t *testing.T) {
 
 // faultWorld is alpha (launch) and beta, with a variable only alpha has.
 func faultWorld(t *testing.T, fault string) (*world, *tenant, *tenant, []string) {
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, alpha, beta := alphaBetaWorld(t)
 	f, err := os.OpenFile(filepath.Join(alpha.home, ".env"), os.O_APPEND|os.O_WRONLY, 0o600)
 	require.NoError(t, err)
 	_, err = f.WriteString("ONLY_ALPHA=" + alpha.marker + "\n")

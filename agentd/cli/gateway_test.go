@@ -79,9 +79,7 @@ func chat(t *testing.T, port int, path, key, text string, stream bool) chatReply
 
 func TestGatewayOwnKeysOnlyAndOneGatewayPerProfile(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, alpha, beta := alphaBetaWorld(t)
 	keys := map[string]string{}
 	for _, tn := range []*tenant{alpha, beta} {
 		keys[tn.name] = "apisrv-" + tn.name + "-" + tag()

@@ -76,7 +76,7 @@ func lifecycleTenant(t *testing.T, w *world, tn *tenant) string {
 // lifecycleTenantIn is lifecycleTenant in isolation mode mode.
 func lifecycleTenantIn(t *testing.T, w *world, tn *tenant, mode string) string {
 	t.Helper()
-	installPlugin(t, tn, "lifecycle", lifecyclePlugin)
+	installPlugin(t, "lifecycle", lifecyclePlugin, tn)
 	logPath := filepath.Join(w.root, "lifecycle-"+tn.name+".log")
 	env, err := os.ReadFile(filepath.Join(tn.home, ".env"))
 	require.NoError(t, err)
@@ -122,9 +122,7 @@ func waitLine(t *testing.T, path string, want ...string) []string {
 
 func TestSessionStartAndEndHooksAndMemoryShutdownRunInTheProfilesHost(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, alpha, beta := alphaBetaWorld(t)
 	logA, logB := lifecycleTenant(t, w, alpha), lifecycleTenant(t, w, beta)
 	s := w.startServe(nil)
 	ca, cb, cb2 := s.dial(), s.dial(), s.dial()
@@ -214,9 +212,7 @@ func TestGlobalHooksAndMemoryFaultsCrossProfiles(t *testing.T) {
 	for fault, line := range map[string]string{"global-hooks": "start", "global-memory": "init"} {
 		t.Run(fault, func(t *testing.T) {
 			t.Parallel()
-			w := newWorld(t)
-			alpha := w.addTenant("alpha", true)
-			beta := w.addTenant("beta", false)
+			w, alpha, beta := alphaBetaWorld(t)
 			logA, logB := lifecycleTenant(t, w, alpha), lifecycleTenant(t, w, beta)
 			s := w.startServe(nil, "AGENTD_FAULTS="+fault, "AGENTD_ALLOW_FAULTS=1")
 			ca, cb := s.dial(), s.dial()
@@ -239,8 +235,7 @@ func TestSessionHooksAndMemoryShutdownInProcess(t *testing.T) {
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
 	logA := lifecycleTenantIn(t, w, alpha, "in_process")
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sid, _ := c.create("")
 	f := waitLine(t, logA, "start", sid, sid, "false", "default")
 	require.Equal(t, strconv.Itoa(s.pid), f[5], "positive control: in_process runs in the server")

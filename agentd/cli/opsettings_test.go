@@ -21,63 +21,50 @@ import (
 // control).
 func TestAProfilesOwnOperatorKeysAreIgnored(t *testing.T) {
 	t.Parallel()
-	for _, fault := range []bool{false, true} {
-		name := "defended"
+	defendedAndSeeded(t, "tenant-operator-settings", func(t *testing.T, fault bool, env []string) {
+		w, _, beta := alphaBetaWorld(t)
+		gamma := w.addTenant("gamma", false)
+		srvB := pluginTenant(t, beta, "host")
+		srvG := pluginTenant(t, gamma, "host")
+		launched := filepath.Join(w.root, "launched-by-beta")
+		writeFile(t, filepath.Join(beta.home, "l.sh"), ": > "+launched+"\nexec \"$@\"\n")
+		writeFile(t, filepath.Join(beta.home, "config.yaml"), fmt.Sprintf(
+			"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: %s\n  sandbox: none\n  network: host\n  workdir_roots: [/]\n"+
+				"plugins:\n  host:\n    launcher: [/bin/sh, %s]\n    call_timeout: 1ms\n",
+			srvB.BaseURL, beta.model, beta.workdir, filepath.Join(beta.home, "l.sh")))
+		writeFile(t, filepath.Join(gamma.home, "config.yaml"), fmt.Sprintf(
+			"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: %s\nplugins:\n  isolation: in_process\n",
+			srvG.BaseURL, gamma.model, gamma.workdir))
+		s := w.startServe(nil, env...)
+		cb, cg := s.dial(), s.dial()
+		sb, _ := cb.create("beta")
+		sg, _ := cg.create("gamma")
+		cb.turn(sb, "probe")
+		cg.turn(sg, "probe")
+		pg := probeOf(t, srvG)
 		if fault {
-			name = "tenant-operator-settings"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			w := newWorld(t)
-			w.addTenant("alpha", true)
-			beta := w.addTenant("beta", false)
-			gamma := w.addTenant("gamma", false)
-			srvB := pluginTenant(t, beta, "host")
-			srvG := pluginTenant(t, gamma, "host")
-			launched := filepath.Join(w.root, "launched-by-beta")
-			writeFile(t, filepath.Join(beta.home, "l.sh"), ": > "+launched+"\nexec \"$@\"\n")
-			writeFile(t, filepath.Join(beta.home, "config.yaml"), fmt.Sprintf(
-				"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: %s\n  sandbox: none\n  network: host\n  workdir_roots: [/]\n"+
-					"plugins:\n  host:\n    launcher: [/bin/sh, %s]\n    call_timeout: 1ms\n",
-				srvB.BaseURL, beta.model, beta.workdir, filepath.Join(beta.home, "l.sh")))
-			writeFile(t, filepath.Join(gamma.home, "config.yaml"), fmt.Sprintf(
-				"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\nterminal:\n  cwd: %s\nplugins:\n  isolation: in_process\n",
-				srvG.BaseURL, gamma.model, gamma.workdir))
-			var env []string
-			if fault {
-				env = []string{"AGENTD_FAULTS=tenant-operator-settings", "AGENTD_ALLOW_FAULTS=1"}
-			}
-			s := w.startServe(nil, env...)
-			cb, cg := s.dial(), s.dial()
-			sb, _ := cb.create("beta")
-			sg, _ := cg.create("gamma")
-			cb.turn(sb, "probe")
-			cg.turn(sg, "probe")
-			pg := probeOf(t, srvG)
-			if fault {
-				require.FileExists(t, launched, "positive control: with the fault the tenant's own launcher runs")
-				require.Equal(t, s.pid, pg.Pid, "positive control: with the fault gamma's plugin runs inside the server")
-				s.stop()
-				return
-			}
-			require.NoFileExists(t, launched, "beta's own launcher ran")
-			pb := probeOf(t, srvB)
-			require.NotEqual(t, s.pid, pb.Pid, "beta's plugin runs in a host")
-			require.Equal(t, "NESTED-"+beta.marker+"\n"+beta.workdir+"\n", pb.Nested,
-				"the plugin's call outlived beta's own call_timeout of 1ms: the default applies")
-			require.NotEqual(t, s.pid, pg.Pid, "gamma's own plugins.isolation: in_process was ignored")
-			log := s.stderr.String()
-			for _, want := range []struct {
-				tn  *tenant
-				key string
-			}{{beta, "plugins.host"}, {beta, "terminal.sandbox"}, {beta, "terminal.network"}, {beta, "terminal.workdir_roots"},
-				{gamma, "plugins.isolation"}} {
-				line := "profile=" + want.tn.name + " file=" + filepath.Join(want.tn.home, "config.yaml") + " key=" + want.key
-				require.Equal(t, 1, strings.Count(log, line), "one log line for %s", line)
-			}
+			require.FileExists(t, launched, "positive control: with the fault the tenant's own launcher runs")
+			require.Equal(t, s.pid, pg.Pid, "positive control: with the fault gamma's plugin runs inside the server")
 			s.stop()
-		})
-	}
+			return
+		}
+		require.NoFileExists(t, launched, "beta's own launcher ran")
+		pb := probeOf(t, srvB)
+		require.NotEqual(t, s.pid, pb.Pid, "beta's plugin runs in a host")
+		require.Equal(t, "NESTED-"+beta.marker+"\n"+beta.workdir+"\n", pb.Nested,
+			"the plugin's call outlived beta's own call_timeout of 1ms: the default applies")
+		require.NotEqual(t, s.pid, pg.Pid, "gamma's own plugins.isolation: in_process was ignored")
+		log := s.stderr.String()
+		for _, want := range []struct {
+			tn  *tenant
+			key string
+		}{{beta, "plugins.host"}, {beta, "terminal.sandbox"}, {beta, "terminal.network"}, {beta, "terminal.workdir_roots"},
+			{gamma, "plugins.isolation"}} {
+			line := "profile=" + want.tn.name + " file=" + filepath.Join(want.tn.home, "config.yaml") + " key=" + want.key
+			require.Equal(t, 1, strings.Count(log, line), "one log line for %s", line)
+		}
+		s.stop()
+	})
 }
 
 // TestBadProfileNamesAndSlugsAreRefused: a profile name or a slug outside
@@ -86,11 +73,8 @@ func TestAProfilesOwnOperatorKeysAreIgnored(t *testing.T) {
 // profile to address it), and nothing is made.
 func TestBadProfileNamesAndSlugsAreRefused(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	w.addTenant("beta", false)
-	s := w.startServe(nil)
-	c := s.dial()
+	w, alpha, _ := alphaBetaWorld(t)
+	s, c := w.serveDialed()
 	envBefore := string(mustRead(t, filepath.Join(alpha.home, ".env")))
 	bad := []string{"../x", "a/b", ".deleted-x", "Beta", strings.Repeat("a", 65), ""}
 	for _, name := range bad {

@@ -20,8 +20,7 @@ func TestPooledServeRunsUnconfiguredPluginsInAHost(t *testing.T) {
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
 	srv := pluginTenant(t, alpha, "") // plugins.isolation not set
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sid, _ := c.create("")
 	c.turn(sid, "probe")
 	p := probeOf(t, srv)
@@ -52,10 +51,8 @@ func Register(ctx plugin.Context) error {
 
 func TestASpentRestartBudgetIsAToolResultAndAnErrorEvent(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	w.addTenant("beta", false)
-	installPlugin(t, w.tenants["beta"], "crasher", crasherPlugin)
+	w, alpha, _ := alphaBetaWorld(t)
+	installPlugin(t, "crasher", crasherPlugin, w.tenants["beta"])
 	beta := w.tenants["beta"]
 	srv := toolThenText(t, beta.key, "crashed", func(any) (string, any) { return "crash_now", nil })
 	writeFile(t, filepath.Join(beta.home, "config.yaml"), fmt.Sprintf(
@@ -63,8 +60,7 @@ func TestASpentRestartBudgetIsAToolResultAndAnErrorEvent(t *testing.T) {
 		srv.BaseURL, beta.model))
 	_ = alpha
 
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sid, _ := c.create("beta")
 	// Three deaths spend the budget (3 in 10 minutes).
 	for i := range 3 {
@@ -124,7 +120,7 @@ func TestOperatorScopeLauncherStringAndCallTimeoutReachTheHost(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
-	installPlugin(t, alpha, "spinner", spinnerPlugin)
+	installPlugin(t, "spinner", spinnerPlugin, alpha)
 	srv := toolThenText(t, alpha.key, "done", func(any) (string, any) { return "spin", nil })
 	writeFile(t, filepath.Join(alpha.home, "config.yaml"), fmt.Sprintf(
 		"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\nplugins:\n  host:\n    call_timeout: 10m\n",
@@ -134,8 +130,7 @@ func TestOperatorScopeLauncherStringAndCallTimeoutReachTheHost(t *testing.T) {
 	// profile's.
 	w.writeManaged("plugins:\n  isolation: host\n  host:\n    launcher: \"env 'TC_LAUNCHED=by env'\"\n    call_timeout: 2s\n")
 
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sid, _ := c.create("")
 	require.Equal(t, "complete", c.turn(sid, "spin")["status"])
 	results := toolResults(srv)
@@ -187,7 +182,7 @@ func TestInProcessPluginsCannotEndOrWedgeThePooledServer(t *testing.T) {
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
 	for name, src := range map[string]string{"gopanicker": goPanickerPlugin, "busy": busyPlugin} {
-		installPlugin(t, alpha, name, src)
+		installPlugin(t, name, src, alpha)
 	}
 	srv := toolThenText(t, alpha.key, "done", func(prompt any) (string, any) {
 		tool, _ := prompt.(string)
@@ -197,8 +192,7 @@ func TestInProcessPluginsCannotEndOrWedgeThePooledServer(t *testing.T) {
 		"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\n", srv.BaseURL, alpha.model))
 	w.writeManaged("plugins:\n  isolation: in_process\n  host:\n    call_timeout: 2s\n")
 
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sid, _ := c.create("")
 	// A plugin that starts goroutines is refused in-process: its tool is
 	// never offered, so its panic can never end the server.
@@ -258,16 +252,9 @@ func Register(ctx plugin.Context) error {
 
 func TestToolAndModelCallHooksRunInEachProfilesHostAsTheCallingSession(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
-	for _, tn := range []*tenant{alpha, beta} {
-		installPlugin(t, tn, "hookrec", hookPlugin)
-	}
-	s := w.startServe(nil)
-	ca, cb := s.dial(), s.dial()
-	sa, _ := ca.create("")
-	sb, _ := cb.create("beta")
+	w, alpha, beta := alphaBetaWorld(t)
+	installPlugin(t, "hookrec", hookPlugin, alpha, beta)
+	s, ca, cb, sa, sb := w.serveAlphaBeta()
 	require.Equal(t, "complete", ca.turn(sa, "probe")["status"])
 	require.Equal(t, "complete", cb.turn(sb, "probe")["status"])
 	s.stop()
@@ -358,16 +345,9 @@ func Register(ctx plugin.Context) error { return ctx.RegisterMemoryProvider(mem{
 
 func TestMemoryProvidersRunInEachProfilesHostAsTheSession(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
-	for _, tn := range []*tenant{alpha, beta} {
-		installPlugin(t, tn, "memrec", memoryPlugin)
-	}
-	s := w.startServe(nil)
-	ca, cb := s.dial(), s.dial()
-	sa, _ := ca.create("")
-	sb, _ := cb.create("beta")
+	w, alpha, beta := alphaBetaWorld(t)
+	installPlugin(t, "memrec", memoryPlugin, alpha, beta)
+	s, ca, cb, sa, sb := w.serveAlphaBeta()
 	turns := map[*tenant][]string{alpha: {"first-" + alpha.marker, "second-" + alpha.marker}, beta: {"first-" + beta.marker, "second-" + beta.marker}}
 	for i := range 2 {
 		require.Equal(t, "complete", ca.turn(sa, turns[alpha][i])["status"])

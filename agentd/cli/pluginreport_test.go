@@ -84,13 +84,10 @@ func TestPluginThatDidNotLoadIsReportedToTheTenant(t *testing.T) {
 }
 
 func pluginFailureReported(t *testing.T, mode string) {
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
-	installPlugin(t, alpha, "misfit", misfitPlugin)
-	installPlugin(t, alpha, "broken", brokenPlugin)
-	installPlugin(t, alpha, "fine", finePlugin)
-	installPlugin(t, beta, "fine", finePlugin)
+	w, alpha, beta := alphaBetaWorld(t)
+	installPlugin(t, "misfit", misfitPlugin, alpha)
+	installPlugin(t, "broken", brokenPlugin, alpha)
+	installPlugin(t, "fine", finePlugin, alpha, beta)
 	w.writeManaged("plugins:\n  isolation: " + mode + "\n  host:\n    launcher: env\n")
 	s := w.startServe(nil)
 	ca, cb := s.dial(), s.dial()

@@ -70,7 +70,7 @@ type probeResult struct {
 // operator's managed scope may set it: see setIsolation).
 func pluginTenant(t *testing.T, tn *tenant, isolation string) *fakellm.Server {
 	t.Helper()
-	installPlugin(t, tn, "probe", probePlugin)
+	installPlugin(t, "probe", probePlugin, tn)
 	srv := toolThenText(t, tn.key, "plugin probed", func(prompt any) (string, any) {
 		return "plugin_probe", map[string]any{"tag": prompt}
 	})
@@ -98,9 +98,7 @@ func setIsolation(t *testing.T, w *world, mode string) {
 
 func TestPluginsPerProfileHostAndInProcess(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, alpha, beta := alphaBetaWorld(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, tn := range []*tenant{alpha, beta} {
@@ -112,10 +110,7 @@ func TestPluginsPerProfileHostAndInProcess(t *testing.T) {
 	srvA := pluginTenant(t, alpha, "host")
 	srvB := pluginTenant(t, beta, "in_process") // its own in_process is ignored: only the operator may set it
 	setIsolation(t, w, "host")
-	s := w.startServe(nil)
-	ca, cb := s.dial(), s.dial()
-	sa, _ := ca.create("")
-	sb, _ := cb.create("beta")
+	s, ca, cb, sa, sb := w.serveAlphaBeta()
 	ca.submit(sa, "probe")
 	cb.submit(sb, "probe")
 	require.Equal(t, "complete", ca.waitComplete(sa, 1)["status"])
@@ -166,31 +161,33 @@ func TestPluginsPerProfileHostAndInProcess(t *testing.T) {
 
 func TestPluginFaultsLeak(t *testing.T) {
 	t.Parallel()
-	t.Run("plugin-in-process", func(t *testing.T) {
-		t.Parallel()
-		w := newWorld(t)
-		alpha := w.addTenant("alpha", true)
-		srv := pluginTenant(t, alpha, "host")
-		s := w.startServe(nil, "AGENTD_FAULTS=plugin-in-process", "AGENTD_ALLOW_FAULTS=1")
-		c := s.dial()
-		sid, _ := c.create("")
-		c.turn(sid, "probe")
-		require.Equal(t, s.pid, probeOf(t, srv).Pid, "host mode ignored: the plugin ran in the server")
-		s.stop()
-	})
-	t.Run("context-lost", func(t *testing.T) {
-		t.Parallel()
-		w := newWorld(t)
-		alpha := w.addTenant("alpha", true)
-		srv := pluginTenant(t, alpha, "host")
-		s := w.startServe(nil, "AGENTD_FAULTS=context-lost", "AGENTD_ALLOW_FAULTS=1")
-		ca, cb := s.dial(), s.dial()
-		sa, _ := ca.create("")
-		sb, _ := cb.create("")
-		ca.turn(sa, "tag-of-session-a")
-		require.Empty(t, probeOf(t, srv).Prev)
-		cb.turn(sb, "tag-of-session-b")
-		require.Equal(t, "tag-of-session-a", probeOf(t, srv).Prev, "b's nested call ran as a")
-		s.stop()
-	})
+	for _, tc := range []struct {
+		fault string
+		leak  func(t *testing.T, s *served, srv *fakellm.Server)
+	}{
+		{"plugin-in-process", func(t *testing.T, s *served, srv *fakellm.Server) {
+			c := s.dial()
+			sid, _ := c.create("")
+			c.turn(sid, "probe")
+			require.Equal(t, s.pid, probeOf(t, srv).Pid, "host mode ignored: the plugin ran in the server")
+		}},
+		{"context-lost", func(t *testing.T, s *served, srv *fakellm.Server) {
+			ca, cb := s.dial(), s.dial()
+			sa, _ := ca.create("")
+			sb, _ := cb.create("")
+			ca.turn(sa, "tag-of-session-a")
+			require.Empty(t, probeOf(t, srv).Prev)
+			cb.turn(sb, "tag-of-session-b")
+			require.Equal(t, "tag-of-session-a", probeOf(t, srv).Prev, "b's nested call ran as a")
+		}},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t)
+			srv := pluginTenant(t, w.addTenant("alpha", true), "host")
+			s := w.startServe(nil, "AGENTD_FAULTS="+tc.fault, "AGENTD_ALLOW_FAULTS=1")
+			tc.leak(t, s, srv)
+			s.stop()
+		})
+	}
 }

@@ -60,9 +60,7 @@ func Register(ctx plugin.Context) error { return ctx.RegisterImageGenProvider(im
 
 func TestPluginModelAndImageProvidersServeTheirOwnProfile(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, alpha, beta := alphaBetaWorld(t)
 
 	// alpha's LLM provider is its model-provider plugin: base URL and key
 	// variable from the plugin, extra body built in alpha's host.
@@ -88,10 +86,7 @@ func TestPluginModelAndImageProvidersServeTheirOwnProfile(t *testing.T) {
 	writeFile(t, filepath.Join(beta.home, "config.yaml"), fmt.Sprintf(
 		"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\nplugins:\n  isolation: host\n", srvB.BaseURL, beta.model))
 
-	s := w.startServe(nil)
-	ca, cb := s.dial(), s.dial()
-	sa, _ := ca.create("")
-	sb, _ := cb.create("beta")
+	s, ca, cb, sa, sb := w.serveAlphaBeta()
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, tn := range []*tenant{alpha, beta} {

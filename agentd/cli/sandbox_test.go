@@ -64,9 +64,7 @@ func TestPooledTerminalIsSandboxed(t *testing.T) {
 					t.Skipf("%s cannot run here: %v", tc.mode, err)
 				}
 			}
-			w := newWorld(t)
-			alpha := w.addTenant("alpha", true)
-			beta := w.addTenant("beta", false)
+			w, alpha, beta := alphaBetaWorld(t)
 			cmdTenant(t, beta, "")
 			w.writeManaged("terminal:\n  sandbox: " + tc.mode + "\n")
 			var env []string
@@ -106,9 +104,7 @@ func TestPooledTerminalContainment(t *testing.T) {
 	for _, how := range []string{"session.close", "profiles.delete", "stop", "stop under landlock", "stop with escaped-process"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			w := newWorld(t)
-			w.addTenant("alpha", true)
-			beta := w.addTenant("beta", false)
+			w, _, beta := alphaBetaWorld(t)
 			cmdTenant(t, beta, "")
 			if strings.Contains(how, "landlock") {
 				if err := sandbox.Available(sandbox.Landlock); err != nil {
@@ -165,15 +161,10 @@ func TestPooledTerminalContainment(t *testing.T) {
 // an error naming the file and key.
 func TestPooledServeRefusesAnUnsandboxedTerminal(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, alpha, beta := alphaBetaWorld(t)
 	cmdTenant(t, alpha, "  sandbox: none\n")
 	cmdTenant(t, beta, "  sandbox: none\n")
-	s := w.startServe(nil)
-	ca, cb := s.dial(), s.dial()
-	sa, _ := ca.create("")
-	sb, _ := cb.create("beta")
+	s, ca, cb, sa, sb := w.serveAlphaBeta()
 
 	peek := "echo ran-beta; cat " + filepath.Join(alpha.home, ".env")
 	out := ranIn(t, cb, beta, sb, peek)

@@ -22,10 +22,9 @@ func TestV020PluginWorksInServe(t *testing.T) {
 	require.NoError(t, err)
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
-	installPlugin(t, alpha, "probe", string(src))
+	installPlugin(t, "probe", string(src), alpha)
 	w.writeManaged("plugins:\n  isolation: host\n  host:\n    launcher: env\n")
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sid, _ := c.create("")
 	require.Empty(t, errorEvents(c, sid), "the v0.2.0 plugin was reported as not loaded")
 

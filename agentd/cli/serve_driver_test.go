@@ -85,6 +85,25 @@ func (s *served) url(token string) string {
 	return fmt.Sprintf("ws://127.0.0.1:%d/api/ws?token=%s", s.port, token)
 }
 
+// serveDialed starts `agentd serve` and dials one connection.
+func (w *world) serveDialed() (*served, *agentd) {
+	w.t.Helper()
+	s := w.startServe(nil)
+	return s, s.dial()
+}
+
+// serveAlphaBeta starts `agentd serve`, dials two connections and opens a
+// session on each: sa in the launch profile (alpha's) on ca, sb in
+// profile beta on cb.
+func (w *world) serveAlphaBeta() (s *served, ca, cb *agentd, sa, sb string) {
+	w.t.Helper()
+	s = w.startServe(nil)
+	ca, cb = s.dial(), s.dial()
+	sa, _ = ca.create("")
+	sb, _ = cb.create("beta")
+	return s, ca, cb, sa, sb
+}
+
 // dial opens a websocket connection and waits for gateway.ready.
 func (s *served) dial() *agentd {
 	t := s.t

@@ -159,11 +159,8 @@ func TestServeTokenHealthAndPortInUse(t *testing.T) {
 
 func TestServeRestartAndResume(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
-	s := w.startServe(nil)
-	c := s.dial()
+	w, _, beta := alphaBetaWorld(t)
+	s, c := w.serveDialed()
 	sid, res := c.create("beta")
 	stored := res["stored_session_id"].(string)
 	c.turn(sid, "first question")
@@ -184,8 +181,7 @@ func TestServeProfileLifecycleUnderLoad(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	alpha := w.addTenant("alpha", true)
-	s := w.startServe(nil)
-	c := s.dial()
+	s, c := w.serveDialed()
 	sa, _ := c.create("")
 
 	// A profile created over RPC is served on its next request and gets no
@@ -227,9 +223,7 @@ func TestServeProfileLifecycleUnderLoad(t *testing.T) {
 
 func TestServeSettingsWritesBySessionAndByProfile(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	alpha := w.addTenant("alpha", true)
-	beta := w.addTenant("beta", false)
+	w, alpha, beta := alphaBetaWorld(t)
 	gamma := w.addTenant("gamma", false)
 	s := w.startServe(nil)
 	cb, cg := s.dial(), s.dial()

@@ -26,9 +26,7 @@ func TestPooledWorkdirRule(t *testing.T) {
 	for _, fault := range []string{"", "workdir-anywhere"} {
 		t.Run("fault="+fault, func(t *testing.T) {
 			t.Parallel()
-			w := newWorld(t)
-			alpha := w.addTenant("alpha", true)
-			beta := w.addTenant("beta", false)
+			w, alpha, beta := alphaBetaWorld(t)
 			cmdTenant(t, beta, "")
 			secret := "alpha-workdir-secret-" + tag()
 			writeFile(t, filepath.Join(alpha.workdir, "secret.txt"), secret+"\n")

@@ -24,12 +24,19 @@ func TestRoute(t *testing.T) {
 	require.Equal(t, "ab", contentText([]any{map[string]any{"type": "text", "text": "a"}, map[string]any{"text": "b"}}))
 }
 
-func TestOneGatewayPerProfile(t *testing.T) {
-	t.Parallel()
-	root := t.TempDir()
-	homes := profile.Homes{Launch: filepath.Join(root, "launch")}
+// launchHomes makes homes in a temporary folder, with the launch
+// profile's home made.
+func launchHomes(t *testing.T) profile.Homes {
+	t.Helper()
+	homes := profile.Homes{Launch: filepath.Join(t.TempDir(), "launch")}
 	_, err := homes.Get("")
 	require.NoError(t, err)
+	return homes
+}
+
+func TestOneGatewayPerProfile(t *testing.T) {
+	t.Parallel()
+	homes := launchHomes(t)
 	g1, err := New(Options{Homes: homes})
 	require.NoError(t, err)
 	_, err = New(Options{Homes: homes})

@@ -8,17 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/agentd/homefs"
-	"github.com/tenantcanary/tenantcanary/agentd/profile"
 )
 
 // A profile's gateway.lock that is a link into another home is refused
 // (nothing written there) without stopping the gateway of the others.
 func TestGatewayLockLinkRefused(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	homes := profile.Homes{Launch: filepath.Join(root, "launch")}
-	_, err := homes.Get("")
-	require.NoError(t, err)
+	homes := launchHomes(t)
 	beta := filepath.Join(homes.Root(), "beta")
 	require.NoError(t, os.MkdirAll(beta, 0o700))
 	victim := filepath.Join(homes.Launch, "SOUL.md")

@@ -14,9 +14,9 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 )
 
-// twoHomes makes a tenant's home and another's, each with a SOUL.md that
-// holds the home's own secret.
-func twoHomes(t *testing.T) (mine, other string) {
+// twoHomes makes a tenant's home (mine, and h over it) and another's, each
+// with a SOUL.md that holds the home's own secret.
+func twoHomes(t *testing.T) (h homefs.Home, mine, other string) {
 	t.Helper()
 	root := t.TempDir()
 	mine, other = filepath.Join(root, "mine"), filepath.Join(root, "other")
@@ -24,13 +24,12 @@ func twoHomes(t *testing.T) (mine, other string) {
 		require.NoError(t, os.MkdirAll(filepath.Join(d, "logs"), 0o700))
 		require.NoError(t, os.WriteFile(filepath.Join(d, "SOUL.md"), []byte("secret of "+filepath.Base(d)), 0o600))
 	}
-	return mine, other
+	return homefs.Home{Dir: mine}, mine, other
 }
 
 func TestReadFollowsNoLink(t *testing.T) {
 	t.Parallel()
-	mine, other := twoHomes(t)
-	h := homefs.Home{Dir: mine}
+	h, mine, other := twoHomes(t)
 	got, err := h.ReadFile("SOUL.md")
 	require.NoError(t, err)
 	require.Equal(t, "secret of mine", string(got))
@@ -72,8 +71,7 @@ func TestReadFollowsNoLink(t *testing.T) {
 
 func TestWriteReplacesALinkNeverWritesThrough(t *testing.T) {
 	t.Parallel()
-	mine, other := twoHomes(t)
-	h := homefs.Home{Dir: mine}
+	h, mine, other := twoHomes(t)
 	require.NoError(t, os.Symlink(filepath.Join(other, "SOUL.md"), filepath.Join(mine, "config.yaml")))
 	require.NoError(t, h.WriteFileAtomic("config.yaml", []byte("mine: 1\n"), 0o600))
 	st, err := os.Lstat(filepath.Join(mine, "config.yaml"))
@@ -107,8 +105,7 @@ func TestWriteReplacesALinkNeverWritesThrough(t *testing.T) {
 
 func TestNamesStayInTheHome(t *testing.T) {
 	t.Parallel()
-	mine, _ := twoHomes(t)
-	h := homefs.Home{Dir: mine}
+	h, _, _ := twoHomes(t)
 	for _, name := range []string{"../other/SOUL.md", "/etc/passwd", "..", "a/../../x", ""} {
 		_, err := h.ReadFile(name)
 		require.ErrorIs(t, err, homefs.ErrBadName, "%q", name)
@@ -121,8 +118,7 @@ func TestNamesStayInTheHome(t *testing.T) {
 
 func TestOnlyRegularFiles(t *testing.T) {
 	t.Parallel()
-	mine, _ := twoHomes(t)
-	h := homefs.Home{Dir: mine}
+	h, mine, _ := twoHomes(t)
 	require.NoError(t, syscall.Mkfifo(filepath.Join(mine, ".env"), 0o600))
 	_, err := h.ReadFile(".env") // must not hang on the FIFO
 	require.ErrorIs(t, err, homefs.ErrNotRegular)
@@ -145,8 +141,7 @@ func TestOnlyRegularFiles(t *testing.T) {
 
 func TestReadDirAndRemove(t *testing.T) {
 	t.Parallel()
-	mine, other := twoHomes(t)
-	h := homefs.Home{Dir: mine}
+	h, mine, other := twoHomes(t)
 	entries, err := h.ReadDir(".")
 	require.NoError(t, err)
 	var names []string

@@ -14,9 +14,7 @@ import (
 // and the profile's other keys stay its own.
 func TestOperatorOnlyKeysOfAProfilesOwnConfigAreIgnored(t *testing.T) {
 	t.Parallel()
-	h := testHomes(t)
-	p, err := h.Create("alpha")
-	require.NoError(t, err)
+	h, p := testProfile(t, "alpha")
 	own := `model:
   default: own-model
 plugins:
@@ -109,9 +107,7 @@ func TestNamesAndSlugsAreAnAllowList(t *testing.T) {
 // home and refuses a path where anything is.
 func TestDeleteSetsTheHomeAsideAndCreateNeverReuses(t *testing.T) {
 	t.Parallel()
-	h := testHomes(t)
-	p, err := h.Create("alpha")
-	require.NoError(t, err)
+	h, p := testProfile(t, "alpha")
 	write(t, p.File(".env"), "K=old-canary\n")
 	aside, err := h.SetAside("alpha")
 	require.NoError(t, err)

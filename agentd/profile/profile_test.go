@@ -23,6 +23,20 @@ func testHomes(t *testing.T) Homes {
 	return h
 }
 
+// testProfile is testHomes with one profile ready: the launch profile
+// for name "", else the profile name, created.
+func testProfile(t *testing.T, name string) (Homes, Profile) {
+	t.Helper()
+	h := testHomes(t)
+	get := h.Create
+	if name == "" {
+		get = h.Get
+	}
+	p, err := get(name)
+	require.NoError(t, err)
+	return h, p
+}
+
 func write(t *testing.T, path, text string) {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
@@ -81,9 +95,7 @@ func names(ps []Profile) []string {
 
 func TestConfigManagedScopeWins(t *testing.T) {
 	t.Parallel()
-	h := testHomes(t)
-	p, err := h.Get("")
-	require.NoError(t, err)
+	h, p := testProfile(t, "")
 	write(t, p.File("config.yaml"), `
 model:
   base_url: http://own/v1
@@ -119,9 +131,7 @@ agent:
 
 func TestConfigDefaultsAndErrors(t *testing.T) {
 	t.Parallel()
-	h := testHomes(t)
-	p, err := h.Get("")
-	require.NoError(t, err)
+	h, p := testProfile(t, "")
 	cfg, err := p.LoadConfig()
 	require.NoError(t, err)
 	require.Equal(t, p.Home, cfg.Terminal.Cwd)
@@ -148,9 +158,7 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 
 func TestPluginsLauncherIsAStringOrAListInEitherScope(t *testing.T) {
 	t.Parallel()
-	h := testHomes(t)
-	p, err := h.Get("")
-	require.NoError(t, err)
+	h, p := testProfile(t, "")
 	p.OwnOperatorKeys = true // the launch profile of a single-tenant agentd tui
 	write(t, p.File("config.yaml"), "plugins:\n  host:\n    launcher: \"bwrap --ro-bind / / --setenv X 'a b'\"\n")
 	cfg, err := p.LoadConfig()
@@ -214,9 +222,7 @@ PLAIN=second
 
 func TestSetEnvRoundTrips(t *testing.T) {
 	t.Parallel()
-	h := testHomes(t)
-	p, err := h.Get("")
-	require.NoError(t, err)
+	_, p := testProfile(t, "")
 	write(t, p.File(".env"), "# keep me\nA=1\nB=2\nA=3\n")
 	for _, v := range []string{"simple", "with space", `quote"s and 'single' $HOME \ back`, "new\nline"} {
 		require.NoError(t, p.SetEnv("A", v))

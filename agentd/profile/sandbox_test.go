@@ -12,9 +12,7 @@ import (
 
 func TestTerminalSandboxManagedPins(t *testing.T) {
 	t.Parallel()
-	h := testHomes(t)
-	p, err := h.Create("alpha")
-	require.NoError(t, err)
+	h, p := testProfile(t, "alpha")
 
 	got, err := p.TerminalSandbox()
 	require.NoError(t, err)
@@ -53,9 +51,7 @@ func TestTerminalSandboxManagedPins(t *testing.T) {
 
 func TestSandboxPolicyKeepsOtherHomesOut(t *testing.T) {
 	t.Parallel()
-	h := testHomes(t)
-	alpha, err := h.Create("alpha")
-	require.NoError(t, err)
+	h, alpha := testProfile(t, "alpha")
 	launch, err := h.Get("")
 	require.NoError(t, err)
 	self := []string{"/agentd"}
@@ -96,9 +92,7 @@ func TestSandboxPolicyKeepsOtherHomesOut(t *testing.T) {
 
 func TestSandboxPolicyNoneConfinesNothing(t *testing.T) {
 	t.Parallel()
-	h := testHomes(t)
-	alpha, err := h.Create("alpha")
-	require.NoError(t, err)
+	h, alpha := testProfile(t, "alpha")
 	pol, err := alpha.SandboxPolicy(sandbox.None, h.Launch, nil)
 	require.NoError(t, err, "mode none confines nothing, so no workdir exposes anything more")
 	require.Equal(t, h.Launch, pol.Dir)

@@ -24,6 +24,16 @@ import (
 // ErrLauncherUsage is a sandbox-exec call without its spec and command.
 var ErrLauncherUsage = errors.New("usage: agentd sandbox-exec SPEC -- COMMAND [ARGS] (started by agentd itself)")
 
+// ExitIfLauncher is for a binary that is its own launcher (Policy.Self),
+// a test binary's TestMain above all: when args (os.Args) are
+// `<self> sandbox-exec ...` it runs RunLauncher and exits with its status;
+// otherwise it returns.
+func ExitIfLauncher(args []string, stderr io.Writer) {
+	if len(args) > 1 && args[1] == LauncherCommand {
+		os.Exit(RunLauncher(args[2:], stderr))
+	}
+}
+
 // RunLauncher is `agentd sandbox-exec SPEC -- COMMAND...` (args follow the
 // subcommand's name). It runs in two stages: the first starts the second
 // (the keeper) in a session of its own and passes signals on; the keeper

@@ -148,10 +148,7 @@ func (s *Server) requestProfile(c *rpc.Call) string {
 	if tc, ok := c.Conn.(rpc.TenantConn); ok && tc.Tenant() != "" {
 		return tc.Tenant()
 	}
-	var p struct {
-		Profile   string `json:"profile"`
-		SessionID string `json:"session_id"`
-	}
+	var p targetParams
 	_ = json.Unmarshal(c.Params, &p) // bad params are the handler's to refuse
 	if p.SessionID != "" && c.Method != "session.resume" {
 		s.mu.Lock()

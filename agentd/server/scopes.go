@@ -40,10 +40,18 @@ func (s *Server) inScope(ctx context.Context, c *rpc.Call, p any, profile *strin
 	return answerIn(c, p, check, func() (*scope.Scope, func(), error) { return s.callerScope(ctx, c, *profile) }, do)
 }
 
-// inTarget is inScope for a settings write, in the scope *session or
-// *profile (fields of p) name once bound: see target.
-func (s *Server) inTarget(ctx context.Context, c *rpc.Call, p any, session, profile *string, check func() error, do func(*scope.Scope) (any, error)) (any, error) {
-	return answerIn(c, p, check, func() (*scope.Scope, func(), error) { return s.target(ctx, c, *session, *profile) }, do)
+// targetParams are the params that address a settings write (see
+// target): a session of the caller's, or a profile by name. A settings
+// method's params embed them.
+type targetParams struct {
+	SessionID string `json:"session_id"`
+	Profile   string `json:"profile"`
+}
+
+// inTarget is inScope for a settings write, in the scope *at (embedded in
+// p) addresses once bound: see target.
+func (s *Server) inTarget(ctx context.Context, c *rpc.Call, p any, at *targetParams, check func() error, do func(*scope.Scope) (any, error)) (any, error) {
+	return answerIn(c, p, check, func() (*scope.Scope, func(), error) { return s.target(ctx, c, at.SessionID, at.Profile) }, do)
 }
 
 // answerIn binds c's params into p, runs check (when not nil), and calls

@@ -13,10 +13,9 @@ import (
 
 func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
 	var p struct {
-		Key       string `json:"key"`
-		Value     any    `json:"value"`
-		SessionID string `json:"session_id"`
-		Profile   string `json:"profile"`
+		Key   string `json:"key"`
+		Value any    `json:"value"`
+		targetParams
 	}
 	keys := map[string]string{"cwd": "terminal.cwd", "prompt": "custom_prompt", "model": "model.default"}
 	var full, value string
@@ -43,7 +42,7 @@ func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
 		}
 		return nil
 	}
-	return s.inTarget(ctx, c, &p, &p.SessionID, &p.Profile, check, func(sc *scope.Scope) (any, error) {
+	return s.inTarget(ctx, c, &p, &p.targetParams, check, func(sc *scope.Scope) (any, error) {
 		if p.Key == "cwd" {
 			if err := s.checkCwd(sc, value); err != nil {
 				return nil, err
@@ -70,10 +69,9 @@ func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
 
 func (s *Server) modelSaveKey(ctx context.Context, c *rpc.Call) (any, error) {
 	var p struct {
-		Slug      string `json:"slug"`
-		APIKey    string `json:"api_key"`
-		SessionID string `json:"session_id"`
-		Profile   string `json:"profile"`
+		Slug   string `json:"slug"`
+		APIKey string `json:"api_key"`
+		targetParams
 	}
 	check := func() error {
 		if err := profile.ValidSlug(p.Slug); err != nil && !s.opts.Faults.Has(faults.TenantTextAsPath) {
@@ -84,7 +82,7 @@ func (s *Server) modelSaveKey(ctx context.Context, c *rpc.Call) (any, error) {
 		}
 		return nil
 	}
-	return s.inTarget(ctx, c, &p, &p.SessionID, &p.Profile, check, func(sc *scope.Scope) (any, error) {
+	return s.inTarget(ctx, c, &p, &p.targetParams, check, func(sc *scope.Scope) (any, error) {
 		if file, bad, err := s.slugKeyFileFault(sc, p.Slug, p.APIKey); err != nil {
 			return nil, internalError("model.save_key: %v", err)
 		} else if bad {

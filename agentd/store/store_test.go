@@ -15,9 +15,7 @@ import (
 func TestSessionsAndMessagesSurviveReopen(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "state.db")
-	db, err := Open(ctx, path)
-	require.NoError(t, err)
+	path, db := openTemp(ctx, t)
 	v, err := db.Version(ctx)
 	require.NoError(t, err)
 	require.Equal(t, len(migrations), v)
@@ -89,10 +87,8 @@ func TestWALAndConcurrentWriters(t *testing.T) {
 func TestNewerSchemaIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "state.db")
-	db, err := Open(ctx, path)
-	require.NoError(t, err)
-	_, err = db.w.ExecContext(ctx, "INSERT INTO schema_migrations(version, applied_at) VALUES (99, 'x')")
+	path, db := openTemp(ctx, t)
+	_, err := db.w.ExecContext(ctx, "INSERT INTO schema_migrations(version, applied_at) VALUES (99, 'x')")
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
 	_, err = Open(ctx, path)
@@ -169,6 +165,15 @@ func TestALockHeldElsewhereIsErrBusy(t *testing.T) {
 
 // twoHandles opens a new state.db twice, as two processes would hold it;
 // both close when the test ends.
+// openTemp opens a new state.db in a temporary folder; the test closes it.
+func openTemp(ctx context.Context, t *testing.T) (path string, db *DB) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "state.db")
+	db, err := Open(ctx, path)
+	require.NoError(t, err)
+	return path, db
+}
+
 func twoHandles(ctx context.Context, t *testing.T) (path string, a, b *DB) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "state.db")

@@ -240,61 +240,58 @@ func (c *conn) saveKey(params json.RawMessage) (any, error) {
 }
 
 func (c *conn) profilesCreate(params json.RawMessage) (any, error) {
-	c.pool.life.Lock()
-	defer c.pool.life.Unlock()
-	name, err := decodeName(params)
-	if err != nil {
-		return nil, err
-	}
-	if !profileNameRE.MatchString(name) || name == launchName {
-		return nil, errorf(codeBadParams, "profiles.create: bad name %q", name)
-	}
-	home := filepath.Join(c.pool.profilesDir(), name)
-	if err := os.MkdirAll(c.pool.profilesDir(), 0o755); err != nil {
-		return nil, fmt.Errorf("profiles.create: %w", err)
-	}
-	if err := os.Mkdir(home, 0o755); errors.Is(err, os.ErrExist) {
-		return nil, errorf(codeConflict, "profile %q already exists", name)
-	} else if err != nil {
-		return nil, fmt.Errorf("profiles.create: %w", err)
-	}
-	// A new profile starts empty: no model, no key, nothing of the launch
-	// profile's. Its owner configures it.
-	prof := profile{name: name, home: home}
-	if err := prof.writeFile("config.yaml", []byte("model: {}\n"), 0o644); err != nil {
-		return nil, fmt.Errorf("profiles.create: %w", err)
-	}
-	return map[string]any{"ok": true, "name": name, "path": home}, nil
+	return c.profilesCall(params, func(name string) (any, error) {
+		if !profileNameRE.MatchString(name) || name == launchName {
+			return nil, errorf(codeBadParams, "profiles.create: bad name %q", name)
+		}
+		home := filepath.Join(c.pool.profilesDir(), name)
+		if err := os.MkdirAll(c.pool.profilesDir(), 0o755); err != nil {
+			return nil, fmt.Errorf("profiles.create: %w", err)
+		}
+		if err := os.Mkdir(home, 0o755); errors.Is(err, os.ErrExist) {
+			return nil, errorf(codeConflict, "profile %q already exists", name)
+		} else if err != nil {
+			return nil, fmt.Errorf("profiles.create: %w", err)
+		}
+		// A new profile starts empty: no model, no key, nothing of the launch
+		// profile's. Its owner configures it.
+		prof := profile{name: name, home: home}
+		if err := prof.writeFile("config.yaml", []byte("model: {}\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("profiles.create: %w", err)
+		}
+		return map[string]any{"ok": true, "name": name, "path": home}, nil
+	})
 }
 
 func (c *conn) profilesDelete(params json.RawMessage) (any, error) {
-	c.pool.life.Lock()
-	defer c.pool.life.Unlock()
-	name, err := decodeName(params)
-	if err != nil {
-		return nil, err
-	}
-	if name == "" || name == launchName {
-		return nil, errorf(codeBadParams, "profiles.delete: the launch profile cannot be deleted")
-	}
-	prof, err := c.pool.profile(name)
-	if err != nil {
-		return nil, err
-	}
-	c.pool.dropSessionsIn(prof)
-	if err := os.RemoveAll(prof.home); err != nil {
-		return nil, fmt.Errorf("profiles.delete: %w", err)
-	}
-	return map[string]any{"ok": true, "name": name}, nil
+	return c.profilesCall(params, func(name string) (any, error) {
+		if name == "" || name == launchName {
+			return nil, errorf(codeBadParams, "profiles.delete: the launch profile cannot be deleted")
+		}
+		prof, err := c.pool.profile(name)
+		if err != nil {
+			return nil, err
+		}
+		c.pool.dropSessionsIn(prof)
+		if err := os.RemoveAll(prof.home); err != nil {
+			return nil, fmt.Errorf("profiles.delete: %w", err)
+		}
+		return map[string]any{"ok": true, "name": name}, nil
+	})
 }
 
-// decodeName decodes the params {name} of a profiles call.
-func decodeName(params json.RawMessage) (string, error) {
+// profilesCall decodes the params {name} of a profiles call and runs do
+// with the name, holding the pool's life lock all the while.
+func (c *conn) profilesCall(params json.RawMessage, do func(name string) (any, error)) (any, error) {
+	c.pool.life.Lock()
+	defer c.pool.life.Unlock()
 	var p struct {
 		Name string `json:"name"`
 	}
-	err := decode(params, &p)
-	return p.Name, err
+	if err := decode(params, &p); err != nil {
+		return nil, err
+	}
+	return do(p.Name)
 }
 
 func (c *conn) profilesList(json.RawMessage) (any, error) {

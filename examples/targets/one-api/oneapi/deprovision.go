@@ -2,7 +2,6 @@ package oneapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -32,26 +31,20 @@ var ErrDeprovision = errors.New("not a deprovision request")
 // errors): a known step, a tenant, and the numeric user and channel ids
 // the provisioner printed.
 func DecodeDeprovision(where string, data []byte) (DeprovisionRequest, error) {
-	var r DeprovisionRequest
-	if err := json.Unmarshal(data, &r); err != nil {
-		return r, fmt.Errorf("deprovision request %s: %w: %w", where, ErrDeprovision, err)
-	}
-	var errs []error
-	if r.Step != StepDisable && r.Step != StepDelete {
-		errs = append(errs, fmt.Errorf("step %q, want %s or %s", r.Step, StepDisable, StepDelete))
-	}
-	if r.Tenant == "" {
-		errs = append(errs, errors.New("no tenant"))
-	}
-	for _, id := range []string{"user", "channel"} {
-		if _, err := strconv.Atoi(r.Access.IDs[id]); err != nil {
-			errs = append(errs, fmt.Errorf("access.ids.%s %q: want the number the provisioner printed", id, r.Access.IDs[id]))
+	return decodeChecked("deprovision request "+where, ErrDeprovision, data, func(r DeprovisionRequest) (errs []error) {
+		if r.Step != StepDisable && r.Step != StepDelete {
+			errs = append(errs, fmt.Errorf("step %q, want %s or %s", r.Step, StepDisable, StepDelete))
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return r, fmt.Errorf("deprovision request %s: %w: %w", where, ErrDeprovision, err)
-	}
-	return r, nil
+		if r.Tenant == "" {
+			errs = append(errs, errors.New("no tenant"))
+		}
+		for _, id := range []string{"user", "channel"} {
+			if _, err := strconv.Atoi(r.Access.IDs[id]); err != nil {
+				errs = append(errs, fmt.Errorf("access.ids.%s %q: want the number the provisioner printed", id, r.Access.IDs[id]))
+			}
+		}
+		return errs
+	})
 }
 
 // UserByID reads a user by id (GET /api/user/ID; an administrator only).

@@ -38,31 +38,39 @@ var ErrRoster = errors.New("not a tenant roster")
 // at least one tenant, each with a name, base URL, key and model, names
 // unique and valid one-api group names.
 func DecodeRoster(where string, data []byte) (Roster, error) {
-	var r Roster
-	if err := json.Unmarshal(data, &r); err != nil {
-		return r, fmt.Errorf("roster %s: %w: %w", where, ErrRoster, err)
-	}
-	var errs []error
-	if r.Version != 1 {
-		errs = append(errs, fmt.Errorf("version %d, want 1", r.Version))
-	}
-	if len(r.Tenants) == 0 {
-		errs = append(errs, errors.New("no tenant"))
-	}
-	seen := map[string]bool{}
-	for i, t := range r.Tenants {
-		switch {
-		case t.Name == "" || t.BaseURL == "" || t.Key == "" || t.Model == "":
-			errs = append(errs, fmt.Errorf("tenant %d (%q): want name, base_url, key and model", i, t.Name))
-		case strings.ContainsAny(t.Name, ", \t\n"):
-			errs = append(errs, fmt.Errorf("tenant %q: a comma or space cannot be in a one-api group name", t.Name))
-		case seen[t.Name]:
-			errs = append(errs, fmt.Errorf("tenant %q listed twice", t.Name))
+	return decodeChecked("roster "+where, ErrRoster, data, func(r Roster) (errs []error) {
+		if r.Version != 1 {
+			errs = append(errs, fmt.Errorf("version %d, want 1", r.Version))
 		}
-		seen[t.Name] = true
+		if len(r.Tenants) == 0 {
+			errs = append(errs, errors.New("no tenant"))
+		}
+		seen := map[string]bool{}
+		for i, t := range r.Tenants {
+			switch {
+			case t.Name == "" || t.BaseURL == "" || t.Key == "" || t.Model == "":
+				errs = append(errs, fmt.Errorf("tenant %d (%q): want name, base_url, key and model", i, t.Name))
+			case strings.ContainsAny(t.Name, ", \t\n"):
+				errs = append(errs, fmt.Errorf("tenant %q: a comma or space cannot be in a one-api group name", t.Name))
+			case seen[t.Name]:
+				errs = append(errs, fmt.Errorf("tenant %q listed twice", t.Name))
+			}
+			seen[t.Name] = true
+		}
+		return errs
+	})
+}
+
+// decodeChecked reads data's JSON into a T and has check list what is
+// wrong with it: a JSON error or check's reasons come back as
+// "what: refusal: reasons", the T as far as it was read.
+func decodeChecked[T any](what string, refusal error, data []byte, check func(T) []error) (T, error) {
+	var r T
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("%s: %w: %w", what, refusal, err)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return r, fmt.Errorf("roster %s: %w: %w", where, ErrRoster, err)
+	if err := errors.Join(check(r)...); err != nil {
+		return r, fmt.Errorf("%s: %w: %w", what, refusal, err)
 	}
 	return r, nil
 }
