@@ -88,6 +88,10 @@ func (m *Manager) requestOn(ctx context.Context, h *hostProc, what, op, session 
 	if err != nil {
 		return nil, fmt.Errorf("%s: arguments are not plain data: %w", what, err)
 	}
+	// Which deadline binds is decided here, not from the time left a
+	// moment later: on a loaded machine that moment can be long.
+	parent, bounded := ctx.Deadline()
+	byCallTimeout := !bounded || time.Until(parent) >= m.cfg.CallTimeout
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 	defer cancel()
 	f := &Frame{Op: op, Session: session, Body: b}
@@ -102,7 +106,11 @@ func (m *Manager) requestOn(ctx context.Context, h *hostProc, what, op, session 
 		var we *Error
 		if errors.Is(err, ErrTimeout) && !errors.As(err, &we) {
 			// Not the plugin's own timeout error: the host did not answer.
-			return nil, m.pastDeadline(h, what, allowed, err)
+			limit := fmt.Sprintf("its deadline of %v", allowed.Round(time.Millisecond))
+			if byCallTimeout {
+				limit = fmt.Sprintf("plugins.host.call_timeout (%v)", m.cfg.CallTimeout)
+			}
+			return nil, m.pastDeadline(h, what, limit, err)
 		}
 		if errors.As(err, &we) {
 			return nil, fmt.Errorf("%s in the %s: %w", what, h.desc, err)
@@ -116,11 +124,7 @@ func (m *Manager) requestOn(ctx context.Context, h *hostProc, what, op, session 
 // code may still be running (a busy loop, an allocation), and only ending
 // the process stops it. The error names the call, the host (so the
 // profile) and the deadline.
-func (m *Manager) pastDeadline(h *hostProc, what string, allowed time.Duration, err error) error {
-	limit := fmt.Sprintf("its deadline of %v", allowed.Round(time.Millisecond))
-	if allowed >= m.cfg.CallTimeout-time.Millisecond {
-		limit = fmt.Sprintf("plugins.host.call_timeout (%v)", m.cfg.CallTimeout)
-	}
+func (m *Manager) pastDeadline(h *hostProc, what, limit string, err error) error {
 	if m.cfg.KeepPastDeadline {
 		return fmt.Errorf("%s in the %s: no answer within %s: %w", what, h.desc, limit, err)
 	}
