@@ -83,6 +83,18 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 		for _, f := range rep.Findings() {
 			assert.NotEqual(t, invariants.Harness, f.Invariant, "no turn looped: %s", f)
 		}
+		// The server ends no tool's processes: its target file's 3 s
+		// escape grace still finds them, after each ending event.
+		esc := escapes(findingsOf(*rep, invariants.ProcessEscape))
+		for _, ev := range []string{"the close of session", "the deletion of profile", "the server's stop"} {
+			n := 0
+			for _, m := range esc {
+				if m[ev] {
+					n++
+				}
+			}
+			assert.Positive(t, n, "no process outlived %s: %v", ev, esc)
+		}
 	})
 	t.Run("mangled/hostile-tools", func(t *testing.T) {
 		t.Parallel()

@@ -51,14 +51,12 @@ func Register(ctx plugin.Context) error {
 
 func TestASpentRestartBudgetIsAToolResultAndAnErrorEvent(t *testing.T) {
 	t.Parallel()
-	w, alpha, _ := alphaBetaWorld(t)
-	installPlugin(t, "crasher", crasherPlugin, w.tenants["beta"])
-	beta := w.tenants["beta"]
+	w, _, beta := alphaBetaWorld(t)
+	installPlugin(t, "crasher", crasherPlugin, beta)
 	srv := toolThenText(t, beta.key, "crashed", func(any) (string, any) { return "crash_now", nil })
 	writeFile(t, filepath.Join(beta.home, "config.yaml"), fmt.Sprintf(
 		"model:\n  base_url: %s\n  default: %s\n  key_env: TENANT_PROVIDER_KEY\nplugins:\n  host:\n    launcher: \"\"\n",
 		srv.BaseURL, beta.model))
-	_ = alpha
 
 	s, c := w.serveDialed()
 	sid, _ := c.create("beta")

@@ -118,14 +118,26 @@ func TestTerminalRowsReachTheNeighboursUnsandboxed(t *testing.T) {
 	out = w.run(t, "alpha", row(t, rows, "upward-find").Call(Canaries{}))
 	assert.Contains(t, out, w.secret["beta"])
 
-	// /proc: a neighbour's process carrying its key in its environment.
+	// /proc: a neighbour's process carrying its key in its environment,
+	// working in its home.
 	nb := exec.Command("sleep", "300")
 	nb.Env = []string{"TENANT_PROVIDER_KEY=" + w.secret["beta"]}
+	nb.Dir = w.home["beta"]
 	procgroup.Prepare(nb)
 	require.NoError(t, nb.Start())
 	t.Cleanup(func() { _ = procgroup.Kill(nb.Process.Pid); _ = nb.Wait() })
-	out = w.run(t, "alpha", row(t, rows, "proc-environ").Call(Canaries{}))
-	assert.Contains(t, out, w.secret["beta"])
+	for _, id := range []string{"proc-environ", "proc-cwd", "proc-root"} {
+		out = w.run(t, "alpha", row(t, rows, id).Call(Canaries{}))
+		assert.Contains(t, out, w.secret["beta"], "row %s", id)
+	}
+
+	// find-dotenv searches the whole machine within its time bound, which
+	// may end before it reaches this test's folder: its search, with the
+	// same expression, started at the test's root finds the neighbours'.
+	cmd := row(t, rows, "find-dotenv").Call(Canaries{}).Args["command"].(string)
+	require.Contains(t, cmd, "find / -xdev ")
+	out = w.run(t, "alpha", Call{Tool: "terminal", Args: map[string]any{"command": strings.Replace(cmd, "find / -xdev ", "find "+w.root+" -xdev ", 1)}})
+	assert.Contains(t, out, w.secret["beta"], "find-dotenv's expression")
 
 	// Writes: the attacker's canary lands in every other home, not its own.
 	canary := tenants.CanaryValue("hostile_write", "alpha", "0123456789")

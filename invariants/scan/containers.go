@@ -168,8 +168,10 @@ func (w *walker) decoder(k kind, r io.Reader) (io.Reader, func(), error) {
 			return nil, nil, err
 		}
 		return zr, zr.Close, nil
+	case bzip2Stream:
+		return bzip2.NewReader(r), func() {}, nil
 	}
-	return bzip2.NewReader(r), func() {}, nil
+	return nil, nil, fmt.Errorf("%v is not a compressed stream", k)
 }
 
 // gzipTail ends a gzip stream at trailing bytes that are not another gzip
