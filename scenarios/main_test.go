@@ -6,17 +6,27 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
 var (
 	raceEnabled  bool
 	agentdBin    string // built once by TestMain
 	agentdRaceIn string // the same with the race detector, when the tests have it ("" otherwise)
+	binDir       string // where TestMain builds, removed at the end
 )
+
+// plainAgentdEnv hands a plain test binary that inPlainBinary started the
+// agentd its parent built, so it builds none of its own.
+const plainAgentdEnv = "TENANTCANARY_SCENARIOS_AGENTD"
 
 // TestMain builds agentd once for the whole package, so the scenarios
 // drive the real binary over the wire, as canary-run does. With the race
@@ -26,6 +36,10 @@ var (
 // again and again (the self-test's faulty runs, the weakened targets) use
 // the plain build, which runs several times faster.
 func TestMain(m *testing.M) {
+	if bin := os.Getenv(plainAgentdEnv); bin != "" {
+		agentdBin = bin
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "tenantcanary-agentd-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scenarios: temp dir:", err)
@@ -44,6 +58,7 @@ func TestMain(m *testing.M) {
 		}
 		return nil
 	}
+	binDir = dir
 	agentdBin = filepath.Join(dir, "agentd")
 	err = build(agentdBin, false)
 	if err == nil && raceEnabled {
@@ -69,4 +84,56 @@ func agentdRaceTarget() harness.Target {
 		return harness.AgentdTarget(agentdRaceIn)
 	}
 	return agentdTarget()
+}
+
+// plain is this package's test binary built without the race detector,
+// made on first use by plainBinary.
+var plain struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func plainBinary(t *testing.T) string {
+	t.Helper()
+	plain.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		plain.path = filepath.Join(binDir, "scenarios-plain.test")
+		args := []string{"test", "-c", "-o", plain.path, "github.com/tenantcanary/tenantcanary/scenarios"}
+		if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
+			plain.err = fmt.Errorf("go %v: %w\n%s", args, err, out)
+		}
+	})
+	require.NoError(t, plain.err, "build the plain test binary")
+	return plain.path
+}
+
+// inPlainBinary runs the calling test in this package's test binary built
+// without the race detector, when this one has it, and reports whether it
+// did: the caller then returns. It is for a test that runs the harness
+// code the catalog tests already run under the race detector, again and
+// again: the whole self-test took 342 CPU-seconds under it (of CI's two
+// cores), about a quarter of that plain. The self-test's own machinery
+// (faulty runs side by side, shared clean runs) stays under the race
+// detector in cmd/canary-run's TestSelfTestCommand.
+func inPlainBinary(t *testing.T) bool {
+	t.Helper()
+	if !raceEnabled {
+		return false
+	}
+	bin := plainBinary(t)
+	args := []string{"-test.run", "^" + regexp.QuoteMeta(t.Name()) + "$", "-test.count", "1", "-test.v"}
+	if d, ok := t.Deadline(); ok {
+		args = append(args, "-test.timeout", time.Until(d).Round(time.Second).String())
+	}
+	cmd := procgroup.CommandContext(t.Context(), bin, args...)
+	cmd.Env = append(os.Environ(), plainAgentdEnv+"="+agentdBin)
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s, run by a test binary built without the race detector:\n%s", t.Name(), out)
+	require.NoError(t, err, "the plain test binary's run of %s failed (its output is above)", t.Name())
+	// A run that matched no test exits 0 too: it must have passed this one.
+	require.Contains(t, string(out), "--- PASS: "+t.Name()+" ", "the plain test binary did not run %s", t.Name())
+	return true
 }
