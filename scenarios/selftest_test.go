@@ -3,6 +3,7 @@ package scenarios
 import (
 	"bytes"
 	"context"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -282,4 +283,19 @@ func TestInconclusiveTellsAnUnjudgedTimingCheck(t *testing.T) {
 	}
 	assert.True(t, inconclusive(FaultOutcome{Fault: "no-conn-limit", Scenario: "noisy-neighbour"}, res))
 	assert.False(t, inconclusive(FaultOutcome{Fault: "model-bleed", Scenario: "pooled-serve", Error: "no launch_bleed finding"}, res))
+}
+
+// inPlainBinary runs the test it is called from in a build without the
+// race detector: under the race detector's suite, this body runs only in
+// the plain binary, whose exit and "--- PASS" line the parent reads.
+func TestInPlainBinaryRunsWithoutTheRaceDetector(t *testing.T) {
+	t.Parallel()
+	if inPlainBinary(t) {
+		return
+	}
+	require.False(t, raceEnabled, "the body ran in the race-detecting binary")
+	if bin := os.Getenv(plainAgentdEnv); bin != "" {
+		require.Equal(t, bin, agentdBin, "the plain binary drives its parent's agentd")
+	}
+	require.FileExists(t, agentdBin)
 }
