@@ -116,7 +116,10 @@ func plainBinary(t *testing.T) string {
 // again: the whole self-test took 342 CPU-seconds under it (of CI's two
 // cores), about a quarter of that plain. The self-test's own machinery
 // (faulty runs side by side, shared clean runs) stays under the race
-// detector in cmd/canary-run's TestSelfTestCommand.
+// detector in cmd/canary-run's TestSelfTestCommand. The tests of a weakened
+// target (the attacks' positive controls) use it too: they drive the same
+// code with a fault on, and noisy-neighbour's times whatever slows the
+// harness down.
 func inPlainBinary(t *testing.T) bool {
 	t.Helper()
 	if !raceEnabled {
