@@ -50,13 +50,7 @@ func TestMain(m *testing.M) {
 		if race {
 			args = append(args, "-race")
 		}
-		args = append(args, "github.com/tenantcanary/tenantcanary/cmd/agentd")
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("go %v: %w\n%s", args, err, out)
-		}
-		return nil
+		return goCmd(append(args, "github.com/tenantcanary/tenantcanary/cmd/agentd")...)
 	}
 	binDir = dir
 	agentdBin = filepath.Join(dir, "agentd")
@@ -94,16 +88,22 @@ var plain struct {
 	err  error
 }
 
+// goCmd runs the go command with args, within the 10 minutes a build of
+// this module may take; its output is in the error.
+func goCmd(args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("go %v: %w\n%s", args, err, out)
+	}
+	return nil
+}
+
 func plainBinary(t *testing.T) string {
 	t.Helper()
 	plain.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
 		plain.path = filepath.Join(binDir, "scenarios-plain.test")
-		args := []string{"test", "-c", "-o", plain.path, "github.com/tenantcanary/tenantcanary/scenarios"}
-		if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
-			plain.err = fmt.Errorf("go %v: %w\n%s", args, err, out)
-		}
+		plain.err = goCmd("test", "-c", "-o", plain.path, "github.com/tenantcanary/tenantcanary/scenarios")
 	})
 	require.NoError(t, plain.err, "build the plain test binary")
 	return plain.path
@@ -113,8 +113,7 @@ func plainBinary(t *testing.T) string {
 // without the race detector, when this one has it, and reports whether it
 // did: the caller then returns. It is for a test that runs the harness
 // code the catalog tests already run under the race detector, again and
-// again: the whole self-test took 342 CPU-seconds under it (of CI's two
-// cores), about a quarter of that plain. The self-test's own machinery
+// again: the whole self-test took 342 CPU-seconds under it, 206 plain. The self-test's own machinery
 // (faulty runs side by side, shared clean runs) stays under the race
 // detector in cmd/canary-run's TestSelfTestCommand. The tests of a weakened
 // target (the attacks' positive controls) use it too: they drive the same
@@ -128,7 +127,10 @@ func inPlainBinary(t *testing.T) bool {
 	bin := plainBinary(t)
 	args := []string{"-test.run", "^" + regexp.QuoteMeta(t.Name()) + "$", "-test.count", "1", "-test.v"}
 	if d, ok := t.Deadline(); ok {
-		args = append(args, "-test.timeout", time.Until(d).Round(time.Second).String())
+		// The child times out first, so its own report (every goroutine's
+		// stack) reaches this log; a timeout of 0 would mean none at all.
+		left := max(time.Until(d)-30*time.Second, time.Second)
+		args = append(args, "-test.timeout", left.Round(time.Second).String())
 	}
 	cmd := procgroup.CommandContext(t.Context(), bin, args...)
 	cmd.Env = append(os.Environ(), plainAgentdEnv+"="+agentdBin)

@@ -87,13 +87,11 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 		// escape grace still finds them, after each ending event.
 		esc := escapes(findingsOf(*rep, invariants.ProcessEscape))
 		for _, ev := range []string{"the close of session", "the deletion of profile", "the server's stop"} {
-			n := 0
+			outlived := false
 			for _, m := range esc {
-				if m[ev] {
-					n++
-				}
+				outlived = outlived || m[ev]
 			}
-			assert.Positive(t, n, "no process outlived %s: %v", ev, esc)
+			assert.True(t, outlived, "no process outlived %s: %v", ev, esc)
 		}
 	})
 	t.Run("mangled/hostile-tools", func(t *testing.T) {
