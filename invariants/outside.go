@@ -54,7 +54,9 @@ const (
 // ListPlaces lists every entry under the places' roots (links not
 // followed, at most OutsideDepth levels below a root and OutsideLimit
 // entries in all). A root that does not exist or cannot be read is
-// skipped: the check sees what the harness can see.
+// skipped: the check sees what the harness can see. An entry whose place
+// (the deepest holding it) judges names only has its type and no more:
+// a change of its content or time is not looked at there.
 func ListPlaces(ctx context.Context, places []Place) Listing {
 	out := Listing{}
 	for _, p := range places {
@@ -68,6 +70,15 @@ func ListPlaces(ctx context.Context, places []Place) Listing {
 			}
 			if rel, _ := filepath.Rel(root, path); strings.Count(rel, string(filepath.Separator)) >= OutsideDepth && d.IsDir() {
 				return filepath.SkipDir
+			}
+			if _, seen := out[path]; seen {
+				return nil // listed from a place around this one
+			}
+			if judge, _ := placeFor(places, path); judge.NameOnly {
+				// Only its name is judged: no stat (the system temp
+				// folder holds most of a listing's entries).
+				out[path] = Entry{Mode: d.Type()}
+				return nil
 			}
 			info, err := d.Info()
 			if err != nil {

@@ -19,9 +19,13 @@ const (
 // ProbeCommand is the terminal command of the default responder: dump the
 // environment and cwd between markers, then export the tenant's shell-state
 // canary, so a shell that another tenant reuses shows it in that tenant's
-// next snapshot.
+// next snapshot. It starts one process (env): nearly every turn of a run
+// runs it, and a process start is the dearest thing a turn does. The
+// shell's $PWD is what pwd prints (a shell checks an inherited PWD against
+// "." when it starts, and cd keeps it), and the checks read the lines in
+// any order.
 func (t *Tenant) ProbeCommand() string {
-	return "echo " + ProbeBegin + "; env | sort; echo CWD=$(pwd); echo " + ProbeEnd +
+	return "echo " + ProbeBegin + "; env; echo CWD=$PWD; echo " + ProbeEnd +
 		"; export TENANT_SHELL_STATE=" + t.Value(ShellState)
 }
 

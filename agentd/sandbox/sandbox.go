@@ -170,6 +170,7 @@ type Cmd struct {
 	infoR, infoW *os.File
 	infoDone     chan struct{}
 	inner        atomic.Int64 // bwrap's pid 1, in our numbering (0 until known)
+	emptied      bool         // Stop saw the namespace end (see emptyNamespace)
 	work         []*os.File   // the workdirs' descriptors, passed to the child and closed once it started
 	pid          int
 }
@@ -528,6 +529,39 @@ func (c *Cmd) StartFailed() {
 // killed outright.
 const stopGrace = 10 * time.Second
 
+// emptyNamespace waits, after bwrap's pid 1 was killed, for the outer bwrap
+// to be waited and its pid 1 to be gone, and says whether it was. Then
+// nothing the command started lives: a process cannot leave its PID
+// namespace, and the kernel kills every process of a namespace and waits
+// for them before its pid 1 can end; the outer bwrap was the only process
+// of the session outside it. So no scan of the process table for the
+// session's members is needed (each reads every process's stat file, and
+// a server stops a shell at every session's end).
+func (c *Cmd) emptyNamespace(waited <-chan struct{}) bool {
+	inner := int(c.inner.Load())
+	if inner <= 0 {
+		return false
+	}
+	_ = syscall.Kill(-c.pid, syscall.SIGKILL) // the outer bwrap's group
+	select {
+	case <-waited:
+	case <-time.After(stopGrace):
+		return false
+	}
+	for deadline := time.Now().Add(stopGrace); procgroup.Alive(inner); {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.emptied = true
+	return true
+}
+
+// Emptied says whether Stop saw the command's whole tree end by its PID
+// namespace's end: a caller then need not look for what is left of it.
+func (c *Cmd) Emptied() bool { return c.emptied }
+
 // Stop ends the command and every process it started, and returns once
 // they are gone. waited is closed when the caller's Wait on the command
 // returned (the caller owns Wait). Call it on every path, also after the
@@ -549,6 +583,9 @@ func (c *Cmd) Stop(waited <-chan struct{}) {
 			_ = syscall.Kill(inner, syscall.SIGKILL)
 		}
 		_ = syscall.Kill(c.pid, syscall.SIGKILL)
+		if c.emptyNamespace(waited) {
+			return
+		}
 	case c.contain:
 		// The launcher kills its whole tree on SIGTERM, then exits.
 		_ = syscall.Kill(c.pid, syscall.SIGTERM)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
@@ -257,7 +258,7 @@ func start(ctx context.Context, opts Options) (*proc, error) {
 		cmd.Env = env
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL}
-	f, err := pty.StartWithAttrs(cmd, &pty.Winsize{Rows: 50, Cols: 250}, cmd.SysProcAttr)
+	f, err := startQuiet(cmd)
 	if err != nil {
 		if sb != nil {
 			sb.StartFailed()
@@ -278,15 +279,12 @@ func start(ctx context.Context, opts Options) (*proc, error) {
 		p.waitErr = cmd.Wait()
 		close(p.waited)
 	}()
-	// Quiet the terminal (no echo, no CR translation, no prompts, no job
-	// control, no history) and wait for the shell to say it is ready. The
-	// marker is printed from pieces so the echo of this very line (before
-	// stty takes effect) cannot match it. stty's errors go to a closed
-	// stderr, not /dev/null: a shell whose /dev is not the sandbox's own
-	// (a host /dev bound nodev) cannot open /dev/null, and stty would not
-	// run at all, leaving a terminal whose lines end in CR LF.
+	// Quiet the shell (no prompts, no job control, no history; the
+	// terminal is quiet already) and wait for it to say it is ready. The
+	// marker is printed from pieces so that an echo of this very line, on a
+	// terminal that echoes after all, cannot match it.
 	ready := "__AGENTD_" + p.nonce + "_READY__"
-	init := "stty -echo -onlcr 2>&-; PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; unset HISTFILE; set +m +H +o history; " +
+	init := "PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; unset HISTFILE; set +m +H +o history; " +
 		"printf '%s%s\\n' __AGENTD_" + p.nonce + " _READY__\n"
 	if _, err := f.WriteString(init); err != nil {
 		p.kill()
@@ -299,6 +297,48 @@ func start(ctx context.Context, opts Options) (*proc, error) {
 		return nil, fmt.Errorf("start %s in %s: shell never became ready: %w", opts.Shell, opts.Dir, err)
 	}
 	return p, nil
+}
+
+// startQuiet starts cmd on a new PTY, its controlling terminal, and
+// returns the master. The terminal neither echoes what is written to it
+// nor turns LF into CR LF, from before the shell starts: set on the PTY
+// here, not by an stty the shell would start (a process start per shell,
+// the dearest thing a session's start does).
+func startQuiet(cmd *exec.Cmd) (*os.File, error) {
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		return nil, fmt.Errorf("open a pty: %w", err)
+	}
+	defer tty.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 50, Cols: 250}); err != nil {
+		ptmx.Close()
+		return nil, fmt.Errorf("size the pty: %w", err)
+	}
+	if err := quiet(tty); err != nil {
+		ptmx.Close()
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	if err := cmd.Start(); err != nil {
+		ptmx.Close()
+		return nil, err
+	}
+	return ptmx, nil
+}
+
+// quiet turns the terminal's echo and its output's LF to CR LF off.
+func quiet(tty *os.File) error {
+	fd := int(tty.Fd())
+	t, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return fmt.Errorf("read the pty's settings: %w", err)
+	}
+	t.Lflag &^= unix.ECHO | unix.ECHOE | unix.ECHOK | unix.ECHONL
+	t.Oflag &^= unix.ONLCR
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, t); err != nil {
+		return fmt.Errorf("quiet the pty: %w", err)
+	}
+	return nil
 }
 
 // pollable returns the PTY master as a file the runtime polls, so that
@@ -521,6 +561,11 @@ func (p *proc) kill() {
 		pid := p.cmd.Process.Pid
 		if p.sb != nil {
 			p.sb.Stop(p.waited) // the whole tree, in whatever session
+			if p.sb.Emptied() {
+				_ = p.pty.Close()
+				<-p.readDone
+				return
+			}
 		}
 		procgroup.KillSession(pid)
 		_ = p.pty.Close()

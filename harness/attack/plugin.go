@@ -178,7 +178,7 @@ func pluginInHomes(rels ...string) []any {
 // HogMiB and HogSeconds size the hog row: more memory than HostMemoryLimit,
 // for longer than a call's default deadline (30 s).
 const (
-	HogMiB     = 1280
+	HogMiB     = 640
 	HogSeconds = 40
 )
 
@@ -190,7 +190,7 @@ const (
 // hostile plugin ends in milliseconds.
 const (
 	HostCallTimeout = "3s"
-	HostMemoryLimit = "1GiB"
+	HostMemoryLimit = "512MiB"
 )
 
 // Plugin is what a hostile tenant's plugin tries through its own code.
