@@ -59,6 +59,7 @@ const (
 // a change of its content or time is not looked at there.
 func ListPlaces(ctx context.Context, places []Place) Listing {
 	out := Listing{}
+	nameOnly := nameOnlyJudge(places)
 	for _, p := range places {
 		root := filepath.Clean(p.Root)
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -68,13 +69,15 @@ func ListPlaces(ctx context.Context, places []Place) Listing {
 			if len(out) >= OutsideLimit {
 				return filepath.SkipAll
 			}
-			if rel, _ := filepath.Rel(root, path); strings.Count(rel, string(filepath.Separator)) >= OutsideDepth && d.IsDir() {
+			// path is root joined with the entry's path below it.
+			rel := strings.TrimPrefix(path[len(root):], string(filepath.Separator))
+			if d.IsDir() && strings.Count(rel, string(filepath.Separator)) >= OutsideDepth {
 				return filepath.SkipDir
 			}
 			if _, seen := out[path]; seen {
 				return nil // listed from a place around this one
 			}
-			if judge, _ := placeFor(places, path); judge.NameOnly {
+			if nameOnly(path) {
 				// Only its name is judged: no stat (the system temp
 				// folder holds most of a listing's entries).
 				out[path] = Entry{Mode: d.Type()}
@@ -89,6 +92,32 @@ func ListPlaces(ctx context.Context, places []Place) Listing {
 		})
 	}
 	return out
+}
+
+// nameOnlyJudge returns whether a clean path's place (the deepest holding
+// it, as placeFor finds it) judges names only. It is placeFor for a
+// listing's every entry: the roots are cleaned once, and a path is within
+// one by its prefix.
+func nameOnlyJudge(places []Place) func(path string) bool {
+	type root struct {
+		dir      string
+		nameOnly bool
+	}
+	roots := make([]root, len(places))
+	for i, p := range places {
+		roots[i] = root{filepath.Clean(p.Root), p.NameOnly}
+	}
+	return func(path string) bool {
+		best, nameOnly := -1, false
+		for _, r := range roots {
+			in := path == r.dir || strings.HasPrefix(path, r.dir) &&
+				(strings.HasSuffix(r.dir, string(filepath.Separator)) || path[len(r.dir)] == filepath.Separator)
+			if in && len(r.dir) > best {
+				best, nameOnly = len(r.dir), r.nameOnly
+			}
+		}
+		return nameOnly
+	}
 }
 
 // OutsideWrites compares listings of places taken before and after the

@@ -79,3 +79,32 @@ func TestInherits(t *testing.T) {
 	assert.Equal(t, ts[0].Name, fs[0].Tenant)
 	assert.Contains(t, fs[0].Detail, "deleted one's")
 }
+
+// TestNameOnlyJudgeIsPlaceFor: the listing's quick judge agrees with
+// placeFor, the deepest place holding a path, on nested and sibling roots.
+
+// TestNameOnlyJudgeIsPlaceFor: the listing's quick judge agrees with
+// placeFor, the deepest place holding a path, on nested and sibling roots.
+func TestNameOnlyJudgeIsPlaceFor(t *testing.T) {
+	places := []Place{{Root: "/tmp", NameOnly: true}, {Root: "/tmp/box/"}, {Root: "/tmp/box/work", NameOnly: true},
+		{Root: "/tmp/boxes", Strict: true}, {Root: "/"}}
+	judge := nameOnlyJudge(places)
+	for _, path := range []string{"/tmp", "/tmp/x", "/tmp/box", "/tmp/box/a", "/tmp/box/work", "/tmp/box/work/b",
+		"/tmp/box/workshop", "/tmp/boxes/c", "/tmp/boxesx", "/etc/passwd", "/"} {
+		p, ok := placeFor(places, path)
+		require.True(t, ok, path)
+		assert.Equal(t, p.NameOnly, judge(path), path)
+	}
+}
+
+// BenchmarkListPlaces lists the places hostile-chains watches on this
+// machine: system folders with their entries' times, the temp folders by
+// name only.
+func BenchmarkListPlaces(b *testing.B) {
+	places := []Place{{Root: "/usr/local"}, {Root: "/etc"}, {Root: "/opt"}, {Root: os.TempDir(), NameOnly: true}}
+	entries := 0
+	for b.Loop() {
+		entries = len(ListPlaces(b.Context(), places))
+	}
+	b.ReportMetric(float64(entries), "entries/op")
+}

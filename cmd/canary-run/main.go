@@ -6,10 +6,16 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/tenantcanary/tenantcanary/certify"
 )
+
+// harnessGOGC is the harness's GOGC: a collection when the heap has grown
+// by 4 times what the last one left (measured: a catalog's GC work, 11 % of
+// the harness's CPU at 100, falls by more than half).
+const harnessGOGC = 400
 
 func main() {
 	// Re-executed as the embedded agentd (the default target): run it.
@@ -19,6 +25,12 @@ func main() {
 		// `canary-run agentd ...` by hand: agentd handles its own signals,
 		// as the standalone binary does.
 		os.Exit(run(context.Background(), args, os.Stdin, os.Stdout, os.Stderr))
+	}
+	if os.Getenv("GOGC") == "" {
+		// The harness holds a run's records (every provider request, frame
+		// and snapshot) and re-reads them at every check; memory is cheap
+		// next to the collections a default GOGC would run over them.
+		debug.SetGCPercent(harnessGOGC)
 	}
 	ctx, stop := interruptible(context.Background(), os.Stderr)
 	code := run(ctx, args, os.Stdin, os.Stdout, os.Stderr)

@@ -10,9 +10,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/traefik/yaegi/interp"
@@ -206,15 +208,19 @@ func Load(dir string, pctx plugin.Context, opt Options) (err error) {
 	if out == nil {
 		out = io.Discard
 	}
+	imports, err := importsOf(files)
+	if err != nil {
+		return fmt.Errorf("parse plugin %s: %w", pctx.Name(), err)
+	}
 	i := interp.New(interp.Options{Stdout: out, Stderr: out, Unrestricted: opt.Unrestricted, Env: opt.Env})
-	if err := i.Use(stdlib.Symbols); err != nil {
+	if err := i.Use(only(stdlib.Symbols, imports)); err != nil {
 		return fmt.Errorf("load plugin %s: %w", pctx.Name(), err)
 	}
 	if opt.Unrestricted {
-		if err := i.Use(unrestricted.Symbols); err != nil {
+		if err := i.Use(only(unrestricted.Symbols, imports)); err != nil {
 			return fmt.Errorf("load plugin %s: %w", pctx.Name(), err)
 		}
-		if err := i.Use(syscall.Symbols); err != nil {
+		if err := i.Use(only(syscall.Symbols, imports)); err != nil {
 			return fmt.Errorf("load plugin %s: %w", pctx.Name(), err)
 		}
 	}
@@ -245,4 +251,48 @@ func Load(dir string, pctx plugin.Context, opt Options) (err error) {
 		return fmt.Errorf("plugin %s: register: %w", pctx.Name(), err)
 	}
 	return nil
+}
+
+// importsOf lists the import paths of the plugin's files.
+func importsOf(files []string) (map[string]bool, error) {
+	paths := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
+		if err != nil {
+			return nil, err
+		}
+		for _, im := range f.Imports {
+			p, err := strconv.Unquote(im.Path.Value)
+			if err != nil {
+				return nil, fmt.Errorf("%s: import %s: %w", filepath.Base(name), im.Path.Value, err)
+			}
+			paths[p] = true
+		}
+	}
+	return paths, nil
+}
+
+// always are the packages every interpreter gets whatever the plugin
+// imports: yaegi's Use treats a set holding fmt as the standard library,
+// and only then confines os (a restricted plugin's Getenv, Environ and
+// Setenv see its own environment, not the process's), fmt's and log's
+// output and flag, and compiles the generic packages (slices, maps, cmp,
+// sync/atomic's types), which import cmp and math/bits; "." carries the
+// wrappers of the interfaces fmt and others look for.
+var always = map[string]bool{".": true, "fmt": true, "cmp": true, "math/bits": true}
+
+// only is the packages of exports that the plugin imports, and those
+// always given (a key is the import path, a slash and the package's
+// name). Use copies every symbol it is given, and yaegi's standard library
+// has thousands: a plugin host loads its plugins at every start. A
+// package the plugin does not import it cannot reach.
+func only(exports interp.Exports, imports map[string]bool) interp.Exports {
+	out := interp.Exports{}
+	for key, syms := range exports {
+		if dir := path.Dir(key); imports[dir] || always[dir] || key == "." {
+			out[key] = syms
+		}
+	}
+	return out
 }

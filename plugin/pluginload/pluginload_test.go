@@ -67,7 +67,9 @@ func (r *recorder) RegisterMemoryProvider(p plugin.MemoryProvider) error {
 	return nil
 }
 
-func writePlugin(t *testing.T, src string) string {
+func writePlugin(t *testing.T, src string) string { return writePluginB(t, src) }
+
+func writePluginB(t testing.TB, src string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "probe")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
@@ -154,4 +156,35 @@ func TestRestrictedLoadTurnsExitIntoAnError(t *testing.T) {
 	src := "package probe\n\nimport (\n\t\"os\"\n\n\t\"github.com/tenantcanary/tenantcanary/plugin\"\n)\n\nfunc Register(ctx plugin.Context) error {\n\tos.Exit(4)\n\treturn nil\n}\n"
 	err := pluginload.Load(writePlugin(t, src), &recorder{}, pluginload.Options{})
 	require.ErrorContains(t, err, "os.Exit(4)")
+}
+
+// TestRestrictedPluginSeesOnlyItsEnvironment: a restricted plugin that
+// imports os (and not fmt, so its interpreter is given only the packages
+// it imports) reads its own environment, never the process's.
+func TestRestrictedPluginSeesOnlyItsEnvironment(t *testing.T) {
+	t.Setenv("TENANTCANARY_PROCESS_ONLY", "process-secret")
+	src := `package probe
+
+import (
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/plugin"
+)
+
+func Register(ctx plugin.Context) error {
+	return ctx.RegisterTool(plugin.Tool{Name: "env", Handler: func(args map[string]any) (string, error) {
+		env := os.Environ()
+		sort.Strings(env)
+		return os.Getenv("TENANTCANARY_PROCESS_ONLY") + "|" + strings.Join(env, ","), nil
+	}})
+}
+`
+	r := &recorder{}
+	require.NoError(t, pluginload.Load(writePlugin(t, src), r, pluginload.Options{Env: []string{"OWN=1"}}))
+	require.Len(t, r.tools, 1)
+	out, err := r.tools[0].Handler(nil)
+	require.NoError(t, err)
+	require.Equal(t, "|OWN=1", out)
 }
