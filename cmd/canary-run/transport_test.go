@@ -71,10 +71,10 @@ func TestTargetCheckWalksEveryTransport(t *testing.T) {
 // skipped with the reason, and the leak switch is found through either.
 func TestCatalogAgainstDialectServerTransports(t *testing.T) {
 	t.Parallel()
-	run := func(t *testing.T, chatFirst bool, edits ...string) (int, string, string) {
+	run := func(t *testing.T, chatFirst bool, catalog string, edits ...string) (int, string, string) {
 		t.Helper()
 		out := filepath.Join(t.TempDir(), "cert")
-		code, _, stderr := runCLI(t, "--target", framedFile(t, chatFirst, edits...), "--tenants", "2", "--out", out, "--no-self-test", "--run", dialectCatalog)
+		code, _, stderr := runCLI(t, "--target", framedFile(t, chatFirst, edits...), "--tenants", "2", "--out", out, "--no-self-test", "--run", catalog)
 		summary, err := os.ReadFile(filepath.Join(out, "summary.md"))
 		require.NoError(t, err, stderr)
 		return code, string(summary), stderr
@@ -83,7 +83,7 @@ func TestCatalogAgainstDialectServerTransports(t *testing.T) {
 		name := map[bool]string{false: "framed", true: "chat"}[chat]
 		t.Run(name+"/clean", func(t *testing.T) {
 			t.Parallel()
-			code, summary, stderr := run(t, chat)
+			code, summary, stderr := run(t, chat, dialectCatalog)
 			require.Equal(t, 0, code, "summary:\n%s\nstderr:\n%s", summary, stderr)
 			for _, want := range []string{
 				"| profile-lifecycle | pass |", "| stdio-separate | pass |", "| concurrent-turns | pass |",
@@ -98,7 +98,7 @@ func TestCatalogAgainstDialectServerTransports(t *testing.T) {
 		})
 		t.Run(name+"/leaking", func(t *testing.T) {
 			t.Parallel()
-			code, summary, _ := run(t, chat, "files: true", "files: true\nenv: {DIALECT_LEAK: \"1\"}")
+			code, summary, _ := run(t, chat, dialectLeakCatalog, "files: true", "files: true\nenv: {DIALECT_LEAK: \"1\"}")
 			require.Equal(t, 1, code, summary)
 			assert.Contains(t, summary, "provider_key")
 		})
