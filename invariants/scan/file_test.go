@@ -45,7 +45,7 @@ func hitsBy(r Report, container string) []Hit {
 
 // openWAL opens a database in WAL mode with automatic checkpoints off, so
 // what is written stays in the -wal file until the test says otherwise.
-func openWAL(t *testing.T, path string) *sql.DB {
+func openWAL(t testing.TB, path string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)")
 	require.NoError(t, err)
@@ -59,7 +59,7 @@ func openWAL(t *testing.T, path string) *sql.DB {
 }
 
 // mustExec runs a statement on db, failing the test on an error.
-func mustExec(t *testing.T, db *sql.DB, query string, args ...any) {
+func mustExec(t testing.TB, db *sql.DB, query string, args ...any) {
 	t.Helper()
 	_, err := db.Exec(query, args...)
 	require.NoError(t, err)

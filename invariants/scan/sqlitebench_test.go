@@ -1,0 +1,31 @@
+package scan
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+)
+
+// BenchmarkSQLiteFile scans a small state database in WAL mode (a
+// session's table and 60 messages, some in the -wal file), as the checks
+// scan each tenant's state.db after every phase.
+func BenchmarkSQLiteFile(b *testing.B) {
+	pats := testPatterns(rand.New(rand.NewPCG(7, 8)), 3)
+	m, err := Compile(pats)
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(b.TempDir(), "state.db")
+	db := openWAL(b, path)
+	for i := range 60 {
+		mustExec(b, db, `INSERT INTO messages (content) VALUES (?)`, fmt.Sprintf("turn %d of %s", i, pats[i%len(pats)].Value))
+	}
+	for b.Loop() {
+		r := m.File(context.Background(), path)
+		if len(r.Hits) == 0 || len(r.Skipped) != 0 {
+			b.Fatalf("hits %d, skipped %v", len(r.Hits), r.Skipped)
+		}
+	}
+}
