@@ -59,7 +59,7 @@ const (
 // a change of its content or time is not looked at there.
 func ListPlaces(ctx context.Context, places []Place) Listing {
 	out := Listing{}
-	nameOnly := nameOnlyJudge(places)
+	judge := newPlaceIndex(places)
 	for _, p := range places {
 		root := filepath.Clean(p.Root)
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -77,7 +77,7 @@ func ListPlaces(ctx context.Context, places []Place) Listing {
 			if _, seen := out[path]; seen {
 				return nil // listed from a place around this one
 			}
-			if nameOnly(path) {
+			if p, _ := judge.of(path); p.NameOnly {
 				// Only its name is judged: no stat (the system temp
 				// folder holds most of a listing's entries).
 				out[path] = Entry{Mode: d.Type()}
@@ -94,32 +94,6 @@ func ListPlaces(ctx context.Context, places []Place) Listing {
 	return out
 }
 
-// nameOnlyJudge returns whether a clean path's place (the deepest holding
-// it, as placeFor finds it) judges names only. It is placeFor for a
-// listing's every entry: the roots are cleaned once, and a path is within
-// one by its prefix.
-func nameOnlyJudge(places []Place) func(path string) bool {
-	type root struct {
-		dir      string
-		nameOnly bool
-	}
-	roots := make([]root, len(places))
-	for i, p := range places {
-		roots[i] = root{filepath.Clean(p.Root), p.NameOnly}
-	}
-	return func(path string) bool {
-		best, nameOnly := -1, false
-		for _, r := range roots {
-			in := path == r.dir || strings.HasPrefix(path, r.dir) &&
-				(strings.HasSuffix(r.dir, string(filepath.Separator)) || path[len(r.dir)] == filepath.Separator)
-			if in && len(r.dir) > best {
-				best, nameOnly = len(r.dir), r.nameOnly
-			}
-		}
-		return nameOnly
-	}
-}
-
 // OutsideWrites compares listings of places taken before and after the
 // tenants acted, and reports, as write-scope findings, every entry added
 // or changed that no tenant may write: in a tenant's workdir, one carrying
@@ -134,12 +108,13 @@ func OutsideWrites(ctx context.Context, ts []*tenants.Tenant, places []Place, be
 		}
 	}
 	sort.Strings(paths)
+	judge := newPlaceIndex(places)
 	var out []Finding
 	for _, path := range paths {
 		if ctx.Err() != nil {
 			break
 		}
-		place, ok := placeFor(places, path)
+		place, ok := judge.of(path)
 		if !ok || filepath.Clean(place.Root) == path {
 			continue // the watched folder itself changes with every entry
 		}
@@ -176,16 +151,37 @@ func outsideFinding(p Place, path, change string, c tenants.Canary) Finding {
 		Detail: fmt.Sprintf("%s %s (under %s)", change, where, p.Root)}
 }
 
-// placeFor is the deepest place holding path.
-func placeFor(places []Place, path string) (Place, bool) {
-	var best Place
-	found := false
-	for _, p := range places {
-		if within(path, filepath.Clean(p.Root)) && (!found || len(p.Root) > len(best.Root)) {
-			best, found = p, true
+// placeIndex finds the place that judges a path: the deepest holding it.
+// A listing asks it of every entry, so the roots are cleaned once and a
+// path is within one by its prefix.
+type placeIndex struct {
+	places []Place
+	roots  []string // places[i].Root, clean
+}
+
+func newPlaceIndex(places []Place) placeIndex {
+	roots := make([]string, len(places))
+	for i, p := range places {
+		roots[i] = filepath.Clean(p.Root)
+	}
+	return placeIndex{places: places, roots: roots}
+}
+
+// of is the deepest place holding the clean path (the first of equally
+// deep ones).
+func (x placeIndex) of(path string) (Place, bool) {
+	best := -1
+	for i, r := range x.roots {
+		in := path == r || strings.HasPrefix(path, r) &&
+			(strings.HasSuffix(r, string(filepath.Separator)) || path[len(r)] == filepath.Separator)
+		if in && (best < 0 || len(r) > len(x.roots[best])) {
+			best = i
 		}
 	}
-	return best, found
+	if best < 0 {
+		return Place{}, false
+	}
+	return x.places[best], true
 }
 
 // carried lists the canaries of ts in path's name, or in its content (a

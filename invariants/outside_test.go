@@ -80,21 +80,25 @@ func TestInherits(t *testing.T) {
 	assert.Contains(t, fs[0].Detail, "deleted one's")
 }
 
-// TestNameOnlyJudgeIsPlaceFor: the listing's quick judge agrees with
-// placeFor, the deepest place holding a path, on nested and sibling roots.
-
-// TestNameOnlyJudgeIsPlaceFor: the listing's quick judge agrees with
-// placeFor, the deepest place holding a path, on nested and sibling roots.
-func TestNameOnlyJudgeIsPlaceFor(t *testing.T) {
+// TestPlaceOfIsTheDeepest: a path is judged by the deepest place holding
+// it, on nested and sibling roots, one with a trailing slash and the root
+// folder among them; a path outside every place has none.
+func TestPlaceOfIsTheDeepest(t *testing.T) {
 	places := []Place{{Root: "/tmp", NameOnly: true}, {Root: "/tmp/box/"}, {Root: "/tmp/box/work", NameOnly: true},
-		{Root: "/tmp/boxes", Strict: true}, {Root: "/"}}
-	judge := nameOnlyJudge(places)
-	for _, path := range []string{"/tmp", "/tmp/x", "/tmp/box", "/tmp/box/a", "/tmp/box/work", "/tmp/box/work/b",
-		"/tmp/box/workshop", "/tmp/boxes/c", "/tmp/boxesx", "/etc/passwd", "/"} {
-		p, ok := placeFor(places, path)
+		{Root: "/tmp/boxes", Strict: true}}
+	x := newPlaceIndex(places)
+	for path, want := range map[string]string{"/tmp": "/tmp", "/tmp/x": "/tmp", "/tmp/box": "/tmp/box/", "/tmp/box/a": "/tmp/box/",
+		"/tmp/box/work": "/tmp/box/work", "/tmp/box/work/b": "/tmp/box/work", "/tmp/box/workshop": "/tmp/box/",
+		"/tmp/boxes/c": "/tmp/boxes", "/tmp/boxesx": "/tmp"} {
+		p, ok := x.of(path)
 		require.True(t, ok, path)
-		assert.Equal(t, p.NameOnly, judge(path), path)
+		assert.Equal(t, want, p.Root, path)
 	}
+	_, ok := x.of("/etc/passwd")
+	assert.False(t, ok)
+	p, ok := newPlaceIndex(append(places, Place{Root: "/"})).of("/etc/passwd")
+	require.True(t, ok)
+	assert.Equal(t, "/", p.Root)
 }
 
 // BenchmarkListPlaces lists the places hostile-chains watches on this

@@ -170,7 +170,6 @@ type Cmd struct {
 	infoR, infoW *os.File
 	infoDone     chan struct{}
 	inner        atomic.Int64 // bwrap's pid 1, in our numbering (0 until known)
-	emptied      bool         // Stop saw the namespace end (see emptyNamespace)
 	work         []*os.File   // the workdirs' descriptors, passed to the child and closed once it started
 	pid          int
 }
@@ -529,38 +528,37 @@ func (c *Cmd) StartFailed() {
 // killed outright.
 const stopGrace = 10 * time.Second
 
-// emptyNamespace waits, after bwrap's pid 1 was killed, for the outer bwrap
-// to be waited and its pid 1 to be gone, and says whether it was. Then
-// nothing the command started lives: a process cannot leave its PID
-// namespace, and the kernel kills every process of a namespace and waits
-// for them before its pid 1 can end; the outer bwrap was the only process
-// of the session outside it. So no scan of the process table for the
-// session's members is needed (each reads every process's stat file, and
-// a server stops a shell at every session's end).
-func (c *Cmd) emptyNamespace(waited <-chan struct{}) bool {
+// namespaceEnded, after bwrap's pid 1 and the outer bwrap were killed,
+// kills the outer bwrap's group and waits for it to be waited and for pid 1
+// to be gone, and says whether they were. Then nothing the command started
+// lives: a process cannot leave its PID namespace, the kernel kills every
+// process of a namespace and waits for them before its pid 1 can end, and
+// the outer bwrap was the only process of the session outside it. So the
+// session needs no scan of the process table (each reads every process's
+// stat file, and a server stops a shell at every session's end).
+func (c *Cmd) namespaceEnded(waited <-chan struct{}) bool {
 	inner := int(c.inner.Load())
 	if inner <= 0 {
 		return false
 	}
-	_ = syscall.Kill(-c.pid, syscall.SIGKILL) // the outer bwrap's group
+	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
 	select {
 	case <-waited:
 	case <-time.After(stopGrace):
 		return false
 	}
-	for deadline := time.Now().Add(stopGrace); procgroup.Alive(inner); {
+	return gone(inner)
+}
+
+// gone waits up to stopGrace for pid to be gone, and says whether it is.
+func gone(pid int) bool {
+	for deadline := time.Now().Add(stopGrace); procgroup.Alive(pid); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(time.Millisecond)
 	}
-	c.emptied = true
 	return true
 }
-
-// Emptied says whether Stop saw the command's whole tree end by its PID
-// namespace's end: a caller then need not look for what is left of it.
-func (c *Cmd) Emptied() bool { return c.emptied }
 
 // Stop ends the command and every process it started, and returns once
 // they are gone. waited is closed when the caller's Wait on the command
@@ -583,7 +581,7 @@ func (c *Cmd) Stop(waited <-chan struct{}) {
 			_ = syscall.Kill(inner, syscall.SIGKILL)
 		}
 		_ = syscall.Kill(c.pid, syscall.SIGKILL)
-		if c.emptyNamespace(waited) {
+		if c.namespaceEnded(waited) {
 			return
 		}
 	case c.contain:
@@ -596,7 +594,7 @@ func (c *Cmd) Stop(waited <-chan struct{}) {
 	}
 	procgroup.KillSession(c.pid)
 	<-waited
-	procgroup.KillSession(c.pid)
+	procgroup.EmptySession(c.pid, stopGrace)
 	if c.bwrap && c.contain {
 		// The outer bwrap may exit as soon as the command did; its pid 1
 		// (killed with it) is gone only once its namespace is empty.
@@ -604,12 +602,9 @@ func (c *Cmd) Stop(waited <-chan struct{}) {
 		case <-c.infoDone:
 		case <-time.After(stopGrace):
 		}
-		inner := int(c.inner.Load())
-		if inner > 0 {
+		if inner := int(c.inner.Load()); inner > 0 {
 			_ = syscall.Kill(inner, syscall.SIGKILL)
-		}
-		for deadline := time.Now().Add(stopGrace); inner > 0 && procgroup.Alive(inner) && time.Now().Before(deadline); {
-			time.Sleep(2 * time.Millisecond)
+			gone(inner)
 		}
 	}
 }

@@ -558,29 +558,18 @@ func (p *proc) exitStatus() string {
 // session; then it closes the PTY and waits for the owning goroutines.
 func (p *proc) kill() {
 	p.killOnce.Do(func() {
-		pid := p.cmd.Process.Pid
 		if p.sb != nil {
-			p.sb.Stop(p.waited) // the whole tree, in whatever session
-			if p.sb.Emptied() {
-				_ = p.pty.Close()
-				<-p.readDone
-				return
-			}
+			// The whole tree, in whatever session, gone when Stop returns.
+			p.sb.Stop(p.waited)
+			_ = p.pty.Close()
+			<-p.readDone
+			return
 		}
+		pid := p.cmd.Process.Pid
 		procgroup.KillSession(pid)
 		_ = p.pty.Close()
 		<-p.waited
 		<-p.readDone
-		// Members that were forking while we scanned, and those not yet
-		// dead of their SIGKILL: kill returns once the session is empty.
-		// Each look scans the whole process table, so the looks back off
-		// (2 ms doubling to 64 ms) rather than spin on a busy machine.
-		wait := 2 * time.Millisecond
-		for deadline := time.Now().Add(startTimeout); time.Now().Before(deadline); wait = min(2*wait, 64*time.Millisecond) {
-			if len(procgroup.KillSession(pid)) == 0 {
-				break
-			}
-			time.Sleep(wait)
-		}
+		procgroup.EmptySession(pid, startTimeout)
 	})
 }

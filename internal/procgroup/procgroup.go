@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // Prepare makes cmd start as the leader of a new process group and die with
@@ -97,6 +98,24 @@ func KillSession(sid int) []int {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	return found
+}
+
+// EmptySession kills session sid's members until a look finds none (a
+// member may be forking while a look scans, or not yet dead of its
+// SIGKILL), or until within has passed, and reports whether the session
+// emptied. Each look scans the whole process table, so the looks back off
+// (2 ms doubling to 64 ms) rather than spin on a busy machine.
+func EmptySession(sid int, within time.Duration) bool {
+	wait := 2 * time.Millisecond
+	for deadline := time.Now().Add(within); ; wait = min(2*wait, 64*time.Millisecond) {
+		if len(KillSession(sid)) == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(wait)
+	}
 }
 
 // SessionOf returns the session id of the live process pid (false when it

@@ -123,3 +123,31 @@ func startGroup(t *testing.T, cmd *exec.Cmd) int {
 	require.NoError(t, err)
 	return grandchild
 }
+
+// TestEmptySessionReachesOtherGroups: a session whose shell put a child in
+// a process group of its own is emptied whole, and a session with no
+// member left is empty at the first look.
+func TestEmptySessionReachesOtherGroups(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("bash", "-c", "set -m; sleep 300 & echo $!; wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { KillSession(cmd.Process.Pid); _ = cmd.Wait() })
+	line := make([]byte, 32)
+	n, err := out.Read(line)
+	require.NoError(t, err)
+	child, err := strconv.Atoi(strings.TrimSpace(string(line[:n])))
+	require.NoError(t, err)
+	sid := cmd.Process.Pid
+	require.Eventually(t, func() bool { st, ok := readStat(child); return ok && st.pgrp == child }, 10*time.Second, 5*time.Millisecond,
+		"the child is in a group of its own")
+	require.Contains(t, SessionMembers(sid), child)
+
+	require.True(t, EmptySession(sid, 10*time.Second))
+	_ = cmd.Wait()
+	require.False(t, Alive(child), "the child in its own group survived")
+	require.Empty(t, SessionMembers(sid))
+	require.True(t, EmptySession(sid, 0), "an empty session")
+}

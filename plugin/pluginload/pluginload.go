@@ -199,18 +199,13 @@ func Load(dir string, pctx plugin.Context, opt Options) (err error) {
 	if err != nil {
 		return err
 	}
-	f, err := parser.ParseFile(token.NewFileSet(), files[0], nil, parser.PackageClauseOnly)
+	pkg, imports, err := importsOf(files)
 	if err != nil {
 		return fmt.Errorf("parse plugin %s: %w", pctx.Name(), err)
 	}
-	pkg := f.Name.Name
 	out := opt.Out
 	if out == nil {
 		out = io.Discard
-	}
-	imports, err := importsOf(files)
-	if err != nil {
-		return fmt.Errorf("parse plugin %s: %w", pctx.Name(), err)
 	}
 	i := interp.New(interp.Options{Stdout: out, Stderr: out, Unrestricted: opt.Unrestricted, Env: opt.Env})
 	if err := i.Use(only(stdlib.Symbols, imports)); err != nil {
@@ -253,24 +248,28 @@ func Load(dir string, pctx plugin.Context, opt Options) (err error) {
 	return nil
 }
 
-// importsOf lists the import paths of the plugin's files.
-func importsOf(files []string) (map[string]bool, error) {
-	paths := map[string]bool{}
+// importsOf reads the plugin's package name (its first file's) and the
+// import paths of all its files.
+func importsOf(files []string) (pkg string, paths map[string]bool, err error) {
+	paths = map[string]bool{}
 	fset := token.NewFileSet()
 	for _, name := range files {
 		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
 		if err != nil {
-			return nil, err
+			return "", nil, err
+		}
+		if pkg == "" {
+			pkg = f.Name.Name
 		}
 		for _, im := range f.Imports {
 			p, err := strconv.Unquote(im.Path.Value)
 			if err != nil {
-				return nil, fmt.Errorf("%s: import %s: %w", filepath.Base(name), im.Path.Value, err)
+				return "", nil, fmt.Errorf("%s: import %s: %w", filepath.Base(name), im.Path.Value, err)
 			}
 			paths[p] = true
 		}
 	}
-	return paths, nil
+	return pkg, paths, nil
 }
 
 // always are the packages every interpreter gets whatever the plugin
@@ -278,8 +277,8 @@ func importsOf(files []string) (map[string]bool, error) {
 // and only then confines os (a restricted plugin's Getenv, Environ and
 // Setenv see its own environment, not the process's), fmt's and log's
 // output and flag, and compiles the generic packages (slices, maps, cmp,
-// sync/atomic's types), which import cmp and math/bits; "." carries the
-// wrappers of the interfaces fmt and others look for.
+// sync/atomic's types), which import cmp and math/bits; "." (the key "."
+// itself) carries the wrappers of the interfaces fmt and others look for.
 var always = map[string]bool{".": true, "fmt": true, "cmp": true, "math/bits": true}
 
 // only is the packages of exports that the plugin imports, and those
@@ -290,7 +289,7 @@ var always = map[string]bool{".": true, "fmt": true, "cmp": true, "math/bits": t
 func only(exports interp.Exports, imports map[string]bool) interp.Exports {
 	out := interp.Exports{}
 	for key, syms := range exports {
-		if dir := path.Dir(key); imports[dir] || always[dir] || key == "." {
+		if dir := path.Dir(key); imports[dir] || always[dir] {
 			out[key] = syms
 		}
 	}

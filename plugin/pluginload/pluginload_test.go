@@ -67,9 +67,7 @@ func (r *recorder) RegisterMemoryProvider(p plugin.MemoryProvider) error {
 	return nil
 }
 
-func writePlugin(t *testing.T, src string) string { return writePluginB(t, src) }
-
-func writePluginB(t testing.TB, src string) string {
+func writePlugin(t testing.TB, src string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "probe")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
