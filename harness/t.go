@@ -37,7 +37,9 @@ type Outcome struct {
 // RunStandalone runs fn with a T of its own, outside `go test`: Fatalf and
 // FailNow end fn's goroutine as they do in a test, a panic fails the run
 // with its stack, and cleanups run last to first after fn ends. Temporary
-// folders go under tempRoot and are removed unless keep is set.
+// folders go under tempRoot and are removed unless keep is set; with keep,
+// the run's log (what passing runs otherwise drop) is kept beside them, in
+// tempRoot/KeptLog.
 func RunStandalone(ctx context.Context, name, tempRoot string, keep bool, fn func(T)) Outcome {
 	st := &standaloneT{name: name, ctx: ctx, tempRoot: tempRoot}
 	done := make(chan struct{})
@@ -59,7 +61,33 @@ func RunStandalone(ctx context.Context, name, tempRoot string, keep bool, fn fun
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return Outcome{Failed: st.failed, Skipped: st.skipped, Log: append([]string(nil), st.log...)}
+	out := Outcome{Failed: st.failed, Skipped: st.skipped, Log: append([]string(nil), st.log...)}
+	if keep {
+		if err := keepLog(tempRoot, out.Log); err != nil {
+			out.Failed = true
+			out.Log = append(out.Log, err.Error())
+		}
+	}
+	return out
+}
+
+// KeptLog is the file under a kept run's tempRoot that holds its log.
+const KeptLog = "run.log"
+
+// keepLog writes a kept run's log lines into dir/KeptLog.
+func keepLog(dir string, lines []string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("keep the run's log: %w", err)
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(strings.TrimRight(l, "\n"))
+		b.WriteByte('\n')
+	}
+	if err := os.WriteFile(filepath.Join(dir, KeptLog), []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("keep the run's log: %w", err)
+	}
+	return nil
 }
 
 type standaloneT struct {

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -15,7 +16,8 @@ func TestRunStandaloneFatalStopsAndCleansUp(t *testing.T) {
 	t.Parallel()
 	var order []string
 	var dir string
-	out := RunStandalone(context.Background(), "scenario/x", t.TempDir(), false, func(st T) {
+	root := t.TempDir()
+	out := RunStandalone(context.Background(), "scenario/x", root, false, func(st T) {
 		dir = st.TempDir()
 		st.Cleanup(func() { order = append(order, "first") })
 		st.Cleanup(func() { order = append(order, "second"); st.Fatalf("cleanup fails too") })
@@ -28,6 +30,8 @@ func TestRunStandaloneFatalStopsAndCleansUp(t *testing.T) {
 	assert.Equal(t, []string{"second", "first"}, order)
 	_, err := os.Stat(dir)
 	assert.True(t, os.IsNotExist(err), "temp dir removed")
+	_, err = os.Stat(filepath.Join(root, KeptLog))
+	assert.True(t, os.IsNotExist(err), "a run not kept leaves no log")
 }
 
 func TestRunStandalonePanicFailsWithStack(t *testing.T) {
@@ -36,6 +40,10 @@ func TestRunStandalonePanicFailsWithStack(t *testing.T) {
 	require.True(t, out.Failed)
 	assert.Contains(t, out.Log[0], "panic: oops")
 	assert.Contains(t, out.Log[0], "t_test.go")
-	ok := RunStandalone(context.Background(), "ok", t.TempDir(), true, func(st T) { st.Logf("fine") })
+	root := t.TempDir()
+	ok := RunStandalone(context.Background(), "ok", root, true, func(st T) { st.Logf("fine"); st.Logf("two\nlines\n") })
 	assert.False(t, ok.Failed)
+	kept, err := os.ReadFile(filepath.Join(root, KeptLog))
+	require.NoError(t, err, "a kept run keeps its log, passed or not")
+	assert.Equal(t, "fine\ntwo\nlines\n", string(kept))
 }

@@ -300,9 +300,11 @@ func (e *Env) startFlood(r int) *flood.Flood {
 	e.T.Cleanup(f.Kill) // on every path; a no-op once stopped
 	ctx, cancel := e.ctx(2 * time.Minute)
 	defer cancel()
+	began := time.Now()
 	if _, err := f.Wait(ctx, "the flood's connections", func(c flood.Counts) bool { return c.Ready }); err != nil {
 		e.T.Fatalf("round %d: %v", r, err)
 	}
+	e.Logf("round %d: the flood's process and connections ready in %v", r, time.Since(began).Round(time.Millisecond))
 	return f
 }
 
@@ -318,6 +320,7 @@ func (e *Env) floodRound(r int, f *flood.Flood) {
 	ctx, cancel := e.ctx(2 * time.Minute)
 	defer cancel()
 	before := len(fl.Requests())
+	began := time.Now()
 	if err := f.Go(); err != nil {
 		e.T.Fatalf("round %d: %v", r, err)
 	}
@@ -330,10 +333,15 @@ func (e *Env) floodRound(r int, f *flood.Flood) {
 		got := len(fl.Requests()) - before
 		return got >= 1 || time.Since(on) >= floodSwamped, fmt.Sprintf("%d flood turn(s) at the provider; the flood: %s", got, f.Counts())
 	})
+	at := time.Now()
 	e.timeNeighbours(true)
+	timed := time.Now()
 	sctx, scancel := e.ctx(30 * time.Second)
 	defer scancel()
 	c, err := f.Stop(sctx)
+	// Where a round's time goes, for a run kept with --keep (its run.log).
+	e.Logf("round %d: every flood worker sending in %v, the flood at the provider %v later, the loaded window %v, the flood's stop %v",
+		r, on.Sub(began).Round(time.Millisecond), at.Sub(on).Round(time.Millisecond), timed.Sub(at).Round(time.Millisecond), time.Since(timed).Round(time.Millisecond))
 	e.KeepText(fl, fmt.Sprintf("output of %s's flood, round %d", fl.Name, r), []byte(f.Output()))
 	if err != nil {
 		e.T.Fatalf("round %d: stop %s's flood: %v", r, fl.Name, err)

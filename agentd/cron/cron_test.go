@@ -147,6 +147,17 @@ func TestClaimWithNothingDueWritesNothing(t *testing.T) {
 // output of a job is written only under the home's own cron/output. With
 // unchecked-job-ids seeded, the id is joined and the output lands outside
 // (the positive control).
+// An id is 1-64 characters and a name 1-128: the bounds themselves pass,
+// one more fails.
+func TestJobIDAndNameLengths(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, CheckID("a"+strings.Repeat("b", 63)))
+	require.ErrorIs(t, CheckID("a"+strings.Repeat("b", 64)), ErrBadJob)
+	require.NoError(t, CheckName("a"+strings.Repeat(" .", 63)+"b"))
+	require.ErrorIs(t, CheckName("a"+strings.Repeat(" .", 63)+"bc"), ErrBadJob)
+	require.ErrorIs(t, CheckName(" a"), ErrBadJob, "a name starts with a letter or digit")
+}
+
 func TestJobIDsNeverLeaveTheHome(t *testing.T) {
 	t.Parallel()
 	bad := []string{"../../x", "a/b", "..", ".", "/abs/olute", "", "x\x00y", ".hidden", "a b"}

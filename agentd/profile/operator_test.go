@@ -98,6 +98,7 @@ func TestNamesAndSlugsAreAnAllowList(t *testing.T) {
 		require.ErrorIs(t, ValidSlug(bad), ErrBadSlug, "slug %q", bad)
 	}
 	require.NoError(t, ValidName(long[:64]))
+	require.NoError(t, ValidSlug(long[:64]), "a slug of 64 is the longest")
 	require.NoError(t, ValidSlug("canary_alpha_2"))
 	require.NoDirExists(t, h.Root(), "a bad name made something")
 }

@@ -74,7 +74,7 @@ func certifyFlags() (*flag.FlagSet, *certifyOptions) {
 	fs.IntVar(&o.tenants, "tenants", 3, "tenants per scenario (2 to 100)")
 	fs.StringVar(&o.run, "run", "", "run only the scenarios whose ID matches this `REGEXP`")
 	fs.StringVar(&o.out, "out", "canary-out", "write the certificate into this `DIR`")
-	fs.BoolVar(&o.keep, "keep", false, "keep the work tree (sandboxes, homes, logs) under DIR/work for a look")
+	fs.BoolVar(&o.keep, "keep", false, "keep the work tree (sandboxes, homes, logs, and each run's own log in its folder's run.log) under DIR/work for a look")
 	fs.DurationVar(&o.timeout, "timeout", 0, "each scenario's timeout, shorter or longer than its own (0: each scenario's own)")
 	fs.IntVar(&o.parallel, "parallel", 0, "scenarios run at once (0: twice the CPUs, 2 to 8; a scenario that measures latency always runs alone)")
 	fs.BoolVar(&o.selfTest, "self-test", false, "only prove the harness catches every seeded leak of the embedded agentd (and that the same scenarios are clean); exit 0 when it does")

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/certificate"
+	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/internal/syncio"
 	"github.com/tenantcanary/tenantcanary/scenarios"
 )
@@ -47,6 +48,7 @@ func TestCertifyEmbeddedAgentd(t *testing.T) {
 		strings.NewReader(""), &stdout, &stderr, env)
 	require.Equal(t, 0, code, "stderr:\n%s", &stderr)
 	require.Empty(t, embeddedAgentds(t, filepath.Join(out, "work")), "no agentd outlives the run")
+	require.FileExists(t, filepath.Join(out, "work", "stdio-separate", harness.KeptLog), "--keep keeps the run's own log")
 
 	// Progress as it goes on stderr, then the result on stdout: the final
 	// table, the verdict and where the certificate is.
