@@ -319,7 +319,7 @@ func (e *Env) floodRound(r int, f *flood.Flood) {
 	fl := n.flooder
 	ctx, cancel := e.ctx(2 * time.Minute)
 	defer cancel()
-	before := len(fl.Requests())
+	before := requestCount(fl)
 	began := time.Now()
 	if err := f.Go(); err != nil {
 		e.T.Fatalf("round %d: %v", r, err)
@@ -330,7 +330,7 @@ func (e *Env) floodRound(r int, f *flood.Flood) {
 	}
 	on := time.Now()
 	e.Eventually("the flood to reach "+fl.Name+"'s provider", time.Minute, func() (bool, string) {
-		got := len(fl.Requests()) - before
+		got := requestCount(fl) - before
 		return got >= 1 || time.Since(on) >= floodSwamped, fmt.Sprintf("%d flood turn(s) at the provider; the flood: %s", got, f.Counts())
 	})
 	at := time.Now()
@@ -354,7 +354,54 @@ func (e *Env) floodRound(r int, f *flood.Flood) {
 		e.T.Fatalf("round %d: read the flood's frames: %v", r, err)
 	}
 	e.KeepText(fl, fmt.Sprintf("frames of %s's flood connections, round %d", fl.Name, r), data)
-	e.Logf("round %d: flood of %s: %s; %d request(s) at its provider", r, fl.Name, c, len(fl.Requests())-before)
+	e.Logf("round %d: flood of %s: %s; %d request(s) at its provider", r, fl.Name, c, requestCount(fl)-before)
+}
+
+// requestCount is how many requests t's provider has received, without a
+// copy of each (a flood's thousands, polled).
+func requestCount(t *tenants.Tenant) int {
+	if seq, ok := t.LastRequestSeq(); ok {
+		return seq + 1
+	}
+	return 0
+}
+
+// The wait, before a round's baseline, for the server to be done with the
+// last round's flood: no request reaches the flooder's provider for
+// drainQuiet. A server that runs a closed connection's turns on would
+// otherwise slow the next baseline and so raise the limit it is judged
+// by: a starving server would pass its later rounds by starving. Past
+// drainWithin the round goes on (logged): such a server's baseline then
+// says what it is like.
+const (
+	drainQuiet  = 200 * time.Millisecond
+	drainWithin = 15 * time.Second
+)
+
+// awaitDrained waits, before round r, until the last flood's turns no
+// longer reach the flooder's provider: none for quiet, within within.
+func (e *Env) awaitDrained(r int, quiet, within time.Duration) {
+	e.T.Helper()
+	fl := stateOf(e, noisyKey).flooder
+	began := time.Now()
+	last, since := requestCount(fl), began
+	w := Wait{What: "the server to be done with the flood of round " + fmt.Sprint(r-1), Within: within, Poll: 25 * time.Millisecond}
+	err := Await(e.Ctx, w, func() (bool, string) {
+		if n := requestCount(fl); n != last {
+			last, since = n, time.Now()
+		}
+		still := time.Since(since)
+		return still >= quiet, fmt.Sprintf("%d request(s) at %s's provider, the last %v ago", last, fl.Name, still.Round(time.Millisecond))
+	})
+	var we *WaitError
+	switch {
+	case errors.As(err, &we) && we.Err == nil:
+		e.Logf("round %d: the server still ran the last flood's turns after %v (%s): the round goes on", r, within, we.Last)
+	case err != nil:
+		e.T.Fatalf("round %d: %v", r, err)
+	default:
+		e.Logf("round %d: the last flood's turns done %v after its stop", r, time.Since(began).Round(time.Millisecond))
+	}
 }
 
 // noisyDecided reports whether every neighbour's verdict is decided.
@@ -409,8 +456,13 @@ func noisyNeighbour() Spec {
 				// fresh flood, so the machine's own load, which varies
 				// over a run, weighs on both alike, and the control
 				// measures what the flood costs the machine; they stop
-				// once every neighbour's verdict is decided.
+				// once every neighbour's verdict is decided. A round
+				// after the first waits for the server to be done with
+				// the last flood (awaitDrained).
 				for r := 0; r < noisyRounds; r++ {
+					if r > 0 {
+						e.awaitDrained(r, drainQuiet, drainWithin)
+					}
 					f := e.startFlood(r)
 					e.timeNeighbours(false)
 					e.floodRound(r, f)

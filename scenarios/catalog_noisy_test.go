@@ -1,13 +1,19 @@
 package scenarios
 
 import (
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
 // A check the machine control could not judge surfaces as a failed
@@ -57,4 +63,76 @@ func TestNoisyNeighbourSpec(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1+2*neighbourTurns*noisyRounds, spec.Snapshots(3))
 	assert.GreaterOrEqual(t, noisyRounds, 3, "a majority of rounds needs three")
+}
+
+// Before a round's baseline, the noisy neighbour waits until the last
+// flood's turns no longer reach the flooder's provider (a server that runs
+// a closed connection's turns on would slow that baseline, and so raise
+// its own limit), and goes on, logged, when they never stop.
+func TestAwaitDrainedWaitsOutTheFloodsLastTurns(t *testing.T) {
+	t.Parallel()
+	srv, err := fakellm.New(fakellm.Options{AuxResponder: func(fakellm.Record) fakellm.Response { return fakellm.Text("ok") }})
+	require.NoError(t, err)
+	defer srv.Close()
+	fl := &tenants.Tenant{Name: "alpha", Provider: srv}
+	g := &harness.GatewayClient{Base: srv.URL}
+	// send posts n turns' requests, 20 ms apart (n < 0: until stop closes).
+	send := func(n int, stop <-chan struct{}) {
+		for i := 0; n < 0 || i < n; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			_, err := g.Chat(t.Context(), "/v1/chat/completions", "k", "a flood turn", false)
+			assert.NoError(t, err)
+		}
+	}
+	log := &logT{T: t}
+	e := &Env{T: log, Ctx: t.Context(), Report: &Report{}}
+	stateOf(e, noisyKey).flooder = fl
+
+	// The last flood's 15 turns reach the provider after its stop: the
+	// wait ends only once they have. (Its quiet, 2 s, is far more than
+	// two requests 20 ms apart take on a loaded machine.)
+	done := make(chan struct{})
+	go func() { defer close(done); send(15, nil) }()
+	e.awaitDrained(1, 2*time.Second, time.Minute)
+	select {
+	case <-done:
+	default:
+		t.Fatal("the wait ended while the flood's turns still reached the provider")
+	}
+	assert.Equal(t, 15, requestCount(fl), "every turn reached the provider")
+	assert.Contains(t, log.text(), "round 1: the last flood's turns done")
+
+	// Turns that never stop: the wait gives up at its bound and the round
+	// goes on, logged.
+	never, sent := make(chan struct{}), make(chan struct{})
+	go func() { defer close(sent); send(-1, never) }()
+	e.awaitDrained(2, 2*time.Second, 500*time.Millisecond)
+	close(never)
+	<-sent
+	assert.Contains(t, log.text(), "round 2: the server still ran the last flood's turns after 500ms")
+}
+
+// logT keeps what a test's Env logs, for the test to read.
+type logT struct {
+	*testing.T
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logT) Logf(format string, args ...any) {
+	l.T.Helper()
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+	l.mu.Unlock()
+	l.T.Logf(format, args...)
+}
+
+func (l *logT) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
 }
