@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/tenantcanary/tenantcanary/invariants/scan"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -37,6 +38,12 @@ type matcher struct {
 type Checker struct {
 	m        matcher
 	requests *RequestCache // WithRequestCache
+
+	mu sync.Mutex
+	// ownRows holds, by file, the owners of the canaries FileLeaks saw
+	// in a SQLite row of it: what the state database's control asks,
+	// answered by the very scan that found nothing foreign.
+	ownRows map[string]map[string]bool
 }
 
 // NewChecker compiles the canaries of ts.

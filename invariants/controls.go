@@ -66,7 +66,11 @@ func ControlStateDB(ctx context.Context, ts []*tenants.Tenant, name string) []Fi
 	if name == "" {
 		name = StateDB
 	}
-	return controlStateDB(ctx, ts, func(t *tenants.Tenant) string { return filepath.Join(t.Home, name) })
+	m, err := compile(ts)
+	if err != nil {
+		return harnessFinding("", err)
+	}
+	return controlStateDB(ctx, m, ts, func(t *tenants.Tenant) string { return filepath.Join(t.Home, name) })
 }
 
 // ControlStateDBIn is ControlStateDB with each tenant's database where
@@ -78,14 +82,35 @@ func ControlStateDBIn(ctx context.Context, ts []*tenants.Tenant, layout tenants.
 	if layout.StateDBName() == "" {
 		return harnessFinding("", errors.New("state database control: the layout names no state database (layout.state_db, layout.home_files.state)"))
 	}
-	return controlStateDB(ctx, ts, func(t *tenants.Tenant) string { return t.StateDB(layout) })
-}
-
-func controlStateDB(ctx context.Context, ts []*tenants.Tenant, pathOf func(*tenants.Tenant) string) []Finding {
 	m, err := compile(ts)
 	if err != nil {
 		return harnessFinding("", err)
 	}
+	return controlStateDB(ctx, m, ts, func(t *tenants.Tenant) string { return t.StateDB(layout) })
+}
+
+// ControlStateDBIn is the package's ControlStateDBIn through c. A tenant
+// whose own canary c's FileLeaks already saw in a row of its database
+// holds: the scan that found nothing foreign read its rows. Any other is
+// read again, with c's matcher (every tenant c was made for: a hit of
+// another owner does not count) and its file cache. ts are among c's
+// tenants.
+func (c *Checker) ControlStateDBIn(ctx context.Context, ts []*tenants.Tenant, layout tenants.Layout) []Finding {
+	if layout.StateDBName() == "" {
+		return harnessFinding("", errors.New("state database control: the layout names no state database (layout.state_db, layout.home_files.state)"))
+	}
+	var rest []*tenants.Tenant
+	for _, t := range ts {
+		if !c.rowOf(t.StateDB(layout), t.Name) {
+			rest = append(rest, t)
+		}
+	}
+	return controlStateDB(ctx, c.m, rest, func(t *tenants.Tenant) string { return t.StateDB(layout) })
+}
+
+// controlStateDB looks, with m, for one of each tenant's own canaries in
+// a row of its state database.
+func controlStateDB(ctx context.Context, m matcher, ts []*tenants.Tenant, pathOf func(*tenants.Tenant) string) []Finding {
 	var out []Finding
 	for _, t := range ts {
 		path := pathOf(t)

@@ -31,6 +31,7 @@ func (c *Checker) FileLeaks(ctx context.Context, s *tenants.Set, serverFiles ...
 	var out []Finding
 	for _, root := range roots {
 		r := m.m.Tree(ctx, root)
+		c.noteRows(r.Hits)
 		for _, h := range r.Hits {
 			if inServerFiles(h.Path, serverFiles) {
 				continue // nobody's: SharedPlaceLeaks scans them
@@ -124,4 +125,30 @@ func TenantRoots(s *tenants.Set) []string {
 func within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// noteRows keeps whose canaries hits show in a SQLite row of each file.
+func (c *Checker) noteRows(hits []scan.Hit) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range hits {
+		if h.Container != "sqlite-row" {
+			continue
+		}
+		if c.ownRows == nil {
+			c.ownRows = map[string]map[string]bool{}
+		}
+		if c.ownRows[h.Path] == nil {
+			c.ownRows[h.Path] = map[string]bool{}
+		}
+		c.ownRows[h.Path][h.Pattern.Owner] = true
+	}
+}
+
+// rowOf reports whether FileLeaks saw one of owner's canaries in a SQLite
+// row of path.
+func (c *Checker) rowOf(path, owner string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ownRows[path][owner]
 }

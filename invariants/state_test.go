@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/invariants/scan"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -28,6 +29,23 @@ func TestControlStateDBFollowsLayout(t *testing.T) {
 		stateDBAt(t, tn.StateDB(layout), false, "session of "+tn.Value(tenants.EnvMarker))
 	}
 	require.Empty(t, ControlStateDBIn(ctx, s.Tenants, layout))
+	chk, err := NewChecker(s.Tenants)
+	require.NoError(t, err)
+	chk.WithFileCache(scan.NewFileCache())
+	for _, tn := range s.Tenants {
+		require.Empty(t, chk.ControlStateDBIn(ctx, []*tenants.Tenant{tn}, layout), "through the checker too, tenant by tenant")
+	}
+	// A checker whose FileLeaks saw a tenant's own rows answers the
+	// control from that scan, and reads nothing again: with the database
+	// gone since, it still holds, where a fresh look finds none.
+	seen, err := NewChecker(s.Tenants)
+	require.NoError(t, err)
+	require.Empty(t, seen.FileLeaks(ctx, s))
+	db := s.Get("alpha").StateDB(layout)
+	require.NoError(t, os.Rename(db, db+".away"))
+	require.Empty(t, seen.ControlStateDBIn(ctx, []*tenants.Tenant{s.Get("alpha")}, layout), "answered by FileLeaks' own scan")
+	require.Contains(t, ControlStateDBIn(ctx, []*tenants.Tenant{s.Get("alpha")}, layout)[0].Detail, "no state database")
+	require.NoError(t, os.Rename(db+".away", db))
 	// The old call looks at <home>/state.db, where there is none.
 	ctl := ControlStateDB(ctx, s.Tenants, "")
 	require.Len(t, ctl, 2)
@@ -39,6 +57,12 @@ func TestControlStateDBFollowsLayout(t *testing.T) {
 	ctl = ControlStateDBIn(ctx, s.Tenants, layout)
 	require.Equal(t, []string{"control alpha / "}, findingKeys(ctl))
 	require.Equal(t, alpha.StateDB(layout), ctl[0].Where.Path)
+	// The checker's matcher holds every tenant's canaries: another's in
+	// alpha's database is still not alpha's own.
+	require.NoError(t, os.Remove(alpha.StateDB(layout)))
+	stateDBAt(t, alpha.StateDB(layout), false, "session of "+s.Get("default").Value(tenants.EnvMarker))
+	require.Equal(t, []string{"control alpha / "}, findingKeys(chk.ControlStateDBIn(ctx, []*tenants.Tenant{alpha}, layout)))
+	require.Empty(t, chk.ControlStateDBIn(ctx, []*tenants.Tenant{s.Get("default")}, layout))
 	// A layout naming no database is the caller's error, said so.
 	none := layout
 	none.Files.State = ""

@@ -84,7 +84,7 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 
 // controls runs the positive controls tenant by tenant, so the report can
 // list the ones that held as well as the ones that failed.
-func (e *Env) controls(ctx context.Context, conns []ownedConn) ([]Control, []invariants.Finding) {
+func (e *Env) controls(ctx context.Context, chk *invariants.Checker, conns []ownedConn) ([]Control, []invariants.Finding) {
 	var out []Control
 	var fs []invariants.Finding
 	add := func(t *tenants.Tenant, name string, f []invariants.Finding) {
@@ -120,7 +120,7 @@ func (e *Env) controls(ctx context.Context, conns []ownedConn) ([]Control, []inv
 			if e.Box.Set.Layout.StateDBName() == "" {
 				e.skipRow(string(PositiveControl), "own session text in own state database: the target file names no state database (layout.state_db, layout.home_files.state)")
 			} else {
-				add(t, "own session text in own state database", invariants.ControlStateDBIn(ctx, one, e.Box.Set.Layout))
+				add(t, "own session text in own state database", chk.ControlStateDBIn(ctx, one, e.Box.Set.Layout))
 			}
 		}
 	}

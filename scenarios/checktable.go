@@ -173,7 +173,7 @@ func checkLoops(_ context.Context, _ *Env, r *checkRun) { r.find(loopFindings(r.
 // checkControls runs the tenants' positive controls. The ran-controls and
 // these lead the report's list, before the controls earlier rows made.
 func checkControls(ctx context.Context, e *Env, r *checkRun) {
-	own, fs := e.controls(ctx, r.conns)
+	own, fs := e.controls(ctx, r.chk, r.conns)
 	r.controls = append(append(e.ranControls(), own...), r.controls...)
 	r.find(fs...)
 }

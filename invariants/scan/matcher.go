@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/bits"
 	"strconv"
+	"sync"
 )
 
 // Pattern is one canary the Matcher looks for: who owns it, what kind of
@@ -87,8 +88,76 @@ type Matcher struct {
 
 // Compile builds a Matcher for patterns. Values must be at least MinValueLen
 // bytes; the same value may not belong to two owners or kinds (a finding
-// could not say whose it is); exact duplicates are kept once.
+// could not say whose it is); exact duplicates are kept once. A Matcher
+// never changes once built (WithCache and WithLimits copy it), so the same
+// patterns compiled again give the one built last time, while it is among
+// the compiledKept last used: a scenario compiles the same canaries for
+// every check after every phase.
 func Compile(patterns []Pattern) (*Matcher, error) {
+	fp := fingerprint(patterns)
+	if m := compiled.get(fp); m != nil {
+		return m, nil
+	}
+	m, err := build(patterns)
+	if err != nil {
+		return nil, err
+	}
+	compiled.put(fp, m)
+	return m, nil
+}
+
+// compiledKept is how many matchers Compile keeps for reuse: a catalog runs
+// four scenarios at once, each with its whole set of tenants and each tenant
+// alone (the positive controls). A matcher of 3 tenants holds about 90 KiB,
+// one of 100 tenants about 4 MiB.
+const compiledKept = 32
+
+// compiled is Compile's reuse: the matchers last built, by the fingerprint
+// of their patterns, the least recently used dropped first.
+var compiled = &matcherMemo{byFP: map[[sha256.Size]byte]*memoEntry{}}
+
+type matcherMemo struct {
+	mu   sync.Mutex
+	byFP map[[sha256.Size]byte]*memoEntry
+	tick uint64
+}
+
+type memoEntry struct {
+	m    *Matcher
+	used uint64
+}
+
+func (c *matcherMemo) get(fp [sha256.Size]byte) *Matcher {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.byFP[fp]
+	if e == nil {
+		return nil
+	}
+	c.tick++
+	e.used = c.tick
+	return e.m
+}
+
+func (c *matcherMemo) put(fp [sha256.Size]byte, m *Matcher) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.byFP) >= compiledKept {
+		var oldest [sha256.Size]byte
+		least := ^uint64(0)
+		for k, e := range c.byFP {
+			if e.used < least {
+				oldest, least = k, e.used
+			}
+		}
+		delete(c.byFP, oldest)
+	}
+	c.tick++
+	c.byFP[fp] = &memoEntry{m: m, used: c.tick}
+}
+
+// build is Compile without reuse.
+func build(patterns []Pattern) (*Matcher, error) {
 	m := &Matcher{limits: DefaultLimits}
 	seen := make(map[string]int, len(patterns))
 	for i, p := range patterns {

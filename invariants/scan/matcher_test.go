@@ -292,13 +292,14 @@ func BenchmarkFile(b *testing.B) {
 	})
 }
 
-// BenchmarkCompile measures building the matcher for 64 and 1,000 tenants.
+// BenchmarkCompile measures building the matcher for 64 and 1,000 tenants
+// (what Compile does for patterns it has not kept).
 func BenchmarkCompile(b *testing.B) {
 	for _, n := range []int{64, 1000} {
 		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) {
 			pats := testPatterns(rand.New(rand.NewPCG(5, 6)), n)
 			for b.Loop() {
-				if _, err := Compile(pats); err != nil {
+				if _, err := build(pats); err != nil { // the building, not Compile's reuse
 					b.Fatal(err)
 				}
 			}
@@ -367,4 +368,37 @@ func TestCursorsMeet(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Compile gives the matcher it built for the same patterns again, one that
+// finds what a fresh one finds, and keeps no more than compiledKept.
+func TestCompileReusesTheMatcherOfTheSamePatterns(t *testing.T) {
+	t.Parallel()
+	pats := testPatterns(rand.New(rand.NewPCG(11, 12)), 3)
+	a, err := Compile(pats)
+	require.NoError(t, err)
+	b, err := Compile(append([]Pattern(nil), pats...))
+	require.NoError(t, err)
+	require.Same(t, a, b, "the same patterns, the same matcher")
+	fresh, err := build(pats)
+	require.NoError(t, err)
+	text := []byte("x " + pats[0].Value + " y " + base64.StdEncoding.EncodeToString([]byte(pats[4].Value)))
+	require.Equal(t, fresh.FindAll(text), b.FindAll(text))
+	require.NotEmpty(t, b.FindAll(text))
+	c, err := Compile(pats[1:])
+	require.NoError(t, err)
+	require.NotSame(t, a, c, "other patterns, another matcher")
+	// A copy made from it (a cache) leaves it as it was.
+	require.NotNil(t, a.WithCache(NewFileCache()).WithLimits(Limits{}).cache)
+	require.Nil(t, a.cache)
+	require.Equal(t, DefaultLimits, a.limits)
+
+	for i := range compiledKept + 8 {
+		_, err := Compile(testPatterns(rand.New(rand.NewPCG(100, uint64(i))), 1))
+		require.NoError(t, err)
+	}
+	compiled.mu.Lock()
+	n := len(compiled.byFP)
+	compiled.mu.Unlock()
+	require.LessOrEqual(t, n, compiledKept)
 }
