@@ -21,7 +21,9 @@ type Carrier struct {
 // command line holds any of needles, one entry per process and needle; a
 // needle found in both places is reported once, in the command line.
 // Processes whose environment cannot be read (another user's) are searched
-// by command line only.
+// by command line only. It is polled over every process of the machine, so
+// it reads a process's environment only for needles its command line lacks,
+// and its state and name only for a process whose lines hold one.
 func Carrying(needles []string) []Carrier {
 	if len(needles) == 0 {
 		return nil
@@ -29,28 +31,42 @@ func Carrying(needles []string) []Carrier {
 	self := os.Getpid()
 	var out []Carrier
 	for _, pid := range pids() {
-		if pid == self || !Alive(pid) {
+		if pid == self {
 			continue
 		}
 		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err != nil {
 			continue
 		}
-		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		args := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
+		var env []byte
+		envRead := false
+		var found []Carrier
 		for _, n := range needles {
-			c := Carrier{Pid: pid, Comm: strings.TrimSpace(string(comm)), Cmdline: args, Needle: n}
+			in := ""
 			switch {
 			case n == "":
 				continue
 			case bytes.Contains(cmdline, []byte(n)):
-				c.In = "command line"
-			case bytes.Contains(env, []byte(n)):
-				c.In = "environment"
+				in = "command line"
 			default:
-				continue
+				if !envRead {
+					env, _ = os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+					envRead = true
+				}
+				if !bytes.Contains(env, []byte(n)) {
+					continue
+				}
+				in = "environment"
 			}
+			found = append(found, Carrier{Pid: pid, Needle: n, In: in})
+		}
+		if len(found) == 0 || !Alive(pid) { // a zombie's lines read empty: asked only of a match
+			continue
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		args := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
+		for _, c := range found {
+			c.Comm, c.Cmdline = strings.TrimSpace(string(comm)), args
 			out = append(out, c)
 		}
 	}
