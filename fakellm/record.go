@@ -2,6 +2,8 @@ package fakellm
 
 import (
 	"time"
+
+	"github.com/tenantcanary/tenantcanary/internal/docclone"
 )
 
 // Kind classifies a recorded request: KindMain when the body offers tools
@@ -95,38 +97,11 @@ func (r Record) clone() Record {
 		}
 	}
 	c.RawBody = append([]byte(nil), r.RawBody...)
-	c.Body = copyMap(r.Body)
+	c.Body = docclone.Map(r.Body)
 	if r.Usage != nil {
 		u := *r.Usage
 		c.Usage = &u
 	}
 	c.Calls = append([]string(nil), r.Calls...)
 	return c
-}
-
-// copyMap deep-copies a decoded JSON object (maps, slices, scalars).
-func copyMap(m map[string]any) map[string]any {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[k] = copyValue(v)
-	}
-	return out
-}
-
-func copyValue(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		return copyMap(x)
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = copyValue(e)
-		}
-		return out
-	default: // string, float64, bool, nil, json.Number: immutable
-		return v
-	}
 }

@@ -2,16 +2,19 @@ package profile
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/tenantcanary/tenantcanary/agentd/homefs"
+	"github.com/tenantcanary/tenantcanary/internal/docclone"
 	"github.com/tenantcanary/tenantcanary/internal/dotpath"
 	"github.com/tenantcanary/tenantcanary/isolation"
 )
@@ -154,8 +157,84 @@ func readYAMLMap(path string) (map[string]any, error) {
 // parseYAMLMap parses a YAML mapping; empty data is an empty map. It also
 // decodes the data into Config so that a value of the wrong type is
 // reported against this file's own line numbers. The error names the file
-// and the line, never a value of the file (see redactYAML).
+// and the line, never a value of the file (see redactYAML). The caller
+// owns the map it gets (a copy of what parsedYAML keeps).
 func parseYAMLMap(path string, data []byte) (map[string]any, error) {
+	key := parsedKey(path, data)
+	if m, err, ok := parsedYAML.get(key); ok {
+		return docclone.Map(m), err
+	}
+	m, err := parseYAMLBytes(path, data)
+	parsedYAML.put(key, m, err)
+	return docclone.Map(m), err
+}
+
+// parsedYAML keeps what parseYAMLMap parsed, by file and content: a turn
+// reads a profile's config.yaml several times (its scope, its sandbox,
+// its workdir, its plugins) and the managed one as often, and parsing YAML
+// twice over is most of what a read costs. The bytes are read afresh every
+// time, through the home, so a changed file is parsed anew: what is kept is
+// what these bytes of this file parse to, never what a file holds now.
+var parsedYAML = &yamlMemo{byKey: map[[sha256.Size]byte]*yamlParse{}}
+
+// yamlKept bounds parsedYAML: a few files per profile, the least recently
+// used dropped first.
+const yamlKept = 256
+
+type yamlMemo struct {
+	mu    sync.Mutex
+	byKey map[[sha256.Size]byte]*yamlParse
+	tick  uint64
+}
+
+type yamlParse struct {
+	m    map[string]any // never handed out: callers get copies
+	err  error
+	used uint64
+}
+
+// parsedKey names a file's content: its path and bytes.
+func parsedKey(path string, data []byte) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write([]byte(path))
+	h.Write([]byte{0})
+	h.Write(data)
+	var k [sha256.Size]byte
+	copy(k[:], h.Sum(nil))
+	return k
+}
+
+func (c *yamlMemo) get(k [sha256.Size]byte) (map[string]any, error, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.byKey[k]
+	if p == nil {
+		return nil, nil, false
+	}
+	c.tick++
+	p.used = c.tick
+	return p.m, p.err, true
+}
+
+func (c *yamlMemo) put(k [sha256.Size]byte, m map[string]any, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.byKey) >= yamlKept {
+		var oldest [sha256.Size]byte
+		least := ^uint64(0)
+		for key, p := range c.byKey {
+			if p.used < least {
+				oldest, least = key, p.used
+			}
+		}
+		delete(c.byKey, oldest)
+	}
+	c.tick++
+	c.byKey[k] = &yamlParse{m: m, err: err, used: c.tick}
+}
+
+// parseYAMLBytes is parseYAMLMap without parsedYAML.
+func parseYAMLBytes(path string, data []byte) (map[string]any, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return map[string]any{}, nil
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/isolation"
 )
 
-func testHomes(t *testing.T) Homes {
+func testHomes(t testing.TB) Homes {
 	t.Helper()
 	root := t.TempDir()
 	h, err := Resolve(func(k string) string {
@@ -25,7 +25,7 @@ func testHomes(t *testing.T) Homes {
 
 // testProfile is testHomes with one profile ready: the launch profile
 // for name "", else the profile name, created.
-func testProfile(t *testing.T, name string) (Homes, Profile) {
+func testProfile(t testing.TB, name string) (Homes, Profile) {
 	t.Helper()
 	h := testHomes(t)
 	get := h.Create
@@ -37,7 +37,7 @@ func testProfile(t *testing.T, name string) (Homes, Profile) {
 	return h, p
 }
 
-func write(t *testing.T, path, text string) {
+func write(t testing.TB, path, text string) {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
 	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
@@ -156,6 +156,37 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 	require.ErrorContains(t, err, filepath.Join(h.Managed, "config.yaml"))
 }
 
+// A config read again is parsed from what the file holds now, and every
+// read's map is the caller's own: changing it changes no later read, even
+// of the same bytes (the parses parseYAMLMap keeps are never handed out).
+func TestConfigReadsAreFreshAndTheCallersOwn(t *testing.T) {
+	t.Parallel()
+	_, p := testProfile(t, "")
+	write(t, p.File("config.yaml"), "model:\n  default: first\n")
+	own, _, err := p.OwnConfig()
+	require.NoError(t, err)
+	own["model"].(map[string]any)["default"] = "changed by a caller"
+	own["extra"] = true
+	again, _, err := p.OwnConfig()
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"model": map[string]any{"default": "first"}}, again)
+	write(t, p.File("config.yaml"), "model:\n  default: second\n")
+	cfg, err := p.LoadConfig()
+	require.NoError(t, err)
+	require.Equal(t, "second", cfg.Model.Default, "a changed file is parsed anew")
+	write(t, p.File("config.yaml"), "model:\n  default: first\n")
+	cfg, err = p.LoadConfig()
+	require.NoError(t, err)
+	require.Equal(t, "first", cfg.Model.Default)
+	// The same bytes in another file are that file's: an error names it.
+	other := filepath.Join(t.TempDir(), "config.yaml")
+	for _, path := range []string{p.File("config.yaml"), other} {
+		_, err := parseYAMLMap(path, []byte("- not a mapping\n"))
+		require.ErrorIs(t, err, ErrBadConfig)
+		require.ErrorContains(t, err, path)
+	}
+}
+
 func TestPluginsLauncherIsAStringOrAListInEitherScope(t *testing.T) {
 	t.Parallel()
 	h, p := testProfile(t, "")
@@ -258,4 +289,18 @@ func TestToolEnvScrubsThenLayers(t *testing.T) {
 	env := Env{{"TENANT_PROVIDER_KEY", "own"}, {"SHARED", "profile"}, {"MARK", "m"}}
 	got := ToolEnv(base, p, env)
 	require.Equal(t, []string{"AGENTD_HOME=/h/a", "HOME=/h/a", "LANG=C", "MARK=m", "PATH=/bin", "SHARED=profile", "TENANT_PROVIDER_KEY=own"}, got)
+}
+
+// BenchmarkLoadConfig is one read of a profile's config with a managed
+// scope: what a turn does several times over (its scope, sandbox, workdir
+// and plugins each read the files).
+func BenchmarkLoadConfig(b *testing.B) {
+	h, p := testProfile(b, "")
+	write(b, p.File("config.yaml"), "model:\n  provider: openai\n  default: m\n  base_url: http://own/v1\nterminal:\n  cwd: /work/own\nmemory:\n  memory_enabled: true\nplugins:\n  enabled: [a, b]\n")
+	write(b, filepath.Join(h.Managed, "config.yaml"), "plugins:\n  isolation: host\n  host:\n    launcher: [bwrap, --die-with-parent]\nterminal:\n  sandbox: auto\n")
+	for b.Loop() {
+		if _, err := p.LoadConfig(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
