@@ -9,13 +9,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/internal/docclone"
 	"github.com/tenantcanary/tenantcanary/internal/dotpath"
+	"github.com/tenantcanary/tenantcanary/internal/lru"
 	"github.com/tenantcanary/tenantcanary/isolation"
 )
 
@@ -161,11 +161,11 @@ func readYAMLMap(path string) (map[string]any, error) {
 // owns the map it gets (a copy of what parsedYAML keeps).
 func parseYAMLMap(path string, data []byte) (map[string]any, error) {
 	key := parsedKey(path, data)
-	if m, err, ok := parsedYAML.get(key); ok {
-		return docclone.Map(m), err
+	if p, ok := parsedYAML.Get(key); ok {
+		return docclone.Map(p.m), p.err
 	}
 	m, err := parseYAMLBytes(path, data)
-	parsedYAML.put(key, m, err)
+	parsedYAML.Put(key, yamlParse{m: m, err: err})
 	return docclone.Map(m), err
 }
 
@@ -174,23 +174,15 @@ func parseYAMLMap(path string, data []byte) (map[string]any, error) {
 // its workdir, its plugins) and the managed one as often, and parsing YAML
 // twice over is most of what a read costs. The bytes are read afresh every
 // time, through the home, so a changed file is parsed anew: what is kept is
-// what these bytes of this file parse to, never what a file holds now.
-var parsedYAML = &yamlMemo{byKey: map[[sha256.Size]byte]*yamlParse{}}
+// what these bytes of this file parse to, never what a file holds now. A
+// few files per profile: 256 kept.
+var parsedYAML = lru.New[[sha256.Size]byte, yamlParse](256)
 
-// yamlKept bounds parsedYAML: a few files per profile, the least recently
-// used dropped first.
-const yamlKept = 256
-
-type yamlMemo struct {
-	mu    sync.Mutex
-	byKey map[[sha256.Size]byte]*yamlParse
-	tick  uint64
-}
-
+// yamlParse is one kept parse; its map is never handed out (callers get
+// copies).
 type yamlParse struct {
-	m    map[string]any // never handed out: callers get copies
-	err  error
-	used uint64
+	m   map[string]any
+	err error
 }
 
 // parsedKey names a file's content: its path and bytes.
@@ -202,35 +194,6 @@ func parsedKey(path string, data []byte) [sha256.Size]byte {
 	var k [sha256.Size]byte
 	copy(k[:], h.Sum(nil))
 	return k
-}
-
-func (c *yamlMemo) get(k [sha256.Size]byte) (map[string]any, error, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := c.byKey[k]
-	if p == nil {
-		return nil, nil, false
-	}
-	c.tick++
-	p.used = c.tick
-	return p.m, p.err, true
-}
-
-func (c *yamlMemo) put(k [sha256.Size]byte, m map[string]any, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.byKey) >= yamlKept {
-		var oldest [sha256.Size]byte
-		least := ^uint64(0)
-		for key, p := range c.byKey {
-			if p.used < least {
-				oldest, least = key, p.used
-			}
-		}
-		delete(c.byKey, oldest)
-	}
-	c.tick++
-	c.byKey[k] = &yamlParse{m: m, err: err, used: c.tick}
 }
 
 // parseYAMLBytes is parseYAMLMap without parsedYAML.

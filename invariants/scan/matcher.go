@@ -10,7 +10,8 @@ import (
 	"io"
 	"math/bits"
 	"strconv"
-	"sync"
+
+	"github.com/tenantcanary/tenantcanary/internal/lru"
 )
 
 // Pattern is one canary the Matcher looks for: who owns it, what kind of
@@ -95,14 +96,14 @@ type Matcher struct {
 // every check after every phase.
 func Compile(patterns []Pattern) (*Matcher, error) {
 	fp := fingerprint(patterns)
-	if m := compiled.get(fp); m != nil {
+	if m, ok := compiled.Get(fp); ok {
 		return m, nil
 	}
 	m, err := build(patterns)
 	if err != nil {
 		return nil, err
 	}
-	compiled.put(fp, m)
+	compiled.Put(fp, m)
 	return m, nil
 }
 
@@ -113,48 +114,8 @@ func Compile(patterns []Pattern) (*Matcher, error) {
 const compiledKept = 32
 
 // compiled is Compile's reuse: the matchers last built, by the fingerprint
-// of their patterns, the least recently used dropped first.
-var compiled = &matcherMemo{byFP: map[[sha256.Size]byte]*memoEntry{}}
-
-type matcherMemo struct {
-	mu   sync.Mutex
-	byFP map[[sha256.Size]byte]*memoEntry
-	tick uint64
-}
-
-type memoEntry struct {
-	m    *Matcher
-	used uint64
-}
-
-func (c *matcherMemo) get(fp [sha256.Size]byte) *Matcher {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.byFP[fp]
-	if e == nil {
-		return nil
-	}
-	c.tick++
-	e.used = c.tick
-	return e.m
-}
-
-func (c *matcherMemo) put(fp [sha256.Size]byte, m *Matcher) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.byFP) >= compiledKept {
-		var oldest [sha256.Size]byte
-		least := ^uint64(0)
-		for k, e := range c.byFP {
-			if e.used < least {
-				oldest, least = k, e.used
-			}
-		}
-		delete(c.byFP, oldest)
-	}
-	c.tick++
-	c.byFP[fp] = &memoEntry{m: m, used: c.tick}
-}
+// of their patterns.
+var compiled = lru.New[[sha256.Size]byte, *Matcher](compiledKept)
 
 // build is Compile without reuse.
 func build(patterns []Pattern) (*Matcher, error) {
