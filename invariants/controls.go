@@ -80,7 +80,7 @@ func ControlStateDB(ctx context.Context, ts []*tenants.Tenant, name string) []Fi
 // finding: the caller should not have asked.
 func ControlStateDBIn(ctx context.Context, ts []*tenants.Tenant, layout tenants.Layout) []Finding {
 	if layout.StateDBName() == "" {
-		return harnessFinding("", errors.New("state database control: the layout names no state database (layout.state_db, layout.home_files.state)"))
+		return stateDBUnnamed()
 	}
 	m, err := compile(ts)
 	if err != nil {
@@ -91,13 +91,14 @@ func ControlStateDBIn(ctx context.Context, ts []*tenants.Tenant, layout tenants.
 
 // ControlStateDBIn is the package's ControlStateDBIn through c. A tenant
 // whose own canary c's FileLeaks already saw in a row of its database
-// holds: the scan that found nothing foreign read its rows. Any other is
-// read again, with c's matcher (every tenant c was made for: a hit of
+// holds: the scan that found nothing foreign read its rows (so use a
+// Checker for one pass of checks, as its canaries already say). Any other
+// is read again, with c's matcher (every tenant c was made for: a hit of
 // another owner does not count) and its file cache. ts are among c's
 // tenants.
 func (c *Checker) ControlStateDBIn(ctx context.Context, ts []*tenants.Tenant, layout tenants.Layout) []Finding {
 	if layout.StateDBName() == "" {
-		return harnessFinding("", errors.New("state database control: the layout names no state database (layout.state_db, layout.home_files.state)"))
+		return stateDBUnnamed()
 	}
 	var rest []*tenants.Tenant
 	for _, t := range ts {
@@ -106,6 +107,12 @@ func (c *Checker) ControlStateDBIn(ctx context.Context, ts []*tenants.Tenant, la
 		}
 	}
 	return controlStateDB(ctx, c.m, rest, func(t *tenants.Tenant) string { return t.StateDB(layout) })
+}
+
+// stateDBUnnamed is the state database control's answer to a layout that
+// names no database: the caller's error, said so.
+func stateDBUnnamed() []Finding {
+	return harnessFinding("", errors.New("state database control: the layout names no state database (layout.state_db, layout.home_files.state)"))
 }
 
 // controlStateDB looks, with m, for one of each tenant's own canaries in
