@@ -40,11 +40,14 @@ type Checker struct {
 	requests *RequestCache // WithRequestCache
 
 	mu sync.Mutex
-	// ownRows holds, by file, the owners of the canaries FileLeaks saw
-	// in a SQLite row of it: what the state database's control asks,
+	// rows holds each file and owner whose canary FileLeaks saw in a
+	// SQLite row of that file: what the state database's control asks,
 	// answered by the very scan that found nothing foreign.
-	ownRows map[string]map[string]bool
+	rows map[fileOwner]bool
 }
+
+// fileOwner is a file and the owner of a canary in it.
+type fileOwner struct{ path, owner string }
 
 // NewChecker compiles the canaries of ts.
 func NewChecker(ts []*tenants.Tenant) (*Checker, error) {

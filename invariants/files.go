@@ -135,13 +135,10 @@ func (c *Checker) noteRows(hits []scan.Hit) {
 		if h.Container != "sqlite-row" {
 			continue
 		}
-		if c.ownRows == nil {
-			c.ownRows = map[string]map[string]bool{}
+		if c.rows == nil {
+			c.rows = map[fileOwner]bool{}
 		}
-		if c.ownRows[h.Path] == nil {
-			c.ownRows[h.Path] = map[string]bool{}
-		}
-		c.ownRows[h.Path][h.Pattern.Owner] = true
+		c.rows[fileOwner{h.Path, h.Pattern.Owner}] = true
 	}
 }
 
@@ -150,5 +147,5 @@ func (c *Checker) noteRows(hits []scan.Hit) {
 func (c *Checker) rowOf(path, owner string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.ownRows[path][owner]
+	return c.rows[fileOwner{path, owner}]
 }

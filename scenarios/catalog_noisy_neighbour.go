@@ -293,6 +293,7 @@ func (e *Env) startFlood(r int) *flood.Flood {
 	spec := n.spec
 	spec.Hold = true
 	spec.Frames = filepath.Join(e.Box.Logs, fmt.Sprintf("flood-%d.frames", r))
+	began := time.Now()
 	f, err := flood.Start(e.Ctx, spec, flood.Options{Marker: e.Box.RunID, LogPath: filepath.Join(e.Box.Logs, fmt.Sprintf("flood-%d.log", r))})
 	if err != nil {
 		e.T.Fatalf("round %d: start %s's flood: %v", r, n.flooder.Name, err)
@@ -300,7 +301,6 @@ func (e *Env) startFlood(r int) *flood.Flood {
 	e.T.Cleanup(f.Kill) // on every path; a no-op once stopped
 	ctx, cancel := e.ctx(2 * time.Minute)
 	defer cancel()
-	began := time.Now()
 	if _, err := f.Wait(ctx, "the flood's connections", func(c flood.Counts) bool { return c.Ready }); err != nil {
 		e.T.Fatalf("round %d: %v", r, err)
 	}

@@ -1,9 +1,7 @@
 package scenarios
 
 import (
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -88,51 +86,39 @@ func TestAwaitDrainedWaitsOutTheFloodsLastTurns(t *testing.T) {
 			assert.NoError(t, err)
 		}
 	}
-	log := &logT{T: t}
-	e := &Env{T: log, Ctx: t.Context(), Report: &Report{}}
-	stateOf(e, noisyKey).flooder = fl
+	// The Env runs on harness.RunStandalone's T, whose outcome keeps the
+	// lines the wait logs.
+	endedEarly, first := false, 0
+	out := harness.RunStandalone(t.Context(), "drain", t.TempDir(), false, func(st harness.T) {
+		e := &Env{T: st, Ctx: st.Context(), Report: &Report{}}
+		stateOf(e, noisyKey).flooder = fl
 
-	// The last flood's 15 turns reach the provider after its stop: the
-	// wait ends only once they have. (Its quiet, 2 s, is far more than
-	// two requests 20 ms apart take on a loaded machine.)
-	done := make(chan struct{})
-	go func() { defer close(done); send(15, nil) }()
-	e.awaitDrained(1, 2*time.Second, time.Minute)
-	select {
-	case <-done:
-	default:
-		t.Fatal("the wait ended while the flood's turns still reached the provider")
-	}
-	assert.Equal(t, 15, requestCount(fl), "every turn reached the provider")
-	assert.Contains(t, log.text(), "round 1: the last flood's turns done")
+		// The last flood's 15 turns reach the provider after its stop:
+		// the wait ends only once they have. (Its quiet, 2 s, is far
+		// more than two requests 20 ms apart take on a loaded machine.)
+		done := make(chan struct{})
+		go func() { defer close(done); send(15, nil) }()
+		e.awaitDrained(1, 2*time.Second, time.Minute)
+		select {
+		case <-done:
+		default:
+			endedEarly = true
+			<-done
+		}
+		first = requestCount(fl)
 
-	// Turns that never stop: the wait gives up at its bound and the round
-	// goes on, logged.
-	never, sent := make(chan struct{}), make(chan struct{})
-	go func() { defer close(sent); send(-1, never) }()
-	e.awaitDrained(2, 2*time.Second, 500*time.Millisecond)
-	close(never)
-	<-sent
-	assert.Contains(t, log.text(), "round 2: the server still ran the last flood's turns after 500ms")
-}
-
-// logT keeps what a test's Env logs, for the test to read.
-type logT struct {
-	*testing.T
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logT) Logf(format string, args ...any) {
-	l.T.Helper()
-	l.mu.Lock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
-	l.mu.Unlock()
-	l.T.Logf(format, args...)
-}
-
-func (l *logT) text() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
+		// Turns that never stop: the wait gives up at its bound and the
+		// round goes on, logged.
+		never, sent := make(chan struct{}), make(chan struct{})
+		go func() { defer close(sent); send(-1, never) }()
+		e.awaitDrained(2, 2*time.Second, 500*time.Millisecond)
+		close(never)
+		<-sent
+	})
+	require.False(t, out.Failed, "%s", strings.Join(out.Log, "\n"))
+	assert.False(t, endedEarly, "the wait ended while the flood's turns still reached the provider")
+	assert.Equal(t, 15, first, "every turn reached the provider")
+	log := strings.Join(out.Log, "\n")
+	assert.Contains(t, log, "round 1: the last flood's turns done")
+	assert.Contains(t, log, "round 2: the server still ran the last flood's turns after 500ms")
 }
