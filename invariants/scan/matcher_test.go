@@ -404,3 +404,27 @@ func TestCompileReusesTheMatcherOfTheSamePatterns(t *testing.T) {
 	require.NotSame(t, a, again, "the least recently used matcher was dropped")
 	require.Equal(t, fresh.FindAll(text), again.FindAll(text))
 }
+
+// BenchmarkTreeOfSmallFiles scans a home-sized tree of small files (200
+// of about 1 KiB), as the checks scan every changed file after a phase:
+// a stream's buffer is the chunk size whatever the file's.
+func BenchmarkTreeOfSmallFiles(b *testing.B) {
+	pats := testPatterns(rand.New(rand.NewPCG(9, 10)), 3)
+	m, err := Compile(pats)
+	require.NoError(b, err)
+	dir := b.TempDir()
+	for i := range 200 {
+		body := strings.Repeat(fmt.Sprintf("line %d of a tenant's notes\n", i), 40)
+		if i == 7 {
+			body += pats[0].Value + "\n"
+		}
+		require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("note-%03d.md", i)), []byte(body), 0o600))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		r := m.Tree(context.Background(), dir)
+		if len(r.Hits) != 1 || len(r.Skipped) != 0 {
+			b.Fatalf("hits %d, skipped %v", len(r.Hits), r.Skipped)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 )
 
 // Limits bound what a scan opens below the bytes it is given: how deep
@@ -75,7 +76,6 @@ type walker struct {
 	total   int64                       // bytes decompression has yielded so far
 	bufs    [][]byte                    // decoded runs, one buffer per decode depth
 	onRun   func(off int64, run []byte) // a test's view of every run found
-	free    [][]byte                    // stream buffers to reuse
 	spans   []int                       // the run finder's runs (start, end pairs), reused
 }
 
@@ -263,8 +263,8 @@ func (w *walker) stream(rd io.Reader, at loc) error {
 	p := w.sink(at)
 	defer p.flush()
 	overlap := max(m.maxLen-1, 0)
-	buf := w.getBuf(overlap + w.chunk)
-	defer func() { w.free = append(w.free, buf) }()
+	buf := getBuf(overlap + w.chunk)
+	defer func() { putBuf(buf) }()
 	var base int64 // stream offset of buf[0]
 	kept := 0      // bytes at the head of buf already matched
 	runFrom := 0   // first byte of buf not yet looked at for runs
@@ -309,17 +309,26 @@ func (w *walker) stream(rd io.Reader, at loc) error {
 	}
 }
 
-// getBuf returns a buffer of n bytes, one a finished stream left if it
-// is large enough (the members of an archive are read one after another).
-func (w *walker) getBuf(n int) []byte {
-	for len(w.free) > 0 {
-		b := w.free[len(w.free)-1]
-		w.free = w.free[:len(w.free)-1]
-		if len(b) >= n {
-			return b[:n]
-		}
+// streamBufs holds the buffers of finished streams. A check scans every
+// changed file of every home after every phase, each file through a
+// walker of its own, so a buffer of its own per file (a chunk, 256 KiB)
+// was most of what a scan allocated.
+var streamBufs sync.Pool // of *[]byte
+
+// getBuf returns a buffer of n bytes, a finished stream's when one large
+// enough is at hand. Its bytes are stale: a stream reads into it before
+// it looks.
+func getBuf(n int) []byte {
+	if p, ok := streamBufs.Get().(*[]byte); ok && len(*p) >= n {
+		return (*p)[:n]
 	}
 	return make([]byte, n)
+}
+
+// putBuf gives back a buffer getBuf returned, once nothing holds it.
+func putBuf(b []byte) {
+	b = b[:cap(b)]
+	streamBufs.Put(&b)
 }
 
 // countReader counts the bytes read through it.
