@@ -1,6 +1,11 @@
 package scenarios
 
 import (
+	"debug/buildinfo"
+	"path/filepath"
+	"strings"
+	"sync"
+
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/harness/attack"
 )
@@ -13,6 +18,12 @@ import (
 // each host the harness's bubblewrap launcher where it works; the hostile
 // run sets the operator's host limits its hog outruns.
 func AgentdProbePlugin() *harness.ProbePlugin {
+	return agentdProbePlugin(attack.HostMemoryLimit)
+}
+
+// agentdProbePlugin is AgentdProbePlugin with the hostile run's host
+// memory limit memLimit.
+func agentdProbePlugin(memLimit string) *harness.ProbePlugin {
 	return &harness.ProbePlugin{
 		Name: PluginName,
 		Files: map[string]string{
@@ -29,19 +40,82 @@ func AgentdProbePlugin() *harness.ProbePlugin {
 				"host":      map[string]any{"launcher": "{" + harness.BwrapLauncherVar + "}"},
 			}},
 			Limits: map[string]any{"plugins": map[string]any{"isolation": "host",
-				"host": map[string]any{"call_timeout": attack.HostCallTimeout, "memory_limit": attack.HostMemoryLimit}}},
+				"host": map[string]any{"call_timeout": attack.HostCallTimeout, "memory_limit": memLimit}}},
 		},
 		Tools:       harness.PluginTools{Probe: pluginProbeTool, Hostile: attack.PluginTool},
 		HostCmdline: "plugin-host",
 	}
 }
 
-// probePluginOf is target's probe plugin: its own, else agentd's.
+// probePluginOf is target's probe plugin: its own, else agentd's, with
+// the host memory limit its binary needs (hostMemoryLimitOf).
 func probePluginOf(target harness.Target) *harness.ProbePlugin {
 	if target.ProbePlugin != nil {
 		return target.ProbePlugin
 	}
-	return AgentdProbePlugin()
+	return agentdProbePlugin(hostMemoryLimitOf(target))
+}
+
+// hostMemoryLimitOf is the hostile run's host memory limit for target:
+// attack.HostMemoryLimitPlain when its server is a Go binary built
+// without the race detector (its plugin hosts are the same binary),
+// attack.HostMemoryLimit otherwise: a race build, or a binary whose build
+// cannot be read (a wrapper script, say), gets the limit any build loads
+// its plugins under.
+func hostMemoryLimitOf(target harness.Target) string {
+	race, ok := raceBuild(programOf(target.Serve))
+	if !ok || race {
+		return attack.HostMemoryLimit
+	}
+	return attack.HostMemoryLimitPlain
+}
+
+// programOf is the program argv runs: argv[0], or the one env runs after
+// its NAME=VALUE arguments (certify.Command re-executes a binary as
+// "env TENANTCANARY_COMMAND=agentd BINARY ..."); "" when env is given
+// anything else first (an option).
+func programOf(argv []string) string {
+	if len(argv) == 0 {
+		return ""
+	}
+	if filepath.Base(argv[0]) != "env" {
+		return argv[0]
+	}
+	for _, a := range argv[1:] {
+		if strings.HasPrefix(a, "-") {
+			return ""
+		}
+		if !strings.Contains(a, "=") {
+			return a
+		}
+	}
+	return ""
+}
+
+// raceBuilds memoizes raceBuild: a run asks once per scenario.
+var raceBuilds sync.Map // path -> [2]bool{race, ok}
+
+// raceBuild reports whether the Go binary at path was built with the
+// race detector; ok is false when path is not a Go binary it can read.
+func raceBuild(path string) (race, ok bool) {
+	if path == "" {
+		return false, false
+	}
+	if v, hit := raceBuilds.Load(path); hit {
+		r := v.([2]bool)
+		return r[0], r[1]
+	}
+	info, err := buildinfo.ReadFile(path)
+	if err == nil {
+		ok = true
+		for _, s := range info.Settings {
+			if s.Key == "-race" && s.Value == "true" {
+				race = true
+			}
+		}
+	}
+	raceBuilds.Store(path, [2]bool{race, ok})
+	return race, ok
 }
 
 // probePlugin is the run's probe plugin, made once per Env. A target's

@@ -1,7 +1,9 @@
 package scenarios
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/attack"
 	"github.com/tenantcanary/tenantcanary/invariants"
 )
 
@@ -116,4 +119,40 @@ func TestAgentdProbePluginIsTheDefault(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, reps, 1)
 	require.Equal(t, Pass, reps[0].Result, "%s\n%s", reps[0].Reason, strings.Join(reps[0].Log, "\n"))
+}
+
+// The hostile run's host memory limit follows the build of the target's
+// binary: a plain Go build gets the lower limit (its hog ends sooner), a
+// race build or a program whose build cannot be read gets the one every
+// build loads its plugins under.
+func TestHostMemoryLimitFollowsTheBuild(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		argv []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"/bin/agentd", "serve"}, "/bin/agentd"},
+		{[]string{"/usr/bin/env", "TENANTCANARY_COMMAND=agentd", "/bin/canary-run", "serve"}, "/bin/canary-run"},
+		{[]string{"env", "A=1", "B=2", "./agentd"}, "./agentd"},
+		{[]string{"/usr/bin/env", "-i", "/bin/agentd"}, ""},
+		{[]string{"/usr/bin/env", "A=1"}, ""},
+	} {
+		assert.Equal(t, c.want, programOf(c.argv), "%q", c.argv)
+	}
+
+	assert.Equal(t, attack.HostMemoryLimitPlain, hostMemoryLimitOf(agentdTarget()), "agentd built without the race detector")
+	if agentdRaceIn != "" {
+		assert.Equal(t, attack.HostMemoryLimit, hostMemoryLimitOf(agentdRaceTarget()), "agentd built with the race detector")
+	}
+	script := filepath.Join(t.TempDir(), "agentd.sh")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nexec agentd \"$@\"\n"), 0o755))
+	assert.Equal(t, attack.HostMemoryLimit, hostMemoryLimitOf(harness.AgentdTarget(script)), "a wrapper script")
+	assert.Equal(t, attack.HostMemoryLimit, hostMemoryLimitOf(harness.Target{}), "no serve command")
+
+	limit := func(pp *harness.ProbePlugin) any {
+		return pp.Install.Limits["plugins"].(map[string]any)["host"].(map[string]any)["memory_limit"]
+	}
+	assert.Equal(t, attack.HostMemoryLimitPlain, limit(probePluginOf(agentdTarget())))
+	assert.Equal(t, attack.HostMemoryLimit, limit(AgentdProbePlugin()), "the exported default stays the one every build loads under")
 }
