@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, for row scans
 
@@ -209,35 +210,24 @@ func (m *Matcher) sqliteFile(ctx context.Context, path string, db *os.File, open
 		}
 	}
 
-	dir, err := os.MkdirTemp("", "canary-scan-sqlite-*")
-	if err != nil {
-		r.skip(path, fmt.Errorf("copy %s for scanning: %w", path, err))
+	began := time.Now()
+	id, known := identifyOpen(db, wal)
+	key := dbKey{path: path, id: id}
+	if known {
+		if snap, ok := dbSnapshots.Get(key); ok {
+			m.scanSnapshot(ctx, path, snap, r)
+			return
+		}
+	}
+	snap, problems := takeSnapshot(ctx, path, db, wal, limit)
+	r.Skipped = append(r.Skipped, problems...)
+	if snap == nil {
 		return
 	}
-	defer os.RemoveAll(dir)
-	dbCopy := filepath.Join(dir, "scan.db")
-	if err := copyTo(dbCopy, db, limit); err != nil {
-		r.skip(path, fmt.Errorf("copy %s for scanning: %w", path, err))
-		return
+	m.scanSnapshot(ctx, path, snap, r)
+	if known && len(problems) == 0 && ctx.Err() == nil && snap.size() <= snapshotKeptBytes && id.settled(began.Add(-settleTime)) {
+		dbSnapshots.Put(key, snap)
 	}
-	if wal != nil {
-		if err := copyTo(dbCopy+"-wal", wal, limit); err != nil {
-			r.skip(walPath, fmt.Errorf("copy %s for scanning: %w", walPath, err))
-		}
-	}
-	for _, c := range []struct{ copy, name string }{{dbCopy, path}, {dbCopy + "-wal", walPath}} {
-		f, err := os.Open(c.copy)
-		if errors.Is(err, fs.ErrNotExist) && c.name == walPath {
-			continue
-		}
-		if err != nil {
-			r.skip(c.name, fmt.Errorf("open copy of %s: %w", c.name, err))
-			continue
-		}
-		m.raw(ctx, c.name, f, r)
-		f.Close()
-	}
-	m.sqliteRows(ctx, path, dbCopy, r)
 }
 
 // Linux lseek whences: the next byte of data, the next hole.
@@ -305,52 +295,59 @@ func copyTo(dst string, src io.Reader, limit int64) error {
 	return f.Close()
 }
 
-// sqliteRows reads every value of every table of the copy at dbCopy
-// (opened read-only) and scans the text and blob ones.
-func (m *Matcher) sqliteRows(ctx context.Context, path, dbCopy string, r *Report) {
+// sqliteCells reads every text and blob value of every table of the copy
+// at dbCopy (opened read-only), named as a hit on it names its row; the
+// problems name path, the database the copy was made of.
+func sqliteCells(ctx context.Context, path, dbCopy string) ([]dbCell, []Skip) {
+	var problems []Skip
+	skip := func(err error) { problems = append(problems, Skip{Path: path, Reason: err.Error(), Err: err}) }
 	db, err := sql.Open("sqlite", sqlitefile.URI(dbCopy, "mode=ro"))
 	if err != nil {
-		r.skip(path, fmt.Errorf("open copy of %s as sqlite: %w", path, err))
-		return
+		skip(fmt.Errorf("open copy of %s as sqlite: %w", path, err))
+		return nil, problems
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
 	if err != nil {
-		r.skip(path, fmt.Errorf("list tables of %s: %w", path, err))
-		return
+		skip(fmt.Errorf("list tables of %s: %w", path, err))
+		return nil, problems
 	}
 	var tables []string
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
-			r.skip(path, fmt.Errorf("list tables of %s: %w", path, err))
+			skip(fmt.Errorf("list tables of %s: %w", path, err))
 			rows.Close()
-			return
+			return nil, problems
 		}
 		tables = append(tables, name)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		r.skip(path, fmt.Errorf("list tables of %s: %w", path, err))
-		return
+		skip(fmt.Errorf("list tables of %s: %w", path, err))
+		return nil, problems
 	}
+	var cells []dbCell
 	for _, table := range tables {
-		if err := m.sqliteTable(ctx, db, path, table, r); err != nil {
-			r.skip(path, fmt.Errorf("read table %q of %s: %w", table, path, err))
+		var err error
+		if cells, err = tableCells(ctx, db, table, cells); err != nil {
+			skip(fmt.Errorf("read table %q of %s: %w", table, path, err))
 		}
 	}
+	return cells, problems
 }
 
-func (m *Matcher) sqliteTable(ctx context.Context, db *sql.DB, path, table string, r *Report) error {
+// tableCells appends the text and blob values of table to cells.
+func tableCells(ctx context.Context, db *sql.DB, table string, cells []dbCell) ([]dbCell, error) {
 	rows, err := db.QueryContext(ctx, `SELECT * FROM "`+strings.ReplaceAll(table, `"`, `""`)+`"`)
 	if err != nil {
-		return err
+		return cells, err
 	}
 	defer rows.Close()
 	cols, err := rows.Columns()
 	if err != nil {
-		return err
+		return cells, err
 	}
 	vals := make([]any, len(cols))
 	ptrs := make([]any, len(cols))
@@ -359,23 +356,22 @@ func (m *Matcher) sqliteTable(ctx context.Context, db *sql.DB, path, table strin
 	}
 	for row := 1; rows.Next(); row++ {
 		if err := rows.Scan(ptrs...); err != nil {
-			return err
+			return cells, err
 		}
 		for i, v := range vals {
 			var b []byte
 			switch v := v.(type) {
 			case []byte:
-				b = v
+				b = v // database/sql copies bytes scanned into an any
 			case string:
 				b = []byte(v)
 			default:
 				continue
 			}
-			where := fmt.Sprintf("%s row %d %s", table, row, cols[i])
-			m.walkerFor(ctx, path, where, r).bytes(b, loc{prefix: "sqlite-row"})
+			cells = append(cells, dbCell{where: fmt.Sprintf("%s row %d %s", table, row, cols[i]), data: b})
 		}
 	}
-	return rows.Err()
+	return cells, rows.Err()
 }
 
 // ErrNotRegular: a path named to be scanned is neither a regular file nor
