@@ -238,6 +238,25 @@ func (s *Server) RequestsOf(k Kind) []Record {
 	return s.copiesLocked(k)
 }
 
+// RequestsShared is RequestsOf without the deep copies: each Record is a
+// copy of the server's as it stands now (its Status and Response), but
+// its body, decoded body, headers and calls are the server's own, which
+// it never changes once a request is recorded. For readers only: a
+// caller that changes one of them changes the server's record. A check
+// that reads every record after every phase spends most of its time
+// copying bodies it only reads.
+func (s *Server) RequestsShared(k Kind) []Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Record, 0, len(s.records))
+	for i := range s.records {
+		if k == "" || s.records[i].Kind == k {
+			out = append(out, s.records[i])
+		}
+	}
+	return out
+}
+
 // LastSeq is the sequence number of the last request that arrived, and
 // false when none has: what Requests would end with, without copying
 // every record.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,26 @@ func TestRequestsReturnsCopies(t *testing.T) {
 	assert.Equal(t, "hello", again.Messages()[0]["content"])
 	assert.Equal(t, byte('{'), again.RawBody[0])
 	assert.Equal(t, 1, again.Usage.PromptTokens)
+}
+
+// RequestsShared gives what RequestsOf gives, its records' bodies shared
+// with the server (the same map every call), and the records' later
+// settling seen by a later call.
+func TestRequestsSharedIsRequestsOfWithoutCopies(t *testing.T) {
+	t.Parallel()
+	s := start(t, fakellm.Options{Script: []fakellm.Response{fakellm.Text("x").WithUsage(1, 2), fakellm.Text("y")}})
+	for _, q := range []string{"hello", "again"} {
+		_, err := newClient(s, "k").Chat.Completions.New(testCtx(t), mainTurn("model-a", q))
+		require.NoError(t, err)
+	}
+	shared, copies := s.RequestsShared(fakellm.KindMain), s.RequestsOf(fakellm.KindMain)
+	require.Len(t, shared, 2)
+	assert.Equal(t, copies, shared)
+	assert.Equal(t, http.StatusOK, shared[1].Status)
+	again := s.RequestsShared("")
+	assert.Equal(t, reflect.ValueOf(shared[0].Body).Pointer(), reflect.ValueOf(again[0].Body).Pointer(), "a shared body is the server's")
+	assert.NotEqual(t, reflect.ValueOf(copies[0].Body).Pointer(), reflect.ValueOf(again[0].Body).Pointer(), "RequestsOf copies")
+	assert.Empty(t, s.RequestsShared(fakellm.KindAux))
 }
 
 func TestWaitRequests(t *testing.T) {

@@ -155,16 +155,25 @@ func ownerOf(ts []*tenants.Tenant, kind tenants.Kind, value string) string {
 // whole only there. A hit already seen in the raw bytes (same owner, kind
 // and encoding) is not reported again from a decoded string.
 func (m matcher) findJSON(inv Invariant, place string, raw []byte, where Where, secretsOnly bool) []Finding {
+	return m.findJSONDoc(inv, place, raw, nil, where, secretsOnly)
+}
+
+// findJSONDoc is findJSON with raw's object already decoded (doc, as
+// json.Unmarshal decodes it into a map; nil: decode raw here): a fake
+// provider's record holds its body both ways.
+func (m matcher) findJSONDoc(inv Invariant, place string, raw []byte, doc map[string]any, where Where, secretsOnly bool) []Finding {
 	out := m.find(inv, place, raw, where, true, secretsOnly)
 	seen := map[string]bool{}
 	for _, f := range out {
 		seen[f.Owner+"/"+string(f.Kind)+"/"+string(f.Encoding)] = true
 	}
-	var doc any
-	if json.Unmarshal(raw, &doc) != nil {
+	var v any
+	if doc != nil {
+		v = doc
+	} else if json.Unmarshal(raw, &v) != nil {
 		return out
 	}
-	walkStrings(doc, "$", func(path, s string) {
+	walkStrings(v, func(path func() string, s string) {
 		m.m.Find([]byte(s), func(x scan.Match) {
 			k := x.Pattern.Owner + "/" + x.Pattern.Kind + "/" + string(x.Encoding)
 			if !m.foreign(place, x.Pattern, secretsOnly) || seen[k] {
@@ -172,7 +181,7 @@ func (m matcher) findJSON(inv Invariant, place string, raw []byte, where Where, 
 			}
 			seen[k] = true
 			w := where
-			w.Part = strings.TrimSpace(w.Part + " " + path)
+			w.Part = strings.TrimSpace(w.Part + " " + path())
 			w.Offset = int64p(x.Start)
 			out = append(out, hitFinding(inv, place, x, w))
 		})
@@ -180,26 +189,59 @@ func (m matcher) findJSON(inv Invariant, place string, raw []byte, where Where, 
 	return out
 }
 
-// walkStrings calls fn for every string and every object key in v, with a
-// JSON path, in a stable order.
-func walkStrings(v any, path string, fn func(path, s string)) {
-	switch v := v.(type) {
-	case string:
-		fn(path, v)
-	case []any:
-		for i, e := range v {
-			walkStrings(e, path+"["+strconv.Itoa(i)+"]", fn)
+// walkStrings calls fn for every string and every object key in v, in a
+// stable order (object keys sorted), with its JSON path ("$.a[2].b", and
+// "... (key)" for a key), made only when fn asks: a document has many
+// strings and few hits.
+func walkStrings(v any, fn func(path func() string, s string)) {
+	type step struct {
+		key   string // an object's key, or
+		idx   int    // an array's index
+		isIdx bool
+	}
+	var steps []step
+	isKey := false
+	path := func() string {
+		var b strings.Builder
+		b.WriteString("$")
+		for _, st := range steps {
+			if st.isIdx {
+				b.WriteString("[" + strconv.Itoa(st.idx) + "]")
+			} else {
+				b.WriteString("." + st.key)
+			}
 		}
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
+		if isKey {
+			b.WriteString(" (key)")
 		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			p := path + "." + k
-			fn(p+" (key)", k)
-			walkStrings(v[k], p, fn)
+		return b.String()
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case string:
+			fn(path, v)
+		case []any:
+			for i, e := range v {
+				steps = append(steps, step{idx: i, isIdx: true})
+				walk(e)
+				steps = steps[:len(steps)-1]
+			}
+		case map[string]any:
+			keys := make([]string, 0, len(v))
+			for k := range v {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				steps = append(steps, step{key: k})
+				isKey = true
+				fn(path, k)
+				isKey = false
+				walk(v[k])
+				steps = steps[:len(steps)-1]
+			}
 		}
 	}
+	walk(v)
 }

@@ -93,7 +93,7 @@ func (m matcher) requestLeaks(ts []*tenants.Tenant, t *tenants.Tenant, recs []fa
 		}
 		w := where
 		w.Part = "body"
-		out = append(out, m.findJSON(Request, t.Name, r.RawBody, w, false)...)
+		out = append(out, m.findJSONDoc(Request, t.Name, r.RawBody, r.Body, w, false)...)
 	}
 	return out
 }

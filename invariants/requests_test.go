@@ -1,6 +1,8 @@
 package invariants
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -199,4 +201,42 @@ func TestRequestCacheJudgesOnlyNewRequests(t *testing.T) {
 	require.Equal(t, findingKeys(RequestLeaks(s.Tenants)), findingKeys(after))
 	require.NotContains(t, findingKeys(after), "request alpha beta/model ", "a finding of the old state was served")
 	require.Equal(t, n+4, rc.judges, "a new state of the canaries did not judge every request again")
+}
+
+// A request's body, judged from the record's decoded body, gives what the
+// same body judged from its bytes gives: the same findings at the same
+// JSON paths. beta's soul is whole only once decoded (its first letter
+// escaped), under a key "" in an array.
+func TestRequestBodyJudgedFromItsDecodedBodyAsFromItsBytes(t *testing.T) {
+	t.Parallel()
+	s := newSet(t)
+	alpha, beta := s.Get("alpha"), s.Get("beta")
+	soul := beta.Value(tenants.Soul)
+	escaped := fmt.Sprintf(`\u%04x`, soul[0]) + soul[1:]
+	require.NotContains(t, escaped, soul)
+	raw := `{"model":"` + alpha.Model() + `","messages":[{"role":"user","content":"plain"},{"role":"tool","content":["x",{"":"y ` + escaped + `"}]}],"` + beta.Value(tenants.Memory) + `":"a key"}`
+	post(t, alpha, alpha.ProviderKey(), json.RawMessage(raw))
+	rec := waitRequests(t, alpha, 1)[0]
+	require.NotNil(t, rec.Body)
+	m, err := compile(s.Tenants)
+	require.NoError(t, err)
+	w := Where{Part: "body"}
+	fromDoc := m.findJSONDoc(Request, alpha.Name, rec.RawBody, rec.Body, w, false)
+	fromBytes := m.findJSON(Request, alpha.Name, rec.RawBody, w, false)
+	require.Equal(t, fromBytes, fromDoc)
+	parts := map[string]string{}
+	for _, f := range fromDoc {
+		parts[string(f.Kind)] = f.Where.Part
+	}
+	require.Equal(t, map[string]string{"memory": "body", "soul": "body $.messages[1].content[1]."}, parts, Format(fromDoc))
+}
+
+// walkStrings names every string and key by its JSON path.
+func TestWalkStringsPaths(t *testing.T) {
+	t.Parallel()
+	var got []string
+	walkStrings(map[string]any{"b": []any{"s0", []any{"s1"}, 2.0, map[string]any{"": "empty"}}, "a": "sa"}, func(path func() string, s string) {
+		got = append(got, path()+"="+s)
+	})
+	require.Equal(t, []string{"$.a (key)=a", "$.a=sa", "$.b (key)=b", "$.b[0]=s0", "$.b[1][0]=s1", "$.b[3]. (key)=", "$.b[3].=empty"}, got)
 }

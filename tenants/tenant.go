@@ -224,10 +224,12 @@ func (t *Tenant) ProviderURL() string {
 
 // Requests returns the requests the tenant's provider recorded: from the
 // provider itself, or, for a provider in another process, from its
-// journal (only the records journaled since this set was built).
+// journal (only the records journaled since this set was built). The
+// records of a provider in this process share their bodies and headers
+// with it (fakellm.Server.RequestsShared): read them, never change them.
 func (t *Tenant) Requests() []fakellm.Record {
 	if t.Provider != nil {
-		return t.Provider.Requests()
+		return t.Provider.RequestsShared("")
 	}
 	if t.remote == nil {
 		return nil
