@@ -112,9 +112,12 @@ func TestPooledTerminalContainment(t *testing.T) {
 				}
 				w.writeManaged("terminal:\n  sandbox: landlock\n")
 			}
-			var env []string
+			// agentd makes a Landlock shell's private tmp in its TMPDIR:
+			// without containment (the escaped-process fault) nothing
+			// removes it.
+			env := []string{"TMPDIR=" + t.TempDir()}
 			if strings.Contains(how, "escaped-process") {
-				env = []string{"AGENTD_FAULTS=escaped-process", "AGENTD_ALLOW_FAULTS=1"}
+				env = append(env, "AGENTD_FAULTS=escaped-process", "AGENTD_ALLOW_FAULTS=1")
 			}
 			t.Cleanup(func() {
 				for _, pid := range tenantProcs(beta) {

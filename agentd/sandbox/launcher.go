@@ -83,7 +83,7 @@ func RunLauncher(args []string, stderr io.Writer) int {
 	env := os.Environ()
 	var tmp string
 	if spec.Tmp {
-		d, err := os.MkdirTemp("", "agentd-tool-tmp-")
+		d, err := os.MkdirTemp(spec.TmpRoot, "agentd-tool-tmp-")
 		if err != nil {
 			return fail("private tmp: %v", err)
 		}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,6 +76,10 @@ type Policy struct {
 	// ReadOnly are more paths visible read-only (agentd's own executable,
 	// for a plugin host).
 	ReadOnly []string
+	// TmpRoot is where a Landlock command's private tmp is made; "" is
+	// agentd's own temp folder (os.TempDir: the operator's TMPDIR), never
+	// the command's environment's.
+	TmpRoot string
 	// Dir is the working directory, inside Home or Work.
 	Dir string
 	// Self is the argv that runs agentd again: the launcher of landlock,
@@ -151,6 +156,8 @@ type launchSpec struct {
 	// TCP rules (ABI 4+) with nothing allowed.
 	NoNet bool `json:"no_net,omitempty"`
 	Tmp   bool `json:"tmp"`
+	// TmpRoot is where the private tmp is made (Policy.TmpRoot).
+	TmpRoot string `json:"tmp_root,omitempty"`
 	// Keeper is set in the second stage: the launcher agentd started (the
 	// first stage) re-executes itself as the keeper, in a session of its
 	// own, so that a kill of the first stage's process group or session
@@ -426,6 +433,9 @@ func (p Policy) bwrapArgs(infoFD bool, binds []workBind) []string {
 func (p Policy) launcher(landlock bool, argv []string, binds []workBind) []string {
 	s := launchSpec{Landlock: landlock, Contain: !p.NoContain, Parent: os.Getpid(), Tmp: landlock, ShowProc: p.SharedPID,
 		NoNet: landlock && p.Network == NetNone}
+	if landlock {
+		s.TmpRoot = cmp.Or(p.TmpRoot, os.TempDir())
+	}
 	if landlock {
 		for _, d := range SystemDirs {
 			if _, err := os.Stat(d); err == nil {

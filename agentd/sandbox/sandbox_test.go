@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,6 +176,9 @@ func startTree(t *testing.T, p sandbox.Policy, marker string) (*sandbox.Cmd, cha
 	t.Helper()
 	script := "setsid sleep 600 & (sleep 600 &) ; nohup sleep 600 >/dev/null 2>&1 & sleep 0.2; echo ready; sleep 600"
 	env := append(baseEnv(p.Home), procgroup.MarkerVar+"="+marker)
+	// Without containment (the escaped-process fault) the launcher execs
+	// the command and nothing removes its private tmp.
+	p.TmpRoot = t.TempDir()
 	c, err := p.Command([]string{"bash", "-c", script}, env)
 	require.NoError(t, err)
 	out, err := c.StdoutPipe()
@@ -326,4 +330,34 @@ func TestKilledLauncherStillEndsTheTree(t *testing.T) {
 		require.Eventually(t, func() bool { return len(procgroup.Marked(marker)) == 0 }, 20*time.Second, 10*time.Millisecond,
 			"the tree outlived a SIGKILL of the launcher's session")
 	})
+}
+
+// A Landlock command's private tmp is made under the policy's TmpRoot
+// (agentd's own temp folder by default), not the command environment's
+// TMPDIR, and is gone once the command is; without containment (the
+// escaped-process fault) the launcher execs the command, so the folder
+// stays, under TmpRoot.
+func TestLandlockPrivateTmpIsUnderTmpRoot(t *testing.T) {
+	t.Parallel()
+	need(t, sandbox.Landlock)
+	for _, contain := range []bool{true, false} {
+		t.Run(fmt.Sprintf("contain=%v", contain), func(t *testing.T) {
+			t.Parallel()
+			home, root, elsewhere := t.TempDir(), t.TempDir(), t.TempDir()
+			p := sandbox.Policy{Mode: sandbox.Landlock, Home: home, Dir: home, Self: self(t), TmpRoot: root, NoContain: !contain}
+			c, err := p.Command([]string{"sh", "-c", `echo "$TMPDIR"; echo x > "$TMPDIR/f"`}, append(baseEnv(home), "TMPDIR="+elsewhere))
+			require.NoError(t, err)
+			out, err := c.Output()
+			require.NoError(t, err)
+			tmp := strings.TrimSpace(string(out))
+			require.Equal(t, root, filepath.Dir(tmp), "the private tmp %s is not under TmpRoot", tmp)
+			entries, err := os.ReadDir(elsewhere)
+			require.NoError(t, err)
+			require.Empty(t, entries, "the command environment's TMPDIR got the private tmp")
+			if contain {
+				_, err = os.Stat(tmp)
+				require.ErrorIs(t, err, fs.ErrNotExist, "the private tmp outlived the command")
+			}
+		})
+	}
 }

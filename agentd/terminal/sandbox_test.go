@@ -53,7 +53,9 @@ func newSandboxed(t *testing.T, m sandbox.Mode, mutate func(*sandbox.Policy)) *s
 	require.NoError(t, os.MkdirAll(filepath.Join(s.home, "work"), 0o700))
 	require.NoError(t, os.MkdirAll(s.sibling, 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(s.sibling, ".env"), []byte("KEY="+s.siblingCanary+"\n"), 0o600))
-	pol := sandbox.Policy{Mode: m, Home: s.home, Self: selfArgv(t)}
+	// TmpRoot: without containment (the escaped-process fault) nothing
+	// removes a Landlock shell's private tmp.
+	pol := sandbox.Policy{Mode: m, Home: s.home, Self: selfArgv(t), TmpRoot: t.TempDir()}
 	if mutate != nil {
 		mutate(&pol)
 	}
