@@ -173,7 +173,11 @@ func (m matcher) findJSONDoc(inv Invariant, place string, raw []byte, doc map[st
 	} else if json.Unmarshal(raw, &v) != nil {
 		return out
 	}
+	short := m.m.MinMatchLen()
 	walkStrings(v, func(path func() string, s string) {
+		if len(s) < short {
+			return
+		}
 		m.m.Find([]byte(s), func(x scan.Match) {
 			k := x.Pattern.Owner + "/" + x.Pattern.Kind + "/" + string(x.Encoding)
 			if !m.foreign(place, x.Pattern, secretsOnly) || seen[k] {

@@ -2,6 +2,7 @@ package scan
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base32"
 	"encoding/base64"
@@ -428,5 +429,28 @@ func BenchmarkTreeOfSmallFiles(b *testing.B) {
 		if len(r.Hits) != 1 || len(r.Skipped) != 0 {
 			b.Fatalf("hits %d, skipped %v", len(r.Hits), r.Skipped)
 		}
+	}
+}
+
+// No match comes from fewer than MinMatchLen bytes: every needle is at
+// least that long, and so is the smallest container holding a canary.
+func TestMinMatchLenBoundsEveryForm(t *testing.T) {
+	t.Parallel()
+	pats := testPatterns(rand.New(rand.NewPCG(41, 42)), 2)
+	m, err := Compile(pats)
+	require.NoError(t, err)
+	short := m.MinMatchLen()
+	require.Positive(t, short)
+	for _, p := range pats {
+		for _, f := range encodedForms(p.Value) {
+			require.GreaterOrEqual(t, len(f.value), short, "%s of %s", f.enc, p.Value)
+		}
+		var gz bytes.Buffer
+		w := gzip.NewWriter(&gz)
+		_, _ = w.Write([]byte(p.Value))
+		require.NoError(t, w.Close())
+		require.GreaterOrEqual(t, gz.Len(), short)
+		require.NotEmpty(t, m.FindAll(gz.Bytes()), "the gzip of %s", p.Value)
+		require.Empty(t, m.FindAll([]byte(p.Value[:short-1])), "a match from %d bytes", short-1)
 	}
 }

@@ -63,6 +63,13 @@ func (m *Matcher) WithLimits(l Limits) *Matcher {
 // Limits returns the bounds m scans within.
 func (m *Matcher) Limits() Limits { return m.limits }
 
+// MinMatchLen is the fewest bytes a match can come from: no needle, in
+// any encoding, is shorter, and what a decoding or a container yields is
+// no longer than its input (a canary is random: it does not compress). A
+// caller with many short pieces (the strings of a JSON document) skips
+// those shorter than this without a look.
+func (m *Matcher) MinMatchLen() int { return m.window }
+
 // walker scans one piece of input (a file, or the bytes given to Find) and
 // everything nested in it: it owns the budget of decompressed bytes and
 // reports matches and refused parts to its caller.
