@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -134,35 +133,6 @@ func ParseNetwork(s string, def Network) (Network, error) {
 		return v, nil
 	}
 	return "", fmt.Errorf("%w %q: want none or host", ErrBadNetwork, s)
-}
-
-// launchSpec is the launcher's argument (JSON): paths only, never the
-// environment, which passes through the launcher unchanged.
-type launchSpec struct {
-	Landlock bool     `json:"landlock"`
-	Contain  bool     `json:"contain"`
-	Parent   int      `json:"parent"`
-	RODirs   []string `json:"ro_dirs,omitempty"`
-	ROFiles  []string `json:"ro_files,omitempty"`
-	RWDirs   []string `json:"rw_dirs,omitempty"`
-	RWFiles  []string `json:"rw_files,omitempty"`
-	ShowProc bool     `json:"show_proc,omitempty"`
-	// RWDirFDs are read-write folders the launcher holds open (the
-	// workdirs agentd opened and judged): the rules are added from these
-	// descriptors, never by a path that could have been swapped since.
-	RWDirFDs []int `json:"rw_dir_fds,omitempty"`
-	// NoNet takes the network away (terminal.network none): a network
-	// namespace of its own when the launcher may make one, and Landlock's
-	// TCP rules (ABI 4+) with nothing allowed.
-	NoNet bool `json:"no_net,omitempty"`
-	Tmp   bool `json:"tmp"`
-	// TmpRoot is where the private tmp is made (Policy.TmpRoot).
-	TmpRoot string `json:"tmp_root,omitempty"`
-	// Keeper is set in the second stage: the launcher agentd started (the
-	// first stage) re-executes itself as the keeper, in a session of its
-	// own, so that a kill of the first stage's process group or session
-	// still leaves the keeper to end the tree.
-	Keeper bool `json:"keeper,omitempty"`
 }
 
 // Cmd is a sandboxed command ready to start: the caller sets its stdio
@@ -427,72 +397,6 @@ func (p Policy) bwrapArgs(infoFD bool, binds []workBind) []string {
 		a = append(a, "--info-fd", "3")
 	}
 	return append(a, "--")
-}
-
-// launcher is `agentd sandbox-exec SPEC -- argv`.
-func (p Policy) launcher(landlock bool, argv []string, binds []workBind) []string {
-	s := launchSpec{Landlock: landlock, Contain: !p.NoContain, Parent: os.Getpid(), Tmp: landlock, ShowProc: p.SharedPID,
-		NoNet: landlock && p.Network == NetNone}
-	if landlock {
-		s.TmpRoot = cmp.Or(p.TmpRoot, os.TempDir())
-	}
-	if landlock {
-		for _, d := range SystemDirs {
-			if _, err := os.Stat(d); err == nil {
-				s.RODirs = append(s.RODirs, d)
-			}
-		}
-		s.RWFiles = append(s.RWFiles, "/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
-		s.ROFiles = append(s.ROFiles, "/dev/urandom", "/dev/random")
-		s.RWDirs, s.RWFiles = homeRules(p.Home, p.Hide, s.RWDirs, s.RWFiles)
-		for _, b := range binds {
-			if b.fd >= 0 {
-				s.RWDirFDs = append(s.RWDirFDs, b.fd)
-			} else {
-				s.RWDirs = append(s.RWDirs, b.dest)
-			}
-		}
-		s.ROFiles = append(s.ROFiles, p.ReadOnly...)
-	}
-	b, _ := json.Marshal(s)
-	out := append(append([]string{}, p.Self...), LauncherCommand, string(b), "--")
-	return append(out, argv...)
-}
-
-// homeRules grants home read-write; a home with a hidden folder beneath it
-// (the launch home's profiles) is granted entry by entry instead, since
-// Landlock only ever adds access down a tree.
-func homeRules(home string, hide, dirs, files []string) ([]string, []string) {
-	var hidden []string
-	for _, h := range hide {
-		if within(h, home) && h != home {
-			hidden = append(hidden, h)
-		}
-	}
-	if len(hidden) == 0 {
-		return append(dirs, home), files
-	}
-	entries, err := os.ReadDir(home)
-	if err != nil {
-		return dirs, files
-	}
-	for _, e := range entries {
-		path := filepath.Join(home, e.Name())
-		skip := false
-		for _, h := range hidden {
-			if within(h, path) {
-				skip = true // the hidden folder or an ancestor of it
-			}
-		}
-		switch {
-		case skip:
-		case e.IsDir():
-			dirs = append(dirs, path)
-		case e.Type().IsRegular():
-			files = append(files, path)
-		}
-	}
-	return dirs, files
 }
 
 // within reports whether path is dir or beneath it.
