@@ -57,17 +57,18 @@ func probePluginOf(target harness.Target) *harness.ProbePlugin {
 }
 
 // hostMemoryLimitOf is the hostile run's host memory limit for target:
-// attack.HostMemoryLimitPlain when its server is a Go binary built
-// without the race detector (its plugin hosts are the same binary),
-// attack.HostMemoryLimit otherwise: a race build, or a binary whose build
-// cannot be read (a wrapper script, say), gets the limit any build loads
-// its plugins under.
+// attack.HostMemoryLimitPlain when its server is agentd as this module
+// builds it (canary-run, cmd/agentd, a test binary of this module)
+// without the race detector, whose plugin hosts are the same binary and
+// were measured under it; attack.HostMemoryLimit otherwise: a race build,
+// another module's binary (a server that embeds agentd's plugin host
+// among its own code), or a program whose build cannot be read (a wrapper
+// script, say) gets the limit any build loads its plugins under.
 func hostMemoryLimitOf(target harness.Target) string {
-	race, ok := raceBuild(programOf(target.Serve))
-	if !ok || race {
-		return attack.HostMemoryLimit
+	if plain, ok := plainAgentdBuild(programOf(target.Serve)); ok && plain {
+		return attack.HostMemoryLimitPlain
 	}
-	return attack.HostMemoryLimitPlain
+	return attack.HostMemoryLimit
 }
 
 // programOf is the program argv runs: argv[0], or the one env runs after
@@ -92,30 +93,34 @@ func programOf(argv []string) string {
 	return ""
 }
 
-// raceBuilds memoizes raceBuild: a run asks once per scenario.
-var raceBuilds sync.Map // path -> [2]bool{race, ok}
+// agentdModule is the module whose builds hostMemoryLimitOf knows.
+const agentdModule = "github.com/tenantcanary/tenantcanary"
 
-// raceBuild reports whether the Go binary at path was built with the
-// race detector; ok is false when path is not a Go binary it can read.
-func raceBuild(path string) (race, ok bool) {
+// plainBuilds memoizes plainAgentdBuild: a run asks once per scenario.
+var plainBuilds sync.Map // path -> [2]bool{plain, ok}
+
+// plainAgentdBuild reports whether the Go binary at path is a build of
+// agentdModule without the race detector; ok is false when path is not a
+// Go binary of that module it can read.
+func plainAgentdBuild(path string) (plain, ok bool) {
 	if path == "" {
 		return false, false
 	}
-	if v, hit := raceBuilds.Load(path); hit {
+	if v, hit := plainBuilds.Load(path); hit {
 		r := v.([2]bool)
 		return r[0], r[1]
 	}
 	info, err := buildinfo.ReadFile(path)
-	if err == nil {
-		ok = true
+	if err == nil && info.Main.Path == agentdModule {
+		ok, plain = true, true
 		for _, s := range info.Settings {
 			if s.Key == "-race" && s.Value == "true" {
-				race = true
+				plain = false
 			}
 		}
 	}
-	raceBuilds.Store(path, [2]bool{race, ok})
-	return race, ok
+	plainBuilds.Store(path, [2]bool{plain, ok})
+	return plain, ok
 }
 
 // probePlugin is the run's probe plugin, made once per Env. A target's

@@ -122,9 +122,10 @@ func TestAgentdProbePluginIsTheDefault(t *testing.T) {
 }
 
 // The hostile run's host memory limit follows the build of the target's
-// binary: a plain Go build gets the lower limit (its hog ends sooner), a
-// race build or a program whose build cannot be read gets the one every
-// build loads its plugins under.
+// binary: agentd as this module builds it, without the race detector,
+// gets the lower limit (its hog ends sooner); a race build, another
+// module's binary or a program whose build cannot be read gets the one
+// every build loads its plugins under.
 func TestHostMemoryLimitFollowsTheBuild(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -145,6 +146,9 @@ func TestHostMemoryLimitFollowsTheBuild(t *testing.T) {
 	if agentdRaceIn != "" {
 		assert.Equal(t, attack.HostMemoryLimit, hostMemoryLimitOf(agentdRaceTarget()), "agentd built with the race detector")
 	}
+	goBin, err := exec.LookPath("go")
+	require.NoError(t, err)
+	assert.Equal(t, attack.HostMemoryLimit, hostMemoryLimitOf(harness.AgentdTarget(goBin)), "another module's Go binary")
 	script := filepath.Join(t.TempDir(), "agentd.sh")
 	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nexec agentd \"$@\"\n"), 0o755))
 	assert.Equal(t, attack.HostMemoryLimit, hostMemoryLimitOf(harness.AgentdTarget(script)), "a wrapper script")

@@ -66,8 +66,12 @@ var (
 func identifyOpen(db, wal *os.File) (fileID, bool) {
 	var id fileID
 	of := func(f *os.File, into *statID) bool {
-		var st syscall.Stat_t
-		if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		fi, err := f.Stat()
+		if err != nil {
+			return false
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
 			return false
 		}
 		*into = statID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
