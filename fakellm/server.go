@@ -248,13 +248,7 @@ func (s *Server) RequestsOf(k Kind) []Record {
 func (s *Server) RequestsShared(k Kind) []Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Record, 0, len(s.records))
-	for i := range s.records {
-		if k == "" || s.records[i].Kind == k {
-			out = append(out, s.records[i])
-		}
-	}
-	return out
+	return s.recordsLocked(k, false)
 }
 
 // LastSeq is the sequence number of the last request that arrived, and
@@ -269,11 +263,19 @@ func (s *Server) LastSeq() (int, bool) {
 	return s.records[len(s.records)-1].Seq, true
 }
 
-func (s *Server) copiesLocked(k Kind) []Record {
+func (s *Server) copiesLocked(k Kind) []Record { return s.recordsLocked(k, true) }
+
+// recordsLocked is the records of kind k ("" for all), in arrival order:
+// deep copies (clone), or copies sharing their bodies with the server.
+func (s *Server) recordsLocked(k Kind, clone bool) []Record {
 	out := make([]Record, 0, len(s.records))
 	for i := range s.records {
-		if k == "" || s.records[i].Kind == k {
+		switch {
+		case k != "" && s.records[i].Kind != k:
+		case clone:
 			out = append(out, s.records[i].clone())
+		default:
+			out = append(out, s.records[i])
 		}
 	}
 	return out

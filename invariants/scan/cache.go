@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tenantcanary/tenantcanary/internal/lru"
 )
 
 // FileCache remembers what a Matcher found in each file it scanned, so a
@@ -20,11 +22,17 @@ import (
 // kernel stamps times from a clock that ticks every few milliseconds, so a
 // write of the same size in the same tick, after the read, would keep the
 // stamp). Safe for concurrent use.
+//
+// It also keeps what each settled version of a SQLite database read to
+// (dbSnapshot), for every matcher that scans through it: the checks
+// after a phase scan the same changed database with several matchers.
 type FileCache struct {
 	mu      sync.Mutex
 	entries map[cacheKey]cacheEntry
 	scans   int           // files read (not served from the cache), for tests
 	settle  time.Duration // a file changed less than this before its scan is not kept
+	dbs     *lru.Cache[dbKey, *dbSnapshot]
+	dbReads int // database versions read (not served from dbs), for tests
 }
 
 // settleTime is far longer than any kernel's timestamp tick (1-10 ms).
@@ -32,7 +40,7 @@ const settleTime = 50 * time.Millisecond
 
 // NewFileCache returns an empty cache.
 func NewFileCache() *FileCache {
-	return &FileCache{entries: map[cacheKey]cacheEntry{}, settle: settleTime}
+	return &FileCache{entries: map[cacheKey]cacheEntry{}, settle: settleTime, dbs: lru.New[dbKey, *dbSnapshot](snapshotsKept)}
 }
 
 type cacheKey struct {
@@ -63,11 +71,15 @@ func identify(path string) (fileID, bool) {
 	if err := syscall.Lstat(path, &st); err != nil {
 		return id, false
 	}
-	id.file = statID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+	id.file = statIDOf(&st)
 	if err := syscall.Lstat(path+"-wal", &st); err == nil {
-		id.wal = statID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+		id.wal = statIDOf(&st)
 	}
 	return id, true
+}
+
+func statIDOf(st *syscall.Stat_t) statID {
+	return statID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
 
 // settled reports whether the file (and its -wal) last changed before t.

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, for row scans
 
@@ -210,23 +209,10 @@ func (m *Matcher) sqliteFile(ctx context.Context, path string, db *os.File, open
 		}
 	}
 
-	began := time.Now()
-	id, known := identifyOpen(db, wal)
-	key := dbKey{path: path, id: id}
-	if known {
-		if snap, ok := dbSnapshots.Get(key); ok {
-			m.scanSnapshot(ctx, path, snap, r)
-			return
-		}
-	}
-	snap, problems := takeSnapshot(ctx, path, db, wal, limit)
+	snap, problems := m.cache.snapshot(ctx, path, db, wal, limit)
 	r.Skipped = append(r.Skipped, problems...)
-	if snap == nil {
-		return
-	}
-	m.scanSnapshot(ctx, path, snap, r)
-	if known && len(problems) == 0 && ctx.Err() == nil && snap.size() <= snapshotKeptBytes && id.settled(began.Add(-settleTime)) {
-		dbSnapshots.Put(key, snap)
+	if snap != nil {
+		m.scanSnapshot(ctx, path, snap, r)
 	}
 }
 

@@ -8,10 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"syscall"
-
-	"github.com/tenantcanary/tenantcanary/internal/lru"
+	"time"
 )
 
 // dbSnapshot is what one version of a SQLite database gives every matcher
@@ -47,19 +45,39 @@ type dbKey struct {
 	id   fileID
 }
 
-// Snapshots are kept only for versions that had settled before they were
-// read (fileID.settled: a write in the same timestamp tick would not
-// change the identity), and only small ones: a state database of a few
-// sessions is tens of KiB, and 64 of them a few MiB.
+// A FileCache keeps snapshots only of versions that had settled before
+// they were read (its settle rule: a write in the same timestamp tick
+// would not change the identity), and only small ones: a state database
+// of a few sessions is tens of KiB, and 64 of them a few MiB.
 const (
 	snapshotsKept     = 64
 	snapshotKeptBytes = 4 << 20
 )
 
-var (
-	dbSnapshots    = lru.New[dbKey, *dbSnapshot](snapshotsKept)
-	snapshotsTaken atomic.Int64 // for tests
-)
+// snapshot is the snapshot of db (and wal, nil: none) at path: the one c
+// keeps for this version, or a new one, kept when it may be. Without a
+// cache (nil c) every call reads the database.
+func (c *FileCache) snapshot(ctx context.Context, path string, db, wal *os.File, limit int64) (*dbSnapshot, []Skip) {
+	if c == nil {
+		return takeSnapshot(ctx, path, db, wal, limit)
+	}
+	began := time.Now()
+	id, known := identifyOpen(db, wal)
+	key := dbKey{path: path, id: id}
+	if known {
+		if snap, ok := c.dbs.Get(key); ok {
+			return snap, nil
+		}
+	}
+	c.mu.Lock()
+	c.dbReads++
+	c.mu.Unlock()
+	snap, problems := takeSnapshot(ctx, path, db, wal, limit)
+	if snap != nil && known && len(problems) == 0 && ctx.Err() == nil && snap.size() <= snapshotKeptBytes && id.settled(began.Add(-c.settle)) {
+		c.dbs.Put(key, snap)
+	}
+	return snap, problems
+}
 
 // identifyOpen is the identity of the open database and WAL (nil: none);
 // false when either cannot be read.
@@ -71,11 +89,10 @@ func identifyOpen(db, wal *os.File) (fileID, bool) {
 			return false
 		}
 		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			return false
+		if ok {
+			*into = statIDOf(st)
 		}
-		*into = statID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
-		return true
+		return ok
 	}
 	if !of(db, &id.file) {
 		return id, false
@@ -92,7 +109,6 @@ func identifyOpen(db, wal *os.File) (fileID, bool) {
 // snapshot; a WAL that cannot be copied whole leaves what was copied of
 // it.
 func takeSnapshot(ctx context.Context, path string, db, wal *os.File, limit int64) (*dbSnapshot, []Skip) {
-	snapshotsTaken.Add(1)
 	walPath := path + "-wal"
 	var problems []Skip
 	skip := func(p string, err error) { problems = append(problems, Skip{Path: p, Reason: err.Error(), Err: err}) }
