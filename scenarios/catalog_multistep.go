@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -27,6 +28,15 @@ type chainState struct {
 	outside  map[string]time.Time
 	rowKinds map[tenants.Kind]bool // the kinds of the rows' own write canaries
 	held     []*chainRun           // the last restart round's runs: put back again after the next stop
+	jobs     map[string]string     // tenant -> the id of its own cron job
+	cron     *cronTime             // how long a job takes to run here, measured on first need
+}
+
+// cronTime is how long the tenants' own jobs, triggered at once, took to
+// run (the longest of those that ran), measured once per run.
+type cronTime struct {
+	once sync.Once
+	took time.Duration // 0: none ran within the wait
 }
 
 // chainsKey is what hostile-chains can run of the chains, and its runs.
@@ -106,13 +116,14 @@ func chainsSpec(chains []attack.Chain) Spec {
 	phases := []Phase{
 		{Name: "connect", Run: func(e *Env) {
 			e.startHostile(nil)
-			*stateOf(e, chainsKey) = chainState{plugins: e.Box.Target.AgentdPluginsUnsupported(), outside: map[string]time.Time{},
-				rowKinds: map[tenants.Kind]bool{}}
+			st := stateOf(e, chainsKey)
+			*st = chainState{plugins: e.Box.Target.AgentdPluginsUnsupported(), outside: map[string]time.Time{},
+				rowKinds: map[tenants.Kind]bool{}, jobs: map[string]string{}, cron: &cronTime{}}
 			e.plantWorkdirs()
 			// Every victim has a job, so a chain that reaches another's jobs
 			// shows its cron prompt.
 			for _, t := range e.Tenants {
-				e.CreateCron(e.Conns[t.Name], t)
+				st.jobs[t.Name] = e.CreateCron(e.Conns[t.Name], t)
 			}
 			e.outsideControl()
 		}},
@@ -443,10 +454,16 @@ func (e *Env) tryTurn(c *harness.Conn, sid, text string) error {
 // waitJob waits (bounded) for the job r's steps made or triggered to have
 // run since its last step. It asks cron.list on the attacker's connection,
 // or, once that refuses (a chain that replaced its .env revokes its own
-// credential), reads the attacker's jobs file.
+// credential), reads the attacker's jobs file. A job that has not run
+// after a quick look is given several times what the tenants' own jobs
+// take to run on this target under this run's load (cronRunTime), and at
+// most maxJobWait: a target that refuses to run it (a jobs file it will
+// not follow) is then known for held in seconds, not after the fixed
+// bound.
 func (e *Env) waitJob(c *harness.Conn, r *chainRun) {
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	start := time.Now()
+	bound, measured := maxJobWait, false
+	for time.Since(start) < bound {
 		var res struct {
 			Jobs []cronJob `json:"jobs"`
 		}
@@ -466,11 +483,86 @@ func (e *Env) waitJob(c *harness.Conn, r *chainRun) {
 				return
 			}
 		}
+		if !measured && time.Since(start) >= quickJobLook {
+			measured = true
+			if took := e.cronRunTime(); took > 0 {
+				bound = min(maxJobWait, max(minJobWait, jobWaitFactor*took))
+			}
+		}
 		if !sleepCtx(e.Ctx, 100*time.Millisecond) {
 			return
 		}
 	}
-	r.outcome += "; the job did not run within 20s"
+	r.outcome += fmt.Sprintf("; the job did not run within %s", bound.Round(100*time.Millisecond))
+}
+
+// The bounds of waitJob: a quick look first, then jobWaitFactor times the
+// measured run time of a job, within [minJobWait, maxJobWait].
+const (
+	quickJobLook  = 2 * time.Second
+	jobWaitFactor = 5
+	minJobWait    = 3 * time.Second
+	maxJobWait    = 20 * time.Second
+)
+
+// cronRunTime triggers every tenant's own job at once (the first time it
+// is asked in a run) and reports how long the slowest of those that ran
+// took, from the trigger to cron.list showing the run; 0 when none ran
+// within maxJobWait (a tenant whose credential a chain revoked, or whose
+// jobs a chain broke, is left out). The jobs' turns are the tenants' own.
+func (e *Env) cronRunTime() time.Duration {
+	st := stateOf(e, chainsKey)
+	st.cron.once.Do(func() {
+		var mu sync.Mutex
+		e.atOnce(e.Tenants, func(t *tenants.Tenant) {
+			took, ok := e.timeJob(t, st.jobs[t.Name])
+			mu.Lock()
+			defer mu.Unlock()
+			if ok {
+				st.cron.took = max(st.cron.took, took)
+			}
+		})
+		if st.cron.took > 0 {
+			e.Logf("the tenants' own cron jobs ran within %s of their trigger: a chain's job is given %dx that (%s to %s)", st.cron.took.Round(time.Millisecond), jobWaitFactor, minJobWait, maxJobWait)
+		} else {
+			e.Logf("no tenant's own cron job ran within %s of its trigger: a chain's job is given %s", maxJobWait, maxJobWait)
+		}
+	})
+	return st.cron.took
+}
+
+// timeJob triggers t's job id and waits, up to maxJobWait, for cron.list
+// to show it ran; it reports how long that took.
+func (e *Env) timeJob(t *tenants.Tenant, id string) (time.Duration, bool) {
+	c := e.Conns[t.Name]
+	if c == nil || id == "" {
+		return 0, false
+	}
+	start := time.Now()
+	ctx, cancel := e.ctx(10 * time.Second)
+	err := c.Call(ctx, "cron.trigger", map[string]any{"profile": profileParam(t), "id": id}, nil)
+	cancel()
+	if err != nil {
+		return 0, false
+	}
+	w := Wait{What: "the cron job " + id + " of " + t.Name + " to run", Within: maxJobWait, Poll: 50 * time.Millisecond}
+	err = Await(e.Ctx, w, func() (bool, string) {
+		var res struct {
+			Jobs []cronJob `json:"jobs"`
+		}
+		ctx, cancel := e.ctx(10 * time.Second)
+		defer cancel()
+		if err := c.Call(ctx, "cron.list", map[string]any{"profile": profileParam(t)}, &res); err != nil {
+			return false, err.Error()
+		}
+		for _, j := range res.Jobs {
+			if j.ID == id && j.LastRun != nil && !j.LastRun.Before(start.Add(-time.Second)) {
+				return true, ""
+			}
+		}
+		return false, "not run yet"
+	})
+	return time.Since(start), err == nil
 }
 
 // dotted is the string at a dotted path of a JSON document.

@@ -101,26 +101,31 @@ func (e *Env) markNotSeen(t *tenants.Tenant, mark tenants.Canary, what string) {
 
 // seenWhileHeld runs attack.HeldSpawn as t in session sid on c and reports
 // whether the process it starts, carrying mark, was seen while the call
-// held it: on a target that ends a terminal call's processes with the
-// call, what proves the escape check sees a tenant's processes.
-func (e *Env) seenWhileHeld(c *harness.Conn, t *tenants.Tenant, sid string, mark tenants.Canary) bool {
+// held it, and how long after the call began it was first seen (the turn
+// that makes the call included): on a target that ends a terminal call's
+// processes with the call, what proves the escape check sees a tenant's
+// processes, and how soon it does under the run's load.
+func (e *Env) seenWhileHeld(c *harness.Conn, t *tenants.Tenant, sid string, mark tenants.Canary) (bool, time.Duration) {
 	e.T.Helper()
 	ev := invariants.Ended{Canaries: []tenants.Canary{mark}}
 	// The look ends with the call: what was not seen while it held the
 	// process open is not seen.
 	ctx, cancel := context.WithCancel(e.Ctx)
 	var seen bool
+	var within time.Duration
 	var wg sync.WaitGroup
 	wg.Add(1)
+	start := time.Now()
 	go func() {
 		defer wg.Done()
 		w := Wait{What: "a process carrying the mark " + mark.Value + " while the call holds it", Within: 2 * time.Minute, Poll: 50 * time.Millisecond}
 		seen = Await(ctx, w, func() (bool, string) { return len(invariants.Live(ev)) > 0, "no such process" }) == nil
+		within = time.Since(start)
 	}()
 	e.Attack(c, t, sid, attack.HeldSpawn(heldSpawnSeconds), attack.Canaries{Mark: mark.Value})
 	cancel()
 	wg.Wait()
-	return seen
+	return seen, within
 }
 
 // heldSpawnSeconds is how long attack.HeldSpawn holds its call open: many
