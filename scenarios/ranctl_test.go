@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -92,6 +93,29 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 				outlived = outlived || m[ev]
 			}
 			assert.True(t, outlived, "no process outlived %s: %v", ev, esc)
+		}
+	})
+	t.Run("ns-per-call/hostile-tools", func(t *testing.T) {
+		// A server that runs each terminal call in a PID namespace of its
+		// own leaves no process to see after the call: the escape check's
+		// positive control is then a call that holds its marked process
+		// open, and the target is known to end a call's processes (the
+		// other case, processes that outlive their calls, is
+		// wrapped/hostile-tools: every ending event finds them).
+		t.Parallel()
+		if _, err := exec.LookPath("bwrap"); err != nil {
+			t.Skip("no bubblewrap on this machine: the dialect server's PID namespace per call needs it")
+		}
+		tg := dialectTarget(t)
+		tg.Env = map[string]string{"DIALECT_TOOL_NS": "1"}
+		spec := hostileTools()
+		spec.Phases = []Phase{spec.Phases[0], spec.Phases[3]} // connect, session-close
+		rep, out := runDialect(t, spec, tg)
+		log := strings.Join(out.Log, "\n")
+		assert.Empty(t, findingsOf(*rep, invariants.Control), "the held call's mark was seen; log:\n%s", log)
+		assert.Empty(t, findingsOf(*rep, invariants.ProcessEscape), "log:\n%s", log)
+		for _, tn := range []string{"default", "alpha"} {
+			assert.Contains(t, log, tn+": the target ends a terminal call's processes with the call", "log:\n%s", log)
 		}
 	})
 	t.Run("mangled/hostile-tools", func(t *testing.T) {

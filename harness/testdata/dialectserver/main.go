@@ -545,8 +545,15 @@ func complete(ctx context.Context, cfg config, key string, msgs []any, more []an
 }
 
 // shell runs cmd in cwd with the profile's .env over a minimal environment.
+// DIALECT_TOOL_NS=1 runs it in a PID namespace of its own (bubblewrap),
+// so every process it starts ends with the call, as a server that
+// sandboxes each call does.
 func shell(ctx context.Context, cwd string, dotenv map[string]string, cmd string) string {
 	c := exec.CommandContext(ctx, "/bin/sh", "-c", cmd)
+	if os.Getenv("DIALECT_TOOL_NS") == "1" {
+		c = exec.CommandContext(ctx, "bwrap", "--die-with-parent", "--unshare-pid", "--dev-bind", "/", "/",
+			"--proc", "/proc", "--chdir", cwd, "--", "/bin/sh", "-c", cmd)
+	}
 	c.Dir = cwd
 	c.Env = []string{"PATH=" + os.Getenv("PATH")}
 	for k, v := range dotenv {
