@@ -2,14 +2,11 @@ package scenarios
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -39,8 +36,6 @@ const plainAgentdEnv = "TENANTCANARY_SCENARIOS_AGENTD"
 // again and again (the self-test's faulty runs, the weakened targets) use
 // the plain build, which runs several times faster.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	waitBoundParallel()
 	if bin := os.Getenv(plainAgentdEnv); bin != "" {
 		agentdBin = bin
 		os.Exit(m.Run())
@@ -72,22 +67,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// waitBoundParallel raises -test.parallel to twice the CPUs when the
-// command line does not set it. This package's tests mostly wait: on the
-// servers they drive, their plugin hosts and tools, and the deadlines of
-// the attacks they run. With go test's default (one test per CPU), a
-// 2-CPU machine sat a third idle through them (296 s, 157 CPU-s idle);
-// with twice as many at once they used the same CPU in 254 s. The timing
-// checks among them judge the target against a control on the same
-// machine, so a busier machine makes them inconclusive, not wrong.
-func waitBoundParallel() {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		_ = flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
-	}
 }
 
 func agentdTarget() harness.Target { return harness.AgentdTarget(agentdBin) }
