@@ -463,7 +463,7 @@ func (e *Env) tryTurn(c *harness.Conn, sid, text string) error {
 func (e *Env) waitJob(c *harness.Conn, r *chainRun) {
 	start := time.Now()
 	bound, measured := maxJobWait, false
-	for time.Since(start) < bound {
+	for {
 		var res struct {
 			Jobs []cronJob `json:"jobs"`
 		}
@@ -488,6 +488,10 @@ func (e *Env) waitJob(c *harness.Conn, r *chainRun) {
 			if took := e.cronRunTime(); took > 0 {
 				bound = min(maxJobWait, max(minJobWait, jobWaitFactor*took))
 			}
+			continue // a look after the measure, which may have outlasted the bound
+		}
+		if time.Since(start) >= bound {
+			break
 		}
 		if !sleepCtx(e.Ctx, 100*time.Millisecond) {
 			return
