@@ -1,7 +1,6 @@
 package scenarios
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -49,19 +48,15 @@ func (e *Env) WaitCron(c *harness.Conn, t *tenants.Tenant, id string, since time
 	e.T.Helper()
 	var last cronJob
 	e.Eventually(fmt.Sprintf("cron job %s of %s to run", id, t.Name), 60*time.Second, func() (bool, string) {
-		var res struct {
-			Jobs []cronJob `json:"jobs"`
-		}
-		ctx, cancel := context.WithTimeout(e.Ctx, 10*time.Second)
-		defer cancel()
-		if err := c.Call(ctx, "cron.list", map[string]any{"profile": profileParam(t)}, &res); err != nil {
+		jobs, err := e.listCron(c, t)
+		if err != nil {
 			e.SkipUnsupported(err)
 			return false, err.Error()
 		}
-		for _, j := range res.Jobs {
+		for _, j := range jobs {
 			if j.ID == id {
 				last = j
-				return j.LastRun != nil && !j.LastRun.Before(since.Add(-time.Second)) && j.LastStatus != "", fmt.Sprintf("%+v", j)
+				return j.ranSince(since) && j.LastStatus != "", fmt.Sprintf("%+v", j)
 			}
 		}
 		return false, fmt.Sprintf("job %s not listed", id)
@@ -69,6 +64,23 @@ func (e *Env) WaitCron(c *harness.Conn, t *tenants.Tenant, id string, since time
 	if last.LastStatus != "ok" {
 		e.T.Fatalf("cron job %s of %s ran with status %q: %s", id, t.Name, last.LastStatus, last.LastError)
 	}
+}
+
+// listCron is t's cron jobs, as cron.list over c gives them.
+func (e *Env) listCron(c *harness.Conn, t *tenants.Tenant) ([]cronJob, error) {
+	var res struct {
+		Jobs []cronJob `json:"jobs"`
+	}
+	ctx, cancel := e.ctx(10 * time.Second)
+	defer cancel()
+	err := c.Call(ctx, "cron.list", map[string]any{"profile": profileParam(t)}, &res)
+	return res.Jobs, err
+}
+
+// ranSince reports whether j ran at since or after it (less a second: a
+// target may keep a run's time in whole seconds).
+func (j cronJob) ranSince(since time.Time) bool {
+	return j.LastRun != nil && !j.LastRun.Before(since.Add(-time.Second))
 }
 
 // CronTick runs the target's one-shot tick (stdio targets have no ticker).

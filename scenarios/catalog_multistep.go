@@ -464,21 +464,20 @@ func (e *Env) waitJob(c *harness.Conn, r *chainRun) {
 	start := time.Now()
 	bound, measured := maxJobWait, false
 	for {
-		var res struct {
-			Jobs []cronJob `json:"jobs"`
-		}
-		ctx, cancel := e.ctx(10 * time.Second)
-		err := c.Call(ctx, "cron.list", map[string]any{"profile": profileParam(r.a)}, &res)
-		cancel()
+		jobs, err := e.listCron(c, r.a)
 		if err != nil {
+			var res struct {
+				Jobs []cronJob `json:"jobs"`
+			}
 			data, ferr := os.ReadFile(filepath.Join(r.a.Home, r.vars["jobs"]))
 			if ferr != nil || json.Unmarshal(data, &res) != nil {
 				r.outcome += "; cron.list: " + err.Error()
 				return
 			}
+			jobs = res.Jobs
 		}
-		for _, j := range res.Jobs {
-			if j.ID == r.job && j.LastRun != nil && !j.LastRun.Before(r.since.Add(-time.Second)) {
+		for _, j := range jobs {
+			if j.ID == r.job && j.ranSince(r.since) {
 				r.outcome += fmt.Sprintf("; the job ran (%s %s)", j.LastStatus, truncateText(j.LastError, 120))
 				return
 			}
@@ -551,20 +550,11 @@ func (e *Env) timeJob(t *tenants.Tenant, id string) (time.Duration, bool) {
 	}
 	w := Wait{What: "the cron job " + id + " of " + t.Name + " to run", Within: maxJobWait, Poll: 50 * time.Millisecond}
 	err = Await(e.Ctx, w, func() (bool, string) {
-		var res struct {
-			Jobs []cronJob `json:"jobs"`
-		}
-		ctx, cancel := e.ctx(10 * time.Second)
-		defer cancel()
-		if err := c.Call(ctx, "cron.list", map[string]any{"profile": profileParam(t)}, &res); err != nil {
+		jobs, err := e.listCron(c, t)
+		if err != nil {
 			return false, err.Error()
 		}
-		for _, j := range res.Jobs {
-			if j.ID == id && j.LastRun != nil && !j.LastRun.Before(start.Add(-time.Second)) {
-				return true, ""
-			}
-		}
-		return false, "not run yet"
+		return slices.ContainsFunc(jobs, func(j cronJob) bool { return j.ID == id && j.ranSince(start) }), "not run yet"
 	})
 	return time.Since(start), err == nil
 }

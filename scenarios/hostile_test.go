@@ -81,13 +81,20 @@ func phasesOf(t *testing.T, id string, phases ...string) *Catalog {
 	t.Helper()
 	spec, err := Default().Get(id)
 	require.NoError(t, err)
-	if len(phases) > 0 {
-		spec.Phases = slices.DeleteFunc(slices.Clone(spec.Phases), func(p Phase) bool { return !slices.Contains(phases, p.Name) })
-		require.Len(t, spec.Phases, len(phases), "scenario %s has phases %v", id, phases)
-	}
-	cat, err := NewCatalog(spec)
+	cat, err := NewCatalog(withPhases(t, spec, phases...))
 	require.NoError(t, err)
 	return cat
+}
+
+// withPhases is spec with only the phases named (all of them when none
+// is), in its own order.
+func withPhases(t *testing.T, spec Spec, phases ...string) Spec {
+	t.Helper()
+	if len(phases) > 0 {
+		spec.Phases = slices.DeleteFunc(slices.Clone(spec.Phases), func(p Phase) bool { return !slices.Contains(phases, p.Name) })
+		require.Len(t, spec.Phases, len(phases), "scenario %s has phases %v", spec.ID, phases)
+	}
+	return spec
 }
 
 // names are the base tenants of a three-tenant run.

@@ -108,9 +108,7 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 		}
 		tg := dialectTarget(t)
 		tg.Env = map[string]string{"DIALECT_TOOL_NS": "1"}
-		spec := hostileTools()
-		spec.Phases = []Phase{spec.Phases[0], spec.Phases[3]} // connect, session-close
-		rep, out := runDialect(t, spec, tg)
+		rep, out := runDialect(t, withPhases(t, hostileTools(), "connect", "session-close"), tg)
 		log := strings.Join(out.Log, "\n")
 		assert.Empty(t, findingsOf(*rep, invariants.Control), "the held call's mark was seen; log:\n%s", log)
 		assert.Empty(t, findingsOf(*rep, invariants.ProcessEscape), "log:\n%s", log)
