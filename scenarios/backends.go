@@ -48,20 +48,10 @@ func (e *Env) StartServe() *Serve {
 	}
 	token := newToken()
 	argv := harness.Expand(tg.Serve, map[string]string{"host": "127.0.0.1", "port": "0", "cron_interval": CronInterval})
-	p, err := e.Box.Start(e.Ctx, "serve", argv, false, map[string]string{tg.TokenVar: token})
-	if err != nil {
-		e.targetCannotStart("serve backend", err)
-		e.T.Fatalf("start serve backend: %v", err)
-	}
 	ctx, cancel := e.ctx(tg.ReadyWithin(harness.DefaultReadyTimeout))
 	defer cancel()
-	m, err := p.WaitLine(ctx, tg.ReadyRE())
-	if err != nil {
-		p.Kill()
-		e.targetCannotStart("serve backend", err)
-		e.T.Fatalf("serve backend not ready: %v", err)
-	}
-	e.Server = &Serve{Proc: p, Base: "http://" + tg.ReadyAddr(m, "127.0.0.1"), Token: token}
+	p, addr := e.startReady(ctx, "serve", "serve backend", argv, map[string]string{tg.TokenVar: token})
+	e.Server = &Serve{Proc: p, Base: "http://" + addr, Token: token}
 	e.noteOperatorSecret("serve_token", token)
 	if err := tg.WaitHealthy(ctx, e.Server.Base, token); err != nil {
 		p.Kill()
@@ -120,18 +110,30 @@ func (e *Env) StartGateway() *Gateway {
 		return &Gateway{Client: &harness.GatewayClient{Base: tg.GatewayURL}}
 	}
 	argv := harness.Expand(tg.Gateway, map[string]string{"host": "127.0.0.1", "port": "0"})
-	p, err := e.Box.Start(e.Ctx, "gateway", argv, false, nil)
-	if err != nil {
-		e.targetCannotStart("gateway", err)
-		e.T.Fatalf("start gateway: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(e.Ctx, tg.ReadyWithin(harness.DefaultReadyTimeout))
+	ctx, cancel := e.ctx(tg.ReadyWithin(harness.DefaultReadyTimeout))
 	defer cancel()
+	p, addr := e.startReady(ctx, "gateway", "gateway", argv, nil)
+	return &Gateway{Proc: p, Client: &harness.GatewayClient{Base: "http://" + addr}}
+}
+
+// startReady starts the target's process name (what, in messages) from
+// argv with env added, and waits, until ctx ends, for its ready line;
+// it returns the process and the address the line names. A process
+// that cannot start or never gets ready is the target's failure to start
+// (targetCannotStart), and is killed.
+func (e *Env) startReady(ctx context.Context, name, what string, argv []string, env map[string]string) (*harness.Proc, string) {
+	e.T.Helper()
+	tg := e.Box.Target
+	p, err := e.Box.Start(e.Ctx, name, argv, false, env)
+	if err != nil {
+		e.targetCannotStart(what, err)
+		e.T.Fatalf("start %s: %v", what, err)
+	}
 	m, err := p.WaitLine(ctx, tg.ReadyRE())
 	if err != nil {
 		p.Kill()
-		e.targetCannotStart("gateway", err)
-		e.T.Fatalf("gateway not ready: %v", err)
+		e.targetCannotStart(what, err)
+		e.T.Fatalf("%s not ready: %v", what, err)
 	}
-	return &Gateway{Proc: p, Client: &harness.GatewayClient{Base: "http://" + tg.ReadyAddr(m, "127.0.0.1")}}
+	return p, tg.ReadyAddr(m, "127.0.0.1")
 }

@@ -56,23 +56,21 @@ type Env struct {
 }
 
 // fileCache is the scenario's file-scan cache (made on first use).
-func (e *Env) fileCache() *scan.FileCache {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.files == nil {
-		e.files = scan.NewFileCache()
-	}
-	return e.files
-}
+func (e *Env) fileCache() *scan.FileCache { return madeOnce(&e.mu, &e.files, scan.NewFileCache) }
 
 // requestCache is the scenario's request-check cache (made on first use).
 func (e *Env) requestCache() *invariants.RequestCache {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.requests == nil {
-		e.requests = invariants.NewRequestCache()
+	return madeOnce(&e.mu, &e.requests, invariants.NewRequestCache)
+}
+
+// madeOnce is *p, made by mk on the first call; mu guards p.
+func madeOnce[T any](mu *sync.Mutex, p **T, mk func() *T) *T {
+	mu.Lock()
+	defer mu.Unlock()
+	if *p == nil {
+		*p = mk()
 	}
-	return e.requests
+	return *p
 }
 
 type ownedConn struct {

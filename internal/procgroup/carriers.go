@@ -28,16 +28,8 @@ func Carrying(needles []string) []Carrier {
 	if len(needles) == 0 {
 		return nil
 	}
-	self := os.Getpid()
 	var out []Carrier
-	for _, pid := range pids() {
-		if pid == self {
-			continue
-		}
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil {
-			continue
-		}
+	for pid, cmdline := range others("cmdline") {
 		var env []byte
 		envRead := false
 		var found []Carrier

@@ -2,8 +2,6 @@ package procgroup
 
 import (
 	"bytes"
-	"fmt"
-	"os"
 )
 
 // MarkerVar is the environment variable that tags every process of one run.
@@ -25,16 +23,8 @@ func Marked(id string) []int {
 // PID namespaces.
 func WithEnv(kv string) []int {
 	want := []byte(kv + "\x00")
-	self := os.Getpid()
 	var out []int
-	for _, pid := range pids() {
-		if pid == self {
-			continue
-		}
-		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err != nil {
-			continue
-		}
+	for pid, env := range others("environ") {
 		env = append(env, 0)
 		if (bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...))) && Alive(pid) {
 			out = append(out, pid)

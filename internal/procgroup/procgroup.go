@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"os/exec"
 	"strconv"
@@ -188,6 +189,27 @@ func parseStat(data []byte) (procStat, bool) {
 }
 
 func (st procStat) live() bool { return st.state != 'Z' && st.state != 'X' }
+
+// others lists every pid in /proc but this process's, with the contents
+// of its file name there (environ, cmdline, ...); a process whose file
+// cannot be read (gone, or another user's) is left out.
+func others(name string) iter.Seq2[int, []byte] {
+	return func(yield func(int, []byte) bool) {
+		self := os.Getpid()
+		for _, pid := range pids() {
+			if pid == self {
+				continue
+			}
+			data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/" + name)
+			if err != nil {
+				continue
+			}
+			if !yield(pid, data) {
+				return
+			}
+		}
+	}
+}
 
 // pids lists every pid in /proc.
 func pids() []int {
