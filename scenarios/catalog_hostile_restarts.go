@@ -15,6 +15,21 @@ import (
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
+// hostileRestarts is the chains that wait for the server's restart or
+// crash: what a tenant planted in its own home, read at the next start.
+func hostileRestarts() Spec {
+	var chains []attack.Chain
+	for _, ch := range attack.Chains() {
+		if restarts(ch) {
+			chains = append(chains, ch)
+		}
+	}
+	spec := chainsSpec(chains)
+	spec.ID = "hostile-restarts"
+	spec.Purpose = "every tenant plants links and settings in its own home and waits for the server to restart or crash and start again: what the server then opens, stores and launches stays its own"
+	return spec
+}
+
 // restartRound is the chains that share one restart (or crash) of the
 // server: each tenant attacks in one of them at most, and no two touch
 // one file of one tenant, so neither a plant nor a restore of one can

@@ -78,21 +78,6 @@ func hostileChains() Spec {
 	return spec
 }
 
-// hostileRestarts is the chains that wait for the server's restart or
-// crash: what a tenant planted in its own home, read at the next start.
-func hostileRestarts() Spec {
-	var chains []attack.Chain
-	for _, ch := range attack.Chains() {
-		if restarts(ch) {
-			chains = append(chains, ch)
-		}
-	}
-	spec := chainsSpec(chains)
-	spec.ID = "hostile-restarts"
-	spec.Purpose = "every tenant plants links and settings in its own home and waits for the server to restart or crash and start again: what the server then opens, stores and launches stays its own"
-	return spec
-}
-
 // chainsSpec is hostile-chains over chains, a phase per group that has
 // any (a test runs a table of its own; hostileRestarts the restart
 // group alone).
