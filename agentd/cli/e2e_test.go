@@ -254,6 +254,26 @@ func TestCronTickFiresEachJobInItsOwnProfile(t *testing.T) {
 	require.Empty(t, strings.TrimSpace(out), "fired jobs are not due again")
 }
 
+// A tick reads each profile's jobs file, and opens a profile's scope (its
+// state database among it) only when there is one: a pooled server's tick
+// over many tenants does not open every tenant's database.
+func TestCronTickOpensOnlyProfilesWithJobs(t *testing.T) {
+	t.Parallel()
+	w, alpha, beta := alphaBetaWorld(t)
+	out, stderr, code := w.run("cron", "create", "--name", "a-job", "--prompt", "cron-canary-alpha: run the probe", "--every", "2h")
+	require.Equal(t, 0, code, stderr)
+	_, stderr, code = w.run("cron", "trigger", strings.TrimSpace(out))
+	require.Equal(t, 0, code, stderr)
+	require.NoFileExists(t, filepath.Join(beta.home, "state.db"), "nothing has opened beta's scope yet")
+
+	out, stderr, code = w.run("cron", "tick")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, stderr)
+	require.Len(t, alpha.srv.RequestsOf(fakellm.KindMain), 2, "alpha's due job ran in the tick")
+	require.FileExists(t, filepath.Join(alpha.home, "state.db"), "the tick opened the scope of a profile with a job")
+	require.NoFileExists(t, filepath.Join(beta.home, "state.db"), "the tick opened the scope of a profile without jobs")
+	require.Empty(t, beta.srv.Requests())
+}
+
 func mustRead(t *testing.T, path string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(path)

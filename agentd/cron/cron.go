@@ -153,6 +153,14 @@ func (j Jobs) lock() (func(), error) {
 	}, nil
 }
 
+// Present reports whether the store has a jobs file at all: false when
+// there is none (nothing can be due), an error when the name holds a link
+// or anything but a regular file (what read would refuse).
+func (j Jobs) Present() (bool, error) {
+	h, name := j.file("jobs.json")
+	return h.CheckFile(name)
+}
+
 // read returns the valid jobs of jobs.json and, untouched, the entries
 // whose id or name is outside its allow-list (each skipped with a log
 // line, and written back as they were).

@@ -45,6 +45,15 @@ func (s *Server) TickCron(ctx context.Context, now time.Time) ([]cron.Result, er
 // turns), and a tick never writes in a home that was deleted meanwhile.
 // A profile deleted before the tick has no jobs.
 func (s *Server) TickProfile(ctx context.Context, name string, now time.Time) []cron.Result {
+	// A profile without a jobs file has nothing due: its scope (its state
+	// database among it) is not opened for the tick. Anything else (a
+	// jobs file, a link in its place, a home that went) takes the tick's
+	// whole path, which reports it.
+	if p, err := s.opts.Homes.Get(name); err == nil {
+		if present, err := cron.ForProfile(p).Present(); err == nil && !present {
+			return nil
+		}
+	}
 	sc, release, err := s.pool.Use(ctx, name)
 	if errors.Is(err, profile.ErrUnknownProfile) {
 		return nil
