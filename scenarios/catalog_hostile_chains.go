@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/harness/attack"
+	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -25,6 +26,8 @@ type chainState struct {
 	phase    string            // the phase running now
 	skipped  []ChainRow        // the rows the target could not run, and why
 	outside  map[string]time.Time
+	listing  invariants.Listing    // the outside places as the last phase left them
+	listed   []invariants.Place    // the places listed in listing
 	rowKinds map[tenants.Kind]bool // the kinds of the rows' own write canaries
 	held     []*chainRun           // the last restart round's runs: put back again after the next stop
 	jobs     map[string]string     // tenant -> the id of its own cron job

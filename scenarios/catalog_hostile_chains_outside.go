@@ -88,14 +88,22 @@ func (e *Env) workRoot() string {
 // watchOutside lists the outside places, runs do, lists them again and
 // reports what a tenant created or changed there; entries of the machine's
 // folders named after this run's write canaries (the chains' own files)
-// are then removed.
+// are then removed. The listing after one phase is the next phase's
+// listing before, when the places are the same: a chain's effect that
+// lands between two phases (a late job, a restore's side effect) is seen
+// in the next one, and a listing of the machine's folders is made once
+// a phase, not twice.
 func (e *Env) watchOutside(do func()) {
 	e.T.Helper()
 	st := stateOf(e, chainsKey)
 	places := e.outsidePlaces()
-	before := invariants.ListPlaces(e.Ctx, places)
+	before := st.listing
+	if before == nil || !slices.Equal(places, st.listed) {
+		before = invariants.ListPlaces(e.Ctx, places)
+	}
 	defer func() {
 		after := invariants.ListPlaces(e.Ctx, places)
+		st.listing, st.listed = after, places
 		for _, f := range invariants.OutsideWrites(e.Ctx, e.Box.Set.Tenants, places, before, after) {
 			st.outside[f.Where.Path] = after[f.Where.Path].ModTime
 			e.Find(f)
