@@ -263,24 +263,6 @@ func (m *Matcher) rawSparse(ctx context.Context, path string, f *os.File, r *Rep
 	}
 }
 
-// copyTo copies src to a new file dst, refusing to write more than limit
-// bytes (a file that grew since it was measured).
-func copyTo(dst string, src io.Reader, limit int64) error {
-	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	n, err := io.Copy(f, io.LimitReader(src, limit+1))
-	if err == nil && n > limit {
-		err = fmt.Errorf("it grew past the %d-byte copy bound while copied: %w", limit, ErrTooLarge)
-	}
-	if err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
 // sqliteCells reads every text and blob value of every table of the copy
 // at dbCopy (opened read-only), named as a hit on it names its row; the
 // problems name path, the database the copy was made of.

@@ -3,9 +3,8 @@ package scan
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -103,52 +102,76 @@ func identifyOpen(db, wal *os.File) (fileID, bool) {
 	return id, true
 }
 
-// takeSnapshot copies db and wal (nil: none) into a folder of its own,
-// holds the copies' bytes and reads the rows of the copy; the problems
-// name path and its WAL. A database that cannot be copied gives no
-// snapshot; a WAL that cannot be copied whole leaves what was copied of
-// it.
+// takeSnapshot reads db and wal (nil: none) into memory, bounded by
+// limit, and reads the rows of those bytes: through the file format
+// (pageCells), or, for what that leaves to the SQL engine or cannot read,
+// through modernc.org/sqlite over a copy in a folder of its own. The
+// problems name path and its WAL. A database that cannot be read gives
+// no snapshot; a WAL that cannot be read whole leaves what was read of it.
 func takeSnapshot(ctx context.Context, path string, db, wal *os.File, limit int64) (*dbSnapshot, []Skip) {
 	walPath := path + "-wal"
 	var problems []Skip
 	skip := func(p string, err error) { problems = append(problems, Skip{Path: p, Reason: err.Error(), Err: err}) }
-	dir, err := os.MkdirTemp("", "canary-scan-sqlite-*")
-	if err != nil {
-		skip(path, fmt.Errorf("copy %s for scanning: %w", path, err))
-		return nil, problems
-	}
-	defer os.RemoveAll(dir)
-	dbCopy := filepath.Join(dir, "scan.db")
-	if err := copyTo(dbCopy, db, limit); err != nil {
-		skip(path, fmt.Errorf("copy %s for scanning: %w", path, err))
+	snap := &dbSnapshot{}
+	var err error
+	if snap.db, err = readBound(db, limit); err != nil {
+		skip(path, fmt.Errorf("read %s for scanning: %w", path, err))
 		return nil, problems
 	}
 	if wal != nil {
-		if err := copyTo(dbCopy+"-wal", wal, limit); err != nil {
-			skip(walPath, fmt.Errorf("copy %s for scanning: %w", walPath, err))
+		if snap.wal, err = readBound(wal, limit); err != nil {
+			skip(walPath, fmt.Errorf("read %s for scanning: %w", walPath, err))
 		}
 	}
-	snap := &dbSnapshot{}
-	for _, c := range []struct {
-		copy, name string
-		into       *[]byte
-	}{{dbCopy, path, &snap.db}, {dbCopy + "-wal", walPath, &snap.wal}} {
-		b, err := os.ReadFile(c.copy)
-		if errors.Is(err, fs.ErrNotExist) && c.name == walPath {
-			continue
-		}
-		if err != nil {
-			skip(c.name, fmt.Errorf("open copy of %s: %w", c.name, err))
-			continue
-		}
-		if b == nil {
-			b = []byte{}
-		}
-		*c.into = b
+	if cells, err := pageCells(snap.db, snap.wal); err == nil {
+		snap.cells = cells
+		return snap, problems
 	}
-	cells, rowProblems := sqliteCells(ctx, path, dbCopy)
+	cells, engineProblems := engineCells(ctx, path, snap.db, snap.wal)
 	snap.cells = cells
-	return snap, append(problems, rowProblems...)
+	return snap, append(problems, engineProblems...)
+}
+
+// readBound reads what is left of f, at most limit bytes: past it, the
+// first limit bytes and an error (a file that grew since it was
+// measured). The buffer is sized from the file's size at once.
+func readBound(f *os.File, limit int64) ([]byte, error) {
+	var buf bytes.Buffer
+	if st, err := f.Stat(); err == nil {
+		buf.Grow(int(min(st.Size(), limit)) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(io.LimitReader(f, limit+1))
+	b := buf.Bytes()
+	if err == nil && int64(len(b)) > limit {
+		return b[:limit], fmt.Errorf("it grew past the %d-byte bound while read: %w", limit, ErrTooLarge)
+	}
+	if b == nil {
+		b = []byte{}
+	}
+	return b, err
+}
+
+// engineCells is sqliteCells over a copy of db and wal (nil: none) in a
+// folder of its own, removed after.
+func engineCells(ctx context.Context, path string, db, wal []byte) ([]dbCell, []Skip) {
+	fail := func(err error) ([]dbCell, []Skip) {
+		return nil, []Skip{{Path: path, Reason: err.Error(), Err: err}}
+	}
+	dir, err := os.MkdirTemp("", "canary-scan-sqlite-*")
+	if err != nil {
+		return fail(fmt.Errorf("copy %s for scanning: %w", path, err))
+	}
+	defer os.RemoveAll(dir)
+	dbCopy := filepath.Join(dir, "scan.db")
+	if err := os.WriteFile(dbCopy, db, 0o600); err != nil {
+		return fail(fmt.Errorf("copy %s for scanning: %w", path, err))
+	}
+	if wal != nil {
+		if err := os.WriteFile(dbCopy+"-wal", wal, 0o600); err != nil {
+			return fail(fmt.Errorf("copy %s-wal for scanning: %w", path, err))
+		}
+	}
+	return sqliteCells(ctx, path, dbCopy)
 }
 
 // scanSnapshot raw-scans the snapshot's database and WAL bytes, as path

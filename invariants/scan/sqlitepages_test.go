@@ -1,0 +1,233 @@
+package scan
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// openAt opens a WAL-mode database at path with the given page size and
+// no automatic checkpoint (every write stays in the -wal file).
+func openAt(t testing.TB, path string, pageSize int) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", fmt.Sprintf("file:%s?_pragma=page_size(%d)&_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)", path, pageSize))
+	require.NoError(t, err)
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	var mode string
+	require.NoError(t, db.QueryRow("PRAGMA journal_mode").Scan(&mode))
+	require.Equal(t, "wal", mode)
+	return db
+}
+
+// filesOf is the bytes of the database at path and of its WAL (nil: none).
+func filesOf(t testing.TB, path string) (db, wal []byte) {
+	t.Helper()
+	db, err := os.ReadFile(path)
+	require.NoError(t, err)
+	wal, err = os.ReadFile(path + "-wal")
+	if errors.Is(err, os.ErrNotExist) {
+		return db, nil
+	}
+	require.NoError(t, err)
+	return db, wal
+}
+
+// sameAsEngine: the file-format reader gives exactly the cells the SQL
+// engine gives over a copy of the same bytes, in the same order.
+func sameAsEngine(t *testing.T, path string, db, wal []byte) []dbCell {
+	t.Helper()
+	own, err := pageCells(db, wal)
+	require.NoError(t, err)
+	engine, problems := engineCells(context.Background(), path, db, wal)
+	require.Empty(t, problems)
+	require.Equal(t, len(engine), len(own))
+	for i := range engine {
+		require.Equal(t, engine[i].where, own[i].where, "cell %d", i)
+		require.Equal(t, string(engine[i].data), string(own[i].data), "cell %d (%s)", i, engine[i].where) // an empty value: nil or not
+	}
+	return own
+}
+
+// text is n random printable bytes.
+func text(r *rand.Rand, n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(' ' + r.IntN(95))
+	}
+	return string(b)
+}
+
+// TestPageCellsAsTheEngineReadsThem: over databases of every page size,
+// with values from empty to many pages long (overflow chains), a WITHOUT
+// ROWID table, AUTOINCREMENT's sqlite_sequence, quoted names, rows
+// updated and deleted (older versions left in the WAL), a WAL cut inside
+// a frame and one checkpointed into the database file, the reader of the
+// file format finds every text and blob value the SQL engine finds, named
+// alike.
+func TestPageCellsAsTheEngineReadsThem(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{512, 4096, 65536} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			t.Parallel()
+			r := rand.New(rand.NewPCG(uint64(size), 1))
+			path := filepath.Join(t.TempDir(), "state.db")
+			db := openAt(t, path, size)
+			for _, q := range []string{
+				`CREATE TABLE sessions (id TEXT PRIMARY KEY, profile TEXT NOT NULL, title TEXT NOT NULL DEFAULT '', created_at TEXT NOT NULL)`,
+				`CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, role TEXT NOT NULL, content TEXT NOT NULL DEFAULT '', data BLOB, n INTEGER, f REAL)`,
+				`CREATE INDEX messages_session ON messages(session_id, id)`,
+				`CREATE TABLE kv (k TEXT, v BLOB, PRIMARY KEY (k)) WITHOUT ROWID`,
+				`CREATE TABLE "odd, table" ("a b" TEXT, [c(d)] BLOB, ` + "`e`" + ` TEXT, 'f''g' TEXT, CHECK (length("a b") >= 0))`,
+			} {
+				mustExec(t, db, q)
+			}
+			for i := range 40 {
+				mustExec(t, db, `INSERT INTO sessions VALUES (?, ?, ?, ?)`, fmt.Sprintf("s%03d", i), "p"+text(r, 5), text(r, r.IntN(50)), "2026")
+			}
+			for i := range 300 {
+				n := []int{0, 1, 100, size / 2, size, 3 * size, 10 * size}[r.IntN(7)]
+				var blob any
+				if i%3 == 0 {
+					blob = []byte(text(r, r.IntN(2*size)))
+				}
+				mustExec(t, db, `INSERT INTO messages (session_id, role, content, data, n, f) VALUES (?, ?, ?, ?, ?, ?)`,
+					fmt.Sprintf("s%03d", i%40), "user", text(r, n), blob, r.Int64(), r.Float64())
+			}
+			for i := range 120 {
+				mustExec(t, db, `INSERT INTO kv VALUES (?, ?)`, fmt.Sprintf("k%04d-", i)+text(r, r.IntN(size/4)), []byte(text(r, r.IntN(size))))
+			}
+			mustExec(t, db, `INSERT INTO "odd, table" VALUES (?, ?, ?, ?)`, "x", []byte("y"), "z", text(r, 2*size))
+			mustExec(t, db, `UPDATE messages SET content = ? WHERE id % 7 = 0`, text(r, size))
+			mustExec(t, db, `DELETE FROM messages WHERE id % 11 = 0`)
+			mustExec(t, db, `DELETE FROM kv WHERE k LIKE 'k00%'`)
+
+			dbBytes, wal := filesOf(t, path)
+			require.NotEmpty(t, wal, "the writes are in the WAL")
+			cells := sameAsEngine(t, path, dbBytes, wal)
+			require.Greater(t, len(cells), 600)
+
+			// A frame cut short, and junk past the last frame: both
+			// ignored, as SQLite's own recovery ignores them.
+			frame := 24 + size
+			sameAsEngine(t, path, dbBytes, wal[:len(wal)-frame/2])
+			sameAsEngine(t, path, dbBytes, append(append([]byte(nil), wal...), []byte(text(r, frame+7))...))
+
+			// Checkpointed: the database file alone.
+			var busy, logged, done int
+			require.NoError(t, db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logged, &done))
+			require.Zero(t, busy)
+			dbBytes, wal = filesOf(t, path)
+			require.Empty(t, wal)
+			require.Len(t, sameAsEngine(t, path, dbBytes, wal), len(cells))
+		})
+	}
+}
+
+// TestPageCellsDeclineWhatTheEngineReads: a virtual table, a generated
+// column, a row older than a column added since, and a schema with a
+// comment are left to the SQL engine, whose cells the snapshot then has.
+func TestPageCellsDeclineWhatTheEngineReads(t *testing.T) {
+	t.Parallel()
+	for name, qs := range map[string][]string{
+		"virtual":   {`CREATE VIRTUAL TABLE search USING fts5(body)`, `INSERT INTO search VALUES ('canary-virtual')`},
+		"generated": {`CREATE TABLE g (a TEXT, b TEXT GENERATED ALWAYS AS (a || 'x') VIRTUAL)`, `INSERT INTO g (a) VALUES ('canary-generated')`},
+		"added":     {`CREATE TABLE t (a TEXT)`, `INSERT INTO t VALUES ('canary-old')`, `ALTER TABLE t ADD COLUMN b TEXT DEFAULT 'canary-default'`},
+		"comment":   {"CREATE TABLE c (a TEXT, -- a comment, with a comma\n b TEXT)", `INSERT INTO c VALUES ('canary-comment', 'x')`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "state.db")
+			db := openAt(t, path, 4096)
+			for _, q := range qs {
+				mustExec(t, db, q)
+			}
+			dbBytes, wal := filesOf(t, path)
+			_, err := pageCells(dbBytes, wal)
+			require.ErrorIs(t, err, errDecline)
+			f, err := os.Open(path)
+			require.NoError(t, err)
+			defer f.Close()
+			w, err := os.Open(path + "-wal")
+			require.NoError(t, err)
+			defer w.Close()
+			snap, problems := takeSnapshot(context.Background(), path, f, w, 1<<30)
+			require.Empty(t, problems)
+			var all []string
+			for _, c := range snap.cells {
+				all = append(all, c.where+"="+string(c.data))
+			}
+			require.Contains(t, strings.Join(all, "\n"), "canary-", "the engine's cells")
+		})
+	}
+}
+
+// TestPageCellsRefuseWhatIsNoDatabase: bytes that are no database, or a
+// database whose pages point off the file or at themselves, give an
+// error, never cells nor a panic.
+func TestPageCellsRefuseWhatIsNoDatabase(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "state.db")
+	db := openAt(t, path, 512)
+	mustExec(t, db, `CREATE TABLE t (a TEXT)`)
+	mustExec(t, db, `INSERT INTO t VALUES (?)`, strings.Repeat("long ", 400))
+	var busy, logged, done int
+	require.NoError(t, db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logged, &done))
+	good, _ := filesOf(t, path)
+	_, err := pageCells(good, nil)
+	require.NoError(t, err, "the positive control")
+
+	cells, err := pageCells(nil, nil)
+	require.NoError(t, err, "an empty file is an empty database")
+	require.Empty(t, cells)
+	_, err = pageCells([]byte("not a database at all, not one bit of it, though long enough to have a header: 100 bytes and more"), nil)
+	require.Error(t, err)
+	cut := append([]byte(nil), good[:len(good)-100]...)
+	_, err = pageCells(cut, nil)
+	require.Error(t, err, "a database cut short")
+	// Every 4-byte word of page 2 onwards pointing at page 2: children and
+	// overflow chains that loop.
+	loop := append([]byte(nil), good...)
+	for i := 512; i+4 <= len(loop); i += 4 {
+		loop[i], loop[i+1], loop[i+2], loop[i+3] = 0, 0, 0, 2
+	}
+	_, err = pageCells(loop, nil)
+	require.Error(t, err)
+}
+
+// FuzzPageCells: any bytes, as a database and a WAL, give cells or an
+// error, never a panic nor an endless walk.
+func FuzzPageCells(f *testing.F) {
+	// Small seeds (a few pages of 512 bytes: a table, a WITHOUT ROWID
+	// table, an overflow chain, an interior page), so the fuzzer's
+	// mutations land in what is read.
+	path := filepath.Join(f.TempDir(), "state.db")
+	db := openAt(f, path, 512)
+	mustExec(f, db, `CREATE TABLE t (a TEXT, b BLOB)`)
+	mustExec(f, db, `CREATE TABLE w (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID`)
+	var busy, logged, done int
+	require.NoError(f, db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logged, &done))
+	mustExec(f, db, `BEGIN`)
+	for i := range 12 {
+		mustExec(f, db, `INSERT INTO t VALUES (?, ?)`, strings.Repeat("x", i*20), []byte("y"))
+		mustExec(f, db, `INSERT INTO w VALUES (?, ?)`, fmt.Sprint(i)+strings.Repeat("k", i*12), "v")
+	}
+	mustExec(f, db, `INSERT INTO t VALUES (?, NULL)`, strings.Repeat("o", 1500))
+	mustExec(f, db, `COMMIT`)
+	good, wal := filesOf(f, path)
+	f.Add(good, wal)
+	require.NoError(f, db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logged, &done))
+	good, _ = filesOf(f, path)
+	f.Add(good, []byte(nil))
+	f.Fuzz(func(t *testing.T, db, wal []byte) {
+		_, _ = pageCells(db, wal)
+	})
+}
