@@ -47,13 +47,7 @@ func hitsBy(r Report, container string) []Hit {
 // what is written stays in the -wal file until the test says otherwise.
 func openWAL(t testing.TB, path string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)")
-	require.NoError(t, err)
-	db.SetMaxOpenConns(1)
-	t.Cleanup(func() { db.Close() })
-	var mode string
-	require.NoError(t, db.QueryRow("PRAGMA journal_mode").Scan(&mode))
-	require.Equal(t, "wal", mode)
+	db := openAt(t, path, 4096)
 	mustExec(t, db, `CREATE TABLE messages (id INTEGER PRIMARY KEY, content TEXT, blob BLOB)`)
 	return db
 }
