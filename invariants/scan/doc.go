@@ -17,9 +17,11 @@
 // tar:c.log", "base64@120 -> gzip", "unwrapped@64".
 //
 // On top of the Matcher, File scans one file (as a SQLite database too:
-// raw pages and row by row through SQL, on a bounded copy taken with its
-// WAL) and Tree scans every regular file under a root without following
-// symlinks, reporting what it could not read or refused to follow.
+// its raw pages and its WAL's, and row by row, read from a bounded
+// snapshot of both through the file format, or through SQL on a copy for
+// what the file-format reader leaves to the engine) and Tree scans every
+// regular file under a root without following symlinks, reporting what
+// it could not read or refused to follow.
 //
 //	m, err := scan.Compile([]scan.Pattern{{Owner: "beta", Kind: "provider_key", Value: key}})
 //	if err != nil { ... }
