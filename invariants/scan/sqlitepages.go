@@ -410,7 +410,8 @@ func pageCells(db, wal []byte) ([]dbCell, error) {
 	type table struct {
 		name    string
 		root    uint32
-		cols    []string
+		cols    []string // in the table's declared order
+		at      []int    // each column's place in a record
 		noRowid bool
 	}
 	var tables []table
@@ -423,15 +424,20 @@ func pageCells(db, wal []byte) ([]dbCell, error) {
 			return nil
 		}
 		sql := string(fs[4].data)
+		if strings.ContainsAny(string(fs[1].data), "()\"'`[]") {
+			// The column list is found by its parenthesis: none may come
+			// before it, in the table's name.
+			return fmt.Errorf("%w: table %q: a quote or a parenthesis in its name", errDecline, fs[1].data)
+		}
 		root, ok := intField(fs[3])
 		if !ok || root <= 0 {
 			return fmt.Errorf("%w: table %q has no pages of its own (a virtual table)", errDecline, fs[1].data)
 		}
-		cols, noRowid, err := tableColumns(sql)
+		cols, rec, noRowid, err := tableColumns(sql)
 		if err != nil {
 			return fmt.Errorf("%w: table %q: %v", errDecline, fs[1].data, err)
 		}
-		tables = append(tables, table{name: string(fs[1].data), root: uint32(root), cols: cols, noRowid: noRowid})
+		tables = append(tables, table{name: string(fs[1].data), root: uint32(root), cols: cols, at: declaredOrder(cols, rec), noRowid: noRowid})
 		return nil
 	})
 	if err != nil {
@@ -450,9 +456,9 @@ func pageCells(db, wal []byte) ([]dbCell, error) {
 			if len(fs) != len(t.cols) {
 				return fmt.Errorf("%w: table %q row %d has %d values for %d columns", errDecline, t.name, row, len(fs), len(t.cols))
 			}
-			for i, f := range fs {
-				if f.textOrBlob() {
-					cells = append(cells, dbCell{where: fmt.Sprintf("%s row %d %s", t.name, row, t.cols[i]), data: append([]byte{}, f.data...)})
+			for i, c := range t.cols {
+				if f := fs[t.at[i]]; f.textOrBlob() {
+					cells = append(cells, dbCell{where: fmt.Sprintf("%s row %d %s", t.name, row, c), data: append([]byte{}, f.data...)})
 				}
 			}
 			return nil
@@ -484,16 +490,18 @@ func intField(f field) (int64, bool) {
 	return 0, false
 }
 
-// tableColumns is the column names of a CREATE TABLE statement, in order,
-// and whether it is WITHOUT ROWID; an error for what pageCells leaves to
-// the SQL engine (a generated column, a statement it cannot split).
-func tableColumns(sql string) ([]string, bool, error) {
+// tableColumns is the column names of a CREATE TABLE statement, in the
+// order it declares them and in the order its records hold them (the
+// same but for a WITHOUT ROWID table), and whether it is WITHOUT ROWID;
+// an error for what pageCells leaves to the SQL engine (a generated
+// column, a statement it cannot split).
+func tableColumns(sql string) (cols, rec []string, noRowid bool, err error) {
 	if strings.Contains(sql, "--") || strings.Contains(sql, "/*") {
-		return nil, false, errors.New("a comment in its statement")
+		return nil, nil, false, errors.New("a comment in its statement")
 	}
 	open := strings.IndexByte(sql, '(')
 	if open < 0 {
-		return nil, false, errors.New("no column list (CREATE TABLE ... AS SELECT)")
+		return nil, nil, false, errors.New("no column list (CREATE TABLE ... AS SELECT)")
 	}
 	var items []string
 	depth, start := 0, open+1
@@ -507,7 +515,7 @@ func tableColumns(sql string) ([]string, bool, error) {
 			}
 			j := strings.IndexByte(sql[i+1:], close)
 			if j < 0 {
-				return nil, false, errors.New("an unclosed quote")
+				return nil, nil, false, errors.New("an unclosed quote")
 			}
 			i += j + 1
 		case '(':
@@ -526,37 +534,121 @@ func tableColumns(sql string) ([]string, bool, error) {
 		}
 	}
 	if end < 0 {
-		return nil, false, errors.New("an unclosed column list")
+		return nil, nil, false, errors.New("an unclosed column list")
 	}
 	tail := strings.Fields(strings.ToUpper(sql[end+1:]))
-	noRowid := false
 	for i := 0; i+1 < len(tail); i++ {
 		if strings.Trim(tail[i], ",") == "WITHOUT" && strings.Trim(tail[i+1], ",;") == "ROWID" {
 			noRowid = true
 		}
 	}
-	var cols []string
+	var pk []string
 	for _, it := range items {
 		it = strings.TrimSpace(it)
-		word := strings.ToUpper(strings.Fields(it + " ")[0])
+		bare := strings.ToUpper(unquoted(it)) // keywords only: no name, no string
+		word := strings.Fields(bare + " ")[0]
 		switch word {
 		case "CONSTRAINT", "PRIMARY", "UNIQUE", "CHECK", "FOREIGN":
+			if i := strings.Index(bare, "PRIMARY KEY"); i >= 0 {
+				names, kerr := keyColumns(it)
+				if kerr != nil {
+					return nil, nil, false, kerr
+				}
+				pk = names
+			}
 			continue
 		}
-		up := strings.ToUpper(it)
-		if strings.Contains(up, "GENERATED") || strings.Contains(up, " AS ") || strings.Contains(up, " AS(") {
-			return nil, false, errors.New("a generated column")
+		if strings.Contains(bare, "GENERATED") || strings.Contains(bare, " AS ") || strings.Contains(bare, " AS(") {
+			return nil, nil, false, errors.New("a generated column")
 		}
-		name, err := columnName(it)
-		if err != nil {
-			return nil, false, err
+		name, nerr := columnName(it)
+		if nerr != nil {
+			return nil, nil, false, nerr
 		}
 		cols = append(cols, name)
+		if strings.Contains(bare, "PRIMARY KEY") {
+			pk = []string{name}
+		}
 	}
 	if len(cols) == 0 {
-		return nil, false, errors.New("no columns")
+		return nil, nil, false, errors.New("no columns")
 	}
-	return cols, noRowid, nil
+	if !noRowid {
+		return cols, cols, false, nil
+	}
+	// A WITHOUT ROWID table's records hold its key's columns first, in
+	// the key's order, then the others in the table's.
+	var order []string
+	for _, k := range pk {
+		i := slices.IndexFunc(cols, func(c string) bool { return strings.EqualFold(c, k) })
+		if i < 0 {
+			return nil, nil, false, fmt.Errorf("its key names %q, no column of it", k)
+		}
+		if !slices.Contains(order, cols[i]) {
+			order = append(order, cols[i])
+		}
+	}
+	if len(order) == 0 {
+		return nil, nil, false, errors.New("a WITHOUT ROWID table with no key found")
+	}
+	for _, c := range cols {
+		if !slices.Contains(order, c) {
+			order = append(order, c)
+		}
+	}
+	return cols, order, true, nil
+}
+
+// declaredOrder is, for each column of a table in its declared order
+// (cols), its place in rec, the order its records hold them in.
+func declaredOrder(cols, rec []string) []int {
+	at := make([]int, len(cols))
+	for i, c := range cols {
+		at[i] = slices.Index(rec, c)
+	}
+	return at
+}
+
+// unquoted is s with every quoted part (a name, a string) cut out.
+func unquoted(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\'', '"', '`', '[':
+			close := c
+			if c == '[' {
+				close = ']'
+			}
+			j := strings.IndexByte(s[i+1:], close)
+			if j < 0 {
+				return b.String()
+			}
+			i += j + 1
+			b.WriteByte(' ')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// keyColumns is the column names of a PRIMARY KEY (...) table constraint,
+// each without its COLLATE or ASC/DESC.
+func keyColumns(constraint string) ([]string, error) {
+	open := strings.IndexByte(constraint, '(')
+	end := strings.LastIndexByte(constraint, ')')
+	if open < 0 || end < open {
+		return nil, errors.New("a PRIMARY KEY with no column list")
+	}
+	var out []string
+	for _, part := range strings.Split(constraint[open+1:end], ",") {
+		name, err := columnName(strings.TrimSpace(part))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, name)
+	}
+	return out, nil
 }
 
 // columnName is the name that starts a column definition, unquoted.

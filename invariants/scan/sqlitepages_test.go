@@ -86,6 +86,8 @@ func TestPageCellsAsTheEngineReadsThem(t *testing.T) {
 				`CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, role TEXT NOT NULL, content TEXT NOT NULL DEFAULT '', data BLOB, n INTEGER, f REAL)`,
 				`CREATE INDEX messages_session ON messages(session_id, id)`,
 				`CREATE TABLE kv (k TEXT, v BLOB, PRIMARY KEY (k)) WITHOUT ROWID`,
+				`CREATE TABLE kv2 (v BLOB, a TEXT, "k k" TEXT PRIMARY KEY, b TEXT) WITHOUT ROWID`,
+				`CREATE TABLE kv3 (x TEXT, y TEXT, z BLOB, CONSTRAINT pk PRIMARY KEY (z, y DESC)) WITHOUT ROWID`,
 				`CREATE TABLE "odd, table" ("a b" TEXT, [c(d)] BLOB, ` + "`e`" + ` TEXT, 'f''g' TEXT, CHECK (length("a b") >= 0))`,
 			} {
 				mustExec(t, db, q)
@@ -106,6 +108,10 @@ func TestPageCellsAsTheEngineReadsThem(t *testing.T) {
 				mustExec(t, db, `INSERT INTO kv VALUES (?, ?)`, fmt.Sprintf("k%04d-", i)+text(r, r.IntN(size/4)), []byte(text(r, r.IntN(size))))
 			}
 			mustExec(t, db, `INSERT INTO "odd, table" VALUES (?, ?, ?, ?)`, "x", []byte("y"), "z", text(r, 2*size))
+			for i := range 30 {
+				mustExec(t, db, `INSERT INTO kv2 VALUES (?, ?, ?, ?)`, []byte("v"+text(r, 20)), "a"+text(r, 10), fmt.Sprintf("key%03d", i), "b"+text(r, size/8))
+				mustExec(t, db, `INSERT INTO kv3 VALUES (?, ?, ?)`, "x"+text(r, 10), fmt.Sprintf("y%03d", i), []byte(fmt.Sprintf("z%02d", i%4)))
+			}
 			mustExec(t, db, `UPDATE messages SET content = ? WHERE id % 7 = 0`, text(r, size))
 			mustExec(t, db, `DELETE FROM messages WHERE id % 11 = 0`)
 			mustExec(t, db, `DELETE FROM kv WHERE k LIKE 'k00%'`)
@@ -142,6 +148,7 @@ func TestPageCellsDeclineWhatTheEngineReads(t *testing.T) {
 		"generated": {`CREATE TABLE g (a TEXT, b TEXT GENERATED ALWAYS AS (a || 'x') VIRTUAL)`, `INSERT INTO g (a) VALUES ('canary-generated')`},
 		"added":     {`CREATE TABLE t (a TEXT)`, `INSERT INTO t VALUES ('canary-old')`, `ALTER TABLE t ADD COLUMN b TEXT DEFAULT 'canary-default'`},
 		"comment":   {"CREATE TABLE c (a TEXT, -- a comment, with a comma\n b TEXT)", `INSERT INTO c VALUES ('canary-comment', 'x')`},
+		"name":      {`CREATE TABLE "a(b" ("c" TEXT, d TEXT)`, `INSERT INTO "a(b" VALUES ('canary-name', 'x')`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
