@@ -509,15 +509,11 @@ func tableColumns(sql string) (cols, rec []string, noRowid bool, err error) {
 	for i := open; i < len(sql) && end < 0; i++ {
 		switch c := sql[i]; c {
 		case '\'', '"', '`', '[':
-			close := c
-			if c == '[' {
-				close = ']'
-			}
-			j := strings.IndexByte(sql[i+1:], close)
-			if j < 0 {
+			j, ok := quoteEnd(sql, i)
+			if !ok {
 				return nil, nil, false, errors.New("an unclosed quote")
 			}
-			i += j + 1
+			i = j
 		case '(':
 			depth++
 		case ')':
@@ -609,21 +605,29 @@ func declaredOrder(cols, rec []string) []int {
 	return at
 }
 
+// quoteEnd is the index of the quote that closes the one at s[i] (' " `
+// or [), and whether there is one. A doubled quote inside ('it''s') reads
+// as two quoted parts side by side, which cut the same.
+func quoteEnd(s string, i int) (int, bool) {
+	closer := s[i]
+	if closer == '[' {
+		closer = ']'
+	}
+	j := strings.IndexByte(s[i+1:], closer)
+	return i + 1 + j, j >= 0
+}
+
 // unquoted is s with every quoted part (a name, a string) cut out.
 func unquoted(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
 		case '\'', '"', '`', '[':
-			close := c
-			if c == '[' {
-				close = ']'
-			}
-			j := strings.IndexByte(s[i+1:], close)
-			if j < 0 {
+			j, ok := quoteEnd(s, i)
+			if !ok {
 				return b.String()
 			}
-			i += j + 1
+			i = j
 			b.WriteByte(' ')
 		default:
 			b.WriteByte(c)
