@@ -606,7 +606,7 @@ func declaredOrder(cols, rec []string) []int {
 }
 
 // quoteEnd is the index of the quote that closes the one at s[i] (' " `
-// or [), and whether there is one. A doubled quote inside ('it''s') reads
+// or [), and whether there is one. A doubled quote inside ('it”s') reads
 // as two quoted parts side by side, which cut the same.
 func quoteEnd(s string, i int) (int, bool) {
 	closer := s[i]
