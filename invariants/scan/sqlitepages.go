@@ -606,8 +606,8 @@ func declaredOrder(cols, rec []string) []int {
 }
 
 // quoteEnd is the index of the quote that closes the one at s[i] (' " `
-// or [), and whether there is one. A doubled quote inside ('it”s') reads
-// as two quoted parts side by side, which cut the same.
+// or [), and whether there is one. A quote doubled inside a quoted part
+// reads as two quoted parts side by side, which cut the same.
 func quoteEnd(s string, i int) (int, bool) {
 	closer := s[i]
 	if closer == '[' {
