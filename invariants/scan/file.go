@@ -336,7 +336,7 @@ func tableCells(ctx context.Context, db *sql.DB, table string, cells []dbCell) (
 			default:
 				continue
 			}
-			cells = append(cells, dbCell{where: fmt.Sprintf("%s row %d %s", table, row, cols[i]), data: b})
+			cells = append(cells, dbCell{Where: fmt.Sprintf("%s row %d %s", table, row, cols[i]), Data: b})
 		}
 	}
 	return cells, rows.Err()

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/tenantcanary/tenantcanary/internal/sqlitecells"
 )
 
 // dbSnapshot is what one version of a SQLite database gives every matcher
@@ -24,15 +26,12 @@ type dbSnapshot struct {
 }
 
 // dbCell is one text or blob value of a row.
-type dbCell struct {
-	where string // "<table> row <n> <column>"
-	data  []byte
-}
+type dbCell = sqlitecells.Cell
 
 func (s *dbSnapshot) size() int {
 	n := len(s.db) + len(s.wal)
 	for _, c := range s.cells {
-		n += len(c.where) + len(c.data)
+		n += len(c.Where) + len(c.Data)
 	}
 	return n
 }
@@ -104,7 +103,7 @@ func identifyOpen(db, wal *os.File) (fileID, bool) {
 
 // takeSnapshot reads db and wal (nil: none) into memory, bounded by
 // limit, and reads the rows of those bytes: through the file format
-// (pageCells), or, for what that leaves to the SQL engine or cannot read,
+// (package sqlitecells), or, for what that leaves to the SQL engine or cannot read,
 // through modernc.org/sqlite over a copy in a folder of its own. The
 // problems name path and its WAL. A database that cannot be read gives
 // no snapshot; a WAL that cannot be read whole leaves what was read of it.
@@ -123,7 +122,7 @@ func takeSnapshot(ctx context.Context, path string, db, wal *os.File, limit int6
 			skip(walPath, fmt.Errorf("read %s for scanning: %w", walPath, err))
 		}
 	}
-	if cells, err := pageCells(snap.db, snap.wal); err == nil {
+	if cells, err := sqlitecells.Read(snap.db, snap.wal); err == nil {
 		snap.cells = cells
 		return snap, problems
 	}
@@ -184,6 +183,6 @@ func (m *Matcher) scanSnapshot(ctx context.Context, path string, s *dbSnapshot, 
 		m.raw(ctx, path+"-wal", bytes.NewReader(s.wal), r)
 	}
 	for _, c := range s.cells {
-		m.walkerFor(ctx, path, c.where, r).bytes(c.data, loc{prefix: "sqlite-row"})
+		m.walkerFor(ctx, path, c.Where, r).bytes(c.Data, loc{prefix: "sqlite-row"})
 	}
 }

@@ -1,16 +1,21 @@
-// Reading an SQLite database's rows from its bytes (and its WAL's), with no
-// SQL engine, no copy on disk and no connection: the file format's pages,
-// B-trees, overflow chains, records and WAL frames
-// (https://www.sqlite.org/fileformat2.html). It serves the common case of
-// the checks, a server's state database; what it does not read the same way
-// as SQLite itself would (a virtual table, a generated column, a row
-// shorter than its table, a UTF-16 database) it declines, and the caller
-// reads the database through modernc.org/sqlite instead.
-
-package scan
+// Package sqlitecells reads every text and blob value of an SQLite
+// database from its bytes and its WAL's, with no SQL engine, no copy on
+// disk and no connection: the file format's pages, B-trees, overflow
+// chains, records and WAL frames (https://www.sqlite.org/fileformat2.html).
+// It serves the common case of a scan, a server's state database; what it
+// does not read the same way as SQLite itself would (a virtual table, a
+// generated column, a row shorter than its table, a schema with comments,
+// a UTF-16 database) it declines (ErrDecline), for the caller to read
+// through an SQL engine instead. Bytes it cannot read give another error,
+// never a panic, and a budget bounds its work by the bytes given.
+//
+//	cells, err := sqlitecells.Read(db, wal)
+//	for _, c := range cells {
+//		fmt.Println(c.Where, len(c.Data)) // "messages row 3 content"
+//	}
+package sqlitecells
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,9 +23,12 @@ import (
 	"strings"
 )
 
-// errDecline: the database holds something pageCells leaves to the SQL
-// engine; not a fault of the database.
-var errDecline = errors.New("left to the SQL engine")
+// ErrDecline: the database holds something Read leaves to an SQL engine;
+// not a fault of the database.
+var ErrDecline = errors.New("left to the SQL engine")
+
+// magic opens every SQLite database file.
+const magic = "SQLite format 3\x00"
 
 // errEmpty: the database has no pages (an empty file, and no committed
 // frame in its WAL): it holds no rows.
@@ -61,7 +69,7 @@ func newPager(db, wal []byte) (*pager, error) {
 	p := &pager{db: db, maxBytes: int64(len(db) + len(wal))}
 	p.work = workFactor*p.maxBytes + 1<<16
 	if len(db) > 0 {
-		if len(db) < 100 || !bytes.Equal(db[:16], sqliteMagic) {
+		if len(db) < 100 || string(db[:16]) != magic {
 			return nil, errors.New("not an SQLite database")
 		}
 		size := int(binary.BigEndian.Uint16(db[16:18]))
@@ -88,11 +96,11 @@ func newPager(db, wal []byte) (*pager, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !bytes.Equal(page1[:16], sqliteMagic) {
+	if string(page1[:16]) != magic {
 		return nil, errors.New("page 1 holds no SQLite header")
 	}
 	if enc := binary.BigEndian.Uint32(page1[56:60]); enc > 1 {
-		return nil, fmt.Errorf("%w: text encoding %d (UTF-16)", errDecline, enc)
+		return nil, fmt.Errorf("%w: text encoding %d (UTF-16)", ErrDecline, enc)
 	}
 	return p, nil
 }
@@ -394,12 +402,19 @@ func record(b []byte) ([]field, error) {
 // textOrBlob reports whether f is a text or a blob value.
 func (f field) textOrBlob() bool { return f.serial >= 12 }
 
-// pageCells is sqliteCells read from the bytes: every text and blob value
-// of every table, tables in name order, rows in key order, named
-// "<table> row <n> <column>". errDecline (wrapped) says the database
-// holds what it leaves to the SQL engine; another error, that the bytes
-// are not a database it can read.
-func pageCells(db, wal []byte) ([]dbCell, error) {
+// Cell is one text or blob value of a row.
+type Cell struct {
+	Where string // "<table> row <n> <column>"
+	Data  []byte
+}
+
+// Read is every text and blob value of every table of the database whose
+// bytes are db and whose WAL's are wal (nil: none): tables in name order,
+// rows in key order (as SELECT * gives them), columns in declared order,
+// each named "<table> row <n> <column>". ErrDecline (wrapped) says the
+// database holds what Read leaves to an SQL engine; another error, that
+// the bytes are not a database it can read.
+func Read(db, wal []byte) ([]Cell, error) {
 	p, err := newPager(db, wal)
 	if errors.Is(err, errEmpty) {
 		return nil, nil
@@ -427,15 +442,15 @@ func pageCells(db, wal []byte) ([]dbCell, error) {
 		if strings.ContainsAny(string(fs[1].data), "()\"'`[]") {
 			// The column list is found by its parenthesis: none may come
 			// before it, in the table's name.
-			return fmt.Errorf("%w: table %q: a quote or a parenthesis in its name", errDecline, fs[1].data)
+			return fmt.Errorf("%w: table %q: a quote or a parenthesis in its name", ErrDecline, fs[1].data)
 		}
 		root, ok := intField(fs[3])
 		if !ok || root <= 0 {
-			return fmt.Errorf("%w: table %q has no pages of its own (a virtual table)", errDecline, fs[1].data)
+			return fmt.Errorf("%w: table %q has no pages of its own (a virtual table)", ErrDecline, fs[1].data)
 		}
 		cols, rec, noRowid, err := tableColumns(sql)
 		if err != nil {
-			return fmt.Errorf("%w: table %q: %v", errDecline, fs[1].data, err)
+			return fmt.Errorf("%w: table %q: %v", ErrDecline, fs[1].data, err)
 		}
 		tables = append(tables, table{name: string(fs[1].data), root: uint32(root), cols: cols, at: declaredOrder(cols, rec), noRowid: noRowid})
 		return nil
@@ -444,7 +459,7 @@ func pageCells(db, wal []byte) ([]dbCell, error) {
 		return nil, err
 	}
 	slices.SortStableFunc(tables, func(a, b table) int { return strings.Compare(a.name, b.name) })
-	var cells []dbCell
+	var cells []Cell
 	for _, t := range tables {
 		row := 0
 		err := p.walk(t.root, t.noRowid, func(payload []byte) error {
@@ -454,11 +469,11 @@ func pageCells(db, wal []byte) ([]dbCell, error) {
 				return fmt.Errorf("table %q row %d: %w", t.name, row, err)
 			}
 			if len(fs) != len(t.cols) {
-				return fmt.Errorf("%w: table %q row %d has %d values for %d columns", errDecline, t.name, row, len(fs), len(t.cols))
+				return fmt.Errorf("%w: table %q row %d has %d values for %d columns", ErrDecline, t.name, row, len(fs), len(t.cols))
 			}
 			for i, c := range t.cols {
 				if f := fs[t.at[i]]; f.textOrBlob() {
-					cells = append(cells, dbCell{where: fmt.Sprintf("%s row %d %s", t.name, row, c), data: append([]byte{}, f.data...)})
+					cells = append(cells, Cell{Where: fmt.Sprintf("%s row %d %s", t.name, row, c), Data: append([]byte{}, f.data...)})
 				}
 			}
 			return nil
@@ -493,7 +508,7 @@ func intField(f field) (int64, bool) {
 // tableColumns is the column names of a CREATE TABLE statement, in the
 // order it declares them and in the order its records hold them (the
 // same but for a WITHOUT ROWID table), and whether it is WITHOUT ROWID;
-// an error for what pageCells leaves to the SQL engine (a generated
+// an error for what Read leaves to the SQL engine (a generated
 // column, a statement it cannot split).
 func tableColumns(sql string) (cols, rec []string, noRowid bool, err error) {
 	if strings.Contains(sql, "--") || strings.Contains(sql, "/*") {

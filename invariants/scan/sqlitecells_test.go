@@ -12,19 +12,27 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/internal/sqlitecells"
 )
 
-// openAt opens a WAL-mode database at path with the given page size and
-// no automatic checkpoint (every write stays in the -wal file).
+// openAt opens a new WAL-mode database at path with the given page size
+// and no automatic checkpoint (every write stays in the -wal file). The
+// page size is set before the first write (WAL mode's header is one), on
+// the one connection.
 func openAt(t testing.TB, path string, pageSize int) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", fmt.Sprintf("file:%s?_pragma=page_size(%d)&_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)", path, pageSize))
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=wal_autocheckpoint(0)")
 	require.NoError(t, err)
 	db.SetMaxOpenConns(1)
 	t.Cleanup(func() { db.Close() })
+	mustExec(t, db, fmt.Sprintf("PRAGMA page_size = %d", pageSize))
 	var mode string
-	require.NoError(t, db.QueryRow("PRAGMA journal_mode").Scan(&mode))
+	require.NoError(t, db.QueryRow("PRAGMA journal_mode = WAL").Scan(&mode))
 	require.Equal(t, "wal", mode)
+	var size int
+	require.NoError(t, db.QueryRow("PRAGMA page_size").Scan(&size))
+	require.Equal(t, pageSize, size)
 	return db
 }
 
@@ -41,18 +49,18 @@ func filesOf(t testing.TB, path string) (db, wal []byte) {
 	return db, wal
 }
 
-// sameAsEngine: the file-format reader gives exactly the cells the SQL
+// sameAsEngine: the file-format reader (package sqlitecells) gives exactly the cells the SQL
 // engine gives over a copy of the same bytes, in the same order.
 func sameAsEngine(t *testing.T, path string, db, wal []byte) []dbCell {
 	t.Helper()
-	own, err := pageCells(db, wal)
+	own, err := sqlitecells.Read(db, wal)
 	require.NoError(t, err)
 	engine, problems := engineCells(context.Background(), path, db, wal)
 	require.Empty(t, problems)
 	require.Equal(t, len(engine), len(own))
 	for i := range engine {
-		require.Equal(t, engine[i].where, own[i].where, "cell %d", i)
-		require.Equal(t, string(engine[i].data), string(own[i].data), "cell %d (%s)", i, engine[i].where) // an empty value: nil or not
+		require.Equal(t, engine[i].Where, own[i].Where, "cell %d", i)
+		require.Equal(t, string(engine[i].Data), string(own[i].Data), "cell %d (%s)", i, engine[i].Where) // an empty value: nil or not
 	}
 	return own
 }
@@ -158,8 +166,8 @@ func TestPageCellsDeclineWhatTheEngineReads(t *testing.T) {
 				mustExec(t, db, q)
 			}
 			dbBytes, wal := filesOf(t, path)
-			_, err := pageCells(dbBytes, wal)
-			require.ErrorIs(t, err, errDecline)
+			_, err := sqlitecells.Read(dbBytes, wal)
+			require.ErrorIs(t, err, sqlitecells.ErrDecline)
 			f, err := os.Open(path)
 			require.NoError(t, err)
 			defer f.Close()
@@ -170,71 +178,9 @@ func TestPageCellsDeclineWhatTheEngineReads(t *testing.T) {
 			require.Empty(t, problems)
 			var all []string
 			for _, c := range snap.cells {
-				all = append(all, c.where+"="+string(c.data))
+				all = append(all, c.Where+"="+string(c.Data))
 			}
 			require.Contains(t, strings.Join(all, "\n"), "canary-", "the engine's cells")
 		})
 	}
-}
-
-// TestPageCellsRefuseWhatIsNoDatabase: bytes that are no database, or a
-// database whose pages point off the file or at themselves, give an
-// error, never cells nor a panic.
-func TestPageCellsRefuseWhatIsNoDatabase(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), "state.db")
-	db := openAt(t, path, 512)
-	mustExec(t, db, `CREATE TABLE t (a TEXT)`)
-	mustExec(t, db, `INSERT INTO t VALUES (?)`, strings.Repeat("long ", 400))
-	var busy, logged, done int
-	require.NoError(t, db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logged, &done))
-	good, _ := filesOf(t, path)
-	_, err := pageCells(good, nil)
-	require.NoError(t, err, "the positive control")
-
-	cells, err := pageCells(nil, nil)
-	require.NoError(t, err, "an empty file is an empty database")
-	require.Empty(t, cells)
-	_, err = pageCells([]byte("not a database at all, not one bit of it, though long enough to have a header: 100 bytes and more"), nil)
-	require.Error(t, err)
-	cut := append([]byte(nil), good[:len(good)-100]...)
-	_, err = pageCells(cut, nil)
-	require.Error(t, err, "a database cut short")
-	// Every 4-byte word of page 2 onwards pointing at page 2: children and
-	// overflow chains that loop.
-	loop := append([]byte(nil), good...)
-	for i := 512; i+4 <= len(loop); i += 4 {
-		loop[i], loop[i+1], loop[i+2], loop[i+3] = 0, 0, 0, 2
-	}
-	_, err = pageCells(loop, nil)
-	require.Error(t, err)
-}
-
-// FuzzPageCells: any bytes, as a database and a WAL, give cells or an
-// error, never a panic nor an endless walk.
-func FuzzPageCells(f *testing.F) {
-	// Small seeds (a few pages of 512 bytes: a table, a WITHOUT ROWID
-	// table, an overflow chain, an interior page), so the fuzzer's
-	// mutations land in what is read.
-	path := filepath.Join(f.TempDir(), "state.db")
-	db := openAt(f, path, 512)
-	mustExec(f, db, `CREATE TABLE t (a TEXT, b BLOB)`)
-	mustExec(f, db, `CREATE TABLE w (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID`)
-	var busy, logged, done int
-	require.NoError(f, db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logged, &done))
-	mustExec(f, db, `BEGIN`)
-	for i := range 12 {
-		mustExec(f, db, `INSERT INTO t VALUES (?, ?)`, strings.Repeat("x", i*20), []byte("y"))
-		mustExec(f, db, `INSERT INTO w VALUES (?, ?)`, fmt.Sprint(i)+strings.Repeat("k", i*12), "v")
-	}
-	mustExec(f, db, `INSERT INTO t VALUES (?, NULL)`, strings.Repeat("o", 1500))
-	mustExec(f, db, `COMMIT`)
-	good, wal := filesOf(f, path)
-	f.Add(good, wal)
-	require.NoError(f, db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logged, &done))
-	good, _ = filesOf(f, path)
-	f.Add(good, []byte(nil))
-	f.Fuzz(func(t *testing.T, db, wal []byte) {
-		_, _ = pageCells(db, wal)
-	})
 }
