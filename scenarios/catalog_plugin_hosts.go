@@ -182,6 +182,7 @@ type pluginState struct {
 	sandboxed bool
 	hostID    map[string]string // each tenant's plugin host (pluginDump.Host)
 	tags      map[string]string // the tag each tenant's first session stored
+	killed    string            // the processes kill-one-host killed, for a probe's failure to name
 }
 
 // probeTurn runs one PLUGIN-PROBE turn of t's session sid and returns
@@ -198,7 +199,7 @@ func (e *Env) probeTurn(c *harness.Conn, t *tenants.Tenant, sid, tag string, st 
 	}
 	args, _ := json.Marshal(pluginArgs{Tag: tag, Read: read})
 	e.Prompt(c, t, sid, pluginPrompt+pp.Tools.Probe+" "+string(args))
-	d := e.lastPluginDump(t)
+	d := e.lastPluginDump(t, st.killed)
 	where := invariants.Where{Label: "plugin " + pp.Name + " of " + t.Name}
 	if !e.lacks(harness.AbilityWhere, string(invariants.PluginBoundary)) {
 		if d.Pid == e.Server.Pid() {
@@ -249,8 +250,9 @@ func (e *Env) probeTurn(c *harness.Conn, t *tenants.Tenant, sid, tag string, st 
 }
 
 // lastPluginDump decodes the newest result of the probe tool that reached
-// t's provider.
-func (e *Env) lastPluginDump(t *tenants.Tenant) pluginDump {
+// t's provider; its failure names killed, the processes the harness
+// killed before (none: "").
+func (e *Env) lastPluginDump(t *tenants.Tenant, killed string) pluginDump {
 	e.T.Helper()
 	recs := t.Requests()
 	for i := len(recs) - 1; i >= 0; i-- {
@@ -262,7 +264,10 @@ func (e *Env) lastPluginDump(t *tenants.Tenant) pluginDump {
 			content, _ := msgs[j]["content"].(string)
 			var d pluginDump
 			if err := json.Unmarshal([]byte(content), &d); err != nil || !strings.HasPrefix(strings.TrimSpace(content), "{") {
-				e.T.Fatalf("%s: the plugin probe did not answer with its dump: %s", t.Name, truncateText(content, 500))
+				if killed != "" {
+					killed = " (the harness had killed " + killed + ")"
+				}
+				e.T.Fatalf("%s: the plugin probe did not answer with its dump: %s%s", t.Name, truncateText(content, 500), killed)
 			}
 			return d
 		}
@@ -411,6 +416,16 @@ func pluginHosts() Spec {
 				if len(hosts) == 0 {
 					e.T.Fatalf("no plugin host of %s to kill", victim.Name)
 				}
+				var desc []string
+				for _, h := range hosts {
+					why := e.Box.Set.Layout.HomeVar
+					if h.Needle == victim.ProviderKey() {
+						why = "provider key"
+					}
+					desc = append(desc, fmt.Sprintf("pid %d (%s, %s's %s in its %s)", h.Pid, truncateText(h.Cmdline, 120), victim.Name, why, h.In))
+				}
+				st.killed = strings.Join(desc, "; ")
+				e.Logf("kill-one-host: killing %s", st.killed)
 				for _, h := range hosts {
 					if err := syscall.Kill(h.Pid, syscall.SIGKILL); err != nil {
 						e.T.Fatalf("kill the plugin host of %s (pid %d): %v", victim.Name, h.Pid, err)
