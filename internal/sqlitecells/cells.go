@@ -89,7 +89,7 @@ func newPager(db, wal []byte) (*pager, error) {
 	if p.nPages == 0 {
 		return nil, errEmpty
 	}
-	if p.size < 512 || p.size > 65536 || p.size&(p.size-1) != 0 || p.usable < 480 {
+	if !validPageSize(p.size) || p.usable < 480 {
 		return nil, fmt.Errorf("page size %d (usable %d) is not SQLite's", p.size, p.usable)
 	}
 	page1, err := p.page(1)
@@ -121,6 +121,9 @@ func (p *pager) readWAL(wal []byte) error {
 		order = binary.BigEndian
 	}
 	size := int(binary.BigEndian.Uint32(wal[8:12]))
+	if !validPageSize(size) {
+		return nil // SQLite's recovery ignores such a WAL, and its frames could not hold a page
+	}
 	if p.size == 0 {
 		p.size, p.usable = size, size // no database file yet: its header is in the WAL's page 1
 	}
@@ -163,6 +166,10 @@ func (p *pager) readWAL(wal []byte) error {
 	}
 	return nil
 }
+
+// validPageSize reports whether n is a page size SQLite writes: a power
+// of two from 512 to 65536.
+func validPageSize(n int) bool { return n >= 512 && n <= 65536 && n&(n-1) == 0 }
 
 // walChecksum continues the WAL's running checksum (s0, s1) over b, a
 // multiple of 8 bytes, read as 32-bit words in order.
@@ -557,7 +564,13 @@ func tableColumns(sql string) (cols, rec []string, noRowid bool, err error) {
 	for _, it := range items {
 		it = strings.TrimSpace(it)
 		bare := strings.ToUpper(unquoted(it)) // keywords only: no name, no string
-		word := strings.Fields(bare + " ")[0]
+		if it == "" {
+			return nil, nil, false, errors.New("an empty item in its column list")
+		}
+		word := "" // for a quoted name alone
+		if f := strings.Fields(bare); len(f) > 0 {
+			word = f[0]
+		}
 		switch word {
 		case "CONSTRAINT", "PRIMARY", "UNIQUE", "CHECK", "FOREIGN":
 			if i := strings.Index(bare, "PRIMARY KEY"); i >= 0 {

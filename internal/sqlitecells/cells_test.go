@@ -91,6 +91,8 @@ func TestReadRefusesWhatIsNoDatabase(t *testing.T) {
 func FuzzRead(f *testing.F) {
 	f.Add(seed(f, "small.db"), []byte(nil))
 	f.Add(seed(f, "wal.db"), seed(f, "wal.db-wal"))
+	schema := seed(f, "wal.db")
+	f.Add([]byte(nil), walOf(512, schema[:512], schema[512:1024], schema[1024:1536])) // a database in its WAL alone
 	f.Fuzz(func(t *testing.T, db, wal []byte) {
 		_, _ = Read(db, wal)
 	})
