@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/bits"
 	"strconv"
+	"strings"
 
 	"github.com/tenantcanary/tenantcanary/internal/lru"
 )
@@ -424,7 +425,25 @@ func excerpt(data []byte, start, end int) string {
 	}
 	lo := max(start-excerptContext, 0)
 	hi := min(end+excerptContext, len(data))
-	return strconv.Quote(string(data[lo:hi]))
+	return quote(data[lo:hi])
+}
+
+// quote is strconv.Quote(string(b)) in one allocation when b is printable
+// ASCII with no quote or backslash, which most excerpts are: every match
+// gets one, the tenants' own canaries included, so this is on the scan's
+// hot path.
+func quote(b []byte) string {
+	for _, c := range b {
+		if c < ' ' || c > '~' || c == '"' || c == '\\' {
+			return strconv.Quote(string(b))
+		}
+	}
+	var s strings.Builder
+	s.Grow(len(b) + 2)
+	s.WriteByte('"')
+	s.Write(b)
+	s.WriteByte('"')
+	return s.String()
 }
 
 // chunkSize is how much of a stream Scan reads at a time (little enough to

@@ -454,3 +454,16 @@ func TestMinMatchLenBoundsEveryForm(t *testing.T) {
 		require.Empty(t, m.FindAll([]byte(p.Value[:short-1])), "a match from %d bytes", short-1)
 	}
 }
+
+// TestQuoteIsStrconvQuote: the excerpt's quoting is strconv.Quote's, on
+// the plain ASCII it shortcuts and on every other byte.
+func TestQuoteIsStrconvQuote(t *testing.T) {
+	t.Parallel()
+	cases := [][]byte{nil, []byte("plain text 123 ~!"), []byte(`a "quoted" b`), []byte(`back\slash`), []byte("tab\there"), []byte("del\x7f"), []byte("\xff\xfe"), []byte("ünïcode"), []byte("nul\x00")}
+	for b := range 256 {
+		cases = append(cases, []byte{'x', byte(b), 'y'})
+	}
+	for _, c := range cases {
+		require.Equal(t, strconv.Quote(string(c)), quote(c), "%q", c)
+	}
+}
