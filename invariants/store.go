@@ -10,11 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/tenantcanary/tenantcanary/internal/sqlitefile"
+	"github.com/tenantcanary/tenantcanary/internal/sqlrows"
 	"github.com/tenantcanary/tenantcanary/invariants/scan"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -84,7 +84,7 @@ func (c *Checker) storeRows(ctx context.Context, s Store, own map[string]bool) (
 		return nil, err
 	}
 	defer done()
-	tables, err := tableNames(ctx, db)
+	tables, err := sqlrows.Tables(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("list the tables of %s: %w", s.DB, err)
 	}
@@ -99,68 +99,38 @@ func (c *Checker) storeRows(ctx context.Context, s Store, own map[string]bool) (
 	return out, nil
 }
 
-func tableNames(ctx context.Context, db *sql.DB) ([]string, error) {
-	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, rows.Err()
-}
-
 // storeTable checks every cell of one table.
 func (c *Checker) storeTable(ctx context.Context, db *sql.DB, s Store, table string, own map[string]bool) ([]Finding, error) {
-	rows, err := db.QueryContext(ctx, `SELECT * FROM "`+strings.ReplaceAll(table, `"`, `""`)+`"`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return nil, err
-	}
-	// The places of this table: which columns are declared, and the
-	// column that names a row's owner.
-	declared := map[string]bool{}
-	var owned *StorePlace
-	ownerCol := -1
-	for i := range s.Places {
-		p := &s.Places[i]
-		if p.Table != table {
-			continue
-		}
-		declared[p.Column] = true
-		for j, col := range cols {
-			if col == p.OwnerColumn && owned == nil {
-				owned, ownerCol = p, j
+	var (
+		out []Finding
+		// The places of this table: which columns are declared, and the
+		// column that names a row's owner (known with the first row).
+		declared = map[string]bool{}
+		owned    *StorePlace
+		ownerCol = -1
+	)
+	err := sqlrows.Each(ctx, db, table, func(row int, cols []string, vals []any) error {
+		if row == 1 {
+			for i := range s.Places {
+				p := &s.Places[i]
+				if p.Table != table {
+					continue
+				}
+				declared[p.Column] = true
+				for j, col := range cols {
+					if col == p.OwnerColumn && owned == nil {
+						owned, ownerCol = p, j
+					}
+				}
 			}
-		}
-	}
-	vals := make([]any, len(cols))
-	ptrs := make([]any, len(cols))
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	var out []Finding
-	for row := 1; rows.Next(); row++ {
-		if err := rows.Scan(ptrs...); err != nil {
-			return out, err
 		}
 		owner := ""
 		if owned != nil {
 			owner = owned.Owners[cellString(vals[ownerCol])]
 		}
 		for i, v := range vals {
-			b := cellBytes(v)
-			if b == nil {
+			b, ok := sqlrows.Bytes(v)
+			if !ok {
 				continue
 			}
 			where := Where{Path: s.DB, Part: fmt.Sprintf("%s row %d %s", table, row, cols[i])}
@@ -183,18 +153,9 @@ func (c *Checker) storeTable(ctx context.Context, db *sql.DB, s Store, table str
 				}
 			})
 		}
-	}
-	return out, rows.Err()
-}
-
-func cellBytes(v any) []byte {
-	switch v := v.(type) {
-	case []byte:
-		return v
-	case string:
-		return []byte(v)
-	}
-	return nil
+		return nil
+	})
+	return out, err
 }
 
 func cellString(v any) string {

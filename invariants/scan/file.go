@@ -17,6 +17,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, for row scans
 
 	"github.com/tenantcanary/tenantcanary/internal/sqlitefile"
+	"github.com/tenantcanary/tenantcanary/internal/sqlrows"
 )
 
 // Hit is a Match located in a file. Its Container is "" for the file's
@@ -276,23 +277,8 @@ func sqliteCells(ctx context.Context, path, dbCopy string) ([]dbCell, []Skip) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
+	tables, err := sqlrows.Tables(ctx, db)
 	if err != nil {
-		skip(fmt.Errorf("list tables of %s: %w", path, err))
-		return nil, problems
-	}
-	var tables []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			skip(fmt.Errorf("list tables of %s: %w", path, err))
-			rows.Close()
-			return nil, problems
-		}
-		tables = append(tables, name)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		skip(fmt.Errorf("list tables of %s: %w", path, err))
 		return nil, problems
 	}
@@ -308,38 +294,15 @@ func sqliteCells(ctx context.Context, path, dbCopy string) ([]dbCell, []Skip) {
 
 // tableCells appends the text and blob values of table to cells.
 func tableCells(ctx context.Context, db *sql.DB, table string, cells []dbCell) ([]dbCell, error) {
-	rows, err := db.QueryContext(ctx, `SELECT * FROM "`+strings.ReplaceAll(table, `"`, `""`)+`"`)
-	if err != nil {
-		return cells, err
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return cells, err
-	}
-	vals := make([]any, len(cols))
-	ptrs := make([]any, len(cols))
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	for row := 1; rows.Next(); row++ {
-		if err := rows.Scan(ptrs...); err != nil {
-			return cells, err
-		}
+	err := sqlrows.Each(ctx, db, table, func(row int, cols []string, vals []any) error {
 		for i, v := range vals {
-			var b []byte
-			switch v := v.(type) {
-			case []byte:
-				b = v // database/sql copies bytes scanned into an any
-			case string:
-				b = []byte(v)
-			default:
-				continue
+			if b, ok := sqlrows.Bytes(v); ok {
+				cells = append(cells, dbCell{Where: fmt.Sprintf("%s row %d %s", table, row, cols[i]), Data: b})
 			}
-			cells = append(cells, dbCell{Where: fmt.Sprintf("%s row %d %s", table, row, cols[i]), Data: b})
 		}
-	}
-	return cells, rows.Err()
+		return nil
+	})
+	return cells, err
 }
 
 // ErrNotRegular: a path named to be scanned is neither a regular file nor
