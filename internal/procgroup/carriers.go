@@ -29,8 +29,8 @@ func Carrying(needles []string) []Carrier {
 		return nil
 	}
 	var out []Carrier
+	var env []byte // one buffer for every process's environment
 	for pid, cmdline := range others("cmdline") {
-		var env []byte
 		envRead := false
 		var found []Carrier
 		for _, n := range needles {
@@ -42,7 +42,7 @@ func Carrying(needles []string) []Carrier {
 				in = "command line"
 			default:
 				if !envRead {
-					env, _ = os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+					env, _ = readProc(pid, "environ", env)
 					envRead = true
 				}
 				if !bytes.Contains(env, []byte(n)) {
