@@ -21,7 +21,9 @@ import (
 //
 // On the process's own stdin and stdout it first becomes the host's keeper
 // (see keep): it runs the host proper as its child, cleans up after it, and
-// exits with the host's status without returning.
+// exits with the host's status without returning. A host whose launcher's
+// PID namespace ends with it (Config.OwnPIDNamespace) is the host proper
+// at once.
 //
 // When stdout is os.Stdout, the protocol moves to a private copy of file
 // descriptor 1 and descriptor 1 itself is pointed at stderr, so nothing a

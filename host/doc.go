@@ -18,7 +18,10 @@
 // itself before any plugin code runs; its first process is a keeper, a
 // child subreaper running no plugin code, which kills everything the host
 // started when the host ends (setsid and double forks included), so nothing
-// outlives a host with or without a PID namespace. A host's death is
+// outlives a host with or without a PID namespace. A launcher that runs the
+// host in a PID namespace of its own, which the kernel ends with the host
+// (Config.OwnPIDNamespace: agentd's bwrap launcher), does the keeper's
+// work, and the host starts none. A host's death is
 // logged with the runtime's last words (a panic, out of memory) and the
 // last call it was given. A plain Handler's nested calls run as the
 // session of the call that invoked it.

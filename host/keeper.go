@@ -13,9 +13,14 @@ import (
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
-// keeperEnv marks the plugin host a keeper started ("inner"). A host
-// process started without it is the keeper: it runs no plugin code.
+// keeperEnv marks the plugin host a keeper started ("inner"), or one whose
+// launcher's PID namespace does the keeper's work (keeperPIDNamespace,
+// Config.OwnPIDNamespace). A host process started without it is the
+// keeper: it runs no plugin code.
 const keeperEnv = "AGENTD_PLUGIN_HOST_KEEPER"
+
+// keeperPIDNamespace is keeperEnv's value for a host that needs no keeper.
+const keeperPIDNamespace = "pid-namespace"
 
 // prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
 const prSetChildSubreaper = 36

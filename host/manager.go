@@ -25,6 +25,14 @@ type Config struct {
 	// Env is the host's whole environment: the profile's only.
 	// isolation.HostProcessEnv=1 is added.
 	Env []string
+	// OwnPIDNamespace says the launcher runs the host in a PID namespace
+	// of its own that the kernel ends with the host (agentd's bwrap
+	// launcher: its pid 1 exits when the host does, and every process
+	// left in the namespace is killed). The host then starts no keeper
+	// (see ServeChild): the namespace already ends whatever the host
+	// started, setsid and double forks included. Any other launcher, or
+	// none, gets the keeper.
+	OwnPIDNamespace bool
 	// PluginsDir is the profile's plugins folder; Enabled, when not nil,
 	// keeps only the plugins it names.
 	PluginsDir string

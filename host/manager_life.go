@@ -139,10 +139,14 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 	m.gen++
 	gen := m.gen
 	m.mu.Unlock()
+	env := append(append([]string(nil), m.cfg.Env...), isolation.HostProcessEnv+"=1")
+	if m.cfg.OwnPIDNamespace {
+		env = append(env, keeperEnv+"="+keeperPIDNamespace)
+	}
 	// The host outlives the start: ctx bounds the hello only.
 	p, err := proc.Start(context.WithoutCancel(ctx), proc.Spec{
 		Name: "plugin host for profile " + m.cfg.Profile, Argv: m.cfg.Command, Dir: m.cfg.Home,
-		Env:   append(append([]string(nil), m.cfg.Env...), isolation.HostProcessEnv+"=1"),
+		Env:   env,
 		Stdin: true, RawStdout: true, Stderr: m.cfg.Log, Tree: true,
 		// A process the host left holding its stderr must not hold the reaping.
 		OutputGrace: 2 * time.Second,

@@ -153,19 +153,25 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 				return nil, fmt.Errorf("plugins of profile %q: host mode needs a plugin host command", sc.Profile.Name)
 			}
 			launcher, sandboxed := set.Launcher, "plugins.host.launcher"
+			ownPIDNS := false
 			if len(launcher) == 0 {
 				l, mode, err := DefaultLauncher(sc.Profile, opts)
 				if err != nil {
 					return nil, fmt.Errorf("plugins of profile %q: %w", sc.Profile.Name, err)
 				}
 				launcher, sandboxed = l, string(mode)
+				// bwrap's PID namespace ends with the host (see
+				// host.Config.OwnPIDNamespace); not so with the
+				// host-shared-pidns fault.
+				ownPIDNS = mode == sandbox.Bwrap && !opts.Faults.Has(faults.HostSharedPIDNS)
 			}
 			m, err := host.New(host.Config{
-				Profile:     sc.Profile.Name,
-				Command:     append(append([]string(nil), launcher...), opts.Command...),
-				Home:        sc.Profile.Home,
-				FollowLinks: sc.Profile.FS().FollowLinks, // the home-follows-links fault (test-only)
-				Env:         snap.ToolEnv,                // the profile's environment only
+				Profile:         sc.Profile.Name,
+				Command:         append(append([]string(nil), launcher...), opts.Command...),
+				Home:            sc.Profile.Home,
+				FollowLinks:     sc.Profile.FS().FollowLinks, // the home-follows-links fault (test-only)
+				Env:             snap.ToolEnv,                // the profile's environment only
+				OwnPIDNamespace: ownPIDNS,
 				// The model-provider extraction runs with no credential: the
 				// server's environment scrubbed as every tool's is (it says
 				// how to run this program again: PATH, and the variable a
