@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -387,13 +388,14 @@ func requireBwrapPIDNS(t *testing.T) {
 // its own, told so (Config.OwnPIDNamespace) or not; its processes carry a
 // marker of their own. Its host's hello pid is the namespace's, so the
 // process checks here go by the marker.
-func pidnsHost(t *testing.T, ownNS bool) (*host.Manager, string) {
+func pidnsHost(t *testing.T, ownNS bool) (*host.Manager, string, *syncio.Buffer) {
 	t.Helper()
 	home := hostileHome(t)
+	log := &syncio.Buffer{}
 	cfg := host.Config{
 		Profile: "pidns", Home: home, Env: hostEnvFor(home),
 		Command:    append([]string{"bwrap", "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", home, home}, hostCommand()...),
-		PluginsDir: home + "/plugins", Backend: &server{}, Log: &syncio.Buffer{},
+		PluginsDir: home + "/plugins", Backend: &server{}, Log: log,
 		ExtractEnv:      []string{hostEnv + "=1", "HOME=" + home, "PATH=" + os.Getenv("PATH")},
 		CallTimeout:     3 * time.Second,
 		OwnPIDNamespace: ownNS,
@@ -405,7 +407,7 @@ func pidnsHost(t *testing.T, ownNS bool) (*host.Manager, string) {
 		_ = m.Close()
 		requireNoneMarked(t, id, "the test")
 	})
-	return m, id
+	return m, id, log
 }
 
 // hostProcesses are the marked processes running this test binary: the
@@ -434,7 +436,7 @@ func TestInAPIDNamespaceOfItsOwnAHostNeedsNoKeeper(t *testing.T) {
 	requireBwrapPIDNS(t)
 	t.Run("control: not told, it keeps its keeper", func(t *testing.T) {
 		t.Parallel()
-		m, id := pidnsHost(t, false)
+		m, id, _ := pidnsHost(t, false)
 		_, err := m.Call(context.Background(), "s", "hostile_pid", nil)
 		require.NoError(t, err)
 		require.Len(t, hostProcesses(t, id), 2, "a keeper and its host")
@@ -442,7 +444,7 @@ func TestInAPIDNamespaceOfItsOwnAHostNeedsNoKeeper(t *testing.T) {
 	for _, end := range []string{"close", "deadline", "crash"} {
 		t.Run(end, func(t *testing.T) {
 			t.Parallel()
-			m, id := pidnsHost(t, true)
+			m, id, log := pidnsHost(t, true)
 			_, err := m.Call(context.Background(), "s", "hostile_spawn", nil)
 			require.NoError(t, err)
 			hosts := hostProcesses(t, id)
@@ -458,6 +460,12 @@ func TestInAPIDNamespaceOfItsOwnAHostNeedsNoKeeper(t *testing.T) {
 				require.ErrorIs(t, err, host.ErrTimeout)
 			case "crash":
 				require.NoError(t, syscall.Kill(hosts[0], syscall.SIGKILL))
+				// The log names the process the machine sees (bwrap's), and
+				// the pid the host sees in its namespace.
+				died := regexp.MustCompile(`plugin host for profile pidns \(pid (\d+); pid (\d+) as it sees itself\) exited`)
+				require.Eventually(t, func() bool { return died.MatchString(log.String()) }, eventually, tick, "the log: %s", log.String())
+				got := died.FindStringSubmatch(log.String())
+				require.NotEqual(t, got[1], got[2])
 			}
 			requireNoneMarked(t, id, end)
 		})

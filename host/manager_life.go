@@ -191,7 +191,14 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 		close(h.dead)
 		return nil, fmt.Errorf("start plugin host for profile %s (exit: %v): %w", m.cfg.Profile, p.ExitErr(), herr)
 	}
-	h.desc = fmt.Sprintf("plugin host for profile %s (pid %d)", m.cfg.Profile, h.pid)
+	if h.pid != p.Pid() {
+		// The process started is a launcher or a keeper, and the host in a
+		// PID namespace of its own says the pid it sees there: name both,
+		// the first as the machine sees it.
+		h.desc = fmt.Sprintf("plugin host for profile %s (pid %d; pid %d as it sees itself)", m.cfg.Profile, p.Pid(), h.pid)
+	} else {
+		h.desc = fmt.Sprintf("plugin host for profile %s (pid %d)", m.cfg.Profile, h.pid)
+	}
 	h.conn = newConn(h.desc, br, p.Stdin(), m.cfg.MaxFrame, func(f *Frame) { m.serveHost(h, f) })
 	h.conn.readEnd = func(error) { go m.monitor(h) }
 	if stdout.SetReadDeadline(time.Time{}) == nil {
