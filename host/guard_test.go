@@ -20,6 +20,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/host"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/internal/syncio"
+	"github.com/tenantcanary/tenantcanary/isolation"
 )
 
 // The defences of a profile's plugin host against a hostile plugin
@@ -231,13 +232,14 @@ func TestAHostsDeathEndsEveryProcessItStarted(t *testing.T) {
 
 func TestWithoutTheKeeperADoubleForkSurvivesTheHost(t *testing.T) {
 	t.Parallel()
-	// The positive control of the keeper: a host started as the keeper's
-	// inner host, with no keeper above it, leaves the double fork's orphan
-	// behind when it is closed.
+	// The positive control of the keeper: a host told that its launcher's
+	// PID namespace ends with it, when there is no such namespace, starts
+	// no keeper and leaves the double fork's orphan behind when it is
+	// closed.
 	var id string
 	e := newEnv(t, hostileHome(t), func(c *host.Config) {
 		id = marked(t, c)
-		c.Env = append(c.Env, "AGENTD_PLUGIN_HOST_KEEPER=inner")
+		c.OwnPIDNamespace = true // not so: no launcher
 	})
 	orphan := int(e.call("s", "hostile_spawn", nil)["orphan"].(float64))
 	require.NoError(t, e.m.Close())
@@ -470,4 +472,22 @@ func TestInAPIDNamespaceOfItsOwnAHostNeedsNoKeeper(t *testing.T) {
 			requireNoneMarked(t, id, end)
 		})
 	}
+}
+
+// A profile's environment cannot turn its host's keeper off: its .env is
+// the tenant's, and agentd passes it to the host. With the line a hostile
+// tenant would write there, the host still has its keeper (two processes
+// of this binary), and the double fork's orphan still ends with the host.
+// The control is TestWithoutTheKeeperADoubleForkSurvivesTheHost.
+func TestAProfilesEnvironmentCannotTurnTheKeeperOff(t *testing.T) {
+	t.Parallel()
+	var id string
+	e := newEnv(t, hostileHome(t), func(c *host.Config) {
+		id = marked(t, c)
+		c.Env = append(c.Env, "AGENTD_PLUGIN_HOST_KEEPER=inner", isolation.HostProcessEnv+"=0")
+	})
+	e.call("s", "hostile_spawn", nil)
+	require.Len(t, hostProcesses(t, id), 2, "a keeper and its host")
+	require.NoError(t, e.m.Close())
+	requireNoneMarked(t, id, "close")
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/internal/proc"
@@ -139,10 +140,7 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 	m.gen++
 	gen := m.gen
 	m.mu.Unlock()
-	env := append(append([]string(nil), m.cfg.Env...), isolation.HostProcessEnv+"=1")
-	if m.cfg.OwnPIDNamespace {
-		env = append(env, keeperEnv+"="+keeperPIDNamespace)
-	}
+	env := hostEnv(m.cfg.Env, m.cfg.OwnPIDNamespace)
 	// The host outlives the start: ctx bounds the hello only.
 	p, err := proc.Start(context.WithoutCancel(ctx), proc.Spec{
 		Name: "plugin host for profile " + m.cfg.Profile, Argv: m.cfg.Command, Dir: m.cfg.Home,
@@ -387,4 +385,25 @@ func (m *Manager) load(ctx context.Context, h *hostProc) error {
 		}
 	}
 	return nil
+}
+
+// hostEnv is a host's environment: env (the profile's) without the
+// variables only agentd may set there, then those. A profile's .env is the
+// tenant's own file: a line AGENTD_PLUGIN_HOST_KEEPER=inner in it would
+// otherwise tell its host that it needs no keeper, and whatever the
+// tenant's plugin started would outlive the host.
+func hostEnv(env []string, ownPIDNamespace bool) []string {
+	out := make([]string, 0, len(env)+2)
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == keeperEnv || k == isolation.HostProcessEnv {
+			continue
+		}
+		out = append(out, kv)
+	}
+	out = append(out, isolation.HostProcessEnv+"=1")
+	if ownPIDNamespace {
+		out = append(out, keeperEnv+"="+keeperPIDNamespace)
+	}
+	return out
 }
