@@ -216,17 +216,26 @@ func TestAHostsDeathEndsEveryProcessItStarted(t *testing.T) {
 			require.Eventually(t, func() bool { return len(procgroup.Marked(id)) >= 4 }, eventually, tick,
 				"the marker scan never saw the host's processes: %v", describe(procgroup.Marked(id)))
 			require.NotContains(t, procgroup.GroupMembers(e.m.PGID()), setsidPID, "the setsid child left the host's group")
-			switch end {
-			case "close":
-				require.NoError(t, e.m.Close())
-			case "deadline":
-				_, err := e.m.Call(context.Background(), "s", "hostile_spin", nil)
-				require.ErrorIs(t, err, host.ErrTimeout)
-			case "crash":
-				require.NoError(t, syscall.Kill(hostPID, syscall.SIGKILL))
-			}
+			endHost(t, e.m, end, hostPID)
 			requireNoneMarked(t, id, end)
 		})
+	}
+}
+
+// endHost ends m's host the way end says: close (the manager closes it),
+// deadline (a call spins past its deadline) or crash (SIGKILL to pid).
+func endHost(t *testing.T, m *host.Manager, end string, pid int) {
+	t.Helper()
+	switch end {
+	case "close":
+		require.NoError(t, m.Close())
+	case "deadline":
+		_, err := m.Call(context.Background(), "s", "hostile_spin", nil)
+		require.ErrorIs(t, err, host.ErrTimeout)
+	case "crash":
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	default:
+		t.Fatalf("no such end %q", end)
 	}
 }
 
@@ -454,14 +463,8 @@ func TestInAPIDNamespaceOfItsOwnAHostNeedsNoKeeper(t *testing.T) {
 			// Positive control: the scan sees the host and both escapees.
 			require.Eventually(t, func() bool { return len(procgroup.Marked(id)) >= 3 }, eventually, tick,
 				"the marker scan never saw the host's processes: %v", describe(procgroup.Marked(id)))
-			switch end {
-			case "close":
-				require.NoError(t, m.Close())
-			case "deadline":
-				_, err := m.Call(context.Background(), "s", "hostile_spin", nil)
-				require.ErrorIs(t, err, host.ErrTimeout)
-			case "crash":
-				require.NoError(t, syscall.Kill(hosts[0], syscall.SIGKILL))
+			endHost(t, m, end, hosts[0])
+			if end == "crash" {
 				// The log names the process the machine sees (bwrap's), and
 				// the pid the host sees in its namespace.
 				died := regexp.MustCompile(`plugin host for profile pidns \(pid (\d+); pid (\d+) as it sees itself\) exited`)
