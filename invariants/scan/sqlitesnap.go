@@ -3,6 +3,7 @@ package scan
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -107,31 +108,104 @@ func identifyOpen(db, wal *os.File) (fileID, bool) {
 // through modernc.org/sqlite over a copy in a folder of its own. The
 // problems name path and its WAL. A database that cannot be read gives
 // no snapshot; a WAL that cannot be read whole leaves what was read of it.
+//
+// The files are read as they are, with no lock of SQLite's, and a server
+// may be writing them. A checkpoint that writes the database while it is
+// read tears nothing: the WAL, read after it, holds every page it wrote.
+// A restart of the WAL does (a database of one moment, a WAL of a later
+// one: rows that never were, or bytes that read as malformed), and it
+// changes the WAL's header (its checkpoint sequence and salts); without
+// a WAL every commit changes the database's (its change counter). So a
+// read whose header changed under it is read again, and so are bytes the
+// reader refuses as malformed, until two reads agree; after tornReads
+// reads the last bytes are what the scan has.
 func takeSnapshot(ctx context.Context, path string, db, wal *os.File, limit int64) (*dbSnapshot, []Skip) {
-	walPath := path + "-wal"
+	var prev *dbSnapshot
+	for reads := 1; ; reads++ {
+		snap, held, problems := readSnapshot(path, db, wal, limit)
+		if snap == nil {
+			return nil, problems
+		}
+		last := reads == tornReads || ctx.Err() != nil
+		if !held && !last {
+			continue // torn: written while read
+		}
+		cells, err := sqlitecells.Read(snap.db, snap.wal)
+		if err == nil {
+			snap.cells = cells
+			return snap, problems
+		}
+		if last || errors.Is(err, sqlitecells.ErrDecline) || (prev != nil && prev.sameBytes(snap)) {
+			cells, engineProblems := engineCells(ctx, path, snap.db, snap.wal)
+			snap.cells = cells
+			return snap, append(problems, engineProblems...)
+		}
+		prev = snap // malformed, or torn unseen: a second read tells
+	}
+}
+
+// tornReads is how many times takeSnapshot reads a database that changes
+// under it before it scans the last bytes read (a variable for tests).
+var tornReads = 10
+
+// sameBytes reports whether o read the same bytes as s.
+func (s *dbSnapshot) sameBytes(o *dbSnapshot) bool {
+	return bytes.Equal(s.db, o.db) && bytes.Equal(s.wal, o.wal) && (s.wal == nil) == (o.wal == nil)
+}
+
+// The headers a write that could tear a read changes: the WAL's first 32
+// bytes (its checkpoint sequence and salts, new at every restart), or,
+// with no WAL, the database's first 100 (its change counter).
+const (
+	walHeaderLen = 32
+	dbHeaderLen  = 100
+)
+
+// readSnapshot reads db and wal (nil: none) whole, bounded by limit (nil
+// when db cannot be read), and reports whether the header that guards
+// them held from before the read to after it.
+func readSnapshot(path string, db, wal *os.File, limit int64) (*dbSnapshot, bool, []Skip) {
 	var problems []Skip
 	skip := func(p string, err error) { problems = append(problems, Skip{Path: p, Reason: err.Error(), Err: err}) }
+	guard, n := db, dbHeaderLen
+	if wal != nil {
+		guard, n = wal, walHeaderLen
+	}
+	before := header(guard, n)
 	snap := &dbSnapshot{}
 	var err error
 	if snap.db, err = readBound(db, limit); err != nil {
 		skip(path, fmt.Errorf("read %s for scanning: %w", path, err))
-		return nil, problems
+		return nil, false, problems
+	}
+	read := snap.db
+	if testHookBetweenReads != nil {
+		testHookBetweenReads()
 	}
 	if wal != nil {
+		walPath := path + "-wal"
 		if snap.wal, err = readBound(wal, limit); err != nil {
 			skip(walPath, fmt.Errorf("read %s for scanning: %w", walPath, err))
 		}
+		read = snap.wal
 	}
-	if cells, err := sqlitecells.Read(snap.db, snap.wal); err == nil {
-		snap.cells = cells
-		return snap, problems
-	}
-	cells, engineProblems := engineCells(ctx, path, snap.db, snap.wal)
-	snap.cells = cells
-	return snap, append(problems, engineProblems...)
+	after := header(guard, n)
+	held := bytes.Equal(before, after) && bytes.Equal(after, read[:min(n, len(read))])
+	return snap, held, problems
 }
 
-// readBound reads what is left of f, at most limit bytes: past it, the
+// testHookBetweenReads, when set, runs between the read of a database
+// and the read of its WAL: a test tears a read there.
+var testHookBetweenReads func()
+
+// header is f's first n bytes (fewer at its end; none when unread).
+func header(f *os.File, n int) []byte {
+	b := make([]byte, n)
+	got, _ := f.ReadAt(b, 0)
+	return b[:got]
+}
+
+// readBound reads f from its start, at most limit bytes: past it, the
 // first limit bytes and an error (a file that grew since it was
 // measured). The buffer is sized from the file's size at once.
 func readBound(f *os.File, limit int64) ([]byte, error) {
@@ -139,7 +213,7 @@ func readBound(f *os.File, limit int64) ([]byte, error) {
 	if st, err := f.Stat(); err == nil {
 		buf.Grow(int(min(st.Size(), limit)) + bytes.MinRead)
 	}
-	_, err := buf.ReadFrom(io.LimitReader(f, limit+1))
+	_, err := buf.ReadFrom(io.NewSectionReader(f, 0, limit+1))
 	b := buf.Bytes()
 	if err == nil && int64(len(b)) > limit {
 		return b[:limit], fmt.Errorf("it grew past the %d-byte bound while read: %w", limit, ErrTooLarge)
