@@ -168,13 +168,7 @@ func TestPageCellsDeclineWhatTheEngineReads(t *testing.T) {
 			dbBytes, wal := filesOf(t, path)
 			_, err := sqlitecells.Read(dbBytes, wal)
 			require.ErrorIs(t, err, sqlitecells.ErrDecline)
-			f, err := os.Open(path)
-			require.NoError(t, err)
-			defer f.Close()
-			w, err := os.Open(path + "-wal")
-			require.NoError(t, err)
-			defer w.Close()
-			snap, problems := takeSnapshot(context.Background(), path, f, w, 1<<30)
+			snap, problems := snapshotOf(t, path, 1<<30)
 			require.Empty(t, problems)
 			var all []string
 			for _, c := range snap.cells {

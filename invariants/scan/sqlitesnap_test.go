@@ -109,15 +109,7 @@ func TestATornReadOfADatabaseIsReadAgain(t *testing.T) {
 		}
 		return append(out, fmt.Sprint(problems))
 	}
-	snapshot := func() []string {
-		f, err := os.Open(path)
-		require.NoError(t, err)
-		defer f.Close()
-		w, err := os.Open(path + "-wal")
-		require.NoError(t, err)
-		defer w.Close()
-		return cells(takeSnapshot(t.Context(), path, f, w, 64<<20))
-	}
+	snapshot := func() []string { return cells(snapshotOf(t, path, 64<<20)) }
 
 	tear(`DELETE FROM messages WHERE id BETWEEN 2 AND 20`, `INSERT INTO messages (content) VALUES ('late')`)
 	r := m.File(t.Context(), path)
@@ -146,4 +138,16 @@ func TestATornReadOfADatabaseIsReadAgain(t *testing.T) {
 	testHookBetweenReads = nil
 	require.Equal(t, 1, reads)
 	require.NotEqual(t, snapshot(), once, "the test's tear tore nothing")
+}
+
+// snapshotOf is takeSnapshot of the database at path and its WAL.
+func snapshotOf(t *testing.T, path string, limit int64) (*dbSnapshot, []Skip) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	w, err := os.Open(path + "-wal")
+	require.NoError(t, err)
+	defer w.Close()
+	return takeSnapshot(t.Context(), path, f, w, limit)
 }
