@@ -110,13 +110,21 @@ type Dispatcher struct {
 	handlers map[string]Handler
 	admit    Admit
 	tarpit   time.Duration
+
+	heldMu sync.Mutex
+	held   map[string]int // refusals held back now, by connection
 }
 
 // SetRefusalDelay holds every CodeTooBusy reply back for d (or until the
 // dispatch context ends) after the request gave back whatever it held:
 // a client that floods past its limits is answered no faster, and a
 // transport that bounds the requests in flight per connection reads it
-// no faster either.
+// no faster either. A connection with many refusals held at once (a
+// client that keeps sending past its limits without waiting for their
+// answers) waits longer for each: the delay doubles with every
+// heldStep of them, up to 1<<maxHeldShift times d. Without that, a
+// tenant's connections, each read up to its bound, kept agentd refusing
+// thousands of requests a second, at a cost to every other tenant.
 func (d *Dispatcher) SetRefusalDelay(delay time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -210,7 +218,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, conn Conn, frame []byte) {
 	if admit != nil {
 		var err error
 		if release, err = admit(ctx, call); err != nil {
-			hold(ctx, tarpit, err)
+			d.hold(ctx, conn, tarpit, err)
 			if id != nil {
 				reply(conn, id, nil, asError(err))
 			}
@@ -219,7 +227,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, conn Conn, frame []byte) {
 	}
 	result, err := safeCall(ctx, h, call)
 	release()
-	hold(ctx, tarpit, err)
+	d.hold(ctx, conn, tarpit, err)
 	var then Then
 	if t, ok := result.(Then); ok {
 		then = t
@@ -240,13 +248,43 @@ func (d *Dispatcher) Dispatch(ctx context.Context, conn Conn, frame []byte) {
 	}
 }
 
-// hold waits out the refusal delay when err is a CodeTooBusy refusal.
-func hold(ctx context.Context, delay time.Duration, err error) {
+// How a connection's refusal delay grows with the refusals it has held
+// back at once: doubled with every heldStep, at most 1<<maxHeldShift
+// times.
+const (
+	heldStep     = 16
+	maxHeldShift = 4
+)
+
+// refusalDelay is a refusal's delay on a connection that holds back
+// held refusals already.
+func refusalDelay(base time.Duration, held int) time.Duration {
+	return base << min(held/heldStep, maxHeldShift)
+}
+
+// hold waits out the refusal delay when err is a CodeTooBusy refusal: the
+// longer, the more refusals of conn are held back already.
+func (d *Dispatcher) hold(ctx context.Context, conn Conn, delay time.Duration, err error) {
 	var e *Error
 	if delay <= 0 || !errors.As(err, &e) || e.Code != CodeTooBusy {
 		return
 	}
-	t := time.NewTimer(delay)
+	id := conn.ID()
+	d.heldMu.Lock()
+	if d.held == nil {
+		d.held = map[string]int{}
+	}
+	n := d.held[id]
+	d.held[id] = n + 1
+	d.heldMu.Unlock()
+	defer func() {
+		d.heldMu.Lock()
+		defer d.heldMu.Unlock()
+		if d.held[id]--; d.held[id] == 0 {
+			delete(d.held, id)
+		}
+	}()
+	t := time.NewTimer(refusalDelay(delay, n))
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -3,12 +3,14 @@ package rpc
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -243,4 +245,51 @@ func TestRefusalsAreHeldAfterTheSlotIsBack(t *testing.T) {
 	<-returned
 	require.Equal(t, CodeTooBusy, code(c.last(t)))
 	require.Equal(t, []string{"release", "replied"}, order)
+}
+
+// A connection's refusals wait longer the more of them it holds back at
+// once (a client sending past its limits without waiting for the
+// answers): the delay doubles every heldStep of them, up to 1<<maxHeldShift
+// times; a lone refusal waits the delay as set. Every refusal held is let
+// go with the dispatch context, and none is counted after.
+func TestARefusalWaitsLongerTheMoreItsConnectionHolds(t *testing.T) {
+	t.Parallel()
+	base := 250 * time.Millisecond
+	for held, want := range map[int]time.Duration{0: base, heldStep - 1: base, heldStep: 2 * base, 3 * heldStep: 8 * base,
+		maxHeldShift * heldStep: 16 * base, 1000: 16 * base} {
+		assert.Equal(t, want, refusalDelay(base, held), "%d held", held)
+	}
+
+	d := NewDispatcher()
+	d.SetRefusalDelay(time.Hour)
+	d.Handle("busy", func(ctx context.Context, c *Call) (any, error) {
+		return nil, Errorf(CodeTooBusy, "too many requests in flight")
+	})
+	c := &memConn{done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	const sent = 2 * heldStep
+	for i := range sent {
+		wg.Add(1)
+		go func() { // ends with ctx
+			defer wg.Done()
+			d.Dispatch(ctx, c, fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"busy"}`, i+1))
+		}()
+	}
+	heldNow := func() int {
+		d.heldMu.Lock()
+		defer d.heldMu.Unlock()
+		return d.held[c.ID()]
+	}
+	for deadline := time.Now().Add(30 * time.Second); heldNow() < sent; time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "%d of %d refusals held", heldNow(), sent)
+	}
+	cancel()
+	wg.Wait()
+	c.mu.Lock()
+	assert.Len(t, c.frames, sent, "every refusal answered once let go")
+	c.mu.Unlock()
+	d.heldMu.Lock()
+	assert.Empty(t, d.held, "a connection's count outlived its refusals")
+	d.heldMu.Unlock()
 }
