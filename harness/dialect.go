@@ -3,10 +3,11 @@ package harness
 import (
 	"errors"
 	"fmt"
-	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 
 	"gopkg.in/yaml.v3"
 )
@@ -96,6 +97,16 @@ func (m MethodSpec) forCall(p map[string]any) MethodSpec {
 		return *m.ByProfile
 	}
 	return m
+}
+
+// wireParams are the params of a call with logical params p: the
+// spec's Params filled from p, or p itself when it maps none.
+func (m MethodSpec) wireParams(p map[string]any) any {
+	if m.Params == nil {
+		return p
+	}
+	v, _ := placeholder.Value(m.Params, p)
+	return v
 }
 
 // UnmarshalYAML takes a bare method name as well as the mapping.

@@ -111,6 +111,7 @@ type RPC struct {
 	cond    *sync.Cond
 	nextID  int64
 	pending map[int64]chan inbound
+	posted  map[int64]func(error) // Post's requests, by id
 	frames  []Frame
 	events  []Event
 	bad     []string // frames that were not JSON objects
@@ -126,7 +127,7 @@ type RPC struct {
 }
 
 func newRPC(name string, send func([]byte) error) *RPC {
-	c := &RPC{name: name, send: send, pending: map[int64]chan inbound{}, wire: jsonrpc{}, speaks: Transport{}.WithDefaults()}
+	c := &RPC{name: name, send: send, pending: map[int64]chan inbound{}, posted: map[int64]func(error){}, wire: jsonrpc{}, speaks: Transport{}.WithDefaults()}
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
@@ -156,6 +157,13 @@ func (c *RPC) deliver(raw []byte) {
 		if ch, ok := c.pending[m.id]; ok {
 			delete(c.pending, m.id)
 			ch <- m
+		} else if done, ok := c.posted[m.id]; ok {
+			delete(c.posted, m.id)
+			if m.err != nil {
+				done(m.err)
+			} else {
+				done(nil)
+			}
 		}
 	}
 }
@@ -189,6 +197,10 @@ func (c *RPC) fail(err error) {
 		close(ch)
 		delete(c.pending, id)
 	}
+	for id, done := range c.posted {
+		delete(c.posted, id)
+		done(c.closed)
+	}
 	c.cond.Broadcast()
 }
 
@@ -203,26 +215,66 @@ func (c *RPC) Call(ctx context.Context, method string, params any, result any) e
 	return c.call(ctx, method, params, result)
 }
 
-// call is Call on the wire, with no dialect.
-func (c *RPC) call(ctx context.Context, method string, params any, result any) error {
+// Post sends a request and returns without waiting for its reply: done
+// gets the reply's outcome (nil, an *RPCError, or the connection's end)
+// on the goroutine that reads the connection, with the connection's lock
+// held, so it must return at once and not call the connection. method is
+// a logical operation, mapped by the dialect as Call maps it; one the
+// dialect runs as a hook, or declares unsupported, cannot be posted, nor
+// can anything over a chat transport, which answers a request on its own
+// HTTP exchange. A flood keeps many requests in flight this way, with no
+// goroutine waiting on each.
+func (c *RPC) Post(method string, params any, done func(error)) error {
+	if c.dialect != nil {
+		if c.chat != nil {
+			return &UnsupportedError{Op: method, Reason: "a chat transport answers a request on its own HTTP exchange: nothing to post"}
+		}
+		if key, spec, mapped := c.dialect.spec(method, params); mapped {
+			logical := asMap(params)
+			spec = spec.forCall(logical)
+			switch {
+			case spec.Unsupported != "":
+				return &UnsupportedError{Op: key, Reason: spec.Unsupported}
+			case len(spec.Hook) > 0:
+				return &UnsupportedError{Op: key, Reason: "the target runs it as a hook, which cannot be posted"}
+			}
+			method, params = spec.Method, spec.wireParams(logical)
+		}
+	}
+	_, err := c.start(method, params, func(id int64) { c.posted[id] = done })
+	return err
+}
+
+// start sends a request on the wire, registered by pend (under the
+// connection's lock) before it is sent; it returns the request's id.
+func (c *RPC) start(method string, params any, pend func(id int64)) (int64, error) {
 	c.mu.Lock()
 	if c.closed != nil {
 		c.mu.Unlock()
-		return c.closed
+		return 0, c.closed
 	}
 	c.nextID++
 	id := c.nextID
-	ch := make(chan inbound, 1)
-	c.pending[id] = ch
+	pend(id)
 	c.mu.Unlock()
 	frame, err := c.wire.encode(id, method, params)
 	if err != nil {
 		c.forget(id)
-		return fmt.Errorf("%s: encode %s: %w", c.name, method, err)
+		return id, fmt.Errorf("%s: encode %s: %w", c.name, method, err)
 	}
 	if err := c.send(frame); err != nil {
 		c.forget(id)
-		return fmt.Errorf("%s: send %s: %w", c.name, method, err)
+		return id, fmt.Errorf("%s: send %s: %w", c.name, method, err)
+	}
+	return id, nil
+}
+
+// call is Call on the wire, with no dialect.
+func (c *RPC) call(ctx context.Context, method string, params any, result any) error {
+	ch := make(chan inbound, 1)
+	id, err := c.start(method, params, func(id int64) { c.pending[id] = ch })
+	if err != nil {
+		return err
 	}
 	select {
 	case m, ok := <-ch:
@@ -253,6 +305,7 @@ func (c *RPC) SendRaw(frame []byte) error { return c.send(frame) }
 func (c *RPC) forget(id int64) {
 	c.mu.Lock()
 	delete(c.pending, id)
+	delete(c.posted, id)
 	c.mu.Unlock()
 }
 

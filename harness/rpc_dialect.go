@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 )
 
 // DialOption shapes a connection.
@@ -95,12 +93,8 @@ func (c *RPC) callDialect(ctx context.Context, op string, params any, result any
 	case c.chat != nil:
 		return &UnsupportedError{Op: key, Reason: fmt.Sprintf("the chat transport cannot express method %q (only a hook runs beside a chat)", spec.Method)}
 	default:
-		p := any(logical)
-		if spec.Params != nil {
-			p, _ = placeholder.Value(spec.Params, logical)
-		}
 		var res json.RawMessage
-		if err := c.call(ctx, spec.Method, p, &res); err != nil {
+		if err := c.call(ctx, spec.Method, spec.wireParams(logical), &res); err != nil {
 			var rerr *RPCError
 			if errors.As(err, &rerr) {
 				return fmt.Errorf("%s (as %s): %w", key, spec.Method, err)

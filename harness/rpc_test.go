@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 
 // peer answers: "echo" (replies after the given delay, so replies overtake
 // each other), "turn" (events for a session, then the reply), "garbage"
-// (a non-JSON frame), anything else -32601.
+// (a non-JSON frame), "silent" (never), anything else -32601.
 func peer(next func() bool, frame func() []byte, write func([]byte)) {
 	ev := func(typ, sid string, payload map[string]any) {
 		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "event", "params": map[string]any{"type": typ, "session_id": sid, "payload": payload}})
@@ -81,6 +81,7 @@ func peer(next func() bool, frame func() []byte, write func([]byte)) {
 				status = "error"
 			}
 			ev("message.complete", sid, map[string]any{"text": "done", "status": status})
+		case "silent": // never answered
 		case "garbage":
 			write([]byte("this is not json"))
 			reply(true)
@@ -128,11 +129,28 @@ func exercise(t *testing.T, c *Conn) {
 	require.ErrorContains(t, err, "an event that never comes")
 	require.ErrorContains(t, err, "message.complete", "a failed wait shows the last frames")
 
+	// Posted requests are not waited on: their outcomes come as the
+	// replies do, or with the connection's end.
+	outcomes := make(chan error, 3)
+	post := func(err error) { outcomes <- err }
+	require.NoError(t, c.Post("echo", map[string]any{"delay_ms": 0.0}, post))
+	require.NoError(t, c.Post("nope", nil, post))
+	var posted []error
+	for range 2 {
+		posted = append(posted, <-outcomes)
+	}
+	require.Len(t, posted, 2)
+	require.True(t, posted[0] == nil && errors.As(posted[1], &rerr) || posted[1] == nil && errors.As(posted[0], &rerr), "%v", posted)
+	assert.Equal(t, -32601, rerr.Code)
+	require.NoError(t, c.Post("silent", nil, post), "a request the peer never answers")
+
 	assert.GreaterOrEqual(t, len(c.Frames()), 10)
 	c.Close()
 	c.Close()
+	require.ErrorIs(t, <-outcomes, ErrClosed, "a posted request in flight ends with the connection")
 	err = c.Call(ctx, "echo", nil, nil)
 	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, c.Post("echo", nil, post), ErrClosed)
 }
 
 func TestStdioClient(t *testing.T) {

@@ -25,16 +25,28 @@ const noModel = "a chat transport's sessions are the harness's own and report no
 
 // CreateSession opens a session of profile ("" for the launch profile).
 func (c *RPC) CreateSession(ctx context.Context, profile string) (SessionInfo, error) {
-	params := map[string]any{}
-	if profile != "" {
-		params["profile"] = profile
-	}
 	var s SessionInfo
-	err := c.Call(ctx, "session.create", params, &s)
+	err := c.Call(ctx, "session.create", createParams(profile), &s)
 	if c.chat != nil {
 		s.NoModel = noModel
 	}
 	return s, err
+}
+
+// PostCreateSession asks for a session in profile without waiting for
+// it: done gets the outcome (see Post).
+func (c *RPC) PostCreateSession(profile string, done func(error)) error {
+	return c.Post("session.create", createParams(profile), done)
+}
+
+// createParams are session.create's params for profile ("" the
+// connection's own).
+func createParams(profile string) map[string]any {
+	params := map[string]any{}
+	if profile != "" {
+		params["profile"] = profile
+	}
+	return params
 }
 
 // ResumeSession reopens a stored session under a new live id.

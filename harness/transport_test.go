@@ -108,6 +108,33 @@ func TestFramedTransportSpeaksTheDeclaredEnvelope(t *testing.T) {
 	mu.Unlock()
 	assert.Len(t, c.Frames(), 5, "challenge, the replies to hello, open and cron.list, done: every frame kept for the scan")
 
+	// A posted request is mapped as a call is; its outcome comes to done.
+	outcomes := make(chan error, 2)
+	require.NoError(t, c.PostCreateSession("", func(err error) { outcomes <- err }))
+	require.NoError(t, c.Post("cron.list", nil, func(err error) { outcomes <- err }))
+	var posted []error
+	for range 2 {
+		select {
+		case err := <-outcomes:
+			posted = append(posted, err)
+		case <-ctx.Done():
+			t.Fatalf("posted requests: %v", ctx.Err())
+		}
+	}
+	require.Len(t, posted, 2)
+	var perr *RPCError
+	require.True(t, posted[0] == nil && errors.As(posted[1], &perr) || posted[1] == nil && errors.As(posted[0], &perr), "%v", posted)
+	assert.Equal(t, -32601, perr.Code)
+	mu.Lock()
+	assert.Equal(t, "open", got[len(got)-2]["op"], "session.create posted as the dialect's open")
+	mu.Unlock()
+	var unsupported *UnsupportedError
+	hooked := d
+	hooked.Methods = map[string]MethodSpec{"session.create": {Hook: []string{"true"}}}
+	_, hc := dialDialect(t, srv.URL, token, hooked)
+	require.ErrorAs(t, hc.PostCreateSession("", func(error) { t.Error("a hook is never posted") }), &unsupported)
+	assert.Contains(t, unsupported.Reason, "hook")
+
 	_, err = DialWebsocket(ctx, srv.URL, "wrong", WithDialect(d, nil))
 	require.ErrorContains(t, err, "the connect request")
 	assert.ErrorContains(t, err, "UNAUTHORIZED: bad token")

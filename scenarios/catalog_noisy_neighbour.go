@@ -18,16 +18,23 @@ import (
 
 // The noisy neighbour's flood: floodConns connections of one tenant,
 // floodWorkers workers on each, every one keeping a turn of a session of
-// its own running, back to back, in a process of its own (see
-// harness/flood), for as long as the neighbours time their turns under
-// it. A server without limits takes all 10,000 sessions at once and runs
-// their turns for the whole window; one with them holds the flooder to its
-// share (256 sessions, 4 turns running: agentd's defaults) and refuses the
-// rest once. Fewer (3,000) let a fast agentd without limits clear the
-// flood's sessions within the 1 s slack now and then.
+// its own running, back to back, and floodPipeline more session.create
+// requests in flight on each that no worker waits on, in a process of its
+// own (see harness/flood), for as long as the neighbours time their turns
+// under it. A server without limits takes all 10,000 sessions at once and
+// runs their turns for the whole window; one with them holds the flooder
+// to its share (256 sessions, 4 turns running: agentd's defaults), refuses
+// the rest once, and reads the pipelines no faster than it admits them.
+// Fewer workers (3,000) let a fast agentd without limits clear the flood's
+// sessions within the 1 s slack now and then; so did the workers alone
+// once agentd's config loads got cheaper (7 of 15 rounds at 0.6 to 1.1 s
+// against a 1.03 s limit): a worker's requests wait on their replies, so
+// the faster a server answers them, the shallower its backlog. The
+// pipelines keep it 20,000 requests deep whatever a request costs.
 const (
-	floodConns   = 10
-	floodWorkers = 1000
+	floodConns    = 10
+	floodWorkers  = 1000
+	floodPipeline = 1000
 	// neighbourTurns is how many turns each other tenant times in one
 	// window, alone or under the flood.
 	neighbourTurns = 5
@@ -101,7 +108,7 @@ func (e *Env) setupNoisy() {
 		token = n.flooder.APIServerKey()
 	}
 	n.spec = flood.Spec{Base: e.Server.Base, Token: token, Profile: profileParam(n.flooder), Dialect: dialect,
-		Conns: floodConns, Workers: floodWorkers, Prompt: attack.FloodPrompt}
+		Conns: floodConns, Workers: floodWorkers, Pipeline: floodPipeline, Prompt: attack.FloodPrompt}
 	if err := n.spec.Check(); errors.Is(err, flood.ErrHook) {
 		e.T.Skipf("the flood runs in a process of its own, which cannot run the target's hooks: %v", err)
 	} else if err != nil {

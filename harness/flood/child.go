@@ -107,12 +107,16 @@ func (r *reporter) report(v any) {
 
 // floodState is a running flood's counters.
 type floodState struct {
-	workers, answered, sessions, sent, ok, refused, cut, submitted, turns atomic.Int64
-	firstErr                                                              atomic.Value // string
+	workers, answered, sessions, pipelined, sent, ok, refused, cut, submitted, turns atomic.Int64
+	firstErr                                                                         atomic.Value // string
+	// started closes when the last of all workers of the flood starts:
+	// the pipelines wait for it, so the workers' first requests go first.
+	started chan struct{}
+	all     int64 // workers in all
 }
 
 func (s *floodState) counts() Counts {
-	c := Counts{Ready: true, Workers: int(s.workers.Load()), Answered: int(s.answered.Load()), Sessions: s.sessions.Load(), Sent: s.sent.Load(), OK: s.ok.Load(),
+	c := Counts{Ready: true, Workers: int(s.workers.Load()), Answered: int(s.answered.Load()), Sessions: s.sessions.Load(), Pipelined: s.pipelined.Load(), Sent: s.sent.Load(), OK: s.ok.Load(),
 		Refused: s.refused.Load(), Cut: s.cut.Load(), Submitted: s.submitted.Load(), Turns: s.turns.Load()}
 	c.FirstErr, _ = s.firstErr.Load().(string)
 	return c
@@ -133,18 +137,25 @@ func (s *floodState) call(ctx context.Context, timeout time.Duration, do func(co
 	case ctx.Err() != nil:
 		s.cut.Add(1)
 	default:
-		s.refused.Add(1)
-		msg, _, _ := strings.Cut(err.Error(), "\n") // not the frames a timeout quotes
-		s.firstErr.CompareAndSwap(nil, truncate(msg, 300))
+		s.refuse(err)
 	}
 	return false
+}
+
+// refuse counts a request refused with err.
+func (s *floodState) refuse(err error) {
+	s.refused.Add(1)
+	msg, _, _ := strings.Cut(err.Error(), "\n") // not the frames a timeout quotes
+	s.firstErr.CompareAndSwap(nil, truncate(msg, 300))
 }
 
 // work is one worker of the flood: it opens a session (a refusal ends
 // it) and keeps one turn running on it, back to back, until ctx ends; a
 // refused turn is tried again after spec.Backoff, as the server asks.
 func (s *floodState) work(ctx context.Context, spec Spec, c *harness.Conn, ends *turnEnds, prompt string) {
-	s.workers.Add(1)
+	if s.workers.Add(1) == s.all {
+		close(s.started)
+	}
 	var sid string
 	ok := s.call(ctx, spec.RequestTimeout, func(ctx context.Context) error {
 		info, err := c.CreateSession(ctx, spec.Profile)
@@ -176,6 +187,44 @@ func (s *floodState) work(ctx context.Context, spec Spec, c *harness.Conn, ends 
 		select {
 		case <-backoff.C:
 		case <-ctx.Done():
+		}
+	}
+}
+
+// pipeline keeps spec.Pipeline session.create requests of c in flight
+// until ctx ends, none of them waited on (harness.RPC.Post): a request
+// answered is sent again at once, one refused after spec.Backoff (the
+// server asks the flood to wait, and it does). A server that stops
+// reading the connection holds the pipeline where it is: its sends wait.
+// It starts once every worker of the flood has, so the workers' first
+// requests go first.
+func (s *floodState) pipeline(ctx context.Context, spec Spec, c *harness.Conn) {
+	select {
+	case <-s.started:
+	case <-ctx.Done():
+		return
+	}
+	slots := make(chan struct{}, spec.Pipeline)
+	free := func() { <-slots }
+	done := func(err error) { // on c's reading goroutine: no wait
+		if err == nil {
+			s.ok.Add(1)
+			s.pipelined.Add(1)
+			free()
+			return
+		}
+		s.refuse(err)
+		time.AfterFunc(spec.Backoff, free)
+	}
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		s.sent.Add(1)
+		if err := c.PostCreateSession(spec.Profile, done); err != nil {
+			done(err)
 		}
 	}
 }
@@ -237,7 +286,14 @@ func runFlooder(spec Spec, start, stop <-chan struct{}, rep *reporter) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// work is the workers' and pipelines' context, never ended before the
+	// child exits: woken at the stop, tens of thousands of them would
+	// each build the error of a request cut off, while the child writes
+	// its frames. ctx, which the dials and the hold wait on, ends at the
+	// stop.
+	work, endWork := context.WithCancel(context.Background())
+	defer endWork()
+	ctx, cancel := context.WithCancel(work)
 	defer cancel()
 	go func() { // ends with the flood (cancel) or stdin
 		select {
@@ -278,13 +334,16 @@ func runFlooder(spec Spec, start, stop <-chan struct{}, rep *reporter) error {
 			return nil
 		}
 	}
-	var st floodState
+	st := floodState{started: make(chan struct{}), all: int64(spec.Conns * spec.Workers)}
 	em := d.WithDefaults().Events
 	for ci, c := range conns {
 		ends := &turnEnds{subs: map[string]chan struct{}{}}
-		go ends.run(ctx, c, em) // ends with the flood's context, or the child
+		go ends.run(work, c, em) // ends with the child
 		for w := 0; w < spec.Workers; w++ {
-			go st.work(ctx, spec, c, ends, fmt.Sprintf("%s %d.%d", spec.Prompt, ci, w)) // ends with the flood's context, a refused session, or the child
+			go st.work(work, spec, c, ends, fmt.Sprintf("%s %d.%d", spec.Prompt, ci, w)) // ends with a refused session, or the child
+		}
+		if spec.Pipeline > 0 {
+			go st.pipeline(work, spec, c) // ends with the child
 		}
 	}
 	tick := time.NewTicker(spec.Every)
@@ -297,10 +356,10 @@ func runFlooder(spec Spec, start, stop <-chan struct{}, rep *reporter) error {
 			running = false
 		}
 	}
-	// The workers are not waited for: one may be stuck writing to a
-	// server that reads a flooding connection no faster than it answers
-	// (as a fair one does), which no context ends. The child's exit ends
-	// them; what they had in flight is cut off.
+	// The workers are not stopped, nor waited for: one may be stuck
+	// writing to a server that reads a flooding connection no faster than
+	// it answers (as a fair one does), which no context ends. The child's
+	// exit ends them; what they had in flight is cut off.
 	final := st.counts()
 	final.Cut += final.Sent - final.OK - final.Refused - final.Cut
 	final.Done = true

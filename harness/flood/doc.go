@@ -1,14 +1,16 @@
 // Package flood loads a pooled server from processes of their own, so that
 // what the harness measures is the server's cost, not its own: a Flood is
 // one tenant's flood of sessions and turns (every worker keeps a turn of a
-// session of its own running, back to back, until the flood stops), a
-// Control is a path through the same machine that the server does not
-// schedule, timed beside the neighbours' turns (see invariants.Round).
+// session of its own running, back to back, until the flood stops, and
+// each connection's pipeline keeps session.create requests in flight that
+// no worker waits on: Spec.Pipeline), a Control is a path through the
+// same machine that the server does not schedule, timed beside the
+// neighbours' turns (see invariants.Round).
 //
 //	ctl, err := flood.StartControl(ctx, flood.ControlOptions{})
 //	defer ctl.Close()
 //	f, err := flood.Start(ctx, flood.Spec{Base: base, Token: token, Profile: "beta",
-//		Conns: 10, Workers: 1000, Prompt: "FLOOD", Hold: true}, flood.Options{})
+//		Conns: 10, Workers: 1000, Pipeline: 1000, Prompt: "FLOOD", Hold: true}, flood.Options{})
 //	defer f.Kill()
 //	_, err = f.Wait(ctx, "its connections", func(c flood.Counts) bool { return c.Ready })
 //	// ... time the neighbours' turns alone, ctl.Sample beside them ...

@@ -48,6 +48,14 @@ type Spec struct {
 	Conns   int    `json:"conns"`
 	Workers int    `json:"workers"` // per connection
 	Prompt  string `json:"prompt"`  // a turn's text, followed by the worker's number
+	// Pipeline is how many session.create requests each connection keeps
+	// in flight besides its workers', none of them waited on: each one
+	// answered is sent again at once, each one refused after Backoff. A
+	// server without limits reads and runs them all, so its backlog stays
+	// Conns*(Workers+Pipeline) requests deep however fast it runs one; a
+	// server with limits stops reading the connection, or refuses, and
+	// the pipeline waits. Zero: none.
+	Pipeline int `json:"pipeline,omitempty"`
 	// RequestTimeout bounds one request (and a connection's opening);
 	// default a minute.
 	RequestTimeout time.Duration `json:"request_timeout,omitempty"`
@@ -87,6 +95,8 @@ func (s Spec) Check() error {
 		return errors.New("flood spec: no base URL")
 	case s.Conns <= 0 || s.Workers <= 0:
 		return fmt.Errorf("flood spec: %d connection(s) of %d worker(s): both must be positive", s.Conns, s.Workers)
+	case s.Pipeline < 0:
+		return fmt.Errorf("flood spec: a pipeline of %d request(s) a connection: it must not be negative", s.Pipeline)
 	}
 	d, err := s.dialect()
 	if err != nil {
@@ -127,6 +137,7 @@ type Counts struct {
 	Workers   int    `json:"workers"`         // workers that have started (each sends at once)
 	Answered  int    `json:"answered"`        // workers whose session.create was answered (or cut off)
 	Sessions  int64  `json:"sessions"`        // sessions the server opened for them
+	Pipelined int64  `json:"pipelined"`       // sessions the server opened for the pipelines
 	Sent      int64  `json:"sent"`            // requests sent
 	OK        int64  `json:"ok"`              // answered with a result
 	Refused   int64  `json:"refused"`         // answered with an error (the server's limits) or not at all in time
@@ -139,8 +150,8 @@ type Counts struct {
 }
 
 func (c Counts) String() string {
-	s := fmt.Sprintf("%d worker(s), %d answered, %d session(s), %d request(s) sent, %d answered, %d refused, %d cut off at the end, %d turn(s) taken, %d ended",
-		c.Workers, c.Answered, c.Sessions, c.Sent, c.OK, c.Refused, c.Cut, c.Submitted, c.Turns)
+	s := fmt.Sprintf("%d worker(s), %d answered, %d session(s), %d pipelined session(s), %d request(s) sent, %d answered, %d refused, %d cut off at the end, %d turn(s) taken, %d ended",
+		c.Workers, c.Answered, c.Sessions, c.Pipelined, c.Sent, c.OK, c.Refused, c.Cut, c.Submitted, c.Turns)
 	if c.FirstErr != "" {
 		s += fmt.Sprintf(" (first refusal: %s)", truncate(c.FirstErr, 200))
 	}

@@ -36,6 +36,22 @@ type fakeServer struct {
 	mu                         sync.Mutex
 	profiles                   map[string]int
 	running                    map[string]bool // sessions with a turn running
+	// holdCreates holds every session.create's reply back until
+	// releaseCreates, as a server busy with them would.
+	holdCreates atomic.Bool
+	held        []func()
+}
+
+// releaseCreates sends the replies held back, and every later one at once.
+func (s *fakeServer) releaseCreates() {
+	s.mu.Lock()
+	s.holdCreates.Store(false)
+	held := s.held
+	s.held = nil
+	s.mu.Unlock()
+	for _, reply := range held {
+		reply()
+	}
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
@@ -89,6 +105,13 @@ func newFakeServer(t *testing.T) *fakeServer {
 				} else {
 					reply["result"] = map[string]any{"session_id": fmt.Sprintf("s%d", n)}
 				}
+				s.mu.Lock()
+				if s.holdCreates.Load() {
+					s.held = append(s.held, func() { write(reply) })
+					s.mu.Unlock()
+					continue
+				}
+				s.mu.Unlock()
 			case "prompt.submit":
 				// A turn runs 5ms, then ends with message.complete; a
 				// submit while it runs is 4090, and every fifth is 4290.
@@ -215,6 +238,48 @@ func TestFloodKeepsATurnRunningPerSession(t *testing.T) {
 	gone(t, f.Pid())
 }
 
+// A pipeline keeps its session.create requests in flight with no worker
+// waiting on them: a server that answers none sees every worker's and
+// every pipeline's, and no more; once it answers, each answered request
+// is sent again, and each refused one after the backoff.
+func TestAPipelineKeepsItsRequestsInFlight(t *testing.T) {
+	t.Parallel()
+	srv := newFakeServer(t)
+	srv.holdCreates.Store(true)
+	ctx := within(t, time.Minute)
+	const conns, workers, pipeline = 2, 3, 20
+	f, err := Start(ctx, Spec{Base: srv.URL, Token: srv.token, Profile: "beta", Conns: conns, Workers: workers, Pipeline: pipeline,
+		Prompt: "FLOOD", Backoff: 5 * time.Millisecond}, Options{})
+	require.NoError(t, err)
+	t.Cleanup(f.Kill)
+	const inFlight = conns * (workers + pipeline)
+	var over Counts
+	_, err = f.Wait(ctx, "every request in flight at the server", func(c Counts) bool {
+		if c.Sent > inFlight {
+			over = c
+		}
+		return over.Sent > 0 || (c.Sent == inFlight && srv.creates.Load() == inFlight)
+	})
+	require.NoError(t, err)
+	require.Zero(t, over.Sent, "more requests in flight than the workers and pipelines hold: %s", over)
+	assert.Equal(t, int64(inFlight), srv.creates.Load())
+
+	srv.releaseCreates()
+	c, err := f.Wait(ctx, "pipelined sessions, sent again", func(c Counts) bool {
+		return c.Pipelined >= 2*pipeline && c.Refused >= pipeline && c.Sent > 3*inFlight
+	})
+	require.NoError(t, err)
+	assert.LessOrEqual(t, c.Sessions, int64(conns*workers), "the workers' sessions are counted apart")
+	c, err = f.Stop(ctx)
+	require.NoError(t, err, f.Output())
+	assert.Equal(t, c.Sent, c.OK+c.Refused+c.Cut, "every request is answered, refused or cut off")
+	assert.Contains(t, c.String(), "pipelined session(s)")
+	srv.mu.Lock()
+	assert.Equal(t, []string{"beta"}, keys(srv.profiles), "every session addresses the flood's profile")
+	srv.mu.Unlock()
+	gone(t, f.Pid())
+}
+
 // A held flood opens its connections and sends nothing until Go; stopped
 // before Go, it never floods.
 func TestAHeldFloodWaitsForGo(t *testing.T) {
@@ -297,6 +362,9 @@ func TestSpecCheck(t *testing.T) {
 	bad := ok
 	bad.Workers = 0
 	assert.ErrorContains(t, bad.Check(), "both must be positive")
+	bad = ok
+	bad.Pipeline = -1
+	assert.ErrorContains(t, bad.Check(), "a pipeline of -1 request(s) a connection")
 
 	hooked, err := MarshalDialect(harness.Dialect{Methods: map[string]harness.MethodSpec{"prompt.submit": {Hook: []string{"send-prompt", "{text}"}}}})
 	require.NoError(t, err)
