@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -94,12 +95,38 @@ var ErrBadConfig = errors.New("bad config")
 // the keys only the operator may set) and the managed scope's, and merges
 // the managed one over the profile's. A missing file is empty; a file that
 // does not parse is an error naming it and the line.
+//
+// Both files are read afresh on every call; what these bytes of these
+// files make is kept (loadedConfigs), so a turn that loads the config
+// several times parses and decodes it once.
 func (p Profile) LoadConfig() (*Config, error) {
-	own, ignored, err := p.OwnConfig()
+	own, err := p.ownConfigBytes()
 	if err != nil {
 		return nil, err
 	}
-	managed, err := p.ManagedConfig()
+	managed, err := p.managedConfigBytes()
+	if err != nil {
+		return nil, err
+	}
+	key := p.loadKey(own, managed)
+	if c, ok := loadedConfigs.Get(key); ok {
+		return c.clone(), nil
+	}
+	c, err := p.loadConfig(own, managed)
+	if err != nil {
+		return nil, err // not kept: a broken file is read and reported again
+	}
+	loadedConfigs.Put(key, c.clone())
+	return c, nil
+}
+
+// loadConfig is LoadConfig from the files' bytes.
+func (p Profile) loadConfig(ownData, managedData fileBytes) (*Config, error) {
+	own, ignored, err := p.ownConfig(ownData)
+	if err != nil {
+		return nil, err
+	}
+	managed, err := managedData.parse()
 	if err != nil {
 		return nil, err
 	}
@@ -125,17 +152,92 @@ func (p Profile) LoadConfig() (*Config, error) {
 	return cfg, nil
 }
 
+// loadedConfigs keeps what LoadConfig made, by everything it is made of
+// (loadKey): the profile's name and home, whether it owns its operator
+// keys, and both files' paths and bytes. Entries are never handed out
+// (callers get clones). Two files per profile: 256 kept.
+var loadedConfigs = lru.New[[sha256.Size]byte, *Config](256)
+
+// loadKey names what a LoadConfig of p over these bytes makes.
+func (p Profile) loadKey(own, managed fileBytes) [sha256.Size]byte {
+	h := sha256.New()
+	field := func(s string) {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	field(p.Name)
+	field(p.Home)
+	field(fmt.Sprint(p.OwnOperatorKeys))
+	for _, f := range []fileBytes{own, managed} {
+		field(f.path)
+		field(fmt.Sprint(f.present, len(f.data)))
+		h.Write(f.data)
+	}
+	var k [sha256.Size]byte
+	copy(k[:], h.Sum(nil))
+	return k
+}
+
+// clone is a copy of c that shares nothing c's callers could change
+// (TestConfigCloneSharesNothing holds it to every field of Config).
+func (c *Config) clone() *Config {
+	out := *c
+	out.Agent.APIMaxRetries = clonePtr(c.Agent.APIMaxRetries)
+	out.Memory.MemoryEnabled = clonePtr(c.Memory.MemoryEnabled)
+	out.Plugins.Enabled = slices.Clone(c.Plugins.Enabled)
+	out.Plugins.Host.Launcher = slices.Clone(c.Plugins.Host.Launcher)
+	out.Raw = docclone.Map(c.Raw)
+	out.Ignored = slices.Clone(c.Ignored)
+	return &out
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// fileBytes is a config file as read: its path (as errors name it), and
+// its bytes when present.
+type fileBytes struct {
+	path    string
+	data    []byte
+	present bool
+}
+
+// parse is the file's mapping (see parseYAMLMap); a missing file is empty.
+func (f fileBytes) parse() (map[string]any, error) {
+	if !f.present {
+		return map[string]any{}, nil
+	}
+	return parseYAMLMap(f.path, f.data)
+}
+
+// ownConfigBytes reads the profile's own config.yaml through its home (no
+// link followed).
+func (p Profile) ownConfigBytes() (fileBytes, error) {
+	f := fileBytes{path: p.File("config.yaml")}
+	data, err := p.FS().ReadFile("config.yaml")
+	if errors.Is(err, os.ErrNotExist) {
+		return f, nil
+	}
+	if err != nil {
+		return f, fmt.Errorf("read config of profile %q: %w", p.Name, err)
+	}
+	f.data, f.present = data, true
+	return f, nil
+}
+
 // readOwnConfig reads the profile's own config.yaml through its home (no
 // link followed); a missing file is an empty map.
 func (p Profile) readOwnConfig() (map[string]any, error) {
-	data, err := p.FS().ReadFile("config.yaml")
-	if errors.Is(err, os.ErrNotExist) {
-		return map[string]any{}, nil
-	}
+	f, err := p.ownConfigBytes()
 	if err != nil {
-		return nil, fmt.Errorf("read config of profile %q: %w", p.Name, err)
+		return nil, err
 	}
-	return parseYAMLMap(p.File("config.yaml"), data)
+	return f.parse()
 }
 
 // readYAMLMap reads the YAML mapping at path (the managed scope's
@@ -144,14 +246,25 @@ func (p Profile) readOwnConfig() (map[string]any, error) {
 // managed folder, or a home: a tenant writes inside its home, never the
 // home itself). A missing file is an empty map.
 func readYAMLMap(path string) (map[string]any, error) {
+	f, err := readYAMLBytes(path)
+	if err != nil {
+		return nil, err
+	}
+	return f.parse()
+}
+
+// readYAMLBytes reads the file at path as readYAMLMap does.
+func readYAMLBytes(path string) (fileBytes, error) {
+	f := fileBytes{path: path}
 	data, err := homefs.Home{Dir: filepath.Dir(path)}.ReadFile(filepath.Base(path))
 	if errors.Is(err, os.ErrNotExist) {
-		return map[string]any{}, nil
+		return f, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return f, fmt.Errorf("read %s: %w", path, err)
 	}
-	return parseYAMLMap(path, data)
+	f.data, f.present = data, true
+	return f, nil
 }
 
 // parseYAMLMap parses a YAML mapping; empty data is an empty map. It also

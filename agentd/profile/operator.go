@@ -59,8 +59,16 @@ func (k IgnoredKey) String() string {
 // every OperatorOnly key removed (and listed in the ignored keys) unless
 // the profile owns its operator keys. A missing file is empty.
 func (p Profile) OwnConfig() (map[string]any, []IgnoredKey, error) {
-	path := p.File("config.yaml")
-	own, err := p.readOwnConfig()
+	f, err := p.ownConfigBytes()
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.ownConfig(f)
+}
+
+// ownConfig is OwnConfig from the file's bytes.
+func (p Profile) ownConfig(f fileBytes) (map[string]any, []IgnoredKey, error) {
+	own, err := f.parse()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -71,7 +79,7 @@ func (p Profile) OwnConfig() (map[string]any, []IgnoredKey, error) {
 	for _, k := range OperatorOnly {
 		var found bool
 		if own, found = without(own, strings.Split(k.Key, ".")); found {
-			ignored = append(ignored, IgnoredKey{Profile: p.Name, File: path, Key: k.Key})
+			ignored = append(ignored, IgnoredKey{Profile: p.Name, File: f.path, Key: k.Key})
 		}
 	}
 	return own, ignored, nil
@@ -80,10 +88,20 @@ func (p Profile) OwnConfig() (map[string]any, []IgnoredKey, error) {
 // ManagedConfig is the managed scope's config.yaml (empty when the profile
 // has no managed scope or the file is missing).
 func (p Profile) ManagedConfig() (map[string]any, error) {
-	if p.Managed == "" {
-		return map[string]any{}, nil
+	f, err := p.managedConfigBytes()
+	if err != nil {
+		return nil, err
 	}
-	return readYAMLMap(filepath.Join(p.Managed, "config.yaml"))
+	return f.parse()
+}
+
+// managedConfigBytes reads the managed scope's config.yaml; none when the
+// profile has no managed scope.
+func (p Profile) managedConfigBytes() (fileBytes, error) {
+	if p.Managed == "" {
+		return fileBytes{}, nil
+	}
+	return readYAMLBytes(filepath.Join(p.Managed, "config.yaml"))
 }
 
 // without returns doc with the key at path removed, copying the mappings
