@@ -283,11 +283,13 @@ func (e *Env) timeNeighbours(loaded bool) {
 }
 
 // floodSwamped is how long a server may take the flood without running
-// one of its turns before the flood counts as on: a fair server runs one
-// in well under a second, one the flood swamps may have run none for
-// minutes, which must show as the neighbours' starvation (a finding), not
-// as a wait of the harness; one that refuses every turn of the flood is
-// flooded with refusals all the same.
+// one of its turns, or refusing one of its requests, before the flood
+// counts as on: a fair server runs or refuses one in well under a second
+// (the refusals of a connection flooding past its limits come slower and
+// slower from agentd, its turns too), one the flood swamps may have run
+// none for minutes, which must show as the neighbours' starvation (a
+// finding), not as a wait of the harness; one that refuses every turn of
+// the flood is flooded with refusals all the same.
 const floodSwamped = 5 * time.Second
 
 // startFlood starts round r's flooder process, held: it starts and opens
@@ -336,9 +338,10 @@ func (e *Env) floodRound(r int, f *flood.Flood) {
 		e.T.Fatalf("round %d: %v", r, err)
 	}
 	on := time.Now()
-	e.Eventually("the flood to reach "+fl.Name+"'s provider", time.Minute, func() (bool, string) {
+	e.Eventually("the flood to reach "+fl.Name+"'s provider, or its refusals", time.Minute, func() (bool, string) {
 		got := requestCount(fl) - before
-		return got >= 1 || time.Since(on) >= floodSwamped, fmt.Sprintf("%d flood turn(s) at the provider; the flood: %s", got, f.Counts())
+		c := f.Counts()
+		return got >= 1 || c.Refused > 0 || time.Since(on) >= floodSwamped, fmt.Sprintf("%d flood turn(s) at the provider; the flood: %s", got, c)
 	})
 	at := time.Now()
 	e.timeNeighbours(true)
