@@ -7,9 +7,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tenantcanary/tenantcanary/internal/placeholder"
-
 	"gopkg.in/yaml.v3"
+
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 )
 
 // Dialect is how a server's protocol differs from DESIGN.md's: the logical

@@ -230,12 +230,11 @@ func (c *RPC) Post(method string, params any, done func(error)) error {
 			return &UnsupportedError{Op: method, Reason: "a chat transport answers a request on its own HTTP exchange: nothing to post"}
 		}
 		if key, spec, mapped := c.dialect.spec(method, params); mapped {
-			logical := asMap(params)
-			spec = spec.forCall(logical)
-			switch {
-			case spec.Unsupported != "":
-				return &UnsupportedError{Op: key, Reason: spec.Unsupported}
-			case len(spec.Hook) > 0:
+			logical, spec, err := forCall(key, spec, params)
+			if err != nil {
+				return err
+			}
+			if len(spec.Hook) > 0 {
 				return &UnsupportedError{Op: key, Reason: "the target runs it as a hook, which cannot be posted"}
 			}
 			method, params = spec.Method, spec.wireParams(logical)

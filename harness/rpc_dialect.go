@@ -75,12 +75,12 @@ func (c *RPC) callDialect(ctx context.Context, op string, params any, result any
 		}
 		return c.call(ctx, op, params, result)
 	}
-	logical := asMap(params)
-	spec = spec.forCall(logical)
+	logical, spec, err := forCall(key, spec, params)
+	if err != nil {
+		return err
+	}
 	var raw []byte
 	switch {
-	case spec.Unsupported != "":
-		return &UnsupportedError{Op: key, Reason: spec.Unsupported}
 	case len(spec.Hook) > 0:
 		if c.hooks == nil {
 			return fmt.Errorf("%s: the target runs it as a hook, and this connection has no hook runner", key)
@@ -114,6 +114,18 @@ func (c *RPC) callDialect(ctx context.Context, op string, params any, result any
 		return fmt.Errorf("%s: decode result %s: %w", key, truncate(string(mappedRaw), 200), err)
 	}
 	return nil
+}
+
+// forCall is the mapping key's spec gives a call with params: the logical
+// params as a map and the spec for them (ByProfile where it applies), or
+// the UnsupportedError of a spec that declares the operation unsupported.
+func forCall(key string, spec MethodSpec, params any) (map[string]any, MethodSpec, error) {
+	logical := asMap(params)
+	spec = spec.forCall(logical)
+	if spec.Unsupported != "" {
+		return nil, spec, &UnsupportedError{Op: key, Reason: spec.Unsupported}
+	}
+	return logical, spec, nil
 }
 
 // ToolCall is a tool call a session's events announced.

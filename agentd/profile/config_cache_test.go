@@ -2,6 +2,7 @@ package profile
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -93,20 +94,8 @@ func fill(v reflect.Value, path string, refs *[]string) {
 
 // at is the field of v at a path fill recorded.
 func at(v reflect.Value, path string) reflect.Value {
-	for _, name := range splitPath(path)[1:] {
+	for _, name := range strings.Split(path, ".")[1:] {
 		v = v.FieldByName(name)
 	}
 	return v
-}
-
-func splitPath(path string) []string {
-	var out []string
-	start := 0
-	for i := range len(path) {
-		if path[i] == '.' {
-			out = append(out, path[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, path[start:])
 }

@@ -139,7 +139,9 @@ func (d *Dispatcher) SetAdmit(a Admit) {
 }
 
 // NewDispatcher returns an empty dispatcher.
-func NewDispatcher() *Dispatcher { return &Dispatcher{handlers: map[string]Handler{}} }
+func NewDispatcher() *Dispatcher {
+	return &Dispatcher{handlers: map[string]Handler{}, held: map[string]int{}}
+}
 
 // Handle registers h for method, replacing any earlier handler.
 func (d *Dispatcher) Handle(method string, h Handler) {
@@ -271,9 +273,6 @@ func (d *Dispatcher) hold(ctx context.Context, conn Conn, delay time.Duration, e
 	}
 	id := conn.ID()
 	d.heldMu.Lock()
-	if d.held == nil {
-		d.held = map[string]int{}
-	}
 	n := d.held[id]
 	d.held[id] = n + 1
 	d.heldMu.Unlock()
