@@ -106,6 +106,13 @@ type PluginInstall struct {
 	// hostile plugin's run: the limits (call deadline, memory) that the
 	// hog step must run into.
 	Limits map[string]any `yaml:"limits"`
+	// HostileEnv is added to every tenant's own environment file (.env)
+	// for the hostile plugin's run, before its plugin host starts: the
+	// variables the server reads for itself that a tenant can write in its
+	// own file (agentd: AGENTD_PLUGIN_HOST_KEEPER=inner would turn its
+	// host's keeper off). The server must not act on them; the host-death
+	// check then finds whatever the hostile plugin left running.
+	HostileEnv map[string]string `yaml:"hostile_env"`
 }
 
 // PluginTools are the names of a probe plugin's tools.
@@ -147,6 +154,9 @@ func (p *ProbePlugin) IsHost(cmdline string) bool {
 	return re != nil && re.MatchString(cmdline)
 }
 
+// envName is a variable name a .env line may set.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 func (p *ProbePlugin) validate() []error {
 	if p == nil {
 		return nil
@@ -178,6 +188,14 @@ func (p *ProbePlugin) validate() []error {
 	}
 	if p.Tools.Hostile == "" && p.Unsupported[AbilityHostile] == "" {
 		errs = append(errs, errors.New("probe_plugin.tools.hostile: name the hostile tool, or declare unsupported.hostile with the reason"))
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.Install.HostileEnv)) {
+		if !envName.MatchString(k) {
+			errs = append(errs, fmt.Errorf("probe_plugin.install.hostile_env: %q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", k))
+		}
+		if strings.ContainsAny(p.Install.HostileEnv[k], "\n\r\x00") {
+			errs = append(errs, fmt.Errorf("probe_plugin.install.hostile_env.%s: a value of one line, with no NUL", k))
+		}
 	}
 	if p.HostCmdline != "" {
 		if _, err := regexp.Compile(p.HostCmdline); err != nil {
@@ -250,13 +268,24 @@ func (p *ProbePlugin) readFiles() (map[string]string, error) {
 // its files copied to the install path (a file executable in the source
 // stays executable) or its install hook run.
 func (s *Sandbox) InstallProbePlugin(ctx context.Context, p *ProbePlugin, t *tenants.Tenant, vars map[string]any) error {
+	return s.installProbePlugin(ctx, p, t, vars, nil)
+}
+
+// InstallHostilePlugin is InstallProbePlugin for the hostile plugin's
+// run: t's environment file also gets the install's HostileEnv, as a
+// hostile tenant would write it there.
+func (s *Sandbox) InstallHostilePlugin(ctx context.Context, p *ProbePlugin, t *tenants.Tenant, vars map[string]any) error {
+	return s.installProbePlugin(ctx, p, t, vars, p.Install.HostileEnv)
+}
+
+func (s *Sandbox) installProbePlugin(ctx context.Context, p *ProbePlugin, t *tenants.Tenant, vars map[string]any, env map[string]string) error {
 	all := TenantVars(t, s.Set.Layout, s.Root)
 	for k, v := range vars {
 		all[k] = v
 	}
 	cfg, _ := placeholder.Value(p.Install.Config, all)
 	cm, _ := cfg.(map[string]any)
-	if err := s.WriteHome(t, tenants.HomeExtras{Config: cm}); err != nil {
+	if err := s.WriteHome(t, tenants.HomeExtras{Config: cm, Env: env}); err != nil {
 		return fmt.Errorf("install probe plugin %s for %s: %w", p.Name, t.Name, err)
 	}
 	files := p.Files

@@ -27,7 +27,7 @@ func TestProbePluginValidates(t *testing.T) {
 		_, err := LoadTarget(path)
 		return err
 	}
-	require.NoError(t, load("  install: {path: plugins/p}\n  unsupported: {llm: none here}\nserver_files: [logs/, state.db*]\n"))
+	require.NoError(t, load("  install: {path: plugins/p, hostile_env: {SERVER_SWITCH: \"on\"}}\n  unsupported: {llm: none here}\nserver_files: [logs/, state.db*]\n"))
 	for extra, want := range map[string]string{
 		"  install: {path: plugins/p, hook: [cp]}\n":                                       "exactly one of path",
 		"  install: {path: ../p}\n":                                                        "inside the tenant's home",
@@ -35,6 +35,8 @@ func TestProbePluginValidates(t *testing.T) {
 		"  install: {path: p}\n  unsupported: {llm: \" \"}\n":                              "unsupported.llm: give the reason",
 		"  install: {path: p, config: {a: \"{nope}\"}}\n":                                  "unknown placeholder(s) {nope}",
 		"  install: {path: p}\n  host_cmdline: \"(\"\n":                                    "host_cmdline",
+		"  install: {path: p, hostile_env: {\"A-B\": x}}\n":                                `hostile_env: "A-B" is not a variable name`,
+		"  install: {path: p, hostile_env: {AB: \"x\\ny\"}}\n":                             "hostile_env.AB: a value of one line",
 		"  install: {path: p}\nserver_files: [/etc/x]\n":                                   "not a glob inside the launch home",
 		"  install: {path: p}\ndialect: {methods: {plugins.install: {unsupported: no}}}\n": "drop one",
 	} {
@@ -45,7 +47,9 @@ func TestProbePluginValidates(t *testing.T) {
 }
 
 // The install copies the plugin's folder into the home (an executable
-// stays one) and merges its config, {bwrap_launcher} filled or dropped.
+// stays one) and merges its config, {bwrap_launcher} filled or dropped;
+// the hostile install also writes hostile_env into the tenant's .env,
+// its own variables kept.
 func TestInstallProbePlugin(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -56,13 +60,13 @@ func TestInstallProbePlugin(t *testing.T) {
 	tg := echoTarget("sh", "-c", `echo "$AGENTD_HOME/profiles"`)
 	tg.ProbePlugin = &ProbePlugin{Name: "p", Source: src, Tools: PluginTools{Probe: "pr", Hostile: "ho"},
 		Install: PluginInstall{Path: "plugins/{tenant}", Config: map[string]any{"plugins": map[string]any{
-			"enabled": []any{"p"}, "launcher": "{bwrap_launcher}"}}}}
+			"enabled": []any{"p"}, "launcher": "{bwrap_launcher}"}}, HostileEnv: map[string]string{"SERVER_SWITCH": "off"}}}
 	box, err := NewSandbox(t.Context(), filepath.Join(dir, "box"), tg, SandboxOptions{Tenants: tenants.Options{Names: []string{"default", "alpha"}, NoProviders: true}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = box.Close() })
 	a, b := box.Set.Tenants[0], box.Set.Tenants[1]
 	require.NoError(t, box.InstallProbePlugin(t.Context(), tg.ProbePlugin, a, map[string]any{BwrapLauncherVar: []any{"bwrap", "--x"}}))
-	require.NoError(t, box.InstallProbePlugin(t.Context(), tg.ProbePlugin, b, map[string]any{BwrapLauncherVar: ""}))
+	require.NoError(t, box.InstallHostilePlugin(t.Context(), tg.ProbePlugin, b, map[string]any{BwrapLauncherVar: ""}))
 	st, err := os.Stat(filepath.Join(a.Home, "plugins", a.Name, "run"))
 	require.NoError(t, err)
 	assert.NotZero(t, st.Mode()&0o100, "the executable stays executable")
@@ -75,6 +79,13 @@ func TestInstallProbePlugin(t *testing.T) {
 	cfgB, err := os.ReadFile(filepath.Join(b.Home, "config.yaml"))
 	require.NoError(t, err)
 	assert.True(t, strings.Contains(string(cfgB), "enabled") && !strings.Contains(string(cfgB), "launcher"), "%s", cfgB)
+	envA, err := os.ReadFile(filepath.Join(a.Home, ".env"))
+	require.NoError(t, err)
+	envB, err := os.ReadFile(filepath.Join(b.Home, ".env"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(envA), "SERVER_SWITCH", "the probe install leaves .env as planted")
+	assert.Contains(t, string(envB), "SERVER_SWITCH=off", "the hostile install writes hostile_env")
+	assert.Contains(t, string(envB), b.ProviderKey(), "the tenant's own variables stay")
 }
 
 // Scenarios running at once share one target's probe plugin and routes

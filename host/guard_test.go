@@ -241,36 +241,49 @@ func endHost(t *testing.T, m *host.Manager, end string, pid int) {
 
 func TestWithoutTheKeeperADoubleForkSurvivesTheHost(t *testing.T) {
 	t.Parallel()
-	// The positive control of the keeper: a host told that its launcher's
-	// PID namespace ends with it, when there is no such namespace, starts
-	// no keeper and leaves the double fork's orphan behind when it is
-	// closed.
-	var id string
-	e := newEnv(t, hostileHome(t), func(c *host.Config) {
-		id = marked(t, c)
-		c.OwnPIDNamespace = true // not so: no launcher
-	})
-	orphan := int(e.call("s", "hostile_spawn", nil)["orphan"].(float64))
-	require.NoError(t, e.m.Close())
-	left := procgroup.Marked(id)
-	defer func() {
-		ok := assertEventually(func() bool {
+	// The positive controls of the keeper: a host that starts none leaves
+	// the double fork's orphan behind when it is closed. One is told that
+	// its launcher's PID namespace ends with it, when there is no such
+	// namespace; the other runs with the host-env-trusted fault and the
+	// line a hostile tenant writes in its .env.
+	for name, edit := range map[string]func(c *host.Config){
+		"pid namespace claimed": func(c *host.Config) { c.OwnPIDNamespace = true }, // not so: no launcher
+		"host-env-trusted": func(c *host.Config) {
+			c.TrustProfileEnv = true
+			c.Env = append(c.Env, "AGENTD_PLUGIN_HOST_KEEPER=inner")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var id string
+			e := newEnv(t, hostileHome(t), func(c *host.Config) {
+				id = marked(t, c)
+				edit(c)
+			})
+			orphan := int(e.call("s", "hostile_spawn", nil)["orphan"].(float64))
+			require.Len(t, hostProcesses(t, id), 1, "a host with no keeper")
+			require.NoError(t, e.m.Close())
 			left := procgroup.Marked(id)
-			for _, pid := range left {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+			defer func() {
+				ok := assertEventually(func() bool {
+					left := procgroup.Marked(id)
+					for _, pid := range left {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+					return len(left) == 0
+				})
+				require.True(t, ok, "the test could not kill what it left: %v", describe(procgroup.Marked(id)))
+			}()
+			var orphans []string
+			for _, d := range describe(left) {
+				if strings.Contains(d, "sleep 601") {
+					orphans = append(orphans, d)
+				}
 			}
-			return len(left) == 0
+			require.NotEmpty(t, orphans, "the double fork's orphan did not survive without the keeper: the keeper test proves nothing")
+			require.Contains(t, left, orphan, "the orphan the plugin reported is not among the marked survivors")
 		})
-		require.True(t, ok, "the test could not kill what it left: %v", describe(procgroup.Marked(id)))
-	}()
-	var orphans []string
-	for _, d := range describe(left) {
-		if strings.Contains(d, "sleep 601") {
-			orphans = append(orphans, d)
-		}
 	}
-	require.NotEmpty(t, orphans, "the double fork's orphan did not survive without the keeper: the keeper test proves nothing")
-	require.Contains(t, left, orphan, "the orphan the plugin reported is not among the marked survivors")
 }
 
 func TestAPanicOnAPluginsGoroutineEndsOnlyItsHost(t *testing.T) {

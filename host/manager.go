@@ -42,6 +42,12 @@ type Config struct {
 	// read and written by plain path, following links. Never set it in a
 	// server.
 	FollowLinks bool
+	// TrustProfileEnv is agentd's seeded fault host-env-trusted
+	// (test-only): the host takes agentd's own variables from the
+	// profile's environment, .env included, so a tenant's
+	// AGENTD_PLUGIN_HOST_KEEPER=inner turns its host's keeper off. Never
+	// set it in a server.
+	TrustProfileEnv bool
 	// ExtractEnv is the whole environment of the one-shot child that
 	// extracts model-provider profile data: it must hold no credentials
 	// (default HOME=Home and this process's PATH only).

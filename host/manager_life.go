@@ -140,7 +140,7 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 	m.gen++
 	gen := m.gen
 	m.mu.Unlock()
-	env := hostEnv(m.cfg.Env, m.cfg.OwnPIDNamespace)
+	env := hostEnv(m.cfg.Env, m.cfg.OwnPIDNamespace, m.cfg.TrustProfileEnv)
 	// The host outlives the start: ctx bounds the hello only.
 	p, err := proc.Start(context.WithoutCancel(ctx), proc.Spec{
 		Name: "plugin host for profile " + m.cfg.Profile, Argv: m.cfg.Command, Dir: m.cfg.Home,
@@ -391,18 +391,25 @@ func (m *Manager) load(ctx context.Context, h *hostProc) error {
 // variables only agentd may set there, then those. A profile's .env is the
 // tenant's own file: a line AGENTD_PLUGIN_HOST_KEEPER=inner in it would
 // otherwise tell its host that it needs no keeper, and whatever the
-// tenant's plugin started would outlive the host.
-func hostEnv(env []string, ownPIDNamespace bool) []string {
+// tenant's plugin started would outlive the host. trust is the
+// host-env-trusted fault: the profile's values are kept, and win.
+func hostEnv(env []string, ownPIDNamespace, trust bool) []string {
 	out := make([]string, 0, len(env)+2)
+	set := map[string]bool{}
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		if k == keeperEnv || k == isolation.HostProcessEnv {
-			continue
+			if !trust {
+				continue
+			}
+			set[k] = true
 		}
 		out = append(out, kv)
 	}
-	out = append(out, isolation.HostProcessEnv+"=1")
-	if ownPIDNamespace {
+	if !set[isolation.HostProcessEnv] {
+		out = append(out, isolation.HostProcessEnv+"=1")
+	}
+	if ownPIDNamespace && !set[keeperEnv] {
 		out = append(out, keeperEnv+"="+keeperPIDNamespace)
 	}
 	return out

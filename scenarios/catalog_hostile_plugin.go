@@ -27,7 +27,7 @@ func (e *Env) installHostilePlugin() {
 	ctx, cancel := e.ctx(2 * time.Minute)
 	defer cancel()
 	for _, t := range e.Tenants {
-		if err := e.Box.InstallProbePlugin(ctx, pp, t, map[string]any{harness.BwrapLauncherVar: ""}); err != nil {
+		if err := e.Box.InstallHostilePlugin(ctx, pp, t, map[string]any{harness.BwrapLauncherVar: ""}); err != nil {
 			e.T.Fatalf("install the hostile plugin: %v", err)
 		}
 	}

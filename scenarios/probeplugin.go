@@ -41,6 +41,9 @@ func agentdProbePlugin(memLimit string) *harness.ProbePlugin {
 			}},
 			Limits: map[string]any{"plugins": map[string]any{"isolation": "host",
 				"host": map[string]any{"call_timeout": attack.HostCallTimeout, "memory_limit": memLimit}}},
+			// What a tenant would write in its .env to turn its host's
+			// keeper off (the host-env-trusted fault honours it).
+			HostileEnv: map[string]string{"AGENTD_PLUGIN_HOST_KEEPER": "inner"},
 		},
 		Tools:       harness.PluginTools{Probe: pluginProbeTool, Hostile: attack.PluginTool},
 		HostCmdline: "plugin-host",

@@ -76,6 +76,10 @@ func Faults() []Fault {
 		// folder linked in is loaded at the next start).
 		{"workdir-anywhere,no-tool-sandbox", "hostile-chains", invariants.Snapshot, "a cwd of /dev, unjudged and unsandboxed: the tenant's shell runs in the host's /dev"},
 		{"home-follows-links,plugin-in-process", "hostile-restarts", invariants.Request, "a plugins folder linked to another home, loaded in the server: the victim's plugin is the attacker's"},
+		// The tenant's own .env names the plugin host's keeper switch; a
+		// host in a PID namespace of its own needs no keeper, so the
+		// namespace goes too.
+		{"host-env-trusted,host-shared-pidns", "hostile-plugin", invariants.ProcessEscape, "the plugin host takes AGENTD_PLUGIN_HOST_KEEPER=inner from the tenant's .env: no keeper, and what its plugin started outlives the host"},
 	}
 }
 

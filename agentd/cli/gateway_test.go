@@ -1,79 +1,25 @@
 package cli_test
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/harness"
 )
 
-type chatReply struct {
-	status int
-	text   string
-	body   string
-}
-
-func chat(t *testing.T, port int, path, key, text string, stream bool) chatReply {
+// chat posts one chat completion through the harness's gateway client,
+// the one the catalog drives gateways with; a refusal is a reply, not an
+// error.
+func chat(t *testing.T, port int, path, key, text string, stream bool) harness.GatewayReply {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"model": "gateway", "stream": stream,
-		"messages": []map[string]string{{"role": "user", "content": text}}})
-	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d%s", port, path), bytes.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	r := chatReply{status: resp.StatusCode, body: string(raw)}
-	if resp.StatusCode != 200 {
-		return r
-	}
-	if !stream {
-		var c struct {
-			Choices []struct {
-				Message struct{ Content string } `json:"message"`
-			} `json:"choices"`
-		}
-		require.NoError(t, json.Unmarshal(raw, &c), string(raw))
-		require.Len(t, c.Choices, 1)
-		r.text = c.Choices[0].Message.Content
-		return r
-	}
-	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	done := false
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			done = true
-			break
-		}
-		var ch struct {
-			Choices []struct {
-				Delta struct{ Content string } `json:"delta"`
-			} `json:"choices"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(data), &ch), data)
-		for _, c := range ch.Choices {
-			r.text += c.Delta.Content
-		}
-	}
-	require.True(t, done, "stream ends with [DONE]: %s", raw)
+	g := harness.GatewayClient{Base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	r, err := g.Complete(t.Context(), harness.ChatRequest{Path: path, Key: key, Model: "gateway", Text: text, Stream: stream})
+	require.NoError(t, err, "%s: %s", path, r.Body)
 	return r
 }
 
@@ -97,11 +43,11 @@ func TestGatewayOwnKeysOnlyAndOneGatewayPerProfile(t *testing.T) {
 
 	routes := map[string]string{"alpha": "/v1/chat/completions", "beta": "/p/beta/v1/chat/completions"}
 	r := chat(t, g.port, routes["alpha"], keys["alpha"], "probe please", false)
-	require.Equal(t, 200, r.status, r.body)
-	require.Equal(t, "probe done for alpha", r.text)
+	require.Equal(t, 200, r.Status, string(r.Body))
+	require.Equal(t, "probe done for alpha", r.Text)
 	r = chat(t, g.port, routes["beta"], keys["beta"], "probe please", true)
-	require.Equal(t, 200, r.status, r.body)
-	require.Equal(t, "probe done for beta", r.text)
+	require.Equal(t, 200, r.Status, string(r.Body))
+	require.Equal(t, "probe done for beta", r.Text)
 	for _, tn := range []*tenant{alpha, beta} {
 		env, cwd, _ := snapshot(t, toolResults(tn.srv)[0])
 		require.Equal(t, tn.workdir, cwd)
@@ -118,15 +64,15 @@ func TestGatewayOwnKeysOnlyAndOneGatewayPerProfile(t *testing.T) {
 			}
 			for _, k := range []string{keys[other.name], other.key, own.key, ""} {
 				r := chat(t, g.port, route, k, "probe", false)
-				require.Contains(t, []int{401, 403}, r.status, "route %s key %q", route, k)
+				require.Contains(t, []int{401, 403}, r.Status, "route %s key %q", route, k)
 				if k != "" {
-					require.NotContains(t, r.body, k)
+					require.NotContains(t, string(r.Body), k)
 				}
 			}
 		}
 		require.Len(t, own.srv.Requests(), before, "refused requests drove nothing on %s", route)
 	}
-	require.Equal(t, 401, chat(t, g.port, "/p/ghost/v1/chat/completions", "x", "p", false).status, "an unknown profile is not told apart from a wrong key")
+	require.Equal(t, 401, chat(t, g.port, "/p/ghost/v1/chat/completions", "x", "p", false).Status, "an unknown profile is not told apart from a wrong key")
 
 	// A second gateway for the same profiles refuses to serve twice.
 	_, stderr, code := w.run("gateway", "--host", "127.0.0.1", "--port", "0")

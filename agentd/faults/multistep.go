@@ -34,9 +34,16 @@ const (
 	// the system prompt, and model.save_key also keeps the key in
 	// keys/<slug>.key, the slug unchecked and joined into a plain path.
 	TenantTextAsPath Name = "tenant-text-as-path"
+	// HostEnvTrusted: a profile's plugin host takes agentd's own variables
+	// from the profile's environment, .env included, so a tenant's line
+	// AGENTD_PLUGIN_HOST_KEEPER=inner turns its host's keeper off. Where
+	// the host has no PID namespace of its own (no launcher, an
+	// operator's launcher without one, host-shared-pidns), what its plugin
+	// started then outlives the host.
+	HostEnvTrusted Name = "host-env-trusted"
 )
 
 // multistepFaults lists the faults of this file.
 func multistepFaults() []Name {
-	return []Name{HomeFollowsLinks, UncheckedJobIDs, WorkdirAnywhere, TenantOperatorSettings, DeleteRace, TenantTextAsPath}
+	return []Name{HomeFollowsLinks, UncheckedJobIDs, WorkdirAnywhere, TenantOperatorSettings, DeleteRace, TenantTextAsPath, HostEnvTrusted}
 }

@@ -172,6 +172,7 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 				FollowLinks:     sc.Profile.FS().FollowLinks, // the home-follows-links fault (test-only)
 				Env:             snap.ToolEnv,                // the profile's environment only
 				OwnPIDNamespace: ownPIDNS,
+				TrustProfileEnv: opts.Faults.Has(faults.HostEnvTrusted), // test-only
 				// The model-provider extraction runs with no credential: the
 				// server's environment scrubbed as every tool's is (it says
 				// how to run this program again: PATH, and the variable a

@@ -116,7 +116,8 @@ type Dispatcher struct {
 }
 
 // SetRefusalDelay holds every CodeTooBusy reply back for d (or until the
-// dispatch context ends) after the request gave back whatever it held:
+// dispatch context or the connection ends) after the request gave back
+// whatever it held:
 // a client that floods past its limits is answered no faster, and a
 // transport that bounds the requests in flight per connection reads it
 // no faster either. A connection with many refusals held at once (a
@@ -288,6 +289,7 @@ func (d *Dispatcher) hold(ctx context.Context, conn Conn, delay time.Duration, e
 	select {
 	case <-t.C:
 	case <-ctx.Done():
+	case <-conn.Done(): // nobody is left to answer
 	}
 }
 

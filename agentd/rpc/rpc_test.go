@@ -251,7 +251,8 @@ func TestRefusalsAreHeldAfterTheSlotIsBack(t *testing.T) {
 // once (a client sending past its limits without waiting for the
 // answers): the delay doubles every heldStep of them, up to 1<<maxHeldShift
 // times; a lone refusal waits the delay as set. Every refusal held is let
-// go with the dispatch context, and none is counted after.
+// go with the dispatch context or the connection, and none is counted
+// after.
 func TestARefusalWaitsLongerTheMoreItsConnectionHolds(t *testing.T) {
 	t.Parallel()
 	base := 250 * time.Millisecond
@@ -260,6 +261,14 @@ func TestARefusalWaitsLongerTheMoreItsConnectionHolds(t *testing.T) {
 		assert.Equal(t, want, refusalDelay(base, held), "%d held", held)
 	}
 
+	for _, ends := range []string{"dispatch context", "connection"} {
+		t.Run(ends, func(t *testing.T) { heldUntil(t, ends) })
+	}
+}
+
+// heldUntil holds 2*heldStep refusals on one connection, then ends the
+// dispatch context or the connection: every refusal is let go.
+func heldUntil(t *testing.T, ends string) {
 	d := NewDispatcher()
 	d.SetRefusalDelay(time.Hour)
 	d.Handle("busy", func(ctx context.Context, c *Call) (any, error) {
@@ -271,7 +280,7 @@ func TestARefusalWaitsLongerTheMoreItsConnectionHolds(t *testing.T) {
 	const sent = 2 * heldStep
 	for i := range sent {
 		wg.Add(1)
-		go func() { // ends with ctx
+		go func() { // ends with ctx or the connection
 			defer wg.Done()
 			d.Dispatch(ctx, c, fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"busy"}`, i+1))
 		}()
@@ -284,8 +293,13 @@ func TestARefusalWaitsLongerTheMoreItsConnectionHolds(t *testing.T) {
 	for deadline := time.Now().Add(30 * time.Second); heldNow() < sent; time.Sleep(time.Millisecond) {
 		require.True(t, time.Now().Before(deadline), "%d of %d refusals held", heldNow(), sent)
 	}
-	cancel()
+	if ends == "connection" {
+		close(c.done) // the peer is gone: nobody is left to answer
+	} else {
+		cancel()
+	}
 	wg.Wait()
+	cancel()
 	c.mu.Lock()
 	assert.Len(t, c.frames, sent, "every refusal answered once let go")
 	c.mu.Unlock()

@@ -174,6 +174,11 @@ func (h *Handler) serveWS(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			if errors.Is(err, websocket.ErrReadLimit) {
 				_ = c.Send(rpc.EventFrame(rpc.Event{Type: "error", Payload: map[string]string{"message": "frame too large"}}))
+			} else {
+				// The peer is gone: what waits on its behalf (a slot, a
+				// refusal's hold) stops waiting now, not once every
+				// request it left behind is served.
+				c.doneOnce.Do(func() { close(c.done) })
 			}
 			return
 		}

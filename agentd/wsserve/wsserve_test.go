@@ -237,3 +237,34 @@ func TestAConnectionIsReadNoFasterThanItIsAnswered(t *testing.T) {
 	}
 	close(release)
 }
+
+// A connection is done as soon as its peer is gone, not once the requests
+// it left behind are served: what waits on its behalf (a slot, a held
+// refusal) stops waiting then.
+func TestAConnectionIsDoneWhenItsPeerGoes(t *testing.T) {
+	t.Parallel()
+	d := rpc.NewDispatcher()
+	entered, release := make(chan rpc.Conn, 1), make(chan struct{})
+	d.Handle("hold", func(ctx context.Context, c *rpc.Call) (any, error) {
+		entered <- c.Conn
+		<-release // deaf to its context and connection: the request is left behind
+		return nil, nil
+	})
+	_, srv := newServer(t, Options{Dispatcher: d})
+	defer close(release)
+	c, _, err := websocket.DefaultDialer.Dial(wsURL(srv, "tok"), nil)
+	require.NoError(t, err)
+	require.NoError(t, c.WriteMessage(websocket.TextMessage, []byte(`{"jsonrpc":"2.0","id":1,"method":"hold"}`)))
+	conn := <-entered
+	select {
+	case <-conn.Done():
+		t.Fatal("the connection was done while its peer was still there")
+	default:
+	}
+	require.NoError(t, c.Close())
+	select {
+	case <-conn.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the connection was not done after its peer left, with a request of it still running")
+	}
+}
