@@ -6,7 +6,8 @@
 # self-tests of the no-conn-limit fault alone (noisy-neighbour's positive
 # control, the timing check a busy machine could fool), and prints each
 # verdict and time, then the counts. Exit 1 when a run gave another
-# verdict than the one it must.
+# verdict than the one it must; such a run's certificate, work tree and
+# output are kept (the path is printed).
 #
 #   bench/verdicts.sh                 # at rest, 5 + 5 runs
 #   BUSY=4 bench/verdicts.sh          # 4 busy processes on the machine
@@ -38,13 +39,21 @@ run() { # KIND WANT-EXIT ARGS...: one run, its exit and time
   local kind=$1 want=$2 rc=0 start end
   shift 2
   start=$(date +%s.%N)
-  "$work/canary-run" "$@" --out "$work/out" >"$work/stdout" 2>"$work/stderr" || rc=$?
+  "$work/canary-run" "$@" --keep --out "$work/out" >"$work/stdout" 2>"$work/stderr" || rc=$?
   end=$(date +%s.%N)
   printf '%-10s exit %d (want %d) in %5.1fs: %s\n' "$kind" "$rc" "$want" "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')" \
     "$(grep -E '^verdict:|detection power' "$work/stdout" | head -1)"
   if [ "$rc" -ne "$want" ]; then
     bad=1
     grep -vE '^\s' "$work/stdout" | tail -30 | sed 's/^/    /'
+    # Kept for its cause: the certificate, the work tree (each scenario's
+    # run.log) and the output.
+    local kept
+    kept=$(mktemp -d "${TMPDIR:-/tmp}/verdicts-$kind-XXXX")
+    for f in out stdout stderr; do
+      [ ! -e "$work/$f" ] || mv "$work/$f" "$kept/"
+    done
+    echo "    kept in $kept"
     return 1
   fi
   rm -rf "$work/out"
