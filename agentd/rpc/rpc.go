@@ -117,10 +117,9 @@ type Dispatcher struct {
 
 // SetRefusalDelay holds every CodeTooBusy reply back for d (or until the
 // dispatch context or the connection ends) after the request gave back
-// whatever it held:
-// a client that floods past its limits is answered no faster, and a
-// transport that bounds the requests in flight per connection reads it
-// no faster either. A connection with many refusals held at once (a
+// whatever it held: a client that floods past its limits is answered no
+// faster, and a transport that bounds the requests in flight per
+// connection reads it no faster either. A connection with many refusals held at once (a
 // client that keeps sending past its limits without waiting for their
 // answers) waits longer for each: the delay doubles with every
 // heldStep of them, up to 1<<maxHeldShift times d. Without that, a
