@@ -260,11 +260,9 @@ func TestWithoutTheKeeperADoubleForkSurvivesTheHost(t *testing.T) {
 				id = marked(t, c)
 				edit(c)
 			})
-			orphan := int(e.call("s", "hostile_spawn", nil)["orphan"].(float64))
-			require.Len(t, hostProcesses(t, id), 1, "a host with no keeper")
-			require.NoError(t, e.m.Close())
-			left := procgroup.Marked(id)
-			defer func() {
+			// Whatever survives is killed however the test ends: a failed
+			// assertion below must not leave the orphan running.
+			t.Cleanup(func() {
 				ok := assertEventually(func() bool {
 					left := procgroup.Marked(id)
 					for _, pid := range left {
@@ -272,8 +270,14 @@ func TestWithoutTheKeeperADoubleForkSurvivesTheHost(t *testing.T) {
 					}
 					return len(left) == 0
 				})
-				require.True(t, ok, "the test could not kill what it left: %v", describe(procgroup.Marked(id)))
-			}()
+				if !ok {
+					t.Errorf("the test could not kill what it left: %v", describe(procgroup.Marked(id)))
+				}
+			})
+			orphan := int(e.call("s", "hostile_spawn", nil)["orphan"].(float64))
+			require.Len(t, hostProcesses(t, id), 1, "a host with no keeper")
+			require.NoError(t, e.m.Close())
+			left := procgroup.Marked(id)
 			var orphans []string
 			for _, d := range describe(left) {
 				if strings.Contains(d, "sleep 601") {

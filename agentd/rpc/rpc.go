@@ -119,12 +119,13 @@ type Dispatcher struct {
 // dispatch context or the connection ends) after the request gave back
 // whatever it held: a client that floods past its limits is answered no
 // faster, and a transport that bounds the requests in flight per
-// connection reads it no faster either. A connection with many refusals held at once (a
-// client that keeps sending past its limits without waiting for their
-// answers) waits longer for each: the delay doubles with every
-// heldStep of them, up to 1<<maxHeldShift times d. Without that, a
-// tenant's connections, each read up to its bound, kept agentd refusing
-// thousands of requests a second, at a cost to every other tenant.
+// connection reads it no faster either. A connection with many refusals
+// held at once (a client that keeps sending past its limits without
+// waiting for their answers) waits longer for each: the delay doubles
+// with every heldStep of them, up to 1<<maxHeldShift times d. Without
+// that, a tenant's connections, each read up to its bound, kept agentd
+// refusing thousands of requests a second, at a cost to every other
+// tenant.
 func (d *Dispatcher) SetRefusalDelay(delay time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
