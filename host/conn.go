@@ -280,7 +280,7 @@ func (c *conn) request(ctx context.Context, f *Frame, session string) (json.RawM
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return nil, err
+		return nil, notSentError{err}
 	}
 	c.pending[id] = p
 	c.mu.Unlock()
@@ -291,6 +291,12 @@ func (c *conn) request(ctx context.Context, f *Frame, session string) (json.RawM
 	}
 	if err := c.send(ctx, f); err != nil {
 		forget()
+		if c.broken() != nil {
+			// The connection broke before or under the write (the host
+			// died between being picked and being written to): at most a
+			// torn frame went out.
+			return nil, notSentError{err}
+		}
 		return nil, err
 	}
 	// The reply may need the very goroutine that is serving us: read it

@@ -9,7 +9,10 @@
 // session of the call they are nested in, fences every reference by the
 // host's generation, puts a deadline on every call, and restarts a dead
 // host within a budget (3 deaths in 10 minutes, with backoff), skipping a
-// plugin that killed its host while loading. The child side is ServeChild.
+// plugin that killed its host while loading. A request the dead host never
+// received (it died between being picked and being written to) goes once to
+// its successor; one it received is never sent twice. The child side is
+// ServeChild.
 // InProcess is the same Loader for plugins.isolation: in_process.
 //
 // A host is contained: a call past its deadline (Config.CallTimeout,

@@ -79,3 +79,17 @@ func wireError(err error) *Error {
 	}
 	return &Error{Code: CodePlugin, Message: err.Error()}
 }
+
+// notSentError marks a request the peer never received whole: the
+// connection broke before or while it was written. A torn frame is never
+// acted on, so the request may be sent to the host that replaces this one.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string { return e.err.Error() }
+func (e notSentError) Unwrap() error { return e.err }
+
+// notSent reports whether err says the request never reached the peer.
+func notSent(err error) bool {
+	var ns notSentError
+	return errors.As(err, &ns)
+}

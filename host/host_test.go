@@ -476,3 +476,58 @@ func TestNestedCallWithArgumentsJSONCannotCarryFailsThatCallOnly(t *testing.T) {
 	require.Contains(t, err.Error(), "encode the call's arguments")
 	require.Equal(t, pid, pidOf(e.call("s", "hostprobe_pid", nil)), "the same host still serves")
 }
+
+// A host can die between the server picking it as live and writing to it.
+// Such a request never reached the host, so it goes to the host that
+// replaces it, whatever kind of request it is; it is not the caller's
+// error. BreakWriteSide makes that moment: the server's end of the host's
+// stdin is closed before the server has seen the host go.
+func TestARequestTheDyingHostNeverReceivedGoesToItsSuccessor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// do runs one request and returns the pid of the host that answered.
+		do func(t *testing.T, e *env) int
+	}{
+		{"tool call", func(t *testing.T, e *env) int { return pidOf(e.call("s1", "hostprobe_pid", nil)) }},
+		{"hook", func(t *testing.T, e *env) int {
+			require.NoError(t, e.m.Hook(ctx, "s1", "post_tool_call", map[string]any{"tool_name": "hook-marker"}))
+			after := e.call("s1", "hostprobe_pid", nil)
+			require.Contains(t, after["seen"], "hook-marker", "the hook ran in the host that answers now")
+			return pidOf(after)
+		}},
+		{"provider", func(t *testing.T, e *env) int {
+			painter, err := e.m.ImageGenProvider(ctx, "hostpainter")
+			require.NoError(t, err)
+			img, err := painter.Generate(ctx, "cat", nil)
+			require.NoError(t, err)
+			var pid int
+			_, err = fmt.Sscanf(img["image"].(string), "cat@%d", &pid)
+			require.NoError(t, err)
+			return pid
+		}},
+		{"config schema", func(t *testing.T, e *env) int {
+			schema, err := e.m.ConfigSchema(ctx, "memprobe")
+			require.NoError(t, err)
+			return int(schema["pid"].(float64))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			home := probeHome(t)
+			writePlugin(t, home, "memprobe", "name: memprobe\n", readTestdata(t, "memprobe.go.txt"))
+			e := newEnv(t, home, nil)
+			first := tc.do(t, e)
+			e.seePID()
+			require.Equal(t, e.m.PID(), first, "positive control: the live host answered")
+
+			host.BreakWriteSide(e.m)
+			next := tc.do(t, e)
+			e.seePID()
+			require.NotEqual(t, first, next, "the request reached a host that was gone")
+			require.Equal(t, e.m.PID(), next)
+			require.Equal(t, uint64(2), e.m.Generation(), "one restart, not more")
+		})
+	}
+}

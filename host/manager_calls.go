@@ -75,12 +75,26 @@ func (m *Manager) serveHost(h *hostProc, f *Frame) {
 // request sends one request to the live host (starting it if need be) and
 // wraps every error with what was asked of which host.
 func (m *Manager) request(ctx context.Context, what, op, session string, body any) (*hostProc, json.RawMessage, error) {
-	h, err := m.ensure(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	for attempt := 0; ; attempt++ {
+		h, err := m.ensure(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", what, err)
+		}
+		raw, err := m.requestOn(ctx, h, what, op, session, body)
+		if resend(ctx, attempt, err) {
+			continue
+		}
+		return h, raw, err
 	}
-	raw, err := m.requestOn(ctx, h, what, op, session, body)
-	return h, raw, err
+}
+
+// resend reports whether a request that failed with err goes again, to the
+// host that replaces the one it was meant for. It goes once, and only when
+// that host never received it: a host can die between being picked as live
+// and being written to, and the caller would have reached its successor a
+// moment later. A request the host did receive is never sent twice.
+func resend(ctx context.Context, attempt int, err error) bool {
+	return attempt == 0 && err != nil && notSent(err) && ctx.Err() == nil
 }
 
 func (m *Manager) requestOn(ctx context.Context, h *hostProc, what, op, session string, body any) (json.RawMessage, error) {
@@ -185,29 +199,34 @@ func (m *Manager) Tools(ctx context.Context) ([]ToolSpec, error) {
 
 // Call runs a plugin tool in the host as session.
 func (m *Manager) Call(ctx context.Context, session, tool string, args map[string]any) (string, error) {
-	what := "call tool " + tool
-	h, err := m.ensure(ctx)
-	if err != nil {
-		m.mu.Lock()
-		spec, ok := m.known[tool]
-		m.mu.Unlock()
-		if ok {
-			what = fmt.Sprintf("call tool %s of plugin %s", tool, spec.Plugin)
+	for attempt := 0; ; attempt++ {
+		what := "call tool " + tool
+		h, err := m.ensure(ctx)
+		if err != nil {
+			m.mu.Lock()
+			spec, ok := m.known[tool]
+			m.mu.Unlock()
+			if ok {
+				what = fmt.Sprintf("call tool %s of plugin %s", tool, spec.Plugin)
+			}
+			return "", fmt.Errorf("%s: %w", what, err)
 		}
-		return "", fmt.Errorf("%s: %w", what, err)
+		h.mu.Lock()
+		spec, ok := h.tools[tool]
+		h.mu.Unlock()
+		if !ok {
+			return "", fmt.Errorf("%s: no plugin in the %s registered it: %w", what, h.desc, ErrNotFound)
+		}
+		what = fmt.Sprintf("call tool %s of plugin %s", tool, spec.Plugin)
+		raw, err := m.requestOn(ctx, h, what, opCall, session, callBody{Tool: tool, Args: args})
+		if resend(ctx, attempt, err) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return resultOf(raw, what)
 	}
-	h.mu.Lock()
-	spec, ok := h.tools[tool]
-	h.mu.Unlock()
-	if !ok {
-		return "", fmt.Errorf("%s: no plugin in the %s registered it: %w", what, h.desc, ErrNotFound)
-	}
-	what = fmt.Sprintf("call tool %s of plugin %s", tool, spec.Plugin)
-	raw, err := m.requestOn(ctx, h, what, opCall, session, callBody{Tool: tool, Args: args})
-	if err != nil {
-		return "", err
-	}
-	return resultOf(raw, what)
 }
 
 // Hook runs every hook registered for event in the host, as session. A
@@ -215,13 +234,6 @@ func (m *Manager) Call(ctx context.Context, session, tool string, args map[strin
 // isolation.HostPlaceholder.
 func (m *Manager) Hook(ctx context.Context, session, event string, payload map[string]any) error {
 	what := "run hook " + event
-	h, err := m.ensure(ctx)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	h.mu.Lock()
-	refs := append([]Ref(nil), h.hooks[event]...)
-	h.mu.Unlock()
 	plain := make(map[string]any, len(payload))
 	for k, v := range payload {
 		if _, err := json.Marshal(v); err != nil {
@@ -229,13 +241,28 @@ func (m *Manager) Hook(ctx context.Context, session, event string, payload map[s
 		}
 		plain[k] = v
 	}
-	var errs []error
-	for _, r := range refs {
-		if _, err := m.requestOn(ctx, h, what, opHook, session, hookBody{Ref: r, Payload: plain}); err != nil {
-			errs = append(errs, err)
+attempts:
+	for attempt := 0; ; attempt++ {
+		h, err := m.ensure(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
+		h.mu.Lock()
+		refs := append([]Ref(nil), h.hooks[event]...)
+		h.mu.Unlock()
+		var errs []error
+		for i, r := range refs {
+			_, err := m.requestOn(ctx, h, what, opHook, session, hookBody{Ref: r, Payload: plain})
+			if i == 0 && resend(ctx, attempt, err) {
+				// No hook ran yet: run them all in the new host.
+				continue attempts
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
 	}
-	return errors.Join(errs...)
 }
 
 // ConfigSchema runs a plugin's registered config schema function in the

@@ -51,7 +51,8 @@ func (p *proxy) bind(h *hostProc) (Ref, error) {
 	return p.ref, nil
 }
 
-// call runs method in the host, re-binding once if the reference is stale.
+// call runs method in the host, once more (bound anew) when the reference
+// is stale or the host died before the request reached it.
 func (p *proxy) call(ctx context.Context, args providerArgs, out any) error {
 	what := fmt.Sprintf("%s provider %s: %s", p.kind, p.name, args.Method)
 	for attempt := 0; ; attempt++ {
@@ -63,7 +64,7 @@ func (p *proxy) call(ctx context.Context, args providerArgs, out any) error {
 			return err
 		}
 		raw, err := p.m.requestOn(ctx, h, what, opProvider, plugin.SessionID(ctx), args)
-		if errors.Is(err, ErrStaleRef) && attempt == 0 {
+		if resend(ctx, attempt, err) || (errors.Is(err, ErrStaleRef) && attempt == 0) {
 			continue
 		}
 		if err != nil {
