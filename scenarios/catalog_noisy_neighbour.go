@@ -43,6 +43,14 @@ const (
 	// neighbour's verdict is decided (invariants.Latencies.Judge), so a
 	// fair server takes two rounds, a starving one often one.
 	noisyRounds = 3
+	// noisyMaxRounds is how many rounds the scenario runs at most when
+	// rounds went unjudged (the machine control slowed past
+	// invariants.MaxMachine, a moment of a saturated machine): an
+	// undecided verdict gets more rounds while a majority of all the
+	// rounds run can still agree, so one bad moment costs a round, not the
+	// verdict. An unjudged round counts as a round that agrees with
+	// neither side.
+	noisyMaxRounds = 5
 	// controlEvery is how often the machine control is probed in a
 	// window: a window of a second holds 20 probes.
 	controlEvery = 50 * time.Millisecond
@@ -417,10 +425,34 @@ func (e *Env) awaitDrained(r int, quiet, within time.Duration) {
 	}
 }
 
-// noisyDecided reports whether every neighbour's verdict is decided.
-func (e *Env) noisyDecided() bool {
+// noisyDone reports whether the rounds stop after the ran-th: every
+// neighbour's verdict is decided (invariants.Latencies.Judge of
+// noisyRounds), or, past noisyRounds, no more rounds could decide it.
+func (e *Env) noisyDone(ran int) bool {
+	var lats []invariants.Latencies
 	for _, nb := range stateOf(e, noisyKey).neighbours {
-		if !nb.lat.Judge(noisyRounds).Decided {
+		lats = append(lats, *nb.lat)
+	}
+	return noisyDone(lats, ran)
+}
+
+// noisyDone is Env.noisyDone of the neighbours' latencies. A verdict left
+// undecided after noisyRounds (only unjudged rounds leave it so) gets
+// another round while one side could still win a majority of
+// noisyMaxRounds: the easiest majority to reach, since each round adds
+// one to a side and half a vote to the majority.
+func noisyDone(lats []invariants.Latencies, ran int) bool {
+	for _, l := range lats {
+		j := l.Judge(noisyRounds)
+		if j.Decided {
+			continue
+		}
+		if ran < noisyRounds {
+			return false
+		}
+		left, need := noisyMaxRounds-ran, noisyMaxRounds/2+1
+		within := j.Rounds - j.Overs - j.Unjudged
+		if left > 0 && (within+left >= need || j.Overs+left >= need) {
 			return false
 		}
 	}
@@ -453,7 +485,7 @@ func noisyNeighbour() Spec {
 		Purpose:   "one tenant floods the pooled server with connections and requests from a process of its own; every other tenant's turns complete within 3x their baseline p99, beyond what a machine control slowed",
 		Backends:  []harness.Backend{harness.BackendServe},
 		Focus:     []Invariant{Availability, Requests},
-		Snapshots: perTenant(1 + 2*neighbourTurns*noisyRounds),
+		Snapshots: perTenant(1 + 2*neighbourTurns*noisyMaxRounds),
 		Timeout:   MaxTimeout,
 		Alone:     true,
 		Responder: attack.Responder,
@@ -469,10 +501,11 @@ func noisyNeighbour() Spec {
 				// fresh flood, so the machine's own load, which varies
 				// over a run, weighs on both alike, and the control
 				// measures what the flood costs the machine; they stop
-				// once every neighbour's verdict is decided. A round
-				// after the first waits for the server to be done with
-				// the last flood (awaitDrained).
-				for r := 0; r < noisyRounds; r++ {
+				// once every neighbour's verdict is decided, or can be
+				// no more (noisyDone). A round after the first waits for
+				// the server to be done with the last flood
+				// (awaitDrained).
+				for r := 0; r < noisyMaxRounds; r++ {
 					if r > 0 {
 						e.awaitDrained(r, drainQuiet, drainWithin)
 					}
@@ -480,7 +513,7 @@ func noisyNeighbour() Spec {
 					e.timeNeighbours(false)
 					e.floodRound(r, f)
 					e.logRound(r)
-					if e.noisyDecided() {
+					if e.noisyDone(r + 1) {
 						break
 					}
 				}

@@ -59,8 +59,80 @@ func TestNoisyNeighbourSpec(t *testing.T) {
 	t.Parallel()
 	spec, err := Default().Get("noisy-neighbour")
 	require.NoError(t, err)
-	assert.Equal(t, 1+2*neighbourTurns*noisyRounds, spec.Snapshots(3))
+	assert.Equal(t, 1+2*neighbourTurns*noisyMaxRounds, spec.Snapshots(3))
 	assert.GreaterOrEqual(t, noisyRounds, 3, "a majority of rounds needs three")
+	assert.Greater(t, noisyMaxRounds, noisyRounds)
+}
+
+// The rounds stop once every neighbour is decided, after noisyRounds at
+// the latest when every round was judged. A verdict left undecided by
+// rounds the machine control could not judge gets more rounds, up to
+// noisyMaxRounds, while one side can still win a majority of them; it is
+// then judged on every round run, the unjudged ones voting for neither
+// side.
+func TestNoisyNeighbourRunsMoreRoundsOnlyWhileTheyCanDecide(t *testing.T) {
+	t.Parallel()
+	ms := func(d int) []time.Duration {
+		out := make([]time.Duration, 5)
+		for i := range out {
+			out[i] = time.Duration(d) * time.Millisecond
+		}
+		return out
+	}
+	round := map[byte]invariants.Round{
+		'W': {Baseline: ms(200), Loaded: ms(300), ControlBaseline: ms(5), ControlLoaded: ms(5)},  // within its limit
+		'O': {Baseline: ms(200), Loaded: ms(1500), ControlBaseline: ms(5), ControlLoaded: ms(5)}, // over it (1.25x), not decisively
+		'U': {Baseline: ms(200), Loaded: ms(700), ControlBaseline: ms(5), ControlLoaded: ms(20)}, // the control 4x slower: unjudged
+	}
+	lat := func(rs string) invariants.Latencies {
+		l := invariants.Latencies{Tenant: "beta", Flooder: "alpha"}
+		for i := range len(rs) {
+			l.Rounds = append(l.Rounds, round[rs[i]])
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		rounds string // one neighbour's rounds so far
+		done   bool
+		// want is the check's end: "pass", "over" or "inconclusive" (only
+		// for a done case).
+		want string
+	}{
+		{"W", false, ""},
+		{"WW", true, "pass"},
+		{"OO", true, "over"},
+		{"WO", false, ""},
+		{"WOW", true, "pass"},
+		{"WU", false, ""},
+		{"WUU", false, ""},      // 3 of 5 can still be within
+		{"WUUW", false, ""},     // 2 of 4: one more
+		{"WUUWW", true, "pass"}, // 3 of 5
+		{"WUUWU", true, "inconclusive"},
+		{"WUUWO", true, "inconclusive"},
+		{"UUU", true, "inconclusive"}, // 2 more rounds cannot make 3 of 5
+		{"OUU", false, ""},
+		{"OUUOO", true, "over"},
+		{"UWU", false, ""},
+	} {
+		l := lat(tc.rounds)
+		assert.Equal(t, tc.done, noisyDone([]invariants.Latencies{l}, len(tc.rounds)), "rounds %s", tc.rounds)
+		if !tc.done {
+			continue
+		}
+		j := l.Judge(0)
+		got := "pass"
+		switch {
+		case j.Over:
+			got = "over"
+		case j.Inconclusive:
+			got = "inconclusive"
+		}
+		assert.Equal(t, tc.want, got, "rounds %s", tc.rounds)
+		assert.Equal(t, tc.want != "inconclusive", j.Decided, "rounds %s", tc.rounds)
+	}
+	// Every neighbour must be done: one decided, one with rounds to go.
+	assert.False(t, noisyDone([]invariants.Latencies{lat("WW"), lat("WUU")}, 3))
+	assert.True(t, noisyDone([]invariants.Latencies{lat("WW"), lat("WWU")}, 3))
 }
 
 // Before a round's baseline, the noisy neighbour waits until the last
