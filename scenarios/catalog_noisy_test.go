@@ -35,6 +35,8 @@ func TestAnInconclusiveAvailabilityCheckFailsTheRun(t *testing.T) {
 	row := e.Report.Availability[0]
 	assert.True(t, row.Inconclusive)
 	assert.InDelta(t, 4.0, row.Machine, 0.01)
+	assert.Equal(t, noisyRounds, row.Rounds)
+	assert.Equal(t, noisyRounds, row.Unjudged)
 	require.Len(t, e.pending, 1)
 	f := e.pending[0]
 	assert.Equal(t, invariants.Control, f.Invariant)
@@ -51,6 +53,7 @@ func TestAnInconclusiveAvailabilityCheckFailsTheRun(t *testing.T) {
 	e.CheckAvailability(invariants.Latencies{Tenant: "beta", Flooder: "alpha", Rounds: rounds})
 	assert.Empty(t, e.pending)
 	assert.False(t, e.Report.Availability[0].Inconclusive)
+	assert.Zero(t, e.Report.Availability[0].Unjudged)
 }
 
 // The spec expects the snapshots its turns make: a warm-up and two

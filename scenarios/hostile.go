@@ -296,11 +296,11 @@ func (e *Env) CheckAvailability(l invariants.Latencies) {
 	j := l.Judge(0)
 	p := j.Typical // the round that decides
 	row := AvailabilityRow{Tenant: l.Tenant, Flooder: l.Flooder, Baseline: p.Baseline, Loaded: p.Loaded, Ratio: p.Ratio(), Failed: l.Failed,
-		Machine: p.Machine, Inconclusive: j.Inconclusive}
+		Machine: p.Machine, Inconclusive: j.Inconclusive, Rounds: j.Rounds, Unjudged: j.Unjudged}
 	e.mu.Lock()
 	e.Report.Availability = append(e.Report.Availability, row)
 	e.mu.Unlock()
-	e.Logf("%s: baseline p99 %v, under %s's load p99 %v (%.1fx, %d failed)", l.Tenant, row.Baseline, l.Flooder, row.Loaded, row.Ratio, l.Failed)
+	e.Logf("%s: baseline p99 %v, under %s's load p99 %v (%.1fx, %d failed; %d round(s), %d unjudged)", l.Tenant, row.Baseline, l.Flooder, row.Loaded, row.Ratio, l.Failed, row.Rounds, row.Unjudged)
 	for _, f := range invariants.AvailabilityOf(l) {
 		e.Find(f)
 	}

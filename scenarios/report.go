@@ -113,6 +113,11 @@ type AvailabilityRow struct {
 	// probes); Inconclusive, that the check could not be judged.
 	Machine      float64 `json:"machine_ratio,omitempty"`
 	Inconclusive bool    `json:"inconclusive,omitempty"`
+	// Rounds is how many rounds the check was judged on, and Unjudged
+	// how many of them the control slowed too much to judge (each such
+	// round can cost the scenario another).
+	Rounds   int `json:"rounds,omitempty"`
+	Unjudged int `json:"unjudged_rounds,omitempty"`
 }
 
 // AttackHit is one attack row that reached another tenant.
