@@ -5,9 +5,10 @@
 # certifications of the embedded agentd (--no-self-test) and RUNS
 # self-tests of the no-conn-limit fault alone (noisy-neighbour's positive
 # control, the timing check a busy machine could fool), and prints each
-# verdict and time, then the counts. Exit 1 when a run gave another
-# verdict than the one it must; such a run's certificate, work tree and
-# output are kept (the path is printed).
+# verdict and time (and each availability check's rounds), then the
+# counts. Exit 1 when a run gave another verdict than the one it must;
+# such a run's certificate, work tree and output are kept (the path is
+# printed).
 #
 #   bench/verdicts.sh                 # at rest, 5 + 5 runs
 #   BUSY=4 bench/verdicts.sh          # 4 busy processes on the machine
@@ -35,6 +36,20 @@ echo "verdicts: $runs + $runs runs, $busy busy processes on $(nproc) CPUs, load 
 bad=0
 certified=0
 caught=0
+rounds() { # CERT: each availability check's rounds, and how many went unjudged
+  [ -f "$1" ] || return 0
+  python3 - "$1" <<'PY' || true
+import json, sys
+c = json.load(open(sys.argv[1]))
+for s in c.get("scenarios") or []:
+    rows = s.get("availability") or []
+    if rows:
+        print("    %s: %s" % (s["id"], ", ".join(
+            "%s %d round(s), %d unjudged%s" % (r["tenant"], r.get("rounds", 0), r.get("unjudged_rounds", 0),
+                                               " (inconclusive)" if r.get("inconclusive") else "")
+            for r in rows)))
+PY
+}
 run() { # KIND WANT-EXIT ARGS...: one run, its exit and time
   local kind=$1 want=$2 rc=0 start end
   shift 2
@@ -43,6 +58,7 @@ run() { # KIND WANT-EXIT ARGS...: one run, its exit and time
   end=$(date +%s.%N)
   printf '%-10s exit %d (want %d) in %5.1fs: %s\n' "$kind" "$rc" "$want" "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')" \
     "$(grep -E '^verdict:|detection power' "$work/stdout" | head -1)"
+  rounds "$work/out/certificate.json"
   if [ "$rc" -ne "$want" ]; then
     bad=1
     grep -vE '^\s' "$work/stdout" | tail -30 | sed 's/^/    /'
