@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -54,8 +55,8 @@ func checkChainDetections(t *testing.T, runs faultyRuns, faults []string) {
 				t.Logf("row %s: not judged: the tests' user may not write there (%s)", ch.ID, row.Outcome)
 				continue
 			}
-			assert.True(t, found, "row %s (%s against %s) was not found by %s with %s on: found %v; it ended: %s",
-				ch.ID, row.Attacker, row.Victim, ch.Expect, ch.Fault, row.Found, row.Outcome)
+			assert.True(t, found, "row %s (%s against %s) was not found by %s with %s on: found %v; it ended: %s; %s",
+				ch.ID, row.Attacker, row.Victim, ch.Expect, ch.Fault, row.Found, row.Outcome, rowCanaryFindings(rep, ch.ID, row.Attacker))
 			continue
 		}
 		assert.False(t, found, "row %s was found by %s with %s on, though another defence should stop it (%s): drop its OtherDefence", ch.ID, ch.Expect, ch.Fault, ch.OtherDefence)
@@ -79,6 +80,26 @@ func checkChainDetections(t *testing.T, runs faultyRuns, faults []string) {
 			t.Logf("%s: %s", a.Row, a.Outcome)
 		}
 	}
+}
+
+// rowCanaryFindings says where rep found the write canary minted for the
+// row id's run by attacker, phase by phase: a row left without its finding
+// is told apart from one whose evidence came in another phase (which the
+// row is not credited with: attributeChains).
+func rowCanaryFindings(rep Report, id, attacker string) string {
+	kind := chainRowKind(id)
+	var where []string
+	for _, p := range rep.Phases {
+		for _, f := range p.Findings {
+			if f.Owner == attacker && f.Kind == kind {
+				where = append(where, fmt.Sprintf("phase %s: %s", p.Name, f))
+			}
+		}
+	}
+	if len(where) == 0 {
+		return "no finding of the run holds the row's write canary"
+	}
+	return "the row's write canary was found in: " + strings.Join(where, "; ")
 }
 
 // faultyRuns are a self-test's faulty runs by scenario, then fault.
