@@ -37,7 +37,7 @@ bad=0
 certified=0
 caught=0
 rounds() { # CERT: each availability check's rounds, and how many went unjudged
-  [ -f "$1" ] || return 0
+  [ -f "$1" ] && command -v python3 >/dev/null || return 0
   python3 - "$1" <<'PY' || true
 import json, sys
 c = json.load(open(sys.argv[1]))

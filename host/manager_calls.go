@@ -94,7 +94,7 @@ func (m *Manager) request(ctx context.Context, what, op, session string, body an
 // and being written to, and the caller would have reached its successor a
 // moment later. A request the host did receive is never sent twice.
 func resend(ctx context.Context, attempt int, err error) bool {
-	return attempt == 0 && err != nil && notSent(err) && ctx.Err() == nil
+	return attempt == 0 && notSent(err) && ctx.Err() == nil
 }
 
 func (m *Manager) requestOn(ctx context.Context, h *hostProc, what, op, session string, body any) (json.RawMessage, error) {
