@@ -63,6 +63,13 @@ type chainRun struct {
 	kind  tenants.Kind
 	stale *staleSet
 	slate []slateFile
+	// kept is the harness's copy of the attacker's own files the chain
+	// restores, taken before its steps (so a plant need add no entry to
+	// the home); stopped, that the attacker's own shell could not make the
+	// plant (its sandbox kept it from it): the row runs again with the
+	// next attacker.
+	kept    []slateFile
+	stopped bool
 }
 
 // restarts reports whether ch waits for a restart or a crash of the
@@ -162,6 +169,17 @@ func chainPhase(name string, run func(e *Env)) Phase {
 // attackers in turn (the one its role names, when it names one), the
 // victim the next tenant after the attacker.
 func (e *Env) chainPair(ch attack.Chain, k int) (a, v *tenants.Tenant) {
+	pool := e.chainPool(ch)
+	if len(pool) == 0 {
+		return nil, nil
+	}
+	a = pool[k%len(pool)]
+	i := slices.Index(e.Tenants, a)
+	return a, e.Tenants[(i+1)%len(e.Tenants)]
+}
+
+// chainPool is the tenants that may attack with ch, in turn.
+func (e *Env) chainPool(ch attack.Chain) []*tenants.Tenant {
 	pool := e.attackers()
 	switch ch.Role {
 	case attack.Launch:
@@ -169,12 +187,7 @@ func (e *Env) chainPair(ch attack.Chain, k int) (a, v *tenants.Tenant) {
 	case attack.Named:
 		pool = slices.DeleteFunc(slices.Clone(pool), func(t *tenants.Tenant) bool { return t.Launch })
 	}
-	if len(pool) == 0 {
-		return nil, nil
-	}
-	a = pool[k%len(pool)]
-	i := slices.Index(e.Tenants, a)
-	return a, e.Tenants[(i+1)%len(e.Tenants)]
+	return pool
 }
 
 // newChainRun fills ch's placeholders for attacker a and victim v, or
@@ -227,25 +240,32 @@ func usesPlugin(ch attack.Chain) bool {
 func (e *Env) runChains(chains []attack.Chain) {
 	e.T.Helper()
 	for k, ch := range e.chainsOf(chains) {
-		if e.caught() {
-			e.Logf("chains from %s on are not run: this faulty run's fault is caught", ch.ID)
-			return
+		// A plant the attacker's own shell could not make is no attack
+		// on the server: the next attacker tries it (each once).
+		for try := 0; try < max(1, len(e.chainPool(ch))); try++ {
+			if e.caught() {
+				e.Logf("chains from %s on are not run: this faulty run's fault is caught", ch.ID)
+				return
+			}
+			a, v := e.chainPair(ch, k+try)
+			r := e.newChainRun(ch, a, v)
+			if r == nil {
+				break
+			}
+			closeWindow := e.openWindow(r)
+			e.beginRow(r)
+			if e.plant(r) {
+				e.trigger(r)
+				e.probe(r, "")
+			}
+			e.restore(r)
+			e.putSlate(r)
+			closeWindow()
+			e.Logf("chain %s by %s against %s in %v: %s", ch.ID, a.Name, v.Name, r.took.Round(time.Millisecond), r.outcome)
+			if !r.stopped {
+				break
+			}
 		}
-		a, v := e.chainPair(ch, k)
-		r := e.newChainRun(ch, a, v)
-		if r == nil {
-			continue
-		}
-		closeWindow := e.openWindow(r)
-		e.beginRow(r)
-		if e.plant(r) {
-			e.trigger(r)
-			e.probe(r, "")
-		}
-		e.restore(r)
-		e.putSlate(r)
-		closeWindow()
-		e.Logf("chain %s by %s against %s in %v: %s", ch.ID, a.Name, v.Name, r.took.Round(time.Millisecond), r.outcome)
 	}
 }
 
@@ -266,6 +286,7 @@ func (e *Env) plant(r *chainRun) bool {
 		fill := func(s string) string { return strings.ReplaceAll(s, "{canary}", c.Value) }
 		e.installPlugin(r.v, filepath.Join(r.v.Home, r.vars["plugins"], attack.VictimPlugin), fill(attack.VictimPluginManifest), fill(attack.VictimPluginSource))
 	}
+	r.kept = e.keepOwn(r)
 	defer func() { r.since = time.Now() }()
 	for i, s := range r.ch.Steps {
 		if s.Op == "" {
@@ -277,7 +298,12 @@ func (e *Env) plant(r *chainRun) bool {
 					return false
 				}
 			}
-			e.Attack(c, r.a, at, r.ch.ToolRow(i, s, r.vars), cs)
+			res := e.Attack(c, r.a, at, r.ch.ToolRow(i, s, r.vars), cs)
+			if why, stopped := attack.Stopped(res); stopped {
+				r.stopped = true
+				r.outcome = fmt.Sprintf("step %d: %s's own shell could not make the plant: %s", i+1, r.a.Name, why)
+				return false
+			}
 			continue
 		}
 		res, err := e.chainCall(c, r.a, sid, s, r.vars)

@@ -221,7 +221,7 @@ func (e *Env) chainRows() {
 	found, evidence := attributeChains(phases, runs, st.outside)
 	var rows []ChainRow
 	for i, r := range runs {
-		row := ChainRow{Row: r.ch.ID, Attacker: r.a.Name, Victim: r.v.Name, Outcome: r.outcome, Duration: r.took, Evidence: evidence[i]}
+		row := ChainRow{Row: r.ch.ID, Attacker: r.a.Name, Victim: r.v.Name, Outcome: r.outcome, Duration: r.took, Evidence: evidence[i], Stopped: r.stopped}
 		for inv, n := range found[i] {
 			row.Found = append(row.Found, inv)
 			row.Findings += n

@@ -243,9 +243,36 @@ func putHomeFile(home, rel string, data []byte, exists bool) error {
 	return root.WriteFile(rel, data, 0o600)
 }
 
-// restoreOwn puts back the attacker's home files r's steps replaced (a
-// link removed, "<file>.chain-bak" renamed back), beneath its home,
-// following no link.
+// keepOwn copies the attacker's own feed files r's chain restores
+// (Chain.Restore), before its steps. A folder or a link there is the
+// shell's to set aside ("<file>.chain-bak"), and so is a database or a
+// log: the server may hold it open and write on into the file set aside,
+// so a copy written back would not match what it wrote.
+func (e *Env) keepOwn(r *chainRun) []slateFile {
+	e.T.Helper()
+	var out []slateFile
+	for _, rel := range r.ch.Restore {
+		name := strings.TrimSuffix(strings.TrimPrefix(rel, "{"), "}")
+		if rel != "{"+name+"}" || !slices.Contains(feedFiles, name) {
+			continue
+		}
+		p := filepath.Clean(attack.Fill(rel, r.vars))
+		data, exists, err := readHomeFile(r.a.Home, p)
+		switch {
+		case errors.Is(err, errNotRegular):
+			continue
+		case err != nil:
+			e.T.Errorf("chain %s: keep %s's %s: %v", r.ch.ID, r.a.Name, p, err)
+			continue
+		}
+		out = append(out, slateFile{t: r.a, rel: p, data: data, exists: exists})
+	}
+	return out
+}
+
+// restoreOwn puts back the attacker's home files r's steps replaced or
+// edited (a link removed, "<file>.chain-bak" renamed back, the harness's
+// copy written back), beneath its home, following no link.
 func (e *Env) restoreOwn(r *chainRun) {
 	e.T.Helper()
 	root, err := os.OpenRoot(r.a.Home)
@@ -271,6 +298,15 @@ func (e *Env) restoreOwn(r *chainRun) {
 			}
 		} else if st, err := root.Lstat(p); err == nil && st.Mode()&os.ModeSymlink != 0 {
 			_ = root.Remove(p)
+		}
+	}
+	for _, k := range r.kept {
+		now, exists, err := readHomeFile(r.a.Home, k.rel)
+		if err == nil && exists == k.exists && bytes.Equal(now, k.data) {
+			continue
+		}
+		if err := putHomeFile(r.a.Home, k.rel, k.data, k.exists); err != nil {
+			e.T.Errorf("chain %s: restore %s: %v", r.ch.ID, k.rel, err)
 		}
 	}
 }

@@ -43,15 +43,17 @@ type restartRound struct {
 
 // restartRounds places the chains whose trigger is a restart or a crash in
 // rounds, in order, each in the first round it fits (its attacker and
-// victim taken in turn, as chainPair does, until a pair fits).
-func (e *Env) restartRounds(chains []attack.Chain) []*restartRound {
+// victim taken in turn, as chainPair does, until a pair fits). An attacker
+// stoppedBy names for a chain (its own shell could not plant it) is not
+// its attacker again.
+func (e *Env) restartRounds(chains []attack.Chain, stoppedBy map[string]map[string]bool) []*restartRound {
 	var rounds []*restartRound
 	pool := e.attackers()
 	for k, ch := range chains {
 		crash := ch.Trigger == attack.OnCrash
 		own, victim := ch.Touches()
 		fits := func(rd *restartRound, a, v *tenants.Tenant) bool {
-			if rd.crash != crash || rd.used[a.Name] {
+			if rd.crash != crash || rd.used[a.Name] || stoppedBy[ch.ID][a.Name] {
 				return false
 			}
 			for _, f := range own {
@@ -79,6 +81,9 @@ func (e *Env) restartRounds(chains []attack.Chain) []*restartRound {
 			}
 		}
 		if placed == nil {
+			if len(stoppedBy[ch.ID]) > 0 {
+				continue // every attacker left was tried
+			}
 			a, v = e.chainPair(ch, k) // no pair fits even alone: newChainRun says why
 			placed = &restartRound{crash: crash, used: map[string]bool{}}
 		}
@@ -112,22 +117,41 @@ func contains(rounds []*restartRound, rd *restartRound) bool {
 
 // restartChains runs the chains whose trigger is a restart or a crash,
 // round by round (restartRounds).
+// A plant the attacker's own shell could not make is no attack on the
+// server: once the rounds are done, such chains are placed again, in
+// rounds of their own, with attackers not tried yet.
 func (e *Env) restartChains(chains []attack.Chain) {
 	e.T.Helper()
-	for i, rd := range e.restartRounds(e.chainsOf(chains)) {
-		if i > 0 {
-			e.yield() // rounds stand alone: a phase that runs alone goes in between, not after them all
+	stoppedBy := map[string]map[string]bool{}
+	n := 0
+	for todo := e.chainsOf(chains); len(todo) > 0; {
+		var again []attack.Chain
+		for _, rd := range e.restartRounds(todo, stoppedBy) {
+			if n++; n > 1 {
+				e.yield() // rounds stand alone: a phase that runs alone goes in between, not after them all
+			}
+			var ids []string
+			for _, r := range rd.runs {
+				ids = append(ids, r.ch.ID)
+			}
+			how := "restart"
+			if rd.crash {
+				how = "crash"
+			}
+			e.Logf("restart round %d (%s): %s", n, how, strings.Join(ids, ", "))
+			e.restartRound(rd)
+			for _, r := range rd.runs {
+				if !r.stopped {
+					continue
+				}
+				if stoppedBy[r.ch.ID] == nil {
+					stoppedBy[r.ch.ID] = map[string]bool{}
+				}
+				stoppedBy[r.ch.ID][r.a.Name] = true
+				again = append(again, r.ch)
+			}
 		}
-		var ids []string
-		for _, r := range rd.runs {
-			ids = append(ids, r.ch.ID)
-		}
-		how := "restart"
-		if rd.crash {
-			how = "crash"
-		}
-		e.Logf("restart round %d (%s): %s", i+1, how, strings.Join(ids, ", "))
-		e.restartRound(rd)
+		todo = again
 	}
 }
 

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,9 +42,15 @@ func TestChainRowWithoutItsEffectIsNotCredited(t *testing.T) {
 	require.NotEmpty(t, chains)
 	rep := runOne(t, chainsSpec(chains), withEnv(agentdTarget(), FaultEnv(attack.FaultHomeFollowsLinks)))
 	row := func(id string) ChainRow {
-		i := slices.IndexFunc(rep.Chains, func(r ChainRow) bool { return r.Row == id })
-		require.GreaterOrEqual(t, i, 0, "row %s did not run: %v", id, rep.Chains)
-		return rep.Chains[i]
+		r, ok := lastChainRow(rep.Chains, id)
+		var ended []string
+		for _, p := range rep.Phases {
+			if p.Error != "" {
+				ended = append(ended, p.Name+": "+p.Error)
+			}
+		}
+		require.True(t, ok, "row %s did not run: %v; the phases' errors: %q", id, rep.Chains, ended)
+		return r
 	}
 	earlier, later := row("persist-log-to-soul"), row("link-cache")
 	require.Equal(t, earlier.Victim, later.Attacker, "the test needs link-cache's attacker to be persist-log-to-soul's victim: %+v, %+v", earlier, later)
@@ -175,4 +182,84 @@ func TestHomeFilesFollowNoLink(t *testing.T) {
 	got, err = os.ReadFile(target)
 	require.NoError(t, err)
 	assert.Equal(t, "SECRET=other\n", string(got))
+}
+
+// TestChainRowTheAttackersOwnShellCannotPlantRunsAgain: with the operator
+// pinning Landlock, the launch tenant's shell may write its home's files
+// in place but add no entry to its top level (Landlock cannot carve the
+// profiles' homes out of a writable launch home). A seed that makes the
+// launch tenant the first attacker of every group: its links there stop
+// in its own shell, so each such row is reported stopped (never as the
+// server's defence) and runs again with the next attacker, which lands it
+// with home-follows-links on, on a turn and on a restart alike; the row
+// only the launch tenant may run (own-sandbox-none) edits its config.yaml
+// in place, so its plant takes.
+func TestChainRowTheAttackersOwnShellCannotPlantRunsAgain(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("a run of hostile-chains")
+	}
+	ids := []string{"link-config", "own-sandbox-none", "persist-state"}
+	var chains []attack.Chain
+	for _, ch := range attack.Chains() {
+		if slices.Contains(ids, ch.ID) {
+			chains = append(chains, ch)
+		}
+	}
+	require.Len(t, chains, len(ids))
+	spec := chainsSpec(chains)
+	seed := launchFirstSeed(t, spec.ID, 3)
+	faults := attack.FaultHomeFollowsLinks + "," + attack.FaultTenantOperatorSettings
+	target := withEnv(landlockTarget(t, agentdTarget()), FaultEnv(faults))
+	cat, err := NewCatalog(spec)
+	require.NoError(t, err)
+	reps, err := RunCatalog(context.Background(), cat, Config{Target: target, Tenants: 3, WorkDir: t.TempDir(), Seed: seed})
+	require.NoError(t, err)
+	require.Len(t, reps, 1)
+	rep := reps[0]
+	for _, r := range rep.Chains {
+		t.Logf("%-16s %-8s -> %-8s stopped=%v found=%v: %s", r.Row, r.Attacker, r.Victim, r.Stopped, r.Found, r.Outcome)
+	}
+	for _, id := range []string{"link-config", "persist-state"} {
+		var tries []ChainRow
+		for _, r := range rep.Chains {
+			if r.Row == id {
+				tries = append(tries, r)
+			}
+		}
+		require.Len(t, tries, 2, "row %s: the launch tenant's stopped try, then the next attacker's", id)
+		first, second := tries[0], tries[1]
+		assert.Equal(t, "default", first.Attacker, "row %s: the seed makes the launch tenant its first attacker", id)
+		assert.True(t, first.Stopped, "row %s: %s", id, first.Outcome)
+		assert.Contains(t, first.Outcome, "default's own shell could not make the plant")
+		assert.Empty(t, first.Found, "row %s: a stopped plant is no attack", id)
+		assert.False(t, second.Stopped, "row %s: %s", id, second.Outcome)
+		assert.NotEqual(t, "default", second.Attacker)
+		ch := chains[slices.IndexFunc(chains, func(c attack.Chain) bool { return c.ID == id })]
+		assert.Contains(t, second.Found, ch.Expect, "row %s by %s, home-follows-links on: %s", id, second.Attacker, second.Outcome)
+	}
+	// The operator's pin outranks the row's own terminal.sandbox, fault or
+	// not: here its plant is what is checked (with Landlock that auto
+	// resolves to, on a machine without bubblewrap, the self-test finds it).
+	own, ok := lastChainRow(rep.Chains, "own-sandbox-none")
+	require.True(t, ok)
+	assert.Equal(t, "default", own.Attacker)
+	assert.False(t, own.Stopped, "own-sandbox-none edits the launch config in place: %s", own.Outcome)
+}
+
+// launchFirstSeed is a seed under which scenario id visits the launch
+// tenant first of n (Env.permuted): it attacks first in every group.
+func launchFirstSeed(t *testing.T, id string, n int) uint64 {
+	t.Helper()
+	var ts []*tenants.Tenant
+	for _, name := range tenants.Names(n) {
+		ts = append(ts, &tenants.Tenant{Name: name})
+	}
+	for seed := uint64(1); seed < 1000; seed++ {
+		if (&Env{Rand: scenarioRand(seed, id)}).permuted(ts)[0].Name == ts[0].Name {
+			return seed
+		}
+	}
+	t.Fatalf("no seed under 1000 puts %s first in %s", ts[0].Name, id)
+	return 0
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
 	"github.com/tenantcanary/tenantcanary/harness/attack"
 )
 
@@ -42,14 +43,22 @@ func checkChainDetections(t *testing.T, runs faultyRuns, faults []string) {
 			continue
 		}
 		assert.Equal(t, scenario, rep.ID, ch.Fault)
-		i := slices.IndexFunc(rep.Chains, func(r ChainRow) bool { return r.Row == ch.ID })
-		if !assert.GreaterOrEqual(t, i, 0, "row %s did not run in the %s run of hostile-chains", ch.ID, ch.Fault) {
+		row, ok := lastChainRow(rep.Chains, ch.ID)
+		if !assert.True(t, ok, "row %s did not run in the %s run of hostile-chains", ch.ID, ch.Fault) {
 			continue
 		}
-		row := rep.Chains[i]
 		found := slices.Contains(row.Found, ch.Expect)
 		if ch.OtherDefence == "" {
-			if !found && strings.Contains(row.Outcome, "Permission denied") {
+			if !found && row.Stopped && toolSandbox() != sandbox.Bwrap {
+				// Under Landlock the launch tenant's shell adds no entry to
+				// its home's top level, nor reaches a file the server wrote
+				// anew there since it started: every attacker the row may
+				// have was stopped in its own shell. (Under bubblewrap a
+				// stop is a broken plant, and fails below.)
+				t.Logf("row %s: not judged: the shells here run in %s, and its attackers' own shells could not make the plant (%s)", ch.ID, toolSandbox(), row.Outcome)
+				continue
+			}
+			if !found && !row.Stopped && strings.Contains(row.Outcome, "Permission denied") {
 				// A system folder the tests' user cannot write (CI runs them
 				// unprivileged): the machine stopped the row, not agentd.
 				t.Logf("row %s: not judged: the tests' user may not write there (%s)", ch.ID, row.Outcome)
@@ -57,6 +66,13 @@ func checkChainDetections(t *testing.T, runs faultyRuns, faults []string) {
 			}
 			assert.True(t, found, "row %s (%s against %s) was not found by %s with %s on: found %v; it ended: %s; %s",
 				ch.ID, row.Attacker, row.Victim, ch.Expect, ch.Fault, row.Found, row.Outcome, rowCanaryFindings(rep, ch.ID, row.Attacker))
+			continue
+		}
+		if u := ch.OtherDefenceUnder; u != "" && string(toolSandbox()) != u {
+			// The other defence is a sandbox's that the shells here do not
+			// run in: the row lands with its fault alone.
+			assert.True(t, found, "row %s (%s against %s) was not found by %s with %s on, the shells in %s, without %s's defence (%s): found %v; it ended: %s",
+				ch.ID, row.Attacker, row.Victim, ch.Expect, ch.Fault, toolSandbox(), u, ch.OtherDefence, row.Found, row.Outcome)
 			continue
 		}
 		assert.False(t, found, "row %s was found by %s with %s on, though another defence should stop it (%s): drop its OtherDefence", ch.ID, ch.Expect, ch.Fault, ch.OtherDefence)
@@ -68,9 +84,7 @@ func checkChainDetections(t *testing.T, runs faultyRuns, faults []string) {
 		if !assert.True(t, ok, "row %s: the self-test ran no %s (its positive control)", ch.ID, ch.ControlFaults()) {
 			continue
 		}
-		i = slices.IndexFunc(both.Chains, func(r ChainRow) bool { return r.Row == ch.ID })
-		if assert.GreaterOrEqual(t, i, 0, "row %s did not run in the %s run of hostile-chains", ch.ID, ch.ControlFaults()) {
-			row = both.Chains[i]
+		if row, ok = lastChainRow(both.Chains, ch.ID); assert.True(t, ok, "row %s did not run in the %s run of hostile-chains", ch.ID, ch.ControlFaults()) {
 			assert.True(t, slices.Contains(row.Found, ch.Expect), "row %s (%s against %s) was not found by %s with %s on (%s switches off: %s): found %v; it ended: %s",
 				ch.ID, row.Attacker, row.Victim, ch.Expect, ch.ControlFaults(), ch.AlsoFault, ch.OtherDefence, row.Found, row.Outcome)
 		}
@@ -80,6 +94,27 @@ func checkChainDetections(t *testing.T, runs faultyRuns, faults []string) {
 			t.Logf("%s: %s", a.Row, a.Outcome)
 		}
 	}
+}
+
+// toolSandbox is the tool sandbox agentd's shells run in here (auto's
+// choice: bwrap, else landlock, else none).
+func toolSandbox() sandbox.Mode {
+	m, err := sandbox.Effective(sandbox.Auto)
+	if err != nil {
+		return sandbox.None
+	}
+	return m
+}
+
+// lastChainRow is the row id as it last ran: a run its attacker's own
+// shell stopped (ChainRow.Stopped) is followed by the next attacker's.
+func lastChainRow(rows []ChainRow, id string) (ChainRow, bool) {
+	for i := len(rows) - 1; i >= 0; i-- {
+		if rows[i].Row == id {
+			return rows[i], true
+		}
+	}
+	return ChainRow{}, false
 }
 
 // rowCanaryFindings says where rep found the write canary minted for the

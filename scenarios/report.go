@@ -98,6 +98,11 @@ type ChainRow struct {
 	Findings int                    `json:"findings"`           // findings attributed to the row
 	Evidence []string               `json:"evidence,omitempty"` // the first few of them
 	Duration time.Duration          `json:"duration_ns"`
+	// Stopped: the attacker's own shell could not make the plant (its
+	// sandbox kept it from it), so the server was never attacked; the row
+	// runs again with the next attacker, as another ChainRow of the same
+	// Row.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // AvailabilityRow is one tenant's p99 alone and under another's load.

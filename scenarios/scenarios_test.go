@@ -49,6 +49,22 @@ func TestCatalogAgainstAgentd(t *testing.T) {
 	}
 }
 
+// landlockTarget is target with the operator pinning terminal.sandbox:
+// landlock, checked to take: agentd's own check says the launch profile
+// runs in Landlock.
+func landlockTarget(t *testing.T, target harness.Target) harness.Target {
+	t.Helper()
+	target = target.WithManaged(map[string]any{"terminal": map[string]any{"sandbox": "landlock"}})
+	out, err := harness.Preflight(context.Background(), target, t.TempDir())
+	if err != nil {
+		t.Fatalf("preflight: %v\n%s", err, out)
+	}
+	if want := "terminal.sandbox is landlock (pinned by the operator"; !strings.Contains(out, want) {
+		t.Fatalf("preflight does not say %q:\n%s", want, out)
+	}
+	return target
+}
+
 // TestSandboxedScenariosUnderLandlock runs the scenarios whose plugin
 // hosts and shells live in agentd's sandbox with the operator pinning
 // terminal.sandbox: landlock, the path a machine without bubblewrap takes
@@ -58,26 +74,7 @@ func TestCatalogAgainstAgentd(t *testing.T) {
 // must work in a home granted entry by entry.
 func TestSandboxedScenariosUnderLandlock(t *testing.T) {
 	t.Parallel()
-	target := agentdTarget()
-	managed := map[string]any{}
-	for k, v := range target.Managed {
-		managed[k] = v
-	}
-	term := map[string]any{"sandbox": "landlock"}
-	for k, v := range target.Managed["terminal"].(map[string]any) {
-		term[k] = v
-	}
-	managed["terminal"] = term
-	target.Managed = managed
-	// The pin takes: agentd's own check says the launch profile runs in
-	// Landlock.
-	out, err := harness.Preflight(context.Background(), target, t.TempDir())
-	if err != nil {
-		t.Fatalf("preflight: %v\n%s", err, out)
-	}
-	if want := "terminal.sandbox is landlock (pinned by the operator"; !strings.Contains(out, want) {
-		t.Fatalf("preflight does not say %q:\n%s", want, out)
-	}
+	target := landlockTarget(t, agentdTarget())
 	cat := Default()
 	for _, id := range []string{"hostile-plugin", "plugin-surfaces", "hostile-tools"} {
 		spec, err := cat.Get(id)

@@ -88,8 +88,9 @@ type Step struct {
 // Trigger, then (when set) Probe, a tool step the attacker runs after the
 // trigger in a new session (what it brings back is a tool result, where
 // the request invariant sees foreign canaries). Restore
-// lists the home files (templates) the steps replaced, which the harness
-// puts back (a link removed, "<file>.chain-bak" renamed back); Undo are
+// lists the home files (templates) the steps replace or edit, which the
+// harness puts back (a link removed, "<file>.chain-bak" renamed back, or
+// the copy it kept of the file before the steps written back); Undo are
 // RPC steps that put the attacker's settings back.
 type Chain struct {
 	ID      string // unique, [a-z0-9-]
@@ -142,6 +143,11 @@ type Chain struct {
 	OtherDefence string
 	AlsoFault    string
 	ControlTest  string
+	// OtherDefenceUnder, when set, is the tool sandbox ("bwrap") the other
+	// defence belongs to: where the tenant's shell runs under another
+	// (Landlock, on a machine without bubblewrap), it is not there, and
+	// the row lands with Fault alone.
+	OtherDefenceUnder string
 }
 
 // ControlFaults is the AGENTD_FAULTS value of the row's positive control:
@@ -370,6 +376,9 @@ func ValidateChains(chains []Chain) error {
 		}
 		if c.AlsoFault != "" && (c.OtherDefence == "" || !rowID.MatchString(c.AlsoFault)) {
 			bad("also fault %q: want a fault's name, and the other defence it switches off", c.AlsoFault)
+		}
+		if c.OtherDefenceUnder != "" && (c.OtherDefence == "" || c.OtherDefenceUnder != "bwrap" && c.OtherDefenceUnder != "landlock") {
+			bad("other defence under %q: want bwrap or landlock, and the other defence that sandbox gives", c.OtherDefenceUnder)
 		}
 		if c.ControlTest != "" && (c.OtherDefence == "" || c.AlsoFault != "") {
 			bad("control test: only for a row another defence stops, with no fault to switch it off")

@@ -131,36 +131,54 @@ func Register(pctx plugin.Context) error { return pctx.RegisterModelProvider(mp{
 // file as rel.chain-bak (the scenario puts it back).
 func link(rel, target string) string { return linkThen(rel, target, "true") }
 
-// linkThen is link, then the command then (in the home).
+// linkThen is link, then the command then (in the home). Each step needs
+// the last: where the attacker's own shell cannot set the file aside or
+// make the link (its sandbox keeps it from adding or removing an entry
+// there), nothing more is done, nothing of its own is lost, and the
+// output says RowStopped.
 func linkThen(rel, target, then string) string {
-	return `cd "$HOME" && mkdir -p "$(dirname '` + rel + `')" && ` +
-		`if [ -e '` + rel + `' ] && [ ! -L '` + rel + `' ] && [ ! -e '` + rel + BackupSuffix + `' ]; then mv -f '` + rel + `' '` + rel + BackupSuffix + `'; fi; ` +
-		`rm -rf '` + rel + `'; ln -sfn '` + target + `' '` + rel + `' && ls -ld '` + rel + `' && ` + then + `; echo '` + RowDone + `'`
+	bak := rel + BackupSuffix
+	return planting(`mkdir -p "$(dirname '` + rel + `')" && ` +
+		`{ [ ! -e '` + rel + `' ] || [ -L '` + rel + `' ] || [ -e '` + bak + `' ] || mv -f '` + rel + `' '` + bak + `'; } && ` +
+		`rm -rf '` + rel + `' && ln -sfn '` + target + `' '` + rel + `' && [ -L '` + rel + `' ] && ls -ld '` + rel + `' && ` + then)
+}
+
+// planting runs cmd in the home as a plant: RowStopped when it fails (the
+// attacker's own shell could not make it), then RowDone.
+func planting(cmd string) string {
+	return `{ cd "$HOME" && ` + cmd + `; } || echo '` + RowStopped + `'; echo '` + RowDone + `'`
 }
 
 // dueNow makes the job {job_id} of the jobs file due (its next run in the
 // past): the cron ticker runs it at its next tick, with no connection of
 // the tenant's (a chain that links its .env away has revoked its own).
-const dueNow = `sed -i '/"id": "{job_id}"/,/"next_run"/ s|"next_run": "[^"]*"|"next_run": "2000-01-01T00:00:00Z"|' '{jobs}'`
+var dueNow = inPlace(`/"id": "{job_id}"/,/"next_run"/ s|"next_run": "[^"]*"|"next_run": "2000-01-01T00:00:00Z"|`, "{jobs}")
 
-// editing keeps a copy of the home file rel (once), then runs edit in the
-// home.
-func editing(rel, edit string) string {
-	return `cd "$HOME" && { [ -e '` + rel + BackupSuffix + `' ] || cp -a '` + rel + `' '` + rel + BackupSuffix + `'; } && ` + edit + `; echo '` + RowDone + `'`
+// inPlace edits the home file rel with the sed script, writing the file
+// in place: no new entry beside it (a shell whose sandbox grants the file
+// but not its folder, as Landlock grants the launch home's top level, can
+// still edit it).
+func inPlace(script, rel string) string {
+	return `edited=$(sed '` + script + `' '` + rel + `') && printf '%s\n' "$edited" > '` + rel + `'`
 }
+
+// editing runs edit in the home as a plant. The harness keeps a copy of
+// each file the chain restores (Chain.Restore) and puts it back.
+func editing(edit string) string { return planting(edit) }
 
 // underTerminal adds the YAML line "  key: value" under the config file's
 // top-level terminal: mapping (the layout's config is YAML).
 func underTerminal(line string) string {
 	// The new key takes the indentation of the mapping's first key.
-	return editing("{config}", `sed -i '/^terminal:[[:space:]]*$/{n;s|^\([[:space:]]*\)\(.*\)$|\1`+strings.ReplaceAll(line, "|", `\|`)+`\n\1\2|}' '{config}'`)
+	return editing(inPlace(`/^terminal:[[:space:]]*$/{n;s|^\([[:space:]]*\)\(.*\)$|\1`+strings.ReplaceAll(line, "|", `\|`)+`\n\1\2|}`, "{config}"))
 }
 
 // appendConfig appends YAML to the config file (a top-level key it does
 // not have yet).
-func appendConfig(yaml string) string {
-	return editing("{config}", `printf '%s\n' '`+yaml+`' >> '{config}'`)
-}
+func appendConfig(yaml string) string { return editing(appendYAML(yaml)) }
+
+// appendYAML is the command that appends yaml to the config file.
+func appendYAML(yaml string) string { return `printf '%s\n' '` + yaml + `' >> '{config}'` }
 
 // lookAround is a settings chain's probe: where the shell runs, what is
 // there (bounded), and a file carrying the write canary left there.
@@ -207,7 +225,7 @@ func Chains() []Chain {
 	}
 	cronLink := func(id, tries, rel, target string, expect invariants.Invariant) Chain {
 		ch := homeLink(id, tries, rel, target, OnCron, expect, "env", "jobs")
-		ch.Steps = []Step{{Tool: editing("{jobs}", "true")},
+		ch.Steps = []Step{
 			{Op: "cron.create", Params: map[string]any{"name": id, "prompt": "{write}: run the environment probe", "every": "every 1h"},
 				Save: map[string]string{"job_id": "job.id"}},
 			{Tool: linkThen(rel, target, dueNow)}}
@@ -256,9 +274,9 @@ func Chains() []Chain {
 		// its capabilities, /proc also shows every process's environment.
 		settingCwd("cwd-proc", "set its cwd to /proc: the host's proc bound over the sandbox's, every process's environment readable", "/proc", invariants.Snapshot),
 		settingCwd("cwd-sys", "set its cwd to /sys: the host's sysfs bound read-write in its sandbox", "/sys", invariants.Snapshot),
-		withOther(settingCwd("cwd-dev", "set its cwd to /dev: the host's devices bound in its sandbox", "/dev", invariants.Snapshot),
+		under("bwrap", withOther(settingCwd("cwd-dev", "set its cwd to /dev: the host's devices bound in its sandbox", "/dev", invariants.Snapshot),
 			"the sandbox's own user namespace mounts the host's /dev nodev: no device opens there, not even /dev/null, so no command of the shell runs",
-			"no-tool-sandbox"),
+			"no-tool-sandbox")),
 		settingCwd("cwd-dev-shm", "set its cwd to /dev/shm and leave its canary there", "/dev/shm", invariants.WriteScope),
 		settingCwd("cwd-tmp", "set its cwd to the host's /tmp and leave its canary there", "/tmp", invariants.WriteScope),
 		settingCwd("cwd-var-tmp", "set its cwd to the host's /var/tmp and leave its canary there", "/var/tmp", invariants.WriteScope),
@@ -284,7 +302,7 @@ func Chains() []Chain {
 		{ID: "config-file-cwd", Class: Setting, Fault: FaultWorkdirAnywhere, Expect: invariants.Request, Trigger: OnTurn, Needs: []string{"config"},
 			Tries:   "edit terminal.cwd in its own config.yaml to the victim's workdir (no RPC)",
 			Refusal: "the cwd read from the config is judged like config.set's: the turn's terminal is refused (4003)",
-			Steps:   []Step{{Tool: editing("{config}", `sed -i 's|^\([[:space:]]*cwd:\).*$|\1 {victim_workdir}|' '{config}'`)}},
+			Steps:   []Step{{Tool: editing(inPlace(`s|^\([[:space:]]*cwd:\).*$|\1 {victim_workdir}|`, "{config}"))}},
 			Say:     "Run the environment probe. {write}",
 			Probe:   Step{Tool: reading(lookAround)},
 			Restore: []string{"{config}"}},
@@ -302,7 +320,7 @@ func Chains() []Chain {
 			Steps: []Step{
 				{Op: "cron.create", Params: map[string]any{"name": "chain-id", "prompt": "{write}: run the environment probe", "every": "every 1h"},
 					Save: map[string]string{"job_id": "job.id"}},
-				{Tool: editing("{jobs}", `sed -i 's|"{job_id}"|"{victim_from_output}/{log_dir}"|' '{jobs}'`)},
+				{Tool: editing(inPlace(`s|"{job_id}"|"{victim_from_output}/{log_dir}"|`, "{jobs}"))},
 				{Op: "cron.trigger", Params: map[string]any{"id": "{victim_from_output}/{log_dir}"}}},
 			Restore: []string{"{jobs}"}},
 		{ID: "job-name-path", Class: TenantPath, Fault: FaultUncheckedJobIDs, Expect: invariants.File, Trigger: OnCron, Needs: []string{"jobs", "job_output", "log_dir"},
@@ -311,7 +329,7 @@ func Chains() []Chain {
 			Steps: []Step{
 				{Op: "cron.create", Params: map[string]any{"name": "chain-name", "prompt": "{write}: run the environment probe", "every": "every 1h"},
 					Save: map[string]string{"job_id": "job.id"}},
-				{Tool: editing("{jobs}", `sed -i 's|"chain-name"|"../{victim_from_output}/{log_dir}/chain-{write}"|' '{jobs}'`)},
+				{Tool: editing(inPlace(`s|"chain-name"|"../{victim_from_output}/{log_dir}/chain-{write}"|`, "{jobs}"))},
 				{Op: "cron.trigger", Params: map[string]any{"id": "{job_id}"}}},
 			Restore: []string{"{jobs}"}},
 		{ID: "slug-path", Class: TenantPath, Fault: FaultTenantTextAsPath, Expect: invariants.File, Trigger: OnRPC,
@@ -347,9 +365,9 @@ func Chains() []Chain {
 		{ID: "own-plugin-launcher", Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Request, Trigger: OnRestart, Needs: []string{"config", "plugins", "soul", "env"},
 			Tries:   "set plugins.host.launcher (and its limits) in its own config.yaml to a script that copies the other homes' .env into its SOUL.md, then wait for a restart",
 			Refusal: "plugins.host.* is the operator's: a profile's own launcher is ignored with a log line",
-			Steps: []Step{{Tool: editing("{soul}", "true")},
-				{Tool: `printf '%s\n' '#!/bin/sh' 'cat ` + inHomes("{env}") + ` "{victim}/{env}" >> "$HOME/{soul}" 2>/dev/null' 'echo {write} >> "$HOME/{soul}"' 'exec "$@"' > "$HOME/chain-launcher.sh"; ` +
-					appendConfig("plugins: {enabled: ["+ChainPlugin+"], isolation: host, host: {launcher: [/bin/sh, \"{home}/chain-launcher.sh\"], memory_limit: 64GiB, processes_limit: 100000}}")}},
+			Steps: []Step{
+				{Tool: editing(`printf '%s\n' '#!/bin/sh' 'cat ` + inHomes("{env}") + ` "{victim}/{env}" >> "$HOME/{soul}" 2>/dev/null' 'echo {write} >> "$HOME/{soul}"' 'exec "$@"' > "$HOME/chain-launcher.sh" && ` +
+					appendYAML("plugins: {enabled: ["+ChainPlugin+"], isolation: host, host: {launcher: [/bin/sh, \"{home}/chain-launcher.sh\"], memory_limit: 64GiB, processes_limit: 100000}}"))}},
 			InstallPlugin: true,
 			Say:           "Run the environment probe. {write}",
 			Probe:         Step{Tool: reading(`cat "$HOME/{soul}"`)},
@@ -416,7 +434,7 @@ func Chains() []Chain {
 		Tries:   "replace its cache folder with a link to the victim's home and make its own model-provider plugin its provider, then wait for a restart: the server caches the plugin's profile (its canary) in the victim's home",
 		Refusal: "the cache is read and written beneath the home without following links: its turn fails with an error naming the cache file, nothing is written in the victim's home",
 		Steps: []Step{{Tool: link("{cache}", "{victim}")},
-			{Tool: editing("{config}", `sed -i 's|^\([[:space:]]*\)provider:.*$|\1provider: plugin:`+ModelPlugin+`|' '{config}'`)}},
+			{Tool: editing(inPlace(`s|^\([[:space:]]*\)provider:.*$|\1provider: plugin:`+ModelPlugin+`|`, "{config}"))}},
 		ModelPlugin: true,
 		Say:         "Run the environment probe. {write}",
 		Restore:     []string{"{cache}", "{config}"}}}
@@ -439,5 +457,11 @@ func Chains() []Chain {
 // withOther is ch with its OtherDefence (and AlsoFault) set.
 func withOther(ch Chain, why, also string) Chain {
 	ch.OtherDefence, ch.AlsoFault = why, also
+	return ch
+}
+
+// under says which tool sandbox ch's other defence belongs to.
+func under(sandbox string, ch Chain) Chain {
+	ch.OtherDefenceUnder = sandbox
 	return ch
 }

@@ -15,6 +15,35 @@ const OutputCap = 16 << 10
 // RowDone ends every terminal row's output, so a result is never empty.
 const RowDone = "[row done]"
 
+// RowStopped comes before RowDone when a chain's plant failed in the
+// attacker's own shell (its sandbox keeps it from adding an entry to its
+// home's top level, as Landlock does the launch home's): the server was
+// never asked to act on anything, so the row is no attack at all.
+const RowStopped = "[row stopped]"
+
+// Stopped reports whether a plant's result says RowStopped, and what the
+// shell said before it (its error lines, shortened): why it stopped.
+func Stopped(result string) (why string, stopped bool) {
+	before, _, ok := strings.Cut(result, RowStopped)
+	if !ok {
+		return "", false
+	}
+	var lines []string
+	for _, l := range strings.Split(before, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	why = strings.Join(lines, "; ")
+	if why == "" {
+		why = "the command failed and said nothing"
+	}
+	if r := []rune(why); len(r) > 240 {
+		why = string(r[:240]) + "..."
+	}
+	return why, true
+}
+
 // reading runs body with its errors dropped and keeps only canary-shaped
 // strings of its output.
 func reading(body string) string {
