@@ -159,6 +159,16 @@ type DetectionPower struct {
 	Caught int           `json:"caught"`
 	Seeded int           `json:"seeded"`
 	Faults []FaultResult `json:"faults"`
+	// Unseeded are the faults this machine could not seed, and why: a
+	// fault that takes away one tool sandbox's defence changes nothing
+	// where agentd runs its tools under another.
+	Unseeded []UnseededFault `json:"unseeded,omitempty"`
+}
+
+// UnseededFault is a fault a self-test left out on this machine.
+type UnseededFault struct {
+	Fault string `json:"fault"`
+	Why   string `json:"why"`
 }
 
 // Certificate is a canary run's record.

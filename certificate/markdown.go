@@ -60,6 +60,9 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 		for _, l := range dp.Failures() {
 			fmt.Fprintf(&b, "- %s\n", code(l))
 		}
+		for _, u := range dp.Unseeded {
+			fmt.Fprintf(&b, "- not seeded here: %s (%s)\n", code(u.Fault), u.Why)
+		}
 	} else {
 		b.WriteString("Detection power: not measured in this run (`canary-run --self-test`).\n")
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tenantcanary/tenantcanary/internal/proc"
 )
 
 // CommandEnv is the environment variable that names, in a program
@@ -76,11 +78,15 @@ func dispatch(name string, commands map[string]func() int, stderr io.Writer) int
 // Main is the body of a TestMain whose test binary certifies a server by
 // re-executing itself as that server (Command): run as a command it runs
 // that command and exits, never the tests; otherwise it runs the tests.
+// The servers it starts exit at once under the race detector (GORACE gains
+// atexit_sleep_ms=0: a race-built process otherwise sleeps a second at its
+// exit, and a server's stop waits on every process it started).
 //
 //	func TestMain(m *testing.M) {
 //		os.Exit(certify.Main(m, map[string]func() int{"myserver": server.Main}))
 //	}
 func Main(m *testing.M, commands map[string]func() int) int {
 	Dispatch(commands)
+	_ = os.Setenv("GORACE", proc.QuickRaceExit(os.Getenv("GORACE")))
 	return m.Run()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/internal/proc"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
@@ -53,6 +54,8 @@ func TestMain(m *testing.M) {
 		return goCmd(append(args, "github.com/tenantcanary/tenantcanary/cmd/agentd")...)
 	}
 	binDir = dir
+	// The agentd builds and their plugin hosts and launchers inherit it.
+	os.Setenv("GORACE", proc.QuickRaceExit(os.Getenv("GORACE")))
 	agentdBin = filepath.Join(dir, "agentd")
 	err = build(agentdBin, false)
 	if err == nil && raceEnabled {

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/invariants"
 )
@@ -81,6 +82,33 @@ func Faults() []Fault {
 		// namespace goes too.
 		{"host-env-trusted,host-shared-pidns", "hostile-plugin", invariants.ProcessEscape, "the plugin host takes AGENTD_PLUGIN_HOST_KEEPER=inner from the tenant's .env: no keeper, and what its plugin started outlives the host"},
 	}
+}
+
+// Sandbox is the tool sandbox whose defence f takes away (faults.Sandbox of
+// any fault it turns on), "" when it is none's.
+func (f Fault) Sandbox() string {
+	for _, n := range strings.Split(f.Name, ",") {
+		if s := faults.Sandbox(faults.Name(n)); s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// SeededUnder splits fs into the faults a self-test seeds where agentd's
+// plugin hosts and tools run in the sandbox mode ("bwrap", "landlock",
+// "none"), and those it leaves out there: a fault that takes away another
+// sandbox's defence changes nothing under this one, so its run would
+// measure nothing.
+func SeededUnder(fs []Fault, mode string) (seeded, left []Fault) {
+	for _, f := range fs {
+		if s := f.Sandbox(); s != "" && s != mode {
+			left = append(left, f)
+			continue
+		}
+		seeded = append(seeded, f)
+	}
+	return seeded, left
 }
 
 // FaultEnv is the target environment that turns fault on.

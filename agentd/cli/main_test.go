@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tenantcanary/tenantcanary/agentd/cli"
+	"github.com/tenantcanary/tenantcanary/internal/proc"
 )
 
 // TestMain lets the test binary serve as agentd: a child started with
@@ -22,5 +23,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv("AGENTD_TEST_MAIN") == "1" || (len(os.Args) > 1 && (os.Args[1] == "plugin-host" || os.Args[1] == "sandbox-exec")) {
 		os.Exit(cli.Main(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr))
 	}
+	// The serve it starts, and its plugin hosts and launchers (this binary,
+	// race-built under -race), inherit it: no second's sleep at each exit.
+	_ = os.Setenv("GORACE", proc.QuickRaceExit(os.Getenv("GORACE")))
 	os.Exit(m.Run())
 }

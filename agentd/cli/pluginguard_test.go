@@ -93,6 +93,9 @@ func TestASpentRestartBudgetIsAToolResultAndAnErrorEvent(t *testing.T) {
 	s.stop()
 }
 
+// The test plugins keep their records in the home's logs folder, not at
+// its top level: under Landlock (no bubblewrap) the launch profile's
+// sandbox adds no entry to its home's top level (docs/sandbox.md).
 const spinnerPlugin = `package spinner
 
 import (
@@ -104,7 +107,7 @@ import (
 
 func Register(ctx plugin.Context) error {
 	return ctx.RegisterTool(plugin.Tool{Name: "spin", Description: "never answers", Handler: func(args map[string]any) (string, error) {
-		_ = os.WriteFile("spinning-"+strconv.Itoa(os.Getpid()), []byte(os.Getenv("TC_LAUNCHED")), 0o600)
+		_ = os.WriteFile("logs/spinning-"+strconv.Itoa(os.Getpid()), []byte(os.Getenv("TC_LAUNCHED")), 0o600)
 		n := 0
 		for {
 			n++
@@ -136,7 +139,7 @@ func TestOperatorScopeLauncherStringAndCallTimeoutReachTheHost(t *testing.T) {
 	for _, want := range []string{"spin", "plugin spinner", "profile", "plugins.host.call_timeout (2s)", "killed"} {
 		require.Contains(t, results[0], want)
 	}
-	spun, _ := filepath.Glob(filepath.Join(alpha.home, "spinning-*"))
+	spun, _ := filepath.Glob(filepath.Join(alpha.home, "logs", "spinning-*"))
 	require.Len(t, spun, 1, "positive control: the plugin ran")
 	launched, err := os.ReadFile(spun[0])
 	require.NoError(t, err)
@@ -223,7 +226,7 @@ import (
 
 func record(event string) plugin.Hook {
 	return func(c context.Context, p map[string]any) error {
-		f, err := os.OpenFile("hooks.log", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		f, err := os.OpenFile("logs/hooks.log", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 		if err != nil {
 			return err
 		}
@@ -240,7 +243,7 @@ func Register(ctx plugin.Context) error {
 		}
 	}
 	return ctx.RegisterConfigSchema(func() (map[string]any, error) {
-		if err := os.WriteFile("schema-ran", []byte(fmt.Sprint(os.Getpid())), 0o600); err != nil {
+		if err := os.WriteFile("logs/schema-ran", []byte(fmt.Sprint(os.Getpid())), 0o600); err != nil {
 			return nil, err
 		}
 		return map[string]any{"level": map[string]any{"type": "string"}}, nil
@@ -262,7 +265,7 @@ func TestToolAndModelCallHooksRunInEachProfilesHostAsTheCallingSession(t *testin
 		own      string
 		neighbor string
 	}{{alpha, sa, sb}, {beta, sb, sa}} {
-		b, err := os.ReadFile(filepath.Join(c.tn.home, "hooks.log"))
+		b, err := os.ReadFile(filepath.Join(c.tn.home, "logs", "hooks.log"))
 		require.NoError(t, err, "%s's hooks never ran", c.tn.name)
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 		want := []string{"pre_llm_call", "post_llm_call", "pre_tool_call", "post_tool_call", "pre_llm_call", "post_llm_call"}
@@ -280,7 +283,7 @@ func TestToolAndModelCallHooksRunInEachProfilesHostAsTheCallingSession(t *testin
 		require.NotContains(t, string(b), c.neighbor)
 
 		// The config schema ran in the host when the plugin loaded.
-		pid, err := os.ReadFile(filepath.Join(c.tn.home, "schema-ran"))
+		pid, err := os.ReadFile(filepath.Join(c.tn.home, "logs", "schema-ran"))
 		require.NoError(t, err, "%s's config schema never ran", c.tn.name)
 		require.NotEqual(t, strconv.Itoa(s.pid), string(pid), "the config schema ran in the server")
 		log, err := os.ReadFile(filepath.Join(c.tn.home, "logs", "agent.log"))
@@ -306,7 +309,7 @@ func (mem) Name() string                         { return "memrec" }
 func (mem) IsAvailable(ctx context.Context) bool { return true }
 
 func logLine(format string, args ...any) error {
-	f, err := os.OpenFile("memory.log", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	f, err := os.OpenFile("logs/memory.log", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
@@ -320,7 +323,7 @@ func (mem) Initialize(ctx context.Context, sessionID string) error {
 }
 
 func (mem) Prefetch(ctx context.Context, query string) (string, error) {
-	b, err := os.ReadFile("memory.last")
+	b, err := os.ReadFile("logs/memory.last")
 	if err != nil {
 		return "", nil
 	}
@@ -332,7 +335,7 @@ func (mem) Shutdown(ctx context.Context, sessionID string) error {
 }
 
 func (mem) SyncTurn(ctx context.Context, user, assistant string) error {
-	if err := os.WriteFile("memory.last", []byte(user), 0o600); err != nil {
+	if err := os.WriteFile("logs/memory.last", []byte(user), 0o600); err != nil {
 		return err
 	}
 	return logLine("sync %s %s|%s", plugin.SessionID(ctx), user, assistant)
@@ -358,7 +361,7 @@ func TestMemoryProvidersRunInEachProfilesHostAsTheSession(t *testing.T) {
 		own, neighbor string
 		other         *tenant
 	}{{alpha, sa, sb, beta}, {beta, sb, sa, alpha}} {
-		b, err := os.ReadFile(filepath.Join(c.tn.home, "memory.log"))
+		b, err := os.ReadFile(filepath.Join(c.tn.home, "logs", "memory.log"))
 		require.NoError(t, err, "%s's memory provider never ran", c.tn.name)
 		log := string(b)
 		require.Equal(t, 1, strings.Count(log, "init "), "initialised once per session: %q", log)

@@ -77,6 +77,17 @@ func All() []Name {
 	return all
 }
 
+// Sandbox is the tool sandbox whose defence fault n takes away ("bwrap":
+// its PID namespace), "" when it is none's: where agentd's plugin hosts
+// run under another sandbox (Landlock's launcher keeps no PID namespace
+// and no /proc, and ends the host's whole tree itself), n changes nothing.
+func Sandbox(n Name) string {
+	if n == HostSharedPIDNS {
+		return "bwrap"
+	}
+	return ""
+}
+
 var (
 	// ErrNotAllowed: AGENTD_FAULTS is set without AGENTD_ALLOW_FAULTS=1.
 	ErrNotAllowed = errors.New("AGENTD_FAULTS is set but AGENTD_ALLOW_FAULTS=1 is not: seeded faults are refused")

@@ -270,7 +270,9 @@ func (p *Pool) Drop(name string) {
 	}
 }
 
-// Close closes every scope.
+// Close closes every scope, side by side: each stops its own terminals
+// and plugin hosts, and a host may take its stop grace to go, so the
+// server's stop lasts as long as its slowest profile's, not their sum.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	if !p.closed {
@@ -280,12 +282,23 @@ func (p *Pool) Close() error {
 	scopes := p.scopes
 	p.scopes = map[string]*Scope{}
 	p.mu.Unlock()
-	var errs []error
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
 	for _, s := range scopes {
-		if err := s.Close(); err != nil {
-			errs = append(errs, err)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Close(); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -16,6 +16,8 @@ import (
 	"github.com/tenantcanary/tenantcanary/certify"
 	"github.com/tenantcanary/tenantcanary/harness/dialecttest"
 	"github.com/tenantcanary/tenantcanary/internal/syncio"
+
+	"github.com/tenantcanary/tenantcanary/internal/proc"
 )
 
 // dialectServer is the dialect test server, built once for the package.
@@ -52,6 +54,9 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	binDir = dir
+	// The embedded agentd, its plugin hosts and launchers (this binary,
+	// race-built under -race) inherit it: no second's sleep at each exit.
+	_ = os.Setenv("GORACE", proc.QuickRaceExit(os.Getenv("GORACE")))
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

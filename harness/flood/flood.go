@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/internal/proc"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
@@ -186,9 +186,9 @@ func startChild(ctx context.Context, role string, req any, opts Options) (*harne
 	if err != nil {
 		return nil, err
 	}
-	// A race-built binary's child would sleep a second at its exit
-	// (GORACE's atexit_sleep_ms) on every stop.
-	env := []string{RoleVar + "=" + role, "GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")}
+	// A race-built binary's child would sleep a second at its exit on
+	// every stop.
+	env := []string{RoleVar + "=" + role, "GORACE=" + proc.QuickRaceExit(os.Getenv("GORACE"))}
 	if opts.Marker != "" {
 		env = append(env, procgroup.MarkerVar+"="+opts.Marker)
 	}
