@@ -3,11 +3,13 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
 	"github.com/tenantcanary/tenantcanary/harness/dialecttest"
 )
 
@@ -130,6 +132,20 @@ const dialectCatalog = `^(stdio-separate|pooled-serve|concurrent-turns|settings-
 // dialectLeakCatalog is what a leaking dialect server's run needs to show
 // its leak: DIALECT_LEAK=1 puts the launch profile's .env into every
 // answer to a named profile, and these scenarios' first turns get one.
+// dialectCatalogHere is dialectCatalog where bubblewrap runs. The dialect
+// server confines its plugin hosts with it (its target file declares them
+// confined), so elsewhere (a machine without bubblewrap, or whose kernel
+// refuses it user namespaces) plugin-hosts and hostile-plugin are left
+// out, said in the log: plugins reports whether they run.
+func dialectCatalogHere(t *testing.T) (catalog string, plugins bool) {
+	t.Helper()
+	if err := sandbox.Available(sandbox.Bwrap); err != nil {
+		t.Logf("plugin-hosts and hostile-plugin left out: the dialect server confines its plugin hosts with bubblewrap, which cannot run here: %v", err)
+		return strings.NewReplacer("|plugin-hosts", "", "|hostile-plugin", "").Replace(dialectCatalog), false
+	}
+	return dialectCatalog, true
+}
+
 // The clean runs cover the whole dialectCatalog.
 const dialectLeakCatalog = `^(stdio-separate|concurrent-turns)$`
 
@@ -152,16 +168,19 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 	}
 	t.Run("clean", func(t *testing.T) {
 		t.Parallel()
-		code, summary, stderr := run(t, dialectCatalog)
+		catalog, plugins := dialectCatalogHere(t)
+		code, summary, stderr := run(t, catalog)
 		require.Equal(t, 0, code, "summary:\n%s\nstderr:\n%s", summary, stderr)
-		for _, want := range []string{
+		wants := []string{
 			"Declared behaviours (each judged as declared): unknown_profile: fallback_to_launch;",
 			"| profile-lifecycle | pass |", "| stdio-separate | pass |",
 			"pooled-serve: the whole scenario: cron.create is unsupported by the target: dialectserver has no cron",
+		}
+		if plugins {
 			// Its own probe plugin (an executable speaking JSON lines).
-			"| plugin-hosts | pass |", "| hostile-plugin | pass |",
-			"dialectserver gives plugins no LLM facade",
-		} {
+			wants = append(wants, "| plugin-hosts | pass |", "| hostile-plugin | pass |", "dialectserver gives plugins no LLM facade")
+		}
+		for _, want := range wants {
 			assert.Contains(t, summary, want)
 		}
 	})
