@@ -26,6 +26,23 @@ const MaxSlowdown = 3.0
 // and below the second.
 const MinSlack = time.Second
 
+// SlackUnits is how many of the machine control's units of work (its time
+// alone, ControlQuantile, stretched by the round's machine slowdown) a
+// tenant's p99 may grow by under a flood: a round with a control gets
+// that slack, between MinSlackFloor and MinSlack, instead of MinSlack.
+// What a fair server adds under the flood is work, so it scales with the
+// machine, and a fast machine's second would hide a starved neighbour: on
+// 2 cores (2026-12-04; the control's unit 2.2-2.6 ms at rest, 2.2-10.4 ms
+// under four busy loops) a fair agentd added at most 30 units (67 ms at
+// rest, 144 ms under the loops), one with no limits at least 127 (0.3 to
+// 1.8 s at rest, under the old second in about half its runs; 290 and
+// more under the loops). Sixty sits twice away from both.
+const SlackUnits = 60
+
+// MinSlackFloor is the least slack of a round with a control: a few
+// milliseconds of timer and scheduler noise is no starvation.
+const MinSlackFloor = 100 * time.Millisecond
+
 // Decisive is how far past its limit one round's p99 must be to decide a
 // finding alone, without a majority of rounds: a server that starves its
 // neighbours (seconds per turn) is past it at once, the noise of a shared
@@ -97,8 +114,22 @@ func Quantile(ds []time.Duration, q float64) time.Duration {
 
 // Limit is the p99 a tenant with baseline p99 b may reach under a flood:
 // MaxSlowdown times b, and never less than b plus MinSlack.
-func Limit(b time.Duration) time.Duration {
-	return max(time.Duration(float64(b)*MaxSlowdown), b+MinSlack)
+func Limit(b time.Duration) time.Duration { return LimitWith(b, 0) }
+
+// LimitWith is Limit on a machine whose control does a unit of work in
+// unit: the slack is SlackUnits of them, between MinSlackFloor and
+// MinSlack (MinSlack for a unit of 0: no control).
+func LimitWith(b, unit time.Duration) time.Duration {
+	return max(time.Duration(float64(b)*MaxSlowdown), b+Slack(unit))
+}
+
+// Slack is the least a tenant's p99 may grow by under a flood on a machine
+// whose control does a unit of work in unit (see SlackUnits).
+func Slack(unit time.Duration) time.Duration {
+	if unit <= 0 {
+		return MinSlack
+	}
+	return min(MinSlack, max(MinSlackFloor, SlackUnits*unit))
 }
 
 // Scaled is b on a machine m times slower.
@@ -181,7 +212,7 @@ func (l Latencies) P99s() []RoundP99 {
 		}
 		p := RoundP99{Baseline: P99(r.Baseline), Loaded: P99(r.Loaded)}
 		p.Machine, p.ControlBaseline, p.ControlLoaded = r.machine()
-		p.Limit = Limit(Scaled(p.Baseline, p.Machine))
+		p.Limit = LimitWith(Scaled(p.Baseline, p.Machine), Scaled(p.ControlBaseline, p.Machine))
 		p.Excess = float64(p.Loaded) / float64(p.Limit)
 		p.Inconclusive = !p.Over() && (p.Machine == 0 || p.Machine > MaxMachine)
 		out = append(out, p)
@@ -290,7 +321,7 @@ func AvailabilityOf(l Latencies) []Finding {
 		out = append(out, Finding{Invariant: Availability, Tenant: l.Tenant, Owner: l.Flooder, Kind: flood, Where: where,
 			Detail: fmt.Sprintf("p99 %v under the flood is %.1fx its baseline p99 %v%s (limit %v: %.0fx, at least +%v), over the limit in %d of %d round(s)",
 				p.Loaded.Round(time.Millisecond), p.Ratio(), p.Baseline.Round(time.Millisecond), machineNote(p),
-				p.Limit.Round(time.Millisecond), MaxSlowdown, MinSlack, j.Overs, j.Rounds)})
+				p.Limit.Round(time.Millisecond), MaxSlowdown, Slack(Scaled(p.ControlBaseline, p.Machine)).Round(time.Millisecond), j.Overs, j.Rounds)})
 	case j.Inconclusive:
 		out = append(out, Finding{Invariant: Control, Tenant: l.Tenant, Where: where,
 			Detail: fmt.Sprintf("inconclusive: the machine control ran %s under the flood (past %.0fx) in %d of %d round(s): a saturated machine slows the neighbour and the control alike, so the flood's cost to %s cannot be judged (its p99 went from %v to %v); run it on a quieter machine",

@@ -194,3 +194,43 @@ func TestAvailabilityAgainstTheControl(t *testing.T) {
 	assert.True(t, j.Over)
 	assert.True(t, j.Decided)
 }
+
+// TestSlackScalesWithTheControl: a round with a machine control gets
+// SlackUnits of its unit of work as slack (between MinSlackFloor and
+// MinSlack), so a starved neighbour on a fast machine is over its limit,
+// where the fixed second hid it, and a fair server's rounds (measured on
+// the same machine) stay within theirs.
+func TestSlackScalesWithTheControl(t *testing.T) {
+	t.Parallel()
+	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+	assert.Equal(t, MinSlack, Slack(0), "no control: the fixed second")
+	assert.Equal(t, MinSlackFloor, Slack(us(1000)))
+	assert.Equal(t, 138*time.Millisecond, Slack(us(2300)))
+	assert.Equal(t, MinSlack, Slack(20*time.Millisecond), "never more than the second")
+	assert.Equal(t, Limit(time.Second), LimitWith(time.Second, 0))
+
+	probes := func(d time.Duration) []time.Duration { return []time.Duration{d, d, d, d + us(50), d - us(50)} }
+	round := func(base, loaded time.Duration, ctlAlone, ctlLoaded time.Duration) Round {
+		return Round{Baseline: []time.Duration{base}, Loaded: []time.Duration{loaded}, ControlBaseline: probes(ctlAlone), ControlLoaded: probes(ctlLoaded)}
+	}
+	lat := func(rs ...Round) Latencies { return Latencies{Tenant: "beta", Flooder: "alpha", Rounds: rs} }
+
+	// An agentd with no limits, at rest: 731 ms and 864 ms from 7 ms
+	// baselines, the control 2.3 ms alone and 3.1-3.5 ms under the flood.
+	starved := lat(round(7*time.Millisecond, 731*time.Millisecond, us(2290), us(3100)),
+		round(7*time.Millisecond, 864*time.Millisecond, us(2300), us(3530)))
+	assert.Less(t, 864*time.Millisecond, Limit(7*time.Millisecond), "the fixed second held this round within (the positive control)")
+	j := starved.Judge(3)
+	assert.True(t, j.Over)
+	assert.True(t, j.Decided, "decisive alone: far past its limit")
+	found := AvailabilityOf(starved)
+	require.Len(t, found, 1)
+	assert.Equal(t, Availability, found[0].Invariant)
+	assert.Contains(t, found[0].Detail, "at least +")
+
+	// A fair agentd on the same machine: at rest (67 ms from 13 ms), and
+	// under four busy loops (144 ms from 15 ms, the control 5.2 ms).
+	assert.Empty(t, AvailabilityOf(lat(round(13*time.Millisecond, 67*time.Millisecond, us(2260), us(2340)),
+		round(15*time.Millisecond, 144*time.Millisecond, us(5240), us(5300)),
+		round(10*time.Millisecond, 57*time.Millisecond, us(2370), us(2540)))))
+}
