@@ -157,6 +157,8 @@ type pipeline struct {
 	each func(spec scenarios.Spec, run func(io.Writer) scenarios.Report)
 	// stage runs the self-test, writing its table to w.
 	stage func(name string, fn func(w io.Writer) error) error
+	// preflights are the preflight checks' outputs, by target name.
+	preflights map[string]string
 }
 
 func newPipeline(target harness.Target, opts Options) (*pipeline, error) {
@@ -299,6 +301,10 @@ func (p *pipeline) preflight(ctx context.Context, target harness.Target) error {
 		text, err := harness.Preflight(ctx, target, filepath.Join(work, "preflight"))
 		if err == nil {
 			p.say("preflight of %s passed:\n%s", target.Name, text)
+			if p.preflights == nil {
+				p.preflights = map[string]string{}
+			}
+			p.preflights[target.Name] = text
 		}
 		return struct{}{}, err
 	})

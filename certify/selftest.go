@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
 	"strings"
 
-	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
 	"github.com/tenantcanary/tenantcanary/certificate"
 	"github.com/tenantcanary/tenantcanary/scenarios"
 )
@@ -47,9 +47,10 @@ func (p *pipeline) selfTest(ctx context.Context, catalog []scenarios.Report, w i
 		faults = scenarios.Faults()
 	}
 	// A fault that takes away one tool sandbox's defence changes nothing
-	// where the embedded agentd runs its tools under another.
-	mode, _ := sandbox.Effective(sandbox.Auto)
-	faults, left := scenarios.SeededUnder(faults, string(mode))
+	// where the embedded agentd runs its tools under another: its own
+	// preflight check says which.
+	mode := toolSandboxOf(p.preflights[target.Name])
+	faults, left := scenarios.SeededUnder(faults, mode)
 	var unseeded []certificate.UnseededFault
 	for _, f := range left {
 		why := fmt.Sprintf("it takes away %s's defence, and agentd's tools run under %s on this machine", f.Sandbox(), mode)
@@ -113,4 +114,24 @@ func allClean(p *certificate.DetectionPower) bool {
 		}
 	}
 	return true
+}
+
+// launchSandbox is the line of agentd's sandbox check (its preflight) that
+// says what the launch profile's tools run under; autoSandbox, what auto
+// resolves to.
+var (
+	launchSandbox = regexp.MustCompile(`(?m)^the launch profile: terminal\.sandbox is .* -> (\w+)`)
+	autoSandbox   = regexp.MustCompile(`(?m)^auto\s+-> (\w+)`)
+)
+
+// toolSandboxOf is the tool sandbox a preflight check's output says the
+// target's tools run under ("bwrap", "landlock", "none"), or "" when it
+// does not say (a target of another kind: every fault is seeded).
+func toolSandboxOf(preflight string) string {
+	for _, re := range []*regexp.Regexp{launchSandbox, autoSandbox} {
+		if m := re.FindStringSubmatch(preflight); m != nil {
+			return m[1]
+		}
+	}
+	return ""
 }

@@ -99,10 +99,10 @@ func (f Fault) Sandbox() string {
 // plugin hosts and tools run in the sandbox mode ("bwrap", "landlock",
 // "none"), and those it leaves out there: a fault that takes away another
 // sandbox's defence changes nothing under this one, so its run would
-// measure nothing.
+// measure nothing. A mode of "" (not known) seeds them all.
 func SeededUnder(fs []Fault, mode string) (seeded, left []Fault) {
 	for _, f := range fs {
-		if s := f.Sandbox(); s != "" && s != mode {
+		if s := f.Sandbox(); s != "" && mode != "" && s != mode {
 			left = append(left, f)
 			continue
 		}

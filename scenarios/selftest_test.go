@@ -77,9 +77,11 @@ func TestFaultCatalogIsValid(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{"host-shared-pidns", "host-env-trusted,host-shared-pidns"}, names)
 	assert.Len(t, seeded, len(Faults())-len(left))
-	all, none := SeededUnder(Faults(), "bwrap")
-	assert.Len(t, all, len(Faults()))
-	assert.Empty(t, none)
+	for _, mode := range []string{"bwrap", ""} {
+		all, none := SeededUnder(Faults(), mode)
+		assert.Len(t, all, len(Faults()), "under %q every fault is seeded", mode)
+		assert.Empty(t, none)
+	}
 	err := validateFaults(Default(), []Fault{{Name: "x", Scenario: "nope", Expect: "request"}, {Name: "x", Scenario: "gateway", Expect: "harness"}})
 	assert.ErrorContains(t, err, `fault "x" listed twice`)
 	assert.ErrorContains(t, err, `unknown scenario "nope"`)
