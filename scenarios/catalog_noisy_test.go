@@ -27,7 +27,7 @@ func TestAnInconclusiveAvailabilityCheckFailsTheRun(t *testing.T) {
 	// slower under the flood in every round: nothing is judged.
 	var rounds []invariants.Round
 	for range noisyRounds {
-		rounds = append(rounds, invariants.Round{Baseline: ms(200), Loaded: ms(700), ControlBaseline: probes(5), ControlLoaded: probes(20)})
+		rounds = append(rounds, invariants.Round{Baseline: ms(200), Loaded: ms(500), ControlBaseline: probes(5), ControlLoaded: probes(20)})
 	}
 	e := &Env{T: t, Report: &Report{}}
 	e.CheckAvailability(invariants.Latencies{Tenant: "beta", Flooder: "alpha", Rounds: rounds})
@@ -84,7 +84,7 @@ func TestNoisyNeighbourRunsMoreRoundsOnlyWhileTheyCanDecide(t *testing.T) {
 	}
 	round := map[byte]invariants.Round{
 		'W': {Baseline: ms(200), Loaded: ms(300), ControlBaseline: ms(5), ControlLoaded: ms(5)},  // within its limit
-		'O': {Baseline: ms(200), Loaded: ms(1500), ControlBaseline: ms(5), ControlLoaded: ms(5)}, // over it (1.25x), not decisively
+		'O': {Baseline: ms(200), Loaded: ms(900), ControlBaseline: ms(5), ControlLoaded: ms(5)},  // over its 600 ms (1.5x), not decisively
 		'U': {Baseline: ms(200), Loaded: ms(700), ControlBaseline: ms(5), ControlLoaded: ms(20)}, // the control 4x slower: unjudged
 	}
 	lat := func(rs string) invariants.Latencies {
