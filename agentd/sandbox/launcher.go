@@ -135,6 +135,7 @@ func RunLauncher(args []string, stderr io.Writer) int {
 	if err := <-started; err != nil {
 		return fail("%v", err)
 	}
+	releaseStdio()
 	child := cmd.Process.Pid
 
 	// One reaper for every child, adopted ones included.
@@ -196,6 +197,7 @@ func runFirstStage(spec launchSpec, args []string, sigs <-chan os.Signal, fail f
 	if err := keeper.Start(); err != nil {
 		return fail("start the keeper: %v", err)
 	}
+	releaseStdio()
 	done := make(chan int, 1)
 	go func() {
 		err := keeper.Wait()
@@ -216,6 +218,23 @@ func runFirstStage(spec launchSpec, args []string, sigs <-chan os.Signal, fail f
 		case sig := <-sigs:
 			_ = keeper.Process.Signal(sig)
 		}
+	}
+}
+
+// releaseStdio points this launcher's stdin and stdout at /dev/null once
+// the command holds them: the command's are its own alone, so when it
+// dies, a write to its stdin fails at once (the caller knows the request
+// was never read, and may send it to the command's successor) and its
+// stdout ends at once (the caller sees it gone), whatever the launcher
+// does next. stderr stays, for the launcher's own errors.
+func releaseStdio() {
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return // the command still runs; only its death is seen later
+	}
+	defer null.Close()
+	for _, fd := range []int{0, 1} {
+		_ = unix.Dup2(int(null.Fd()), fd)
 	}
 }
 
