@@ -51,6 +51,11 @@ func (e *Env) pingEach(skip *tenants.Tenant, sessions map[string]string, lat map
 				err = fmt.Errorf("the ping answered %q", truncateText(res, 200))
 			}
 		}
+		if err != nil && e.Ctx.Err() != nil {
+			// The run stopped (its deadline, the test's): no failure of the
+			// server's, and no availability finding.
+			e.T.Fatalf("ping of %s: the run stopped: %v", t.Name, e.Ctx.Err())
+		}
 		if err != nil {
 			l.Failed++
 			if l.FirstErr == "" {

@@ -224,6 +224,11 @@ func (e *Env) timeTurns(nb *neighbour, n int, loaded bool) error {
 		case err != nil && !loaded:
 			e.ExpectSnapshots(t, -1)
 			return fmt.Errorf("baseline turn of %s: %w", t.Name, err)
+		case err != nil && e.Ctx.Err() != nil:
+			// The run stopped (its deadline, the test's): no failure of the
+			// server's, and no availability finding.
+			e.ExpectSnapshots(t, -1)
+			return fmt.Errorf("turn of %s under the flood: the run stopped: %w", t.Name, e.Ctx.Err())
 		case err != nil:
 			e.ExpectSnapshots(t, -1)
 			l.Failed++
