@@ -248,7 +248,13 @@ func TestTheDeadlineStopsTheRun(t *testing.T) {
 	var cert *certificate.Certificate
 	run(r, func() { cert = certify.RunT(r, agentdTarget(), certify.Options{Parallel: 2, LookupEnv: noEnv}) })
 	require.NotNil(t, cert)
-	require.Equal(t, certificate.Failed, cert.Verdict)
+	var found []string
+	for _, sc := range cert.Scenarios {
+		for _, f := range sc.Findings() {
+			found = append(found, sc.ID+": "+f.String())
+		}
+	}
+	require.Equal(t, certificate.Failed, cert.Verdict, "a run the deadline stopped is failed, not judged; its findings: %q", found)
 	require.Contains(t, cert.Error, "stopped before the test's deadline")
 	require.True(t, r.Failed())
 	require.Contains(t, strings.Join(r.errors, "\n"), "stopped before the test's deadline")
