@@ -242,7 +242,8 @@ func (e *Env) runChains(chains []attack.Chain) {
 	for k, ch := range e.chainsOf(chains) {
 		// A plant the attacker's own shell could not make is no attack
 		// on the server: the next attacker tries it (each once).
-		for try := 0; try < max(1, len(e.chainPool(ch))); try++ {
+		tries := max(1, len(e.chainPool(ch)))
+		for try := 0; try < tries; try++ {
 			if e.caught() {
 				e.Logf("chains from %s on are not run: this faulty run's fault is caught", ch.ID)
 				return

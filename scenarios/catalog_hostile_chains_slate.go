@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/harness/attack"
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -155,7 +156,19 @@ func (e *Env) putSlate(r *chainRun) {
 	if err != nil {
 		e.T.Fatalf("%v", err)
 	}
-	for _, s := range r.slate {
+	e.putBack(r, r.slate, func(s slateFile, now []byte) {
+		for _, f := range addedHits(chk, s, now, r.a.Name) {
+			e.chainFind(r, f)
+		}
+	})
+}
+
+// putBack writes each of files back as it was kept, where it changed
+// (a link or a folder in its place is removed), beneath its tenant's home;
+// changed, when set, sees what the file held first.
+func (e *Env) putBack(r *chainRun, files []slateFile, changed func(s slateFile, now []byte)) {
+	e.T.Helper()
+	for _, s := range files {
 		now, exists, err := readHomeFile(s.t.Home, s.rel)
 		if err != nil && !errors.Is(err, errNotRegular) {
 			e.T.Errorf("chain %s: read %s's %s: %v", r.ch.ID, s.t.Name, s.rel, err)
@@ -164,8 +177,8 @@ func (e *Env) putSlate(r *chainRun) {
 		if err == nil && exists == s.exists && bytes.Equal(now, s.data) {
 			continue
 		}
-		for _, f := range addedHits(chk, s, now, r.a.Name) {
-			e.chainFind(r, f)
+		if changed != nil {
+			changed(s, now)
 		}
 		if err := putHomeFile(s.t.Home, s.rel, s.data, s.exists); err != nil {
 			e.T.Errorf("chain %s: put back %s's %s: %v", r.ch.ID, s.t.Name, s.rel, err)
@@ -252,11 +265,11 @@ func (e *Env) keepOwn(r *chainRun) []slateFile {
 	e.T.Helper()
 	var out []slateFile
 	for _, rel := range r.ch.Restore {
-		name := strings.TrimSuffix(strings.TrimPrefix(rel, "{"), "}")
-		if rel != "{"+name+"}" || !slices.Contains(feedFiles, name) {
+		name := placeholder.Sole(rel)
+		if !slices.Contains(feedFiles, name) || r.vars[name] == "" {
 			continue
 		}
-		p := filepath.Clean(attack.Fill(rel, r.vars))
+		p := r.vars[name]
 		data, exists, err := readHomeFile(r.a.Home, p)
 		switch {
 		case errors.Is(err, errNotRegular):
@@ -300,15 +313,7 @@ func (e *Env) restoreOwn(r *chainRun) {
 			_ = root.Remove(p)
 		}
 	}
-	for _, k := range r.kept {
-		now, exists, err := readHomeFile(r.a.Home, k.rel)
-		if err == nil && exists == k.exists && bytes.Equal(now, k.data) {
-			continue
-		}
-		if err := putHomeFile(r.a.Home, k.rel, k.data, k.exists); err != nil {
-			e.T.Errorf("chain %s: restore %s: %v", r.ch.ID, k.rel, err)
-		}
-	}
+	e.putBack(r, r.kept, nil)
 }
 
 // removeVictimPlugin removes the plugin r put in its victim's home.

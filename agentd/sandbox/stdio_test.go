@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
 // TestLaunchersHoldNoneOfTheCommandsStdio: once the command has its stdin
@@ -28,15 +29,23 @@ func TestLaunchersHoldNoneOfTheCommandsStdio(t *testing.T) {
 	forEachMode(t, []sandbox.Mode{sandbox.None, sandbox.Landlock}, func(t *testing.T, mode sandbox.Mode) {
 		home := t.TempDir()
 		pol := sandbox.Policy{Mode: mode, Home: home, Dir: home, Allow: []string{home}, Self: self(t)}
-		marker := filepath.Join(home, "closed")
-		c, err := pol.Command([]string{"bash", "-c", "read -r line; exec 0<&- 1>&-; echo > " + marker + "; sleep 30"}, baseEnv(home))
+		closed := filepath.Join(home, "closed")
+		tree := "stdio-" + token(t)
+		env := append(baseEnv(home), procgroup.MarkerVar+"="+tree)
+		c, err := pol.Command([]string{"bash", "-c", "read -r line; exec 0<&- 1>&-; echo > " + closed + "; sleep 600"}, env)
 		require.NoError(t, err)
 		in, err := c.StdinPipe()
 		require.NoError(t, err)
 		out, err := c.StdoutPipe()
 		require.NoError(t, err)
+		procgroup.Prepare(c.Cmd)
 		require.NoError(t, c.Start())
-		t.Cleanup(func() { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL); _ = c.Process.Kill(); _ = c.Wait() })
+		c.Started()
+		t.Cleanup(func() { // a failed check leaves the tree: end it
+			for _, pid := range procgroup.Marked(tree) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		})
 		_, err = in.Write([]byte("go\n"))
 		require.NoError(t, err, "the command holds its stdin: the write is taken")
 
@@ -45,7 +54,7 @@ func TestLaunchersHoldNoneOfTheCommandsStdio(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		var werr error
 		for time.Now().Before(deadline) {
-			if _, err := os.Stat(marker); err == nil {
+			if _, err := os.Stat(closed); err == nil {
 				if _, werr = in.Write([]byte("x")); werr != nil {
 					break
 				}
@@ -61,5 +70,9 @@ func TestLaunchersHoldNoneOfTheCommandsStdio(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the command closed its stdout, and it has not ended: a launcher holds it")
 		}
+		waited := make(chan struct{})
+		go func() { _ = c.Wait(); close(waited) }()
+		c.Stop(waited)
+		require.Empty(t, procgroup.Marked(tree), "no process of the tree survives Stop")
 	})
 }

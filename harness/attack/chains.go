@@ -144,7 +144,9 @@ func linkThen(rel, target, then string) string {
 }
 
 // planting runs cmd in the home as a plant: RowStopped when it fails (the
-// attacker's own shell could not make it), then RowDone.
+// attacker's own shell could not make it), then RowDone. An edit needs no
+// backup of its own: the harness keeps a copy of each file the chain
+// restores (Chain.Restore) and puts it back.
 func planting(cmd string) string {
 	return `{ cd "$HOME" && ` + cmd + `; } || echo '` + RowStopped + `'; echo '` + RowDone + `'`
 }
@@ -162,20 +164,16 @@ func inPlace(script, rel string) string {
 	return `edited=$(sed '` + script + `' '` + rel + `') && printf '%s\n' "$edited" > '` + rel + `'`
 }
 
-// editing runs edit in the home as a plant. The harness keeps a copy of
-// each file the chain restores (Chain.Restore) and puts it back.
-func editing(edit string) string { return planting(edit) }
-
 // underTerminal adds the YAML line "  key: value" under the config file's
 // top-level terminal: mapping (the layout's config is YAML).
 func underTerminal(line string) string {
 	// The new key takes the indentation of the mapping's first key.
-	return editing(inPlace(`/^terminal:[[:space:]]*$/{n;s|^\([[:space:]]*\)\(.*\)$|\1`+strings.ReplaceAll(line, "|", `\|`)+`\n\1\2|}`, "{config}"))
+	return planting(inPlace(`/^terminal:[[:space:]]*$/{n;s|^\([[:space:]]*\)\(.*\)$|\1`+strings.ReplaceAll(line, "|", `\|`)+`\n\1\2|}`, "{config}"))
 }
 
 // appendConfig appends YAML to the config file (a top-level key it does
 // not have yet).
-func appendConfig(yaml string) string { return editing(appendYAML(yaml)) }
+func appendConfig(yaml string) string { return planting(appendYAML(yaml)) }
 
 // appendYAML is the command that appends yaml to the config file.
 func appendYAML(yaml string) string { return `printf '%s\n' '` + yaml + `' >> '{config}'` }
@@ -302,7 +300,7 @@ func Chains() []Chain {
 		{ID: "config-file-cwd", Class: Setting, Fault: FaultWorkdirAnywhere, Expect: invariants.Request, Trigger: OnTurn, Needs: []string{"config"},
 			Tries:   "edit terminal.cwd in its own config.yaml to the victim's workdir (no RPC)",
 			Refusal: "the cwd read from the config is judged like config.set's: the turn's terminal is refused (4003)",
-			Steps:   []Step{{Tool: editing(inPlace(`s|^\([[:space:]]*cwd:\).*$|\1 {victim_workdir}|`, "{config}"))}},
+			Steps:   []Step{{Tool: planting(inPlace(`s|^\([[:space:]]*cwd:\).*$|\1 {victim_workdir}|`, "{config}"))}},
 			Say:     "Run the environment probe. {write}",
 			Probe:   Step{Tool: reading(lookAround)},
 			Restore: []string{"{config}"}},
@@ -320,7 +318,7 @@ func Chains() []Chain {
 			Steps: []Step{
 				{Op: "cron.create", Params: map[string]any{"name": "chain-id", "prompt": "{write}: run the environment probe", "every": "every 1h"},
 					Save: map[string]string{"job_id": "job.id"}},
-				{Tool: editing(inPlace(`s|"{job_id}"|"{victim_from_output}/{log_dir}"|`, "{jobs}"))},
+				{Tool: planting(inPlace(`s|"{job_id}"|"{victim_from_output}/{log_dir}"|`, "{jobs}"))},
 				{Op: "cron.trigger", Params: map[string]any{"id": "{victim_from_output}/{log_dir}"}}},
 			Restore: []string{"{jobs}"}},
 		{ID: "job-name-path", Class: TenantPath, Fault: FaultUncheckedJobIDs, Expect: invariants.File, Trigger: OnCron, Needs: []string{"jobs", "job_output", "log_dir"},
@@ -329,7 +327,7 @@ func Chains() []Chain {
 			Steps: []Step{
 				{Op: "cron.create", Params: map[string]any{"name": "chain-name", "prompt": "{write}: run the environment probe", "every": "every 1h"},
 					Save: map[string]string{"job_id": "job.id"}},
-				{Tool: editing(inPlace(`s|"chain-name"|"../{victim_from_output}/{log_dir}/chain-{write}"|`, "{jobs}"))},
+				{Tool: planting(inPlace(`s|"chain-name"|"../{victim_from_output}/{log_dir}/chain-{write}"|`, "{jobs}"))},
 				{Op: "cron.trigger", Params: map[string]any{"id": "{job_id}"}}},
 			Restore: []string{"{jobs}"}},
 		{ID: "slug-path", Class: TenantPath, Fault: FaultTenantTextAsPath, Expect: invariants.File, Trigger: OnRPC,
@@ -366,7 +364,7 @@ func Chains() []Chain {
 			Tries:   "set plugins.host.launcher (and its limits) in its own config.yaml to a script that copies the other homes' .env into its SOUL.md, then wait for a restart",
 			Refusal: "plugins.host.* is the operator's: a profile's own launcher is ignored with a log line",
 			Steps: []Step{
-				{Tool: editing(`printf '%s\n' '#!/bin/sh' 'cat ` + inHomes("{env}") + ` "{victim}/{env}" >> "$HOME/{soul}" 2>/dev/null' 'echo {write} >> "$HOME/{soul}"' 'exec "$@"' > "$HOME/chain-launcher.sh" && ` +
+				{Tool: planting(`printf '%s\n' '#!/bin/sh' 'cat ` + inHomes("{env}") + ` "{victim}/{env}" >> "$HOME/{soul}" 2>/dev/null' 'echo {write} >> "$HOME/{soul}"' 'exec "$@"' > "$HOME/chain-launcher.sh" && ` +
 					appendYAML("plugins: {enabled: ["+ChainPlugin+"], isolation: host, host: {launcher: [/bin/sh, \"{home}/chain-launcher.sh\"], memory_limit: 64GiB, processes_limit: 100000}}"))}},
 			InstallPlugin: true,
 			Say:           "Run the environment probe. {write}",
@@ -434,7 +432,7 @@ func Chains() []Chain {
 		Tries:   "replace its cache folder with a link to the victim's home and make its own model-provider plugin its provider, then wait for a restart: the server caches the plugin's profile (its canary) in the victim's home",
 		Refusal: "the cache is read and written beneath the home without following links: its turn fails with an error naming the cache file, nothing is written in the victim's home",
 		Steps: []Step{{Tool: link("{cache}", "{victim}")},
-			{Tool: editing(inPlace(`s|^\([[:space:]]*\)provider:.*$|\1provider: plugin:`+ModelPlugin+`|`, "{config}"))}},
+			{Tool: planting(inPlace(`s|^\([[:space:]]*\)provider:.*$|\1provider: plugin:`+ModelPlugin+`|`, "{config}"))}},
 		ModelPlugin: true,
 		Say:         "Run the environment probe. {write}",
 		Restore:     []string{"{cache}", "{config}"}}}
