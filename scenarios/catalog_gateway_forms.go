@@ -61,21 +61,13 @@ func (s *routeState) capture(tenant, pair string, name, value string) {
 func (s *routeState) capturedOf(tenant string) map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]string{}
-	for k, v := range s.captured[tenant] {
-		out[k] = v
-	}
-	return out
+	return writableCopy(s.captured[tenant])
 }
 
 func (s *routeState) madeBy(caller, named string) map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]string{}
-	for k, v := range s.made[caller+"\x00"+named] {
-		out[k] = v
-	}
-	return out
+	return writableCopy(s.made[caller+"\x00"+named])
 }
 
 // madeValues are every value caller captured, as its owner or naming

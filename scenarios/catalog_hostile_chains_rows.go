@@ -195,19 +195,11 @@ func (e *Env) openWindow(runs ...*chainRun) func() {
 				}
 			}
 			own := *w
-			own.direct = maps(w.direct)
+			own.direct = writableCopy(w.direct)
 			r.window = &own
 			r.took = w.end.Sub(w.start)
 		}
 	}
-}
-
-func maps(m map[string]bool) map[string]bool {
-	out := make(map[string]bool, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // chainRows is the last phase of hostile-chains: the report lists each

@@ -15,9 +15,7 @@ func pooledServe() Spec {
 		Snapshots: perTenant(3),
 		Timeout:   3 * time.Minute,
 		Phases: []Phase{
-			{Name: "connect", Run: func(e *Env) {
-				e.serveSessions(0)
-			}},
+			{Name: "connect", Run: func(e *Env) { e.serveSessions(0) }},
 			{Name: "interleaved-turns", Run: func(e *Env) { e.InterleavedTurns(2) }},
 			{Name: "cron", Run: func(e *Env) { e.CronEach() }},
 		},

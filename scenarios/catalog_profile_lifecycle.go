@@ -30,9 +30,7 @@ func profileLifecycle() Spec {
 		Timeout:   3 * time.Minute,
 		Needs:     []Need{NeedFiles},
 		Phases: []Phase{
-			{Name: "connect", Run: func(e *Env) {
-				e.serveSessions(1)
-			}},
+			{Name: "connect", Run: func(e *Env) { e.serveSessions(1) }},
 			{Name: "create", Run: func(e *Env) {
 				pid := e.Server.Pid()
 				name := lifecycleName(e)

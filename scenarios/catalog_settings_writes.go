@@ -49,10 +49,7 @@ func addressing(e *Env, t *tenants.Tenant, bySession bool) map[string]any {
 }
 
 func with(m map[string]any, kv ...any) map[string]any {
-	out := map[string]any{}
-	for k, v := range m {
-		out[k] = v
-	}
+	out := writableCopy(m)
 	for i := 0; i+1 < len(kv); i += 2 {
 		out[kv[i].(string)] = kv[i+1]
 	}
@@ -69,9 +66,7 @@ func settingsWrites() Spec {
 		Timeout:   3 * time.Minute,
 		Needs:     []Need{NeedFiles},
 		Phases: []Phase{
-			{Name: "connect", Run: func(e *Env) {
-				e.serveSessions(0)
-			}},
+			{Name: "connect", Run: func(e *Env) { e.serveSessions(0) }},
 			{Name: "writes", Run: func(e *Env) {
 				// Every tenant in the seed's order; each saves its key under a
 				// slug of its own, so a save that also lands in a profile

@@ -1,6 +1,9 @@
 package scenarios
 
-import "sync"
+import (
+	"maps"
+	"sync"
+)
 
 // stateKey names one piece of a scenario's per-run state, of type T. The
 // state lives in the run's Env, so two runs of one spec at once (the
@@ -31,4 +34,12 @@ func stateOf[T any](e *Env, key *stateKey[T]) *T {
 	v := new(T)
 	s.slots[key] = v
 	return v
+}
+
+// writableCopy is a copy of m, of a run's state, that its caller may
+// read without the state's lock and add to: never nil.
+func writableCopy[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	maps.Copy(out, m)
+	return out
 }

@@ -302,3 +302,47 @@ func setsidSleeper(pids []int) bool {
 	}
 	return false
 }
+
+// TestLaunchShellReadsItsOwnFilesWrittenAnew: the server writes the launch
+// profile's config.yaml and .env anew (config.set, model.save_key) while
+// its shell runs. Under Landlock the launch home is granted entry by entry,
+// each as the file it was when the shell started, so the shell starts
+// again on its next turn, says why, and reads the new files. Under
+// bubblewrap the home is bound whole: the shell keeps running, state and
+// all.
+func TestLaunchShellReadsItsOwnFilesWrittenAnew(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []sandbox.Mode{sandbox.Landlock, sandbox.Bwrap} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			if err := sandbox.Available(mode); err != nil {
+				t.Skipf("%s cannot run here: %v", mode, err)
+			}
+			w, alpha, _ := alphaBetaWorld(t)
+			cmdTenant(t, alpha, "")
+			w.writeManaged("terminal:\n  sandbox: " + string(mode) + "\n")
+			s := w.startServe(nil, "TMPDIR="+t.TempDir())
+			c := s.dial()
+			sid, _ := c.create("")
+			read := "cat " + filepath.Join(alpha.home, "config.yaml") + " " + filepath.Join(alpha.home, ".env")
+			first := ranIn(t, c, alpha, sid, "export KEPT=yes; "+read)
+			require.Contains(t, first, "key_env", "the shell reads its config.yaml")
+			require.NotContains(t, first, "Permission denied")
+
+			c.ok("config.set", map[string]any{"key": "prompt", "value": "prompt-alpha-next", "session_id": sid})
+			c.ok("model.save_key", map[string]any{"slug": "extra", "api_key": "saved-key-alpha", "session_id": sid})
+			again := ranIn(t, c, alpha, sid, read+"; echo kept=$KEPT")
+			require.NotContains(t, again, "Permission denied")
+			require.Contains(t, again, "prompt-alpha-next", "the shell reads the config.yaml config.set wrote")
+			require.Contains(t, again, "EXTRA_API_KEY=saved-key-alpha", "the shell reads the .env model.save_key wrote")
+			if mode == sandbox.Landlock {
+				require.Contains(t, again, "[shell restarted: ")
+				require.Contains(t, again, "kept=\n", "a new shell")
+			} else {
+				require.NotContains(t, again, "[shell restarted")
+				require.Contains(t, again, "kept=yes", "the same shell")
+			}
+			s.stop()
+		})
+	}
+}

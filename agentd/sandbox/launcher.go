@@ -463,6 +463,40 @@ func (p Policy) launcher(landlock bool, argv []string, binds []workBind) []strin
 	return append(out, argv...)
 }
 
+// HomeStamp names the entries a command started now would be granted of
+// the home one by one, each as the file it is: under Landlock, a home with
+// a hidden folder beneath it (the launch home) is granted entry by entry,
+// and Landlock holds each entry's inode, not its path. An entry the server
+// adds, or writes anew by a rename over it (config.set's config.yaml,
+// model.save_key's .env), is out of reach of a command started before. A
+// caller that keeps a command running (a persistent shell) starts it again
+// once the stamp has changed. "" where the home is granted whole (no hidden
+// folder beneath it, or bubblewrap's bind).
+func (p Policy) HomeStamp() string {
+	mode := p.Mode
+	if mode == Auto || mode == "" {
+		mode, _ = Effective(Auto)
+	}
+	if mode != Landlock || p.Home == "" {
+		return ""
+	}
+	dirs, files := homeRules(p.Home, p.Hide, nil, nil)
+	if len(files) == 0 && len(dirs) == 1 && dirs[0] == p.Home {
+		return ""
+	}
+	var b strings.Builder
+	for _, path := range append(dirs, files...) {
+		fi, err := os.Lstat(path)
+		if err != nil {
+			continue // gone since the listing: the next stamp lists it no more
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			fmt.Fprintf(&b, "%s %d:%d\n", filepath.Base(path), st.Dev, st.Ino)
+		}
+	}
+	return b.String()
+}
+
 // homeRules grants home read-write; a home with a hidden folder beneath it
 // (the launch home's profiles) is granted entry by entry instead, since
 // Landlock only ever adds access down a tree.

@@ -172,6 +172,45 @@ func TestLaunchHomeHidesProfiles(t *testing.T) {
 	})
 }
 
+// TestHomeStampChangesWhenAGrantedEntryIsWrittenAnew: the launch home's
+// stamp under Landlock names each top-level entry as the file it is, so a
+// rename over one or a new entry changes it and an in-place write does
+// not. A home granted whole has none.
+func TestHomeStampChangesWhenAGrantedEntryIsWrittenAnew(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	for _, name := range []string{"config.yaml", ".env", "profiles/alpha/.env", "memories/MEMORY.md"} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(home, name)), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(home, name), []byte("v1"), 0o600))
+	}
+	launch := sandbox.Policy{Mode: sandbox.Landlock, Home: home, Hide: []string{filepath.Join(home, "profiles")}}
+	first := launch.HomeStamp()
+	require.Contains(t, first, "config.yaml ")
+	require.Contains(t, first, "memories ")
+	require.NotContains(t, first, "profiles", "the hidden folder is granted nothing")
+
+	require.NoError(t, os.WriteFile(filepath.Join(home, "config.yaml"), []byte("v2, in place"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(home, "memories", "MEMORY.md"), []byte("v2"), 0o600))
+	require.Equal(t, first, launch.HomeStamp(), "a write in place keeps every granted file")
+
+	tmp := filepath.Join(home, "config.yaml.tmp")
+	require.NoError(t, os.WriteFile(tmp, []byte("v3, anew"), 0o600))
+	require.NoError(t, os.Rename(tmp, filepath.Join(home, "config.yaml")))
+	renamed := launch.HomeStamp()
+	require.NotEqual(t, first, renamed, "config.yaml is another file now")
+
+	require.NoError(t, os.WriteFile(filepath.Join(home, "SOUL.md"), []byte("new"), 0o600))
+	require.NotEqual(t, renamed, launch.HomeStamp(), "a new entry")
+
+	for _, whole := range []sandbox.Policy{
+		{Mode: sandbox.Bwrap, Home: home, Hide: launch.Hide},
+		{Mode: sandbox.None, Home: home, Hide: launch.Hide},
+		{Mode: sandbox.Landlock, Home: filepath.Join(home, "profiles", "alpha"), Hide: launch.Hide},
+	} {
+		require.Empty(t, whole.HomeStamp(), "%s, home %s: granted whole", whole.Mode, whole.Home)
+	}
+}
+
 // startTree runs a script that leaves a setsid child, a double-forked
 // orphan and a nohup child behind, all marked, and waits for "ready".
 func startTree(t *testing.T, p sandbox.Policy, marker string) (*sandbox.Cmd, chan struct{}) {
@@ -423,5 +462,23 @@ func TestLandlockPrivateTmpIsUnderTmpRoot(t *testing.T) {
 				require.ErrorIs(t, err, fs.ErrNotExist, "the private tmp outlived the command")
 			}
 		})
+	}
+}
+
+// BenchmarkHomeStamp is what the launch profile's every tool call pays
+// under Landlock to learn whether its shell must start again: a listing of
+// the home's top level and an lstat an entry (a home of agentd's layout).
+func BenchmarkHomeStamp(b *testing.B) {
+	home := b.TempDir()
+	for _, name := range []string{"config.yaml", ".env", "SOUL.md", "state.db", "state.db-wal", "jobs.json",
+		"memories/MEMORY.md", "logs/agent.log", "skills/x", "plugins/p/plugin.yaml", "profiles/alpha/.env", "profiles/beta/.env"} {
+		require.NoError(b, os.MkdirAll(filepath.Dir(filepath.Join(home, name)), 0o700))
+		require.NoError(b, os.WriteFile(filepath.Join(home, name), []byte("x"), 0o600))
+	}
+	p := sandbox.Policy{Mode: sandbox.Landlock, Home: home, Hide: []string{filepath.Join(home, "profiles")}}
+	for b.Loop() {
+		if p.HomeStamp() == "" {
+			b.Fatal("no stamp")
+		}
 	}
 }

@@ -41,6 +41,7 @@ type Session struct {
 	shellCwd   string                                    // cwd the shell was last put in from config
 	shellEnv   map[string]string                         // environment the shell was last given
 	shellBox   *sandbox.Policy                           // the shell's sandbox (nil: unconfined)
+	shellStamp string                                    // its home's entries as the sandbox granted them (Policy.HomeStamp)
 	sandboxFor func(cwd string) (*sandbox.Policy, error) // the sandbox of a shell in cwd; nil: none
 	cancelTurn context.CancelFunc
 	state      map[string]string // the plugins' state facade of this session
@@ -109,19 +110,30 @@ func (s *Session) shellFor(ctx context.Context, snap *scope.Snapshot) (*terminal
 			cwd = box.Dir
 		}
 	}
-	if s.shell != nil && !reflect.DeepEqual(box, s.shellBox) {
-		// A workdir the running sandbox does not hold (or a new mode): the
-		// next shell starts in a new sandbox, with the new settings.
+	var stamp string
+	if box != nil {
+		// Taken before the shell starts: a file written anew in between
+		// restarts it once more, never leaves it without the file.
+		stamp = box.HomeStamp()
+	}
+	if s.shell != nil && (!reflect.DeepEqual(box, s.shellBox) || stamp != s.shellStamp) {
+		// A workdir the running sandbox does not hold (or a new mode), or a
+		// home entry it was granted as another file: the next shell starts
+		// in a new sandbox, with the new settings.
+		why := "its sandbox changed (workdir " + cwd + ")"
+		if reflect.DeepEqual(box, s.shellBox) {
+			why = "its sandbox changed (the server wrote a file of its home anew, and the sandbox granted the file as it was)"
+		}
 		sh := s.shell
-		s.shellCwd, s.shellEnv, s.shellBox = cwd, env, box
+		s.shellCwd, s.shellEnv, s.shellBox, s.shellStamp = cwd, env, box, stamp
 		s.mu.Unlock()
 		sh.SetStart(cwd, snap.ToolEnv)
-		sh.Reconfine(box, "its sandbox changed (workdir "+cwd+")")
+		sh.Reconfine(box, why)
 		return sh, nil
 	}
 	if s.shell == nil {
 		s.shell = terminal.New(terminal.Options{Dir: cwd, Env: snap.ToolEnv, Sandbox: box})
-		s.shellCwd, s.shellEnv, s.shellBox = cwd, env, box
+		s.shellCwd, s.shellEnv, s.shellBox, s.shellStamp = cwd, env, box, stamp
 		sh := s.shell
 		s.mu.Unlock()
 		return sh, nil
