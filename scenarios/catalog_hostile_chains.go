@@ -253,7 +253,7 @@ func (e *Env) runChains(chains []attack.Chain) {
 			if r == nil {
 				break
 			}
-			closeWindow := e.openWindow(r)
+			win := e.openWindow(r)
 			e.beginRow(r)
 			if e.plant(r) {
 				e.trigger(r)
@@ -261,7 +261,7 @@ func (e *Env) runChains(chains []attack.Chain) {
 			}
 			e.restore(r)
 			e.putSlate(r)
-			closeWindow()
+			win.close()
 			e.Logf("chain %s by %s against %s in %v: %s", ch.ID, a.Name, v.Name, r.took.Round(time.Millisecond), r.outcome)
 			if !r.stopped {
 				break

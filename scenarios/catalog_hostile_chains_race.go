@@ -54,8 +54,8 @@ func (e *Env) raceChain(ch attack.Chain) {
 	st := stateOf(e, chainsKey)
 	run := &chainRun{ch: ch, a: g, v: g, phase: st.phase}
 	st.runs = append(st.runs, run)
-	closeWindow := e.openWindow(run)
-	defer closeWindow()
+	win := e.openWindow(run)
+	defer win.close()
 	admin := e.DialOperator(e.Server)
 	e.Call(admin, "profiles.create", map[string]any{"name": name}, nil)
 	rounds := raceRounds()

@@ -71,8 +71,9 @@ func (e *Env) markEvidence() evidenceMark {
 	return m
 }
 
-// windowOf is the evidence between two marks.
-func windowOf(from, to evidenceMark) *chainWindow {
+// windowOf is the evidence between two marks. A file of gone (it went
+// between them, and came again) is added in the window.
+func windowOf(from, to evidenceMark, gone map[string]bool) *chainWindow {
 	w := &chainWindow{start: from.at, end: to.at, reqs: map[string][2]int{}, frames: map[string][2]int{}, files: map[string][2]int64{}, direct: map[string]bool{}}
 	for t, n := range to.reqs {
 		w.reqs[t] = [2]int{from.reqs[t], n}
@@ -82,7 +83,7 @@ func windowOf(from, to evidenceMark) *chainWindow {
 	}
 	for p, a := range to.files {
 		switch b, ok := from.files[p]; {
-		case !ok:
+		case !ok || gone[p]:
 			w.files[p] = [2]int64{-1, a.Size}
 		case b != a:
 			w.files[p] = [2]int64{b.Size, a.Size}
@@ -183,22 +184,69 @@ func (e *Env) chainFind(r *chainRun, f invariants.Finding) {
 	e.Find(f)
 }
 
-// openWindow starts the windows of runs (a round of a restart shares one).
-func (e *Env) openWindow(runs ...*chainRun) func() {
-	from := e.markEvidence()
-	return func() {
-		w := windowOf(from, e.markEvidence())
-		for _, r := range runs {
-			if r.window != nil {
-				for k := range r.window.direct {
-					w.direct[k] = true
-				}
-			}
-			own := *w
-			own.direct = writableCopy(w.direct)
-			r.window = &own
-			r.took = w.end.Sub(w.start)
+// rowsWindow is the window of runs (a round of a restart shares one)
+// while it is open.
+type rowsWindow struct {
+	e    *Env
+	from evidenceMark
+	runs []*chainRun
+	gone map[string]bool // home files that went while it was open (serverDown)
+}
+
+// openWindow starts the windows of runs.
+func (e *Env) openWindow(runs ...*chainRun) *rowsWindow {
+	return &rowsWindow{e: e, from: e.markEvidence(), runs: runs, gone: map[string]bool{}}
+}
+
+// serverDown notes, with the server stopped, the home files that went
+// since the window opened (a WAL a clean stop removes): one there again at
+// the close is a new file, added in the window (windowOf), and no earlier
+// window of the phase holds a hit in it any more (forgetWent).
+func (w *rowsWindow) serverDown() {
+	for p := range wentBetween(w.from, w.e.markEvidence()) {
+		w.gone[p] = true
+	}
+	st := stateOf(w.e, chainsKey)
+	forgetWent(st.runs, st.phase, w.gone)
+}
+
+// wentBetween is the files of from that now lacks.
+func wentBetween(from, now evidenceMark) map[string]bool {
+	gone := map[string]bool{}
+	for p := range from.files {
+		if _, ok := now.files[p]; !ok {
+			gone[p] = true
 		}
+	}
+	return gone
+}
+
+// forgetWent drops the files of gone from the windows of the phase's runs
+// closed so far: the phase's scan reads the files made again since, and
+// the offsets those windows measured were of the ones that went.
+func forgetWent(runs []*chainRun, phase string, gone map[string]bool) {
+	for _, r := range runs {
+		if r.window != nil && r.phase == phase {
+			for p := range gone {
+				delete(r.window.files, p)
+			}
+		}
+	}
+}
+
+// close ends the windows.
+func (w *rowsWindow) close() {
+	cw := windowOf(w.from, w.e.markEvidence(), w.gone)
+	for _, r := range w.runs {
+		if r.window != nil {
+			for k := range r.window.direct {
+				cw.direct[k] = true
+			}
+		}
+		own := *cw
+		own.direct = writableCopy(cw.direct)
+		r.window = &own
+		r.took = cw.end.Sub(cw.start)
 	}
 }
 

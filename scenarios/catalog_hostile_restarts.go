@@ -160,7 +160,7 @@ func (e *Env) restartChains(chains []attack.Chain) {
 // victim's next turn, and restores them all.
 func (e *Env) restartRound(rd *restartRound) {
 	e.T.Helper()
-	closeWindow := e.openWindow(rd.runs...)
+	win := e.openWindow(rd.runs...)
 	began := time.Now()
 	var lap []string
 	took := func(what string) {
@@ -183,6 +183,7 @@ func (e *Env) restartRound(rd *restartRound) {
 			e.StopServe(e.Server)
 		}
 		t1 := time.Now()
+		win.serverDown()
 		// With the server down, nothing holds a victim's file of the last
 		// round open any more: what it wrote there since is that round's,
 		// and the file is put back again. What this round's rows start from
@@ -252,7 +253,7 @@ func (e *Env) restartRound(rd *restartRound) {
 		e.putSlate(r)
 	}
 	stateOf(e, chainsKey).held = runs
-	closeWindow()
+	win.close()
 	took("restored in")
 	for _, r := range rd.runs {
 		e.Logf("chain %s by %s against %s: %s", r.ch.ID, r.a.Name, r.v.Name, r.outcome)

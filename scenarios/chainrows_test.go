@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -143,6 +144,57 @@ func TestAttributeChainsCreditsOnlyTheRowsOwnEffect(t *testing.T) {
 }
 
 func intp(i int) *int { return &i }
+
+// TestARoundHoldsNothingOfAFileMadeAgainSince: a clean stop removes a
+// WAL, and the next round's server makes it again, so the same offsets
+// name other bytes. A hit in the new WAL is the later round's, whose
+// window has the file added, never an earlier round's whose window
+// measured the file that went. The positive control: not told the file
+// went (as before the fix, a Landlock-only run's case), the earlier round
+// is credited with the later one's leak and the later one with nothing.
+func TestARoundHoldsNothingOfAFileMadeAgainSince(t *testing.T) {
+	alpha, beta, dflt := &tenants.Tenant{Name: "alpha"}, &tenants.Tenant{Name: "beta"}, &tenants.Tenant{Name: "default"}
+	const wal = "/h/default/state.db-wal"
+	mark := func(size int64) evidenceMark {
+		m := evidenceMark{reqs: map[string]int{}, frames: map[string]int{}, files: map[string]invariants.Entry{}}
+		if size >= 0 {
+			m.files[wal] = invariants.Entry{Size: size, ModTime: time.Unix(size, 0)}
+		}
+		return m
+	}
+	clean := &staleSet{feed: map[string]bool{}, files: map[string]map[string]bool{}}
+	hit := invariants.Finding{Invariant: invariants.File, Tenant: "default", Owner: "alpha", Kind: tenants.Reply,
+		Where: invariants.Where{Path: wal, Offset: intp64(87658)}}
+	for _, noted := range []bool{true, false} {
+		// Round 1: default's row; its WAL grows from 50,000 to 100,000
+		// bytes. Round 2: alpha's row into default's database; the stop
+		// removes the WAL, and it grows again to 90,000 bytes.
+		earlier := &chainRun{ch: attack.Chain{ID: "link-cache"}, a: dflt, v: beta, phase: "restart", stale: clean}
+		later := &chainRun{ch: attack.Chain{ID: "persist-state"}, a: alpha, v: dflt, phase: "restart", stale: clean}
+		runs := []*chainRun{earlier, later}
+		earlier.window = windowOf(mark(50000), mark(100000), nil)
+		gone := map[string]bool{}
+		if noted {
+			gone = wentBetween(mark(100000), mark(-1))
+			require.Equal(t, map[string]bool{wal: true}, gone)
+			forgetWent(runs, "restart", gone)
+		}
+		later.window = windowOf(mark(100000), mark(90000), gone)
+		assert.Equal(t, !noted, earlier.holds(hit, nil), "the earlier round holds the hit (noted the WAL went: %v)", noted)
+		assert.Equal(t, noted, later.holds(hit, nil), "the later round holds the hit (noted the WAL went: %v)", noted)
+		// alpha's reply in its attacker's WAL is credited to default's row
+		// only when that row's window holds it.
+		found, _ := attributeChains([]PhaseReport{{Name: "restart", Findings: []invariants.Finding{hit}}}, runs, nil)
+		assert.Equal(t, !noted, found[0][invariants.File] == 1, "link-cache credited with alpha's reply (noted the WAL went: %v)", noted)
+	}
+	// An earlier phase's window keeps its files: its findings were
+	// scanned before the file went.
+	other := &chainRun{ch: attack.Chain{ID: "link-soul"}, a: beta, v: dflt, phase: "home-links", window: windowOf(mark(1), mark(2), nil)}
+	forgetWent([]*chainRun{other}, "restart", map[string]bool{wal: true})
+	assert.Contains(t, other.window.files, wal)
+}
+
+func intp64(i int64) *int64 { return &i }
 
 // TestHomeFilesFollowNoLink: the clean slate reads and puts back a home's
 // files beneath it, never through a link the tenant made (its target,
