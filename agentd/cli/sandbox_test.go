@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -325,24 +327,39 @@ func TestLaunchShellReadsItsOwnFilesWrittenAnew(t *testing.T) {
 			c := s.dial()
 			sid, _ := c.create("")
 			read := "cat " + filepath.Join(alpha.home, "config.yaml") + " " + filepath.Join(alpha.home, ".env")
-			first := ranIn(t, c, alpha, sid, "export KEPT=yes; "+read)
+			first := ranIn(t, c, alpha, sid, "export KEPT=yes; echo shellpid=$$; "+read)
 			require.Contains(t, first, "key_env", "the shell reads its config.yaml")
 			require.NotContains(t, first, "Permission denied")
 
 			c.ok("config.set", map[string]any{"key": "prompt", "value": "prompt-alpha-next", "session_id": sid})
 			c.ok("model.save_key", map[string]any{"slug": "extra", "api_key": "saved-key-alpha", "session_id": sid})
-			again := ranIn(t, c, alpha, sid, read+"; echo kept=$KEPT")
+			again := ranIn(t, c, alpha, sid, read+"; echo kept=$KEPT; echo shellpid=$$")
 			require.NotContains(t, again, "Permission denied")
 			require.Contains(t, again, "prompt-alpha-next", "the shell reads the config.yaml config.set wrote")
 			require.Contains(t, again, "EXTRA_API_KEY=saved-key-alpha", "the shell reads the .env model.save_key wrote")
-			if mode == sandbox.Landlock {
-				require.Contains(t, again, "[shell restarted: ")
-				require.Contains(t, again, "kept=\n", "a new shell")
-			} else {
+			if mode != sandbox.Landlock {
 				require.NotContains(t, again, "[shell restarted")
 				require.Contains(t, again, "kept=yes", "the same shell")
+				s.stop()
+				return
 			}
+			require.Contains(t, again, "[shell restarted: ")
+			require.Contains(t, again, "kept=\n", "a new shell")
+			// Landlock has no PID namespace: $$ is the shell's own pid. The
+			// shell the restart replaced is gone, and the new one goes with
+			// the server.
+			pids := shellPid.FindAllStringSubmatch(first+again, -1)
+			require.Len(t, pids, 2, "both shells said their pid")
+			old, _ := strconv.Atoi(pids[0][1])
+			next, _ := strconv.Atoi(pids[1][1])
+			require.NotEqual(t, old, next)
+			require.True(t, procgroup.Alive(next), "the live shell's pid %d is a pid of this machine", next)
+			require.Eventually(t, func() bool { return !procgroup.Alive(old) }, 10*time.Second, 10*time.Millisecond, "the replaced shell %d survived", old)
 			s.stop()
+			require.Eventually(t, func() bool { return !procgroup.Alive(next) }, 10*time.Second, 10*time.Millisecond, "the shell %d survived the server", next)
 		})
 	}
 }
+
+// shellPid is what a command that echoes shellpid=$$ printed.
+var shellPid = regexp.MustCompile(`shellpid=(\d+)`)
