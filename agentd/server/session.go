@@ -122,7 +122,7 @@ func (s *Session) shellFor(ctx context.Context, snap *scope.Snapshot) (*terminal
 		// in a new sandbox, with the new settings.
 		why := "its sandbox changed (workdir " + cwd + ")"
 		if reflect.DeepEqual(box, s.shellBox) {
-			why = "its sandbox changed (the server wrote a file of its home anew, and the sandbox granted the file as it was)"
+			why = "its sandbox changed (a file at its home's top level was made anew since the shell started, and the sandbox grants each as it was then)"
 		}
 		sh := s.shell
 		s.shellCwd, s.shellEnv, s.shellBox, s.shellStamp = cwd, env, box, stamp
