@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -169,26 +170,18 @@ func TestEnvAloneExcludesOtherScenarios(t *testing.T) {
 	excl.RLock() // this scenario's job
 	excl.RLock() // another scenario, running
 	e := &Env{excl: excl}
-	var mu sync.Mutex
-	var order []string
-	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	var order orderLog
 	measured := make(chan struct{})
 	go func() {
-		e.Alone(func() { note("measure") })
+		e.Alone(func() { order.note("measure") })
 		close(measured)
 	}()
 	// Alone is waiting for the other scenario: it ends, then Alone runs.
-	require.Eventually(t, func() bool {
-		if excl.TryRLock() {
-			excl.RUnlock()
-			return false
-		}
-		return true // a writer waits: new shares are held back
-	}, 10*time.Second, time.Millisecond, "Alone did not ask for the run to itself")
-	note("other ends")
+	require.Eventually(t, func() bool { return writerWaits(excl) }, 10*time.Second, time.Millisecond, "Alone did not ask for the run to itself")
+	order.note("other ends")
 	excl.RUnlock()
 	<-measured
-	require.Equal(t, []string{"other ends", "measure"}, order)
+	require.Equal(t, []string{"other ends", "measure"}, order.got())
 	// The job got its share back: a writer cannot get in until it ends.
 	require.False(t, excl.TryLock())
 	excl.RUnlock()
@@ -204,29 +197,49 @@ func TestYieldLetsAloneInBetweenPhases(t *testing.T) {
 	excl := &sync.RWMutex{}
 	excl.RLock() // a long scenario's job, mid-run
 	e := &Env{excl: excl}
-	var mu sync.Mutex
-	var order []string
-	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	var order orderLog
 	alone := make(chan struct{})
 	go func() {
 		excl.Lock() // noisy-neighbour's job
-		note("alone")
+		order.note("alone")
 		excl.Unlock()
 		close(alone)
 	}()
-	require.Eventually(t, func() bool {
-		if excl.TryRLock() {
-			excl.RUnlock()
-			return false
-		}
-		return true
-	}, 10*time.Second, time.Millisecond, "the alone job did not ask for the run")
+	require.Eventually(t, func() bool { return writerWaits(excl) }, 10*time.Second, time.Millisecond, "the alone job did not ask for the run")
 	e.yield() // the long scenario's next phase boundary
-	note("next phase")
+	order.note("next phase")
 	<-alone
-	require.Equal(t, []string{"alone", "next phase"}, order)
+	require.Equal(t, []string{"alone", "next phase"}, order.got())
 	excl.RUnlock()
 	require.True(t, excl.TryLock(), "the scenario's share was not given back whole")
+}
+
+// writerWaits reports whether a writer waits on excl: a new share is held
+// back.
+func writerWaits(excl *sync.RWMutex) bool {
+	if excl.TryRLock() {
+		excl.RUnlock()
+		return false
+	}
+	return true
+}
+
+// orderLog is what happened, in order, noted from any goroutine.
+type orderLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (o *orderLog) note(s string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seen = append(o.seen, s)
+}
+
+func (o *orderLog) got() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.seen)
 }
 
 // againWhereInconclusive runs a fault again, clean and faulty, when its

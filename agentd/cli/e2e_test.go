@@ -79,11 +79,7 @@ func TestTurnProbeShowsOwnCwdAndEnvMarker(t *testing.T) {
 
 	// The turn is in state.db, committed; logs name the key by fingerprint only.
 	d.close()
-	db, err := store.Open(context.Background(), filepath.Join(a.home, "state.db"))
-	require.NoError(t, err)
-	defer db.Close()
-	msgs, err := db.Messages(context.Background(), res["stored_session_id"].(string))
-	require.NoError(t, err)
+	msgs := storedMessages(t, a.home, res)
 	var roles []string
 	for _, m := range msgs {
 		roles = append(roles, m.Role)
@@ -272,6 +268,18 @@ func TestCronTickOpensOnlyProfilesWithJobs(t *testing.T) {
 	require.FileExists(t, filepath.Join(alpha.home, "state.db"), "the tick opened the scope of a profile with a job")
 	require.NoFileExists(t, filepath.Join(beta.home, "state.db"), "the tick opened the scope of a profile without jobs")
 	require.Empty(t, beta.srv.Requests())
+}
+
+// storedMessages are the messages home's state.db holds of the stored
+// session that session.create's result res names.
+func storedMessages(t *testing.T, home string, res map[string]any) []store.Message {
+	t.Helper()
+	db, err := store.Open(context.Background(), filepath.Join(home, "state.db"))
+	require.NoError(t, err)
+	defer db.Close()
+	msgs, err := db.Messages(context.Background(), res["stored_session_id"].(string))
+	require.NoError(t, err)
+	return msgs
 }
 
 func mustRead(t *testing.T, path string) []byte {

@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"context"
 	"encoding/base64"
 	"os"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tenantcanary/tenantcanary/agentd/store"
 	"github.com/tenantcanary/tenantcanary/fakellm"
 )
 
@@ -138,11 +136,7 @@ func TestSeededFaultsLeak(t *testing.T) {
 			sb, res := d.create("beta")
 			d.turn(sb, "probe")
 			d.close()
-			db, err := store.Open(context.Background(), filepath.Join(alpha.home, "state.db"))
-			require.NoError(t, err)
-			defer db.Close()
-			msgs, err := db.Messages(context.Background(), res["stored_session_id"].(string))
-			require.NoError(t, err)
+			msgs := storedMessages(t, alpha.home, res)
 			require.NotEmpty(t, msgs)
 			require.Contains(t, msgs[2].Content, beta.marker)
 		},
