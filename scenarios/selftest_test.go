@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -170,18 +169,18 @@ func TestEnvAloneExcludesOtherScenarios(t *testing.T) {
 	excl.RLock() // this scenario's job
 	excl.RLock() // another scenario, running
 	e := &Env{excl: excl}
-	var order orderLog
+	order := make(chan string, 2) // what happened, in order
 	measured := make(chan struct{})
 	go func() {
-		e.Alone(func() { order.note("measure") })
+		e.Alone(func() { order <- "measure" })
 		close(measured)
 	}()
 	// Alone is waiting for the other scenario: it ends, then Alone runs.
 	require.Eventually(t, func() bool { return writerWaits(excl) }, 10*time.Second, time.Millisecond, "Alone did not ask for the run to itself")
-	order.note("other ends")
+	order <- "other ends"
 	excl.RUnlock()
 	<-measured
-	require.Equal(t, []string{"other ends", "measure"}, order.got())
+	require.Equal(t, []string{"other ends", "measure"}, drain(order))
 	// The job got its share back: a writer cannot get in until it ends.
 	require.False(t, excl.TryLock())
 	excl.RUnlock()
@@ -197,19 +196,19 @@ func TestYieldLetsAloneInBetweenPhases(t *testing.T) {
 	excl := &sync.RWMutex{}
 	excl.RLock() // a long scenario's job, mid-run
 	e := &Env{excl: excl}
-	var order orderLog
+	order := make(chan string, 2) // what happened, in order
 	alone := make(chan struct{})
 	go func() {
 		excl.Lock() // noisy-neighbour's job
-		order.note("alone")
+		order <- "alone"
 		excl.Unlock()
 		close(alone)
 	}()
 	require.Eventually(t, func() bool { return writerWaits(excl) }, 10*time.Second, time.Millisecond, "the alone job did not ask for the run")
 	e.yield() // the long scenario's next phase boundary
-	order.note("next phase")
+	order <- "next phase"
 	<-alone
-	require.Equal(t, []string{"alone", "next phase"}, order.got())
+	require.Equal(t, []string{"alone", "next phase"}, drain(order))
 	excl.RUnlock()
 	require.True(t, excl.TryLock(), "the scenario's share was not given back whole")
 }
@@ -224,22 +223,14 @@ func writerWaits(excl *sync.RWMutex) bool {
 	return true
 }
 
-// orderLog is what happened, in order, noted from any goroutine.
-type orderLog struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (o *orderLog) note(s string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.seen = append(o.seen, s)
-}
-
-func (o *orderLog) got() []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return slices.Clone(o.seen)
+// drain closes ch and returns what it held, in order.
+func drain(ch chan string) []string {
+	close(ch)
+	var out []string
+	for s := range ch {
+		out = append(out, s)
+	}
+	return out
 }
 
 // againWhereInconclusive runs a fault again, clean and faulty, when its
