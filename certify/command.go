@@ -87,6 +87,6 @@ func dispatch(name string, commands map[string]func() int, stderr io.Writer) int
 //	}
 func Main(m *testing.M, commands map[string]func() int) int {
 	Dispatch(commands)
-	_ = os.Setenv("GORACE", proc.QuickRaceExit(os.Getenv("GORACE")))
+	proc.QuickRaceExitForChildren()
 	return m.Run()
 }

@@ -59,19 +59,32 @@ type slateFile struct {
 func (e *Env) beginRow(r *chainRun) {
 	e.T.Helper()
 	r.stale = e.staleOwners(r)
-	r.slate = nil
 	_, victim := r.ch.Touches()
-	for _, name := range victim {
+	r.slate = e.keepFeed(r, r.v, victim, false)
+}
+
+// keepFeed reads tenant t's feed files among names (the placeholders
+// r.vars fills) as they are now, beneath its home. A file that is not a
+// regular one (a link, a folder) is an error, unless skipOthers: then it
+// is left to whoever put it there.
+func (e *Env) keepFeed(r *chainRun, t *tenants.Tenant, names []string, skipOthers bool) []slateFile {
+	e.T.Helper()
+	var out []slateFile
+	for _, name := range names {
 		if !slices.Contains(feedFiles, name) || r.vars[name] == "" {
 			continue
 		}
-		data, exists, err := readHomeFile(r.v.Home, r.vars[name])
-		if err != nil {
-			e.T.Errorf("chain %s: keep %s's %s: %v", r.ch.ID, r.v.Name, r.vars[name], err)
+		data, exists, err := readHomeFile(t.Home, r.vars[name])
+		switch {
+		case skipOthers && errors.Is(err, errNotRegular):
+			continue
+		case err != nil:
+			e.T.Errorf("chain %s: keep %s's %s: %v", r.ch.ID, t.Name, r.vars[name], err)
 			continue
 		}
-		r.slate = append(r.slate, slateFile{t: r.v, rel: r.vars[name], data: data, exists: exists})
+		out = append(out, slateFile{t: t, rel: r.vars[name], data: data, exists: exists})
 	}
+	return out
 }
 
 // staleSet is what the attacker's home held of other tenants' canaries
@@ -263,24 +276,11 @@ func putHomeFile(home, rel string, data []byte, exists bool) error {
 // so a copy written back would not match what it wrote.
 func (e *Env) keepOwn(r *chainRun) []slateFile {
 	e.T.Helper()
-	var out []slateFile
+	names := make([]string, 0, len(r.ch.Restore))
 	for _, rel := range r.ch.Restore {
-		name := placeholder.Sole(rel)
-		if !slices.Contains(feedFiles, name) || r.vars[name] == "" {
-			continue
-		}
-		p := r.vars[name]
-		data, exists, err := readHomeFile(r.a.Home, p)
-		switch {
-		case errors.Is(err, errNotRegular):
-			continue
-		case err != nil:
-			e.T.Errorf("chain %s: keep %s's %s: %v", r.ch.ID, r.a.Name, p, err)
-			continue
-		}
-		out = append(out, slateFile{t: r.a, rel: p, data: data, exists: exists})
+		names = append(names, placeholder.Sole(rel))
 	}
-	return out
+	return e.keepFeed(r, r.a, names, true)
 }
 
 // restoreOwn puts back the attacker's home files r's steps replaced or

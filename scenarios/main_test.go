@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	// The agentd builds and their plugin hosts and launchers inherit it.
-	os.Setenv("GORACE", proc.QuickRaceExit(os.Getenv("GORACE")))
+	proc.QuickRaceExitForChildren()
 	agentdBin = filepath.Join(dir, "agentd")
 	err = build(agentdBin, false)
 	if err == nil && raceEnabled {

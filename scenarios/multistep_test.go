@@ -51,10 +51,9 @@ func checkChainDetections(t *testing.T, runs faultyRuns, faults []string) {
 		if ch.OtherDefence == "" {
 			if !found && row.Stopped && toolSandbox() != sandbox.Bwrap {
 				// Under Landlock the launch tenant's shell adds no entry to
-				// its home's top level, nor reaches a file the server wrote
-				// anew there since it started: every attacker the row may
-				// have was stopped in its own shell. (Under bubblewrap a
-				// stop is a broken plant, and fails below.)
+				// its home's top level: every attacker the row may have was
+				// stopped in its own shell. (Under bubblewrap a stop is a
+				// broken plant, and fails below.)
 				t.Logf("row %s: not judged: the shells here run in %s, and its attackers' own shells could not make the plant (%s)", ch.ID, toolSandbox(), row.Outcome)
 				continue
 			}

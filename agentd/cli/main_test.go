@@ -25,6 +25,6 @@ func TestMain(m *testing.M) {
 	}
 	// The serve it starts, and its plugin hosts and launchers (this binary,
 	// race-built under -race), inherit it: no second's sleep at each exit.
-	_ = os.Setenv("GORACE", proc.QuickRaceExit(os.Getenv("GORACE")))
+	proc.QuickRaceExitForChildren()
 	os.Exit(m.Run())
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox/sandboxtest"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
@@ -57,7 +58,7 @@ func TestNoCapabilitiesInside(t *testing.T) {
 		home := t.TempDir()
 		script := "echo x > f; chown 65534 f 2>&1 && echo CHOWNED; stat -c owner=%u f; " +
 			"grep -E '^Cap(Eff|Bnd|Prm|Amb)' /proc/self/status 2>&1; true"
-		out := run(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}, baseEnv(home), script)
+		out := run(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: sandboxtest.Self(t)}, baseEnv(home), script)
 		require.NotContains(t, out, "CHOWNED", "a chown needing CAP_CHOWN succeeded:\n%s", out)
 		require.Contains(t, out, "owner=0")
 		if mode == sandbox.Bwrap {
@@ -94,7 +95,7 @@ func TestNetworkNoneCannotReachTheHost(t *testing.T) {
 	script := fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && head -n1 <&3; echo status=$?", port)
 	forEachMode(t, confining, func(t *testing.T, mode sandbox.Mode) {
 		home := t.TempDir()
-		pol := sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t), Network: sandbox.NetNone}
+		pol := sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: sandboxtest.Self(t), Network: sandbox.NetNone}
 		if _, err := pol.Command([]string{"true"}, nil); err != nil {
 			require.ErrorIs(t, err, sandbox.ErrUnavailable)
 			t.Skipf("network none cannot be enforced by %s here: %v", mode, err)
@@ -122,7 +123,7 @@ func TestWorkdirIsBoundByDescriptor(t *testing.T) {
 		}
 		secret := "victim-secret-" + token(t)
 		require.NoError(t, os.WriteFile(filepath.Join(victim, "secret"), []byte(secret), 0o600))
-		pol := sandbox.Policy{Mode: mode, Home: home, Dir: home, Work: []string{work}, Allow: []string{home, work}, Self: self(t)}
+		pol := sandbox.Policy{Mode: mode, Home: home, Dir: home, Work: []string{work}, Allow: []string{home, work}, Self: sandboxtest.Self(t)}
 		c, err := pol.Command([]string{"bash", "-c", "cat " + work + "/secret; echo planted > " + work + "/planted; true"}, baseEnv(home))
 		require.NoError(t, err)
 		require.NoError(t, os.Rename(work, moved))
@@ -163,7 +164,7 @@ func TestWorkdirRefusedAtBindTime(t *testing.T) {
 			{"/var/tmp", "shared system folder /var/tmp", nil},
 			{"/", "holds the system folder", nil},
 		} {
-			pol := sandbox.Policy{Mode: mode, Home: home, Dir: c.work, Work: []string{c.work}, Allow: c.allow, Self: self(t)}
+			pol := sandbox.Policy{Mode: mode, Home: home, Dir: c.work, Work: []string{c.work}, Allow: c.allow, Self: sandboxtest.Self(t)}
 			_, err := pol.Command([]string{"true"}, nil)
 			require.ErrorIs(t, err, sandbox.ErrWorkdirRefused, "workdir %s", c.work)
 			require.ErrorContains(t, err, c.rule, "workdir %s", c.work)
@@ -171,7 +172,7 @@ func TestWorkdirRefusedAtBindTime(t *testing.T) {
 			require.ErrorIs(t, err, sandbox.ErrWorkdirRefused, "workdir %s (wrap)", c.work)
 		}
 		// The workdir-anywhere fault binds by path, unjudged.
-		pol := sandbox.Policy{Mode: mode, Home: home, Dir: link, Work: []string{link}, Allow: []string{home, work}, Self: self(t), BindByPath: true}
+		pol := sandbox.Policy{Mode: mode, Home: home, Dir: link, Work: []string{link}, Allow: []string{home, work}, Self: sandboxtest.Self(t), BindByPath: true}
 		_, err := pol.Command([]string{"true"}, nil)
 		require.NoError(t, err, "positive control: the fault binds the link")
 	})

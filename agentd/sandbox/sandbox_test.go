@@ -20,20 +20,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox/sandboxtest"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
 // TestMain lets the test binary be the launcher: `<test> sandbox-exec ...`.
-func TestMain(m *testing.M) {
-	sandbox.ExitIfLauncher(os.Args, os.Stderr)
-	os.Exit(m.Run())
-}
-
-func self(t testing.TB) []string {
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	return []string{exe}
-}
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
 func token(t testing.TB) string {
 	var b [6]byte
@@ -130,7 +122,7 @@ func TestConfinement(t *testing.T) {
 		}, " 2>&1; ") + " 2>&1; true"
 		// Unconfined, a write to $TMPDIR lands in the real one: the test's.
 		env := append(baseEnv(w.alpha), "PROBE_ENV=probe-"+mark, "TMPDIR="+t.TempDir())
-		out := run(t, sandbox.Policy{Mode: mode, Home: w.alpha, Dir: w.alpha, Self: self(t)}, env, script)
+		out := run(t, sandbox.Policy{Mode: mode, Home: w.alpha, Dir: w.alpha, Self: sandboxtest.Self(t)}, env, script)
 
 		// What the tenant may see, in every mode.
 		require.Contains(t, out, w.canary[w.alpha], "its own .env")
@@ -162,7 +154,7 @@ func TestLaunchHomeHidesProfiles(t *testing.T) {
 	t.Parallel()
 	forEachMode(t, []sandbox.Mode{sandbox.Bwrap, sandbox.Landlock}, func(t *testing.T, mode sandbox.Mode) {
 		w := newWorld(t)
-		p := sandbox.Policy{Mode: mode, Home: w.launch, Hide: []string{filepath.Join(w.launch, "profiles")}, Dir: w.launch, Self: self(t)}
+		p := sandbox.Policy{Mode: mode, Home: w.launch, Hide: []string{filepath.Join(w.launch, "profiles")}, Dir: w.launch, Self: sandboxtest.Self(t)}
 		out := run(t, p, baseEnv(w.launch), "cat .env; cat profiles/alpha/.env profiles/beta/.env; echo x > profiles/alpha/pwned; true")
 		require.Contains(t, out, w.canary[w.launch])
 		require.NotContains(t, out, w.canary[w.alpha])
@@ -248,7 +240,7 @@ func liveTree(t *testing.T, mode sandbox.Mode, prefix, before string) (*sandbox.
 	t.Helper()
 	home := t.TempDir()
 	marker := prefix + "-" + token(t)
-	c, waited := startTree(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}, marker)
+	c, waited := startTree(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: sandboxtest.Self(t)}, marker)
 	require.GreaterOrEqual(t, len(procgroup.Marked(marker)), 4, "the tree is there before "+before)
 	return c, waited, marker
 }
@@ -266,7 +258,7 @@ func TestStopEndsTheWholeTree(t *testing.T) {
 		t.Parallel()
 		home := t.TempDir()
 		marker := "tree-" + token(t)
-		c, waited := startTree(t, sandbox.Policy{Mode: sandbox.Bwrap, Home: home, Dir: home, Self: self(t), NoContain: true}, marker)
+		c, waited := startTree(t, sandbox.Policy{Mode: sandbox.Bwrap, Home: home, Dir: home, Self: sandboxtest.Self(t), NoContain: true}, marker)
 		c.Stop(waited)
 		require.NotEmpty(t, procgroup.Marked(marker), "without containment the setsid child outlives Stop")
 	})
@@ -280,7 +272,7 @@ func TestCommandEndingEndsItsTree(t *testing.T) {
 		home := t.TempDir()
 		marker := "exit-" + token(t)
 		env := append(baseEnv(home), procgroup.MarkerVar+"="+marker)
-		c, err := sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: self(t)}.Command(
+		c, err := sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: sandboxtest.Self(t)}.Command(
 			[]string{"bash", "-c", "setsid sleep 600 & (sleep 600 &); exit 3"}, env)
 		require.NoError(t, err)
 		procgroup.Prepare(c.Cmd)
@@ -310,7 +302,7 @@ func TestLaunchersHoldNoneOfTheCommandsStdio(t *testing.T) {
 	t.Parallel()
 	forEachMode(t, []sandbox.Mode{sandbox.None, sandbox.Landlock}, func(t *testing.T, mode sandbox.Mode) {
 		home := t.TempDir()
-		pol := sandbox.Policy{Mode: mode, Home: home, Dir: home, Allow: []string{home}, Self: self(t)}
+		pol := sandbox.Policy{Mode: mode, Home: home, Dir: home, Allow: []string{home}, Self: sandboxtest.Self(t)}
 		closed := filepath.Join(home, "closed")
 		tree := "stdio-" + token(t)
 		env := append(baseEnv(home), procgroup.MarkerVar+"="+tree)
@@ -447,7 +439,7 @@ func TestLandlockPrivateTmpIsUnderTmpRoot(t *testing.T) {
 		t.Run(fmt.Sprintf("contain=%v", contain), func(t *testing.T) {
 			t.Parallel()
 			home, root, elsewhere := t.TempDir(), t.TempDir(), t.TempDir()
-			p := sandbox.Policy{Mode: sandbox.Landlock, Home: home, Dir: home, Self: self(t), TmpRoot: root, NoContain: !contain}
+			p := sandbox.Policy{Mode: sandbox.Landlock, Home: home, Dir: home, Self: sandboxtest.Self(t), TmpRoot: root, NoContain: !contain}
 			c, err := p.Command([]string{"sh", "-c", `echo "$TMPDIR"; echo x > "$TMPDIR/f"`}, append(baseEnv(home), "TMPDIR="+elsewhere))
 			require.NoError(t, err)
 			out, err := c.Output()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox/sandboxtest"
 	"github.com/tenantcanary/tenantcanary/fakellm"
 )
 
@@ -101,7 +102,7 @@ func newFixtureWith(t *testing.T, responder fakellm.Responder, adjust func(*Opti
 			"model:\n  base_url: %s\n  default: model-%s\n  key_env: K\nterminal:\n  cwd: %s\n", llm.BaseURL, p.Name, p.Home)), 0o600))
 		require.NoError(t, p.SetEnv("K", "key-1"))
 	}
-	opts := Options{Homes: homes, BaseEnv: []string{"PATH=" + os.Getenv("PATH")}, Self: testSelf(t)}
+	opts := Options{Homes: homes, BaseEnv: []string{"PATH=" + os.Getenv("PATH")}, Self: sandboxtest.Self(t)}
 	if adjust != nil {
 		adjust(&opts)
 	}

@@ -116,12 +116,13 @@ func (s *Session) shellFor(ctx context.Context, snap *scope.Snapshot) (*terminal
 		// restarts it once more, never leaves it without the file.
 		stamp = box.HomeStamp()
 	}
-	if s.shell != nil && (!reflect.DeepEqual(box, s.shellBox) || stamp != s.shellStamp) {
+	sameBox := reflect.DeepEqual(box, s.shellBox)
+	if s.shell != nil && (!sameBox || stamp != s.shellStamp) {
 		// A workdir the running sandbox does not hold (or a new mode), or a
 		// home entry it was granted as another file: the next shell starts
 		// in a new sandbox, with the new settings.
 		why := "its sandbox changed (workdir " + cwd + ")"
-		if reflect.DeepEqual(box, s.shellBox) {
+		if sameBox {
 			why = "its sandbox changed (a file at its home's top level was made anew since the shell started, and the sandbox grants each as it was then)"
 		}
 		sh := s.shell

@@ -1,15 +1,11 @@
 package terminal
 
 import (
-	"os"
 	"testing"
 
-	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox/sandboxtest"
 )
 
 // TestMain lets the test binary be agentd's sandbox launcher:
 // `<test> sandbox-exec ...`.
-func TestMain(m *testing.M) {
-	sandbox.ExitIfLauncher(os.Args, os.Stderr)
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { sandboxtest.Main(m) }

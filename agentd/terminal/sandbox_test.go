@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/agentd/sandbox"
+	"github.com/tenantcanary/tenantcanary/agentd/sandbox/sandboxtest"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
@@ -23,14 +24,6 @@ func tok() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-func selfArgv(t testing.TB) []string {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []string{exe}
 }
 
 // sandboxed is a shell in mode m for a home of its own beside a sibling
@@ -55,7 +48,7 @@ func newSandboxed(t *testing.T, m sandbox.Mode, mutate func(*sandbox.Policy)) *s
 	require.NoError(t, os.WriteFile(filepath.Join(s.sibling, ".env"), []byte("KEY="+s.siblingCanary+"\n"), 0o600))
 	// TmpRoot: without containment (the escaped-process fault) nothing
 	// removes a Landlock shell's private tmp.
-	pol := sandbox.Policy{Mode: m, Home: s.home, Self: selfArgv(t), TmpRoot: t.TempDir()}
+	pol := sandbox.Policy{Mode: m, Home: s.home, Self: sandboxtest.Self(t), TmpRoot: t.TempDir()}
 	if mutate != nil {
 		mutate(&pol)
 	}
@@ -161,7 +154,7 @@ func BenchmarkSandbox(b *testing.B) {
 			if m == "plain" {
 				return nil
 			}
-			return &sandbox.Policy{Mode: m, Home: home, Self: selfArgv(b)}
+			return &sandbox.Policy{Mode: m, Home: home, Self: sandboxtest.Self(b)}
 		}
 		env := []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 		b.Run(string(m)+"/call", func(b *testing.B) {
@@ -216,7 +209,7 @@ func TestReconfineRestartsTheShell(t *testing.T) {
 	s := newSandboxed(t, sandbox.Bwrap, nil)
 	run(t, s.sh, "export KEPT=yes; setsid sleep 600 & true")
 	other := t.TempDir()
-	pol := &sandbox.Policy{Mode: sandbox.Bwrap, Home: s.home, Work: []string{other}, Self: selfArgv(t)}
+	pol := &sandbox.Policy{Mode: sandbox.Bwrap, Home: s.home, Work: []string{other}, Self: sandboxtest.Self(t)}
 	s.sh.SetStart(other, s.sh.opts.Env)
 	s.sh.Reconfine(pol, "its sandbox changed")
 	require.Empty(t, procgroup.Marked(s.mark), "the old sandbox's tree is gone")

@@ -15,9 +15,8 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/certify"
 	"github.com/tenantcanary/tenantcanary/harness/dialecttest"
-	"github.com/tenantcanary/tenantcanary/internal/syncio"
-
 	"github.com/tenantcanary/tenantcanary/internal/proc"
+	"github.com/tenantcanary/tenantcanary/internal/syncio"
 )
 
 // dialectServer is the dialect test server, built once for the package.
@@ -56,7 +55,7 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	// The embedded agentd, its plugin hosts and launchers (this binary,
 	// race-built under -race) inherit it: no second's sleep at each exit.
-	_ = os.Setenv("GORACE", proc.QuickRaceExit(os.Getenv("GORACE")))
+	proc.QuickRaceExitForChildren()
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -132,6 +132,9 @@ const dialectCatalog = `^(stdio-separate|pooled-serve|concurrent-turns|settings-
 // dialectLeakCatalog is what a leaking dialect server's run needs to show
 // its leak: DIALECT_LEAK=1 puts the launch profile's .env into every
 // answer to a named profile, and these scenarios' first turns get one.
+// The clean runs cover the whole dialectCatalog.
+const dialectLeakCatalog = `^(stdio-separate|concurrent-turns)$`
+
 // dialectCatalogHere is dialectCatalog where bubblewrap runs. The dialect
 // server confines its plugin hosts with it (its target file declares them
 // confined), so elsewhere (a machine without bubblewrap, or whose kernel
@@ -145,9 +148,6 @@ func dialectCatalogHere(t *testing.T) (catalog string, plugins bool) {
 	}
 	return dialectCatalog, true
 }
-
-// The clean runs cover the whole dialectCatalog.
-const dialectLeakCatalog = `^(stdio-separate|concurrent-turns)$`
 
 // TestCatalogAgainstDialectServer runs the catalog (dialectCatalog) through
 // a target file against the dialect server: what it can do passes, what it

@@ -164,11 +164,15 @@ func inPlace(script, rel string) string {
 	return `edited=$(sed '` + script + `' '` + rel + `') && printf '%s\n' "$edited" > '` + rel + `'`
 }
 
+// editing is a plant that edits the home file rel in place with the sed
+// script.
+func editing(script, rel string) string { return planting(inPlace(script, rel)) }
+
 // underTerminal adds the YAML line "  key: value" under the config file's
 // top-level terminal: mapping (the layout's config is YAML).
 func underTerminal(line string) string {
 	// The new key takes the indentation of the mapping's first key.
-	return planting(inPlace(`/^terminal:[[:space:]]*$/{n;s|^\([[:space:]]*\)\(.*\)$|\1`+strings.ReplaceAll(line, "|", `\|`)+`\n\1\2|}`, "{config}"))
+	return editing(`/^terminal:[[:space:]]*$/{n;s|^\([[:space:]]*\)\(.*\)$|\1`+strings.ReplaceAll(line, "|", `\|`)+`\n\1\2|}`, "{config}")
 }
 
 // appendConfig appends YAML to the config file (a top-level key it does
@@ -300,7 +304,7 @@ func Chains() []Chain {
 		{ID: "config-file-cwd", Class: Setting, Fault: FaultWorkdirAnywhere, Expect: invariants.Request, Trigger: OnTurn, Needs: []string{"config"},
 			Tries:   "edit terminal.cwd in its own config.yaml to the victim's workdir (no RPC)",
 			Refusal: "the cwd read from the config is judged like config.set's: the turn's terminal is refused (4003)",
-			Steps:   []Step{{Tool: planting(inPlace(`s|^\([[:space:]]*cwd:\).*$|\1 {victim_workdir}|`, "{config}"))}},
+			Steps:   []Step{{Tool: editing(`s|^\([[:space:]]*cwd:\).*$|\1 {victim_workdir}|`, "{config}")}},
 			Say:     "Run the environment probe. {write}",
 			Probe:   Step{Tool: reading(lookAround)},
 			Restore: []string{"{config}"}},
@@ -318,7 +322,7 @@ func Chains() []Chain {
 			Steps: []Step{
 				{Op: "cron.create", Params: map[string]any{"name": "chain-id", "prompt": "{write}: run the environment probe", "every": "every 1h"},
 					Save: map[string]string{"job_id": "job.id"}},
-				{Tool: planting(inPlace(`s|"{job_id}"|"{victim_from_output}/{log_dir}"|`, "{jobs}"))},
+				{Tool: editing(`s|"{job_id}"|"{victim_from_output}/{log_dir}"|`, "{jobs}")},
 				{Op: "cron.trigger", Params: map[string]any{"id": "{victim_from_output}/{log_dir}"}}},
 			Restore: []string{"{jobs}"}},
 		{ID: "job-name-path", Class: TenantPath, Fault: FaultUncheckedJobIDs, Expect: invariants.File, Trigger: OnCron, Needs: []string{"jobs", "job_output", "log_dir"},
@@ -327,7 +331,7 @@ func Chains() []Chain {
 			Steps: []Step{
 				{Op: "cron.create", Params: map[string]any{"name": "chain-name", "prompt": "{write}: run the environment probe", "every": "every 1h"},
 					Save: map[string]string{"job_id": "job.id"}},
-				{Tool: planting(inPlace(`s|"chain-name"|"../{victim_from_output}/{log_dir}/chain-{write}"|`, "{jobs}"))},
+				{Tool: editing(`s|"chain-name"|"../{victim_from_output}/{log_dir}/chain-{write}"|`, "{jobs}")},
 				{Op: "cron.trigger", Params: map[string]any{"id": "{job_id}"}}},
 			Restore: []string{"{jobs}"}},
 		{ID: "slug-path", Class: TenantPath, Fault: FaultTenantTextAsPath, Expect: invariants.File, Trigger: OnRPC,
@@ -432,7 +436,7 @@ func Chains() []Chain {
 		Tries:   "replace its cache folder with a link to the victim's home and make its own model-provider plugin its provider, then wait for a restart: the server caches the plugin's profile (its canary) in the victim's home",
 		Refusal: "the cache is read and written beneath the home without following links: its turn fails with an error naming the cache file, nothing is written in the victim's home",
 		Steps: []Step{{Tool: link("{cache}", "{victim}")},
-			{Tool: planting(inPlace(`s|^\([[:space:]]*\)provider:.*$|\1provider: plugin:`+ModelPlugin+`|`, "{config}"))}},
+			{Tool: editing(`s|^\([[:space:]]*\)provider:.*$|\1provider: plugin:`+ModelPlugin+`|`, "{config}")}},
 		ModelPlugin: true,
 		Say:         "Run the environment probe. {write}",
 		Restore:     []string{"{cache}", "{config}"}}}

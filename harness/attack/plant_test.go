@@ -72,7 +72,7 @@ func TestEditsInPlaceAddNoEntry(t *testing.T) {
 	out := runPlant(t, home, Fill(underTerminal("sandbox: none"), vars))
 	_, stopped := Stopped(out)
 	require.False(t, stopped, out)
-	out = runPlant(t, home, planting(inPlace(`s|^\([[:space:]]*cwd:\).*$|\1 /new|`, "config.yaml")))
+	out = runPlant(t, home, editing(`s|^\([[:space:]]*cwd:\).*$|\1 /new|`, "config.yaml"))
 	_, stopped = Stopped(out)
 	require.False(t, stopped, out)
 	got, err := os.ReadFile(cfg)
@@ -86,7 +86,7 @@ func TestEditsInPlaceAddNoEntry(t *testing.T) {
 	assert.Len(t, entries, 1, "nothing beside the file: %v", entries)
 
 	// A sed that fails leaves the file as it was and stops the plant.
-	out = runPlant(t, home, planting(inPlace(`s|unclosed`, "config.yaml")))
+	out = runPlant(t, home, editing(`s|unclosed`, "config.yaml"))
 	_, stopped = Stopped(out)
 	assert.True(t, stopped, out)
 	again, err := os.ReadFile(cfg)

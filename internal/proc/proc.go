@@ -560,3 +560,11 @@ func (p *Proc) Output() string {
 func QuickRaceExit(gorace string) string {
 	return strings.TrimSpace(gorace + " atexit_sleep_ms=0")
 }
+
+// QuickRaceExitForChildren sets this process's GORACE to QuickRaceExit's,
+// so that the children it starts from now on (a test binary re-executed
+// as a server, its plugin hosts and launchers, all race-built under -race)
+// exit without that second.
+func QuickRaceExitForChildren() {
+	_ = os.Setenv("GORACE", QuickRaceExit(os.Getenv("GORACE")))
+}
