@@ -19,6 +19,7 @@ func Default() *Catalog {
 		hostilePlugin(),
 		hostileChains(),
 		hostileRestarts(),
+		surfaceScenario(),
 		collidingInputs(),
 		noisyNeighbour(),
 		gatewayTenants(),
