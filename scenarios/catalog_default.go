@@ -20,6 +20,7 @@ func Default() *Catalog {
 		hostileChains(),
 		hostileRestarts(),
 		surfaceScenario(),
+		credentialRevocation(),
 		collidingInputs(),
 		noisyNeighbour(),
 		gatewayTenants(),
