@@ -249,7 +249,7 @@ func (e *Env) carriersFound(a surface.Action) {
 		}
 		for _, c := range p.Carries {
 			e.Find(invariants.Finding{Invariant: invariants.UnsandboxedEnv, Tenant: c.Tenant,
-				Where:  invariants.Where{Label: "process " + p.Program + " outside every sandbox"}, Place: "process " + p.Program,
+				Where: invariants.Where{Label: "process " + p.Program + " outside every sandbox"}, Place: "process " + p.Program,
 				Detail: fmt.Sprintf("%s (pid %d, %s), started in %s's %s, carries %s's variable %s", p.Program, p.PID, p.How, orAll(a.Tenant), a.Name, c.Tenant, c.Name)})
 		}
 	}

@@ -70,7 +70,7 @@ func (e *Env) attackSurfaceEnv() {
 				continue
 			}
 			f := invariants.Finding{Invariant: invariants.UnsandboxedEnv, Tenant: a.Name,
-				Where:  invariants.Where{Label: "payload " + r.Var + " outside every sandbox"}, Place: "payload " + r.Var,
+				Where: invariants.Where{Label: "payload " + r.Var + " outside every sandbox"}, Place: "payload " + r.Var,
 				Detail: fmt.Sprintf("%s from %s's own .env ran its payload in pid %d, in the server's mount and user namespaces without no_new_privs", r.Var, a.Name, r.PID)}
 			if len(strings.TrimSpace(string(r.Victim))) > 0 {
 				f.Owner, f.Kind = v.Name, tenants.ProviderKey

@@ -156,7 +156,7 @@ watch:
 	cancel()
 	find := func(detail string) {
 		e.Find(invariants.Finding{Invariant: invariants.ResourceHarm, Tenant: a.Name,
-			Where:  invariants.Where{Label: "the server (pid " + strconv.Itoa(pid) + ")"}, Place: "the server",
+			Where: invariants.Where{Label: "the server (pid " + strconv.Itoa(pid) + ")"}, Place: "the server",
 			Detail: what + ": " + detail + " (" + n.Name + " is served by the same process)"})
 	}
 	if grown {
