@@ -60,6 +60,7 @@ func (e *Env) attackSurfaceFiles() {
 		e.T.Fatalf("surface: %v", err)
 	}
 	tried := 0
+	base := rss(e.Server.Pid())
 	for _, tg := range targets {
 		act, ok := surfaceActionNamed(tg.action)
 		if !ok {
@@ -76,7 +77,7 @@ func (e *Env) attackSurfaceFiles() {
 			tried++
 			attack := "file " + string(form)
 			st.m.Aim(a.Name, tg.path, attack)
-			harmed := e.judgeHarm(a, n, neighbour, fmt.Sprintf("%s's %s as a %s (%s)", a.Name, tg.path, form, act.name), func(ctx context.Context) error {
+			harmed := e.judgeHarm(a, n, neighbour, base, fmt.Sprintf("%s's %s as a %s (%s)", a.Name, tg.path, form, act.name), func(ctx context.Context) error {
 				if act.name != "session.create" && per.sid == "" {
 					if s, err := per.conn.CreateSession(ctx, profileParam(a)); err == nil {
 						per.sid, per.stored = s.SessionID, s.StoredSessionID
@@ -87,6 +88,10 @@ func (e *Env) attackSurfaceFiles() {
 			unblockFIFO(filepath.Join(a.Home, filepath.FromSlash(tg.path)), form)
 			if err := restore(); err != nil {
 				e.T.Fatalf("surface: put %s's %s back: %v", a.Name, tg.path, err)
+			}
+			if form == surface.DeviceLink || form == surface.Sparse {
+				// The forms a read never finishes with, or takes long to.
+				harmed = harmed || e.stillGrowing(a, base, fmt.Sprintf("%s's %s as a %s (%s)", a.Name, tg.path, form, act.name))
 			}
 			if harmed {
 				e.noteSurface(&st.m)
@@ -123,15 +128,24 @@ func serverReadsOf(m *surface.Map, tenant string) []readTarget {
 	return out
 }
 
+// harmGrowth is how much the server may still grow once the attacker's
+// call has ended and its file is back, within harmSettle: more, and a read
+// of the hostile file goes on without the call (a link to /dev/zero read
+// to its end).
+const (
+	harmGrowth = 64 << 20
+	harmSettle = 300 * time.Millisecond
+)
+
 // judgeHarm runs trigger (the attacker's action on a hostile file) while it
 // watches the server, then asks the neighbour n for a session; it records
 // a ResourceHarm finding and reports true when the server died, grew past
-// HarmMemoryLimit (then it is killed, before it takes the machine), or
-// the neighbour was not answered in time.
-func (e *Env) judgeHarm(a, n *tenants.Tenant, neighbour *surfaceTenant, what string, trigger func(context.Context) error) bool {
+// HarmMemoryLimit over base, its size when the attacks began (then it is
+// killed, before it takes the machine), or the neighbour was not answered
+// in time.
+func (e *Env) judgeHarm(a, n *tenants.Tenant, neighbour *surfaceTenant, base int64, what string, trigger func(context.Context) error) bool {
 	e.T.Helper()
 	pid := e.Server.Pid()
-	base := rss(pid)
 	ctx, cancel := e.ctx(harmTriggerWithin)
 	done := make(chan error, 1)
 	go func() { done <- trigger(ctx) }()
@@ -174,6 +188,42 @@ watch:
 	if _, err := neighbour.conn.CreateSession(nctx, profileParam(n)); err != nil {
 		find(fmt.Sprintf("%s's session.create was not answered within %v: %v", n.Name, HarmNeighbourWithin, err))
 		return true
+	}
+	return false
+}
+
+// harmFound records one tenant's harm to the server.
+func (e *Env) harmFound(a *tenants.Tenant, pid int, what, detail string) {
+	e.Find(invariants.Finding{Invariant: invariants.ResourceHarm, Tenant: a.Name,
+		Where:  invariants.Where{Label: "the server (pid " + strconv.Itoa(pid) + ")"}, Place: "the server",
+		Detail: what + ": " + detail})
+}
+
+// stillGrowing watches the server for harmSettle once the attacker's call
+// has ended and its file is back: growth past harmGrowth (or past
+// HarmMemoryLimit over base) is a read of the hostile file that goes on
+// without the call; the server is then killed and the harm recorded.
+func (e *Env) stillGrowing(a *tenants.Tenant, base int64, what string) bool {
+	pid := e.Server.Pid()
+	start := rss(pid)
+	deadline := time.Now().Add(harmSettle)
+	for time.Now().Before(deadline) {
+		now := rss(pid)
+		if now-start > harmGrowth || now-base > HarmMemoryLimit {
+			e.harmFound(a, pid, what, fmt.Sprintf("the server kept growing after the call ended and the file was put back (%d MiB, then %d MiB within %v; %d MiB when the attacks began): a read of the hostile file goes on; it was killed before it took the machine",
+				start>>20, now>>20, harmSettle, base>>20))
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return true
+		}
+		if !procgroup.Alive(pid) {
+			e.harmFound(a, pid, what, "the server died after the call ended")
+			return true
+		}
+		select {
+		case <-e.Ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	return false
 }
