@@ -1,0 +1,234 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
+	"github.com/tenantcanary/tenantcanary/agentd/profile"
+	"github.com/tenantcanary/tenantcanary/agentd/rpc"
+)
+
+// EndRevoked is why the sessions of a connection whose tenant credential
+// was revoked ended (payload "reason" of their end hooks).
+const EndRevoked = "credential revoked"
+
+// ErrRevoked marks a turn ended because its connection's tenant credential
+// no longer opens its profile.
+var ErrRevoked = errors.New("credential revoked")
+
+// A tenant-bound connection's credential is re-checked at every call it
+// makes (gated, the one place every method passes) and at every step of
+// every turn it started (before the turn, before each model request and
+// before each tool call: turnGuard). The first check that finds it no
+// longer the profile's API_SERVER_KEY (the key rotated, the key removed:
+// the tenant disabled, or the profile deleted) revokes the connection:
+// its live sessions end (their turns are cancelled, their shells killed),
+// an `error` event says why, and every later call on it is refused with
+// 4030, even if the key comes back. The connection stays open so the
+// client reads the reason; it must reconnect with the current key.
+
+// gated wraps a method's handler with the credential check of a
+// tenant-bound connection.
+func (s *Server) gated(h rpc.Handler) rpc.Handler {
+	return func(ctx context.Context, c *rpc.Call) (any, error) {
+		if err := s.checkCredential(c.Conn); err != nil {
+			return nil, rpc.Errorf(rpc.CodeForbidden, "%s: %v", c.Method, err)
+		}
+		return h(ctx, c)
+	}
+}
+
+// checkCredential is nil for an operator connection and for a tenant
+// connection whose credential still opens its profile; otherwise it
+// revokes the connection (once) and says why. With the stale-credential
+// fault it checks nothing (profile-addressed calls still meet profileFor's
+// check, as in agentd 0.14.1).
+func (s *Server) checkCredential(conn rpc.Conn) error {
+	b, ok := conn.(tenantBound)
+	if !ok || b.Tenant() == "" || s.opts.Faults.Has(faults.StaleCredential) {
+		return nil
+	}
+	s.mu.Lock()
+	why, revoked := s.revoked[conn.ID()]
+	s.mu.Unlock()
+	if revoked {
+		return fmt.Errorf("%w: %s; this connection is closed to every call: reconnect with the profile's current key", ErrRevoked, why)
+	}
+	if why := s.credentialLapse(b); why != "" {
+		s.revokeConn(conn, why)
+		return fmt.Errorf("%w: %s; this connection's sessions ended: reconnect with the profile's current key", ErrRevoked, why)
+	}
+	return nil
+}
+
+// credentialLapse says why b's credential no longer opens its profile, or
+// "" when it does.
+func (s *Server) credentialLapse(b tenantBound) string {
+	p, err := s.opts.Homes.Get(b.Tenant())
+	if err != nil {
+		return "its profile was deleted"
+	}
+	sum, found, err := s.keys.tenantKey(p)
+	switch {
+	case err != nil:
+		return "its profile's .env cannot be read"
+	case !found:
+		return "its profile has no API_SERVER_KEY (the tenant was disabled)"
+	}
+	given := sha256.Sum256([]byte(b.Credential()))
+	if subtle.ConstantTimeCompare(sum[:], given[:]) != 1 {
+		return "its profile's API_SERVER_KEY was rotated"
+	}
+	return ""
+}
+
+// revokeConn marks conn revoked for why, sends it an `error` event saying
+// so, and ends its live sessions. It waits for their turns to return:
+// a turn revoking its own connection calls it in a goroutine.
+func (s *Server) revokeConn(conn rpc.Conn, why string) {
+	s.mu.Lock()
+	if _, done := s.revoked[conn.ID()]; done {
+		s.mu.Unlock()
+		return
+	}
+	select {
+	case <-conn.Done(): // gone: DropConn ends its sessions
+		s.mu.Unlock()
+		return
+	default:
+	}
+	s.revoked[conn.ID()] = why
+	var gone []*Session
+	for id, sess := range s.sessions {
+		if sess.conn != nil && sess.conn.ID() == conn.ID() {
+			gone = append(gone, sess)
+			delete(s.sessions, id)
+		}
+	}
+	s.mu.Unlock()
+	s.log.Warn("tenant connection revoked: its sessions end", "conn", conn.ID(), "profile", boundTo(conn), "why", why, "sessions", len(gone))
+	_ = conn.Send(rpc.EventFrame(rpc.Event{Type: "error", Payload: map[string]any{
+		"message": "credential revoked: " + why + "; this connection's sessions ended and every later call is refused (4030): reconnect with the profile's current key",
+	}}))
+	closeSessions(gone, EndRevoked)
+}
+
+// turnGuard is the check a turn of sess makes before it starts, before
+// each model request and before each tool call (agent.Turn.Check): nil for
+// a detached session (cron, gateway) or an operator connection's. When the
+// credential lapsed the turn ends with the reason, and the connection is
+// revoked once the turn has returned.
+func (s *Server) turnGuard(sess *Session) func(ctx context.Context, step string) error {
+	b, ok := sess.conn.(tenantBound)
+	if !ok || b.Tenant() == "" || s.opts.Faults.Has(faults.StaleCredential) {
+		return nil
+	}
+	return func(ctx context.Context, step string) error {
+		s.mu.Lock()
+		why, revoked := s.revoked[sess.conn.ID()]
+		s.mu.Unlock()
+		if !revoked {
+			if why = s.credentialLapse(b); why != "" {
+				// The revocation waits for this turn (it holds the
+				// session's turn lock), so it runs beside it; s.turns
+				// counts it, so Shutdown waits for it too.
+				s.turns.Add(1)
+				go func() { // ends once the connection's sessions have closed
+					defer s.turns.Done()
+					s.revokeConn(sess.conn, why)
+				}()
+			}
+		}
+		if why != "" {
+			return fmt.Errorf("%w before %s: %s; the turn stopped", ErrRevoked, step, why)
+		}
+		return nil
+	}
+}
+
+// keyCache holds each profile's API_SERVER_KEY (its SHA-256) for as long
+// as its .env is the same file unchanged: the key is read again whenever
+// the file's identity (device, inode, size, modification and change
+// times, from a stat through the home) differs from when it was read.
+// Every call of a tenant connection checks its credential, so reading and
+// parsing .env each time would cost every call a file read.
+type keyCache struct {
+	mu sync.Mutex
+	m  map[string]cachedKey // by the .env's path, valid while its identity holds
+}
+
+type fileID struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime syscall.Timespec
+}
+
+type cachedKey struct {
+	id    fileID
+	sum   [sha256.Size]byte
+	found bool
+}
+
+// tenantKey is the SHA-256 of p's API_SERVER_KEY; found is false when it
+// has none (no .env, no such variable, or an empty one).
+func (k *keyCache) tenantKey(p profile.Profile) (sum [sha256.Size]byte, found bool, err error) {
+	id, exists, err := envIdentity(p)
+	if err != nil || !exists {
+		return sum, false, err
+	}
+	path := p.File(".env")
+	k.mu.Lock()
+	c, ok := k.m[path]
+	k.mu.Unlock()
+	if ok && c.id == id {
+		return c.sum, c.found, nil
+	}
+	// Stat first, read second: a write in between changes the identity,
+	// so the next check reads the file again.
+	env, err := p.LoadEnv()
+	if err != nil {
+		return sum, false, err
+	}
+	key, found := env.Lookup(TenantKeyEnv)
+	found = found && key != ""
+	if found {
+		sum = sha256.Sum256([]byte(key))
+	}
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]cachedKey{}
+	}
+	k.m[path] = cachedKey{id: id, sum: sum, found: found}
+	k.mu.Unlock()
+	return sum, found, nil
+}
+
+// envIdentity stats p's .env through its home (no link followed, a
+// regular file only); exists is false when there is none.
+func envIdentity(p profile.Profile) (id fileID, exists bool, err error) {
+	f, err := p.FS().OpenFile(".env", os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return id, false, nil
+	}
+	if err != nil {
+		return id, false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return id, false, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return id, false, fmt.Errorf("stat .env of profile %q: no file identity", p.Name)
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, true, nil
+}
