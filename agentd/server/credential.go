@@ -62,32 +62,42 @@ func (s *Server) checkCredential(conn rpc.Conn) error {
 	if revoked {
 		return fmt.Errorf("%w: %s; this connection is closed to every call: reconnect with the profile's current key", ErrRevoked, why)
 	}
-	if why := s.credentialLapse(b); why != "" {
-		s.revokeConn(conn, why)
-		return fmt.Errorf("%w: %s; this connection's sessions ended: reconnect with the profile's current key", ErrRevoked, why)
+	why, final := s.credentialLapse(b)
+	switch {
+	case why == "":
+		return nil
+	case !final:
+		return fmt.Errorf("the connection's credential cannot be checked now (%s): try again", why)
 	}
-	return nil
+	s.revokeConn(conn, why)
+	return fmt.Errorf("%w: %s; this connection's sessions ended: reconnect with the profile's current key", ErrRevoked, why)
 }
 
-// credentialLapse says why b's credential no longer opens its profile, or
-// "" when it does.
-func (s *Server) credentialLapse(b tenantBound) string {
+// credentialLapse says why b's credential does not open its profile now,
+// or "" when it does. final is false when the check itself failed (its
+// .env could not be read: too many open files, say, or a file that is no
+// regular one): the call or step is refused, but the connection is not
+// revoked for it.
+func (s *Server) credentialLapse(b tenantBound) (why string, final bool) {
 	p, err := s.opts.Homes.Get(b.Tenant())
+	if errors.Is(err, profile.ErrUnknownProfile) {
+		return "its profile was deleted", true
+	}
 	if err != nil {
-		return "its profile was deleted"
+		return "its profile cannot be opened", false
 	}
 	sum, found, err := s.keys.tenantKey(p)
 	switch {
 	case err != nil:
-		return "its profile's .env cannot be read"
+		return "its profile's .env cannot be read", false
 	case !found:
-		return "its profile has no API_SERVER_KEY (the tenant was disabled)"
+		return "its profile has no API_SERVER_KEY (the tenant was disabled)", true
 	}
 	given := sha256.Sum256([]byte(b.Credential()))
 	if subtle.ConstantTimeCompare(sum[:], given[:]) != 1 {
-		return "its profile's API_SERVER_KEY was rotated"
+		return "its profile's API_SERVER_KEY was rotated", true
 	}
-	return ""
+	return "", true
 }
 
 // revokeConn marks conn revoked for why, sends it an `error` event saying
@@ -136,7 +146,11 @@ func (s *Server) turnGuard(sess *Session) func(ctx context.Context, step string)
 		why, revoked := s.revoked[sess.conn.ID()]
 		s.mu.Unlock()
 		if !revoked {
-			if why = s.credentialLapse(b); why != "" {
+			var final bool
+			if why, final = s.credentialLapse(b); why != "" && !final {
+				return fmt.Errorf("the connection's credential cannot be checked before %s (%s); the turn stopped", step, why)
+			}
+			if why != "" {
 				// The revocation waits for this turn (it holds the
 				// session's turn lock), so it runs beside it; s.turns
 				// counts it, so Shutdown waits for it too.

@@ -384,3 +384,27 @@ func TestTenantKeyCacheFollowsTheFile(t *testing.T) {
 	require.NoError(t, os.Remove(bp.File(".env")))
 	require.False(t, f.srv.credentialOf(conn, bp), "a removed .env holds no key")
 }
+
+// A .env that cannot be read (here a folder in its place) refuses the
+// call, but revokes nothing: once the file is back the connection is
+// served again.
+func TestUnreadableEnvRefusesWithoutRevoking(t *testing.T) {
+	t.Parallel()
+	w := newWSWorld(t, nil)
+	c := w.dial("key-of-b")
+	sid := c.create()
+	bp, err := w.homes.Get("b")
+	require.NoError(t, err)
+	env, err := os.ReadFile(bp.File(".env"))
+	require.NoError(t, err)
+	require.NoError(t, os.Rename(bp.File(".env"), bp.File(".env.aside")))
+	require.NoError(t, os.Mkdir(bp.File(".env"), 0o700))
+	res := c.call("prompt.submit", map[string]any{"session_id": sid, "text": "hello"})
+	require.Equal(t, rpc.CodeForbidden, code(res), "%v", res)
+	require.NotContains(t, res["error"].(map[string]any)["message"], "revoked")
+	require.NoError(t, os.Remove(bp.File(".env")))
+	require.NoError(t, os.WriteFile(bp.File(".env"), env, 0o600))
+	require.Equal(t, 0, code(c.call("prompt.submit", map[string]any{"session_id": sid, "text": "hello"})), "the session lives on")
+	require.Equal(t, "complete", payloadOf(c.wait("the turn", isEvent("message.complete", sid)))["status"])
+	require.False(t, c.has(isEvent("error", "")), "no revocation")
+}
