@@ -107,6 +107,23 @@ func TestTUIServingAnotherProfileIsolatesItsPlugins(t *testing.T) {
 	})
 }
 
+// in_process stays the operator's explicit choice: pinned in the managed
+// scope, beta's plugin runs in the tui's process.
+func TestTUIRunsPluginsInProcessWhereTheOperatorSaysSo(t *testing.T) {
+	t.Parallel()
+	w, alpha, beta := alphaBetaWorld(t)
+	srv := whereTenant(t, beta, filepath.Join(beta.home, ".env"))
+	setIsolation(t, w, "in_process")
+	d := w.startTUI()
+	sid, _ := d.create("beta")
+	require.Equal(t, "complete", d.turn(sid, "where do you run")["status"])
+	r := whereOf(t, srv)
+	require.Equal(t, d.pid, r.Pid, "the managed scope's in_process runs beta's plugin in the tui")
+	require.Contains(t, r.Read, beta.key, "positive control: the probe read its own .env")
+	require.NotContains(t, r.Read, alpha.key)
+	d.close()
+}
+
 // runPid runs one agentd command to completion, with env added, and says
 // its pid.
 func (w *world) runPid(env []string, args ...string) (stdout, stderr string, code, pid int) {
