@@ -97,6 +97,12 @@ func Run(ctx context.Context, t Turn, text string) (answer string, history []llm
 	if err != nil {
 		return "", history, err
 	}
+	if t.Check != nil && client != nil {
+		// A retry is a model request too.
+		guarded := *client
+		guarded.BeforeRetry = func(context.Context) error { return check("a model request (a retry)") }
+		client = &guarded
+	}
 	mem := t.Tools.mem()
 	if mem != nil {
 		if extra := mem.Prefetch(ctx, t.Env, text); extra != "" {

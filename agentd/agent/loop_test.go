@@ -169,15 +169,22 @@ func TestCheckStopsTheTurnAtTheNextStep(t *testing.T) {
 		{"the turn started", 0, []string{"message.start", "message.complete"}},
 		{"a model request", 0, []string{"message.start", "message.complete"}},
 		{"the tool call echo", 1, []string{"message.start", "message.complete"}},
+		{"a model request (a retry)", 1, []string{"message.start", "message.complete"}},
 	} {
 		t.Run(tc.refuse, func(t *testing.T) {
 			t.Parallel()
+			first := true
 			client, srv, reg := setup(t, func(r fakellm.Record) fakellm.Response {
+				if tc.refuse == "a model request (a retry)" && first {
+					first = false
+					return fakellm.Error(500, "try again")
+				}
 				if r.EndsWithToolResult() {
 					return fakellm.Text("final")
 				}
 				return fakellm.ToolCall("echo", map[string]string{"Say": "hi"})
 			})
+			client.MaxRetries, client.Backoff = 2, func(int) time.Duration { return time.Millisecond }
 			rec := &recorder{}
 			var steps []string
 			_, _, err := Run(context.Background(), Turn{
