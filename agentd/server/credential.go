@@ -26,8 +26,9 @@ var ErrRevoked = errors.New("credential revoked")
 
 // A tenant-bound connection's credential is re-checked at every call it
 // makes (gated, the one place every method passes) and at every step of
-// every turn it started (before the turn, before each model request and
-// before each tool call: turnGuard). The first check that finds it no
+// every turn it started (before the turn, before each model request, its
+// retries included, and before each tool call: turnGuard), and at every
+// nested call a plugin makes as one of its sessions (checkSession). The first check that finds it no
 // longer the profile's API_SERVER_KEY (the key rotated, the key removed:
 // the tenant disabled, or the profile deleted) revokes the connection:
 // its live sessions end (their turns are cancelled, their shells killed),
@@ -166,6 +167,15 @@ func (s *Server) turnGuard(sess *Session) func(ctx context.Context, step string)
 		}
 		return nil
 	}
+}
+
+// checkSession is turnGuard for one step of sess outside its turn's loop:
+// a plugin's nested tool call or model request made as the session.
+func (s *Server) checkSession(ctx context.Context, sess *Session, step string) error {
+	if guard := s.turnGuard(sess); guard != nil {
+		return guard(ctx, step)
+	}
+	return nil
 }
 
 // keyCache holds each profile's API_SERVER_KEY (its SHA-256) for as long

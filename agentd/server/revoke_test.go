@@ -408,3 +408,30 @@ func TestUnreadableEnvRefusesWithoutRevoking(t *testing.T) {
 	require.Equal(t, "complete", payloadOf(c.wait("the turn", isEvent("message.complete", sid)))["status"])
 	require.False(t, c.has(isEvent("error", "")), "no revocation")
 }
+
+// A plugin's nested call made as a session of a revoked connection (a
+// tool, or the llm facade) is refused, and revokes the connection.
+func TestNestedCallsOfARevokedSessionAreRefused(t *testing.T) {
+	t.Parallel()
+	w := newWSWorld(t, nil)
+	c := w.dial("key-of-b")
+	sid := c.create()
+	bp, err := w.homes.Get("b")
+	require.NoError(t, err)
+	_, err = w.srv.DispatchTool(context.Background(), sid, "mark", nil)
+	require.NoError(t, err, "control: the nested call runs")
+	require.Equal(t, int64(1), w.tools.Load())
+	requests := len(w.llm.Requests())
+	_, err = w.srv.Facade(context.Background(), sid, "llm", "complete", []string{"control"})
+	require.NoError(t, err, "control: the llm facade answers")
+	require.Equal(t, requests+1, len(w.llm.Requests()))
+
+	require.NoError(t, bp.SetEnv(TenantKeyEnv, "rotated-key-of-b"))
+	_, err = w.srv.Facade(context.Background(), sid, "llm", "complete", []string{"after"})
+	require.ErrorIs(t, err, ErrRevoked)
+	_, err = w.srv.DispatchTool(context.Background(), sid, "mark", nil)
+	require.Error(t, err)
+	require.Equal(t, int64(1), w.tools.Load(), "no nested tool ran")
+	require.Equal(t, requests+1, len(w.llm.Requests()), "no nested model request")
+	c.wait("the revocation's error event", isEvent("error", ""))
+}
