@@ -163,28 +163,38 @@ func TestCronTickIsolatesEachProfilesPlugins(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			w, alpha, beta := alphaBetaWorld(t)
-			srv := whereTenant(t, beta, filepath.Join(alpha.home, ".env"))
-			out, stderr, code := w.run("cron", "create", "--profile", "beta", "--name", "where", "--prompt", "cron: where do you run", "--every", "1h")
-			require.Equal(t, 0, code, stderr)
-			_, stderr, code = w.run("cron", "trigger", "--profile", "beta", strings.TrimSpace(out))
-			require.Equal(t, 0, code, stderr)
+			// Each profile's job reads the other's .env.
+			srvB := whereTenant(t, beta, filepath.Join(alpha.home, ".env"))
+			srvA := whereTenant(t, alpha, filepath.Join(beta.home, ".env"))
+			for _, prof := range []string{"default", "beta"} {
+				out, stderr, code := w.run("cron", "create", "--profile", prof, "--name", "where", "--prompt", "cron: where do you run", "--every", "1h")
+				require.Equal(t, 0, code, stderr)
+				_, stderr, code = w.run("cron", "trigger", "--profile", prof, strings.TrimSpace(out))
+				require.Equal(t, 0, code, stderr)
+			}
 			out, stderr, code, pid := w.runPid(env, "cron", "tick")
 			require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, stderr)
 			require.Contains(t, out, "beta\t", "beta's job fired")
-			r := whereOf(t, srv)
-			require.Empty(t, alpha.srv.Requests(), "beta's job reached no other provider")
+			rb, ra := whereOf(t, srvB), whereOf(t, srvA)
+			require.Empty(t, alpha.srv.Requests(), "no job reached a provider not its own")
+			require.Empty(t, beta.srv.Requests(), "no job reached a provider not its own")
 			if seeded {
-				require.Equal(t, pid, r.Pid, "the seeded fault: beta's job's plugin ran in the tick's process")
-				require.Contains(t, r.Read, alpha.key, "the seeded fault: beta's job read the launch profile's .env")
+				require.Equal(t, pid, rb.Pid, "the seeded fault: beta's job's plugin ran in the tick's process")
+				require.Contains(t, rb.Read, alpha.key, "the seeded fault: beta's job read the launch profile's .env")
 				return
 			}
-			require.NotEqual(t, pid, r.Pid, "beta's job's plugin ran in the tick's process")
-			require.NotContains(t, r.Read, alpha.key, "beta's job read the launch profile's .env")
-			log, err := os.ReadFile(filepath.Join(beta.home, "logs", "agent.log"))
-			require.NoError(t, err)
-			require.Contains(t, string(log), "plugins: host mode")
-			require.Eventually(t, func() bool { return len(tenantProcs(beta)) == 0 }, 10*time.Second, 10*time.Millisecond,
-				"beta's plugin host ended with the tick")
+			for _, r := range []struct {
+				tn, other *tenant
+				res       whereResult
+			}{{beta, alpha, rb}, {alpha, beta, ra}} {
+				require.NotEqual(t, pid, r.res.Pid, "%s's job's plugin ran in the tick's process", r.tn.name)
+				require.NotContains(t, r.res.Read, r.other.key, "%s's job read %s's .env", r.tn.name, r.other.name)
+				log, err := os.ReadFile(filepath.Join(r.tn.home, "logs", "agent.log"))
+				require.NoError(t, err)
+				require.Contains(t, string(log), "plugins: host mode", r.tn.name)
+				require.Eventually(t, func() bool { return len(tenantProcs(r.tn)) == 0 }, 10*time.Second, 10*time.Millisecond,
+					"%s's plugin host ended with the tick", r.tn.name)
+			}
 		})
 	}
 }
