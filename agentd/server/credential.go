@@ -99,7 +99,7 @@ func (s *Server) credentialLapse(b tenantBound) (why string, final bool) {
 
 // revokeConn marks conn revoked for why, sends it an `error` event saying
 // so, and ends its live sessions. It waits for their turns to return:
-// a turn revoking its own connection calls it in a goroutine.
+// a turn revoking its own connection calls it through revokeLater.
 func (s *Server) revokeConn(conn rpc.Conn, why string) {
 	s.mu.Lock()
 	if _, done := s.revoked[conn.ID()]; done {
@@ -148,14 +148,7 @@ func (s *Server) turnGuard(sess *Session) func(ctx context.Context, step string)
 				return fmt.Errorf("the connection's credential cannot be checked before %s (%s); the turn stopped", step, why)
 			}
 			if why != "" {
-				// The revocation waits for this turn (it holds the
-				// session's turn lock), so it runs beside it; s.turns
-				// counts it, so Shutdown waits for it too.
-				s.turns.Add(1)
-				go func() { // ends once the connection's sessions have closed
-					defer s.turns.Done()
-					s.revokeConn(sess.conn, why)
-				}()
+				s.revokeLater(sess.conn, why)
 			}
 		}
 		if why != "" {
@@ -163,6 +156,23 @@ func (s *Server) turnGuard(sess *Session) func(ctx context.Context, step string)
 		}
 		return nil
 	}
+}
+
+// revokeLater revokes conn beside the caller: a turn's revocation waits
+// for the turn itself (its session's turn lock). Shutdown waits for it;
+// once Shutdown has begun it ends every session itself, and nothing is
+// started here.
+func (s *Server) revokeLater(conn rpc.Conn, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting {
+		return
+	}
+	s.revoking.Add(1) // under s.mu before shutting is set: never beside Shutdown's Wait
+	go func() {       // ends once the connection's sessions have closed
+		defer s.revoking.Done()
+		s.revokeConn(conn, why)
+	}()
 }
 
 // checkSession is turnGuard for one step of sess outside its turn's loop:

@@ -73,6 +73,7 @@ type Server struct {
 	conns      map[string]rpc.Conn // open connections (for the broadcast-events fault)
 	revoked    map[string]string   // tenant connections whose credential lapsed: why (see checkCredential)
 	keys       keyCache            // the profiles' tenant keys, by their .env's identity
+	revoking   sync.WaitGroup      // revocations a turn started (revokeLater)
 	shared     *terminal.Shell     // the shared-shell fault's one shell
 
 	limits  Limits
@@ -163,6 +164,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.sessions = map[string]*Session{}
 	s.mu.Unlock()
 	closeSessions(sessions, EndServerStop)
+	s.revoking.Wait() // shutting is set: none starts now
 	s.mu.Lock()
 	shared := s.shared
 	s.mu.Unlock()
