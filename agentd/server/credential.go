@@ -21,12 +21,13 @@ const EndRevoked = "credential revoked"
 var ErrRevoked = errors.New("credential revoked")
 
 // A tenant-bound connection's credential is re-checked at every call it
-// makes (gated, the one place every method passes) and at every step of
+// makes (gated, the one place every method passes), at every step of
 // every turn it started (before the turn, before each model request, its
-// retries included, and before each tool call: turnGuard), and at every
-// nested call a plugin makes as one of its sessions (checkSession). The first check that finds it no
-// longer the profile's API_SERVER_KEY (the key rotated, the key removed:
-// the tenant disabled, or the profile deleted) revokes the connection:
+// retries included, and before each tool call: turnGuard) and at every
+// nested call a plugin makes as one of its sessions (checkSession). The
+// first check that finds it no longer the profile's API_SERVER_KEY (the
+// key rotated, the key removed: the tenant disabled, or the profile
+// deleted) revokes the connection:
 // its live sessions end (their turns are cancelled, their shells killed),
 // an `error` event says why, and every later call on it is refused with
 // 4030, even if the key comes back. The connection stays open so the
