@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
@@ -80,23 +81,25 @@ func (s *Server) credentialHolds(conn rpc.Conn, own string) bool {
 	if err != nil {
 		return false
 	}
-	return credentialOf(b, p)
+	return s.credentialOf(b, p)
 }
 
 // credentialOpens reports whether conn's tenant credential is the
 // API_SERVER_KEY of p, the home a call holds (p.Name must be conn's own).
 func (s *Server) credentialOpens(conn rpc.Conn, p profile.Profile) bool {
 	b, ok := conn.(tenantBound)
-	return ok && b.Tenant() == p.Name && credentialOf(b, p)
+	return ok && b.Tenant() == p.Name && s.credentialOf(b, p)
 }
 
-func credentialOf(b tenantBound, p profile.Profile) bool {
-	env, err := p.LoadEnv()
-	if err != nil {
+// credentialOf reports whether b's credential is p's API_SERVER_KEY (read
+// through the server's key cache).
+func (s *Server) credentialOf(b tenantBound, p profile.Profile) bool {
+	sum, found, err := s.keys.tenantKey(p)
+	if err != nil || !found {
 		return false
 	}
-	key, found := env.Lookup(TenantKeyEnv)
-	return found && key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(b.Credential())) == 1
+	given := sha256.Sum256([]byte(b.Credential()))
+	return subtle.ConstantTimeCompare(sum[:], given[:]) == 1
 }
 
 // checkName refuses a profile name a call gives that cannot be one,
