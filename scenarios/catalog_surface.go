@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/attack"
 	"github.com/tenantcanary/tenantcanary/harness/surface"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/invariants"
@@ -30,6 +31,7 @@ func surfaceScenario() Spec {
 		Phases: []Phase{
 			{Name: "discover", Run: func(e *Env) { e.discoverSurface() }},
 			{Name: "attack-env", Run: func(e *Env) { e.attackSurfaceEnv() }},
+			{Name: "attack-shared", Run: func(e *Env) { e.attackSharedPlaces() }},
 			{Name: "attack-files", Run: func(e *Env) { e.attackSurfaceFiles() }},
 		},
 	}
@@ -41,9 +43,10 @@ func surfaceScenario() Spec {
 const noToolsPrompt = "SURFACE-NO-TOOLS: "
 
 // surfaceResponder answers a no-tools prompt with text, everything else as
-// the default responder does (the environment probe).
+// the hostile model does (an attack row's call, else the environment
+// probe).
 func surfaceResponder(t *tenants.Tenant) fakellm.Responder {
-	def := tenants.DefaultResponder(t)
+	def := attack.Responder(t)
 	return func(r fakellm.Record) fakellm.Response {
 		if last := lastMessage(r); last["role"] == "user" {
 			if text, _ := last["content"].(string); strings.HasPrefix(text, noToolsPrompt) {
@@ -281,4 +284,34 @@ func (e *Env) surfaceControls(m *surface.Map) {
 				Detail: fmt.Sprintf("discovery saw %d read(s) of %s's home by the server and the server's process: %v: it cannot have seen the surface", reads, t.Name, server)})
 		}
 	}
+}
+
+// attackSharedPlaces has every tenant plant its canary wherever its
+// sandbox can write outside its home, then every tenant look there: what
+// one sandbox sees of another's (a shared temp folder, a parent of the
+// workdirs) comes back in a look's result, which the request check reads.
+// Each tenant then removes its plants.
+func (e *Env) attackSharedPlaces() {
+	e.T.Helper()
+	st := stateOf(e, surfaceKey)
+	plant, look, clean := surface.SharedRows()
+	sessions := map[string]string{}
+	written := map[string]string{}
+	for _, t := range e.Tenants {
+		c := st.per[t.Name].conn
+		sessions[t.Name] = e.CreateSession(c, t).SessionID
+		w := e.mint(t, "shared_plant")
+		written[t.Name] = w.Value
+		e.Attack(c, t, sessions[t.Name], plant, attack.Canaries{Write: w.Value})
+	}
+	for _, t := range e.Shuffled(e.Tenants) {
+		e.Attack(st.per[t.Name].conn, t, sessions[t.Name], look, attack.Canaries{})
+	}
+	for _, t := range e.Tenants {
+		e.Attack(st.per[t.Name].conn, t, sessions[t.Name], clean, attack.Canaries{Write: written[t.Name]})
+	}
+	for _, act := range []string{"prompt.submit (tools)"} {
+		st.m.AimProcs(act, "shared places")
+	}
+	e.noteSurface(&st.m)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/harness/attack"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
@@ -280,4 +281,32 @@ func TestWriteTableOneRowPerAction(t *testing.T) {
 	assert.Contains(t, out, "`SOUL.md`, `config.yaml`")
 	assert.Contains(t, out, "`bwrap: K`")
 	assert.Contains(t, out, "| 1 |")
+}
+
+// TestSharedRowsAreValidAndFindAPlant: the rows pass the attack table's
+// checks, and run by two shells that share /tmp (no sandbox), the look
+// brings back the other's plant: the rows' positive control; clean
+// removes it.
+func TestSharedRowsAreValidAndFindAPlant(t *testing.T) {
+	t.Parallel()
+	plant, look, clean := SharedRows()
+	require.NoError(t, attack.Validate([]attack.Row{plant, look, clean}))
+	// The test's own folders only: the rows' own list names the machine's
+	// temp folders.
+	plant, look, clean = sharedRowsIn([]string{`"${TMPDIR:-/tmp}"`, `"$(dirname "$HOME")"`})
+	tmp := t.TempDir()
+	run := func(c attack.Call) string {
+		cmd := exec.Command("/bin/sh", "-c", c.Args["command"].(string))
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tmp, "HOME=" + filepath.Join(tmp, "alpha")}
+		cmd.Dir = tmp
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+	canary := "shared-plant-alpha-0123456789"
+	out := run(plant.Call(attack.Canaries{Write: canary}))
+	assert.Contains(t, out, "planted in "+tmp)
+	assert.Contains(t, run(look.Call(attack.Canaries{})), canary)
+	run(clean.Call(attack.Canaries{Write: canary}))
+	assert.NotContains(t, run(look.Call(attack.Canaries{})), canary)
 }
