@@ -195,7 +195,7 @@ watch:
 // harmFound records one tenant's harm to the server.
 func (e *Env) harmFound(a *tenants.Tenant, pid int, what, detail string) {
 	e.Find(invariants.Finding{Invariant: invariants.ResourceHarm, Tenant: a.Name,
-		Where:  invariants.Where{Label: "the server (pid " + strconv.Itoa(pid) + ")"}, Place: "the server",
+		Where: invariants.Where{Label: "the server (pid " + strconv.Itoa(pid) + ")"}, Place: "the server",
 		Detail: what + ": " + detail})
 }
 
