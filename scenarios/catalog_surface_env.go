@@ -50,7 +50,7 @@ func (e *Env) attackSurfaceEnv() {
 		for _, s := range set.Skipped {
 			e.skipRow(string(invariants.UnsandboxedEnv), "payload not made: "+s)
 		}
-		restore := e.appendEnv(a, envName, set.Vars)
+		restore := e.appendEnv(a, envName, append(set.Vars, serverRefs(e.Box.Target.TokenVar)...))
 		e.replayWithEnv(st, a)
 		if err := restore(); err != nil {
 			e.T.Fatalf("surface: put %s's .env back: %v", a.Name, err)
@@ -84,6 +84,18 @@ func (e *Env) attackSurfaceEnv() {
 		e.skipRow(string(invariants.UnsandboxedEnv), "no environment payload ran anywhere, not even in the tenants' own sandboxes: the target passes no .env variable to any process the harness could see")
 	}
 	e.noteSurface(&st.m)
+}
+
+// serverRefs are .env lines that name the server's own variables (its
+// operator token's): a server that expands references in a tenant's .env
+// hands the tenant its own environment, and the tenant's snapshot then
+// carries the operator's secret (the operator-secret check reads it).
+func serverRefs(tokenVar string) []surface.Payload {
+	if tokenVar == "" {
+		return nil
+	}
+	return []surface.Payload{{Var: "SURFACE_REF_BRACED", Value: "${" + tokenVar + "}"}, {Var: "SURFACE_REF_PLAIN", Value: "$" + tokenVar},
+		{Var: "SURFACE_REF_DEFAULT", Value: "${" + tokenVar + ":-unset}"}}
 }
 
 // unconfinedPrograms are the programs the map saw outside every sandbox:

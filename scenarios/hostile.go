@@ -36,8 +36,25 @@ const (
 func (e *Env) Attack(c *harness.Conn, t *tenants.Tenant, sid string, r attack.Row, cs attack.Canaries) string {
 	e.T.Helper()
 	prompt := attack.Prompt(r.Call(cs))
-	e.Prompt(c, t, sid, prompt)
+	mark := c.EventCount()
+	ctx, cancel := e.ctx(90 * time.Second)
+	_, err := c.Turn(ctx, sid, prompt)
+	cancel()
 	proof := attackProof(t, prompt)
+	if err != nil {
+		// A server may end the turn after the tool ran and before its
+		// result goes back to the model: a row that breaks the tenant's own
+		// credential (a .env linked away) has its next step refused. The
+		// tool's completion on the tenant's own connection proves the row
+		// ran, by content.
+		res, ok := ranInFrames(c, sid, mark, proof.Nonce)
+		if !ok {
+			e.SkipUnsupported(err)
+			e.T.Fatalf("turn of %s: %v", t.Name, e.attributed(t, sid, err))
+		}
+		e.Logf("attack %s of %s ran; then the server ended its turn: %v", r.ID, t.Name, err)
+		proof.Back, proof.Result = true, res
+	}
 	if miss := proof.Missing(r.Class != attack.Flood && !r.Refusable); miss != "" {
 		e.proved(t, "attack "+r.ID, miss)
 		e.Logf("attack %s of %s did not run: %s", r.ID, t.Name, miss)
@@ -62,6 +79,26 @@ func (e *Env) Attack(c *harness.Conn, t *tenants.Tenant, sid string, r attack.Ro
 		e.Logf("attack %s by %s reached %s", r.ID, t.Name, strings.Join(hit.Reached, ", "))
 	}
 	return res
+}
+
+// ranInFrames finds, among the events of session sid on c from index from
+// on, one that carries the attack call's id (attack.CallID(nonce)) and
+// the row's end marker: the tool completed, whatever came of the turn
+// after. It returns that event's frame.
+func ranInFrames(c *harness.Conn, sid string, from int, nonce string) (string, bool) {
+	if nonce == "" {
+		return "", false
+	}
+	id := attack.CallID(nonce)
+	for _, ev := range c.Events() {
+		if ev.Index < from || ev.SessionID != sid {
+			continue
+		}
+		if raw := string(ev.Raw); strings.Contains(raw, id) && strings.Contains(raw, attack.RowDone) {
+			return raw, true
+		}
+	}
+	return "", false
 }
 
 // CloseSession closes session sid on c.

@@ -175,6 +175,18 @@ func underTerminal(line string) string {
 	return editing(`/^terminal:[[:space:]]*$/{n;s|^\([[:space:]]*\)\(.*\)$|\1`+strings.ReplaceAll(line, "|", `\|`)+`\n\1\2|}`, "{config}")
 }
 
+// ownSandboxNone is own-sandbox-none with terminal.sandbox: none written in
+// another YAML form (how), by the plant step.
+func ownSandboxNone(id, how, step string) Chain {
+	return Chain{ID: id, Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Request, Trigger: OnTurn, Role: Launch, Needs: []string{"config"},
+		Tries:   "set terminal.sandbox: none in its own config.yaml as " + how + ": its next shell runs unsandboxed and reads every home",
+		Refusal: "terminal.sandbox is the operator's in every YAML form: a profile's own value is ignored with a log line",
+		Steps:   []Step{{Tool: step}},
+		Say:     "Run the environment probe. {write}",
+		Probe:   Step{Tool: reading("cat " + inHomes("{env}") + " '{victim}/{env}'")},
+		Restore: []string{"{config}"}}
+}
+
 // appendConfig appends YAML to the config file (a top-level key it does
 // not have yet).
 func appendConfig(yaml string) string { return planting(appendYAML(yaml)) }
@@ -347,6 +359,13 @@ func Chains() []Chain {
 			Say:     "Run the environment probe. {write}",
 			Probe:   Step{Tool: reading("cat " + inHomes("{env}") + " '{victim}/{env}'")},
 			Restore: []string{"{config}"}},
+		// The same setting in the other forms YAML allows: a server that
+		// drops the operator-only key by its plain spelling, and merges the
+		// rest, takes these.
+		ownSandboxNone("own-sandbox-none-quoted", "a quoted key", underTerminal(`"sandbox": none`)),
+		ownSandboxNone("own-sandbox-none-merge-key", "a merge key", underTerminal(`<<: {sandbox: none}`)),
+		ownSandboxNone("own-sandbox-none-tagged", "an explicit tag", underTerminal(`sandbox: !!str none`)),
+		ownSandboxNone("own-sandbox-none-dotted", "a dotted top-level key", appendConfig(`"terminal.sandbox": none`)),
 		{ID: "own-network-host", Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Request, Trigger: OnTurn, Needs: []string{"config"},
 			Tries:   "set terminal.network: host in its own config.yaml: its shell posts its canary to the victim's provider",
 			Refusal: "terminal.network is the operator's: a profile's own value is ignored with a log line",
