@@ -165,12 +165,12 @@ type Cmd struct {
 //
 // bwrap and the launcher, which start the command from outside the
 // sandbox, get outerenv's allow-list of agentd's own environment as
-// theirs, never env: env reaches them through a descriptor (envFeed;
-// bwrap: --clearenv,
-// then --setenv pairs read with --args; the launcher: a descriptor its
-// keeper reads) and becomes the environment only of the command they
-// start, confined. bwrap's --setenv TMPDIR and the launcher's private tmp
-// still win over env's TMPDIR.
+// theirs, never env: env reaches them through a descriptor (envFeed:
+// bwrap reads --setenv pairs with --args after --clearenv, the launcher's
+// keeper reads the block) and becomes the environment only of the command
+// they start, confined. bwrap's --setenv TMPDIR and the launcher's private
+// tmp still win over env's TMPDIR. The launcher-env fault (EnvOutside)
+// gives env to them instead, as before issue 46.
 func (p Policy) Command(argv []string, env []string) (*Cmd, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("sandbox command: empty argv")
