@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -141,6 +142,12 @@ type loadBody struct {
 	Plugins []pluginload.Found `json:"plugins"`
 	// Limits are set before any plugin loads.
 	Limits Limits `json:"limits"`
+	// Env is the profile's environment, set (applyEnv) before any plugin
+	// loads: it never is the host process's own (see Config.Env).
+	Env []string `json:"env,omitempty"`
+	// Started is the environment agentd started the host's process (its
+	// launcher) with: what a launcher added or changed is the rest.
+	Started []string `json:"started,omitempty"`
 }
 
 type loadReply struct {
@@ -170,8 +177,10 @@ type schemaBody struct {
 }
 
 type extractBody struct {
-	Plugin pluginload.Found `json:"plugin"`
-	Limits Limits           `json:"limits"`
+	Plugin  pluginload.Found `json:"plugin"`
+	Limits  Limits           `json:"limits"`
+	Env     []string         `json:"env,omitempty"`
+	Started []string         `json:"started,omitempty"`
 }
 
 type extractReply struct {
@@ -236,6 +245,9 @@ func withBody[B any](f *Frame, do func(B) (any, error)) (any, error) {
 // extract loads one plugin in a registry of its own, only to read the
 // model profiles its providers declare.
 func (c *child) extract(b extractBody) (any, error) {
+	if err := applyEnv(b.Env, b.Started); err != nil {
+		return nil, err
+	}
 	if err := b.Limits.apply(); err != nil {
 		return nil, err
 	}
@@ -321,6 +333,10 @@ func (c *child) load(ctx context.Context, b loadBody) (any, error) {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("plugins are already loaded in this host: %w", ErrUnsupported)
 	}
+	if err := applyEnv(b.Env, b.Started); err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
 	if err := b.Limits.apply(); err != nil {
 		c.mu.Unlock()
 		return nil, err
@@ -373,4 +389,41 @@ func (c *child) upcall(ctx context.Context, op string, body any) (string, error)
 		return "", err
 	}
 	return resultOf(raw, "decode "+op+" reply")
+}
+
+// applyEnv makes env (the profile's, from the parent's request) this
+// host's environment, before any plugin loads: plugins, and every process
+// they start, see it and not the environment agentd started the host's
+// process with (started: outerenv's allow-list and agentd's markers).
+// What the launcher set or changed over started wins over the profile's,
+// as when it was the launcher's own environment: bwrap's --setenv TMPDIR
+// /tmp, the Landlock launcher's private tmp, an operator's env(1)
+// prefix. isolation.HostProcessEnv is 1; keeperEnv is agentd's alone, a
+// profile's value of it is dropped. A host of a parent that sends no
+// environment keeps its process's.
+func applyEnv(env, started []string) error {
+	if env == nil {
+		return nil
+	}
+	agentds := map[string]bool{}
+	for _, kv := range started {
+		agentds[kv] = true
+	}
+	var launchers []string
+	for _, kv := range os.Environ() {
+		if !agentds[kv] {
+			launchers = append(launchers, kv)
+		}
+	}
+	os.Clearenv()
+	for _, kv := range append(append(env, launchers...), isolation.HostProcessEnv+"=1") {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || name == keeperEnv {
+			continue
+		}
+		if err := os.Setenv(name, value); err != nil {
+			return fmt.Errorf("set the profile's environment in the plugin host: %s: %w", name, err)
+		}
+	}
+	return nil
 }

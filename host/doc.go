@@ -3,7 +3,10 @@
 // over its stdin/stdout with one JSON object per line.
 //
 // The parent side is a Manager: it starts the host lazily under the
-// profile's launcher, environment and home, loads the profile's plugins
+// profile's launcher and home (the host's process, and so its launcher,
+// with an allow-list of the server's environment only: the profile's
+// comes in the load request, and the host sets it on itself before any
+// plugin loads), loads the profile's plugins
 // into it, proxies tool calls, hooks and provider objects, serves the
 // plugins' nested calls back into the server (DispatchTool, facades) as the
 // session of the call they are nested in, fences every reference by the

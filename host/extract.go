@@ -101,7 +101,7 @@ func (m *Manager) extract(ctx context.Context, f pluginload.Found) ([]plugin.Mod
 		Profile: m.cfg.Profile + " (model-provider extraction)", Command: m.cfg.Command, Home: m.cfg.Home,
 		Env:     env,
 		Backend: noBackend{}, Log: m.cfg.Log, CallTimeout: m.cfg.StartTimeout, StartTimeout: m.cfg.StartTimeout,
-		Limits: m.cfg.Limits,
+		Limits: m.cfg.Limits, EnvOutside: m.cfg.EnvOutside,
 	})
 	if err != nil {
 		return nil, err
@@ -116,7 +116,7 @@ func (m *Manager) extract(ctx context.Context, f pluginload.Found) ([]plugin.Mod
 	one.mu.Lock()
 	one.cur = h
 	one.mu.Unlock()
-	raw, err := one.requestOn(sctx, h, "extract model provider "+f.Name, opExtract, "", extractBody{Plugin: f, Limits: m.cfg.Limits})
+	raw, err := one.requestOn(sctx, h, "extract model provider "+f.Name, opExtract, "", extractBody{Plugin: f, Limits: m.cfg.Limits, Env: env, Started: h.started})
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,10 @@ func marked(t *testing.T, c *host.Config) string {
 	_, _ = rand.Read(b)
 	id := "hostguard-" + hex.EncodeToString(b)
 	c.Env = append(c.Env, procgroup.MarkerVar+"="+id)
+	// The host's own processes (its keeper, itself) start with agentd's
+	// allow-list only (issue 46): the marker reaches them as a launcher's
+	// variable, the profile's through the protocol.
+	c.Command = append([]string{"/usr/bin/env", procgroup.MarkerVar + "=" + id}, c.Command...)
 	return id
 }
 

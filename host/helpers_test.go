@@ -130,7 +130,13 @@ func newHome(t testing.TB) string {
 	return home
 }
 
-func hostCommand() []string { return []string{os.Args[0]} }
+// hostCommand runs this test binary as a plugin host. hostEnv (and
+// GORACE: a race-enabled child would otherwise sleep a second at exit) are
+// set by env(1), as an operator's launcher would: a host's process starts
+// with agentd's allow-list only, never its Config.Env (issue 46).
+func hostCommand() []string {
+	return []string{"/usr/bin/env", hostEnv + "=1", "GORACE=atexit_sleep_ms=0", os.Args[0]}
+}
 
 func hostEnvFor(home string) []string {
 	// GORACE: a race-enabled child would otherwise sleep a second at exit.

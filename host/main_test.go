@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	case os.Getenv(parentEnv) != "":
 		home := os.Getenv(parentEnv)
-		m, err := host.New(host.Config{Profile: "orphan", Command: []string{os.Args[0]}, Home: home,
+		m, err := host.New(host.Config{Profile: "orphan", Command: hostCommand(), Home: home,
 			Env: []string{hostEnv + "=1", "HOME=" + home}, PluginsDir: home + "/plugins", Backend: &server{}})
 		if err == nil {
 			err = m.Start(context.Background())

@@ -22,8 +22,14 @@ type Config struct {
 	Command []string
 	// Home is the profile's home: the host's working directory.
 	Home string
-	// Env is the host's whole environment: the profile's only.
-	// isolation.HostProcessEnv=1 is added.
+	// Env is the environment the plugins run with: the profile's only.
+	// isolation.HostProcessEnv=1 is added. It reaches the host over the
+	// protocol (the load or extract request) and the host sets it on
+	// itself before loading any plugin: the host's process, and whatever
+	// launcher starts it from outside its sandbox (agentd's bwrap or
+	// Landlock launcher, the operator's own), start with outerenv's
+	// allow-list of agentd's own environment and the host's markers only
+	// (see hostEnv), never a variable of the tenant's.
 	Env []string
 	// OwnPIDNamespace says the launcher runs the host in a PID namespace
 	// of its own that the kernel ends with the host (agentd's bwrap
@@ -48,6 +54,11 @@ type Config struct {
 	// AGENTD_PLUGIN_HOST_KEEPER=inner turns its host's keeper off. Never
 	// set it in a server.
 	TrustProfileEnv bool
+	// EnvOutside is agentd's seeded fault launcher-env (test-only): Env is
+	// also the whole environment of the host's process and so of its
+	// launcher, outside the sandbox, where a tenant's LD_PRELOAD runs
+	// unconfined. Never set it in a server.
+	EnvOutside bool
 	// ExtractEnv is the whole environment of the one-shot child that
 	// extracts model-provider profile data: it must hold no credentials
 	// (default HOME=Home and this process's PATH only).
@@ -122,6 +133,7 @@ type hostProc struct {
 	p       *proc.Proc // the host's process: its group and tree
 	pgid    int
 	pid     int
+	started []string // the environment its process started with (hostEnv)
 	conn    *conn
 	dead    chan struct{}
 	exitErr error

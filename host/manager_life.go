@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/internal/outerenv"
 	"github.com/tenantcanary/tenantcanary/internal/proc"
 	"github.com/tenantcanary/tenantcanary/isolation"
 	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
@@ -140,7 +141,7 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 	m.gen++
 	gen := m.gen
 	m.mu.Unlock()
-	env := hostEnv(m.cfg.Env, m.cfg.OwnPIDNamespace, m.cfg.TrustProfileEnv)
+	env := m.processEnv()
 	// The host outlives the start: ctx bounds the hello only.
 	p, err := proc.Start(context.WithoutCancel(ctx), proc.Spec{
 		Name: "plugin host for profile " + m.cfg.Profile, Argv: m.cfg.Command, Dir: m.cfg.Home,
@@ -153,7 +154,7 @@ func (m *Manager) spawn(ctx context.Context) (*hostProc, error) {
 		return nil, fmt.Errorf("start plugin host for profile %s: %v: %w", m.cfg.Profile, err, ErrUnavailable)
 	}
 	stdout := p.Stdout()
-	h := &hostProc{gen: gen, p: p, pgid: p.Pid(), pid: p.Pid(), dead: make(chan struct{})}
+	h := &hostProc{gen: gen, p: p, pgid: p.Pid(), pid: p.Pid(), started: env, dead: make(chan struct{})}
 	h.desc = fmt.Sprintf("plugin host for profile %s (pid %d)", m.cfg.Profile, h.pid)
 	m.mu.Lock()
 	m.procs[h] = true
@@ -353,7 +354,7 @@ func (m *Manager) load(ctx context.Context, h *hostProc) error {
 		send = append(send, f)
 	}
 	m.mu.Unlock()
-	raw, err := h.conn.request(ctx, &Frame{Op: opLoad, Body: mustJSON(loadBody{Gen: h.gen, Plugins: send, Limits: m.cfg.Limits})}, "")
+	raw, err := h.conn.request(ctx, &Frame{Op: opLoad, Body: mustJSON(loadBody{Gen: h.gen, Plugins: send, Limits: m.cfg.Limits, Env: m.cfg.Env, Started: h.started})}, "")
 	if err != nil {
 		return fmt.Errorf("load plugins into the %s: %w", h.desc, err)
 	}
@@ -387,22 +388,36 @@ func (m *Manager) load(ctx context.Context, h *hostProc) error {
 	return nil
 }
 
-// hostEnv is a host's environment: env (the profile's) without the
-// variables only agentd may set there, then those. A profile's .env is the
-// tenant's own file: a line AGENTD_PLUGIN_HOST_KEEPER=inner in it would
-// otherwise tell its host that it needs no keeper, and whatever the
-// tenant's plugin started would outlive the host. trust is the
-// host-env-trusted fault: the profile's values are kept, and win.
-func hostEnv(env []string, ownPIDNamespace, trust bool) []string {
-	out := make([]string, 0, len(env)+2)
+// processEnv is hostEnv of m's configuration.
+func (m *Manager) processEnv() []string {
+	return hostEnv(m.cfg.Env, m.cfg.OwnPIDNamespace, m.cfg.TrustProfileEnv, m.cfg.EnvOutside)
+}
+
+// hostEnv is the environment of a host's process, and so of the launcher
+// that starts it outside its sandbox: outerenv's allow-list of agentd's
+// own, then the markers agentd sets by design for the host program
+// (isolation.HostProcessEnv=1: it is a host and loads plugins directly;
+// keeperEnv=pid-namespace: its launcher's PID namespace does the keeper's
+// work). The profile's environment (env) reaches the host only over the
+// protocol (see applyEnv).
+//
+// A profile's .env is the tenant's own file: a line
+// AGENTD_PLUGIN_HOST_KEEPER=inner in it would otherwise tell its host that
+// it needs no keeper, and whatever the tenant's plugin started would
+// outlive the host. trust is the host-env-trusted fault: the profile's
+// values of the markers are kept, and win. outside is the launcher-env
+// fault: env is the process's environment, as it was before issue 46.
+func hostEnv(env []string, ownPIDNamespace, trust, outside bool) []string {
+	out := outerenv.Own()
 	set := map[string]bool{}
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == keeperEnv || k == isolation.HostProcessEnv {
-			if !trust {
-				continue
-			}
+		marker := k == keeperEnv || k == isolation.HostProcessEnv
+		switch {
+		case marker && trust:
 			set[k] = true
+		case marker, !outside:
+			continue
 		}
 		out = append(out, kv)
 	}

@@ -171,9 +171,10 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 				Command:         append(append([]string(nil), launcher...), opts.Command...),
 				Home:            sc.Profile.Home,
 				FollowLinks:     sc.Profile.FS().FollowLinks, // the home-follows-links fault (test-only)
-				Env:             snap.ToolEnv,                // the profile's environment only
+				Env:             snap.ToolEnv,                // the profile's environment only, sent over the protocol
 				OwnPIDNamespace: ownPIDNS,
 				TrustProfileEnv: opts.Faults.Has(faults.HostEnvTrusted), // test-only
+				EnvOutside:      opts.Faults.Has(faults.LauncherEnv),    // test-only: the host's launcher runs with the profile's environment
 				// The model-provider extraction runs with no credential: the
 				// server's environment scrubbed as every tool's is (it says
 				// how to run this program again: PATH, and the variable a

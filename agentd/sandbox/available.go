@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/internal/outerenv"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
@@ -83,10 +84,11 @@ func probeBwrap() error {
 	}
 	defer os.RemoveAll(home)
 	p := Policy{Mode: Bwrap, Home: home, Dir: home}
-	argv := append(p.bwrapArgs(false, nil), "true")
+	argv := append(p.bwrapArgs(false, -1, nil), "true")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := procgroup.CommandContext(ctx, path, argv[1:]...)
+	cmd.Env = outerenv.Own() // as every bwrap agentd starts
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w: bwrap: a trial run did not end within 20s", ErrUnavailable)

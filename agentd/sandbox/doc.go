@@ -20,8 +20,14 @@
 // (SystemRule, Policy.Allow) and bound through that descriptor, so a folder
 // swapped for a link after the profile's check reaches nothing.
 //
+// The command's environment is the command's alone: bwrap and the
+// launcher, which start it from outside the sandbox, run with an
+// allow-list of agentd's own environment (internal/outerenv) and get the
+// command's through a descriptor, so a tenant's LD_PRELOAD in its .env
+// runs only inside.
+//
 //	pol := sandbox.Policy{Mode: sandbox.Auto, Home: home, Dir: home, Self: self}
-//	c, err := pol.Command([]string{"bash", "-i"}, toolEnv) // the environment passes through unchanged
+//	c, err := pol.Command([]string{"bash", "-i"}, toolEnv) // toolEnv is bash's, never bwrap's or the launcher's
 //	_ = c.Start()
 //	c.Started()
 //	waited := make(chan struct{})

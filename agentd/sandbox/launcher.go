@@ -60,9 +60,9 @@ func RunLauncher(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "agentd sandbox-exec: "+format+"\n", a...)
 		return 126
 	}
-	// The workdirs' descriptors pass to the keeper explicitly, never on
-	// to the command.
-	for _, fd := range spec.RWDirFDs {
+	// The workdirs' and the environment's descriptors pass to the keeper
+	// explicitly, never on to the command.
+	for _, fd := range spec.inherited() {
 		syscall.CloseOnExec(fd)
 	}
 	// Die (cleanly, killing the tree) with agentd.
@@ -82,7 +82,10 @@ func RunLauncher(args []string, stderr io.Writer) int {
 			return fail("become a child subreaper: %v", err)
 		}
 	}
-	env := os.Environ()
+	env, err := commandEnv(spec)
+	if err != nil {
+		return fail("%v", err)
+	}
 	var tmp string
 	if spec.Tmp {
 		d, err := os.MkdirTemp(spec.TmpRoot, "agentd-tool-tmp-")
@@ -93,7 +96,7 @@ func RunLauncher(args []string, stderr io.Writer) int {
 		defer os.RemoveAll(tmp)
 		env = setEnv(env, "TMPDIR", tmp)
 	}
-	path, err := exec.LookPath(argv[0])
+	path, err := lookPath(argv[0], env)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -187,11 +190,11 @@ func runFirstStage(spec launchSpec, args []string, sigs <-chan os.Signal, fail f
 	argv := append(append(append([]string{}, prefix...), string(b)), args[1:]...)
 	keeper := &exec.Cmd{Path: exe, Args: argv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGTERM}}
-	for _, fd := range spec.RWDirFDs { // the keeper sees each at the same number
+	for _, fd := range spec.inherited() { // the keeper sees each at the same number
 		for len(keeper.ExtraFiles) <= fd-3 {
 			keeper.ExtraFiles = append(keeper.ExtraFiles, nil)
 		}
-		keeper.ExtraFiles[fd-3] = os.NewFile(uintptr(fd), "workdir")
+		keeper.ExtraFiles[fd-3] = os.NewFile(uintptr(fd), "inherited")
 	}
 	runtime.LockOSThread() // the keeper's parent-death signal is tied to this thread
 	if err := keeper.Start(); err != nil {
@@ -263,6 +266,41 @@ func exitCode(ws syscall.WaitStatus) int {
 		return 128 + int(ws.Signal())
 	}
 	return 1
+}
+
+// commandEnv is the environment the command runs with: read from the
+// spec's descriptor (agentd's Command sends it so, and this launcher's own
+// environment is agentd's allow-list only), else this launcher's own (a
+// caller that starts the launcher itself with the command's environment:
+// a plugin host's launcher prefix, the launcher-env fault).
+func commandEnv(spec launchSpec) ([]string, error) {
+	if spec.EnvFD <= 0 {
+		return os.Environ(), nil
+	}
+	return readEnvBlock(spec.EnvFD)
+}
+
+// lookPath finds file as the command's environment's PATH would, not this
+// launcher's: bwrap, too, finds the command by the PATH it runs it with.
+func lookPath(file string, env []string) (string, error) {
+	if strings.Contains(file, "/") {
+		return exec.LookPath(file)
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		if p, err := exec.LookPath(dir + "/" + file); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("exec: %q: %w in the command's PATH", file, exec.ErrNotFound)
 }
 
 func setEnv(env []string, name, value string) []string {
@@ -404,8 +442,8 @@ func probeLandlock() error {
 	return nil
 }
 
-// launchSpec is the launcher's argument (JSON): paths only, never the
-// environment, which passes through the launcher unchanged.
+// launchSpec is the launcher's argument (JSON): paths and descriptors
+// only, never the environment (an argv is world-readable in /proc).
 type launchSpec struct {
 	Landlock bool     `json:"landlock"`
 	Contain  bool     `json:"contain"`
@@ -419,6 +457,11 @@ type launchSpec struct {
 	// workdirs agentd opened and judged): the rules are added from these
 	// descriptors, never by a path that could have been swapped since.
 	RWDirFDs []int `json:"rw_dir_fds,omitempty"`
+	// EnvFD, when set, is a descriptor of the command's environment
+	// (envBlock): the keeper reads it and gives it to the command alone.
+	// The launcher's own environment is then agentd's allow-list
+	// (outerenv), never a tenant's.
+	EnvFD int `json:"env_fd,omitempty"`
 	// NoNet takes the network away (terminal.network none): a network
 	// namespace of its own when the launcher may make one, and Landlock's
 	// TCP rules (ABI 4+) with nothing allowed.
@@ -433,10 +476,20 @@ type launchSpec struct {
 	Keeper bool `json:"keeper,omitempty"`
 }
 
-// launcher is `agentd sandbox-exec SPEC -- argv`.
-func (p Policy) launcher(landlock bool, argv []string, binds []workBind) []string {
+// inherited are the descriptors the first stage passes to the keeper.
+func (s launchSpec) inherited() []int {
+	fds := append([]int{}, s.RWDirFDs...)
+	if s.EnvFD > 0 {
+		fds = append(fds, s.EnvFD)
+	}
+	return fds
+}
+
+// launcher is `agentd sandbox-exec SPEC -- argv`; envFD >= 0 is the
+// descriptor the command's environment comes on.
+func (p Policy) launcher(landlock bool, argv []string, binds []workBind, envFD int) []string {
 	s := launchSpec{Landlock: landlock, Contain: !p.NoContain, Parent: os.Getpid(), Tmp: landlock, ShowProc: p.SharedPID,
-		NoNet: landlock && p.Network == NetNone}
+		NoNet: landlock && p.Network == NetNone, EnvFD: max(envFD, 0)}
 	if landlock {
 		s.TmpRoot = cmp.Or(p.TmpRoot, os.TempDir())
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/internal/outerenv"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 )
 
@@ -106,6 +107,11 @@ type Policy struct {
 	// Network is what the command may reach: NetNone (its own empty network
 	// namespace) or NetHost; "" is NetHost.
 	Network Network
+	// EnvOutside is the launcher-env fault: the command's environment is
+	// also the whole environment of the programs that start it outside
+	// the sandbox (bwrap, the launcher's two stages), so a tenant's
+	// LD_PRELOAD runs its code there, unconfined.
+	EnvOutside bool
 }
 
 // Network is a value of terminal.network.
@@ -148,13 +154,23 @@ type Cmd struct {
 	infoDone     chan struct{}
 	inner        atomic.Int64 // bwrap's pid 1, in our numbering (0 until known)
 	work         []*os.File   // the workdirs' descriptors, passed to the child and closed once it started
+	feed         *envFeed     // the command's environment, to bwrap or the launcher; nil when the command has it itself
 	pid          int
 }
 
 // Command returns argv sandboxed by p, with env as its whole environment
-// (it passes through bwrap and the launcher unchanged) and p.Dir as its
-// working directory. Each workdir outside the home is opened and judged
-// now and bound through its descriptor (see Policy.Allow).
+// and p.Dir as its working directory. Each workdir outside the home is
+// opened and judged now and bound through its descriptor (see
+// Policy.Allow).
+//
+// bwrap and the launcher, which start the command from outside the
+// sandbox, get outerenv's allow-list of agentd's own environment as
+// theirs, never env: env reaches them through a descriptor (envFeed:
+// bwrap reads --setenv pairs with --args after --clearenv, the launcher's
+// keeper reads the block) and becomes the environment only of the command
+// they start, confined. bwrap's --setenv TMPDIR and the launcher's private
+// tmp still win over env's TMPDIR. The launcher-env fault (EnvOutside)
+// gives env to them instead, as before issue 46.
 func (p Policy) Command(argv []string, env []string) (*Cmd, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("sandbox command: empty argv")
@@ -173,18 +189,38 @@ func (p Policy) Command(argv []string, env []string) (*Cmd, error) {
 		c.infoR, c.infoW = r, w
 		first = 4 // fd 3 is the info pipe, named in the argv
 	}
+	envFD := -1
+	if p.startedOutside(mode) && !p.EnvOutside {
+		data := envBlock(env)
+		if mode == Bwrap {
+			data = bwrapSetenv(env)
+		}
+		feed, err := newEnvFeed(data)
+		if err != nil {
+			c.StartFailed()
+			return nil, err
+		}
+		c.feed, envFD = feed, first
+		first++
+	}
 	binds, files, err := p.binds(mode, first)
 	if err != nil {
 		c.StartFailed()
 		return nil, err
 	}
-	full := p.argv(mode, argv, c.infoW != nil, binds)
+	full := p.argv(mode, argv, c.infoW != nil, envFD, binds)
 	c.Cmd = exec.Command(full[0], full[1:]...)
 	c.Env = append([]string{}, env...)
+	if c.feed != nil {
+		c.Env = outerenv.Own()
+	}
 	c.Dir = p.Dir
 	c.work = files
 	if c.infoW != nil {
 		c.ExtraFiles = append(c.ExtraFiles, c.infoW)
+	}
+	if c.feed != nil {
+		c.ExtraFiles = append(c.ExtraFiles, c.feed.r)
 	}
 	c.ExtraFiles = append(c.ExtraFiles, files...)
 	switch {
@@ -211,7 +247,7 @@ func (p Policy) Wrap(argv []string) ([]string, error) {
 		return nil, err
 	}
 	closeAll(files)
-	return p.argv(mode, argv, false, binds), nil
+	return p.argv(mode, argv, false, -1, binds), nil
 }
 
 // Prefix is Wrap's argv before the command: a plugin host's launcher.
@@ -308,17 +344,25 @@ func (p Policy) binds(mode Mode, first int) ([]workBind, []*os.File, error) {
 	return out, files, nil
 }
 
+// startedOutside reports whether in mode a program of agentd's (bwrap,
+// the launcher) starts the command, from outside the sandbox; otherwise
+// agentd starts the command itself (mode none without containment).
+func (p Policy) startedOutside(mode Mode) bool {
+	return mode == Bwrap || mode == Landlock || (len(p.Self) > 0 && !p.NoContain)
+}
+
 // argv is the whole argv of argv sandboxed in mode (resolved by mode).
-func (p Policy) argv(mode Mode, argv []string, infoFD bool, binds []workBind) []string {
+// envFD >= 0 is the descriptor the command's environment comes on.
+func (p Policy) argv(mode Mode, argv []string, infoFD bool, envFD int, binds []workBind) []string {
 	switch {
 	case mode == Bwrap:
-		return append(p.bwrapArgs(infoFD, binds), argv...)
+		return append(p.bwrapArgs(infoFD, envFD, binds), argv...)
 	case mode == Landlock:
-		return p.launcher(true, argv, binds)
-	case len(p.Self) == 0 || p.NoContain:
+		return p.launcher(true, argv, binds, envFD)
+	case !p.startedOutside(mode):
 		return append([]string{}, argv...)
 	}
-	return p.launcher(false, argv, nil)
+	return p.launcher(false, argv, nil, envFD)
 }
 
 func (p Policy) check() error {
@@ -342,8 +386,9 @@ func (p Policy) check() error {
 // capability (bwrap keeps them when agentd runs as root), mounts a fresh
 // /proc in a PID namespace of its own (only the host-shared-pidns fault
 // shows the host's), the system folders read-only, and each extra workdir
-// from its descriptor.
-func (p Policy) bwrapArgs(infoFD bool, binds []workBind) []string {
+// from its descriptor. envFD >= 0 is a descriptor of --setenv pairs (see
+// bwrapSetenv): the command's environment, after --clearenv.
+func (p Policy) bwrapArgs(infoFD bool, envFD int, binds []workBind) []string {
 	a := []string{"bwrap", "--die-with-parent", "--new-session", "--cap-drop", "ALL"}
 	if os.Geteuid() == 0 {
 		// As root, --cap-drop ALL empties the effective and permitted sets
@@ -389,6 +434,9 @@ func (p Policy) bwrapArgs(infoFD bool, binds []workBind) []string {
 			a = append(a, "--tmpfs", h)
 		}
 	}
+	if envFD >= 0 {
+		a = append(a, "--clearenv", "--args", strconv.Itoa(envFD))
+	}
 	a = append(a, "--setenv", "TMPDIR", "/tmp")
 	if p.Dir != "" {
 		a = append(a, "--chdir", p.Dir)
@@ -411,6 +459,9 @@ func (c *Cmd) Started() {
 	c.pid = c.Process.Pid
 	closeAll(c.work)
 	c.work = nil
+	if c.feed != nil {
+		c.feed.release()
+	}
 	if !c.bwrap {
 		return
 	}
@@ -433,6 +484,9 @@ func (c *Cmd) StartFailed() {
 	if c.infoR != nil {
 		c.infoR.Close()
 		c.infoW.Close()
+	}
+	if c.feed != nil {
+		c.feed.release()
 	}
 	closeAll(c.work)
 	c.work = nil

@@ -241,7 +241,10 @@ func liveTree(t *testing.T, mode sandbox.Mode, prefix, before string) (*sandbox.
 	home := t.TempDir()
 	marker := prefix + "-" + token(t)
 	c, waited := startTree(t, sandbox.Policy{Mode: mode, Home: home, Dir: home, Self: sandboxtest.Self(t)}, marker)
-	require.GreaterOrEqual(t, len(procgroup.Marked(marker)), 4, "the tree is there before "+before)
+	// The command's four (bash, about to exec its last sleep, may be
+	// between images): the launchers and bwrap carry none of its
+	// variables (issue 46).
+	require.GreaterOrEqual(t, len(procgroup.Marked(marker)), 3, "the tree is there before "+before)
 	return c, waited, marker
 }
 

@@ -65,6 +65,7 @@ func (s *Server) shellSandbox(sc *scope.Scope, cwd string) (*sandbox.Policy, err
 	}
 	pol.Network = net.Mode
 	pol.NoContain = s.opts.Faults.Has(faults.EscapedProcess)
+	pol.EnvOutside = s.opts.Faults.Has(faults.LauncherEnv) // the bug: bwrap and the launcher run with the tenant's environment
 	return &pol, nil
 }
 
