@@ -45,3 +45,38 @@ func benchCatalog(b *testing.B, tenants int) {
 	b.ReportMetric(float64(failures), "failures")
 	b.Logf("%d clean catalog runs with %d tenants: %d findings, %d scenario failures", runs, tenants, findings, failures)
 }
+
+// BenchmarkSurfaceDiscovery is the discovery pass's cost: the surface
+// scenario's discover phase alone against agentd, with 3 and 8 tenants;
+// s/tenant is the phase's wall time per tenant. `go test -run '^$' -bench
+// SurfaceDiscovery -benchtime 3x ./scenarios`
+func BenchmarkSurfaceDiscovery(b *testing.B) {
+	spec := surfaceScenario()
+	spec.Phases = spec.Phases[:1]
+	cat, err := NewCatalog(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{3, 8} {
+		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) {
+			var phase time.Duration
+			for i := 0; i < b.N; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+				reps, err := RunCatalog(ctx, cat, Config{Target: agentdTarget(), Tenants: n, WorkDir: b.TempDir()})
+				cancel()
+				if err != nil {
+					b.Fatalf("run %d: %v", i, err)
+				}
+				for _, r := range reps {
+					if r.Result != Pass {
+						b.Errorf("run %d: %s: %s %s", i, r.ID, r.Result, r.Reason)
+					}
+					for _, p := range r.Phases {
+						phase += p.Duration
+					}
+				}
+			}
+			b.ReportMetric(phase.Seconds()/float64(b.N*n), "s/tenant")
+		})
+	}
+}
