@@ -99,8 +99,59 @@ func (e *Env) attackSurfaceFiles() {
 			}
 		}
 	}
-	e.T.Logf("surface: %d hostile file(s) tried on %d path(s) of %s's home", tried, len(targets), a.Name)
+	swaps := 0
+	for _, tg := range targets {
+		act, ok := surfaceActionNamed(tg.action)
+		if !ok {
+			continue
+		}
+		swaps += e.swapWhile(a, v, n, neighbour, per, tg, act, aside, base)
+	}
+	e.T.Logf("surface: %d hostile file(s) tried on %d path(s) of %s's home; %d swap round trips", tried, len(targets), a.Name, swaps)
 	e.noteSurface(&st.m)
+}
+
+// swapRounds is how many times the action is replayed while a path flips
+// between the tenant's file and a link to the victim's: a race, so a rate.
+const swapRounds = 5
+
+// swapWhile replays act swapRounds times while tg's path flips between the
+// attacker's own file and a link to the victim's (surface.StartSwap): a
+// server that checks a file, then opens it again by name, reads the
+// victim's some of the time, and the other invariants see it. It returns
+// the flips made.
+func (e *Env) swapWhile(a, v, n *tenants.Tenant, neighbour, per *surfaceTenant, tg readTarget, act surfaceAction, aside string, base int64) int {
+	e.T.Helper()
+	sw, err := surface.StartSwap(a.Home, tg.path, v.Home, aside)
+	if errors.Is(err, surface.ErrNotApplicable) {
+		return 0
+	}
+	if err != nil {
+		e.T.Fatalf("surface: %v", err)
+	}
+	st := stateOf(e, surfaceKey)
+	st.m.Aim(a.Name, tg.path, "swap")
+	what := fmt.Sprintf("%s's %s swapped with a link to %s's (%s)", a.Name, tg.path, v.Name, act.name)
+	harmed := false
+	for i := 0; i < swapRounds && !harmed; i++ {
+		harmed = e.judgeHarm(a, n, neighbour, base, what, func(ctx context.Context) error {
+			if act.name != "session.create" && per.sid == "" {
+				if s, err := per.conn.CreateSession(ctx, profileParam(a)); err == nil {
+					per.sid, per.stored = s.SessionID, s.StoredSessionID
+				}
+			}
+			return act.run(ctx, e, per, a)
+		})
+	}
+	flips, err := sw.Stop()
+	if err != nil {
+		e.T.Logf("surface: the swap of %s stopped early after %d flips: %v", tg.path, flips, err)
+	}
+	if harmed {
+		e.noteSurface(&st.m)
+		e.T.Fatalf("surface: the server was harmed by %s: the file attacks stop here", what)
+	}
+	return flips
 }
 
 // readTarget is a path the server read and the first action that read it.

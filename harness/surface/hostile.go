@@ -180,3 +180,89 @@ func move(from, to string) error {
 	}
 	return os.Remove(from)
 }
+
+// Swapper flips a home path between the tenant's own file and a link to
+// the victim's file of the same path, as fast as renames go, until
+// stopped: a server that checks a file and opens it again later by name
+// (a pool of readers, a lazy re-open) follows the link some of the time.
+type Swapper struct {
+	stop  chan struct{}
+	done  chan struct{}
+	swaps int
+	err   error
+}
+
+// StartSwap starts flipping rel under home; aside is a folder of the same
+// home (the tenant's own) where it keeps its copies. Stop ends it and puts
+// the original back.
+func StartSwap(home, rel, victimHome, aside string) (*Swapper, error) {
+	p := filepath.Join(home, filepath.FromSlash(path.Clean(rel)))
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("surface: swap %s: %w", rel, ErrNotApplicable)
+	}
+	dir, err := os.MkdirTemp(aside, "swap-")
+	if err != nil {
+		return nil, fmt.Errorf("surface: swap %s: %w", rel, err)
+	}
+	keep := filepath.Join(dir, "keep")
+	if err := os.Link(p, keep); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("surface: swap %s: keep the original: %w", rel, err)
+	}
+	s := &Swapper{stop: make(chan struct{}), done: make(chan struct{})}
+	victim := filepath.Join(victimHome, filepath.FromSlash(path.Clean(rel)))
+	// The names that are renamed over p live beside it: a rename is atomic
+	// only within one folder's file system.
+	tmpL, tmpO := p+".surface-swap-link", p+".surface-swap-own"
+	go func() {
+		defer close(s.done)
+		defer func() {
+			_ = os.Remove(tmpL)
+			_ = os.Remove(tmpO)
+			// The original back at its path, whatever the loop left there.
+			if err := os.Link(keep, tmpO); err == nil {
+				_ = os.Rename(tmpO, p)
+			}
+			// A rename between two links of one file does nothing (p was
+			// the own file already): the spare name goes.
+			_ = os.Remove(tmpO)
+			_ = os.RemoveAll(dir)
+		}()
+		for {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			_ = os.Remove(tmpL)
+			if err := os.Symlink(victim, tmpL); err != nil {
+				s.err = err
+				return
+			}
+			if err := os.Rename(tmpL, p); err != nil {
+				s.err = err
+				return
+			}
+			_ = os.Remove(tmpO)
+			if err := os.Link(keep, tmpO); err != nil {
+				s.err = err
+				return
+			}
+			if err := os.Rename(tmpO, p); err != nil {
+				s.err = err
+				return
+			}
+			s.swaps++
+		}
+	}()
+	return s, nil
+}
+
+// Stop ends the flipping, puts the original back, and says how many
+// round trips it made (and the error that ended it early, if any).
+func (s *Swapper) Stop() (int, error) {
+	close(s.stop)
+	<-s.done
+	return s.swaps, s.err
+}

@@ -310,3 +310,39 @@ func TestSharedRowsAreValidAndFindAPlant(t *testing.T) {
 	run(clean.Call(attack.Canaries{Write: canary}))
 	assert.NotContains(t, run(look.Call(attack.Canaries{})), canary)
 }
+
+// TestSwapperFlipsAndPutsBack: while it runs, a reader by path sees both
+// the own file and the victim's (the attack's positive control: a check
+// then a later open by name follows the link); Stop puts the original
+// back.
+func TestSwapperFlipsAndPutsBack(t *testing.T) {
+	t.Parallel()
+	_, hs := homes(t)
+	aside := filepath.Join(hs["alpha"], ".surface")
+	require.NoError(t, os.MkdirAll(aside, 0o755))
+	s, err := StartSwap(hs["alpha"], "SOUL.md", hs["beta"], aside)
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	require.Eventually(t, func() bool {
+		if b, err := os.ReadFile(filepath.Join(hs["alpha"], "SOUL.md")); err == nil {
+			seen[string(b)] = true
+		}
+		return seen["soul of alpha"] && seen["soul of beta"]
+	}, 20*time.Second, time.Millisecond, "saw %v", seen)
+	n, err := s.Stop()
+	require.NoError(t, err)
+	assert.Positive(t, n)
+	b, err := os.ReadFile(filepath.Join(hs["alpha"], "SOUL.md"))
+	require.NoError(t, err)
+	assert.Equal(t, "soul of alpha", string(b))
+	fi, err := os.Lstat(filepath.Join(hs["alpha"], "SOUL.md"))
+	require.NoError(t, err)
+	assert.True(t, fi.Mode().IsRegular())
+	entries, err := os.ReadDir(hs["alpha"])
+	require.NoError(t, err)
+	for _, e := range entries {
+		assert.NotContains(t, e.Name(), "surface-swap", "nothing of the swap is left")
+	}
+	_, err = StartSwap(hs["alpha"], "nope.md", hs["beta"], aside)
+	assert.ErrorIs(t, err, ErrNotApplicable)
+}
