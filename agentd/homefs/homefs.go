@@ -253,6 +253,11 @@ func (h Home) ReadFileLimit(name string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return h.readOpened(f, name, limit)
+}
+
+// readOpened reads f, the home file name, up to limit (see readLimited).
+func (h Home) readOpened(f *os.File, name string, limit int64) ([]byte, error) {
 	if h.SpecialFiles {
 		b, err := io.ReadAll(f) // the fault: whatever it is, however large
 		if err != nil {

@@ -14,8 +14,10 @@ const TenantKeyEnv = "API_SERVER_KEY"
 
 // TenantOf names the profile whose tenant credential token is, comparing
 // with every profile's in constant time; ok is false when none holds it.
-// It reads the .env files at each call, so a key saved or a profile
-// deleted takes effect at the next connection.
+// Each profile's credential comes from the server's credential index,
+// which reads a .env again only when it changed (see credIndex), so a key
+// saved or a profile deleted takes effect at the next connection, and no
+// tenant's .env, whatever it is, slows another's connect.
 func (s *Server) TenantOf(token string) (name string, ok bool) {
 	if token == "" {
 		return "", false
@@ -24,13 +26,10 @@ func (s *Server) TenantOf(token string) (name string, ok bool) {
 	if err != nil {
 		return "", false
 	}
+	s.creds.forget(list)
 	for _, p := range list {
-		env, err := p.LoadEnv()
-		if err != nil {
-			continue
-		}
-		key, found := env.Lookup(TenantKeyEnv)
-		if found && key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(token)) == 1 {
+		key := s.creds.keyOf(p)
+		if key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(token)) == 1 {
 			name, ok = p.Name, true
 		}
 	}
@@ -80,23 +79,21 @@ func (s *Server) credentialHolds(conn rpc.Conn, own string) bool {
 	if err != nil {
 		return false
 	}
-	return credentialOf(b, p)
+	return s.credentialOf(b, p)
 }
 
 // credentialOpens reports whether conn's tenant credential is the
 // API_SERVER_KEY of p, the home a call holds (p.Name must be conn's own).
 func (s *Server) credentialOpens(conn rpc.Conn, p profile.Profile) bool {
 	b, ok := conn.(tenantBound)
-	return ok && b.Tenant() == p.Name && credentialOf(b, p)
+	return ok && b.Tenant() == p.Name && s.credentialOf(b, p)
 }
 
-func credentialOf(b tenantBound, p profile.Profile) bool {
-	env, err := p.LoadEnv()
-	if err != nil {
-		return false
-	}
-	key, found := env.Lookup(TenantKeyEnv)
-	return found && key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(b.Credential())) == 1
+// credentialOf reports whether b's credential is p's now (its .env statted
+// at every call, read again when it changed: see credIndex).
+func (s *Server) credentialOf(b tenantBound, p profile.Profile) bool {
+	key := s.creds.keyOf(p)
+	return key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(b.Credential())) == 1
 }
 
 // checkName refuses a profile name a call gives that cannot be one,

@@ -77,6 +77,7 @@ type Server struct {
 	reqs    *fair.Scheduler // request handlers; nil = no limit (fault)
 	turnQ   *fair.Scheduler // turns; nil = no limit (fault)
 	running atomic.Int64    // turns started and not yet returned
+	creds   credIndex       // tenant credentials by profile (TenantOf)
 }
 
 // New returns a Server.
