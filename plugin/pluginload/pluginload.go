@@ -169,12 +169,19 @@ const (
 	MaxFingerprintBytes int64 = 32 << 20
 )
 
+// ErrNotRegular marks a plugin folder holding something that is neither
+// a file nor a folder (a symlink, a FIFO, a device, a socket).
+var ErrNotRegular = errors.New("not a regular file")
+
 // ErrTooLarge marks a plugin folder past MaxFingerprintFiles or
 // MaxFingerprintBytes.
 var ErrTooLarge = errors.New("plugin folder too large")
 
-// Fingerprint hashes the names and contents of every regular file in a
-// plugin folder, so a cache keyed by it goes stale when any file changes.
+// Fingerprint hashes the names and contents of every file in a plugin
+// folder, so a cache keyed by it goes stale when any file changes. A
+// folder holding anything but files and folders is refused
+// (ErrNotRegular), as is one past MaxFingerprintFiles or
+// MaxFingerprintBytes (ErrTooLarge).
 func Fingerprint(dir string) (string, error) {
 	fp, err := FingerprintFS(os.DirFS(dir), ".")
 	if err != nil {
@@ -192,8 +199,13 @@ func FingerprintFS(fsys fs.FS, dir string) (string, error) {
 		if err != nil {
 			return err
 		}
-		if !d.Type().IsRegular() {
+		if d.IsDir() {
 			return nil
+		}
+		if !d.Type().IsRegular() {
+			// A link, a FIFO, a device, a socket: nothing a plugin is made
+			// of, and what a loader would follow or block on.
+			return fmt.Errorf("%s in plugin folder %s: %w", p, dir, ErrNotRegular)
 		}
 		if files++; files > MaxFingerprintFiles {
 			return fmt.Errorf("%s holds more than %d files: %w", dir, MaxFingerprintFiles, ErrTooLarge)

@@ -97,3 +97,14 @@ func socket(t testing.TB, path string) error {
 	t.Cleanup(func() { l.Close() })
 	return os.Rename(filepath.Join(dir, "s"), path)
 }
+
+// Release frees a read blocked opening the FIFO at path (the faults'
+// positive controls): a writer opens it and closes it at once.
+func Release(t testing.TB, path string) {
+	t.Helper()
+	w, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("release FIFO %s: %v", path, err)
+	}
+	w.Close()
+}
