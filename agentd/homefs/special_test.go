@@ -119,9 +119,9 @@ func TestSpecialFilesFaultHarms(t *testing.T) {
 	case <-time.After(300 * time.Millisecond): // a deadline, not a sync: the read must still hang
 	}
 	// Release the blocked open: a writer opens and closes the FIFO.
-	w, err := os.OpenFile(filepath.Join(mine, ".env"), os.O_WRONLY, 0)
-	require.NoError(t, err)
-	require.NoError(t, w.Close())
+	for !hostile.Release(filepath.Join(mine, ".env")) {
+		time.Sleep(10 * time.Millisecond) // the reader is on its way into open
+	}
 	require.NoError(t, <-done)
 
 	require.NoError(t, os.WriteFile(filepath.Join(mine, "config.yaml"), make([]byte, 2*homefs.MaxConfigSize), 0o600))

@@ -55,7 +55,7 @@ func Plant(t testing.TB, path string, k Kind) {
 	case DevZero:
 		err = os.Symlink("/dev/zero", path)
 	case Sparse:
-		err = sparse(path)
+		err = sparse(path, SparseSize)
 	case Dir:
 		err = os.Mkdir(path, 0o700)
 	case Socket:
@@ -68,12 +68,12 @@ func Plant(t testing.TB, path string, k Kind) {
 	}
 }
 
-func sparse(path string) error {
+func sparse(path string, size int64) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	if err := f.Truncate(SparseSize); err != nil {
+	if err := f.Truncate(size); err != nil {
 		f.Close()
 		return err
 	}
@@ -98,13 +98,26 @@ func socket(t testing.TB, path string) error {
 	return os.Rename(filepath.Join(dir, "s"), path)
 }
 
-// Release frees a read blocked opening the FIFO at path (the faults'
-// positive controls): a writer opens it and closes it at once.
-func Release(t testing.TB, path string) {
-	t.Helper()
-	w, err := os.OpenFile(path, os.O_WRONLY, 0)
+// Release frees the reads blocked opening the FIFO at path (the faults'
+// positive controls): a writer opens it and closes it at once. It never
+// blocks: false when no reader was waiting (an open of a FIFO for writing
+// with no reader fails, non-blocking).
+func Release(path string) bool {
+	w, err := os.OpenFile(path, os.O_WRONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
-		t.Fatalf("release FIFO %s: %v", path, err)
+		return false
 	}
 	w.Close()
+	return true
+}
+
+// PlantSparse is Plant's Sparse of size bytes.
+func PlantSparse(t testing.TB, path string, size int64) {
+	t.Helper()
+	if err := os.RemoveAll(path); err != nil {
+		t.Fatalf("plant sparse file at %s: %v", path, err)
+	}
+	if err := sparse(path, size); err != nil {
+		t.Fatalf("plant sparse file at %s: %v", path, err)
+	}
 }
