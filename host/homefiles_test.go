@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/agentd/homefs/hostile"
 	"github.com/tenantcanary/tenantcanary/host"
 	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
@@ -78,5 +79,41 @@ func TestModelProviderDiscoveryFaultBlocks(t *testing.T) {
 			return
 		case <-time.After(20 * time.Millisecond): // the reader may be between two opens
 		}
+	}
+}
+
+// In process (the operator's plugins.isolation: in_process), the
+// interpreter reads a plugin's sources in the server: a plugin folder
+// holding a hostile file is refused (its status says why) before any of
+// it is read, promptly, and the load goes on.
+func TestInProcessLoadRefusesHostileFiles(t *testing.T) {
+	for _, k := range hostile.Kinds {
+		if k == hostile.Dir {
+			continue // a folder in a plugin folder is a folder
+		}
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			home := newHome(t)
+			dir := writePlugin(t, home, "p", "name: p\n", "package p\n")
+			hostile.Plant(t, filepath.Join(dir, "plugin.go"), k)
+			done := make(chan error, 1)
+			var statuses []host.PluginStatus
+			go func() {
+				l, err := host.LoadInProcess(host.InProcessConfig{Profile: "p", Mode: "in_process", PluginsDir: filepath.Join(home, "plugins"),
+					Home: homefs.Home{Dir: home}, Backend: &server{}})
+				if err == nil {
+					statuses, err = l.Plugins(context.Background())
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("an in-process load blocked on a %s plugin.go", k)
+			}
+			require.Len(t, statuses, 1)
+			require.Contains(t, statuses[0].Error, "plugin.go")
+		})
 	}
 }

@@ -63,7 +63,8 @@ func LoadInProcess(cfg InProcessConfig) (*InProcess, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 30 * time.Second
 	}
-	found, err := pluginsOf(cfg.Home, cfg.PluginsDir, cfg.Enabled).discover()
+	tp := pluginsOf(cfg.Home, cfg.PluginsDir, cfg.Enabled)
+	found, err := tp.discover()
 	if err != nil {
 		return nil, fmt.Errorf("load plugins of profile %s in-process: %w", cfg.Profile, err)
 	}
@@ -78,6 +79,14 @@ func LoadInProcess(cfg InProcessConfig) (*InProcess, error) {
 	p := &InProcess{cfg: cfg, reg: newRegistry(1, false, directReach{cfg.Backend}, cfg.Log)}
 	p.reg.env, p.reg.mode, p.reg.source = cfg.Env, cfg.Mode, cfg.Source
 	for _, f := range found {
+		// The interpreter reads the plugin's files by path, in this
+		// process: its folder is first walked through the home, so a
+		// FIFO, a link or a huge file there fails the plugin, not the
+		// server.
+		if _, err := tp.fingerprint(f); err != nil {
+			p.reg.record(PluginStatus{Name: f.Name, Kind: f.Kind, Dir: f.Dir, Error: err.Error()})
+			continue
+		}
 		p.reg.load(f)
 	}
 	return p, nil

@@ -210,6 +210,9 @@ func FingerprintFS(fsys fs.FS, dir string) (string, error) {
 		if files++; files > MaxFingerprintFiles {
 			return fmt.Errorf("%s holds more than %d files: %w", dir, MaxFingerprintFiles, ErrTooLarge)
 		}
+		if info, err := d.Info(); err == nil && info.Size() > MaxFingerprintBytes-total {
+			return fmt.Errorf("%s: plugin folder %s would hold more than %d bytes: %w", p, dir, MaxFingerprintBytes, ErrTooLarge)
+		}
 		b, err := fs.ReadFile(fsys, p)
 		if err != nil {
 			return err
