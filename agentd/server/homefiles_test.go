@@ -13,9 +13,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tenantcanary/tenantcanary/agentd/agent"
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/homefs/hostile"
+	"github.com/tenantcanary/tenantcanary/agentd/plugins"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
+	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/fakellm"
 )
 
@@ -61,6 +64,9 @@ var homeSites = []homeSite{
 	{file: "config.yaml", action: "config.set", drive: driveCall("config.set", map[string]any{"profile": "b", "key": "prompt", "value": "p"})},
 	{file: "SOUL.md", action: "prompt.submit", open: openSession, drive: driveTurn},
 	{file: "memories/MEMORY.md", action: "prompt.submit", open: openSession, drive: driveTurn},
+	{file: "plugins/p/plugin.yaml", action: "prompt.submit", open: withPlugin("p", ""), drive: driveTurn},
+	{file: "plugins/model-providers/m/plugin.yaml", action: "prompt.submit (model.provider plugin:m)", open: withPlugin("model-providers/m", "m"), drive: driveTurn},
+	{file: "plugins/model-providers/m/m.go", action: "prompt.submit (model.provider plugin:m)", open: withPlugin("model-providers/m", "m"), drive: driveTurn},
 	{file: "cron/jobs.json", action: "cron.list", drive: driveCall("cron.list", map[string]any{"profile": "b"})},
 	{file: "cron/jobs.json", action: "cron.create", drive: driveCall("cron.create", map[string]any{"profile": "b", "prompt": "p", "every": "every 1h"})},
 	{file: "cron/jobs.json", action: "cron.trigger", drive: driveCall("cron.trigger", map[string]any{"profile": "b", "id": "abcdef012345"})},
@@ -82,9 +88,19 @@ type hostileHome struct {
 
 func newHostileHome(t *testing.T, fs faults.Set) *hostileHome {
 	t.Helper()
+	var backend *Server
 	f := newFixtureWith(t, func(fakellm.Record) fakellm.Response { return fakellm.Text("ok") }, func(o *Options) {
 		o.Faults, o.Homes.Faults = fs, fs // the server's, and its homes' (as agentd's cli sets them)
+		// A turn's tools are its profile's plugins too, as agentd's cli
+		// makes them: the server discovers them. No plugin host can run
+		// here (this test binary is none): one that starts fails.
+		o.Tools = func(sc *scope.Scope) *agent.Registry {
+			reg, _ := plugins.Registry(context.Background(), sc, []agent.Tool{agent.TerminalTool{}}, plugins.Options{
+				Command: []string{"/nonexistent/agentd-plugin-host"}, Backend: backend, Pooled: true, Faults: fs, Self: o.Self})
+			return reg
+		}
 	})
+	backend = f.srv
 	lp, err := f.homes.Get("")
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(lp.File("SOUL.md"), []byte(launchSoul), 0o600))
@@ -146,6 +162,25 @@ func openSession(h *hostileHome) string {
 	res := h.call(h.atk, "session.create", map[string]any{"profile": "b"})
 	require.Equal(h.t, 0, code(res), "%v", res)
 	return res["result"].(map[string]any)["session_id"].(string)
+}
+
+// withPlugin gives b a plugin in plugins/<rel> (a model provider its
+// model.provider names, when provider is set), then opens a session.
+func withPlugin(rel, provider string) func(h *hostileHome) string {
+	return func(h *hostileHome) string {
+		dir := filepath.Join(h.bHome, "plugins", filepath.FromSlash(rel))
+		require.NoError(h.t, os.MkdirAll(dir, 0o700))
+		manifest := "name: " + filepath.Base(rel) + "\n"
+		if provider != "" {
+			manifest += "kind: model-provider\n"
+			bp, err := h.homes.Get("b")
+			require.NoError(h.t, err)
+			require.NoError(h.t, bp.SetConfig("model.provider", profile.PluginProviderPrefix+provider))
+		}
+		require.NoError(h.t, os.WriteFile(filepath.Join(dir, "plugin.yaml"), []byte(manifest), 0o600))
+		require.NoError(h.t, os.WriteFile(filepath.Join(dir, filepath.Base(rel)+".go"), []byte("package p\n"), 0o600))
+		return openSession(h)
+	}
 }
 
 // driveTurn submits a prompt and waits for the turn's end (or the
@@ -257,6 +292,7 @@ func TestHostileHomeFilesAreRefusedPromptly(t *testing.T) {
 				before := allocated()
 				got, err := s.drive(ctx, h, sid)
 				grew := allocated() - before
+				t.Logf("the attacker's answer: %.400s", got)
 				require.NoError(t, err, "%s with a %s %s: no answer within %s", s.action, k, s.file, answerWithin)
 				require.Less(t, grew, uint64(allocBound), "%s with a %s %s allocated %d bytes", s.action, k, s.file, grew)
 				require.NotContains(t, got+h.atk.framesText(), launchSoul, "another tenant's data in the attacker's answer")
