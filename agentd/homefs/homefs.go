@@ -142,6 +142,15 @@ func (h Home) refusal(dirfd int, name, done, part string, err error) error {
 			return &LinkError{Name: name, At: done, Out: h.leaves(done)}
 		}
 	}
+	if err == unix.EISDIR || err == unix.ENXIO || err == unix.ENODEV || err == unix.EOPNOTSUPP {
+		// A folder opened for writing, a socket, a FIFO opened for
+		// writing with no reader, a device with no driver: each is no
+		// regular file, whatever the open said.
+		var st unix.Stat_t
+		if unix.Fstatat(dirfd, part, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return fmt.Errorf("home file %s: %w (agentd reads and writes only regular files in a home)", name, ErrNotRegular)
+		}
+	}
 	return &fs.PathError{Op: "open", Path: h.Path(name), Err: err}
 }
 

@@ -44,7 +44,7 @@ func TestHostileFilesRefusedPromptly(t *testing.T) {
 					require.ErrorContains(t, err, fmt.Sprint(homefs.LimitOf(name)))
 				case hostile.DevZero:
 					require.ErrorIs(t, err, homefs.ErrLinkOut)
-				case hostile.FIFO, hostile.Dir:
+				case hostile.FIFO, hostile.Dir, hostile.Socket:
 					require.ErrorIs(t, err, homefs.ErrNotRegular)
 				}
 				require.Less(t, int64(after.HeapAlloc)-int64(before.HeapAlloc), int64(heapGrowth))
