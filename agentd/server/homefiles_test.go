@@ -18,6 +18,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/homefs/hostile"
 	"github.com/tenantcanary/tenantcanary/agentd/plugins"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
+	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
 	"github.com/tenantcanary/tenantcanary/fakellm"
 )
@@ -297,11 +298,29 @@ func TestHostileHomeFilesAreRefusedPromptly(t *testing.T) {
 				require.Less(t, grew, uint64(allocBound), "%s with a %s %s allocated %d bytes", s.action, k, s.file, grew)
 				require.NotContains(t, got+h.atk.framesText(), launchSoul, "another tenant's data in the attacker's answer")
 				require.NotContains(t, got+h.atk.framesText(), launchKey)
+				refusedAsTheTenants(t, got, s.file, k)
 				h.victimServed(t)
 				h.stops(t)
 			})
 		}
 	}
+}
+
+// refusedAsTheTenants requires an error reply to a hostile file to be
+// 4013 (the tenant's own doing, the file and the rule named), not an
+// internal error; a 20 GiB state.db is SQLite's to refuse (it is a
+// regular file: "file is not a database").
+func refusedAsTheTenants(t *testing.T, got, file string, k hostile.Kind) {
+	t.Helper()
+	var reply map[string]any
+	if json.Unmarshal([]byte(got), &reply) != nil || reply["error"] == nil {
+		return
+	}
+	if file == "state.db" && k == hostile.Sparse {
+		return
+	}
+	require.Equal(t, rpc.CodeLinkOut, code(reply), "%v", reply)
+	require.Contains(t, reply["error"].(map[string]any)["message"], "home file "+file)
 }
 
 // TestStopWhileEveryHomeFileIsHostile: every file of the attacker's home
