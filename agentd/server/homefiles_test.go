@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/agentd/agent"
+	"github.com/tenantcanary/tenantcanary/agentd/cron"
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/homefs/hostile"
 	"github.com/tenantcanary/tenantcanary/agentd/plugins"
@@ -378,5 +380,40 @@ func TestHomeSpecialFilesFaultHarms(t *testing.T) {
 	_, err := driveConnect(context.Background(), h, "")
 	require.NoError(t, err)
 	require.Greater(t, allocated()-before, uint64(2*allocBound), "the fault reads the whole .env")
+	h.stops(t)
+}
+
+// TestHeldCronLockHoldsNoTick: b's terminal holds its own cron/jobs.lock
+// (flock) with a job due: the tick over every profile gives b up within
+// the lock's wait, runs the launch profile's due job, and the server stops.
+func TestHeldCronLockHoldsNoTick(t *testing.T) {
+	h := newHostileHome(t, nil)
+	for _, name := range []string{"b", profile.LaunchName} {
+		res := h.call(h.atk, "cron.create", map[string]any{"profile": name, "prompt": "p", "every": "every 1h"})
+		require.Equal(t, 0, code(res), "%v", res)
+		id := res["result"].(map[string]any)["job"].(map[string]any)["id"]
+		require.Equal(t, 0, code(h.call(h.atk, "cron.trigger", map[string]any{"profile": name, "id": id})))
+	}
+	lock, err := os.OpenFile(filepath.Join(h.bHome, "cron", "jobs.lock"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer lock.Close()
+	require.NoError(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*answerWithin)
+	defer cancel()
+	got := make(chan []cron.Result, 1)
+	go func() { res, _ := h.srv.TickCron(ctx, time.Now()); got <- res }()
+	select {
+	case res := <-got:
+		ran := map[string]error{}
+		for _, r := range res {
+			ran[r.Profile] = r.Err
+		}
+		require.ErrorIs(t, ran["b"], cron.ErrLocked)
+		require.Contains(t, ran, profile.LaunchName)
+		require.NoError(t, ran[profile.LaunchName], "the launch profile's job ran")
+	case <-ctx.Done():
+		t.Fatal("a tick waited on b's held jobs.lock")
+	}
 	h.stops(t)
 }
