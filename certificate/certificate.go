@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenantcanary/tenantcanary/harness/surface"
 	"io"
 	"slices"
 	"strings"
@@ -197,6 +198,17 @@ type Certificate struct {
 	// certificate.json also carries "reach", the who-reached-whom matrix
 	// (ReachOf): WriteJSON computes it from the findings, so it is never
 	// stale.
+}
+
+// SurfaceMap is the surface the run's discovery learned (the surface
+// scenario's map), or nil when it did not run.
+func (c *Certificate) SurfaceMap() *surface.Map {
+	for i := range c.Scenarios {
+		if m := c.Scenarios[i].Surface; m != nil {
+			return m
+		}
+	}
+	return nil
 }
 
 // New makes the certificate of a run that ended now, taking the verdict

@@ -162,6 +162,13 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 	}
 	list("Skipped checks (not passed: not made)", skipped)
 
+	if m := c.SurfaceMap(); m != nil {
+		b.WriteString("\n### The target's surface (what the server touched, per action)\n\n")
+		if err := m.WriteTable(&b); err != nil {
+			return err
+		}
+	}
+
 	b.WriteString("\n### How to read this\n\n")
 	b.WriteString("Every tenant was given its own canaries (keys, model, workdir, memory, env markers). " +
 		"After each phase every provider request, environment snapshot, file, log and RPC frame was scanned " +

@@ -60,6 +60,13 @@ func (c *RPC) ResumeSession(ctx context.Context, storedID, profile string) (Sess
 	return s, err
 }
 
+// TurnEnd reports whether ev ends a turn of session sid (its end event or
+// an error event), in the connection's dialect.
+func (c *RPC) TurnEnd(ev Event, sid string) bool {
+	em := c.eventMap()
+	return ev.SessionID == sid && (ev.Type == em.TurnEnd || ev.Type == em.Error)
+}
+
 // Turn submits text to session sid and waits for the turn's end. It fails
 // when the turn ends with status error or an error event, naming the
 // session and showing the last frames.

@@ -65,6 +65,21 @@ const (
 	// the admin ports, metadata services and other tenants' side services
 	// behind it (server-side request forgery).
 	Fetch Invariant = "fetch"
+	// UnsandboxedEnv: a process the target started outside every sandbox
+	// (in the server's namespaces, without no_new_privs) carried a
+	// tenant's own variable, or a payload a tenant set in its own .env
+	// (the dynamic loader's, PATH, a shell's, Python's or Node's start-up
+	// variables) ran there: the tenant's code runs as the server.
+	UnsandboxedEnv Invariant = "unsandboxed_env"
+	// RevokedCredential: after a tenant's credential was rotated, removed
+	// or its profile deleted, a connection or session opened with the old
+	// one was still served (a call answered, a turn's model request or
+	// tool run).
+	RevokedCredential Invariant = "revoked_credential"
+	// ResourceHarm: one tenant's files or requests killed or restarted the
+	// server, grew its memory past the stated limit, or kept another
+	// tenant's calls from being answered.
+	ResourceHarm Invariant = "resource_harm"
 	// Harness: the check itself could not be carried out completely.
 	Harness Invariant = "harness"
 )
@@ -108,6 +123,9 @@ var All = []Rule{
 	{Routing, "a tenant's request to a gateway reaches no other tenant's provider, failover included", true, 15},
 	{SharedStore, "in a gateway's one database, a tenant's secrets rest only in declared places, in rows it owns", true, 16},
 	{Fetch, "a gateway fetches no loopback URL a tenant gave it, and hands no fetched body back", true, 17},
+	{UnsandboxedEnv, "no process outside every sandbox carries a tenant's variable, and no payload a tenant sets in its own .env runs there", true, 18},
+	{RevokedCredential, "a credential rotated, removed or deleted serves nothing more: no call, no turn's next step, on no connection or session opened with it", true, 19},
+	{ResourceHarm, "no tenant's files or requests kill or restart the server, grow its memory past the limit, or keep a neighbour's calls from being answered", true, 20},
 	{Harness, "the check itself could not be carried out completely (not a leak)", false, 0},
 }
 

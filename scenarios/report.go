@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"github.com/tenantcanary/tenantcanary/harness/surface"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/invariants"
@@ -82,6 +83,10 @@ type Report struct {
 	// ran each against whom, how it ended, and the invariants of the
 	// findings its evidence holds.
 	Chains []ChainRow `json:"chains,omitempty"`
+	// Surface is what the surface scenario learned of the target: per
+	// action, the paths of each home the server touched and the processes
+	// it ran, and the attacks aimed at each.
+	Surface *surface.Map `json:"surface,omitempty"`
 }
 
 // ChainRow is one multi-step attack as it ran. Found lists the invariants

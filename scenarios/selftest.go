@@ -77,6 +77,14 @@ func Faults() []Fault {
 		// folder linked in is loaded at the next start).
 		{"workdir-anywhere,no-tool-sandbox", "hostile-chains", invariants.Snapshot, "a cwd of /dev, unjudged and unsandboxed: the tenant's shell runs in the host's /dev"},
 		{"home-follows-links,plugin-in-process", "hostile-restarts", invariants.Request, "a plugins folder linked to another home, loaded in the server: the victim's plugin is the attacker's"},
+		// The surface the harness learns (issue 46): each fault takes away one
+		// defence of a class no list had named, and the generated attacks
+		// find it again.
+		{"launcher-env", "surface", invariants.UnsandboxedEnv, "the tool sandbox's launcher starts with the tenant's .env as its own environment: LD_PRELOAD from a tenant's home runs outside every sandbox and reads another home"},
+		{"home-special-files", "surface", invariants.ResourceHarm, "home files read with no regular-file check or size limit: a huge sparse .env or config.yaml grows the pooled server without bound"},
+		{"launch-mode-isolation", "entry-points", invariants.PluginBoundary, "a server launched on one profile (stdio) runs the plugins of the other profiles it serves in its own process"},
+		{"cron-tick-in-process", "entry-points", invariants.PluginBoundary, "the one-shot cron tick loads a tenant's plugins in its own process: a tenant's job reads every home"},
+		{"stale-credential", "credential-revocation", invariants.RevokedCredential, "a session-addressed call and a turn in flight skip the credential's re-check: a rotated key keeps driving turns"},
 		// The tenant's own .env names the plugin host's keeper switch; a
 		// host in a PID namespace of its own needs no keeper, so the
 		// namespace goes too.

@@ -37,6 +37,12 @@ type Turn struct {
 	// Persist commits one message of the session as it is made (the user
 	// message first). A failure ends the turn.
 	Persist func(ctx context.Context, m llm.Message) error
+	// Check, when set, runs before the turn does anything, before each
+	// model request (and its hooks) and before each tool call; an error
+	// ends the turn with it (message.complete status error) and nothing
+	// further runs. agentd re-checks the credential of the connection
+	// that started the turn here.
+	Check func(ctx context.Context, step string) error
 }
 
 // Run plays one turn for the user's text and returns the answer and the
@@ -57,6 +63,15 @@ func Run(ctx context.Context, t Turn, text string) (answer string, history []llm
 		}
 		emit("message.complete", map[string]any{"text": answer, "status": "complete"})
 	}()
+	check := func(step string) error {
+		if t.Check == nil {
+			return nil
+		}
+		return t.Check(ctx, step)
+	}
+	if err := check("the turn started"); err != nil {
+		return "", history, err
+	}
 	persist := func(m llm.Message) error {
 		history = append(history, m)
 		if t.Persist == nil {
@@ -82,6 +97,12 @@ func Run(ctx context.Context, t Turn, text string) (answer string, history []llm
 	if err != nil {
 		return "", history, err
 	}
+	if t.Check != nil && client != nil {
+		// A retry is a model request too.
+		guarded := *client
+		guarded.BeforeRetry = func(context.Context) error { return check("a model request (a retry)") }
+		client = &guarded
+	}
 	mem := t.Tools.mem()
 	if mem != nil {
 		if extra := mem.Prefetch(ctx, t.Env, text); extra != "" {
@@ -99,6 +120,9 @@ func Run(ctx context.Context, t Turn, text string) (answer string, history []llm
 			msgs = append(msgs, llm.Message{Role: "system", Content: t.System})
 		}
 		msgs = append(msgs, Fit(Repair(history), t.ContextLength, len(t.System))...)
+		if err := check("a model request"); err != nil {
+			return "", history, err
+		}
 		t.Tools.runHook(ctx, t.Env, HookPreLLMCall, map[string]any{"model": t.Model, "messages": len(msgs), "tools": len(specs)})
 		resp, err := client.Stream(ctx, llm.Request{Model: t.Model, Messages: msgs, Tools: specs}, func(d string) {
 			emit("message.delta", map[string]any{"text": d})
@@ -122,6 +146,9 @@ func Run(ctx context.Context, t Turn, text string) (answer string, history []llm
 			return msg.Content, history, nil
 		}
 		for _, call := range msg.ToolCalls {
+			if err := check("the tool call " + call.Function.Name); err != nil {
+				return "", history, err
+			}
 			emit("tool.start", map[string]any{"tool_id": call.ID, "name": call.Function.Name, "args": argsValue(call.Function.Arguments)})
 			result := runTool(ctx, t.Tools, t.Env, call)
 			emit("tool.complete", map[string]any{"tool_id": call.ID, "name": call.Function.Name, "result": result})

@@ -156,3 +156,51 @@ func TestFitDropsOldestWholeTurns(t *testing.T) {
 	require.Equal(t, "user", got[0].Role, "a turn is never cut in half")
 	require.Equal(t, h[5:], Fit(h, 1, 0), "the last turn always stays")
 }
+
+// Turn.Check runs before the turn, each model request and each tool call;
+// the first refusal ends the turn there, with nothing further run.
+func TestCheckStopsTheTurnAtTheNextStep(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		refuse   string // the step that is refused
+		requests int
+		events   []string
+	}{
+		{"the turn started", 0, []string{"message.start", "message.complete"}},
+		{"a model request", 0, []string{"message.start", "message.complete"}},
+		{"the tool call echo", 1, []string{"message.start", "message.complete"}},
+		{"a model request (a retry)", 1, []string{"message.start", "message.complete"}},
+	} {
+		t.Run(tc.refuse, func(t *testing.T) {
+			t.Parallel()
+			first := true
+			client, srv, reg := setup(t, func(r fakellm.Record) fakellm.Response {
+				if tc.refuse == "a model request (a retry)" && first {
+					first = false
+					return fakellm.Error(500, "try again")
+				}
+				if r.EndsWithToolResult() {
+					return fakellm.Text("final")
+				}
+				return fakellm.ToolCall("echo", map[string]string{"Say": "hi"})
+			})
+			client.MaxRetries, client.Backoff = 2, func(int) time.Duration { return time.Millisecond }
+			rec := &recorder{}
+			var steps []string
+			_, _, err := Run(context.Background(), Turn{
+				Client: client, Model: "m", Tools: reg, Env: &Env{Profile: "work"}, Emit: rec.emit, Persist: rec.persist,
+				Check: func(_ context.Context, step string) error {
+					steps = append(steps, step)
+					if step == tc.refuse {
+						return errors.New("revoked")
+					}
+					return nil
+				},
+			}, "now")
+			require.EqualError(t, err, "revoked")
+			require.Equal(t, tc.refuse, steps[len(steps)-1])
+			require.Len(t, srv.Requests(), tc.requests)
+			require.Equal(t, tc.events, rec.events, "no tool started")
+		})
+	}
+}

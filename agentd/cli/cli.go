@@ -421,7 +421,7 @@ func newServer(env *Env, h profile.Homes, log *slog.Logger, source string, lim s
 	var srv *server.Server
 	builtins := []agent.Tool{agent.TerminalTool{}}
 	pluginOpts := plugins.Options{Command: append(append([]string(nil), env.Self...), "plugin-host"), Self: env.Self, Faults: fs,
-		Pooled: source == "serve" || source == "gateway"}
+		Pooled: poolsPlugins(source, fs)}
 	tools := func(sc *scope.Scope) *agent.Registry {
 		o := pluginOpts
 		o.Backend = srv
@@ -433,6 +433,28 @@ func newServer(env *Env, h profile.Homes, log *slog.Logger, source string, lim s
 	}
 	srv = server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: source, Faults: fs, Self: env.Self, Tools: tools, Limits: lim})
 	return srv, ExitOK
+}
+
+// poolsPlugins says whether a server started by command source runs
+// third-party plugins as a pooled server does (plugins.isolation: host
+// unless the operator's managed scope, or in tui the launch profile's own
+// config, which tui trusts as the operator's, sets it). Every command that
+// builds a server can serve more than one profile (tui's session.create
+// {profile}, cron tick's jobs of every profile, serve and gateway), so
+// every one does: the default follows what a server serves, never how it
+// was launched. The seeded faults launch-mode-isolation (tui and cron
+// tick) and cron-tick-in-process (cron tick) restore agentd 0.14.1's rule,
+// where only serve and gateway did.
+func poolsPlugins(source string, fs faults.Set) bool {
+	switch {
+	case source == "serve" || source == "gateway":
+		return true
+	case fs.Has(faults.LaunchModeIsolation):
+		return false // the bug: the launch mode picks the default
+	case source == "cron" && fs.Has(faults.CronTickInProcess):
+		return false // the bug: cron tick loads every profile's plugins in-process
+	}
+	return true
 }
 
 // runPlugins is `agentd plugins audit DIR [--json]`.

@@ -104,11 +104,18 @@ func (w *world) serveAlphaBeta() (s *served, ca, cb *agentd, sa, sb string) {
 	return s, ca, cb, sa, sb
 }
 
-// dial opens a websocket connection and waits for gateway.ready.
+// dial opens a websocket connection with the operator token and waits
+// for gateway.ready.
 func (s *served) dial() *agentd {
+	s.t.Helper()
+	return s.dialToken(s.token)
+}
+
+// dialToken is dial with token (a tenant's API_SERVER_KEY, say).
+func (s *served) dialToken(token string) *agentd {
 	t := s.t
 	t.Helper()
-	ws, _, err := websocket.DefaultDialer.Dial(s.url(s.token), nil)
+	ws, _, err := websocket.DefaultDialer.Dial(s.url(token), nil)
 	require.NoError(t, err)
 	a := &agentd{t: t, change: make(chan struct{}), pid: s.pid}
 	var wmu sync.Mutex

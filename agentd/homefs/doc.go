@@ -40,11 +40,9 @@
 //     before a byte is read, and a file that grows while read is cut at
 //     limit+1 bytes and refused. A folder listed (ReadDir) holds at most
 //     MaxDirEntries entries.
-//   - Stat and ReadFileID give a file's ID (device, inode, size, mtime,
-//     ctime) without opening it and from the descriptor read: a cache of
-//     what a file held (agentd's tenant credentials) is kept while the ID
-//     stays, so a lookup costs a stat, never a read of a file that did
-//     not change.
+//   - Stat gives a file's ID (device, inode, size, mtime, ctime) without
+//     opening it: agentd's state database pins the file it first opened
+//     by it, so a connection opened later by path finds that file or none.
 //
 // A refused link is an error wrapping ErrLink, and ErrLinkOut too when the
 // link leaves the home; the message names the file and the rule, never

@@ -2,9 +2,7 @@ package homefs
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
-	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -62,20 +60,4 @@ func statErr(h Home, name string, err error) (ID, error) {
 		return ID{}, nil
 	}
 	return ID{}, &fs.PathError{Op: "lstat", Path: h.Path(name), Err: err}
-}
-
-// ReadFileID is ReadFile, with the ID of the file read, taken from the
-// descriptor read (what was read, whatever the path names now).
-func (h Home) ReadFileID(name string) ([]byte, ID, error) {
-	f, err := h.OpenFile(name, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, ID{}, err
-	}
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, ID{}, fmt.Errorf("read home file %s: %w", name, err)
-	}
-	b, err := h.readOpened(f, name, LimitOf(name))
-	return b, idOf(&st), err
 }

@@ -109,6 +109,10 @@ type Client struct {
 	// ExtraBody holds fields added to every request body (a plugin model
 	// provider's BuildExtraBody); they never replace the request's own.
 	ExtraBody map[string]any
+	// BeforeRetry, when set, runs before each retry is sent; an error ends
+	// Stream with it and the retry is not sent (agentd re-checks the
+	// credential of the connection whose turn it is).
+	BeforeRetry func(ctx context.Context) error
 }
 
 func (c *Client) backoff(n int, err error) time.Duration {
@@ -151,6 +155,11 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 				t.Stop()
 				return Response{Attempts: attempt - 1}, fmt.Errorf("chat completion: %w (after %v)", ctx.Err(), lastErr)
 			case <-t.C:
+			}
+			if c.BeforeRetry != nil {
+				if err := c.BeforeRetry(ctx); err != nil {
+					return Response{Attempts: attempt - 1}, err
+				}
 			}
 		}
 		delivered := false

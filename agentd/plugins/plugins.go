@@ -35,9 +35,10 @@ type Options struct {
 	Command []string
 	// Backend serves the plugins' nested calls (DispatchTool, facades).
 	Backend host.Backend
-	// Pooled says the server serves every profile from one process
-	// (`agentd serve`, `agentd gateway`): a profile whose configuration
-	// does not set plugins.isolation runs its plugins in a host.
+	// Pooled says the server serves, or can serve, more than one profile
+	// from one process (every agentd command that builds a server: serve,
+	// gateway, tui, cron tick): a profile whose configuration does not set
+	// plugins.isolation runs its plugins in a host.
 	Pooled bool
 	// CallTimeout, when set, replaces plugins.host.call_timeout (tests).
 	CallTimeout time.Duration

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
@@ -14,10 +15,12 @@ const TenantKeyEnv = "API_SERVER_KEY"
 
 // TenantOf names the profile whose tenant credential token is, comparing
 // with every profile's in constant time; ok is false when none holds it.
-// Each profile's credential comes from the server's credential index,
-// which reads a .env again only when it changed (see credIndex), so a key
-// saved or a profile deleted takes effect at the next connection, and no
-// tenant's .env, whatever it is, slows another's connect.
+// Each profile's credential comes from the server's key cache, which
+// reads a .env again only when its identity changed (see keyCache): a
+// key saved or a profile deleted takes effect at the next connection,
+// and a connect costs one open and fstat of each profile's .env, never a
+// read of one that did not change, so no tenant's .env (a FIFO, a huge
+// file, one rewritten constantly) slows another tenant's connect.
 func (s *Server) TenantOf(token string) (name string, ok bool) {
 	if token == "" {
 		return "", false
@@ -26,10 +29,10 @@ func (s *Server) TenantOf(token string) (name string, ok bool) {
 	if err != nil {
 		return "", false
 	}
-	s.creds.forget(list)
+	given := sha256.Sum256([]byte(token))
 	for _, p := range list {
-		key := s.creds.keyOf(p)
-		if key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(token)) == 1 {
+		sum, found, err := s.keys.tenantKey(p)
+		if err == nil && found && subtle.ConstantTimeCompare(sum[:], given[:]) == 1 {
 			name, ok = p.Name, true
 		}
 	}
@@ -89,11 +92,15 @@ func (s *Server) credentialOpens(conn rpc.Conn, p profile.Profile) bool {
 	return ok && b.Tenant() == p.Name && s.credentialOf(b, p)
 }
 
-// credentialOf reports whether b's credential is p's now (its .env statted
-// at every call, read again when it changed: see credIndex).
+// credentialOf reports whether b's credential is p's API_SERVER_KEY (read
+// through the server's key cache).
 func (s *Server) credentialOf(b tenantBound, p profile.Profile) bool {
-	key := s.creds.keyOf(p)
-	return key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(b.Credential())) == 1
+	sum, found, err := s.keys.tenantKey(p)
+	if err != nil || !found {
+		return false
+	}
+	given := sha256.Sum256([]byte(b.Credential()))
+	return subtle.ConstantTimeCompare(sum[:], given[:]) == 1
 }
 
 // checkName refuses a profile name a call gives that cannot be one,

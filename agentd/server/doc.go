@@ -4,7 +4,12 @@
 //
 // Each request runs in the scope of the profile it addresses (see package
 // scope); a session belongs to the connection that created or resumed it,
-// and its events go to that connection only.
+// and its events go to that connection only. A connection a tenant
+// credential opened (wsserve, `/api/ws?token=<API_SERVER_KEY>`) has that
+// credential re-checked at every call and at every step of its turns; the
+// first check that finds it lapsed (rotated, removed, profile deleted)
+// ends the connection's sessions and refuses its every later call with
+// 4030 (see checkCredential).
 //
 //	srv := server.New(server.Options{Homes: homes, BaseEnv: os.Environ(), Log: log})
 //	defer srv.Shutdown(ctx)

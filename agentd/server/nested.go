@@ -30,6 +30,9 @@ func (s *Server) DispatchTool(ctx context.Context, sessionID, tool string, args 
 	if sess == nil {
 		return "", fmt.Errorf("dispatch %s: %w %q", tool, ErrUnknownSession, sessionID)
 	}
+	if err := s.checkSession(ctx, sess, "the nested tool call "+tool); err != nil {
+		return "", fmt.Errorf("dispatch %s: %w", tool, err)
+	}
 	sc := sess.Scope
 	snap, err := sc.Load()
 	if err != nil {
@@ -85,6 +88,9 @@ func (s *Server) Facade(ctx context.Context, sessionID, facade, method string, a
 	case "llm.complete":
 		if err := need(1); err != nil {
 			return "", err
+		}
+		if err := s.checkSession(ctx, sess, "the nested model request"); err != nil {
+			return "", fmt.Errorf("facade llm.complete: %w", err)
 		}
 		sc := s.facadeScope(ctx, sess.Scope)
 		snap, err := sc.Load()

@@ -71,13 +71,15 @@ type Server struct {
 	registry   *agent.Registry
 	shutdownMu sync.Mutex
 	conns      map[string]rpc.Conn // open connections (for the broadcast-events fault)
+	revoked    map[string]string   // tenant connections whose credential lapsed: why (see checkCredential)
+	keys       keyCache            // the profiles' tenant keys, by their .env's identity
+	revoking   sync.WaitGroup      // revocations a turn started (revokeLater)
 	shared     *terminal.Shell     // the shared-shell fault's one shell
 
 	limits  Limits
 	reqs    *fair.Scheduler // request handlers; nil = no limit (fault)
 	turnQ   *fair.Scheduler // turns; nil = no limit (fault)
 	running atomic.Int64    // turns started and not yet returned
-	creds   credIndex       // tenant credentials by profile (TenantOf)
 }
 
 // New returns a Server.
@@ -95,7 +97,7 @@ func New(opts Options) *Server {
 	reg := agent.NewRegistry()
 	_ = reg.Register(agent.TerminalTool{})
 	s := &Server{
-		opts: opts, pool: scope.NewPool(opts.Homes, opts.BaseEnv, opts.Faults), log: opts.Log, conns: map[string]rpc.Conn{},
+		opts: opts, pool: scope.NewPool(opts.Homes, opts.BaseEnv, opts.Faults), log: opts.Log, conns: map[string]rpc.Conn{}, revoked: map[string]string{},
 		baseCtx: ctx, cancelAll: cancel, sessions: map[string]*Session{}, registry: reg,
 	}
 	s.pool.SetLog(opts.Log)
@@ -162,6 +164,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.sessions = map[string]*Session{}
 	s.mu.Unlock()
 	closeSessions(sessions, EndServerStop)
+	s.revoking.Wait() // shutting is set: none starts now
 	s.mu.Lock()
 	shared := s.shared
 	s.mu.Unlock()
@@ -175,6 +178,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) DropConn(connID string) {
 	s.mu.Lock()
 	delete(s.conns, connID)
+	delete(s.revoked, connID)
 	var gone []*Session
 	for id, sess := range s.sessions {
 		if sess.conn != nil && sess.conn.ID() == connID {
@@ -216,6 +220,6 @@ func (s *Server) Register(d *rpc.Dispatcher) {
 		"profiles.create": s.profilesCreate, "profiles.delete": s.profilesDelete, "profiles.list": s.profilesList,
 		"cron.create": s.cronCreate, "cron.trigger": s.cronTrigger, "cron.list": s.cronList,
 	} {
-		d.Handle(method, h)
+		d.Handle(method, s.gated(h)) // a tenant connection's credential, checked at every call
 	}
 }

@@ -104,7 +104,8 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string, ticket
 			Shell: func(ctx context.Context) (*terminal.Shell, error) { return sess.shellFor(ctx, snap) },
 			Emit:  emit,
 		},
-		Emit: emit,
+		Emit:  emit,
+		Check: s.turnGuard(sess),
 		Persist: func(ctx context.Context, m llm.Message) error {
 			// Commit even when the turn is being cancelled: what was made is kept.
 			return sc.DB.Append(context.WithoutCancel(ctx), sess.Stored, toStored(m))

@@ -186,3 +186,13 @@ func Terminal() []Row {
 			}},
 	}
 }
+
+// ReadingCall is a terminal call that runs body with its errors dropped and
+// brings back only the canary-shaped strings of its output, ended by
+// RowDone: a read row's call, for rows made outside this package (the
+// rows harness/surface generates).
+func ReadingCall(body string) Call { return terminal(reading(body)) }
+
+// TerminalCall is a terminal call of command (which should end by echoing
+// RowDone).
+func TerminalCall(command string) Call { return terminal(command) }

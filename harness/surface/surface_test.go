@@ -1,0 +1,312 @@
+package surface
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/harness/attack"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+)
+
+func homes(t *testing.T) (string, map[string]string) {
+	t.Helper()
+	root := t.TempDir()
+	hs := map[string]string{}
+	for _, n := range []string{"alpha", "beta"} {
+		h := filepath.Join(root, n)
+		require.NoError(t, os.MkdirAll(filepath.Join(h, "memories"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(h, "SOUL.md"), []byte("soul of "+n), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(h, ".env"), []byte("SECRET_"+n+"=value-"+n+"-0123456789\n"), 0o644))
+		hs[n] = h
+	}
+	return root, hs
+}
+
+// startTree starts sh with env, which runs script; it is killed and reaped
+// at cleanup, and no pid of its tree survives.
+func startTree(t *testing.T, env []string, script string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		pids := append(procgroup.Descendants(cmd.Process.Pid), cmd.Process.Pid)
+		_ = procgroup.Kill(cmd.Process.Pid)
+		_ = cmd.Wait()
+		for _, p := range pids {
+			assert.Eventually(t, func() bool { return !procgroup.Alive(p) }, 10*time.Second, 5*time.Millisecond, "pid %d survived", p)
+		}
+	})
+	return cmd
+}
+
+// TestRecorderSeesReadsWritesAndUnconfinedCarriers: a server stand-in (a
+// shell) reads alpha's SOUL.md, writes a memory, and starts a child that
+// carries alpha's variable; the window holds each, and nothing of beta.
+func TestRecorderSeesReadsWritesAndUnconfinedCarriers(t *testing.T) {
+	t.Parallel()
+	_, hs := homes(t)
+	vars := Vars{"alpha": {"SECRET_alpha": "value-alpha-0123456789"}, "beta": {"SECRET_beta": "value-beta-0123456789"}}
+	rec, err := NewRecorder(hs, vars, t.TempDir())
+	require.NoError(t, err)
+	defer rec.Close()
+
+	ready := filepath.Join(t.TempDir(), "ready")
+	srv := startTree(t, []string{"PATH=/usr/bin:/bin"}, "sleep 600 & wait")
+	require.NoError(t, rec.Begin("turn", "alpha", false, func() []int { return []int{srv.Process.Pid} }))
+	child := exec.Command("/bin/sh", "-c", "cat \"$1\" >/dev/null; echo hi >\"$2\"; touch \"$3\"; exec sleep 600", "sh",
+		filepath.Join(hs["alpha"], "SOUL.md"), filepath.Join(hs["alpha"], "memories", "new.md"), ready)
+	child.Env = []string{"PATH=/usr/bin:/bin", "CARRIED=value-alpha-0123456789"}
+	// The child hangs below the server stand-in's tree: adopt it there by
+	// sampling it as a root.
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 10*time.Second, 5*time.Millisecond)
+	// Sample the child explicitly (it is not the stand-in's descendant).
+	ref, err := nsOf(srv.Process.Pid)
+	require.NoError(t, err)
+	sampleTree([]int{child.Process.Pid}, ref, vars, map[identity]Proc{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	act, err := rec.End(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, act.Incomplete)
+
+	byPath := map[string]FileUse{}
+	for _, f := range act.Files {
+		assert.Equal(t, "alpha", f.Tenant, "beta was not touched: %+v", f)
+		byPath[f.Path] = f
+	}
+	require.Contains(t, byPath, "SOUL.md")
+	assert.True(t, byPath["SOUL.md"].Reads(), "%+v", byPath["SOUL.md"])
+	require.Contains(t, byPath, "memories/new.md")
+	assert.Contains(t, byPath["memories/new.md"].Ops, Created)
+	assert.False(t, byPath["memories/new.md"].Reads())
+	reads := act.ServerReads()
+	assert.True(t, slices.ContainsFunc(reads, func(f FileUse) bool { return f.Path == "SOUL.md" }))
+
+	var server *Proc
+	for i := range act.Procs {
+		if act.Procs[i].Server {
+			server = &act.Procs[i]
+		}
+	}
+	require.NotNil(t, server, "the root is in the record: %+v", act.Procs)
+	assert.False(t, server.Confined, "a plain child is outside every sandbox: %s", server.How)
+	assert.Contains(t, strings.Join(programs(act.Procs), " "), "sleep", "the stand-in's child was sampled")
+}
+
+func programs(ps []Proc) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Program)
+	}
+	return out
+}
+
+// TestCarriedFindsTenantVariables: a tenant's variable by its name and
+// value, or its long value under any name; not another value by the name.
+func TestCarriedFindsTenantVariables(t *testing.T) {
+	t.Parallel()
+	vars := Vars{"alpha": {"K": "value-alpha-0123456789", "SHORT": "1"}}
+	got := carried([]string{"K=value-alpha-0123456789", "OTHER=value-alpha-0123456789", "K=else", "SHORT=1", "X=1"}, vars)
+	assert.ElementsMatch(t, []Carried{{"alpha", "K"}, {"alpha", "OTHER"}, {"alpha", "SHORT"}}, got)
+}
+
+// TestSampleTreeCarriesAndConfinement: a child carrying alpha's variable is
+// recorded with it, outside every sandbox; one under no_new_privs (setpriv)
+// counts as confined.
+func TestSampleTreeCarriesAndConfinement(t *testing.T) {
+	t.Parallel()
+	vars := Vars{"alpha": {"K": "value-alpha-0123456789"}}
+	ready := filepath.Join(t.TempDir(), "ready")
+	srv := startTree(t, []string{"PATH=/usr/bin:/bin", "K=value-alpha-0123456789"}, "touch "+ready+"; exec sleep 600")
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 10*time.Second, 5*time.Millisecond)
+	ref, err := nsOf(os.Getpid())
+	require.NoError(t, err)
+	seen := map[identity]Proc{}
+	sampleTree([]int{srv.Process.Pid}, ref, vars, seen)
+	require.Len(t, seen, 1)
+	for _, p := range seen {
+		assert.False(t, p.Confined)
+		assert.Equal(t, []Carried{{"alpha", "K"}}, p.Carries)
+	}
+
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("no setpriv here to start a process with no_new_privs")
+	}
+	ready2 := filepath.Join(t.TempDir(), "ready")
+	nnp := startTree(t, []string{"PATH=/usr/bin:/bin"}, "touch "+ready2+"; exec "+setpriv+" --no-new-privs sleep 600")
+	require.Eventually(t, func() bool {
+		seen := map[identity]Proc{}
+		sampleTree([]int{nnp.Process.Pid}, ref, vars, seen)
+		for _, p := range seen {
+			if p.Program == "sleep" {
+				return p.Confined && strings.Contains(p.How, "no_new_privs")
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+// TestPlantAndRestoreEveryForm: each form stands where the file was, and
+// restore puts the original back, byte for byte.
+func TestPlantAndRestoreEveryForm(t *testing.T) {
+	t.Parallel()
+	_, hs := homes(t)
+	aside := t.TempDir()
+	for _, f := range Forms() {
+		rel := "SOUL.md"
+		if f == MiddleLink {
+			rel = "memories/MEMORY.md"
+			require.NoError(t, os.WriteFile(filepath.Join(hs["alpha"], rel), []byte("mine"), 0o644))
+		}
+		restore, err := Plant(hs["alpha"], rel, f, hs["beta"], aside)
+		require.NoError(t, err, "%s", f)
+		fi, err := os.Lstat(filepath.Join(hs["alpha"], strings.Split(rel, "/")[0]))
+		require.NoError(t, err)
+		switch f {
+		case FIFO:
+			assert.Equal(t, os.ModeNamedPipe, fi.Mode().Type())
+		case DeviceLink, LinkOut, MiddleLink:
+			assert.Equal(t, os.ModeSymlink, fi.Mode().Type())
+		case Sparse:
+			assert.EqualValues(t, HugeSize, fi.Size())
+		case Directory:
+			assert.True(t, fi.IsDir())
+		case Socket:
+			assert.Equal(t, os.ModeSocket, fi.Mode().Type())
+		}
+		require.NoError(t, restore(), "%s", f)
+		b, err := os.ReadFile(filepath.Join(hs["alpha"], filepath.FromSlash(rel)))
+		require.NoError(t, err)
+		if f == MiddleLink {
+			assert.Equal(t, "mine", string(b))
+		} else {
+			assert.Equal(t, "soul of alpha", string(b), "%s", f)
+		}
+	}
+	_, err := Plant(hs["alpha"], "SOUL.md", MiddleLink, hs["beta"], aside)
+	assert.ErrorIs(t, err, ErrNotApplicable)
+}
+
+// TestShellPayloadReportsWhereItRan: BASH_ENV's payload, run by a
+// non-interactive bash outside any sandbox, reports the test's own
+// namespaces and the victim's file; its positive control is that
+// Outside holds for it, and not for a report with no_new_privs.
+func TestShellPayloadReportsWhereItRan(t *testing.T) {
+	t.Parallel()
+	_, hs := homes(t)
+	dir := filepath.Join(hs["alpha"], ".surface")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	set, err := WritePayloads(ctx, dir, filepath.Join(hs["beta"], ".env"), nil)
+	require.NoError(t, err)
+	var bashEnv string
+	for _, p := range set.Vars {
+		if p.Var == "BASH_ENV" {
+			bashEnv = p.Value
+		}
+	}
+	require.NotEmpty(t, bashEnv)
+	cmd := exec.CommandContext(ctx, "bash", "-c", "true")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "BASH_ENV=" + bashEnv}
+	require.NoError(t, cmd.Run())
+	reps, err := ReadReports(set.Reports)
+	require.NoError(t, err)
+	require.Len(t, reps, 1)
+	mnt, user, err := ServerNamespaces(os.Getpid())
+	require.NoError(t, err)
+	assert.Equal(t, "BASH_ENV", reps[0].Var)
+	assert.True(t, reps[0].Outside(mnt, user), "%+v", reps[0])
+	assert.Contains(t, string(reps[0].Victim), "value-beta-0123456789")
+	confined := reps[0]
+	confined.NoNewPrivs = true
+	assert.False(t, confined.Outside(mnt, user))
+}
+
+// TestPreloadPayloadRunsInEveryDynamicProgram: with a C compiler here,
+// LD_PRELOAD's library reports from a program it was preloaded into.
+func TestPreloadPayloadRunsInEveryDynamicProgram(t *testing.T) {
+	t.Parallel()
+	_, hs := homes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	set, err := WritePayloads(ctx, filepath.Join(hs["alpha"], ".surface"), filepath.Join(hs["beta"], ".env"), nil)
+	require.NoError(t, err)
+	var so string
+	for _, p := range set.Vars {
+		if p.Var == "LD_PRELOAD" {
+			so = p.Value
+		}
+	}
+	if so == "" {
+		t.Skipf("no LD_PRELOAD payload: %v", set.Skipped)
+	}
+	cmd := exec.CommandContext(ctx, "/bin/true")
+	cmd.Env = []string{"LD_PRELOAD=" + so}
+	require.NoError(t, cmd.Run())
+	reps, err := ReadReports(set.Reports)
+	require.NoError(t, err)
+	require.NotEmpty(t, reps)
+	assert.Equal(t, "LD_PRELOAD", reps[0].Var)
+	assert.Contains(t, string(reps[0].Victim), "value-beta-0123456789")
+}
+
+// TestWriteTableOneRowPerAction folds tenants into one row per action.
+func TestWriteTableOneRowPerAction(t *testing.T) {
+	t.Parallel()
+	m := &Map{Actions: []Action{
+		{Name: "session.create", Tenant: "alpha", Files: []FileUse{{Tenant: "alpha", Path: "config.yaml", Ops: []Op{Opened, Read}}}},
+		{Name: "session.create", Tenant: "beta", Files: []FileUse{{Tenant: "beta", Path: "SOUL.md", Ops: []Op{Opened, Read}}},
+			Procs: []Proc{{Program: "bwrap", Carries: []Carried{{"beta", "K"}}}, {Program: "bash", Confined: true}}},
+	}}
+	m.Aim("beta", "SOUL.md", "fifo")
+	var b strings.Builder
+	require.NoError(t, m.WriteTable(&b))
+	out := b.String()
+	assert.Equal(t, 3, strings.Count(out, "\n"), out)
+	assert.Contains(t, out, "`SOUL.md`, `config.yaml`")
+	assert.Contains(t, out, "`bwrap: K`")
+	assert.Contains(t, out, "| 1 |")
+}
+
+// TestSharedRowsAreValidAndFindAPlant: the rows pass the attack table's
+// checks, and run by two shells that share /tmp (no sandbox), the look
+// brings back the other's plant: the rows' positive control; clean
+// removes it.
+func TestSharedRowsAreValidAndFindAPlant(t *testing.T) {
+	t.Parallel()
+	plant, look, clean := SharedRows()
+	require.NoError(t, attack.Validate([]attack.Row{plant, look, clean}))
+	// The test's own folders only: the rows' own list names the machine's
+	// temp folders.
+	plant, look, clean = sharedRowsIn([]string{`"${TMPDIR:-/tmp}"`, `"$(dirname "$HOME")"`})
+	tmp := t.TempDir()
+	run := func(c attack.Call) string {
+		cmd := exec.Command("/bin/sh", "-c", c.Args["command"].(string))
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tmp, "HOME=" + filepath.Join(tmp, "alpha")}
+		cmd.Dir = tmp
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+	canary := "shared-plant-alpha-0123456789"
+	out := run(plant.Call(attack.Canaries{Write: canary}))
+	assert.Contains(t, out, "planted in "+tmp)
+	assert.Contains(t, run(look.Call(attack.Canaries{})), canary)
+	run(clean.Call(attack.Canaries{Write: canary}))
+	assert.NotContains(t, run(look.Call(attack.Canaries{})), canary)
+}

@@ -1,0 +1,317 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tenantcanary/tenantcanary/fakellm"
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/attack"
+	"github.com/tenantcanary/tenantcanary/harness/surface"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
+	"github.com/tenantcanary/tenantcanary/invariants"
+	"github.com/tenantcanary/tenantcanary/tenants"
+)
+
+// surfaceScenario learns the target's surface, then attacks every point of
+// it: the adversary is a method, not a list (issue 46).
+func surfaceScenario() Spec {
+	return Spec{
+		ID:        "surface",
+		Purpose:   "learns which files of each home the server reads and writes per action and which processes it starts (inside or outside a sandbox, with which tenant variables), then attacks every point: each file it reads in every hostile form, each process outside the sandbox with the loader's, PATH's, shells', Python's and Node's variables from the tenant's own .env",
+		Backends:  []harness.Backend{harness.BackendServe},
+		Focus:     []Invariant{invariants.UnsandboxedEnv, invariants.ResourceHarm, invariants.File, invariants.Request},
+		Snapshots: perTenant(2),
+		Timeout:   6 * time.Minute,
+		Needs:     []Need{NeedFiles, NeedRestart},
+		Responder: surfaceResponder,
+		Phases: []Phase{
+			{Name: "discover", Run: func(e *Env) { e.discoverSurface() }},
+			{Name: "attack-env", Run: func(e *Env) { e.attackSurfaceEnv() }},
+			{Name: "attack-shared", Run: func(e *Env) { e.attackSharedPlaces() }},
+			{Name: "attack-files", Run: func(e *Env) { e.attackSurfaceFiles() }},
+		},
+	}
+}
+
+// noToolsPrompt opens a prompt the surface responder answers with text
+// alone: a turn in which no tool of the tenant's runs, so every event on
+// its home is the server's.
+const noToolsPrompt = "SURFACE-NO-TOOLS: "
+
+// surfaceResponder answers a no-tools prompt with text, everything else as
+// the hostile model does (an attack row's call, else the environment
+// probe).
+func surfaceResponder(t *tenants.Tenant) fakellm.Responder {
+	def := attack.Responder(t)
+	return func(r fakellm.Record) fakellm.Response {
+		if last := lastMessage(r); last["role"] == "user" {
+			if text, _ := last["content"].(string); strings.HasPrefix(text, noToolsPrompt) {
+				return fakellm.Text("surface noted for " + t.Name)
+			}
+		}
+		return def(r)
+	}
+}
+
+// surfaceTenant is what the discovery pass made for one tenant.
+type surfaceTenant struct {
+	conn   *harness.Conn
+	sid    string
+	stored string
+	cron   string
+}
+
+// surfaceState is the surface scenario's state: the map, and each
+// tenant's connection and session.
+type surfaceState struct {
+	m   surface.Map
+	per map[string]*surfaceTenant
+}
+
+var surfaceKey = &stateKey[surfaceState]{"surface"}
+
+// surfaceAction is one action the discovery pass drives and the file
+// attacks replay: its name, whether a tool of the tenant's runs in it, and
+// how to drive it.
+type surfaceAction struct {
+	name  string
+	tools bool
+	run   func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error
+}
+
+// surfaceActions are the actions of the protocol, in the order a tenant's
+// life takes them.
+var surfaceActions = []surfaceAction{
+	{name: "session.create", run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
+		s, err := st.conn.CreateSession(ctx, profileParam(t))
+		if err == nil {
+			st.sid, st.stored = s.SessionID, s.StoredSessionID
+		}
+		return err
+	}},
+	{name: "prompt.submit (no tools)", run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
+		_, err := st.conn.Turn(ctx, st.sid, noToolsPrompt+"note the surface of "+t.Name)
+		return err
+	}},
+	{name: "prompt.submit (tools)", tools: true, run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
+		e.ExpectSnapshots(t, 1)
+		_, err := st.conn.Turn(ctx, st.sid, "Run the environment probe for "+t.Name+".")
+		return err
+	}},
+	{name: "config.set", run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
+		return st.conn.Call(ctx, "config.set", map[string]any{"session_id": st.sid, "key": "prompt", "value": "surface prompt of " + t.Name}, nil)
+	}},
+	{name: "model.save_key", run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
+		return st.conn.Call(ctx, "model.save_key", map[string]any{"session_id": st.sid, "slug": "surface", "api_key": "surface-key-of-" + t.Name}, nil)
+	}},
+	{name: "session.resume", run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
+		if st.stored == "" {
+			return nil
+		}
+		s, err := st.conn.ResumeSession(ctx, st.stored, profileParam(t))
+		if err == nil {
+			st.sid = s.SessionID
+		}
+		return err
+	}},
+	{name: "cron", run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
+		if e.Box.Target.Dialect.Unsupported("cron.create") != "" {
+			return nil
+		}
+		var res struct {
+			Job cronJob `json:"job"`
+		}
+		if err := st.conn.Call(ctx, "cron.create", map[string]any{"profile": profileParam(t), "name": "surface-" + t.Name,
+			"prompt": noToolsPrompt + "cron of " + t.Name, "every": "every 1h"}, &res); err != nil {
+			return err
+		}
+		st.cron = res.Job.ID
+		return st.conn.Call(ctx, "cron.trigger", map[string]any{"profile": profileParam(t), "id": st.cron}, nil)
+	}},
+	{name: "session.close", run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
+		err := st.conn.Call(ctx, "session.close", map[string]any{"session_id": st.sid}, nil)
+		st.sid = ""
+		return err
+	}},
+}
+
+// surfaceActionNamed is the action called name.
+func surfaceActionNamed(name string) (surfaceAction, bool) {
+	i := slices.IndexFunc(surfaceActions, func(a surfaceAction) bool { return a.name == name })
+	if i < 0 {
+		return surfaceAction{}, false
+	}
+	return surfaceActions[i], true
+}
+
+// tenantVars are the tenants' own .env variables, as the harness wrote
+// them.
+func (e *Env) tenantVars() surface.Vars {
+	vars := surface.Vars{}
+	for _, t := range e.Tenants {
+		vars[t.Name] = t.DotEnv(e.Box.Target.Layout)
+	}
+	return vars
+}
+
+// serverRoots are the target's process roots: the server first, then
+// every other process of the run's (a cron tick, say).
+func (e *Env) serverRoots() []int {
+	roots := []int{e.Server.Pid()}
+	for _, p := range procgroup.Marked(e.Box.RunID) {
+		if p != roots[0] {
+			roots = append(roots, p)
+		}
+	}
+	return roots
+}
+
+// discoverSurface drives every tenant through every action, one window
+// each, while the recorder watches the homes and the server's processes;
+// then the cron tick, where the target has one. Every unconfined process
+// that carried a tenant's variable is a finding.
+func (e *Env) discoverSurface() {
+	e.T.Helper()
+	e.StartServe()
+	homes := map[string]string{}
+	for _, t := range e.Tenants {
+		homes[t.Name] = t.Home
+	}
+	rec, err := surface.NewRecorder(homes, e.tenantVars(), e.Box.Tmp)
+	if err != nil {
+		e.T.Fatalf("surface discovery: %v", err)
+	}
+	defer rec.Close()
+	st := stateOf(e, surfaceKey)
+	st.per = map[string]*surfaceTenant{}
+	for _, t := range e.Tenants {
+		st.per[t.Name] = &surfaceTenant{conn: e.Dial(e.Server, t)}
+	}
+	for _, t := range e.Tenants {
+		for _, a := range surfaceActions {
+			st.m.Actions = append(st.m.Actions, e.recordAction(rec, a.name, t.Name, a.tools, func(ctx context.Context) error {
+				return a.run(ctx, e, st.per[t.Name], t)
+			}))
+		}
+	}
+	if len(e.Box.Target.CronTick) > 0 {
+		st.m.Actions = append(st.m.Actions, e.recordAction(rec, "cron tick", "", true, func(ctx context.Context) error {
+			_, err := e.Box.RunCommand(ctx, "cron tick", e.Box.Target.CronTick, nil)
+			return err
+		}))
+	}
+	st.m.Blind = append(st.m.Blind, fmt.Sprintf("processes that live under %v (sampled from /proc)", surface.SampleEvery),
+		"who made a file event in an action with tools (the server or the tenant's own sandboxed tool)")
+	e.noteSurface(&st.m)
+	for _, a := range st.m.Actions {
+		e.carriersFound(a)
+	}
+	e.surfaceControls(&st.m)
+}
+
+// recordAction drives one action inside a recorder window and returns its
+// record; a failed action is recorded as such and noted in the log.
+func (e *Env) recordAction(rec *surface.Recorder, name, tenant string, tools bool, run func(context.Context) error) surface.Action {
+	e.T.Helper()
+	if err := rec.Begin(name, tenant, tools, e.serverRoots); err != nil {
+		e.T.Fatalf("surface: %v", err)
+	}
+	ctx, cancel := e.ctx(90 * time.Second)
+	err := run(ctx)
+	cancel()
+	if err != nil {
+		rec.Fail(err.Error())
+		e.T.Logf("surface: %s of %s failed: %v", name, tenant, err)
+	}
+	ctx, cancel = e.ctx(30 * time.Second)
+	defer cancel()
+	act, err := rec.End(ctx)
+	if err != nil {
+		e.T.Fatalf("surface: %v", err)
+	}
+	return act
+}
+
+// noteSurface puts the map into the scenario's report.
+func (e *Env) noteSurface(m *surface.Map) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.Report.Surface = m
+}
+
+// carriersFound reports every process of a outside every sandbox that
+// carried a tenant's variable (the server's own environment included).
+func (e *Env) carriersFound(a surface.Action) {
+	for _, p := range a.Procs {
+		if p.Confined {
+			continue
+		}
+		for _, c := range p.Carries {
+			e.Find(invariants.Finding{Invariant: invariants.UnsandboxedEnv, Tenant: c.Tenant,
+				Where: invariants.Where{Label: "process " + p.Program + " outside every sandbox"}, Place: "process " + p.Program,
+				Detail: fmt.Sprintf("%s (pid %d, %s), started in %s's %s, carries %s's variable %s", p.Program, p.PID, p.How, orAll(a.Tenant), a.Name, c.Tenant, c.Name)})
+		}
+	}
+}
+
+func orAll(t string) string {
+	if t == "" {
+		return "every tenant"
+	}
+	return t
+}
+
+// surfaceControls are the discovery's positive controls: it saw the
+// server read some file of each tenant's home in an action without tools,
+// and saw the server's own process; a pass that sees nothing proves
+// nothing.
+func (e *Env) surfaceControls(m *surface.Map) {
+	for _, t := range e.Tenants {
+		reads, server := 0, false
+		for _, a := range m.Actions {
+			if a.Tenant != t.Name {
+				continue
+			}
+			reads += len(a.ServerReads())
+			server = server || slices.ContainsFunc(a.Procs, func(p surface.Proc) bool { return p.Server })
+		}
+		if reads == 0 || !server {
+			e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: "surface discovery"},
+				Detail: fmt.Sprintf("discovery saw %d read(s) of %s's home by the server and the server's process: %v: it cannot have seen the surface", reads, t.Name, server)})
+		}
+	}
+}
+
+// attackSharedPlaces has every tenant plant its canary wherever its
+// sandbox can write outside its home, then every tenant look there: what
+// one sandbox sees of another's (a shared temp folder, a parent of the
+// workdirs) comes back in a look's result, which the request check reads.
+// Each tenant then removes its plants.
+func (e *Env) attackSharedPlaces() {
+	e.T.Helper()
+	st := stateOf(e, surfaceKey)
+	plant, look, clean := surface.SharedRows()
+	sessions := map[string]string{}
+	written := map[string]string{}
+	for _, t := range e.Tenants {
+		c := st.per[t.Name].conn
+		sessions[t.Name] = e.CreateSession(c, t).SessionID
+		w := e.mint(t, "shared_plant")
+		written[t.Name] = w.Value
+		e.Attack(c, t, sessions[t.Name], plant, attack.Canaries{Write: w.Value})
+	}
+	for _, t := range e.Shuffled(e.Tenants) {
+		e.Attack(st.per[t.Name].conn, t, sessions[t.Name], look, attack.Canaries{})
+	}
+	for _, t := range e.Tenants {
+		e.Attack(st.per[t.Name].conn, t, sessions[t.Name], clean, attack.Canaries{Write: written[t.Name]})
+	}
+	for _, act := range []string{"prompt.submit (tools)"} {
+		st.m.AimProcs(act, "shared places")
+	}
+	e.noteSurface(&st.m)
+}
