@@ -78,6 +78,7 @@ var homeSites = []homeSite{
 	{file: "logs/agent.log", action: "session.create", drive: driveCall("session.create", map[string]any{"profile": "b"})},
 	{file: "state.db", action: "session.create", drive: driveCall("session.create", map[string]any{"profile": "b"})},
 	{file: "state.db-wal", action: "session.create", drive: driveCall("session.create", map[string]any{"profile": "b"})},
+	{file: "state.db-shm", action: "session.create", drive: driveCall("session.create", map[string]any{"profile": "b"})},
 }
 
 // hostileHome is a server whose profile b (the attacker) plants files in
