@@ -10,7 +10,6 @@ import (
 	"path"
 	"path/filepath"
 
-	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/plugin"
 	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
 )
@@ -31,7 +30,7 @@ type modelCache struct {
 // filled by a one-shot child whose environment holds no credentials.
 // BuildExtraBody runs in the host, started on first call.
 func (m *Manager) ModelProviders(ctx context.Context) ([]plugin.ModelProvider, error) {
-	found, err := pluginload.Discover(m.cfg.PluginsDir, m.cfg.Enabled)
+	found, err := m.plugins().discover()
 	if err != nil {
 		return nil, fmt.Errorf("discover model providers of profile %s: %w", m.cfg.Profile, err)
 	}
@@ -65,11 +64,11 @@ func ModelCachePath(home string, f pluginload.Found) (string, error) {
 // profile's home, which the profile's own tools can write: it is read and
 // written through the home (package homefs), following no symlink.
 func (m *Manager) modelProfiles(ctx context.Context, f pluginload.Found) ([]plugin.ModelProfile, error) {
-	fp, err := pluginload.Fingerprint(f.Dir)
+	fp, err := m.plugins().fingerprint(f)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fingerprint plugin %s of profile %s: %w", f.Name, m.cfg.Profile, err)
 	}
-	home := homefs.Home{Dir: m.cfg.Home, FollowLinks: m.cfg.FollowLinks}
+	home := m.home()
 	name := path.Join(ModelCacheDir, f.Name+"-"+fp+".json")
 	var c modelCache
 	b, err := home.ReadFile(name)

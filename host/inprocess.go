@@ -8,9 +8,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/isolation"
 	"github.com/tenantcanary/tenantcanary/plugin"
-	"github.com/tenantcanary/tenantcanary/plugin/pluginload"
 )
 
 // InProcessConfig describes a profile's plugins loaded into the calling
@@ -23,7 +23,10 @@ type InProcessConfig struct {
 	Source     isolation.Source
 	PluginsDir string
 	Enabled    []string
-	Backend    Backend
+	// Home is the profile's home: a PluginsDir inside it is discovered
+	// through it (see homefs). Zero: PluginsDir is read by path.
+	Home    homefs.Home
+	Backend Backend
 	// Log receives what plugins print. Nil discards it.
 	Log io.Writer
 	// Env is the environment plugins see (default: this process's).
@@ -60,7 +63,8 @@ func LoadInProcess(cfg InProcessConfig) (*InProcess, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 30 * time.Second
 	}
-	found, err := pluginload.Discover(cfg.PluginsDir, cfg.Enabled)
+	tp := pluginsOf(cfg.Home, cfg.PluginsDir, cfg.Enabled)
+	found, err := tp.discover()
 	if err != nil {
 		return nil, fmt.Errorf("load plugins of profile %s in-process: %w", cfg.Profile, err)
 	}
@@ -75,6 +79,14 @@ func LoadInProcess(cfg InProcessConfig) (*InProcess, error) {
 	p := &InProcess{cfg: cfg, reg: newRegistry(1, false, directReach{cfg.Backend}, cfg.Log)}
 	p.reg.env, p.reg.mode, p.reg.source = cfg.Env, cfg.Mode, cfg.Source
 	for _, f := range found {
+		// The interpreter reads the plugin's files by path, in this
+		// process: its folder is first walked through the home, so a
+		// FIFO, a link or a huge file there fails the plugin, not the
+		// server.
+		if _, err := tp.fingerprint(f); err != nil {
+			p.reg.record(PluginStatus{Name: f.Name, Kind: f.Kind, Dir: f.Dir, Error: err.Error()})
+			continue
+		}
 		p.reg.load(f)
 	}
 	return p, nil

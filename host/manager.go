@@ -48,6 +48,11 @@ type Config struct {
 	// read and written by plain path, following links. Never set it in a
 	// server.
 	FollowLinks bool
+	// SpecialFiles is agentd's seeded fault home-special-files
+	// (test-only; see homefs.Home.SpecialFiles): the plugins folder and
+	// the model-provider cache are read blocking, whatever they are and
+	// however large. Never set it in a server.
+	SpecialFiles bool
 	// TrustProfileEnv is agentd's seeded fault host-env-trusted
 	// (test-only): the host takes agentd's own variables from the
 	// profile's environment, .env included, so a tenant's

@@ -339,7 +339,7 @@ func (m *Manager) Close() error {
 }
 
 func (m *Manager) load(ctx context.Context, h *hostProc) error {
-	found, err := pluginload.Discover(m.cfg.PluginsDir, m.cfg.Enabled)
+	found, err := m.plugins().discover()
 	if err != nil {
 		return fmt.Errorf("load plugins into the %s: %w", h.desc, err)
 	}

@@ -3,6 +3,7 @@ package host
 import (
 	"fmt"
 
+	"github.com/tenantcanary/tenantcanary/agentd/homefs"
 	"github.com/tenantcanary/tenantcanary/isolation"
 )
 
@@ -17,6 +18,7 @@ func Open(mode isolation.Mode, cfg Config) (Loader, error) {
 	case isolation.InProcess:
 		return LoadInProcess(InProcessConfig{
 			Profile: cfg.Profile, Mode: mode, PluginsDir: cfg.PluginsDir, Enabled: cfg.Enabled,
+			Home:    homefs.Home{Dir: cfg.Home, FollowLinks: cfg.FollowLinks, SpecialFiles: cfg.SpecialFiles},
 			Backend: cfg.Backend, Log: cfg.Log, CallTimeout: cfg.CallTimeout,
 		})
 	}

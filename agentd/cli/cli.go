@@ -133,8 +133,9 @@ func usage(w io.Writer) {
 }
 
 // homes resolves the homes; they carry the seeded faults of the homes'
-// files (home-follows-links, unchecked-job-ids) to every profile. A bad
-// fault list is reported by newServer; here it seeds nothing.
+// files (home-follows-links, home-special-files, unchecked-job-ids) to
+// every profile. A bad fault list is reported by newServer; here it seeds
+// nothing.
 func homes(env *Env) (profile.Homes, error) {
 	h, err := profile.Resolve(env.Getenv)
 	if err != nil {

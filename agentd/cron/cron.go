@@ -136,14 +136,24 @@ func (j Jobs) log() *slog.Logger {
 	return slog.Default()
 }
 
-// lock takes an exclusive lock on the store for a read-modify-write.
+// lockWait is how long a read-modify-write waits for the store's lock.
+// The lock file is in the tenant's home, so its own terminal can hold it
+// forever (flock): a wait without end would hold the cron ticker, which
+// serves every profile in turn, and the server's stop.
+const lockWait = 2 * time.Second
+
+// ErrLocked marks a store whose lock stayed held for lockWait.
+var ErrLocked = errors.New("cron jobs locked by another process")
+
+// lock takes an exclusive lock on the store for a read-modify-write,
+// waiting at most lockWait.
 func (j Jobs) lock() (func(), error) {
 	h, name := j.file("jobs.lock")
 	f, err := h.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock cron jobs in %s: %w", j.Dir, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	if err := flockWithin(int(f.Fd()), lockWait); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lock cron jobs in %s: %w", j.Dir, err)
 	}
@@ -151,6 +161,25 @@ func (j Jobs) lock() (func(), error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+// flockWithin takes an exclusive flock on fd, polling (LOCK_NB) until
+// wait has passed: ErrLocked then.
+func flockWithin(fd int, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if err != syscall.EWOULDBLOCK && err != syscall.EINTR {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("held for %s: %w", wait, ErrLocked)
+		}
+		time.Sleep(delay) // a poll of a lock another process holds: nothing to wait on
+	}
 }
 
 // Present reports whether the store has a jobs file at all: false when

@@ -75,6 +75,7 @@ func All() []Name {
 	all = append(all, multistepFaults()...)
 	all = append(all, surface46Faults()...)
 	all = append(all, launcherEnvFaults()...)
+	all = append(all, homeFilesFaults()...)
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	return all
 }

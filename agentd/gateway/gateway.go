@@ -66,9 +66,10 @@ func New(opts Options) (*Gateway, error) {
 	}
 	for _, p := range list {
 		if err := g.lock(p); err != nil {
-			if errors.Is(err, homefs.ErrLink) {
-				// One tenant's planted link must not stop every tenant's
-				// gateway: that profile is refused, the others served.
+			if errors.Is(err, homefs.ErrLink) || errors.Is(err, homefs.ErrNotRegular) {
+				// One tenant's planted link (or FIFO, socket, folder) must
+				// not stop every tenant's gateway: that profile is refused,
+				// the others served.
 				opts.Log.Warn("gateway: profile not served", "profile", p.Name, "err", err.Error())
 				continue
 			}
@@ -152,7 +153,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := g.lock(p); err != nil {
-		if errors.Is(err, homefs.ErrLink) {
+		if errors.Is(err, homefs.ErrLink) || errors.Is(err, homefs.ErrNotRegular) {
 			apiError(w, http.StatusForbidden, err.Error())
 			return
 		}

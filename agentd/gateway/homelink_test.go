@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tenantcanary/tenantcanary/agentd/homefs"
+	"github.com/tenantcanary/tenantcanary/agentd/homefs/hostile"
 )
 
 // A profile's gateway.lock that is a link into another home is refused
@@ -30,4 +31,23 @@ func TestGatewayLockLinkRefused(t *testing.T) {
 	b, err := os.ReadFile(victim)
 	require.NoError(t, err)
 	require.Equal(t, "launch soul", string(b), "the pid was not written through the link")
+}
+
+// A gateway.lock that is a FIFO, a folder or a socket is refused the same
+// way: at once, that profile alone.
+func TestGatewayLockSpecialFileRefused(t *testing.T) {
+	for _, k := range []hostile.Kind{hostile.FIFO, hostile.Dir, hostile.Socket} {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			homes := launchHomes(t)
+			beta := filepath.Join(homes.Root(), "beta")
+			hostile.Plant(t, filepath.Join(beta, "gateway.lock"), k)
+			g, err := New(Options{Homes: homes})
+			require.NoError(t, err, "the launch profile is served")
+			defer g.Close()
+			p, err := homes.Get("beta")
+			require.NoError(t, err)
+			require.Error(t, g.lock(p))
+		})
+	}
 }

@@ -29,7 +29,20 @@
 //     ("path escapes from parent": ErrLinkOut) or inside it.
 //   - A file must be a regular file (a FIFO would block the server, a
 //     device would be read as the server's user); it is opened with
-//     O_NONBLOCK so even a FIFO planted there cannot hang the open.
+//     O_NONBLOCK so even a FIFO planted there cannot hang the open, and
+//     judged by fstat on the descriptor opened, never by a path looked at
+//     before or after.
+//   - A file is read up to the limit of its kind (LimitOf: config.yaml and
+//     .env 1 MiB, SOUL.md and memories 4 MiB, cron/jobs.json 8 MiB, a
+//     plugin.yaml 64 KiB, a plugin's other files 4 MiB, anything else
+//     4 MiB): a larger one is refused with ErrTooLarge (TooLargeError
+//     names the file and the limit) from its size on the descriptor,
+//     before a byte is read, and a file that grows while read is cut at
+//     limit+1 bytes and refused. A folder listed (ReadDir) holds at most
+//     MaxDirEntries entries.
+//   - Stat gives a file's ID (device, inode, size, mtime, ctime) without
+//     opening it: agentd's state database pins the file it first opened
+//     by it, so a connection opened later by path finds that file or none.
 //
 // A refused link is an error wrapping ErrLink, and ErrLinkOut too when the
 // link leaves the home; the message names the file and the rule, never
@@ -41,7 +54,16 @@
 //
 // FollowLinks is the seeded fault home-follows-links (test-only): every
 // operation then uses plain paths joined to the home and follows links,
-// as agentd v0.3.0 did.
+// as agentd v0.3.0 did. SpecialFiles is the seeded fault
+// home-special-files (test-only): files are opened blocking, need not be
+// regular and are read whole, as agentd 0.14.1 read the files it read
+// lazily.
+//
+// A Home is an fs.FS (Open, ReadDir, ReadFile, with the limits above), so
+// code that knows no homes (pluginload.DiscoverFS) walks a tenant's
+// folder through it. Package hostile plants, for tests, what a tenant
+// leaves where a file belongs: a FIFO, a link to /dev/zero, a 20 GiB
+// sparse file, a folder, a socket.
 //
 //	h := homefs.Home{Dir: "/home/u/.agentd/profiles/work"}
 //	soul, err := h.ReadFile("SOUL.md")              // ErrLinkOut if SOUL.md -> ../other/.env

@@ -62,6 +62,10 @@ func (e *LinkError) Is(target error) bool {
 type Home struct {
 	Dir         string // absolute path of the home
 	FollowLinks bool   // the home-follows-links fault: plain paths, links followed
+	// SpecialFiles is the home-special-files fault (test-only): files are
+	// opened blocking, need not be regular and are read whole, whatever
+	// their size, as agentd 0.14.1 read the files it read lazily.
+	SpecialFiles bool
 }
 
 // Path is the plain path of name in the home, for messages and for
@@ -138,6 +142,15 @@ func (h Home) refusal(dirfd int, name, done, part string, err error) error {
 			return &LinkError{Name: name, At: done, Out: h.leaves(done)}
 		}
 	}
+	if err == unix.EISDIR || err == unix.ENXIO || err == unix.ENODEV || err == unix.EOPNOTSUPP {
+		// A folder opened for writing, a socket, a FIFO opened for
+		// writing with no reader, a device with no driver: each is no
+		// regular file, whatever the open said.
+		var st unix.Stat_t
+		if unix.Fstatat(dirfd, part, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return fmt.Errorf("home file %s: %w (agentd reads and writes only regular files in a home)", name, ErrNotRegular)
+		}
+	}
 	return &fs.PathError{Op: "open", Path: h.Path(name), Err: err}
 }
 
@@ -172,16 +185,25 @@ func IsEscape(err error) bool {
 
 // OpenFile opens name like os.OpenFile, beneath the home and following no
 // link; missing folders on the way are created when flag has O_CREATE. The
-// file must be a regular file.
+// file must be a regular file: the open never blocks (O_NONBLOCK, cleared
+// once the descriptor is known to be a regular file), so a FIFO planted
+// where a file belongs is refused at once, as is a device or a folder.
 func (h Home) OpenFile(name string, flag int, perm fs.FileMode) (*os.File, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
+	}
+	if !h.SpecialFiles {
+		flag |= unix.O_NONBLOCK
 	}
 	if h.FollowLinks {
 		if flag&os.O_CREATE != 0 {
 			_ = os.MkdirAll(filepath.Dir(h.Path(name)), 0o700)
 		}
-		return os.OpenFile(h.Path(name), flag, perm) // the fault: links followed
+		f, err := os.OpenFile(h.Path(name), flag, perm) // the fault: links followed
+		if err != nil {
+			return nil, err
+		}
+		return h.regularOnly(f, name)
 	}
 	dir, base := split(name)
 	dfd, err := h.walk(name, dir, flag&os.O_CREATE != 0, 0o700)
@@ -189,47 +211,70 @@ func (h Home) OpenFile(name string, flag int, perm fs.FileMode) (*os.File, error
 		return nil, err
 	}
 	defer unix.Close(dfd)
-	// O_NONBLOCK: a FIFO planted here must not hang the open; it is
-	// refused below, and cleared for a regular file.
-	fd, err := openat(dfd, base, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, uint32(perm.Perm()))
+	fd, err := openat(dfd, base, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
 	if err != nil {
 		return nil, h.refusal(dfd, name, name, base, err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, &fs.PathError{Op: "stat", Path: h.Path(name), Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
-		return nil, fmt.Errorf("home file %s: %w (agentd reads and writes only regular files in a home)", name, ErrNotRegular)
-	}
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, &fs.PathError{Op: "fcntl", Path: h.Path(name), Err: err}
-	}
-	return os.NewFile(uintptr(fd), h.Path(name)), nil
+	return h.regularOnly(os.NewFile(uintptr(fd), h.Path(name)), name)
 }
 
-// ReadFile reads name whole (see OpenFile). A missing file is an error
-// matching fs.ErrNotExist.
-func (h Home) ReadFile(name string) ([]byte, error) {
-	if h.FollowLinks {
-		if err := checkName(name); err != nil {
-			return nil, err
-		}
-		return os.ReadFile(h.Path(name)) // the fault: links followed
+// regularOnly is f, the home file name just opened, when it is a regular
+// file, judged on the descriptor itself (what was opened, not what the
+// path names now), with O_NONBLOCK cleared; otherwise f is closed and the
+// error wraps ErrNotRegular. Under the home-special-files fault f is
+// taken as it is.
+func (h Home) regularOnly(f *os.File, name string) (*os.File, error) {
+	if h.SpecialFiles {
+		return f, nil
 	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open home file %s: %w", name, err)
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("home file %s: %w (agentd reads and writes only regular files in a home)", name, ErrNotRegular)
+	}
+	sc, err := f.SyscallConn()
+	if err == nil {
+		cerr := sc.Control(func(fd uintptr) { err = unix.SetNonblock(int(fd), false) })
+		err = errors.Join(cerr, err)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open home file %s: fcntl: %w", name, err)
+	}
+	return f, nil
+}
+
+// ReadFile reads name whole (see OpenFile), up to its kind's limit
+// (LimitOf): a larger file is refused with an error matching ErrTooLarge.
+// A missing file is an error matching fs.ErrNotExist.
+func (h Home) ReadFile(name string) ([]byte, error) {
+	return h.ReadFileLimit(name, LimitOf(name))
+}
+
+// ReadFileLimit is ReadFile with the limit given.
+func (h Home) ReadFileLimit(name string, limit int64) ([]byte, error) {
 	f, err := h.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return nil, fmt.Errorf("read home file %s: %w", name, err)
+	return h.readOpened(f, name, limit)
+}
+
+// readOpened reads f, the home file name, up to limit (see readLimited).
+func (h Home) readOpened(f *os.File, name string, limit int64) ([]byte, error) {
+	if h.SpecialFiles {
+		b, err := io.ReadAll(f) // the fault: whatever it is, however large
+		if err != nil {
+			return nil, fmt.Errorf("read home file %s: %w", name, err)
+		}
+		return b, nil
 	}
-	return b, nil
+	return readLimited(f, name, limit)
 }
 
 // WriteFileAtomic writes data to a new temporary file beside name, syncs
@@ -332,22 +377,28 @@ func (h Home) OpenDir(name string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), h.Path(name)), nil
 }
 
-// ReadDir lists the folder name (see OpenDir), sorted by name.
+// ReadDir lists the folder name (see OpenDir), sorted by name. A folder
+// with more than MaxDirEntries entries is refused (ErrTooLarge) without
+// reading the rest of it.
 func (h Home) ReadDir(name string) ([]fs.DirEntry, error) {
-	if h.FollowLinks {
-		if err := checkName(name); err != nil {
-			return nil, err
-		}
-		return os.ReadDir(h.Path(name))
-	}
 	f, err := h.OpenDir(name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	entries, err := f.ReadDir(-1)
-	if err != nil {
+	entries, err := f.ReadDir(MaxDirEntries + 1)
+	if err != nil && err != io.EOF {
 		return nil, fmt.Errorf("list %s: %w", h.Path(name), err)
+	}
+	if len(entries) > MaxDirEntries && !h.SpecialFiles {
+		return nil, &TooLargeError{Name: name, Limit: MaxDirEntries, Dir: true}
+	}
+	if h.SpecialFiles {
+		rest, err := f.ReadDir(-1)
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", h.Path(name), err)
+		}
+		entries = append(entries, rest...)
 	}
 	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return entries, nil
@@ -420,3 +471,27 @@ func (h Home) Remove(name string) error {
 	}
 	return nil
 }
+
+// Open opens the file or folder name for reading (see OpenFile and
+// OpenDir): a Home is an fs.FS (and an fs.ReadDirFS and fs.ReadFileFS,
+// with ReadDir's and ReadFile's limits), for code that walks a tenant's
+// folder without knowing of homes (pluginload.DiscoverFS).
+func (h Home) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	f, err := h.OpenFile(name, os.O_RDONLY, 0)
+	if err == nil || !errors.Is(err, ErrNotRegular) {
+		return f, err
+	}
+	d, derr := h.OpenDir(name) // O_DIRECTORY: a FIFO or device fails without opening
+	if derr != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+var (
+	_ fs.ReadDirFS  = Home{}
+	_ fs.ReadFileFS = Home{}
+)

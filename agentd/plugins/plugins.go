@@ -170,8 +170,9 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 				Profile:         sc.Profile.Name,
 				Command:         append(append([]string(nil), launcher...), opts.Command...),
 				Home:            sc.Profile.Home,
-				FollowLinks:     sc.Profile.FS().FollowLinks, // the home-follows-links fault (test-only)
-				Env:             snap.ToolEnv,                // the profile's environment only, sent over the protocol
+				FollowLinks:     sc.Profile.FS().FollowLinks,  // the home-follows-links fault (test-only)
+				SpecialFiles:    sc.Profile.FS().SpecialFiles, // the home-special-files fault (test-only)
+				Env:             snap.ToolEnv,                 // the profile's environment only, sent over the protocol
 				OwnPIDNamespace: ownPIDNS,
 				TrustProfileEnv: opts.Faults.Has(faults.HostEnvTrusted), // test-only
 				EnvOutside:      opts.Faults.Has(faults.LauncherEnv),    // test-only: the host's launcher runs with the profile's environment
@@ -196,7 +197,7 @@ func Loader(sc *scope.Scope, opts Options) (host.Loader, isolation.Mode, error) 
 			return &loaded{loader: m, mode: mode, lost: lost}, nil
 		}
 		ip, err := host.LoadInProcess(host.InProcessConfig{
-			Profile: sc.Profile.Name, Mode: mode, Source: isolation.SourceUser, PluginsDir: dir,
+			Profile: sc.Profile.Name, Mode: mode, Source: isolation.SourceUser, PluginsDir: dir, Home: sc.Profile.FS(),
 			Enabled: enabled, Backend: backend, Log: sc.LogWriter(), Env: snap.ToolEnv, CallTimeout: callTimeout,
 		})
 		if err != nil {

@@ -240,10 +240,10 @@ func (p Profile) File(parts ...string) string {
 
 // FS is the one way into the profile's home: every file agentd opens,
 // creates, renames or removes there goes through it, and it follows no
-// symlink (see package homefs). The seeded fault home-follows-links turns
-// that off.
+// symlink (see package homefs). The seeded faults home-follows-links and
+// home-special-files turn that off.
 func (p Profile) FS() homefs.Home {
-	return homefs.Home{Dir: p.Home, FollowLinks: p.Faults.Has(faults.HomeFollowsLinks)}
+	return homefs.Home{Dir: p.Home, FollowLinks: p.Faults.Has(faults.HomeFollowsLinks), SpecialFiles: p.Faults.Has(faults.HomeSpecialFiles)}
 }
 
 // Skeleton creates the home's folders and empty files that do not exist yet.

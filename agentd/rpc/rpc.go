@@ -24,7 +24,7 @@ const (
 	CodeConflict       = 4090 // exists already, or busy
 	CodeTooBusy        = 4290 // too many requests or turns in flight; Data carries retry_after_ms
 	CodeWorkdirRefused = 4003 // a cwd outside the profile's own home and workdir roots; the message names the rule
-	CodeLinkOut        = 4013 // a home file is a link that leaves the home (or is not a regular file)
+	CodeLinkOut        = 4013 // a home file is a link that leaves the home (or is not a regular file, or is too large)
 	CodeUnavailable    = 5030 // shutting down
 )
 

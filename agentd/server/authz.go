@@ -15,8 +15,12 @@ const TenantKeyEnv = "API_SERVER_KEY"
 
 // TenantOf names the profile whose tenant credential token is, comparing
 // with every profile's in constant time; ok is false when none holds it.
-// It reads the .env files at each call, so a key saved or a profile
-// deleted takes effect at the next connection.
+// Each profile's credential comes from the server's key cache, which
+// reads a .env again only when its identity changed (see keyCache): a
+// key saved or a profile deleted takes effect at the next connection,
+// and a connect costs one open and fstat of each profile's .env, never a
+// read of one that did not change, so no tenant's .env (a FIFO, a huge
+// file, one rewritten constantly) slows another tenant's connect.
 func (s *Server) TenantOf(token string) (name string, ok bool) {
 	if token == "" {
 		return "", false
@@ -25,13 +29,10 @@ func (s *Server) TenantOf(token string) (name string, ok bool) {
 	if err != nil {
 		return "", false
 	}
+	given := sha256.Sum256([]byte(token))
 	for _, p := range list {
-		env, err := p.LoadEnv()
-		if err != nil {
-			continue
-		}
-		key, found := env.Lookup(TenantKeyEnv)
-		if found && key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(token)) == 1 {
+		sum, found, err := s.keys.tenantKey(p)
+		if err == nil && found && subtle.ConstantTimeCompare(sum[:], given[:]) == 1 {
 			name, ok = p.Name, true
 		}
 	}

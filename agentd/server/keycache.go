@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 )
@@ -33,6 +34,19 @@ type cachedKey struct {
 	id    fileID
 	sum   [sha256.Size]byte
 	found bool
+	racy  bool // read within racyWindow of the file's last change: read it again
+}
+
+// racyWindow is how recent a .env's last change may be for its read to
+// be used once only: a write in place within the file system's timestamp
+// tick of the read, of the same size, would leave its identity unchanged
+// (git's "racily clean" entries), so such a read is not kept.
+const racyWindow = 2 * time.Second
+
+// recent reports whether the file at id changed within racyWindow.
+func (id fileID) recent() bool {
+	last := max(id.mtime.Nano(), id.ctime.Nano())
+	return time.Since(time.Unix(0, last)) < racyWindow
 }
 
 // tenantKey is the SHA-256 of p's API_SERVER_KEY; found is false when it
@@ -46,7 +60,7 @@ func (k *keyCache) tenantKey(p profile.Profile) (sum [sha256.Size]byte, found bo
 	k.mu.Lock()
 	c, ok := k.m[path]
 	k.mu.Unlock()
-	if ok && c.id == id {
+	if ok && c.id == id && !c.racy {
 		return c.sum, c.found, nil
 	}
 	// Stat first, read second: a write in between changes the identity,
@@ -64,7 +78,7 @@ func (k *keyCache) tenantKey(p profile.Profile) (sum [sha256.Size]byte, found bo
 	if k.m == nil {
 		k.m = map[string]cachedKey{}
 	}
-	k.m[path] = cachedKey{id: id, sum: sum, found: found}
+	k.m[path] = cachedKey{id: id, sum: sum, found: found, racy: id.recent()}
 	k.mu.Unlock()
 	return sum, found, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite" // the "sqlite" database/sql driver
@@ -93,7 +95,7 @@ type Message struct {
 // Open opens (creating if needed) the database at path in WAL mode and
 // brings its schema up to date.
 func Open(ctx context.Context, path string) (*DB, error) {
-	return open(ctx, path, path, busyTimeout)
+	return open(ctx, path, path, busyTimeout, nil)
 }
 
 // OpenIn opens the database name of a home (a profile's state.db) the
@@ -111,7 +113,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 func OpenIn(ctx context.Context, home homefs.Home, name string) (*DB, error) {
 	label := home.Path(name)
 	if home.FollowLinks {
-		return open(ctx, label, label, busyTimeout) // the home-follows-links fault: links followed
+		return open(ctx, label, label, busyTimeout, nil) // the home-follows-links fault: links followed
 	}
 	if err := checkFiles(home, name); err != nil {
 		return nil, err
@@ -128,7 +130,8 @@ func OpenIn(ctx context.Context, home homefs.Home, name string) (*DB, error) {
 	if _, err := os.Stat(filepath.Dir(pinned)); err != nil {
 		pinned = label // no /proc: the checks around the open still stand
 	}
-	d, err := open(ctx, pinned, label, busyTimeout)
+	var pin pinnedFile
+	d, err := open(ctx, pinned, label, busyTimeout, func() error { return pin.check(home, name) })
 	if err != nil {
 		dir.Close()
 		return nil, err
@@ -141,6 +144,44 @@ func OpenIn(ctx context.Context, home homefs.Home, name string) (*DB, error) {
 	return d, nil
 }
 
+// pinnedFile is the database file a DB opened first, by inode: every
+// connection opened later (the readers' pool opens them by path, on
+// demand) must find that same file there, a regular file and no link, or
+// it is refused, so a tenant that swaps its state.db after the scope
+// opened it never gets another file (or a FIFO) opened in its place.
+type pinnedFile struct {
+	mu       sync.Mutex
+	dev, ino uint64
+}
+
+// check is run before and after each connection's open.
+func (p *pinnedFile) check(home homefs.Home, name string) error {
+	if err := checkFiles(home, name); err != nil {
+		return err
+	}
+	id, err := home.Stat(name)
+	if err != nil {
+		return fmt.Errorf("open state db: %w", err)
+	}
+	if !id.Present() {
+		return nil // the first open creates it
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ino == 0 {
+		p.dev, p.ino = id.Dev, id.Ino
+		return nil
+	}
+	if id.Dev != p.dev || id.Ino != p.ino {
+		return fmt.Errorf("open state db: %s was replaced since the scope opened it: %w", name, ErrReplaced)
+	}
+	return nil
+}
+
+// ErrReplaced marks a state database file replaced by another file after
+// the database was first opened.
+var ErrReplaced = errors.New("state database replaced")
+
 // checkFiles refuses a database, WAL or shared-memory file that is a link
 // or not a regular file.
 func checkFiles(home homefs.Home, name string) error {
@@ -152,6 +193,55 @@ func checkFiles(home homefs.Home, name string) error {
 	return nil
 }
 
+// checkedConnector opens connections to one database, each between two
+// runs of check (nil: none).
+type checkedConnector struct {
+	dsn   string
+	check func() error
+}
+
+func (c checkedConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	if c.check != nil {
+		if err := c.check(); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := sqliteDriver().Open(c.dsn)
+	if err != nil {
+		return nil, err
+	}
+	if c.check != nil {
+		if err := c.check(); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
+	return conn, nil
+}
+
+func (c checkedConnector) Driver() driver.Driver { return sqliteDriver() }
+
+// sqliteDriver is modernc.org/sqlite's driver as registered (with
+// whatever functions were registered on it).
+var sqliteDriver = sync.OnceValue(func() driver.Driver {
+	db, err := sql.Open("sqlite", "")
+	if err != nil {
+		return noDriver{err}
+	}
+	defer db.Close()
+	return db.Driver()
+})
+
+// noDriver is the driver when "sqlite" is not registered (never, with
+// the import above): every open fails.
+type noDriver struct{ err error }
+
+func (n noDriver) Open(string) (driver.Conn, error) { return nil, n.err }
+
+// readers is how many reader connections a DB keeps open (opened with the
+// database, kept for its life): reads rarely open a connection later.
+const readers = 2
+
 func dsn(path string, busy time.Duration, pragmas ...string) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
@@ -162,12 +252,10 @@ func dsn(path string, busy time.Duration, pragmas ...string) string {
 	return sqlitefile.URI(path, q.Encode())
 }
 
-// open opens the database at path; label names it in messages.
-func open(ctx context.Context, path, label string, busy time.Duration) (*DB, error) {
-	w, err := sql.Open("sqlite", dsn(path, busy, "journal_mode(WAL)", "synchronous(NORMAL)")+"&_txlock=immediate")
-	if err != nil {
-		return nil, fmt.Errorf("open state db %s: %w", label, err)
-	}
+// open opens the database at path; label names it in messages; check
+// (nil: none) runs around every connection's open.
+func open(ctx context.Context, path, label string, busy time.Duration, check func() error) (*DB, error) {
+	w := sql.OpenDB(checkedConnector{dsn: dsn(path, busy, "journal_mode(WAL)", "synchronous(NORMAL)") + "&_txlock=immediate", check: check})
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
@@ -181,17 +269,39 @@ func open(ctx context.Context, path, label string, busy time.Duration) (*DB, err
 		w.Close()
 		return nil, fmt.Errorf("open state db %s: journal mode is %q, want wal", label, mode)
 	}
-	r, err := sql.Open("sqlite", dsn(path, busy, "query_only(1)"))
-	if err != nil {
-		w.Close()
+	r := sql.OpenDB(checkedConnector{dsn: dsn(path, busy, "query_only(1)"), check: check})
+	r.SetMaxIdleConns(readers)
+	r.SetConnMaxLifetime(0)
+	r.SetConnMaxIdleTime(0)
+	d := &DB{w: w, r: r, path: label}
+	if err := d.warmReaders(ctx); err != nil {
+		d.Close()
 		return nil, fmt.Errorf("open state db %s: %w", label, err)
 	}
-	d := &DB{w: w, r: r, path: label}
 	if err := d.migrate(ctx); err != nil {
 		d.Close()
 		return nil, err
 	}
 	return d, nil
+}
+
+// warmReaders opens the readers' connections now, beside the writer's,
+// so that later reads reuse them instead of opening the file again.
+func (d *DB) warmReaders(ctx context.Context) error {
+	var conns []*sql.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close() // back to the pool, idle
+		}
+	}()
+	for range readers {
+		c, err := d.r.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	return nil
 }
 
 // busyErr turns SQLite's "database is locked" (SQLITE_BUSY, after the busy

@@ -143,7 +143,7 @@ func TestALockHeldElsewhereIsErrBusy(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "state.db")
-	db, err := open(ctx, path, path, 100*time.Millisecond)
+	db, err := open(ctx, path, path, 100*time.Millisecond, nil)
 	require.NoError(t, err)
 	defer db.Close()
 	other, err := sql.Open("sqlite", dsn(path, 0))

@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,11 +56,17 @@ type Found struct {
 // ReadManifest reads dir/plugin.yaml. A missing name defaults to the
 // folder's name and a missing kind to general.
 func ReadManifest(dir string) (Manifest, error) {
-	var m Manifest
 	b, err := os.ReadFile(filepath.Join(dir, "plugin.yaml"))
 	if err != nil {
-		return m, fmt.Errorf("read plugin manifest: %w", err)
+		return Manifest{}, fmt.Errorf("read plugin manifest: %w", err)
 	}
+	return ParseManifest(dir, b)
+}
+
+// ParseManifest parses b, the plugin.yaml of the plugin folder dir (see
+// ReadManifest).
+func ParseManifest(dir string, b []byte) (Manifest, error) {
+	var m Manifest
 	if err := yaml.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("parse %s: %w", filepath.Join(dir, "plugin.yaml"), err)
 	}
@@ -79,20 +86,22 @@ func ReadManifest(dir string) (Manifest, error) {
 // plugins/model-providers/<name>/), sorted by name. A non-nil enabled list
 // keeps only the plugins it names. A missing pluginsDir holds no plugins.
 func Discover(pluginsDir string, enabled []string) ([]Found, error) {
+	return DiscoverFS(os.DirFS(pluginsDir), ".", pluginsDir, enabled)
+}
+
+// DiscoverFS is Discover over fsys, where the plugins folder is named dir
+// and lies at base on disk (what Found.Dir is joined to). A server that
+// discovers a tenant's plugins passes the tenant's home as fsys (agentd:
+// a homefs.Home, which follows no link, opens nothing that blocks and
+// reads no file past its limit), so a plugin folder, a plugin.yaml that
+// is a link, a FIFO or huge fails here and never reaches the server.
+func DiscoverFS(fsys fs.FS, dir, base string, enabled []string) ([]Found, error) {
 	var out []Found
 	keep := func(name string) bool {
-		if enabled == nil {
-			return true
-		}
-		for _, e := range enabled {
-			if e == name {
-				return true
-			}
-		}
-		return false
+		return enabled == nil || slices.Contains(enabled, name)
 	}
-	scan := func(dir string) error {
-		entries, err := os.ReadDir(dir)
+	scan := func(sub string) error {
+		entries, err := fs.ReadDir(fsys, path.Join(dir, sub))
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
@@ -103,11 +112,16 @@ func Discover(pluginsDir string, enabled []string) ([]Found, error) {
 			if !e.IsDir() {
 				continue
 			}
-			d := filepath.Join(dir, e.Name())
-			if _, err := os.Stat(filepath.Join(d, "plugin.yaml")); err != nil {
-				continue
+			rel := path.Join(sub, e.Name())
+			b, err := fs.ReadFile(fsys, path.Join(dir, rel, "plugin.yaml"))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // not a plugin folder
 			}
-			m, err := ReadManifest(d)
+			if err != nil {
+				return fmt.Errorf("read plugin manifest: %w", err)
+			}
+			d := filepath.Join(base, filepath.FromSlash(rel))
+			m, err := ParseManifest(d, b)
 			if err != nil {
 				return err
 			}
@@ -117,10 +131,10 @@ func Discover(pluginsDir string, enabled []string) ([]Found, error) {
 		}
 		return nil
 	}
-	if err := scan(pluginsDir); err != nil {
+	if err := scan("."); err != nil {
 		return nil, err
 	}
-	if err := scan(filepath.Join(pluginsDir, ModelProvidersDir)); err != nil {
+	if err := scan(ModelProvidersDir); err != nil {
 		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -147,28 +161,75 @@ func SourceFiles(dir string) ([]string, error) {
 	return files, nil
 }
 
-// Fingerprint hashes the names and contents of every regular file in a
-// plugin folder, so a cache keyed by it goes stale when any file changes.
+// Limits of what Fingerprint reads of a plugin folder: a plugin is a few
+// source files; a folder past these is refused (ErrTooLarge), never read
+// whole.
+const (
+	MaxFingerprintFiles       = 1024
+	MaxFingerprintBytes int64 = 32 << 20
+)
+
+// ErrNotRegular marks a plugin folder holding something that is neither
+// a file nor a folder (a symlink, a FIFO, a device, a socket).
+var ErrNotRegular = errors.New("not a regular file")
+
+// ErrTooLarge marks a plugin folder past MaxFingerprintFiles or
+// MaxFingerprintBytes.
+var ErrTooLarge = errors.New("plugin folder too large")
+
+// Fingerprint hashes the names and contents of every file in a plugin
+// folder, so a cache keyed by it goes stale when any file changes. A
+// folder holding anything but files and folders is refused
+// (ErrNotRegular), as is one past MaxFingerprintFiles or
+// MaxFingerprintBytes (ErrTooLarge).
 func Fingerprint(dir string) (string, error) {
+	fp, err := FingerprintFS(os.DirFS(dir), ".")
+	if err != nil {
+		return "", fmt.Errorf("fingerprint plugin %s: %w", dir, err)
+	}
+	return fp, nil
+}
+
+// FingerprintFS is Fingerprint of the folder dir of fsys (see DiscoverFS
+// for a tenant's home as fsys).
+func FingerprintFS(fsys fs.FS, dir string) (string, error) {
 	h := sha256.New()
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	files, total := 0, int64(0)
+	err := fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if !d.Type().IsRegular() {
+		if d.IsDir() {
 			return nil
 		}
-		b, err := os.ReadFile(p)
+		if !d.Type().IsRegular() {
+			// A link, a FIFO, a device, a socket: nothing a plugin is made
+			// of, and what a loader would follow or block on.
+			return fmt.Errorf("%s in plugin folder %s: %w", p, dir, ErrNotRegular)
+		}
+		if files++; files > MaxFingerprintFiles {
+			return fmt.Errorf("%s holds more than %d files: %w", dir, MaxFingerprintFiles, ErrTooLarge)
+		}
+		if info, err := d.Info(); err == nil && info.Size() > MaxFingerprintBytes-total {
+			return fmt.Errorf("%s: plugin folder %s would hold more than %d bytes: %w", p, dir, MaxFingerprintBytes, ErrTooLarge)
+		}
+		b, err := fs.ReadFile(fsys, p)
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(dir, p)
-		fmt.Fprintf(h, "%s\x00%d\x00", rel, len(b))
+		if total += int64(len(b)); total > MaxFingerprintBytes {
+			return fmt.Errorf("%s holds more than %d bytes: %w", dir, MaxFingerprintBytes, ErrTooLarge)
+		}
+		rel := strings.TrimPrefix(strings.TrimPrefix(p, dir), "/")
+		if dir == "." {
+			rel = p
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", filepath.FromSlash(rel), len(b))
 		h.Write(b)
 		return nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("fingerprint plugin %s: %w", dir, err)
+		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
