@@ -101,9 +101,20 @@ func sparse(p string) error {
 	return f.Close()
 }
 
-// socketFile leaves a bound unix socket's file at p (nobody listens).
+// socketFile leaves a bound unix socket's file at p (nobody listens). A
+// path longer than a socket address holds is bound through its folder's
+// descriptor (/proc/self/fd/N/name).
 func socketFile(p string) error {
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	name := p
+	if len(p) > 100 {
+		dir, err := os.Open(filepath.Dir(p))
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		name = fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(p))
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 	if err != nil {
 		return err
 	}

@@ -200,6 +200,18 @@ func TestPlantAndRestoreEveryForm(t *testing.T) {
 	}
 	_, err := Plant(hs["alpha"], "SOUL.md", MiddleLink, hs["beta"], aside)
 	assert.ErrorIs(t, err, ErrNotApplicable)
+
+	// A path longer than a socket address holds.
+	deep := filepath.Join(hs["alpha"], strings.Repeat("d", 60), strings.Repeat("e", 60))
+	require.NoError(t, os.MkdirAll(deep, 0o755))
+	rel, err := filepath.Rel(hs["alpha"], filepath.Join(deep, "f.md"))
+	require.NoError(t, err)
+	restore, err := Plant(hs["alpha"], rel, Socket, hs["beta"], aside)
+	require.NoError(t, err)
+	fi, err := os.Lstat(filepath.Join(deep, "f.md"))
+	require.NoError(t, err)
+	assert.Equal(t, os.ModeSocket, fi.Mode().Type())
+	require.NoError(t, restore())
 }
 
 // TestShellPayloadReportsWhereItRan: BASH_ENV's payload, run by a
