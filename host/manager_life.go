@@ -407,6 +407,15 @@ func (m *Manager) processEnv() []string {
 // outlive the host. trust is the host-env-trusted fault: the profile's
 // values of the markers are kept, and win. outside is the launcher-env
 // fault: env is the process's environment, as it was before issue 46.
+//
+// The home's path (homeVars) passes too: agentd sets it after the
+// profile's .env (profile.ToolEnv), so it is the server's value, never the
+// tenant's, and it names the host's profile to whoever lists processes
+// (the operator, the harness).
+// homeVars are the variables holding the profile's home that agentd sets
+// itself (after the profile's .env) in every host's environment.
+var homeVars = map[string]bool{"HOME": true, "AGENTD_HOME": true}
+
 func hostEnv(env []string, ownPIDNamespace, trust, outside bool) []string {
 	out := outerenv.Own()
 	set := map[string]bool{}
@@ -416,6 +425,7 @@ func hostEnv(env []string, ownPIDNamespace, trust, outside bool) []string {
 		switch {
 		case marker && trust:
 			set[k] = true
+		case homeVars[k]:
 		case marker, !outside:
 			continue
 		}

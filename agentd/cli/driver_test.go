@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -522,7 +523,15 @@ func snapshot(t *testing.T, result string) (env map[string]string, cwd string, s
 // (its shells, plugin hosts and all they started), read from /proc, which
 // sees through the sandboxes' PID namespaces.
 func tenantProcs(tn *tenant) []int {
-	return procgroup.WithEnv("ENV_MARKER=" + tn.marker)
+	// A plugin host's own environment holds its home's path, not the
+	// profile's variables (they reach it over the protocol).
+	pids := procgroup.WithEnv("ENV_MARKER=" + tn.marker)
+	for _, p := range procgroup.WithEnv("AGENTD_HOME=" + tn.home) {
+		if !slices.Contains(pids, p) {
+			pids = append(pids, p)
+		}
+	}
+	return pids
 }
 
 // forget drops the frames seen so far (benchmarks keep scans short).
