@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -159,15 +160,10 @@ func (e *Env) tenantVars() surface.Vars {
 }
 
 // serverRoots are the target's process roots: the server first, then
-// every other process of the run's (a cron tick, say).
+// every other command of the target the harness started itself (a cron
+// tick, say): the run's marked processes whose parent is the harness.
 func (e *Env) serverRoots() []int {
-	roots := []int{e.Server.Pid()}
-	for _, p := range procgroup.Marked(e.Box.RunID) {
-		if p != roots[0] {
-			roots = append(roots, p)
-		}
-	}
-	return roots
+	return append([]int{e.Server.Pid()}, surface.ChildrenOf(os.Getpid(), procgroup.Marked(e.Box.RunID), e.Server.Pid())...)
 }
 
 // discoverSurface drives every tenant through every action, one window

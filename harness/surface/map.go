@@ -3,6 +3,7 @@ package surface
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -59,7 +60,9 @@ type Proc struct {
 	Parent  int      `json:"ppid"`
 	Program string   `json:"program"`
 	Argv    []string `json:"argv,omitempty"` // its first words, shortened
-	// Server: the root of the tree (the server process itself).
+	// Server: a root of the tree, a command of the target the harness
+	// started itself (the server, a cron tick): outside every sandbox by
+	// design, and judged only by the variables it carries.
 	Server bool `json:"server,omitempty"`
 	// Confined: it runs in namespaces of its own or with no_new_privs;
 	// How says which, or why it counts as outside every sandbox.
@@ -164,6 +167,10 @@ type Row struct {
 	Attacks    int      // attacks aimed at this action's points
 }
 
+// randomPart is a run of hex digits long enough to be random (a temp
+// file's suffix): the table names such files once, with a star.
+var randomPart = regexp.MustCompile(`[0-9a-f]{8,}`)
+
 // Rows folds the map into one row per action name (tenants merged, paths
 // of every tenant alike), in the order actions were first driven.
 func (m *Map) Rows() []Row {
@@ -180,7 +187,7 @@ func (m *Map) Rows() []Row {
 			if f.Tenant != a.Tenant || f.Path == "" {
 				continue
 			}
-			p := f.Path
+			p := randomPart.ReplaceAllString(f.Path, "*")
 			if f.Dir {
 				p += "/"
 			}

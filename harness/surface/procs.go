@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -197,7 +198,7 @@ func sampleTree(roots []int, ref namespaces, vars Vars, seen map[identity]Proc) 
 		if !ok {
 			continue
 		}
-		p.Server = len(roots) > 0 && pid == roots[0]
+		p.Server = slices.Contains(roots, pid)
 		seen[id] = p
 	}
 }
@@ -205,4 +206,23 @@ func sampleTree(roots []int, ref namespaces, vars Vars, seen map[identity]Proc) 
 func hasIdentity(seen map[identity]Proc, id identity) bool {
 	_, ok := seen[id]
 	return ok
+}
+
+// ChildrenOf lists the pids of pids whose parent is parent, but those in
+// skip: among a run's processes, the commands the harness started itself.
+func ChildrenOf(parent int, pids []int, skip ...int) []int {
+	var out []int
+	for _, pid := range pids {
+		if slices.Contains(skip, pid) {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		if _, ppid := parseStat(pid, stat); ppid == parent {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

@@ -281,7 +281,8 @@ func TestPreloadPayloadRunsInEveryDynamicProgram(t *testing.T) {
 func TestWriteTableOneRowPerAction(t *testing.T) {
 	t.Parallel()
 	m := &Map{Actions: []Action{
-		{Name: "session.create", Tenant: "alpha", Files: []FileUse{{Tenant: "alpha", Path: "config.yaml", Ops: []Op{Opened, Read}}}},
+		{Name: "session.create", Tenant: "alpha", Files: []FileUse{{Tenant: "alpha", Path: "config.yaml", Ops: []Op{Opened, Read}},
+			{Tenant: "alpha", Path: ".config.yaml.tmp-91f932ffdad3", Ops: []Op{Created, Renamed}}, {Tenant: "alpha", Path: ".config.yaml.tmp-a70f4e05d704", Ops: []Op{Created}}}},
 		{Name: "session.create", Tenant: "beta", Files: []FileUse{{Tenant: "beta", Path: "SOUL.md", Ops: []Op{Opened, Read}}},
 			Procs: []Proc{{Program: "bwrap", Carries: []Carried{{"beta", "K"}}}, {Program: "bash", Confined: true}}},
 	}}
@@ -293,6 +294,7 @@ func TestWriteTableOneRowPerAction(t *testing.T) {
 	assert.Contains(t, out, "`SOUL.md`, `config.yaml`")
 	assert.Contains(t, out, "`bwrap: K`")
 	assert.Contains(t, out, "| 1 |")
+	assert.Equal(t, 1, strings.Count(out, ".config.yaml.tmp-*"), "a temp file's random name is one star: %s", out)
 }
 
 // TestSharedRowsAreValidAndFindAPlant: the rows pass the attack table's
