@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness/surface"
+	"github.com/tenantcanary/tenantcanary/internal/hostilefile"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -294,14 +295,11 @@ func rss(pid int) int64 {
 	return 0
 }
 
-// unblockFIFO opens a planted FIFO for writing, without blocking, and
-// closes it: a reader the server left blocked in its open gets an end of
-// file, so no goroutine of the server stays held by the attack.
+// unblockFIFO frees a reader the server left blocked opening a planted
+// FIFO (it gets an end of file), so no goroutine of the server stays held
+// by the attack.
 func unblockFIFO(p string, form surface.Form) {
-	if form != surface.FIFO {
-		return
-	}
-	if f, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-		_ = f.Close()
+	if form == surface.FIFO {
+		hostilefile.Release(p)
 	}
 }

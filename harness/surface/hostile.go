@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/tenantcanary/tenantcanary/internal/hostilefile"
 )
 
 // Form is one hostile thing a tenant can leave where the server expects
@@ -18,13 +19,13 @@ type Form string
 
 // The hostile forms every file the server reads is given.
 const (
-	FIFO       Form = "fifo"        // an open for reading blocks for ever with no writer
-	DeviceLink Form = "device-link" // a link to /dev/zero: a read never ends
-	Sparse     Form = "sparse"      // a huge sparse file (HugeSize), no disk spent
-	Directory  Form = "directory"   // a folder where a file was
-	Socket     Form = "socket"      // a unix socket: an open fails, a connect may hang
-	LinkOut    Form = "link-out"    // a link to the victim's file of the same path
-	MiddleLink Form = "middle-link" // the path's first folder linked to the victim's
+	FIFO            = Form(hostilefile.FIFO)       // an open for reading blocks for ever with no writer
+	DeviceLink      = Form(hostilefile.DeviceLink) // a link to /dev/zero: a read never ends
+	Sparse          = Form(hostilefile.Sparse)     // a huge sparse file (HugeSize), no disk spent
+	Directory       = Form(hostilefile.Directory)  // a folder where a file was
+	Socket          = Form(hostilefile.Socket)     // a unix socket: an open fails, a connect may hang
+	LinkOut    Form = "link-out"                   // a link to the victim's file of the same path
+	MiddleLink Form = "middle-link"                // the path's first folder linked to the victim's
 )
 
 // Forms lists every form, in the order they are tried.
@@ -34,7 +35,7 @@ func Forms() []Form {
 
 // HugeSize is a sparse file's size: far past any sane limit, and costing
 // no disk.
-const HugeSize = 16 << 30
+const HugeSize = hostilefile.HugeSize
 
 // ErrNotApplicable: the form makes no sense for this path (a middle link
 // for a file at the home's top level, say).
@@ -67,59 +68,16 @@ func Plant(home, rel string, form Form, victimHome, aside string) (restore func(
 	}
 	var made error
 	switch form {
-	case FIFO:
-		made = syscall.Mkfifo(target, 0o644)
-	case DeviceLink:
-		made = os.Symlink("/dev/zero", target)
-	case Sparse:
-		made = sparse(target)
-	case Directory:
-		made = os.Mkdir(target, 0o755)
-	case Socket:
-		made = socketFile(target)
 	case LinkOut, MiddleLink:
 		made = os.Symlink(filepath.Join(victimHome, filepath.FromSlash(at)), target)
 	default:
-		made = fmt.Errorf("unknown form %q", form)
+		made = hostilefile.Make(target, hostilefile.Form(form))
 	}
 	if made != nil {
 		_ = put()
 		return nil, fmt.Errorf("surface: plant %s at %s: %w", form, at, made)
 	}
 	return put, nil
-}
-
-func sparse(p string) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if err := f.Truncate(HugeSize); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// socketFile leaves a bound unix socket's file at p (nobody listens). A
-// path longer than a socket address holds is bound through its folder's
-// descriptor (/proc/self/fd/N/name).
-func socketFile(p string) error {
-	name := p
-	if len(p) > 100 {
-		dir, err := os.Open(filepath.Dir(p))
-		if err != nil {
-			return err
-		}
-		defer dir.Close()
-		name = fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(p))
-	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
-	if err != nil {
-		return err
-	}
-	l.SetUnlinkOnClose(false)
-	return l.Close()
 }
 
 // setAside moves what is at p (if anything) into a fresh folder under

@@ -12,12 +12,11 @@
 package hostile
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/tenantcanary/tenantcanary/internal/hostilefile"
 )
 
 // Kind is one thing planted in place of a file.
@@ -51,15 +50,15 @@ func Plant(t testing.TB, path string, k Kind) {
 	var err error
 	switch k {
 	case FIFO:
-		err = unix.Mkfifo(path, 0o600)
+		err = hostilefile.Make(path, hostilefile.FIFO)
 	case DevZero:
-		err = os.Symlink("/dev/zero", path)
+		err = hostilefile.Make(path, hostilefile.DeviceLink)
 	case Sparse:
-		err = sparse(path, SparseSize)
+		err = hostilefile.MakeSparse(path, SparseSize)
 	case Dir:
-		err = os.Mkdir(path, 0o700)
+		err = hostilefile.Make(path, hostilefile.Directory)
 	case Socket:
-		err = socket(t, path)
+		err = hostilefile.Make(path, hostilefile.Socket)
 	default:
 		t.Fatalf("plant: unknown kind %q", k)
 	}
@@ -68,48 +67,11 @@ func Plant(t testing.TB, path string, k Kind) {
 	}
 }
 
-func sparse(path string, size int64) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := f.Truncate(size); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// socket binds a unix socket in a short folder of its own (a socket's
-// address is short) and renames it to path (the temp folder and a test's
-// homes share a file system).
-func socket(t testing.TB, path string) error {
-	dir, err := os.MkdirTemp("", "sock")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	l, err := net.Listen("unix", filepath.Join(dir, "s"))
-	if err != nil {
-		return err
-	}
-	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	t.Cleanup(func() { l.Close() })
-	return os.Rename(filepath.Join(dir, "s"), path)
-}
-
 // Release frees the reads blocked opening the FIFO at path (the faults'
 // positive controls): a writer opens it and closes it at once. It never
 // blocks: false when no reader was waiting (an open of a FIFO for writing
 // with no reader fails, non-blocking).
-func Release(path string) bool {
-	w, err := os.OpenFile(path, os.O_WRONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return false
-	}
-	w.Close()
-	return true
-}
+func Release(path string) bool { return hostilefile.Release(path) }
 
 // PlantSparse is Plant's Sparse of size bytes.
 func PlantSparse(t testing.TB, path string, size int64) {
@@ -117,7 +79,7 @@ func PlantSparse(t testing.TB, path string, size int64) {
 	if err := os.RemoveAll(path); err != nil {
 		t.Fatalf("plant sparse file at %s: %v", path, err)
 	}
-	if err := sparse(path, size); err != nil {
+	if err := hostilefile.MakeSparse(path, size); err != nil {
 		t.Fatalf("plant sparse file at %s: %v", path, err)
 	}
 }
