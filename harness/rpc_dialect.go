@@ -128,6 +128,21 @@ func forCall(key string, spec MethodSpec, params any) (map[string]any, MethodSpe
 	return logical, spec, nil
 }
 
+// WithoutArgs is ev's payload as JSON with the tool call's arguments taken
+// out (the field the dialect names), so what is left is what the tool
+// returned and who called it: a command's own text is no proof that it ran.
+func (c *RPC) WithoutArgs(ev Event) string {
+	em := c.eventMap()
+	p := make(map[string]any, len(ev.Payload))
+	for k, v := range ev.Payload {
+		if k != em.ArgsField {
+			p[k] = v
+		}
+	}
+	b, _ := json.Marshal(p)
+	return string(b)
+}
+
 // ToolCall is a tool call a session's events announced.
 type ToolCall struct {
 	Name string

@@ -408,12 +408,35 @@ func (e *Env) restore(r *chainRun) {
 		e.removeVictimPlugin(r)
 	}
 	e.restoreOwn(r)
+	e.reopenIfRevoked(r.a)
 	c, sid := e.Conns[r.a.Name], e.Sessions[r.a.Name].SessionID
 	for _, s := range r.ch.Undo {
 		if _, err := e.chainCall(c, r.a, sid, s, r.vars); err != nil {
 			e.T.Errorf("chain %s: undo %s: %v", r.ch.ID, s.Op, err)
 		}
 	}
+}
+
+// reopenIfRevoked opens the attacker's main connection and session again
+// when its own row closed them: a row that replaced its .env made the
+// server revoke the credential the connection opened with (and a server
+// may keep it closed once its home is back). A target that serves on
+// connections it did not open (stdio) is left as it is.
+func (e *Env) reopenIfRevoked(a *tenants.Tenant) {
+	e.T.Helper()
+	if e.Server == nil || !e.Box.Target.TenantCredentials {
+		return
+	}
+	ctx, cancel := e.ctx(30 * time.Second)
+	_, err := e.Conns[a.Name].CreateSession(ctx, profileParam(a))
+	cancel()
+	if err == nil {
+		return
+	}
+	e.Logf("%s's connection no longer serves it after its row (%v): it connects again", a.Name, err)
+	c := e.Dial(e.Server, a)
+	e.Conns[a.Name] = c
+	e.Sessions[a.Name] = e.CreateSession(c, a)
 }
 
 // chainCall makes an RPC step on the attacker's own connection, addressed

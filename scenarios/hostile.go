@@ -82,9 +82,9 @@ func (e *Env) Attack(c *harness.Conn, t *tenants.Tenant, sid string, r attack.Ro
 }
 
 // ranInFrames finds, among the events of session sid on c from index from
-// on, one that carries the attack call's id (attack.CallID(nonce)) and
-// the row's end marker: the tool completed, whatever came of the turn
-// after. It returns that event's frame.
+// on, one that carries the attack call's id (attack.CallID(nonce)) and,
+// outside the call's arguments, the row's end marker: the tool completed,
+// whatever came of the turn after. It returns that event's payload.
 func ranInFrames(c *harness.Conn, sid string, from int, nonce string) (string, bool) {
 	if nonce == "" {
 		return "", false
@@ -94,8 +94,8 @@ func ranInFrames(c *harness.Conn, sid string, from int, nonce string) (string, b
 		if ev.Index < from || ev.SessionID != sid {
 			continue
 		}
-		if raw := string(ev.Raw); strings.Contains(raw, id) && strings.Contains(raw, attack.RowDone) {
-			return raw, true
+		if text := c.WithoutArgs(ev); strings.Contains(text, id) && strings.Contains(text, attack.RowDone) {
+			return text, true
 		}
 	}
 	return "", false

@@ -365,7 +365,6 @@ func Chains() []Chain {
 		ownSandboxNone("own-sandbox-none-quoted", "a quoted key", underTerminal(`"sandbox": none`)),
 		ownSandboxNone("own-sandbox-none-merge-key", "a merge key", underTerminal(`<<: {sandbox: none}`)),
 		ownSandboxNone("own-sandbox-none-tagged", "an explicit tag", underTerminal(`sandbox: !!str none`)),
-		ownSandboxNone("own-sandbox-none-dotted", "a dotted top-level key", appendConfig(`"terminal.sandbox": none`)),
 		{ID: "own-network-host", Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Request, Trigger: OnTurn, Needs: []string{"config"},
 			Tries:   "set terminal.network: host in its own config.yaml: its shell posts its canary to the victim's provider",
 			Refusal: "terminal.network is the operator's: a profile's own value is ignored with a log line",
