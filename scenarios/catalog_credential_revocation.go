@@ -30,7 +30,7 @@ func credentialRevocation() Spec {
 		Focus:     []Invariant{invariants.RevokedCredential, invariants.Authz},
 		Snapshots: perTenant(1),
 		Timeout:   4 * time.Minute,
-		Needs:     []Need{NeedFiles},
+		Needs:     []Need{NeedFiles, NeedTenantCredentials},
 		Responder: revocationResponder,
 		Phases: []Phase{
 			{Name: "rotate", Run: func(e *Env) { e.revokeEach("rotated") }},
@@ -81,16 +81,8 @@ func revocationResponder(t *tenants.Tenant) fakellm.Responder {
 // tenant at a time, and puts it back after.
 func (e *Env) revokeEach(how string) {
 	e.T.Helper()
-	if !e.Box.Target.TenantCredentials {
-		e.skip(string(invariants.RevokedCredential), "the target declares no tenant_credentials: every connection holds the operator's token, which no tenant can lose")
-		return
-	}
 	envName := e.Box.Target.Layout.Files.Env
 	keyVar := e.Box.Target.Layout.APIServerKeyEnv
-	if envName == "" || keyVar == "" {
-		e.skip(string(invariants.RevokedCredential), "the target's layout names no .env file or no credential variable: the harness cannot revoke a credential")
-		return
-	}
 	if e.Server == nil {
 		e.StartServe()
 	}

@@ -127,7 +127,10 @@ func pluginResponder(t *tenants.Tenant) fakellm.Responder {
 	return func(r fakellm.Record) fakellm.Response {
 		if last := lastMessage(r); last["role"] == "user" {
 			text, _ := last["content"].(string)
-			if rest, ok := strings.CutPrefix(text, pluginPrompt); ok {
+			// A server may wrap the user's text (a cron job's preamble):
+			// the instruction counts wherever it stands.
+			if i := strings.Index(text, pluginPrompt); i >= 0 {
+				rest := text[i+len(pluginPrompt):]
 				tool, raw, _ := strings.Cut(rest, " ")
 				var args pluginArgs
 				if json.Unmarshal([]byte(raw), &args) == nil {
@@ -263,7 +266,9 @@ func (e *Env) lastPluginDump(t *tenants.Tenant, killed string) pluginDump {
 			}
 			content, _ := msgs[j]["content"].(string)
 			var d pluginDump
-			if err := json.Unmarshal([]byte(content), &d); err != nil || !strings.HasPrefix(strings.TrimSpace(content), "{") {
+			// The probe's own dump names its host; another tool's JSON
+			// (a terminal's, the server's own) does not.
+			if err := json.Unmarshal([]byte(content), &d); err != nil || !strings.HasPrefix(strings.TrimSpace(content), "{") || d.Host == "" {
 				if killed != "" {
 					killed = " (the harness had killed " + killed + ")"
 				}

@@ -50,7 +50,7 @@ func surfaceResponder(t *tenants.Tenant) fakellm.Responder {
 	def := attack.Responder(t)
 	return func(r fakellm.Record) fakellm.Response {
 		if last := lastMessage(r); last["role"] == "user" {
-			if text, _ := last["content"].(string); strings.HasPrefix(text, noToolsPrompt) {
+			if text, _ := last["content"].(string); strings.Contains(text, noToolsPrompt) {
 				return fakellm.Text("surface noted for " + t.Name)
 			}
 		}

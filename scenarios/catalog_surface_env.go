@@ -136,9 +136,11 @@ func (e *Env) appendEnv(t *tenants.Tenant, envName string, vars []surface.Payloa
 }
 
 // replayWithEnv replays the actions that start processes for t: a new
-// session and a turn with tools (a new shell, so a new sandbox launch),
-// then the cron tick where the target has one. A failed action is logged:
-// what it started before failing is judged all the same.
+// session and a turn with tools (a new shell, so a new sandbox launch), a
+// cron job run (a server may load a profile's .env again for each job),
+// the cron tick where the target has one, and a restart of the server
+// (one may load every .env at its start). A failed action is logged: what
+// it started before failing is judged all the same.
 func (e *Env) replayWithEnv(st *surfaceState, t *tenants.Tenant) {
 	e.T.Helper()
 	per := st.per[t.Name]
@@ -150,11 +152,59 @@ func (e *Env) replayWithEnv(st *surfaceState, t *tenants.Tenant) {
 		}
 		cancel()
 	}
+	e.replayCronJob(per, t)
 	if len(e.Box.Target.CronTick) > 0 {
 		ctx, cancel := e.ctx(90 * time.Second)
 		if _, err := e.Box.RunCommand(ctx, "cron tick", e.Box.Target.CronTick, nil); err != nil {
 			e.T.Logf("surface: cron tick with %s's payloads set: %v", t.Name, err)
 		}
 		cancel()
+	}
+	if e.Box.Target.CanRestart() {
+		e.StopServe(e.Server)
+		e.StartServe()
+		// Every tenant connects again, each with a session (its own model in
+		// its own frames, the connection's control); t's is the one the
+		// restart with the payloads set serves.
+		for _, u := range e.Tenants {
+			c := e.Dial(e.Server, u)
+			s := e.CreateSession(c, u)
+			st.per[u.Name].conn, st.per[u.Name].sid, st.per[u.Name].stored = c, s.SessionID, s.StoredSessionID
+		}
+	}
+}
+
+// replayCronJob makes a job of t's due now and waits (bounded) for a run
+// of it: where cron is unsupported, nothing.
+func (e *Env) replayCronJob(per *surfaceTenant, t *tenants.Tenant) {
+	e.T.Helper()
+	a, _ := surfaceActionNamed("cron")
+	ctx, cancel := e.ctx(90 * time.Second)
+	defer cancel()
+	since := time.Now()
+	if err := a.run(ctx, e, per, t); err != nil || per.cron == "" {
+		if err != nil {
+			e.T.Logf("surface: cron job of %s with the payloads set: %v", t.Name, err)
+		}
+		return
+	}
+	wctx, wcancel := e.ctx(30 * time.Second)
+	defer wcancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if jobs, err := e.listCron(per.conn, t); err == nil {
+			for _, j := range jobs {
+				if j.ID == per.cron && j.ranSince(since) {
+					return
+				}
+			}
+		}
+		select {
+		case <-wctx.Done():
+			e.T.Logf("surface: %s's cron job did not run within 30 s with the payloads set", t.Name)
+			return
+		case <-tick.C:
+		}
 	}
 }

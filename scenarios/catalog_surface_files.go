@@ -181,12 +181,14 @@ func serverReadsOf(m *surface.Map, tenant string) []readTarget {
 }
 
 // harmGrowth is how much the server may still grow once the attacker's
-// call has ended and its file is back, within harmSettle: more, and a read
-// of the hostile file goes on without the call (a link to /dev/zero read
-// to its end).
+// call has ended and its file is back: more, and a read of the hostile
+// file goes on without the call (a link to /dev/zero read to its end). It
+// has until harmSettle to come to rest (less than harmGrowth/4 in a
+// harmQuiet window).
 const (
 	harmGrowth = 64 << 20
-	harmSettle = 300 * time.Millisecond
+	harmSettle = 3 * time.Second
+	harmQuiet  = 300 * time.Millisecond
 )
 
 // judgeHarm runs trigger (the attacker's action on a hostile file) while it
@@ -251,19 +253,25 @@ func (e *Env) harmFound(a *tenants.Tenant, pid int, what, detail string) {
 		Detail: what + ": " + detail})
 }
 
-// stillGrowing watches the server for harmSettle once the attacker's call
-// has ended and its file is back: growth past harmGrowth (or past
-// HarmMemoryLimit over base) is a read of the hostile file that goes on
-// without the call; the server is then killed and the harm recorded.
+// stillGrowing watches the server once the attacker's call has ended and
+// its file is back, until it comes to rest (harmQuiet with little growth)
+// or harmSettle passes: growth past harmGrowth (or past HarmMemoryLimit
+// over base) is a read of the hostile file that goes on without the call;
+// the server is then killed and the harm recorded. A server still growing
+// at harmSettle is judged as harmed too: the next form must not be blamed
+// for this one's read.
 func (e *Env) stillGrowing(a *tenants.Tenant, base int64, what string) bool {
 	pid := e.Server.Pid()
 	start := rss(pid)
+	quietFrom, quietAt := start, time.Now()
 	deadline := time.Now().Add(harmSettle)
-	for time.Now().Before(deadline) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
 		now := rss(pid)
 		if now-start > harmGrowth || now-base > HarmMemoryLimit {
-			e.harmFound(a, pid, what, fmt.Sprintf("the server kept growing after the call ended and the file was put back (%d MiB, then %d MiB within %v; %d MiB when the attacks began): a read of the hostile file goes on; it was killed before it took the machine",
-				start>>20, now>>20, harmSettle, base>>20))
+			e.harmFound(a, pid, what, fmt.Sprintf("the server kept growing after the call ended and the file was put back (%d MiB, then %d MiB; %d MiB when the attacks began): a read of the hostile file goes on; it was killed before it took the machine",
+				start>>20, now>>20, base>>20))
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			return true
 		}
@@ -271,13 +279,22 @@ func (e *Env) stillGrowing(a *tenants.Tenant, base int64, what string) bool {
 			e.harmFound(a, pid, what, "the server died after the call ended")
 			return true
 		}
+		if now-quietFrom > harmGrowth/4 {
+			quietFrom, quietAt = now, time.Now() // still moving: the quiet window starts again
+		} else if time.Since(quietAt) >= harmQuiet {
+			return false
+		}
+		if time.Now().After(deadline) {
+			e.harmFound(a, pid, what, fmt.Sprintf("the server was still growing %v after the call ended and the file was put back (%d MiB, then %d MiB): a read of the hostile file goes on; it was killed", harmSettle, start>>20, now>>20))
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return true
+		}
 		select {
 		case <-e.Ctx.Done():
 			return false
-		case <-time.After(50 * time.Millisecond):
+		case <-tick.C:
 		}
 	}
-	return false
 }
 
 // rss is pid's resident memory in bytes (0 when unreadable).

@@ -32,6 +32,9 @@ const (
 	// target's llm_gateway.access saying how a tenant reaches it (its key,
 	// route and model).
 	NeedGatewayAccess Need = "gateway_access"
+	// NeedTenantCredentials: each tenant's connection holds a credential
+	// of its own (tenant_credentials), which the harness can revoke.
+	NeedTenantCredentials Need = "tenant_credentials"
 )
 
 // needRow is one need and the reason a target lacks it ("" when it has
@@ -76,6 +79,15 @@ var needs = []needRow{
 	{NeedLLMGateway, func(t harness.Target) string {
 		if g := t.LLMGateway; g == nil || (g.Access == nil && len(g.Provision) == 0) {
 			return "needs llm_gateway (a provisioner or access templates): how the gateway's tenants are reached"
+		}
+		return ""
+	}},
+	{NeedTenantCredentials, func(t harness.Target) string {
+		if !t.TenantCredentials {
+			return "needs tenant_credentials: every connection holds the operator's token, which no tenant can lose"
+		}
+		if t.Layout.Files.Env == "" || t.Layout.APIServerKeyEnv == "" {
+			return "needs the layout's .env and credential variable (layout.home_files.env, layout.api_server_key_env): where the harness revokes a credential"
 		}
 		return ""
 	}},

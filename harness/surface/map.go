@@ -183,6 +183,9 @@ func (m *Map) Rows() []Row {
 			by[a.Name] = rs
 			order = append(order, a.Name)
 		}
+		if a.Incomplete != "" {
+			rs.incomplete++
+		}
 		for _, f := range a.Files {
 			if f.Tenant != a.Tenant || f.Path == "" {
 				continue
@@ -218,6 +221,9 @@ func (m *Map) Rows() []Row {
 	rows := make([]Row, 0, len(order))
 	for _, name := range order {
 		rs := by[name]
+		if rs.incomplete > 0 {
+			name += fmt.Sprintf(" (incomplete %d times)", rs.incomplete)
+		}
 		rows = append(rows, Row{Action: name, Reads: keys(rs.reads), Writes: keys(rs.writes),
 			Unconfined: keys(rs.unconfined), Confined: keys(rs.confined), Attacks: rs.attacks})
 	}
@@ -226,7 +232,7 @@ func (m *Map) Rows() []Row {
 
 type rowSets struct {
 	reads, writes, unconfined, confined map[string]bool
-	attacks                             int
+	attacks, incomplete                 int
 }
 
 func newRowSets() *rowSets {
