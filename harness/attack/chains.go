@@ -365,6 +365,9 @@ func Chains() []Chain {
 		ownSandboxNone("own-sandbox-none-quoted", "a quoted key", underTerminal(`"sandbox": none`)),
 		ownSandboxNone("own-sandbox-none-merge-key", "a merge key", underTerminal(`<<: {sandbox: none}`)),
 		ownSandboxNone("own-sandbox-none-tagged", "an explicit tag", underTerminal(`sandbox: !!str none`)),
+		// An anchor on a key of its own, then the setting as an alias of it
+		// (sed: \& is a literal &, \1 the mapping's indentation).
+		ownSandboxNone("own-sandbox-none-alias", "an alias of an anchor", underTerminal(`surface_value: \&surface_none none\n\1sandbox: *surface_none`)),
 		{ID: "own-network-host", Class: OperatorSetting, Fault: FaultTenantOperatorSettings, Expect: invariants.Request, Trigger: OnTurn, Needs: []string{"config"},
 			Tries:   "set terminal.network: host in its own config.yaml: its shell posts its canary to the victim's provider",
 			Refusal: "terminal.network is the operator's: a profile's own value is ignored with a log line",
