@@ -256,13 +256,18 @@ type Report struct {
 	PID        int
 	Mnt, User  string
 	NoNewPrivs bool
-	Victim     []byte // what it read of the victim's file
+	// PrivsRead: the payload read its no_new_privs from /proc/self/status
+	// (a Landlock sandbox keeps it from /proc: then it was confined).
+	PrivsRead bool
+	Victim    []byte // what it read of the victim's file
 }
 
 // Outside reports whether r ran outside every sandbox: in the server's
-// mount and user namespaces (ref), without no_new_privs.
+// mount and user namespaces (ref), and read its own status to find
+// no_new_privs unset. A payload that could not read /proc/self/status,
+// which every process may read, ran in a sandbox that keeps it from /proc.
 func (r Report) Outside(refMnt, refUser string) bool {
-	return r.Mnt == refMnt && r.User == refUser && !r.NoNewPrivs
+	return r.Mnt == refMnt && r.User == refUser && r.PrivsRead && !r.NoNewPrivs
 }
 
 // ReadReports reads every report under dir (a payload's folder, or the
@@ -301,6 +306,7 @@ func parseReport(file string, b []byte) Report {
 		case "user":
 			r.User = v
 		case "nnp":
+			r.PrivsRead = v != ""
 			r.NoNewPrivs = v == "1"
 		}
 	}

@@ -247,6 +247,10 @@ func TestShellPayloadReportsWhereItRan(t *testing.T) {
 	confined := reps[0]
 	confined.NoNewPrivs = true
 	assert.False(t, confined.Outside(mnt, user))
+	kept := reps[0]
+	kept.PrivsRead = false // /proc kept from it, as Landlock does
+	assert.False(t, kept.Outside(mnt, user))
+	assert.True(t, parseReport("r", []byte("var=PATH\npid=1\nmnt=m\nuser=u\nnnp=\n--- victim\n")).Outside("m", "u") == false)
 }
 
 // TestPreloadPayloadRunsInEveryDynamicProgram: with a C compiler here,

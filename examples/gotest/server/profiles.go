@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 
 	"gopkg.in/yaml.v3"
 )
@@ -90,13 +92,39 @@ func (p *pool) profileNames() ([]string, error) {
 	return names, nil
 }
 
+// maxHomeFile bounds what the server reads of any home file: a tenant
+// owns its home and may leave a huge (or never-ending) file where a small
+// one belongs.
+const maxHomeFile = 1 << 20
+
+// readFile reads a home file: a regular one (a FIFO, a device or a folder
+// is refused, and opened without blocking), of at most maxHomeFile bytes.
 func (pr profile) readFile(name string) ([]byte, error) {
 	root, err := os.OpenRoot(pr.home)
 	if err != nil {
 		return nil, fmt.Errorf("open home %s: %w", pr.home, err)
 	}
 	defer root.Close()
-	return root.ReadFile(name)
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("read %s: not a regular file", name)
+	}
+	if fi.Size() > maxHomeFile {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", name, maxHomeFile)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxHomeFile+1))
+	if err == nil && len(data) > maxHomeFile {
+		err = fmt.Errorf("read %s: larger than %d bytes", name, maxHomeFile)
+	}
+	return data, err
 }
 
 func (pr profile) writeFile(name string, data []byte, mode os.FileMode) error {

@@ -47,18 +47,45 @@ func (p *pool) checkCwd(prof profile, dir string) (string, error) {
 	return "", fmt.Errorf("cwd %q is outside the profile's work folder", dir)
 }
 
-// shell is the command that runs command in dir.
-func shell(ctx context.Context, dir, command string) *exec.Cmd {
+// shell is the command that runs command in dir with env (NAME=VALUE) as
+// its whole environment. Under bubblewrap the environment reaches only the
+// sandboxed shell: bwrap itself runs outside the sandbox with the
+// server's PATH alone, and gets the tenant's variables as --setenv pairs
+// on a descriptor (--args 3), applied after --clearenv to what it runs. A
+// tenant's LD_PRELOAD in its .env would otherwise run in bwrap, outside.
+// The returned file is that descriptor's read end: close it once the
+// command has started.
+func shell(ctx context.Context, dir, command string, env []string) (*exec.Cmd, *os.File, error) {
 	if os.Getenv("TINYAGENT_SANDBOX") == "none" {
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
 		cmd.Dir = dir
-		return cmd
+		cmd.Env = env
+		return cmd, nil, nil
 	}
-	args := []string{"--die-with-parent", "--unshare-all", "--new-session",
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: environment pipe: %w", err)
+	}
+	var feed strings.Builder
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		feed.WriteString("--setenv\x00" + k + "\x00" + v + "\x00")
+	}
+	// The pipe holds it all (a .env is small; far under the pipe's 64 KiB).
+	_, err = w.WriteString(feed.String())
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, nil, fmt.Errorf("sandbox: environment pipe: %w", err)
+	}
+	args := []string{"--clearenv", "--args", "3", "--die-with-parent", "--unshare-all", "--new-session",
 		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}
 	for _, sys := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"} {
 		args = append(args, "--ro-bind-try", sys, sys)
 	}
 	args = append(args, "--bind", dir, dir, "--chdir", dir, "--", "/bin/sh", "-c", command)
-	return exec.CommandContext(ctx, "bwrap", args...)
+	cmd := exec.CommandContext(ctx, "bwrap", args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	cmd.ExtraFiles = []*os.File{r}
+	return cmd, r, nil
 }

@@ -130,7 +130,7 @@ const maxToolOutput = 64 << 10
 
 // runTool runs the terminal tool: the command in a sandboxed subprocess
 // (sandbox.go), in the profile's terminal.cwd, with the server's PATH and
-// the profile's .env as its whole environment.
+// the profile's .env as its whole environment (inside the sandbox only).
 func (p *pool) runTool(ctx context.Context, pr profile, cfg config, env map[string]string, name string, args map[string]any) string {
 	command, _ := args["command"].(string)
 	if name != "terminal" || command == "" {
@@ -142,15 +142,21 @@ func (p *pool) runTool(ctx context.Context, pr profile, cfg config, env map[stri
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cmd := shell(ctx, dir, command)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "TERM=dumb"}
+	vars := []string{"PATH=" + os.Getenv("PATH"), "TERM=dumb"}
 	names := make([]string, 0, len(env))
 	for k := range env {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		cmd.Env = append(cmd.Env, k+"="+env[k])
+		vars = append(vars, k+"="+env[k])
+	}
+	cmd, feed, err := shell(ctx, dir, command, vars)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	if feed != nil {
+		defer feed.Close()
 	}
 	out, err := cmd.CombinedOutput()
 	if len(out) > maxToolOutput {
