@@ -338,9 +338,9 @@ func (e *Env) collideState() {
 func collidingInputs() Spec {
 	return Spec{
 		ID:        "colliding-inputs",
-		Purpose:   "every tenant sends byte-identical prompts, sessions, cron jobs and gateway chats at the same time: no cache keyed without the tenant serves one tenant's answer to another",
+		Purpose:   "every tenant sends byte-identical prompts, sessions, cron jobs, gateway chats and requests (ids included, then replayed) at the same time: no cache keyed without the tenant serves one tenant's answer to another",
 		Backends:  []harness.Backend{harness.BackendServe},
-		Focus:     []Invariant{Requests, Text, Files, PositiveControl},
+		Focus:     []Invariant{Requests, Text, Files, invariants.RPC, invariants.Authz, PositiveControl},
 		Snapshots: perTenant(5),
 		Timeout:   4 * time.Minute,
 		Responder: attack.Responder,
@@ -397,6 +397,8 @@ func collidingInputs() Spec {
 			{Name: "same-state-keys", Run: func(e *Env) { e.collideState() }},
 			{Name: "same-cron", Run: func(e *Env) { e.collideCron() }},
 			{Name: "same-chats", Run: func(e *Env) { e.collideChats() }},
+			// Last: it sets each tenant's custom prompt and saves a key.
+			{Name: "collide-methods", Run: func(e *Env) { e.collideMethods() }},
 		},
 	}
 }
