@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -111,16 +110,29 @@ func (e *Env) collideMethodsWhy() string {
 	return ""
 }
 
-// idHolders are the identifiers replies handed out, and to whom.
-type idHolders map[string]map[string]string // id -> tenant -> where it was handed
+// handed is the request whose reply handed out an identifier.
+type handed struct {
+	op    string
+	id    int64 // the row's request id: rows are sent in its order
+	round int
+}
 
-// add records that where handed id to tenant.
-func (h idHolders) add(id, tenant, where string) {
-	if h[id] == nil {
-		h[id] = map[string]string{}
+// before reports whether h was sent before o.
+func (h handed) before(o handed) bool { return h.id < o.id || h.id == o.id && h.round < o.round }
+
+func (h handed) String() string { return fmt.Sprintf("%s id %d, round %d", h.op, h.id, h.round) }
+
+// idHolders are the identifiers replies handed out: to which tenant, by
+// which request (its first).
+type idHolders map[string]map[string]handed
+
+// add records that by handed ident to tenant.
+func (h idHolders) add(ident, tenant string, by handed) {
+	if h[ident] == nil {
+		h[ident] = map[string]handed{}
 	}
-	if _, ok := h[id][tenant]; !ok {
-		h[id][tenant] = where
+	if _, ok := h[ident][tenant]; !ok {
+		h[ident][tenant] = by
 	}
 }
 
@@ -179,11 +191,11 @@ func (e *Env) collideRound(row collideCall, id int64, round int, held idHolders)
 	if row.owned == nil {
 		return true
 	}
-	where := fmt.Sprintf("%s id %d, round %d", row.op, id, round)
+	by := handed{op: row.op, id: id, round: round}
 	for _, t := range e.Tenants {
 		if errs[t.Name] == nil {
 			for _, v := range row.owned(replies[t.Name]) {
-				held.add(v, t.Name, where)
+				held.add(v, t.Name, by)
 			}
 		}
 	}
@@ -192,29 +204,33 @@ func (e *Env) collideRound(row collideCall, id int64, round int, held idHolders)
 
 // judgeHolders finds every identifier handed to more than one tenant: a
 // reply of one tenant served to another (a tenant may be given its own
-// again: a replay of its own request).
+// again: a replay of its own request). Its owner is the tenant it was
+// handed to first (in tenant order among those of one round).
 func (e *Env) judgeHolders(held idHolders) {
-	ids := make([]string, 0, len(held))
-	for id := range held {
-		ids = append(ids, id)
+	idents := make([]string, 0, len(held))
+	for ident := range held {
+		idents = append(idents, ident)
 	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		if len(held[id]) < 2 {
+	sort.Strings(idents)
+	for _, ident := range idents {
+		if len(held[ident]) < 2 {
 			continue
 		}
-		var names []string
+		owner := ""
 		for _, t := range e.Tenants {
-			if _, ok := held[id][t.Name]; ok {
-				names = append(names, t.Name)
+			if by, ok := held[ident][t.Name]; ok && (owner == "" || by.before(held[ident][owner])) {
+				owner = t.Name
 			}
 		}
-		first := names[0]
-		for _, name := range names[1:] {
-			e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: name, Owner: first,
-				Where: invariants.Where{Label: "byte-identical requests: " + held[id][name], Method: strings.Fields(held[id][name])[0]},
-				Detail: fmt.Sprintf("the same request, id included, handed %s and %s one identifier %s (%s: %s; %s: %s): one tenant was answered with another's reply",
-					first, name, id, first, held[id][first], name, held[id][name])})
+		for _, t := range e.Tenants {
+			by, ok := held[ident][t.Name]
+			if !ok || t.Name == owner {
+				continue
+			}
+			e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: t.Name, Owner: owner,
+				Where: invariants.Where{Label: "byte-identical requests: " + by.String(), Method: by.op},
+				Detail: fmt.Sprintf("the same request, id included, handed %s's identifier %s (by %s) to %s too (by %s): one tenant was answered with another's reply",
+					owner, ident, held[ident][owner], t.Name, by)})
 		}
 	}
 }
