@@ -162,6 +162,8 @@ func exercise(t *testing.T, c *Conn) {
 		require.NoError(t, c.CallWithID(ctx, 7777, "echo", map[string]any{"round": round}, &r))
 		assert.Equal(t, float64(round), r["round"])
 	}
+	_, err = c.TurnWithID(ctx, 7777, "s1", "hello")
+	require.NoError(t, err, "a turn whose prompt.submit has a chosen id")
 	replies := 0
 	for _, f := range c.Frames() {
 		var m struct {
@@ -171,7 +173,7 @@ func exercise(t *testing.T, c *Conn) {
 			replies++
 		}
 	}
-	assert.Equal(t, 2, replies, "every reply to the chosen id is among the frames")
+	assert.Equal(t, 3, replies, "every reply to the chosen id is among the frames")
 	require.Error(t, c.CallWithID(ctx, 0, "echo", nil, nil), "an id must be above 0")
 
 	assert.GreaterOrEqual(t, len(c.Frames()), 10)

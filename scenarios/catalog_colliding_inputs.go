@@ -77,11 +77,19 @@ func gatherAtOnce[R any](e *Env, within time.Duration, do func(ctx context.Conte
 // reply canary in the turn's end).
 func (e *Env) collideTurns(sids map[string]string, what string) {
 	e.T.Helper()
+	e.collideTurnsAs(sids, what, func(ctx context.Context, c *harness.Conn, sid string) (harness.Event, error) {
+		return c.Turn(ctx, sid, collidePrompt)
+	})
+}
+
+// collideTurnsAs is collideTurns with each tenant's turn run by turn.
+func (e *Env) collideTurnsAs(sids map[string]string, what string, turn func(ctx context.Context, c *harness.Conn, sid string) (harness.Event, error)) {
+	e.T.Helper()
 	for _, t := range e.Tenants {
 		e.ExpectSnapshots(t, 1)
 	}
 	ends, errs := gatherAtOnce(e, 2*time.Minute, func(ctx context.Context, t *tenants.Tenant) ([]byte, error) {
-		ev, err := e.Conns[t.Name].Turn(ctx, sids[t.Name], collidePrompt)
+		ev, err := turn(ctx, e.Conns[t.Name], sids[t.Name])
 		return ev.Raw, err
 	})
 	for _, t := range e.Tenants {

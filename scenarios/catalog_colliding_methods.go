@@ -41,7 +41,8 @@ const (
 )
 
 // collideFirstID is the request id of collideCalls' first row; row i uses
-// collideFirstID+i in both its rounds. Far above the ids a connection
+// collideFirstID+i in both its rounds, and the prompts the id after the
+// last row's. Far above the ids a connection
 // numbers its own calls with, which skip it while it is in flight anyway.
 const collideFirstID = 46_000
 
@@ -142,12 +143,14 @@ func (h idHolders) add(ident, tenant string, by handed) {
 // which the frame scan reads for another tenant's canaries.
 func (e *Env) collideMethods() {
 	e.T.Helper()
+	rows := collideCalls()
+	e.collideSubmits(int64(collideFirstID + len(rows)))
 	if why := e.collideMethodsWhy(); why != "" {
 		e.skipRow(string(invariants.Authz), "byte-identical requests not tried: "+why)
 		return
 	}
 	held := idHolders{}
-	for i, row := range collideCalls() {
+	for i, row := range rows {
 		id := int64(collideFirstID + i)
 		for round := 1; round <= 2; round++ {
 			if !e.collideRound(row, id, round, held) {
@@ -156,6 +159,28 @@ func (e *Env) collideMethods() {
 		}
 	}
 	e.judgeHolders(held)
+}
+
+// collideSubmits has every tenant submit collidePrompt on its main
+// session at once with request id id, then again with the same id: the
+// frames differ only in the session id, so a cache keyed by method and
+// id (or by the text) answers one tenant with another's turn, whose
+// reply canary is foreign to it. Each answer must carry its own.
+func (e *Env) collideSubmits(id int64) {
+	e.T.Helper()
+	if e.Conns[e.Tenants[0].Name].Transport().Kind == harness.TransportChat {
+		e.skipRow(string(invariants.RPC), "prompts with one request id not tried: a chat transport sends no request id")
+		return
+	}
+	sids := map[string]string{}
+	for _, t := range e.Tenants {
+		sids[t.Name] = e.Sessions[t.Name].SessionID
+	}
+	for round := 1; round <= 2; round++ {
+		e.collideTurnsAs(sids, fmt.Sprintf("colliding prompts with request id %d, round %d", id, round), func(ctx context.Context, c *harness.Conn, sid string) (harness.Event, error) {
+			return c.TurnWithID(ctx, id, sid, collidePrompt)
+		})
+	}
 }
 
 // collideRound sends row from every tenant at once with request id id and
