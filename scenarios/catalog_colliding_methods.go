@@ -139,33 +139,36 @@ func (h idHolders) add(ident, tenant string, by handed) {
 
 // collideMethods sends every row of collideCalls from every tenant at
 // once, twice with the same id, and finds an identifier handed to two
-// tenants. The replies land in each tenant's main connection's frames,
-// which the frame scan reads for another tenant's canaries.
+// tenants; then a prompt from every tenant with one id (collideSubmits).
+// The replies land in each tenant's main connection's frames, which the
+// frame scan reads for another tenant's canaries.
 func (e *Env) collideMethods() {
 	e.T.Helper()
 	rows := collideCalls()
-	e.collideSubmits(int64(collideFirstID + len(rows)))
 	if why := e.collideMethodsWhy(); why != "" {
 		e.skipRow(string(invariants.Authz), "byte-identical requests not tried: "+why)
-		return
-	}
-	held := idHolders{}
-	for i, row := range rows {
-		id := int64(collideFirstID + i)
-		for round := 1; round <= 2; round++ {
-			if !e.collideRound(row, id, round, held) {
-				break
+	} else {
+		held := idHolders{}
+		for i, row := range rows {
+			id := int64(collideFirstID + i)
+			for round := 1; round <= 2; round++ {
+				if !e.collideRound(row, id, round, held) {
+					break
+				}
 			}
 		}
+		e.judgeHolders(held)
 	}
-	e.judgeHolders(held)
+	e.collideSubmits(int64(collideFirstID + len(rows)))
 }
 
 // collideSubmits has every tenant submit collidePrompt on its main
-// session at once with request id id, then again with the same id: the
-// frames differ only in the session id, so a cache keyed by method and
-// id (or by the text) answers one tenant with another's turn, whose
-// reply canary is foreign to it. Each answer must carry its own.
+// session at once with request id id: the frames differ only in the
+// session id, so a cache keyed by method and id (or by the text) answers
+// one tenant with another's turn, whose reply canary is foreign to it.
+// Each answer must carry its own. Sent once: the same id again on the
+// same session is a retry, which an idempotent server answers without a
+// second turn.
 func (e *Env) collideSubmits(id int64) {
 	e.T.Helper()
 	if e.Conns[e.Tenants[0].Name].Transport().Kind == harness.TransportChat {
@@ -176,11 +179,9 @@ func (e *Env) collideSubmits(id int64) {
 	for _, t := range e.Tenants {
 		sids[t.Name] = e.Sessions[t.Name].SessionID
 	}
-	for round := 1; round <= 2; round++ {
-		e.collideTurnsAs(sids, fmt.Sprintf("colliding prompts with request id %d, round %d", id, round), func(ctx context.Context, c *harness.Conn, sid string) (harness.Event, error) {
-			return c.TurnWithID(ctx, id, sid, collidePrompt)
-		})
-	}
+	e.collideTurnsAs(sids, fmt.Sprintf("colliding prompts with request id %d", id), func(ctx context.Context, c *harness.Conn, sid string) (harness.Event, error) {
+		return c.TurnWithID(ctx, id, sid, collidePrompt)
+	})
 }
 
 // collideRound sends row from every tenant at once with request id id and
