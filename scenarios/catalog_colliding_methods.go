@@ -20,7 +20,8 @@ import (
 // the params) with no connection or tenant in its key answers one tenant
 // with another's reply: another tenant's model, workdir or reply canary
 // in its frames (the frame scan), or an identifier handed to two tenants
-// (a session id, a job id: an authz finding).
+// (a session id, a job id: an authz finding). Last, every tenant submits
+// one prompt on its own session with one request id.
 
 // collideCall is one request every tenant sends byte for byte.
 type collideCall struct {
@@ -42,16 +43,17 @@ const (
 
 // collideFirstID is the request id of collideCalls' first row; row i uses
 // collideFirstID+i in both its rounds, and the prompts the id after the
-// last row's. Far above the ids a connection
-// numbers its own calls with, which skip it while it is in flight anyway.
+// last row's. Far above the ids a connection numbers its own calls with,
+// which skip it while it is in flight anyway.
 const collideFirstID = 46_000
 
 // collideCalls are the methods a tenant may call on its own things with
 // params that name no tenant: on a connection that holds the tenant's own
 // credential, no profile means its own. prompt.submit, session.resume,
 // session.close and cron.trigger name a session or job of the tenant's
-// own, so their frames cannot be the same (same-prompts collides the
-// prompt's text); profiles.create and profiles.delete are the operator's.
+// own, so their frames cannot be the same (collideSubmits sends a prompt
+// from every tenant with one id); profiles.create and profiles.delete are
+// the operator's.
 func collideCalls() []collideCall {
 	return []collideCall{
 		{op: "session.create", params: map[string]any{}, owned: sessionIDs},
