@@ -99,7 +99,7 @@ func (c *RPC) connect(ctx context.Context, t Transport, token string) error {
 		return nil
 	}
 	params, _ := placeholder.Value(t.Connect.Params, map[string]any{"token": token})
-	if err := c.call(ctx, t.Connect.Method, params, nil); err != nil {
+	if err := c.call(ctx, 0, t.Connect.Method, params, nil); err != nil {
 		return fmt.Errorf("%s: the connect request (dialect.transports[].connect): %w", t.Label(), err)
 	}
 	return nil

@@ -209,10 +209,34 @@ func (c *RPC) fail(err error) {
 // logical operation: a target's dialect maps it (and its params and
 // result) to the server's, or runs a hook, or answers *UnsupportedError.
 func (c *RPC) Call(ctx context.Context, method string, params any, result any) error {
-	if c.dialect != nil {
-		return c.callDialect(ctx, method, params, result)
+	return c.callAs(ctx, 0, method, params, result)
+}
+
+// ErrIDInFlight is CallWithID's error for an id a request of the
+// connection still waits on.
+var ErrIDInFlight = errors.New("request id in flight")
+
+// CallWithID is Call with a request id the caller chooses (id > 0), so
+// that several connections can send byte-identical requests, ids included,
+// or one connection can send an id again once its reply came (a replay).
+// The connection's own ids skip an id in flight. A dialect's hook and a
+// chat transport have no request id: they answer *UnsupportedError.
+func (c *RPC) CallWithID(ctx context.Context, id int64, method string, params any, result any) error {
+	if id <= 0 {
+		return fmt.Errorf("%s: %s: request id %d: want one above 0", c.name, method, id)
 	}
-	return c.call(ctx, method, params, result)
+	if c.chat != nil {
+		return &UnsupportedError{Op: method, Reason: "a chat transport answers each request on its own HTTP exchange, with no request id"}
+	}
+	return c.callAs(ctx, id, method, params, result)
+}
+
+// callAs is Call with request id id (0: the connection's next).
+func (c *RPC) callAs(ctx context.Context, id int64, method string, params any, result any) error {
+	if c.dialect != nil {
+		return c.callDialect(ctx, id, method, params, result)
+	}
+	return c.call(ctx, id, method, params, result)
 }
 
 // Post sends a request and returns without waiting for its reply: done
@@ -240,20 +264,26 @@ func (c *RPC) Post(method string, params any, done func(error)) error {
 			method, params = spec.Method, spec.wireParams(logical)
 		}
 	}
-	_, err := c.start(method, params, func(id int64) { c.posted[id] = done })
+	_, err := c.start(0, method, params, func(id int64) { c.posted[id] = done })
 	return err
 }
 
 // start sends a request on the wire, registered by pend (under the
-// connection's lock) before it is sent; it returns the request's id.
-func (c *RPC) start(method string, params any, pend func(id int64)) (int64, error) {
+// connection's lock) before it is sent; it returns the request's id: id,
+// or the connection's next when id is 0.
+func (c *RPC) start(id int64, method string, params any, pend func(id int64)) (int64, error) {
 	c.mu.Lock()
 	if c.closed != nil {
 		c.mu.Unlock()
 		return 0, c.closed
 	}
-	c.nextID++
-	id := c.nextID
+	switch {
+	case id == 0:
+		id = c.nextFreeID()
+	case c.inFlight(id):
+		c.mu.Unlock()
+		return 0, fmt.Errorf("%s: %s: %w: %d", c.name, method, ErrIDInFlight, id)
+	}
 	pend(id)
 	c.mu.Unlock()
 	frame, err := c.wire.encode(id, method, params)
@@ -268,10 +298,30 @@ func (c *RPC) start(method string, params any, pend func(id int64)) (int64, erro
 	return id, nil
 }
 
-// call is Call on the wire, with no dialect.
-func (c *RPC) call(ctx context.Context, method string, params any, result any) error {
+// nextFreeID is the connection's next request id that no request (one
+// of CallWithID's) has in flight; c.mu is held.
+func (c *RPC) nextFreeID() int64 {
+	for {
+		c.nextID++
+		if !c.inFlight(c.nextID) {
+			return c.nextID
+		}
+	}
+}
+
+// inFlight reports whether a request of id waits for its reply; c.mu is
+// held.
+func (c *RPC) inFlight(id int64) bool {
+	_, pending := c.pending[id]
+	_, posted := c.posted[id]
+	return pending || posted
+}
+
+// call is Call on the wire, with no dialect, as request id (0: the
+// connection's next).
+func (c *RPC) call(ctx context.Context, id int64, method string, params any, result any) error {
 	ch := make(chan inbound, 1)
-	id, err := c.start(method, params, func(id int64) { c.pending[id] = ch })
+	id, err := c.start(id, method, params, func(id int64) { c.pending[id] = ch })
 	if err != nil {
 		return err
 	}

@@ -63,8 +63,9 @@ func (c *RPC) eventMap() EventMap {
 	return Dialect{}.WithDefaults().Events
 }
 
-// callDialect is Call through the connection's dialect.
-func (c *RPC) callDialect(ctx context.Context, op string, params any, result any) error {
+// callDialect is Call through the connection's dialect, as request id
+// (0: the connection's next).
+func (c *RPC) callDialect(ctx context.Context, id int64, op string, params any, result any) error {
 	if c.chat != nil && chatBuiltins[op] {
 		return c.chat.call(ctx, op, asMap(params), result)
 	}
@@ -73,7 +74,7 @@ func (c *RPC) callDialect(ctx context.Context, op string, params any, result any
 		if c.chat != nil {
 			return &UnsupportedError{Op: op, Reason: "the chat transport cannot express it (map it to a hook, or declare it unsupported)"}
 		}
-		return c.call(ctx, op, params, result)
+		return c.call(ctx, id, op, params, result)
 	}
 	logical, spec, err := forCall(key, spec, params)
 	if err != nil {
@@ -81,6 +82,8 @@ func (c *RPC) callDialect(ctx context.Context, op string, params any, result any
 	}
 	var raw []byte
 	switch {
+	case len(spec.Hook) > 0 && id != 0:
+		return &UnsupportedError{Op: key, Reason: "the target runs it as a hook, which has no request id"}
 	case len(spec.Hook) > 0:
 		if c.hooks == nil {
 			return fmt.Errorf("%s: the target runs it as a hook, and this connection has no hook runner", key)
@@ -94,7 +97,7 @@ func (c *RPC) callDialect(ctx context.Context, op string, params any, result any
 		return &UnsupportedError{Op: key, Reason: fmt.Sprintf("the chat transport cannot express method %q (only a hook runs beside a chat)", spec.Method)}
 	default:
 		var res json.RawMessage
-		if err := c.call(ctx, spec.Method, spec.wireParams(logical), &res); err != nil {
+		if err := c.call(ctx, id, spec.Method, spec.wireParams(logical), &res); err != nil {
 			var rerr *RPCError
 			if errors.As(err, &rerr) {
 				return fmt.Errorf("%s (as %s): %w", key, spec.Method, err)

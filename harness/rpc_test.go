@@ -144,6 +144,38 @@ func exercise(t *testing.T, c *Conn) {
 	assert.Equal(t, -32601, rerr.Code)
 	require.NoError(t, c.Post("silent", nil, post), "a request the peer never answers")
 
+	// A chosen id: its reply is awaited by that id, an id in flight is
+	// refused, and once answered the same id may be sent again (a replay).
+	silent, stop := context.WithCancel(ctx)
+	never := make(chan error, 1)
+	go func() { never <- c.CallWithID(silent, 7777, "silent", nil, nil) }()
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.inFlight(7777)
+	}, 10*time.Second, 5*time.Millisecond)
+	require.ErrorIs(t, c.CallWithID(ctx, 7777, "echo", nil, nil), ErrIDInFlight, "a second request with an id in flight is refused")
+	stop()
+	require.ErrorIs(t, <-never, context.Canceled)
+	for round := range 2 {
+		var r map[string]any
+		require.NoError(t, c.CallWithID(ctx, 7777, "echo", map[string]any{"round": round}, &r))
+		assert.Equal(t, float64(round), r["round"])
+	}
+	_, err = c.TurnWithID(ctx, 7777, "s1", "hello")
+	require.NoError(t, err, "a turn whose prompt.submit has a chosen id")
+	replies := 0
+	for _, f := range c.Frames() {
+		var m struct {
+			ID int64 `json:"id"`
+		}
+		if json.Unmarshal(f.Raw, &m) == nil && m.ID == 7777 {
+			replies++
+		}
+	}
+	assert.Equal(t, 3, replies, "every reply to the chosen id is among the frames")
+	require.Error(t, c.CallWithID(ctx, 0, "echo", nil, nil), "an id must be above 0")
+
 	assert.GreaterOrEqual(t, len(c.Frames()), 10)
 	c.Close()
 	c.Close()

@@ -71,11 +71,31 @@ func (c *RPC) TurnEnd(ev Event, sid string) bool {
 // when the turn ends with status error or an error event, naming the
 // session and showing the last frames.
 func (c *RPC) Turn(ctx context.Context, sid, text string) (Event, error) {
+	return c.turn(ctx, 0, sid, text)
+}
+
+// TurnWithID is Turn with the prompt.submit request id the caller chooses
+// (see CallWithID).
+func (c *RPC) TurnWithID(ctx context.Context, id int64, sid, text string) (Event, error) {
+	if id <= 0 {
+		return Event{}, fmt.Errorf("%s: prompt.submit: request id %d: want one above 0", c.name, id)
+	}
+	return c.turn(ctx, id, sid, text)
+}
+
+// turn is Turn with its prompt.submit sent as request id (0: the
+// connection's next).
+func (c *RPC) turn(ctx context.Context, id int64, sid, text string) (Event, error) {
 	mark := c.EventCount()
 	var ack struct {
 		Status string `json:"status"`
 	}
-	if err := c.Call(ctx, "prompt.submit", map[string]any{"session_id": sid, "text": text}, &ack); err != nil {
+	params := map[string]any{"session_id": sid, "text": text}
+	submit := func() error { return c.Call(ctx, "prompt.submit", params, &ack) }
+	if id != 0 {
+		submit = func() error { return c.CallWithID(ctx, id, "prompt.submit", params, &ack) }
+	}
+	if err := submit(); err != nil {
 		return Event{}, err
 	}
 	em := c.eventMap()

@@ -77,11 +77,19 @@ func gatherAtOnce[R any](e *Env, within time.Duration, do func(ctx context.Conte
 // reply canary in the turn's end).
 func (e *Env) collideTurns(sids map[string]string, what string) {
 	e.T.Helper()
+	e.collideTurnsAs(sids, what, func(ctx context.Context, c *harness.Conn, sid string) (harness.Event, error) {
+		return c.Turn(ctx, sid, collidePrompt)
+	})
+}
+
+// collideTurnsAs is collideTurns with each tenant's turn run by turn.
+func (e *Env) collideTurnsAs(sids map[string]string, what string, turn func(ctx context.Context, c *harness.Conn, sid string) (harness.Event, error)) {
+	e.T.Helper()
 	for _, t := range e.Tenants {
 		e.ExpectSnapshots(t, 1)
 	}
 	ends, errs := gatherAtOnce(e, 2*time.Minute, func(ctx context.Context, t *tenants.Tenant) ([]byte, error) {
-		ev, err := e.Conns[t.Name].Turn(ctx, sids[t.Name], collidePrompt)
+		ev, err := turn(ctx, e.Conns[t.Name], sids[t.Name])
 		return ev.Raw, err
 	})
 	for _, t := range e.Tenants {
@@ -338,9 +346,9 @@ func (e *Env) collideState() {
 func collidingInputs() Spec {
 	return Spec{
 		ID:        "colliding-inputs",
-		Purpose:   "every tenant sends byte-identical prompts, sessions, cron jobs and gateway chats at the same time: no cache keyed without the tenant serves one tenant's answer to another",
+		Purpose:   "every tenant sends byte-identical prompts, sessions, cron jobs, gateway chats and requests (ids included, then replayed) at the same time: no cache keyed without the tenant serves one tenant's answer to another",
 		Backends:  []harness.Backend{harness.BackendServe},
-		Focus:     []Invariant{Requests, Text, Files, PositiveControl},
+		Focus:     []Invariant{Requests, Text, Files, invariants.RPC, invariants.Authz, PositiveControl},
 		Snapshots: perTenant(5),
 		Timeout:   4 * time.Minute,
 		Responder: attack.Responder,
@@ -397,6 +405,8 @@ func collidingInputs() Spec {
 			{Name: "same-state-keys", Run: func(e *Env) { e.collideState() }},
 			{Name: "same-cron", Run: func(e *Env) { e.collideCron() }},
 			{Name: "same-chats", Run: func(e *Env) { e.collideChats() }},
+			// Last: it sets each tenant's custom prompt and saves a key.
+			{Name: "collide-methods", Run: func(e *Env) { e.collideMethods() }},
 		},
 	}
 }

@@ -23,7 +23,7 @@ import (
 // shared places and lifecycle edges, and of the plugin surfaces.
 var detectFaultNames = []string{"token-in-tool-env", "tmp-copy", "create-copies-launch-env",
 	"resume-any-profile", "sequential-sessions", "session-follows-id", "save-key-launch-fallback",
-	"llm-facade-launch-provider", "global-hooks", "global-memory", "global-plugin-state"}
+	"llm-facade-launch-provider", "global-hooks", "global-memory", "global-plugin-state", "request-replay-cache"}
 
 // TestSelfTestDetectFaults runs the self-test for a comma-separated list
 // of faults only (DETECT_FAULTS; "detect" names those above, "chains" the

@@ -55,6 +55,7 @@ func Faults() []Fault {
 		{"global-hooks", "plugin-surfaces", invariants.File, "plugin hooks keyed process-wide: one tenant's hooks are given every tenant's tool calls and turns"},
 		{"global-memory", "plugin-surfaces", invariants.File, "memory providers keyed process-wide: one tenant's provider remembers every tenant's turns"},
 		{"global-plugin-state", "colliding-inputs", invariants.Request, "plugin state keyed by the key alone: the tenants' one key holds the last writer's value, which the others' plugins read back"},
+		{"request-replay-cache", "colliding-inputs", invariants.RPC, "replies kept by method, request id and params, not by connection: a tenant's byte-identical request is answered with another's session"},
 		// The defences against hostile tenants: the tool sandbox, containment,
 		// the plugin host's PID namespace and the fair scheduler.
 		{"no-tool-sandbox", "hostile-tools", invariants.Request, "the terminal runs unsandboxed: a tenant's tool reads the other homes and every process's environment"},

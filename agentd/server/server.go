@@ -75,6 +75,7 @@ type Server struct {
 	keys       keyCache            // the profiles' tenant keys, by their .env's identity
 	revoking   sync.WaitGroup      // revocations a turn started (revokeLater)
 	shared     *terminal.Shell     // the shared-shell fault's one shell
+	replay     replayCache         // the request-replay-cache fault's replies
 
 	limits  Limits
 	reqs    *fair.Scheduler // request handlers; nil = no limit (fault)
@@ -220,6 +221,6 @@ func (s *Server) Register(d *rpc.Dispatcher) {
 		"profiles.create": s.profilesCreate, "profiles.delete": s.profilesDelete, "profiles.list": s.profilesList,
 		"cron.create": s.cronCreate, "cron.trigger": s.cronTrigger, "cron.list": s.cronList,
 	} {
-		d.Handle(method, s.gated(h)) // a tenant connection's credential, checked at every call
+		d.Handle(method, s.replayed(s.gated(h))) // a tenant connection's credential, checked at every call
 	}
 }
