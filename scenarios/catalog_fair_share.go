@@ -159,7 +159,7 @@ type spreadPeak struct {
 }
 
 func (p spreadPeak) String() string {
-	return fmt.Sprintf("%d over %d connection(s) (%d session(s) each)", p.Peak, p.Conns, p.Sessions)
+	return fmt.Sprintf("%d over %s (%d sessions each)", p.Peak, connections(p.Conns), p.Sessions)
 }
 
 // shareRun is one fair-share run: the spreader, its gate, and the peaks.
@@ -285,11 +285,19 @@ func shareFindings(spreader string, peaks []spreadPeak) []invariants.Finding {
 			continue
 		}
 		out = append(out, invariants.Finding{Invariant: invariants.Availability, Tenant: spreader,
-			Where: invariants.Where{Label: spreader + "'s turns in flight at its provider"},
-			Detail: fmt.Sprintf("%s's turns in flight grew from %d over %d connection(s) to %d over %d connections: its share grows with its connections",
-				spreader, one.Peak, one.Conns, p.Peak, p.Conns)})
+			Where: invariants.Where{Label: "spread turns at its provider"},
+			Detail: fmt.Sprintf("%s's turns in flight grew from %d over %s to %d over %s: its share grows with its connections",
+				spreader, one.Peak, connections(one.Conns), p.Peak, connections(p.Conns))})
 	}
 	return out
+}
+
+// connections is "1 connection" or "n connections".
+func connections(n int) string {
+	if n == 1 {
+		return "1 connection"
+	}
+	return fmt.Sprintf("%d connections", n)
 }
 
 // checkShare adds the findings of the spread.

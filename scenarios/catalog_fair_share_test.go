@@ -17,7 +17,7 @@ func TestShareFindingsOnlyWhenTheShareGrows(t *testing.T) {
 	assert.Empty(t, shareFindings("alpha", []spreadPeak{one}), "nothing to compare with")
 	fs := shareFindings("alpha", []spreadPeak{one, {Conns: 8, Sessions: 4, Peak: 16}})
 	require.Len(t, fs, 1)
-	assert.Equal(t, "availability: alpha alpha's turns in flight at its provider: alpha's turns in flight grew from 4 over 1 connection(s) to 16 over 8 connections: its share grows with its connections", fs[0].String())
+	assert.Equal(t, "availability: alpha spread turns at its provider: alpha's turns in flight grew from 4 over 1 connection to 16 over 8 connections: its share grows with its connections", fs[0].String())
 }
 
 // The gate lets a wave go once all the phase's requests are held, and
