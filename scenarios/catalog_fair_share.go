@@ -176,13 +176,13 @@ var shareKey = &stateKey[shareRun]{"fair-share"}
 // not run (a staging roster's) cannot hold requests: the scenario skips.
 func (e *Env) setupShare() {
 	e.T.Helper()
-	e.ServePerTenant()
-	e.OpenSessions()
 	s := stateOf(e, shareKey)
 	s.spreader = e.Tenants[len(e.Tenants)-1]
 	if s.spreader.Provider == nil {
 		e.T.Skipf("the tenants' providers run in another process: the spreader's requests cannot be held, so its turns in flight cannot be counted")
 	}
+	e.ServePerTenant()
+	e.OpenSessions()
 	s.gate = &shareGate{quiet: spreadQuiet}
 	shareGates.Store(holdKey(s.spreader), s.gate)
 	e.T.Cleanup(func() {
