@@ -214,12 +214,13 @@ func (e *Env) spreadOver(conns int) {
 	s.gate.start(len(jobs))
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
+	defer wg.Wait() // a phase that fails part-way still waits for its turns...
+	ctx, cancel := e.ctx(2 * time.Minute)
+	defer cancel() // ...which this ends first
 	for i, j := range jobs {
 		wg.Add(1)
-		go func() { // ends with the turn, or its deadline
+		go func() { // ends with the turn, or ctx
 			defer wg.Done()
-			ctx, cancel := e.ctx(2 * time.Minute)
-			defer cancel()
 			if _, err := j.c.Turn(ctx, j.sid, spreadPrompt); err != nil {
 				errs[i] = fmt.Errorf("spread turn %d of %s over %d connection(s): %w", i, sp.Name, conns, err)
 			}
