@@ -24,6 +24,7 @@ func Default() *Catalog {
 		entryPoints(),
 		collidingInputs(),
 		noisyNeighbour(),
+		fairShare(),
 		gatewayTenants(),
 		gatewayFailover(),
 		gatewayRoutes(),

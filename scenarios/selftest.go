@@ -62,6 +62,7 @@ func Faults() []Fault {
 		{"escaped-process", "hostile-tools", invariants.ProcessEscape, "a session's close ends its shell but not what it started with setsid"},
 		{"host-shared-pidns", "hostile-plugin", invariants.Request, "plugin hosts share the server's PID namespace: a plugin reads other tenants' /proc/<pid>/environ"},
 		{"no-conn-limit", "noisy-neighbour", invariants.Availability, "no per-connection or per-profile limit: one tenant's flood starves the others' turns"},
+		{"per-connection-share", "fair-share", invariants.Availability, "the turn queue counts a tenant's turns per connection: spread over eight connections it runs eight times its share at once"},
 		// The gateway as a multi-tenant LLM gateway (issue 16).
 		{"gateway-any-model", "gateway-tenants", invariants.Authz, "the gateway serves a request naming another profile's model instead of refusing it"},
 		{"gateway-failover-foreign", "gateway-failover", invariants.Routing, "a turn whose upstream failed is retried in another profile, on that tenant's provider"},

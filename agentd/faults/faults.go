@@ -77,6 +77,7 @@ func All() []Name {
 	all = append(all, launcherEnvFaults()...)
 	all = append(all, homeFilesFaults()...)
 	all = append(all, replayFaults()...)
+	all = append(all, shareFaults()...)
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	return all
 }

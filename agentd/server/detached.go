@@ -64,7 +64,7 @@ func (s *Server) RunDetached(ctx context.Context, d Detached) (string, error) {
 	if member == "" {
 		member = d.Source
 	}
-	ticket, err := s.turnQ.Enqueue(sc.Profile.Name, member)
+	ticket, err := s.turnQ.Enqueue(s.turnGroup(sc.Profile.Name, member), member)
 	if err != nil {
 		if errors.Is(err, fair.ErrClosed) {
 			return "", ErrShuttingDown

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/fair"
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 )
@@ -104,6 +105,17 @@ func (l Limits) requestScheduler() *fair.Scheduler {
 func (l Limits) turnScheduler() *fair.Scheduler {
 	return fair.New(fair.Limits{Slots: l.Turns, PerGroup: l.ProfileTurns, PerMember: l.ProfileTurns,
 		MemberQueue: l.ConnQueue, GroupQueue: l.ProfileQueue, Queue: l.Queue})
+}
+
+// turnGroup is the group a turn of profile, started by member (a
+// connection, or a detached turn's source), queues in: the profile, so a
+// tenant's connections share its turns; with the per-connection-share
+// fault, the profile and the member, so each connection buys a share.
+func (s *Server) turnGroup(profile, member string) string {
+	if s.opts.Faults.Has(faults.PerConnectionShare) {
+		return profile + "\x00" + member
+	}
+	return profile
 }
 
 // Limits returns the limits in force (zero with the no-conn-limit fault).

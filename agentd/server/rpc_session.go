@@ -152,7 +152,7 @@ func (s *Server) promptSubmit(ctx context.Context, c *rpc.Call) (any, error) {
 		s.mu.Unlock()
 		return nil, rpc.Errorf(rpc.CodeConflict, "session %q is busy with a turn", sess.ID)
 	}
-	ticket, err := s.turnQ.Enqueue(sess.Scope.Profile.Name, c.Conn.ID())
+	ticket, err := s.turnQ.Enqueue(s.turnGroup(sess.Scope.Profile.Name, c.Conn.ID()), c.Conn.ID())
 	if err != nil {
 		sess.mu.Unlock()
 		s.mu.Unlock()
