@@ -68,6 +68,7 @@ func (e *Env) attackSurfaceFiles() {
 			continue // the cron tick reads every home: replayed by the env attack
 		}
 		for _, form := range surface.Forms() {
+			e.keepServing(per, a)
 			restore, err := surface.Plant(a.Home, tg.path, form, v.Home, aside)
 			if errors.Is(err, surface.ErrNotApplicable) {
 				continue
@@ -123,6 +124,7 @@ const swapRounds = 5
 // the flips made.
 func (e *Env) swapWhile(a, v, n *tenants.Tenant, neighbour, per *surfaceTenant, tg readTarget, act surfaceAction, aside string, base int64) int {
 	e.T.Helper()
+	e.keepServing(per, a)
 	sw, err := surface.StartSwap(a.Home, tg.path, v.Home, aside)
 	if errors.Is(err, surface.ErrNotApplicable) {
 		return 0
@@ -153,6 +155,26 @@ func (e *Env) swapWhile(a, v, n *tenants.Tenant, neighbour, per *surfaceTenant, 
 		e.T.Fatalf("surface: the server was harmed by %s: the file attacks stop here", what)
 	}
 	return flips
+}
+
+// keepServing opens t's connection (and a session) again when the server
+// no longer serves it: a hostile form read in place of its .env (a FIFO
+// read to its end: no credential in it) revokes the connection, and a
+// revoked one is refused before the server reads anything: every later
+// form would go unread. Called with t's own files in place.
+func (e *Env) keepServing(per *surfaceTenant, t *tenants.Tenant) {
+	e.T.Helper()
+	ctx, cancel := e.ctx(30 * time.Second)
+	s, err := per.conn.CreateSession(ctx, profileParam(t))
+	cancel()
+	if err == nil {
+		per.sid, per.stored = s.SessionID, s.StoredSessionID
+		return
+	}
+	e.Logf("surface: %s's connection no longer serves it (%v): it connects again", t.Name, err)
+	c := e.Dial(e.Server, t)
+	s = e.CreateSession(c, t)
+	per.conn, per.sid, per.stored = c, s.SessionID, s.StoredSessionID
 }
 
 // readTarget is a path the server read and the first action that read it.
