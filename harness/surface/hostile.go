@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tenantcanary/tenantcanary/internal/hostilefile"
 )
@@ -150,6 +151,9 @@ func move(from, to string) error {
 	return os.Remove(from)
 }
 
+// SwapEvery is how often a Swapper flips its path.
+const SwapEvery = time.Millisecond
+
 // Swapper flips a home path between the tenant's own file and a link to
 // the victim's file of the same path, as fast as renames go, until
 // stopped: a server that checks a file and opens it again later by name
@@ -186,6 +190,11 @@ func StartSwap(home, rel, victimHome, aside string) (*Swapper, error) {
 	tmpL, tmpO := p+".surface-swap-link", p+".surface-swap-own"
 	go func() {
 		defer close(s.done)
+		// A flip every SwapEvery: fast enough to land between a check and
+		// a later open many times a second, without taking a whole core
+		// from the server (and every other scenario) beside it.
+		tick := time.NewTicker(SwapEvery)
+		defer tick.Stop()
 		defer func() {
 			_ = os.Remove(tmpL)
 			_ = os.Remove(tmpO)
@@ -202,7 +211,7 @@ func StartSwap(home, rel, victimHome, aside string) (*Swapper, error) {
 			select {
 			case <-s.stop:
 				return
-			default:
+			case <-tick.C:
 			}
 			_ = os.Remove(tmpL)
 			if err := os.Symlink(victim, tmpL); err != nil {
