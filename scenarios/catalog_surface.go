@@ -200,6 +200,19 @@ func (e *Env) discoverSurface() {
 			return err
 		}))
 	}
+	if e.Box.Target.CanRestart() {
+		// What a server reads of every home when it starts again.
+		st.m.Actions = append(st.m.Actions, e.recordAction(rec, "restart", "", false, func(context.Context) error {
+			e.StopServe(e.Server)
+			e.StartServe()
+			return nil
+		}))
+		for _, t := range e.Tenants {
+			c := e.Dial(e.Server, t)
+			s := e.CreateSession(c, t)
+			st.per[t.Name].conn, st.per[t.Name].sid, st.per[t.Name].stored = c, s.SessionID, s.StoredSessionID
+		}
+	}
 	st.m.Blind = append(st.m.Blind, fmt.Sprintf("processes that live under %v (sampled from /proc)", surface.SampleEvery),
 		"who made a file event in an action with tools (the server or the tenant's own sandboxed tool)")
 	e.noteSurface(&st.m)

@@ -105,15 +105,16 @@ func (a Action) Unconfined() []Proc {
 	return out
 }
 
-// ServerReads lists the paths of a's own tenant that the server itself
-// read in a (an action in which no tool ran), folders apart.
+// ServerReads lists the paths of a's own tenant (of every tenant, for an
+// action of none: a restart) that the server itself read in a (an action
+// in which no tool ran), folders apart.
 func (a Action) ServerReads() []FileUse {
 	if a.Tools {
 		return nil
 	}
 	var out []FileUse
 	for _, f := range a.Files {
-		if f.Tenant == a.Tenant && f.Path != "" && f.Reads() {
+		if (a.Tenant == "" || f.Tenant == a.Tenant) && f.Path != "" && f.Reads() {
 			out = append(out, f)
 		}
 	}
@@ -187,7 +188,7 @@ func (m *Map) Rows() []Row {
 			rs.incomplete++
 		}
 		for _, f := range a.Files {
-			if f.Tenant != a.Tenant || f.Path == "" {
+			if (a.Tenant != "" && f.Tenant != a.Tenant) || f.Path == "" {
 				continue
 			}
 			p := randomPart.ReplaceAllString(f.Path, "*")

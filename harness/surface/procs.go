@@ -103,6 +103,10 @@ func readProc(pid int, ref namespaces, vars Vars) (Proc, identity, bool) {
 	}
 	p.Confined, p.How = confinement(pid, ref, status)
 	env, err := os.ReadFile(dir + "/environ")
+	if _, gone := os.Stat(dir + "/ns"); gone != nil {
+		// It ended while it was read: nothing of it can be judged.
+		return Proc{}, identity{}, false
+	}
 	if err != nil {
 		p.Unreadable = err.Error()
 	} else {
