@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -57,32 +56,9 @@ func TestReplayedRequestIsAnsweredPerConnection(t *testing.T) {
 	})
 }
 
-// count is the number of frames c received so far.
-func (c *memConn) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.frames)
-}
-
 // waitFrom is wait for a frame at or after index from: a reply to an id
 // the connection used before is not the one awaited.
 func (c *memConn) waitFrom(t *testing.T, from int, what string, pred func(map[string]any) bool) map[string]any {
 	t.Helper()
-	deadline := time.After(30 * time.Second)
-	for {
-		c.mu.Lock()
-		for _, m := range c.frames[from:] {
-			if pred(m) {
-				c.mu.Unlock()
-				return m
-			}
-		}
-		ch := c.change
-		c.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	return c.waitFor(t, from, what, false, pred)
 }

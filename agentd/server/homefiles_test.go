@@ -128,31 +128,11 @@ func (h *hostileHome) request(ctx context.Context, conn *memConn, method string,
 
 // waitCtx is wait with a context instead of a fixed deadline.
 func (c *memConn) waitCtx(ctx context.Context, pred func(map[string]any) bool) (map[string]any, error) {
-	for {
-		c.mu.Lock()
-		for _, m := range c.frames {
-			if pred(m) {
-				c.mu.Unlock()
-				return m, nil
-			}
-		}
-		ch := c.change
-		c.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+	return c.waitN(ctx, 0, 1, pred)
 }
 
 // framesText is everything conn received.
-func (c *memConn) framesText() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	b, _ := json.Marshal(c.frames)
-	return string(b)
-}
+func (c *memConn) framesText() string { return c.text() }
 
 func driveCall(method string, params map[string]any) func(context.Context, *hostileHome, string) (string, error) {
 	return func(ctx context.Context, h *hostileHome, _ string) (string, error) {

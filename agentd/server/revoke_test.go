@@ -85,12 +85,10 @@ func newWSWorld(t *testing.T, fs faults.Set) *wsWorld {
 
 // wsClient is one real websocket connection and the frames it read.
 type wsClient struct {
-	t      *testing.T
-	ws     *websocket.Conn
-	mu     sync.Mutex
-	frames []map[string]any
-	change chan struct{}
-	seq    int
+	t  *testing.T
+	ws *websocket.Conn
+	frameLog
+	seq int
 }
 
 func (w *wsWorld) dial(token string) *wsClient {
@@ -98,7 +96,7 @@ func (w *wsWorld) dial(token string) *wsClient {
 	t.Helper()
 	ws, _, err := websocket.DefaultDialer.Dial(w.url+token, nil)
 	require.NoError(t, err)
-	c := &wsClient{t: t, ws: ws, change: make(chan struct{})}
+	c := &wsClient{t: t, ws: ws}
 	done := make(chan struct{})
 	go func() { // ends when the socket closes
 		defer close(done)
@@ -109,11 +107,7 @@ func (w *wsWorld) dial(token string) *wsClient {
 			}
 			var m map[string]any
 			if json.Unmarshal(msg, &m) == nil {
-				c.mu.Lock()
-				c.frames = append(c.frames, m)
-				close(c.change)
-				c.change = make(chan struct{})
-				c.mu.Unlock()
+				c.add(m)
 			}
 		}
 	}()
@@ -134,49 +128,16 @@ func isEvent(typ, sid string) func(map[string]any) bool {
 
 func (c *wsClient) wait(what string, pred func(map[string]any) bool) map[string]any {
 	c.t.Helper()
-	deadline := time.After(30 * time.Second)
-	for {
-		c.mu.Lock()
-		for _, m := range c.frames {
-			if pred(m) {
-				c.mu.Unlock()
-				return m
-			}
-		}
-		ch := c.change
-		c.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline:
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			c.t.Fatalf("timed out waiting for %s; frames: %v", what, c.frames)
-		}
-	}
+	return c.waitFor(c.t, 0, what, true, pred)
 }
 
 // waitCount waits for n frames that match pred.
 func (c *wsClient) waitCount(what string, pred func(map[string]any) bool, n int) {
 	c.t.Helper()
-	deadline := time.After(30 * time.Second)
-	for {
-		c.mu.Lock()
-		seen := 0
-		for _, m := range c.frames {
-			if pred(m) {
-				seen++
-			}
-		}
-		ch := c.change
-		c.mu.Unlock()
-		if seen >= n {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			c.t.Fatalf("timed out waiting for %s (%d of %d)", what, seen, n)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.waitN(ctx, 0, n, pred); err != nil {
+		c.t.Fatalf("timed out waiting for %s (%v)", what, err)
 	}
 }
 

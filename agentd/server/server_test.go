@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,15 +20,13 @@ import (
 
 // memConn records frames and wakes waiters.
 type memConn struct {
-	id     string
-	mu     sync.Mutex
-	frames []map[string]any
-	change chan struct{}
-	done   chan struct{}
+	id string
+	frameLog
+	done chan struct{}
 }
 
 func newConn(id string) *memConn {
-	return &memConn{id: id, change: make(chan struct{}), done: make(chan struct{})}
+	return &memConn{id: id, done: make(chan struct{})}
 }
 
 func (c *memConn) ID() string            { return c.id }
@@ -39,33 +36,13 @@ func (c *memConn) Send(frame []byte) error {
 	if err := json.Unmarshal(frame, &m); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.frames = append(c.frames, m)
-	close(c.change)
-	c.change = make(chan struct{})
-	c.mu.Unlock()
+	c.add(m)
 	return nil
 }
 
 func (c *memConn) wait(t *testing.T, what string, pred func(map[string]any) bool) map[string]any {
 	t.Helper()
-	deadline := time.After(30 * time.Second)
-	for {
-		c.mu.Lock()
-		for _, m := range c.frames {
-			if pred(m) {
-				c.mu.Unlock()
-				return m
-			}
-		}
-		ch := c.change
-		c.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	return c.waitFor(t, 0, what, false, pred)
 }
 
 type fixture struct {
