@@ -427,16 +427,29 @@ func (e *Env) reopenIfRevoked(a *tenants.Tenant) {
 	if e.Server == nil || !e.Box.Target.TenantCredentials {
 		return
 	}
+	c, s, reopened := e.stillServing(e.Conns[a.Name], a, "after its row")
+	if reopened {
+		e.Conns[a.Name], e.Sessions[a.Name] = c, s
+	}
+}
+
+// stillServing makes a session on c for t; when the server no longer
+// serves c (a row or a hostile file revoked t's credential, and a revoked
+// connection stays closed), it connects t again and makes the session on
+// the new connection. It returns the connection that serves t, the
+// session, and whether it is a new connection; why says when it was
+// looked at, for the log.
+func (e *Env) stillServing(c *harness.Conn, t *tenants.Tenant, why string) (*harness.Conn, harness.SessionInfo, bool) {
+	e.T.Helper()
 	ctx, cancel := e.ctx(30 * time.Second)
-	_, err := e.Conns[a.Name].CreateSession(ctx, profileParam(a))
+	s, err := c.CreateSession(ctx, profileParam(t))
 	cancel()
 	if err == nil {
-		return
+		return c, s, false
 	}
-	e.Logf("%s's connection no longer serves it after its row (%v): it connects again", a.Name, err)
-	c := e.Dial(e.Server, a)
-	e.Conns[a.Name] = c
-	e.Sessions[a.Name] = e.CreateSession(c, a)
+	e.Logf("%s's connection no longer serves it %s (%v): it connects again", t.Name, why, err)
+	c = e.Dial(e.Server, t)
+	return c, e.CreateSession(c, t), true
 }
 
 // chainCall makes an RPC step on the attacker's own connection, addressed

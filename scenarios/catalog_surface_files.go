@@ -164,16 +164,7 @@ func (e *Env) swapWhile(a, v, n *tenants.Tenant, neighbour, per *surfaceTenant, 
 // form would go unread. Called with t's own files in place.
 func (e *Env) keepServing(per *surfaceTenant, t *tenants.Tenant) {
 	e.T.Helper()
-	ctx, cancel := e.ctx(30 * time.Second)
-	s, err := per.conn.CreateSession(ctx, profileParam(t))
-	cancel()
-	if err == nil {
-		per.sid, per.stored = s.SessionID, s.StoredSessionID
-		return
-	}
-	e.Logf("surface: %s's connection no longer serves it (%v): it connects again", t.Name, err)
-	c := e.Dial(e.Server, t)
-	s = e.CreateSession(c, t)
+	c, s, _ := e.stillServing(per.conn, t, "before a hostile form")
 	per.conn, per.sid, per.stored = c, s.SessionID, s.StoredSessionID
 }
 

@@ -368,3 +368,21 @@ func TestSwapperFlipsAndPutsBack(t *testing.T) {
 	_, err = StartSwap(hs["alpha"], "nope.md", hs["beta"], aside)
 	assert.ErrorIs(t, err, ErrNotApplicable)
 }
+
+// TestReadReportRefusesWhatATenantSwapsIn: a report swapped for a FIFO or
+// a link after the listing is refused at once, not waited on or followed.
+func TestReadReportRefusesWhatATenantSwapsIn(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fifo, link, ok := filepath.Join(dir, "fifo"), filepath.Join(dir, "link"), filepath.Join(dir, "ok")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	require.NoError(t, os.WriteFile(ok, []byte("var=PATH\n"), 0o600))
+	require.NoError(t, os.Symlink(ok, link))
+	_, read := readReport(fifo)
+	assert.False(t, read, "a FIFO")
+	_, read = readReport(link)
+	assert.False(t, read, "a link")
+	b, read := readReport(ok)
+	assert.True(t, read, "the positive control: a report is read")
+	assert.Equal(t, "var=PATH\n", string(b))
+}
