@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
@@ -159,11 +160,17 @@ func (e *Env) tenantVars() surface.Vars {
 	return vars
 }
 
-// serverRoots are the target's process roots: the server first, then
-// every other command of the target the harness started itself (a cron
-// tick, say): the run's marked processes whose parent is the harness.
-func (e *Env) serverRoots() []int {
-	return append([]int{e.Server.Pid()}, surface.ChildrenOf(os.Getpid(), procgroup.Marked(e.Box.RunID), e.Server.Pid())...)
+// serverRoots are the target's process roots: the server (whose pid the
+// restart action replaces) first, then every other command of the target
+// the harness started itself (a cron tick, say): the run's marked
+// processes whose parent is the harness. The recorder calls it from its
+// sampler, so it reads the pid from server alone, never e.Server.
+func (e *Env) serverRoots(server *atomic.Int64) func() []int {
+	runID := e.Box.RunID
+	return func() []int {
+		pid := int(server.Load())
+		return append([]int{pid}, surface.ChildrenOf(os.Getpid(), procgroup.Marked(runID), pid)...)
+	}
 }
 
 // discoverSurface drives every tenant through every action, one window
@@ -173,6 +180,9 @@ func (e *Env) serverRoots() []int {
 func (e *Env) discoverSurface() {
 	e.T.Helper()
 	e.StartServe()
+	var server atomic.Int64
+	server.Store(int64(e.Server.Pid()))
+	roots := e.serverRoots(&server)
 	homes := map[string]string{}
 	for _, t := range e.Tenants {
 		homes[t.Name] = t.Home
@@ -189,22 +199,23 @@ func (e *Env) discoverSurface() {
 	}
 	for _, t := range e.Tenants {
 		for _, a := range surfaceActions {
-			st.m.Actions = append(st.m.Actions, e.recordAction(rec, a.name, t.Name, a.tools, func(ctx context.Context) error {
+			st.m.Actions = append(st.m.Actions, e.recordAction(rec, roots, a.name, t.Name, a.tools, func(ctx context.Context) error {
 				return a.run(ctx, e, st.per[t.Name], t)
 			}))
 		}
 	}
 	if len(e.Box.Target.CronTick) > 0 {
-		st.m.Actions = append(st.m.Actions, e.recordAction(rec, "cron tick", "", true, func(ctx context.Context) error {
+		st.m.Actions = append(st.m.Actions, e.recordAction(rec, roots, "cron tick", "", true, func(ctx context.Context) error {
 			_, err := e.Box.RunCommand(ctx, "cron tick", e.Box.Target.CronTick, nil)
 			return err
 		}))
 	}
 	if e.Box.Target.CanRestart() {
 		// What a server reads of every home when it starts again.
-		st.m.Actions = append(st.m.Actions, e.recordAction(rec, "restart", "", false, func(context.Context) error {
+		st.m.Actions = append(st.m.Actions, e.recordAction(rec, roots, "restart", "", false, func(context.Context) error {
 			e.StopServe(e.Server)
-			e.StartServe()
+			server.Store(0) // between lives: the sampler waits
+			server.Store(int64(e.StartServe().Pid()))
 			return nil
 		}))
 		for _, t := range e.Tenants {
@@ -224,9 +235,9 @@ func (e *Env) discoverSurface() {
 
 // recordAction drives one action inside a recorder window and returns its
 // record; a failed action is recorded as such and noted in the log.
-func (e *Env) recordAction(rec *surface.Recorder, name, tenant string, tools bool, run func(context.Context) error) surface.Action {
+func (e *Env) recordAction(rec *surface.Recorder, roots func() []int, name, tenant string, tools bool, run func(context.Context) error) surface.Action {
 	e.T.Helper()
-	if err := rec.Begin(name, tenant, tools, e.serverRoots); err != nil {
+	if err := rec.Begin(name, tenant, tools, roots); err != nil {
 		e.T.Fatalf("surface: %v", err)
 	}
 	ctx, cancel := e.ctx(90 * time.Second)
