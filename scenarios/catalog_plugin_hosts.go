@@ -125,21 +125,29 @@ type pluginDump struct {
 func pluginResponder(t *tenants.Tenant) fakellm.Responder {
 	def := tenants.DefaultResponder(t)
 	return func(r fakellm.Record) fakellm.Response {
-		if last := lastMessage(r); last["role"] == "user" {
-			text, _ := last["content"].(string)
-			// A server may wrap the user's text (a cron job's preamble):
-			// the instruction counts wherever it stands.
-			if i := strings.Index(text, pluginPrompt); i >= 0 {
-				rest := text[i+len(pluginPrompt):]
-				tool, raw, _ := strings.Cut(rest, " ")
-				var args pluginArgs
-				if json.Unmarshal([]byte(raw), &args) == nil {
-					return fakellm.ToolCall(tool, args)
-				}
-			}
+		if call, ok := pluginCall(r); ok {
+			return call
 		}
 		return def(r)
 	}
+}
+
+// pluginCall is the probe tool's call a PLUGIN-PROBE user turn asks for.
+func pluginCall(r fakellm.Record) (fakellm.Response, bool) {
+	if last := lastMessage(r); last["role"] == "user" {
+		text, _ := last["content"].(string)
+		// A server may wrap the user's text (a cron job's preamble):
+		// the instruction counts wherever it stands.
+		if i := strings.Index(text, pluginPrompt); i >= 0 {
+			rest := text[i+len(pluginPrompt):]
+			tool, raw, _ := strings.Cut(rest, " ")
+			var args pluginArgs
+			if json.Unmarshal([]byte(raw), &args) == nil {
+				return fakellm.ToolCall(tool, args), true
+			}
+		}
+	}
+	return fakellm.Response{}, false
 }
 
 // lastMessage is the last message of a request (nil when it has none):

@@ -2,6 +2,8 @@ package scenarios
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -55,6 +57,9 @@ func surfaceResponder(t *tenants.Tenant) fakellm.Responder {
 				return fakellm.Text("surface noted for " + t.Name)
 			}
 		}
+		if call, ok := pluginCall(r); ok {
+			return call
+		}
 		return def(r)
 	}
 }
@@ -82,7 +87,16 @@ var surfaceKey = &stateKey[surfaceState]{"surface"}
 type surfaceAction struct {
 	name  string
 	tools bool
+	need  Need // what the target must support for the action ("" for none)
 	run   func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error
+}
+
+// unmet says why the target cannot take a, or "".
+func (a surfaceAction) unmet(e *Env) string {
+	if a.need == "" {
+		return ""
+	}
+	return a.need.Unmet(e.Box.Target)
 }
 
 // surfaceActions are the actions of the protocol, in the order a tenant's
@@ -107,6 +121,12 @@ var surfaceActions = []surfaceAction{
 	{name: "config.set", run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
 		return st.conn.Call(ctx, "config.set", map[string]any{"session_id": st.sid, "key": "prompt", "value": "surface prompt of " + t.Name}, nil)
 	}},
+	{name: "config.set cwd", run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
+		return st.conn.Call(ctx, "config.set", map[string]any{"profile": profileParam(t), "key": "cwd", "value": t.Workdir}, nil)
+	}},
+	{name: "config.set model", run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
+		return st.conn.Call(ctx, "config.set", map[string]any{"session_id": st.sid, "key": "model", "value": t.Model()}, nil)
+	}},
 	{name: "model.save_key", run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
 		return st.conn.Call(ctx, "model.save_key", map[string]any{"session_id": st.sid, "slug": "surface", "api_key": "surface-key-of-" + t.Name}, nil)
 	}},
@@ -119,6 +139,17 @@ var surfaceActions = []surfaceAction{
 			st.sid = s.SessionID
 		}
 		return err
+	}},
+	{name: "plugin tool", tools: true, need: NeedPlugins, run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
+		// A session of its own: a server may load a profile's plugins as a
+		// session opens.
+		s, err := st.conn.CreateSession(ctx, profileParam(t))
+		if err != nil {
+			return err
+		}
+		args, _ := json.Marshal(pluginArgs{Tag: "surface-" + t.Name})
+		_, err = st.conn.Turn(ctx, s.SessionID, pluginPrompt+e.probePlugin().Tools.Probe+" "+string(args))
+		return errors.Join(err, st.conn.Call(ctx, "session.close", map[string]any{"session_id": s.SessionID}, nil))
 	}},
 	{name: "cron", run: func(ctx context.Context, e *Env, st *surfaceTenant, t *tenants.Tenant) error {
 		if e.Box.Target.Dialect.Unsupported("cron.create") != "" {
@@ -197,13 +228,23 @@ func (e *Env) discoverSurface() {
 	for _, t := range e.Tenants {
 		st.per[t.Name] = &surfaceTenant{conn: e.Dial(e.Server, t)}
 	}
+	if NeedPlugins.Unmet(e.Box.Target) == "" {
+		// Before any window: a server that discovers a profile's plugins
+		// as a session opens shows those reads in session.create.
+		e.installProbePlugin(&pluginState{})
+	}
 	for _, t := range e.Tenants {
 		for _, a := range surfaceActions {
+			if why := a.unmet(e); why != "" {
+				st.m.Blind = append(st.m.Blind, fmt.Sprintf("%s of %s not driven: %s", a.name, t.Name, why))
+				continue
+			}
 			st.m.Actions = append(st.m.Actions, e.recordAction(rec, roots, a.name, t.Name, a.tools, func(ctx context.Context) error {
 				return a.run(ctx, e, st.per[t.Name], t)
 			}))
 		}
 	}
+	e.discoverLifecycle(rec, roots, st)
 	if len(e.Box.Target.CronTick) > 0 {
 		st.m.Actions = append(st.m.Actions, e.recordAction(rec, roots, "cron tick", "", true, func(ctx context.Context) error {
 			_, err := e.Box.RunCommand(ctx, "cron tick", e.Box.Target.CronTick, nil)
@@ -231,6 +272,44 @@ func (e *Env) discoverSurface() {
 		e.carriersFound(a)
 	}
 	e.surfaceControls(&st.m)
+}
+
+// discoverLifecycle records what the server does to a profile's files as
+// the operator creates it, deletes it and creates it again under the same
+// name: a guest tenant made for it, whose home is watched as its own
+// before it exists. The guest is gone (deleted) when it returns.
+func (e *Env) discoverLifecycle(rec *surface.Recorder, roots func() []int, st *surfaceState) {
+	e.T.Helper()
+	for _, op := range []string{"profiles.create", "profiles.delete"} {
+		if why := e.Box.Target.Dialect.Unsupported(op); why != "" {
+			st.m.Blind = append(st.m.Blind, "a profile's delete and re-create not driven: "+op+" is unsupported: "+why)
+			return
+		}
+	}
+	name := "surface-" + lifecycleName(e)
+	g := e.addTenant(name)
+	if err := rec.Watch(g.Name, g.Home); err != nil {
+		e.T.Fatalf("%v", err)
+	}
+	admin := e.DialOperator(e.Server)
+	call := func(method string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			return admin.Call(ctx, method, map[string]any{"name": name}, nil)
+		}
+	}
+	st.m.Actions = append(st.m.Actions, e.recordAction(rec, roots, "profiles.create", g.Name, false, call("profiles.create")))
+	// The guest's home as every other tenant's, then a session and a turn:
+	// what the delete then has to remove.
+	if err := e.Box.WriteHome(g, tenants.HomeExtras{}); err != nil {
+		e.T.Fatalf("write home of %s: %v", name, err)
+	}
+	c := e.Dial(e.Server, g)
+	s := e.CreateSession(c, g)
+	e.Prompt(c, g, s.SessionID, noToolsPrompt+"a session for the delete of "+name)
+	st.m.Actions = append(st.m.Actions, e.recordAction(rec, roots, "profiles.delete", g.Name, false, call("profiles.delete")))
+	st.m.Actions = append(st.m.Actions, e.recordAction(rec, roots, "profiles.create (again)", g.Name, false, call("profiles.create")))
+	e.Call(admin, "profiles.delete", map[string]any{"name": name}, nil)
+	e.MarkDeleted(g)
 }
 
 // recordAction drives one action inside a recorder window and returns its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,7 +50,9 @@ func (e *Env) attackSurfaceFiles() {
 	if n == a {
 		e.T.Fatalf("surface: the file attacks need a neighbour")
 	}
-	targets := serverReadsOf(&st.m, a.Name)
+	targets := slices.DeleteFunc(serverReadsOf(&st.m, a.Name), func(tg readTarget) bool {
+		return tg.dir && e.holdsAHome(filepath.Join(a.Home, filepath.FromSlash(tg.path)))
+	})
 	if len(targets) == 0 {
 		e.skipRow(string(invariants.ResourceHarm), "discovery saw the server read no file of "+a.Name+"'s home: no file attack made")
 		return
@@ -67,7 +70,11 @@ func (e *Env) attackSurfaceFiles() {
 		if !ok {
 			continue // the cron tick reads every home: replayed by the env attack
 		}
-		for _, form := range surface.Forms() {
+		forms := surface.Forms()
+		if tg.dir {
+			forms = surface.DirForms()
+		}
+		for _, form := range forms {
 			e.keepServing(per, a)
 			restore, err := surface.Plant(a.Home, tg.path, form, v.Home, aside)
 			if errors.Is(err, surface.ErrNotApplicable) {
@@ -85,7 +92,10 @@ func (e *Env) attackSurfaceFiles() {
 						per.sid, per.stored = s.SessionID, s.StoredSessionID
 					}
 				}
-				return act.run(ctx, e, per, a)
+				if err := act.run(ctx, e, per, a); err != nil {
+					return err
+				}
+				return e.useWhatWasRead(ctx, per, a, act, form)
 			})
 			unblockFIFO(filepath.Join(a.Home, filepath.FromSlash(tg.path)), form)
 			if err := restore(); err != nil {
@@ -111,6 +121,32 @@ func (e *Env) attackSurfaceFiles() {
 	}
 	e.T.Logf("surface: %d hostile file(s) tried on %d path(s) of %s's home; %d swap round trips", tried, len(targets), a.Name, swaps)
 	e.noteSurface(&st.m)
+}
+
+// holdsAHome says whether dir is, or holds, another tenant's home (the
+// launch home's profiles folder): the operator's layout, which no
+// tenant's shell can move (its sandbox hides or pins it), so no attack.
+func (e *Env) holdsAHome(dir string) bool {
+	for _, t := range e.Box.Set.Tenants {
+		if rel, err := filepath.Rel(dir, t.Home); err == nil && rel != "." && filepath.IsLocal(rel) {
+			return true
+		}
+	}
+	return false
+}
+
+// useWhatWasRead follows a link form's replay of an action that sends
+// nothing to the tenant's provider (a session's open, a settings write)
+// with a turn: what the server took in through the link (another home's
+// folder listed as the tenant's own, say) shows where the invariants
+// look, before the link is gone. Judged again after the trigger that
+// would use it.
+func (e *Env) useWhatWasRead(ctx context.Context, per *surfaceTenant, a *tenants.Tenant, act surfaceAction, form surface.Form) error {
+	if (form != surface.LinkOut && form != surface.MiddleLink) || strings.HasPrefix(act.name, "prompt.submit") || per.sid == "" {
+		return nil
+	}
+	turn, _ := surfaceActionNamed("prompt.submit (no tools)")
+	return turn.run(ctx, e, per, a)
 }
 
 // swapRounds is how many times the action is replayed while a path flips
@@ -168,26 +204,31 @@ func (e *Env) keepServing(per *surfaceTenant, t *tenants.Tenant) {
 	per.conn, per.sid, per.stored = c, s.SessionID, s.StoredSessionID
 }
 
-// readTarget is a path the server read and the first action that read it.
-type readTarget struct{ path, action string }
+// readTarget is a path the server read (a file) or listed (a folder), and
+// the first action that did it that the attacks can replay.
+type readTarget struct {
+	path, action string
+	dir          bool
+}
 
-// serverReadsOf lists the files of tenant's home the server read, each with
-// the first action that read it; the surface folder and the logs (the
-// server's own output) are left out.
+// serverReadsOf lists the files of tenant's home the server read and the
+// folders it listed, each with the first replayable action that did; the
+// surface folder, the logs (the server's own output) and the folders
+// that hold them are left out.
 func serverReadsOf(m *surface.Map, tenant string) []readTarget {
 	var out []readTarget
 	seen := map[string]bool{}
 	for _, a := range m.Actions {
-		if a.Tenant != tenant {
+		if _, ok := surfaceActionNamed(a.Name); a.Tenant != tenant || !ok {
 			continue
 		}
 		for _, f := range a.ServerReads() {
-			if f.Dir || seen[f.Path] || strings.HasPrefix(f.Path, surfaceDir) || strings.HasPrefix(f.Path, "logs/") ||
+			if seen[f.Path] || f.Path == surfaceDir || f.Path == "logs" || strings.HasPrefix(f.Path, surfaceDir+"/") || strings.HasPrefix(f.Path, "logs/") ||
 				strings.HasSuffix(f.Path, "-wal") || strings.HasSuffix(f.Path, "-shm") || strings.HasSuffix(f.Path, "-journal") {
 				continue
 			}
 			seen[f.Path] = true
-			out = append(out, readTarget{path: f.Path, action: a.Name})
+			out = append(out, readTarget{path: f.Path, action: a.Name, dir: f.Dir})
 		}
 	}
 	return out

@@ -175,6 +175,19 @@ func underTerminal(line string) string {
 	return editing(`/^terminal:[[:space:]]*$/{n;s|^\([[:space:]]*\)\(.*\)$|\1`+strings.ReplaceAll(line, "|", `\|`)+`\n\1\2|}`, "{config}")
 }
 
+// flowTerminal rewrites the config file's top-level terminal: mapping in
+// YAML's flow style, {key: value, ...}, with entry added last (the
+// layout's config is YAML; its terminal mapping holds scalars). The awk
+// braces keep a space inside, so no placeholder reads them.
+func flowTerminal(entry string) string {
+	script := `/^terminal:[[:space:]]*$/ { t = 1; s = ""; next } ` +
+		`t && /^[[:space:]]/ { sub(/^[[:space:]]+/, ""); s = s $0 ", "; next } ` +
+		`t { print "terminal: {" s "` + entry + `}"; t = 0 } ` +
+		`{ print } ` +
+		`END { if (t) print "terminal: {" s "` + entry + `}" }`
+	return planting(`edited=$(awk '` + script + `' '{config}') && printf '%s\n' "$edited" > '{config}'`)
+}
+
 // ownSandboxNone is own-sandbox-none with terminal.sandbox: none written in
 // another YAML form (how), by the plant step.
 func ownSandboxNone(id, how, step string) Chain {
@@ -365,6 +378,7 @@ func Chains() []Chain {
 		ownSandboxNone("own-sandbox-none-quoted", "a quoted key", underTerminal(`"sandbox": none`)),
 		ownSandboxNone("own-sandbox-none-merge-key", "a merge key", underTerminal(`<<: {sandbox: none}`)),
 		ownSandboxNone("own-sandbox-none-tagged", "an explicit tag", underTerminal(`sandbox: !!str none`)),
+		ownSandboxNone("own-sandbox-none-flow", "a flow mapping", flowTerminal(`sandbox: none`)),
 		// An anchor on a key of its own, then the setting as an alias of it
 		// (sed: \& is a literal &, \1 the mapping's indentation).
 		ownSandboxNone("own-sandbox-none-alias", "an alias of an anchor", underTerminal(`surface_value: \&surface_none none\n\1sandbox: *surface_none`)),

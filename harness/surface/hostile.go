@@ -20,18 +20,27 @@ type Form string
 
 // The hostile forms every file the server reads is given.
 const (
-	FIFO            = Form(hostilefile.FIFO)       // an open for reading blocks for ever with no writer
-	DeviceLink      = Form(hostilefile.DeviceLink) // a link to /dev/zero: a read never ends
-	Sparse          = Form(hostilefile.Sparse)     // a huge sparse file (HugeSize), no disk spent
-	Directory       = Form(hostilefile.Directory)  // a folder where a file was
-	Socket          = Form(hostilefile.Socket)     // a unix socket: an open fails, a connect may hang
-	LinkOut    Form = "link-out"                   // a link to the victim's file of the same path
-	MiddleLink Form = "middle-link"                // the path's first folder linked to the victim's
+	FIFO             = Form(hostilefile.FIFO)       // an open for reading blocks for ever with no writer
+	DeviceLink       = Form(hostilefile.DeviceLink) // a link to /dev/zero: a read never ends
+	Sparse           = Form(hostilefile.Sparse)     // a huge sparse file (HugeSize), no disk spent
+	Directory        = Form(hostilefile.Directory)  // a folder where a file was
+	Socket           = Form(hostilefile.Socket)     // a unix socket: an open fails, a connect may hang
+	LinkOut     Form = "link-out"                   // a link to the victim's file of the same path
+	MiddleLink  Form = "middle-link"                // the path's first folder linked to the victim's
+	FileInstead Form = "file-for-folder"            // a regular file where a folder was
 )
 
-// Forms lists every form, in the order they are tried.
+// Forms lists every form a file the server reads is given, in the order
+// they are tried.
 func Forms() []Form {
 	return []Form{FIFO, DeviceLink, Sparse, Directory, Socket, LinkOut, MiddleLink}
+}
+
+// DirForms lists every form a folder the server lists is given: a file
+// where it was, the special files, and a link to the victim's folder of
+// the same path.
+func DirForms() []Form {
+	return []Form{FileInstead, FIFO, DeviceLink, Socket, LinkOut}
 }
 
 // HugeSize is a sparse file's size: far past any sane limit, and costing
@@ -71,6 +80,8 @@ func Plant(home, rel string, form Form, victimHome, aside string) (restore func(
 	switch form {
 	case LinkOut, MiddleLink:
 		made = os.Symlink(filepath.Join(victimHome, filepath.FromSlash(at)), target)
+	case FileInstead:
+		made = os.WriteFile(target, []byte("a file where a folder was\n"), 0o644)
 	default:
 		made = hostilefile.Make(target, hostilefile.Form(form))
 	}

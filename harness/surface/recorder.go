@@ -120,6 +120,16 @@ func (r *Recorder) touch(t Touch) {
 	}
 }
 
+// Watch adds tenant's home to the watched ones, whether or not it exists
+// yet: a profile the server is about to create below a watched home is
+// recorded as its own tenant's from the moment it appears.
+func (r *Recorder) Watch(tenant, home string) error {
+	if err := r.w.watchHome(tenant, home); err != nil {
+		return fmt.Errorf("surface: watch %s's home: %w", tenant, err)
+	}
+	return nil
+}
+
 // Begin opens the window of one action: tenant's action name, with or
 // without tools. roots gives the target's process roots (the server's
 // pid first; it may change, as across a restart); nil records no

@@ -2,6 +2,7 @@ package surface
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -218,6 +219,29 @@ func TestPlantAndRestoreEveryForm(t *testing.T) {
 	require.NoError(t, restore())
 }
 
+// TestPlantAndRestoreEveryDirForm: every folder form takes the folder's
+// place, and restore puts the folder back with what was in it.
+func TestPlantAndRestoreEveryDirForm(t *testing.T) {
+	t.Parallel()
+	_, hs := homes(t)
+	aside := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(hs["alpha"], "memories", "MEMORY.md"), []byte("mine"), 0o644))
+	for _, f := range DirForms() {
+		restore, err := Plant(hs["alpha"], "memories", f, hs["beta"], aside)
+		require.NoError(t, err, "%s", f)
+		fi, err := os.Lstat(filepath.Join(hs["alpha"], "memories"))
+		require.NoError(t, err)
+		assert.False(t, fi.IsDir(), "%s left a folder", f)
+		if f == FileInstead {
+			assert.True(t, fi.Mode().IsRegular())
+		}
+		require.NoError(t, restore(), "%s", f)
+		b, err := os.ReadFile(filepath.Join(hs["alpha"], "memories", "MEMORY.md"))
+		require.NoError(t, err, "%s", f)
+		assert.Equal(t, "mine", string(b), "%s", f)
+	}
+}
+
 // TestShellPayloadReportsWhereItRan: BASH_ENV's payload, run by a
 // non-interactive bash outside any sandbox, reports the test's own
 // namespaces and the victim's file; its positive control is that
@@ -385,4 +409,47 @@ func TestReadReportRefusesWhatATenantSwapsIn(t *testing.T) {
 	b, read := readReport(ok)
 	assert.True(t, read, "the positive control: a report is read")
 	assert.Equal(t, "var=PATH\n", string(b))
+}
+
+// TestWatchAttributesAProfileMadeLater: a profile folder the server makes
+// below a watched home during a window is its own tenant's once Watch
+// named it, not the enclosing home's (and without Watch, the enclosing
+// home's: the control).
+func TestWatchAttributesAProfileMadeLater(t *testing.T) {
+	t.Parallel()
+	_, hs := homes(t)
+	rec, err := NewRecorder(map[string]string{"alpha": hs["alpha"]}, Vars{}, t.TempDir())
+	require.NoError(t, err)
+	defer rec.Close()
+	guest := filepath.Join(hs["alpha"], "profiles", "guest")
+	other := filepath.Join(hs["alpha"], "profiles", "unwatched")
+	require.NoError(t, rec.Watch("guest", guest))
+	require.NoError(t, rec.Begin("profiles.create", "", false, nil))
+	for _, d := range []string{guest, other} {
+		require.NoError(t, os.MkdirAll(filepath.Join(d, "memories"), 0o755))
+	}
+	// Files made once the new folders are watched: a poll, since the
+	// watch is added as the folder's creation event is read.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var act Action
+	for i := 0; ; i++ {
+		require.NoError(t, ctx.Err(), "the new folders' files were never seen")
+		for _, d := range []string{guest, other} {
+			require.NoError(t, os.WriteFile(filepath.Join(d, "memories", fmt.Sprintf("m%d.md", i)), []byte("m"), 0o644))
+		}
+		act, err = rec.End(ctx)
+		require.NoError(t, err)
+		if hasFile(act, "guest", fmt.Sprintf("memories/m%d.md", i)) && hasFile(act, "alpha", fmt.Sprintf("profiles/unwatched/memories/m%d.md", i)) {
+			break
+		}
+		require.NoError(t, rec.Begin("profiles.create", "", false, nil))
+	}
+	for _, f := range act.Files {
+		assert.False(t, f.Tenant == "alpha" && strings.HasPrefix(f.Path, "profiles/guest/"), "the guest's file went to the enclosing home: %+v", f)
+	}
+}
+
+func hasFile(act Action, tenant, path string) bool {
+	return slices.ContainsFunc(act.Files, func(f FileUse) bool { return f.Tenant == tenant && f.Path == path })
 }

@@ -29,7 +29,7 @@ type watcher struct {
 	sink func(Touch)
 	done chan struct{}
 
-	homes map[string]bool // every watched home: a home nested in another is its own
+	homes map[string]string // every watched home -> its tenant: a home nested in another is its own
 
 	mu       sync.Mutex
 	dirs     map[int]place // watch descriptor -> folder
@@ -49,9 +49,9 @@ func newWatcher(homes map[string]string, sink func(Touch)) (*watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("surface: inotify: %w", err)
 	}
-	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), fd: fd, sink: sink, done: make(chan struct{}), dirs: map[int]place{}, homes: map[string]bool{}}
-	for _, home := range homes {
-		w.homes[filepath.Clean(home)] = true
+	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), fd: fd, sink: sink, done: make(chan struct{}), dirs: map[int]place{}, homes: map[string]string{}}
+	for tenant, home := range homes {
+		w.homes[filepath.Clean(home)] = tenant
 	}
 	for tenant, home := range homes {
 		if err := w.addTree(place{tenant: tenant, home: home}); err != nil {
@@ -77,8 +77,13 @@ func (w *watcher) addTree(p place) error {
 		if !d.IsDir() {
 			return nil
 		}
-		if path != filepath.Clean(p.home) && w.homes[filepath.Clean(path)] {
-			return filepath.SkipDir // another tenant's home (a profile below the launch home)
+		if owner, ok := w.homeOf(path); ok && path != filepath.Clean(p.home) {
+			// Another tenant's home (a profile below the launch home), maybe
+			// made just now: watched as its own.
+			if owner != p.tenant {
+				_ = w.addTree(place{tenant: owner, home: filepath.Clean(path)})
+			}
+			return filepath.SkipDir
 		}
 		rel, _ := filepath.Rel(p.home, path)
 		if rel == "." {
@@ -86,6 +91,28 @@ func (w *watcher) addTree(p place) error {
 		}
 		return w.add(place{tenant: p.tenant, home: p.home, rel: filepath.ToSlash(rel)})
 	})
+}
+
+// homeOf says whose home path is, if it is one.
+func (w *watcher) homeOf(path string) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, ok := w.homes[filepath.Clean(path)]
+	return t, ok
+}
+
+// watchHome adds tenant's home, which may not exist yet (a profile about
+// to be created below a watched home): from now on its events are its
+// own, not the enclosing home's.
+func (w *watcher) watchHome(tenant, home string) error {
+	home = filepath.Clean(home)
+	w.mu.Lock()
+	w.homes[home] = tenant
+	w.mu.Unlock()
+	if _, err := os.Lstat(home); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return w.addTree(place{tenant: tenant, home: home})
 }
 
 func (w *watcher) add(p place) error {
