@@ -11,5 +11,5 @@ func newWatcher(map[string]string, func(Touch)) (*watcher, error) {
 }
 
 func (w *watcher) watchHome(string, string) error { return nil }
-func (w *watcher) state() (bool, error) { return false, nil }
-func (w *watcher) close()               {}
+func (w *watcher) state() (bool, error)           { return false, nil }
+func (w *watcher) close()                         {}
