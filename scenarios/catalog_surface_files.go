@@ -123,12 +123,13 @@ func (e *Env) attackSurfaceFiles() {
 	e.noteSurface(&st.m)
 }
 
-// holdsAHome says whether dir is, or holds, another tenant's home (the
-// launch home's profiles folder): the operator's layout, which no
+// holdsAHome says whether dir is, or holds, another tenant's home (a
+// profile's home below the launch home's profiles folder, or that
+// folder): the operator's layout, which no
 // tenant's shell can move (its sandbox hides or pins it), so no attack.
 func (e *Env) holdsAHome(dir string) bool {
 	for _, t := range e.Box.Set.Tenants {
-		if rel, err := filepath.Rel(dir, t.Home); err == nil && rel != "." && filepath.IsLocal(rel) {
+		if rel, err := filepath.Rel(dir, t.Home); err == nil && filepath.IsLocal(rel) {
 			return true
 		}
 	}
