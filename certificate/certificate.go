@@ -275,10 +275,15 @@ func Effective(r *scenarios.Report) scenarios.Result {
 	return res
 }
 
-// VerdictOf concludes a run from its reports: Leaks when any scenario
-// leaked; otherwise Failed when any failed or when none ran (no reports,
-// or every one skipped); otherwise Certified.
+// VerdictOf concludes a run from its reports: Failed when the target
+// never became ready (every scenario that was not skipped was not run
+// for a backend that could not start), whatever else was seen; Leaks
+// when any scenario leaked; otherwise Failed when any failed or when none
+// ran (no reports, or every one skipped); otherwise Certified.
 func VerdictOf(reports []scenarios.Report) Verdict {
+	if NeverReady(reports) != "" {
+		return Failed
+	}
 	ran, failed := 0, false
 	for i := range reports {
 		switch Effective(&reports[i]) {
@@ -319,8 +324,9 @@ func (c *Certificate) WriteJSON(w io.Writer) error {
 	r := ReachOf(c)
 	withReach := struct {
 		*Certificate
-		Reach *Reach `json:"reach,omitempty"`
-	}{c, &r}
+		VerdictLine string `json:"verdict_line"`
+		Reach       *Reach `json:"reach,omitempty"`
+	}{c, c.Headline(), &r}
 	if err := enc.Encode(withReach); err != nil {
 		return fmt.Errorf("write certificate json: %w", err)
 	}

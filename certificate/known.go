@@ -158,8 +158,14 @@ func (c *Certificate) Accept(known []KnownFinding, now time.Time) {
 			p.Findings = keep
 			p.Counts.Findings = len(keep)
 		}
-		if moved && (r.Result == scenarios.Leak || r.Result == scenarios.Failed) && onlyFindings(r, lines) {
+		switch {
+		case moved && (r.Result == scenarios.Leak || r.Result == scenarios.Failed) && onlyFindings(r, lines):
 			r.Result = Accepted
+		case moved && r.Result == scenarios.Leak && !leakLeft(r):
+			// Accepted findings alone never make a leak: what is left
+			// (a phase error, a failed control, a start-up failure) is a
+			// failure.
+			r.Result = scenarios.Failed
 		}
 		// The log's lines of accepted findings leave it: the console's and
 		// summary's "why" lines must not list what the file accepts (the
@@ -199,6 +205,16 @@ func match(known []KnownFinding, f invariants.Finding, now time.Time) *KnownFind
 		}
 	}
 	return expired
+}
+
+// leakLeft reports whether r still holds a leak finding.
+func leakLeft(r *scenarios.Report) bool {
+	for _, f := range r.Findings() {
+		if f.Invariant.Leak() {
+			return true
+		}
+	}
+	return false
 }
 
 // onlyFindings reports whether r failed for its accepted findings alone:

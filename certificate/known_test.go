@@ -136,3 +136,53 @@ func TestPartlyAcceptedStillLeaks(t *testing.T) {
 	c.Accept(ks, time.Date(2029, 6, 1, 0, 0, 0, 0, time.UTC))
 	assert.NotEqual(t, Certified, c.Verdict)
 }
+
+// TestAcceptedFindingsAloneNeverLeak: a scenario whose every leak finding
+// is accepted, but which also failed for something else (a phase error),
+// is failed, not leak; the run fails (exit 2), never LEAKS.
+func TestAcceptedFindingsAloneNeverLeak(t *testing.T) {
+	t.Parallel()
+	ks, err := LoadKnownFindings(writeKnown(t, knownLogs))
+	require.NoError(t, err)
+	r := gatewayLeak()
+	r.Phases[0].Error = "turn of alpha: provider answered 500"
+	r.Log = append(r.Log, r.Phases[0].Error)
+	c := New(Target{Name: "testgw"}, nil, []scenarios.Report{passing("gateway-tenants"), r}, time.Second)
+	require.Equal(t, Leaks, c.Verdict, "the control: unaccepted, the finding is a leak")
+	c.Accept(ks, time.Date(2029, 6, 1, 0, 0, 0, 0, time.UTC))
+	assert.Equal(t, scenarios.Failed, c.Scenarios[1].Result)
+	assert.Equal(t, scenarios.Failed, Effective(&c.Scenarios[1]))
+	assert.Equal(t, Failed, c.Verdict)
+	assert.Equal(t, 2, ExitCode(c.Verdict))
+}
+
+// TestNeverReadyIsAFailureWhateverElseWasSeen: every scenario that was not
+// skipped did not run because the target's backend could not start; one
+// of them still holds a leak finding (read from the dying server's log)
+// and an accepted one. The verdict is failed (exit 2), and its line says
+// the target never became ready and what was seen besides.
+func TestNeverReadyIsAFailureWhateverElseWasSeen(t *testing.T) {
+	t.Parallel()
+	ks, err := LoadKnownFindings(writeKnown(t, knownLogs))
+	require.NoError(t, err)
+	first := gatewayLeak()
+	first.Phases[0].Findings = []invariants.Finding{leakFinding}
+	first.NotRun = "the serve backend could not start (in scenario gateway-routes): ready line never printed\nlast output: boom"
+	second := passing("pooled-serve")
+	second.Result, second.Reason = scenarios.Failed, "not run: the serve backend could not start (in scenario gateway-routes): ready line never printed"
+	second.NotRun = "the serve backend could not start (in scenario gateway-routes): ready line never printed"
+	second.Phases = nil
+	skipped := scenarios.Report{ID: "gateway-fetch", Result: scenarios.Skipped, Reason: "needs fetch routes"}
+	c := New(Target{Name: "testgw"}, nil, []scenarios.Report{first, second, skipped}, time.Second)
+	c.Accept(ks, time.Date(2029, 6, 1, 0, 0, 0, 0, time.UTC))
+	assert.Equal(t, Failed, c.Verdict)
+	assert.Equal(t, 2, ExitCode(c.Verdict))
+	assert.Equal(t, "FAILED: the target never became ready (the serve backend could not start (in scenario gateway-routes): ready line never printed); nothing is certified; also seen: 1 leak finding, 1 accepted finding", c.Headline())
+
+	// The control: the same run where one scenario did run is judged by
+	// what ran (a leak), and its line counts what did not run.
+	ran := passing("stdio-separate")
+	c = New(Target{Name: "testgw"}, nil, []scenarios.Report{first, second, ran}, time.Second)
+	assert.Equal(t, Leaks, c.Verdict)
+	assert.Equal(t, "LEAKS: a tenant's data reached another tenant; 2 of 3 scenarios not run: the serve backend could not start (in scenario gateway-routes): ready line never printed", c.Headline())
+}

@@ -2,6 +2,7 @@ package certificate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/scenarios"
@@ -34,12 +35,75 @@ func (c *Certificate) Partial() string {
 	return strings.Join(parts, ", ")
 }
 
+// NotRun says which scenarios did not run because a backend of the
+// target could not start: "3 of 24 scenarios not run: the gateway backend
+// could not start: …", or "" when every backend started.
+func NotRun(reports []scenarios.Report) string {
+	n := 0
+	var why []string
+	for i := range reports {
+		r := &reports[i]
+		if r.NotRun == "" {
+			continue
+		}
+		n++
+		reason := firstLine(r.NotRun)
+		if !slices.Contains(why, reason) {
+			why = append(why, reason)
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d scenarios not run: %s", n, len(reports), strings.Join(why, "; "))
+}
+
+// NeverReady says why the target never became ready, when no scenario
+// ran with its backends up (every one not skipped was not run for a
+// backend that could not start); "" otherwise.
+func NeverReady(reports []scenarios.Report) string {
+	var why string
+	for i := range reports {
+		r := &reports[i]
+		switch {
+		case r.NotRun != "":
+			if why == "" {
+				why = firstLine(r.NotRun)
+			}
+		case r.Result != scenarios.Skipped:
+			return ""
+		}
+	}
+	return why
+}
+
+// firstLine is s up to its first line break (a start-up error carries the
+// process's last output on the lines after).
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSpace(line)
+}
+
 // Headline is the verdict line: the verdict in a few words, saying when a
 // certified run was partial ("certified, partial: 5 of 9 scenarios skipped: no
-// tenant's data reached another tenant in what ran").
+// tenant's data reached another tenant in what ran"), which scenarios
+// did not run because a backend could not start ("LEAKS: …; 3 of 24
+// scenarios not run: the gateway backend could not start: …"), and, when
+// the target never became ready, that first and what was seen besides.
 func (c *Certificate) Headline() string {
+	if why := NeverReady(c.Scenarios); why != "" {
+		line := "FAILED: the target never became ready (" + why + "); nothing is certified"
+		if seen := c.seenBesides(); seen != "" {
+			line += "; also seen: " + seen
+		}
+		return line
+	}
 	if c.Verdict != Certified {
-		return c.Verdict.Headline()
+		line := c.Verdict.Headline()
+		if nr := NotRun(c.Scenarios); nr != "" {
+			line += "; " + nr
+		}
+		return line
 	}
 	accepted := ""
 	switch n := c.AcceptedCount(); {
@@ -59,4 +123,32 @@ func (c *Certificate) Headline() string {
 		return "certified" + accepted + tail
 	}
 	return c.Verdict.Headline()
+}
+
+// seenBesides counts the findings of a run that also failed to start:
+// "2 leak findings, 12 accepted findings".
+func (c *Certificate) seenBesides() string {
+	leaks, other := 0, 0
+	for i := range c.Scenarios {
+		for _, f := range c.Scenarios[i].Findings() {
+			if f.Invariant.Leak() {
+				leaks++
+			} else {
+				other++
+			}
+		}
+	}
+	var parts []string
+	for _, p := range []struct {
+		n    int
+		what string
+	}{{leaks, "leak finding"}, {other, "other finding"}, {c.AcceptedCount(), "accepted finding"}} {
+		switch {
+		case p.n == 1:
+			parts = append(parts, "1 "+p.what)
+		case p.n > 1:
+			parts = append(parts, fmt.Sprintf("%d %ss", p.n, p.what))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -55,7 +55,7 @@ func (e *Env) StartServe() *Serve {
 	e.noteOperatorSecret("serve_token", token)
 	if err := tg.WaitHealthy(ctx, e.Server.Base, token); err != nil {
 		p.Kill()
-		e.targetCannotStart("serve backend", err)
+		e.targetCannotStart(harness.BackendServe, err)
 		e.T.Fatalf("serve backend not healthy: %v", err)
 	}
 	e.Box.NoteServe(e.Server.Base, token)
@@ -126,14 +126,15 @@ func (e *Env) startReady(ctx context.Context, name, what string, argv []string, 
 	tg := e.Box.Target
 	p, err := e.Box.Start(e.Ctx, name, argv, false, env)
 	if err != nil {
-		e.targetCannotStart(what, err)
+		e.targetCannotStart(backendOf(name), err)
 		e.T.Fatalf("start %s: %v", what, err)
 	}
 	m, err := p.WaitLine(ctx, tg.ReadyRE())
 	if err != nil {
 		p.Kill()
-		e.targetCannotStart(what, err)
+		e.targetCannotStart(backendOf(name), err)
 		e.T.Fatalf("%s not ready: %v", what, err)
 	}
+	e.targetReady()
 	return p, tg.ReadyAddr(m, "127.0.0.1")
 }

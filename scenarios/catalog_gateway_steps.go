@@ -120,9 +120,10 @@ func (e *Env) startLLMGateway(opts llmgw.Options, onErr func(error)) *llmgw.Gate
 	g, err := llmgw.StartWith(ctx, e.Ctx, e.Box, opts)
 	if err != nil {
 		onErr(err)
-		e.targetCannotStart("gateway", err)
+		e.targetCannotStart(harness.BackendGateway, err)
 		e.T.Fatalf("start the gateway: %v", err)
 	}
+	e.targetReady()
 	e.T.Cleanup(func() { _ = g.Stop() })
 	e.mu.Lock()
 	*stateOf(e, llmGatewayKey) = &gatewayRun{g: g, controls: map[string]Control{}}

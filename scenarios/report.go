@@ -61,14 +61,18 @@ type TenantInfo struct {
 
 // Report is one scenario's outcome.
 type Report struct {
-	ID       string         `json:"id"`
-	Purpose  string         `json:"purpose"`
-	Focus    []Invariant    `json:"focus"`
-	Tenants  int            `json:"tenants"`
-	Seed     uint64         `json:"seed"`             // the run's seed: --seed replays its orders
-	Roster   []TenantInfo   `json:"roster,omitempty"` // the tenants and their tags (a profile made mid-run included)
-	Result   Result         `json:"result"`
-	Reason   string         `json:"reason,omitempty"` // for skipped or failed
+	ID      string       `json:"id"`
+	Purpose string       `json:"purpose"`
+	Focus   []Invariant  `json:"focus"`
+	Tenants int          `json:"tenants"`
+	Seed    uint64       `json:"seed"`             // the run's seed: --seed replays its orders
+	Roster  []TenantInfo `json:"roster,omitempty"` // the tenants and their tags (a profile made mid-run included)
+	Result  Result       `json:"result"`
+	Reason  string       `json:"reason,omitempty"` // for skipped or failed
+	// NotRun says why the scenario did not run (or stopped as it began):
+	// a backend of the target it needs could not start. Every other
+	// scenario runs; the verdict line counts these.
+	NotRun   string         `json:"not_run,omitempty"`
 	Duration time.Duration  `json:"duration_ns"`
 	Phases   []PhaseReport  `json:"phases"`
 	Skipped  []SkippedCheck `json:"skipped_checks,omitempty"`

@@ -176,7 +176,7 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 	})
 	if err != nil {
 		rep.Reason = err.Error()
-		cfg.down.note(spec.ID, "sandbox", err)
+		rep.NotRun = cfg.down.note(spec.ID, sandboxSetup, err)
 		rt.Fatalf("%s: %v", spec.ID, err)
 	}
 	t.Cleanup(func() {
@@ -423,8 +423,8 @@ func runSpecs(ctx context.Context, specs []Spec, cfg Config, opts CatalogOptions
 // under opts.WorkDir, unless the target is down already.
 func runStandalone(ctx context.Context, spec Spec, cfg Config, opts CatalogOptions, label string) Report {
 	rep := &Report{ID: spec.ID, Purpose: spec.Purpose, Focus: spec.Focus}
-	if why := cfg.down.why(); why != "" && spec.unmet(cfg.Target) == "" {
-		rep.Result, rep.Reason = Failed, "not run: "+why
+	if why := cfg.down.whyFor(spec.Backends); why != "" && spec.unmet(cfg.Target) == "" {
+		rep.Result, rep.Reason, rep.NotRun = Failed, "not run: "+why, why
 		progress(cfg.Progress, "%-20s not run: %s", spec.ID, why)
 		return *rep
 	}

@@ -15,9 +15,10 @@ import (
 )
 
 // TestATargetThatCannotStartStopsTheRun: every backend of the target exits
-// at once with a start-up error. The first scenario that needs one fails
-// with that error; the catalog stops there (the others are reported not
-// run, each naming why) instead of waiting out each start in turn; exit 2.
+// at once with a start-up error. The first scenario that needs each one
+// fails with that error; the scenarios after it that need it are reported
+// not run, each naming why, instead of waiting out each start in turn;
+// exit 2, and the verdict line says the target never became ready.
 func TestATargetThatCannotStartStopsTheRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -43,9 +44,11 @@ func TestATargetThatCannotStartStopsTheRun(t *testing.T) {
 	ran, notRun, skipped := 0, 0, 0
 	for _, r := range c.Scenarios {
 		switch {
-		case r.Result == scenarios.Failed && strings.HasPrefix(r.Reason, "not run: the target could not start"):
+		case r.Result == scenarios.Failed && strings.HasPrefix(r.Reason, "not run: the "):
 			notRun++
+			require.Contains(t, r.Reason, "backend could not start")
 			require.Contains(t, r.Reason, "no such listener", "the reason quotes the target's own error")
+			require.Equal(t, strings.TrimPrefix(r.Reason, "not run: "), r.NotRun)
 		case r.Result == scenarios.Failed:
 			ran++
 		case r.Result == scenarios.Skipped:
@@ -55,12 +58,71 @@ func TestATargetThatCannotStartStopsTheRun(t *testing.T) {
 			require.NotEmpty(t, r.Reason)
 		}
 	}
-	// The scenarios already running beside the first (--parallel, by
-	// default scenarios.AutoParallel) tried it too; none started after.
+	// The scenarios already running beside the first of each backend
+	// (--parallel, by default scenarios.AutoParallel) tried it too; none
+	// started after.
 	require.GreaterOrEqual(t, ran, 1, "a scenario tried the target; stdout:\n%s", &stdout)
-	require.LessOrEqual(t, ran, scenarios.AutoParallel(), "only the scenarios already running tried the target; stdout:\n%s", &stdout)
+	require.LessOrEqual(t, ran, 3*scenarios.AutoParallel(), "only the scenarios already running tried each backend; stdout:\n%s", &stdout)
+	line := "FAILED: the target never became ready (the "
+	require.Contains(t, stdout.String(), "verdict: "+line, "the console's verdict line")
+	summary, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(summary), line)
+	raw, err := os.ReadFile(filepath.Join(out, "certificate.json"))
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"verdict_line": "`+line)
 	require.Equal(t, len(c.Scenarios)-ran-skipped, notRun, "the rest did not wait for it; stdout:\n%s", &stdout)
 	require.Greater(t, notRun, 10, "most of the catalog needs this target")
+}
+
+// TestABackendThatCannotStartCostsOnlyItsScenarios: the target's gateway
+// exits at once with a start-up error while its stdio and serve backends
+// work. The gateway's scenario is not run, with the gateway's own error;
+// the others run and pass; the run fails (exit 2) and its verdict line,
+// in the console, summary.md and certificate.json, counts what did not
+// run and why.
+func TestABackendThatCannotStartCostsOnlyItsScenarios(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	exe := testExe(t)
+	target := writeFile(t, dir, "half.yaml", strings.Join([]string{
+		"name: half-broken",
+		"stdio: [" + exe + ", agentd, tui]",
+		"serve: [" + exe + ", agentd, serve, --host, '{host}', --port, '0', --cron, --cron-interval, '{cron_interval}']",
+		`gateway: [sh, -c, 'echo "fatal: gateway: no such listener" >&2; exit 78']`,
+		"profile_root: [" + exe + ", agentd, profile, root]",
+		"token_var: AGENTD_SESSION_TOKEN",
+		"files: true",
+		"env: {AGENTD_MANAGED_DIR: '{root}/managed'}",
+		"managed_dir: '{root}/managed'",
+		"managed: {terminal: {workdir_roots: ['{root}/work/{profile}']}}",
+		"llm_gateway: {access: {key: '{api_server_key}', base_path: '/p/{tenant}/v1', launch_base_path: /v1}}",
+		"",
+	}, "\n"))
+	out := filepath.Join(dir, "out")
+	var stdout, stderr syncio.Buffer
+	code := dispatch(t.Context(), []string{"--target", target, "--no-self-test", "--run", "^(gateway|pooled-serve|stdio-separate)$", "--out", out},
+		strings.NewReader(""), &stdout, &stderr, noEnv)
+	require.Equal(t, 2, code, "stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
+	c := readCertificate(t, out)
+	require.Equal(t, certificate.Failed, c.Verdict)
+	for _, r := range c.Scenarios {
+		if r.ID == "gateway" {
+			require.Contains(t, r.NotRun, "the gateway backend could not start")
+			require.Contains(t, r.NotRun, "no such listener")
+			continue
+		}
+		require.Equal(t, scenarios.Pass, r.Result, "%s: %v", r.ID, r.Log)
+		require.Empty(t, r.NotRun)
+	}
+	line := "FAILED: the harness or the target failed; nothing is certified; 1 of 3 scenarios not run: the gateway backend could not start"
+	require.Contains(t, stdout.String(), "verdict: "+line, "stdout:\n%s", &stdout)
+	summary, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(summary), line)
+	raw, err := os.ReadFile(filepath.Join(out, "certificate.json"))
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"verdict_line": "`+line)
 }
 
 // TestNoSandboxHereStopsTheRun: the embedded agentd's preflight (`agentd
