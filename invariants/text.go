@@ -2,6 +2,7 @@ package invariants
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -13,9 +14,63 @@ func TextLeaks(ts []*tenants.Tenant, label string, text []byte, owner string) []
 	return withChecker(ts, owner, func(c *Checker) []Finding { return c.TextLeaks(label, text, owner) })
 }
 
-// TextLeaks is the package's TextLeaks over c's tenants.
+// TextLeaks is the package's TextLeaks over c's tenants. The places of
+// one text that carry the same canary kind of the same owner fold into one
+// finding (FoldText): a server that logs a foreign key on every request
+// is one finding, with a count and its first and last place.
 func (c *Checker) TextLeaks(label string, text []byte, owner string) []Finding {
-	return Dedup(c.m.find(Text, owner, text, Where{Label: label}, true, owner == ""))
+	return FoldText(Dedup(c.m.find(Text, owner, text, Where{Label: label}, true, owner == "")))
+}
+
+// FoldText folds findings of one text (a log, a stream) that carry the
+// same owner's canary of the same kind, in the same tenant's place and
+// under the same label, into the first of them: its Count says how many
+// places ("seen N times"), and its Detail names the last one (offset and
+// excerpt). Other
+// findings pass unchanged, in order.
+func FoldText(fs []Finding) []Finding {
+	type group struct {
+		at    int
+		n     int
+		last  Finding
+		multi bool
+	}
+	groups := map[string]*group{}
+	out := make([]Finding, 0, len(fs))
+	for _, f := range fs {
+		if f.Invariant != Text || f.Owner == "" || f.Place != "" {
+			out = append(out, f)
+			continue
+		}
+		k := f.Tenant + "\x00" + f.Owner + "\x00" + string(f.Kind) + "\x00" + f.Where.Label
+		g := groups[k]
+		if g == nil {
+			groups[k] = &group{at: len(out), n: countOf(f), last: f}
+			out = append(out, f)
+			continue
+		}
+		g.n += countOf(f)
+		g.last, g.multi = f, true
+	}
+	for _, g := range groups {
+		if !g.multi {
+			continue
+		}
+		f := &out[g.at]
+		f.Count = g.n
+		last := "the last place"
+		if g.last.Where.Offset != nil {
+			last += fmt.Sprintf(" at offset %d", *g.last.Where.Offset)
+		}
+		if g.last.Excerpt != "" {
+			last += " in " + g.last.Excerpt
+		}
+		if f.Detail != "" {
+			f.Detail += "; "
+		}
+		f.Detail += last
+	}
+	return out
 }
 
 // Frame is one JSON-RPC frame delivered on a connection. Method is the

@@ -32,6 +32,31 @@ func TestTextLeaks(t *testing.T) {
 	require.Empty(t, TextLeaks(s.Tenants, "clean", []byte("beta "+beta.Tag+" model-beta- "+alpha.Model()), "alpha"))
 }
 
+// TestTextLeaksFoldALogsRepeats: a log that carries beta's key on every
+// line is one finding per kind, with the count and its first and last
+// place; another kind of beta's stays a finding of its own.
+func TestTextLeaksFoldALogsRepeats(t *testing.T) {
+	t.Parallel()
+	s, err := tenants.Build(t.TempDir(), tenants.Options{Names: []string{"default", "alpha", "beta"}, NoProviders: true})
+	require.NoError(t, err)
+	alpha, beta := s.Get("alpha"), s.Get("beta")
+	var log strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&log, "request %d of alpha %s with key %s\n", i, alpha.Model(), beta.ProviderKey())
+	}
+	last := log.Len()
+	log.WriteString("done: " + beta.Model() + " and " + beta.ProviderKey() + "\n")
+
+	got := TextLeaks(s.Tenants, "log of serve", []byte(log.String()), "alpha")
+	require.Equal(t, []string{"text alpha beta/provider_key raw", "text alpha beta/model raw"}, findingKeys(got), Format(got))
+	key := got[0]
+	require.Equal(t, 51, key.Count)
+	require.Contains(t, key.Excerpt, "\\nrequest 1 of alpha", "the first place's excerpt (the first line's key)")
+	require.Contains(t, key.Detail, fmt.Sprintf("the last place at offset %d", last+len("done: "+beta.Model()+" and ")))
+	require.Contains(t, key.String(), "(seen 51 times)")
+	require.Equal(t, 0, got[1].Count, "beta's model is in one place")
+}
+
 func TestFrameLeaks(t *testing.T) {
 	t.Parallel()
 	s, err := tenants.Build(t.TempDir(), tenants.Options{Names: []string{"default", "alpha", "beta"}, NoProviders: true})

@@ -110,13 +110,25 @@ func checkFiles(ctx context.Context, e *Env, r *checkRun) {
 
 // checkTexts scans every process log the harness kept and every stream it
 // received.
+// checkTexts scans each process log from where the last phase's scan of
+// it ended (a phase is credited only with the lines written during it),
+// then the kept streams.
 func checkTexts(_ context.Context, e *Env, r *checkRun) {
 	for _, p := range e.Box.Procs() {
 		owner := ""
 		if strings.HasPrefix(p.Name(), "stdio-") {
 			owner = strings.TrimPrefix(p.Name(), "stdio-")
 		}
-		r.find(r.chk.TextLeaks("log of "+p.Name(), []byte(p.Output()), owner)...)
+		text := []byte(p.Output())
+		from := e.logScanned.since(p, text)
+		fs := r.chk.TextLeaks("log of "+p.Name(), text[from:], owner)
+		for i := range fs {
+			if off := fs[i].Where.Offset; off != nil {
+				at := *off + int64(from)
+				fs[i].Where.Offset = &at
+			}
+		}
+		r.find(fs...)
 	}
 	for _, x := range r.texts {
 		r.find(r.chk.TextLeaks(x.label, x.data, x.owner)...)

@@ -38,22 +38,23 @@ type Env struct {
 
 	state stateSlots // each scenario's own state, by key (stateOf)
 
-	mu        sync.Mutex
-	conns     []ownedConn
-	sessions  []session
-	expected  map[string]int           // snapshots each tenant's provider must have received
-	pending   []invariants.Finding     // write-scope findings made since the last check
-	down      *targetDown              // where a start-up failure of the target's backend is noted
-	backendUp bool                     // a backend of the target became ready in this scenario
-	excl      *sync.RWMutex            // the run's scenarios hold it shared; Alone takes it whole
-	texts     []ownedText              // streams the harness received (gateway replies)
-	deleted   map[string]bool          // tenants whose profile a phase deleted
-	operator  map[string]string        // the operator's secrets the scenario made (serve tokens)
-	probePl   *harness.ProbePlugin     // the target's probe plugin (probePlugin)
-	ranSt     ranState                 // the ran-controls since the last check
-	faulty    faultyRun                // set in a self-test's faulty run that stops once caught
-	files     *scan.FileCache          // what the file checks found, by file identity: a phase rescans only what changed
-	requests  *invariants.RequestCache // what the request checks found, by request: a phase judges only the new ones
+	mu         sync.Mutex
+	conns      []ownedConn
+	sessions   []session
+	expected   map[string]int           // snapshots each tenant's provider must have received
+	pending    []invariants.Finding     // write-scope findings made since the last check
+	down       *targetDown              // where a start-up failure of the target's backend is noted
+	backendUp  bool                     // a backend of the target became ready in this scenario
+	logScanned logMarks                 // how far each process log was scanned
+	excl       *sync.RWMutex            // the run's scenarios hold it shared; Alone takes it whole
+	texts      []ownedText              // streams the harness received (gateway replies)
+	deleted    map[string]bool          // tenants whose profile a phase deleted
+	operator   map[string]string        // the operator's secrets the scenario made (serve tokens)
+	probePl    *harness.ProbePlugin     // the target's probe plugin (probePlugin)
+	ranSt      ranState                 // the ran-controls since the last check
+	faulty     faultyRun                // set in a self-test's faulty run that stops once caught
+	files      *scan.FileCache          // what the file checks found, by file identity: a phase rescans only what changed
+	requests   *invariants.RequestCache // what the request checks found, by request: a phase judges only the new ones
 }
 
 // fileCache is the scenario's file-scan cache (made on first use).
