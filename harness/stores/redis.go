@@ -24,6 +24,8 @@ func (r *run) redis(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("parse the store's URL: %w", err)
 	}
+	// A store that does not answer is reported, not waited for.
+	opts.DialerRetries, opts.MaxRetries = 1, 1
 	rules, err := keyOwners(r.store.Spec.Owners, r.sc.Tenants)
 	if err != nil {
 		return err
@@ -126,10 +128,10 @@ func (r *run) redisKeys(ctx context.Context, c *redis.Client, base string, keys 
 	for i, k := range keys {
 		r.res.Keys++
 		owner, glob := ownerOfKey(rules, k)
+		// One finding per key: its fields and elements fold into it.
 		place := base + " key " + strconv.Quote(k)
 		what := "a key"
 		if owner != "" {
-			place = base + " keys " + strconv.Quote(glob)
 			what = fmt.Sprintf("a key (%s)", glob)
 		}
 		at := func(part string) invariants.Where {
