@@ -163,7 +163,8 @@ func Validate(specs []Spec) error {
 func checkURL(kind Kind, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("%q is no URL: %w", raw, err)
+		// url.Parse's error repeats the URL, password and all.
+		return fmt.Errorf("not a URL (it does not parse): want %s://HOST:PORT/...", kind)
 	}
 	want := map[Kind][]string{Redis: {"redis", "rediss"}, Postgres: {"postgres", "postgresql"}}[kind]
 	if !slices.Contains(want, u.Scheme) || u.Host == "" {
