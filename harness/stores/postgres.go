@@ -142,17 +142,20 @@ func (r *run) postgresTable(ctx context.Context, conn *pgx.Conn, path, schema, t
 				}
 			}
 		}
-		key := rowKey(pk, keyCols, vals)
+		what := "a row"
+		if owner != "" {
+			what = "a row (by " + by + ")"
+		}
 		for i := 1; i < len(vals); i++ {
 			if vals[i] == nil {
 				continue
 			}
-			what := "a row"
-			if owner != "" {
-				what = fmt.Sprintf("a row (by %s)", by)
+			loc := func() (invariants.Where, string) {
+				key := rowKey(pk, keyCols, vals)
+				return invariants.Where{Path: path, Part: fmt.Sprintf("%s.%s (%s, %s)", schema, table, cols[i], key)},
+					fmt.Sprintf("%s %s.%s (%s)", path, schema, table, cols[i])
 			}
-			where := invariants.Where{Path: path, Part: fmt.Sprintf("%s.%s (%s, %s)", schema, table, cols[i], key)}
-			r.value(ctx, vals[i], owner, where, fmt.Sprintf("%s %s.%s (%s)", path, schema, table, cols[i]), what)
+			r.value(ctx, vals[i], owner, loc, what)
 		}
 	}
 	if _, err := rr.Close(); err != nil {

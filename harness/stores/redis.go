@@ -66,116 +66,170 @@ func redisDBs(ctx context.Context, opts *redis.Options) ([]int, error) {
 	return dbs, nil
 }
 
-// redisDB scans one logical database: SCAN in batches, each batch's types
-// in one pipeline and its values in another.
+// redisDB scans one logical database. A reader goroutine lists the keys
+// (SCAN) and fetches each batch's types and values while the batch before
+// is scanned, so the round trips and the matching overlap.
 func (r *run) redisDB(ctx context.Context, opts *redis.Options, rules []keyRule) error {
 	c := redis.NewClient(opts)
 	defer c.Close()
 	base := fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB)
-	var cursor uint64
-	for {
-		keys, next, err := c.Scan(ctx, cursor, "", scanBatch).Result()
-		if err != nil {
-			return fmt.Errorf("SCAN %d: %w", cursor, err)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan keyBatch, 1)
+	done := make(chan struct{})
+	var readErr error
+	go func() {
+		defer close(done)
+		defer close(batches)
+		var cursor uint64
+		for {
+			keys, next, err := c.Scan(ctx, cursor, "", scanBatch).Result()
+			if err != nil {
+				readErr = fmt.Errorf("SCAN %d: %w", cursor, err)
+				return
+			}
+			if len(keys) > 0 {
+				b, err := fetchKeys(ctx, c, keys)
+				if err != nil {
+					readErr = err
+					return
+				}
+				select {
+				case batches <- b:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if cursor = next; cursor == 0 {
+				return
+			}
 		}
-		if err := r.redisKeys(ctx, c, base, keys, rules); err != nil {
-			return err
-		}
-		if cursor = next; cursor == 0 {
-			return nil
-		}
+	}()
+	for b := range batches {
+		r.redisKeys(ctx, base, b, rules)
 	}
+	<-done
+	return readErr
 }
 
-// redisKeys reads and scans one batch of keys. SCAN may return a key
-// twice (a rehash between steps): a repeat only repeats its findings,
-// which Dedup folds.
-func (r *run) redisKeys(ctx context.Context, c *redis.Client, base string, keys []string, rules []keyRule) error {
-	if len(keys) == 0 {
-		return nil
-	}
+// keyBatch is one SCAN step's keys, their types and values (nil for a
+// type the scan does not read or a key gone since SCAN listed it), and
+// the server's error for each key it could not read.
+type keyBatch struct {
+	keys  []string
+	types []string
+	vals  []redis.Cmder
+}
+
+// fetchKeys reads a batch of keys in one round trip (each key's TYPE and
+// GET, the GET failing on what is no string) and, for the keys of other
+// types, a second.
+func fetchKeys(ctx context.Context, c *redis.Client, keys []string) (keyBatch, error) {
+	b := keyBatch{keys: keys, types: make([]string, len(keys)), vals: make([]redis.Cmder, len(keys))}
 	types := make([]*redis.StatusCmd, len(keys))
 	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
 			types[i] = p.Type(ctx, k)
+			b.vals[i] = p.Get(ctx, k)
 		}
 		return nil
-	}); err != nil {
-		return fmt.Errorf("TYPE of %d keys: %w", len(keys), err)
+	}); err != nil && !serverError(err) {
+		return b, fmt.Errorf("read %d keys: %w", len(keys), err)
 	}
-	vals := make([]redis.Cmder, len(keys))
+	var others []int
+	for i, t := range types {
+		b.types[i] = t.Val()
+		if b.types[i] != "string" {
+			b.vals[i] = nil
+			others = append(others, i)
+		}
+	}
+	if len(others) == 0 {
+		return b, nil
+	}
 	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			switch types[i].Val() {
-			case "string":
-				vals[i] = p.Get(ctx, k)
+		for _, i := range others {
+			k := keys[i]
+			switch b.types[i] {
 			case "hash":
-				vals[i] = p.HGetAll(ctx, k)
+				b.vals[i] = p.HGetAll(ctx, k)
 			case "list":
-				vals[i] = p.LRange(ctx, k, 0, -1)
+				b.vals[i] = p.LRange(ctx, k, 0, -1)
 			case "set":
-				vals[i] = p.SMembers(ctx, k)
+				b.vals[i] = p.SMembers(ctx, k)
 			case "zset":
-				vals[i] = p.ZRange(ctx, k, 0, -1)
+				b.vals[i] = p.ZRange(ctx, k, 0, -1)
 			case "stream":
-				vals[i] = p.XRange(ctx, k, "-", "+")
+				b.vals[i] = p.XRange(ctx, k, "-", "+")
 			}
 		}
 		return nil
 	}); err != nil && !serverError(err) {
-		return fmt.Errorf("values of %d keys: %w", len(keys), err)
+		return b, fmt.Errorf("read %d keys: %w", len(others), err)
 	}
-	for i, k := range keys {
+	return b, nil
+}
+
+// redisKeys scans one batch of keys. SCAN may return a key twice (a
+// rehash between steps): a repeat only repeats its findings, which Dedup
+// folds.
+func (r *run) redisKeys(ctx context.Context, base string, b keyBatch, rules []keyRule) {
+	for i, k := range b.keys {
 		r.res.Keys++
 		owner, glob := ownerOfKey(rules, k)
-		// One finding per key: its fields and elements fold into it.
-		place := base + " key " + strconv.Quote(k)
 		what := "a key"
 		if owner != "" {
 			what = fmt.Sprintf("a key (%s)", glob)
 		}
-		at := func(part string) invariants.Where {
-			return invariants.Where{Path: base, Part: "key " + strconv.Quote(k) + part}
+		// Where a value sits is spelled out only for a finding: most
+		// values hold none.
+		at := func(part func() string) func() (invariants.Where, string) {
+			return func() (invariants.Where, string) {
+				// One finding per key: its fields and elements fold into it.
+				q := strconv.Quote(k)
+				return invariants.Where{Path: base, Part: "key " + q + part()}, base + " key " + q
+			}
 		}
-		r.value(ctx, []byte(k), owner, at(" (its name)"), place, what)
-		typ := types[i].Val()
-		if vals[i] == nil {
-			if typ != "none" { // gone since SCAN listed it
-				r.res.Findings = append(r.res.Findings, invariants.Finding{Invariant: invariants.Harness, Tenant: owner, Where: at(""),
+		r.value(ctx, []byte(k), owner, at(func() string { return " (its name)" }), what)
+		typ := b.types[i]
+		if b.vals[i] == nil {
+			if typ != "none" { // none: gone since SCAN listed it
+				w, _ := at(func() string { return "" })()
+				r.res.Findings = append(r.res.Findings, invariants.Finding{Invariant: invariants.Harness, Tenant: owner, Where: w,
 					Detail: fmt.Sprintf("not scanned: a value of type %q, which the store scan does not read", typ)})
 			}
 			continue
 		}
-		if err := vals[i].Err(); err != nil {
+		if err := b.vals[i].Err(); err != nil {
 			if errors.Is(err, redis.Nil) {
 				continue // gone since SCAN listed it
 			}
-			r.res.Findings = append(r.res.Findings, invariants.Finding{Invariant: invariants.Harness, Tenant: owner, Where: at(""),
+			w, _ := at(func() string { return "" })()
+			r.res.Findings = append(r.res.Findings, invariants.Finding{Invariant: invariants.Harness, Tenant: owner, Where: w,
 				Detail: fmt.Sprintf("not scanned: read the %s: %v", typ, err)})
 			continue
 		}
-		switch v := vals[i].(type) {
+		switch v := b.vals[i].(type) {
 		case *redis.StringCmd:
-			r.value(ctx, []byte(v.Val()), owner, at(""), place, what)
+			r.value(ctx, []byte(v.Val()), owner, at(func() string { return "" }), what)
 		case *redis.MapStringStringCmd:
 			for _, f := range sortedKeys(v.Val()) {
-				r.value(ctx, []byte(f), owner, at(" hash field "+strconv.Quote(f)+" (its name)"), place, what)
-				r.value(ctx, []byte(v.Val()[f]), owner, at(" hash field "+strconv.Quote(f)), place, what)
+				r.value(ctx, []byte(f), owner, at(func() string { return " hash field " + strconv.Quote(f) + " (its name)" }), what)
+				r.value(ctx, []byte(v.Val()[f]), owner, at(func() string { return " hash field " + strconv.Quote(f) }), what)
 			}
 		case *redis.StringSliceCmd:
 			for j, e := range v.Val() {
-				r.value(ctx, []byte(e), owner, at(fmt.Sprintf(" %s element %d", typ, j)), place, what)
+				r.value(ctx, []byte(e), owner, at(func() string { return fmt.Sprintf(" %s element %d", typ, j) }), what)
 			}
 		case *redis.XMessageSliceCmd:
 			for _, m := range v.Val() {
 				for _, f := range sortedKeys(m.Values) {
-					r.value(ctx, []byte(f), owner, at(" stream entry "+m.ID+" field "+strconv.Quote(f)+" (its name)"), place, what)
-					r.value(ctx, []byte(fmt.Sprint(m.Values[f])), owner, at(" stream entry "+m.ID+" field "+strconv.Quote(f)), place, what)
+					r.value(ctx, []byte(f), owner, at(func() string { return " stream entry " + m.ID + " field " + strconv.Quote(f) + " (its name)" }), what)
+					r.value(ctx, []byte(fmt.Sprint(m.Values[f])), owner, at(func() string { return " stream entry " + m.ID + " field " + strconv.Quote(f) }), what)
 				}
 			}
 		}
 	}
-	return nil
 }
 
 // serverError reports whether err is the server's answer to one command

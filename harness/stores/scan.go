@@ -94,18 +94,15 @@ type run struct {
 }
 
 // value scans one value (a key's name, a field, a cell) that owner owns
-// ("" nobody), at where; place folds the findings of many keys or rows
-// into one (invariants.Finding.Place).
-func (r *run) value(ctx context.Context, data []byte, owner string, where invariants.Where, place, what string) {
+// ("" nobody). loc says, when a finding needs it, where the value sits and
+// the place that folds the findings of many fields or rows into one
+// (invariants.Finding.Place).
+func (r *run) value(ctx context.Context, data []byte, owner string, loc func() (invariants.Where, string), what string) {
 	r.res.Values++
 	r.res.Bytes += int64(len(data))
 	r.sc.Matcher.FindChecked(ctx, data, func(x scan.Match) {
 		r.seen[x.Pattern.Owner] = true
-		f := invariants.Finding{Owner: x.Pattern.Owner, Kind: tenants.Kind(x.Pattern.Kind), Where: where,
-			Encoding: x.Encoding, Excerpt: x.Excerpt, Place: place}
-		if x.Container != "" {
-			f.Where.Part += " -> " + x.Container
-		}
+		var f invariants.Finding
 		switch {
 		case owner != "":
 			if x.Pattern.Owner == owner || r.tenants[owner].Shared[x.Pattern.Value] {
@@ -119,8 +116,14 @@ func (r *run) value(ctx context.Context, data []byte, owner string, where invari
 		default:
 			return
 		}
+		f.Where, f.Place = loc()
+		f.Owner, f.Kind, f.Encoding, f.Excerpt = x.Pattern.Owner, tenants.Kind(x.Pattern.Kind), x.Encoding, x.Excerpt
+		if x.Container != "" {
+			f.Where.Part += " -> " + x.Container
+		}
 		r.res.Findings = append(r.res.Findings, f)
 	}, func(at string, err error) {
+		where, _ := loc()
 		r.res.Findings = append(r.res.Findings, invariants.Finding{Invariant: invariants.Harness, Tenant: owner, Where: where,
 			Detail: fmt.Sprintf("not scanned: %s: %v", at, err)})
 	})
