@@ -74,8 +74,8 @@ stores:
 }
 
 // TestSandboxOwnsTheStores: a sandbox starts the target's stores before
-// any target process, hands their URLs to its command lines and env
-// values, and stops them when it closes (the server's pid gone).
+// any target process, hands their URLs to its command lines (hooks
+// included) and env values, and stops them when it closes (the server's pid gone).
 func TestSandboxOwnsTheStores(t *testing.T) {
 	t.Parallel()
 	if err := storeproc.Available(storeproc.Redis); err != nil {
@@ -101,6 +101,10 @@ func TestSandboxOwnsTheStores(t *testing.T) {
 	out, err := box.RunCommand(ctx, "show", []string{"sh", "-c", `echo "arg={redis_url} env=$STORE"`}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "arg="+url+" env="+url, strings.TrimSpace(out))
+
+	out, err = box.HookRunner()(ctx, "profiles.create", map[string]any{}, []string{"echo", "{redis_url}"}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, url, strings.TrimSpace(out), "a hook's argv gets the stores' URLs too")
 
 	o, err := redis.ParseURL(url)
 	require.NoError(t, err)
