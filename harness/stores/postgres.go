@@ -2,6 +2,7 @@ package stores
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -33,14 +34,17 @@ func (r *run) postgres(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list the databases: %w", err)
 	}
+	// A database that cannot be read (one the URL's user may not connect
+	// to) is reported; the others are still scanned.
+	var errs []error
 	for _, db := range dbs {
 		c := cfg.Copy()
 		c.Database = db
 		if err := r.postgresDB(ctx, c); err != nil {
-			return fmt.Errorf("database %s: %w", db, err)
+			errs = append(errs, fmt.Errorf("database %s: %w", db, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func listStrings(ctx context.Context, conn *pgx.Conn, sql string, args ...any) ([]string, error) {
@@ -78,12 +82,18 @@ func (r *run) postgresDB(ctx context.Context, cfg *pgx.ConnConfig) error {
 		return fmt.Errorf("list the tables: %w", err)
 	}
 	path := "postgres://" + net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))) + "/" + cfg.Database
+	// A table that cannot be read (the URL's user may not) is reported;
+	// the others are still scanned.
+	var errs []error
 	for _, t := range tables {
 		if err := r.postgresTable(ctx, conn, path, t.schema, t.name, t.oid); err != nil {
-			return fmt.Errorf("table %s.%s: %w", t.schema, t.name, err)
+			errs = append(errs, fmt.Errorf("table %s.%s: %w", t.schema, t.name, err))
+			if ctx.Err() != nil || conn.IsClosed() {
+				break
+			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // postgresTable reads one table row by row in a single query, bytea in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -94,4 +95,33 @@ func gzipBytes(t testing.TB, s string) []byte {
 	b, err := base64.StdEncoding.DecodeString(gzipB64(t, s))
 	require.NoError(t, err)
 	return b
+}
+
+// TestATableThatCannotBeReadIsReportedAndTheRestScanned: a table the
+// URL's user may not read is a harness finding naming it, the controls do
+// not run, and the other tables are still scanned.
+func TestATableThatCannotBeReadIsReportedAndTheRestScanned(t *testing.T) {
+	t.Parallel()
+	ts := newTenants(t)
+	st := startStore(t, Spec{Kind: Postgres})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, st.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `CREATE TABLE a_secret (v text); INSERT INTO a_secret VALUES ('x');
+		CREATE TABLE b_open (v text); INSERT INTO b_open VALUES ('`+ts[1].ProviderKey()+`');
+		CREATE ROLE reader LOGIN; GRANT SELECT ON b_open TO reader`)
+	require.NoError(t, err)
+	cfg, err := pgx.ParseConfig(st.URL)
+	require.NoError(t, err)
+	reader := &Store{Spec: Spec{Kind: Postgres, TenantData: true}, URL: "postgres://reader@" + cfg.Host + ":" + fmt.Sprint(cfg.Port) + "/postgres?sslmode=disable"}
+	res := reader.Scan(ctx, scanOf(t, ts))
+	harness := findingsOf(res.Findings, invariants.Harness)
+	require.Len(t, harness, 1, invariants.Format(res.Findings))
+	assert.Contains(t, harness[0], "table public.a_secret")
+	assert.Contains(t, harness[0], "permission denied")
+	assert.True(t, anyHas(findingsOf(res.Findings, invariants.SharedPlace), "public.b_open (v, ctid (0,1))"), "the readable table is still scanned")
+	for _, c := range res.Controls {
+		assert.False(t, c.Ran, "a partial scan runs no control: %+v", c)
+	}
 }

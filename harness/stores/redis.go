@@ -34,14 +34,17 @@ func (r *run) redis(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A database that cannot be read is reported; the others are still
+	// scanned.
+	var errs []error
 	for _, db := range dbs {
 		o := *opts
 		o.DB = db
 		if err := r.redisDB(ctx, &o, rules); err != nil {
-			return fmt.Errorf("database %d: %w", db, err)
+			errs = append(errs, fmt.Errorf("database %d: %w", db, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // redisDBs lists the logical databases that hold keys (INFO keyspace).
