@@ -10,16 +10,18 @@
 // per-tenant data there, each tenant's own canary must be seen (the
 // positive control).
 //
-// The same package starts the stores of a local run (a real server from
+// A harness.Sandbox owns a target's stores for its run (Sandbox.Stores),
+// and the scenarios scan them after every phase. The same package starts
+// the stores of a local run (a real server from
 // the machine's packages, internal/storeproc) or reaches the ones a
 // staging target gives by URL:
 //
-//	set, err := stores.Open(ctx, target.Stores, runDir)
-//	defer set.Close()
-//	argv = placeholder.Strings(argv, set.Vars()) // {redis_url}, {postgres_url}
+//	sts, err := stores.Open(ctx, target.Stores, runDir)
+//	defer sts.Close()
+//	argv = harness.Expand(argv, sts.Vars()) // {redis_url}, {postgres_url}
 //	...
-//	for _, st := range set.Stores() {
-//		res := st.Scan(ctx, stores.Scan{Matcher: chk.Matcher(), Tenants: ts})
+//	for _, st := range sts.Stores() {
+//		res := st.Scan(ctx, stores.Scan{Matcher: chk.Matcher(), Tenants: stores.TenantsOf(set.Tenants, nil)})
 //		findings = append(findings, res.Findings...)
 //	}
 package stores

@@ -55,16 +55,16 @@ type Owner struct {
 	// owner.
 	Table  string `yaml:"table"`
 	Column string `yaml:"column"`
-	// Value is how the owner's value is written, a template of OwnerVars:
-	// default "{tenant}" (the tenant's name); "{profile}", "user-{tenant}",
-	// or an id captured when the tenant was provisioned ("{user_id}").
+	// Value is how the owner's value is written, a template: default
+	// "{tenant}" (the tenant's name); "{profile}", "user-{tenant}", or an
+	// id captured when the tenant was provisioned ("{user_id}").
 	Value string `yaml:"value"`
 }
 
-// OwnerVars is the vocabulary of an owner's value and key glob: the
+// ownerVars is the vocabulary of an owner's value and key glob: the
 // tenant's name and profile, and any id captured when the tenant was
 // provisioned ({<name>_id}).
-var OwnerVars = placeholder.Vocabulary{Of: "a store owner's value", Vars: []placeholder.Var{
+var ownerVars = placeholder.Vocabulary{Of: "a store owner's value", Vars: []placeholder.Var{
 	{Name: "tenant", Doc: "the tenant's name"},
 	{Name: "profile", Doc: "the tenant's profile name (the launch tenant's is its launch profile's)"},
 }, Suffix: "_id"}
@@ -117,7 +117,7 @@ func Validate(specs []Spec) error {
 		}
 		for j, o := range s.Owners {
 			of := fmt.Sprintf(".owners[%d]", j)
-			if err := OwnerVars.Check(o.Value); err != nil {
+			if err := ownerVars.Check(o.Value); err != nil {
 				bad(of+".value", "%v", err)
 			}
 			switch s.Kind {
@@ -129,7 +129,7 @@ func Validate(specs []Spec) error {
 					bad(of+".keys", "empty: want a key glob holding the owner's value, e.g. \"sess:{tenant}:*\"")
 					continue
 				}
-				if err := OwnerVars.Check(o.Keys); err != nil {
+				if err := ownerVars.Check(o.Keys); err != nil {
 					bad(of+".keys", "%v", err)
 				}
 				if o.Value != "" {
