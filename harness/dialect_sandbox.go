@@ -101,6 +101,9 @@ func (s *Sandbox) HookRunner() HookRunner {
 			}
 		}
 		vars := TenantVars(t, s.Set.Layout, s.Root)
+		for k, v := range s.storeVars {
+			vars[k] = v
+		}
 		for k, v := range params {
 			vars[k] = v
 		}

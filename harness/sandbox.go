@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tenantcanary/tenantcanary/harness/stores"
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/internal/proc"
 	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -44,6 +47,8 @@ type Sandbox struct {
 	// secrets. The serve token is the scenario's (it makes it).
 	Operator map[string]string
 
+	stores     *stores.Set // the target's shared stores (Target.Stores), started or reached
+	storeVars  map[string]string
 	env        []string        // hermetic base environment of every target process
 	sysTmpSeen map[string]bool // entries of the system temp folder when the sandbox was made
 
@@ -145,9 +150,25 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 			return fail(err)
 		}
 	}
+	// The stores come first: every target process, the profile-root
+	// check's included, may be handed their URLs.
+	if len(target.Stores) > 0 {
+		dir := s.StoresDir()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fail(err)
+		}
+		if s.stores, err = stores.Open(ctx, target.Stores, dir); err != nil {
+			return fail(err)
+		}
+	}
+	s.storeVars = s.stores.Vars()
+	vars := map[string]string{"root": s.Root}
+	for k, v := range s.storeVars {
+		vars[k] = v
+	}
 	extra := map[string]string{procgroup.MarkerVar: id, "TMPDIR": s.Tmp}
 	for k, v := range target.Env {
-		extra[k] = fillRoot(v, s.Root)
+		extra[k] = placeholder.String(v, vars)
 	}
 	if s.env, err = set.Env(extra); err != nil {
 		return fail(err)
@@ -271,14 +292,27 @@ func (s *Sandbox) Env(extra map[string]string) []string {
 	return env
 }
 
+// Stores are the target's shared stores (Target.Stores), running for the
+// sandbox's life; none for a target that declares none.
+func (s *Sandbox) Stores() []*stores.Store { return s.stores.Stores() }
+
+// StoresDir is the folder of the stores the harness starts: their data,
+// which the shared-place scan leaves to the store scan.
+func (s *Sandbox) StoresDir() string { return filepath.Join(s.Root, "stores") }
+
+// StoreVars are the stores' placeholders ({redis_url}, ...) and their URLs.
+func (s *Sandbox) StoreVars() map[string]string { return maps.Clone(s.storeVars) }
+
 // Start runs one target process in the sandbox: cwd Cwd, TMPDIR Tmp, hermetic
-// environment (plus extra), its log in Logs. The process is stopped by
+// environment (plus extra), its log in Logs. Its argv's store placeholders
+// ({redis_url}, ...) are filled. The process is stopped by
 // Close if the caller has not stopped it.
 func (s *Sandbox) Start(ctx context.Context, name string, argv []string, stdin bool, extra map[string]string) (*Proc, error) {
 	s.mu.Lock()
 	s.seq++
 	logPath := filepath.Join(s.Logs, fmt.Sprintf("%02d-%s.log", s.seq, strings.ReplaceAll(name, " ", "-")))
 	s.mu.Unlock()
+	argv = placeholder.Strings(argv, s.storeVars)
 	p, err := StartProc(ctx, ProcSpec{Name: name, Argv: argv, Dir: s.Cwd, Env: s.Env(extra), LogPath: logPath, Stdin: stdin})
 	if err != nil {
 		return nil, err
@@ -334,6 +368,10 @@ func (s *Sandbox) Close() error {
 	}
 	if s.Set != nil {
 		s.Set.Close()
+	}
+	// The target is stopped: its stores may go.
+	if err := s.stores.Close(); err != nil {
+		errs = append(errs, err)
 	}
 	// Children die with their parents' process groups or by the
 	// parent-death signal, which takes a moment: poll, then kill survivors.

@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tenantcanary/tenantcanary/harness/stores"
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -139,6 +141,14 @@ type Target struct {
 	// (its home's .env, the default), shared_config (its section's {env})
 	// or none.
 	ToolEnv string `yaml:"tool_env"`
+
+	// Stores are the shared stores the target's server uses (Redis,
+	// PostgreSQL; harness/stores): started by the harness for a local run
+	// (and stopped at its end) or reached by URL, handed to the target's
+	// processes as {redis_url}, {postgres_url} (or {<name>_url}) in its
+	// command lines and env values, and scanned, owner-aware, after every
+	// phase.
+	Stores []stores.Spec `yaml:"stores"`
 
 	readyRE *regexp.Regexp
 }
@@ -347,6 +357,7 @@ func (t *Target) Validate() error {
 			errs = append(errs, fmt.Errorf("server_files: %q is not a glob inside the launch home", g))
 		}
 	}
+	errs = append(errs, t.validateStores()...)
 	errs = append(errs, t.validateGateway()...)
 	errs = append(errs, t.validateShared()...)
 	t.Layout = t.Layout.WithDefaults()
@@ -444,4 +455,55 @@ func (t Target) WithManaged(cfg map[string]any) Target {
 	out := t
 	out.Managed = tenants.DeepMerge(t.Managed, cfg)
 	return out
+}
+
+// validateStores checks the stores: block, that a running target's stores
+// are running too (given by URL), and that every {<name>_url} a command
+// line or env value names is a declared store's.
+func (t *Target) validateStores() []error {
+	var errs []error
+	if err := stores.Validate(t.Stores); err != nil {
+		errs = append(errs, err)
+	}
+	declared := map[string]bool{}
+	for i, sp := range t.Stores {
+		declared[sp.Placeholder()] = true
+		if sp.URL == "" && t.Remote() {
+			errs = append(errs, fmt.Errorf("stores[%d].url: empty, and the target is a running server (url or gateway_url): give the URL of the store it uses", i))
+		}
+	}
+	seen := map[string]bool{}
+	check := func(where, s string) {
+		for _, n := range placeholder.Names(s) {
+			if strings.HasSuffix(n, "_url") && !declared[n] && !seen[n] {
+				seen[n] = true
+				errs = append(errs, fmt.Errorf("%s: {%s} names no store of stores: (declared: %s)", where, n, storeNames(t.Stores)))
+			}
+		}
+	}
+	for _, argv := range [][]string{t.Stdio, t.Serve, t.Gateway, t.ProfileRoot, t.CronTick, t.Preflight} {
+		for _, a := range argv {
+			check(fmt.Sprintf("argument %q", a), a)
+		}
+	}
+	keys := make([]string, 0, len(t.Env))
+	for k := range t.Env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		check("env."+k, t.Env[k])
+	}
+	return errs
+}
+
+func storeNames(specs []stores.Spec) string {
+	if len(specs) == 0 {
+		return "none"
+	}
+	var out []string
+	for _, sp := range specs {
+		out = append(out, "{"+sp.Placeholder()+"}")
+	}
+	return strings.Join(out, " ")
 }

@@ -249,3 +249,8 @@ func walkStrings(v any, fn func(path func() string, s string)) {
 	}
 	walk(v)
 }
+
+// Matcher is the scanner c compiled, for a scan of a place no check of
+// this package reads (a shared store's keys and rows): every canary of
+// c's tenants, in every encoding.
+func (c *Checker) Matcher() *scan.Matcher { return c.m.m }

@@ -80,6 +80,11 @@ const (
 	// server, grew its memory past the stated limit, or kept another
 	// tenant's calls from being answered.
 	ResourceHarm Invariant = "resource_harm"
+	// TenantStore: in a shared store of the target (a Redis key, a
+	// PostgreSQL row) that the target file says a tenant owns, another
+	// tenant's canary rests. (A tenant's secret in a key or row nobody
+	// owns is a SharedPlace finding.)
+	TenantStore Invariant = "store"
 	// Harness: the check itself could not be carried out completely.
 	Harness Invariant = "harness"
 )
@@ -126,6 +131,7 @@ var All = []Rule{
 	{UnsandboxedEnv, "no process outside every sandbox carries a tenant's variable, and no payload a tenant sets in its own .env runs there", true, 18},
 	{RevokedCredential, "a credential rotated, removed or deleted serves nothing more: no call, no turn's next step, on no connection or session opened with it", true, 19},
 	{ResourceHarm, "no tenant's files or requests kill or restart the server, grow its memory past the limit, or keep a neighbour's calls from being answered", true, 20},
+	{TenantStore, "no key or row of a shared store (Redis, PostgreSQL) that a tenant owns holds another tenant's canary, key names and encoded or compressed values included", true, 21},
 	{Harness, "the check itself could not be carried out completely (not a leak)", false, 0},
 }
 

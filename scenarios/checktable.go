@@ -30,6 +30,7 @@ var phaseChecks = []phaseCheck{
 	{"what the phase found itself", nil, checkPending},
 	{"launch bleed", []Invariant{invariants.LaunchBleed}, checkLaunchBleed},
 	{"operator secrets and shared places", []Invariant{invariants.OperatorSecret, invariants.SharedPlace, invariants.Control, invariants.Harness}, checkOperator},
+	{"shared stores (Redis keys, PostgreSQL rows)", []Invariant{invariants.TenantStore, invariants.SharedPlace, invariants.Control, invariants.Harness}, checkStores},
 	{"gateway routing and shared store", []Invariant{invariants.Routing, invariants.SharedStore, invariants.Control, invariants.Harness}, checkGateway},
 	{"turns the fake provider had to end", []Invariant{invariants.Harness}, checkLoops},
 	{"positive controls", []Invariant{invariants.Control}, checkControls},

@@ -106,7 +106,9 @@ func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns [
 		}
 		// The shared config holds every tenant's section by design: the
 		// operator's file, no shared place.
-		skip := append([]string{e.Box.Logs}, e.gatewayStoreFiles()...)
+		// The stores' data folders are the store scan's (checkStores),
+		// owner-aware: a tenant's secret in its own key is no leak.
+		skip := append([]string{e.Box.Logs, e.Box.StoresDir()}, e.gatewayStoreFiles()...)
 		if p := e.Box.SharedConfigPath(); p != "" {
 			skip = append(skip, p)
 		}

@@ -24,7 +24,11 @@ type Counts struct {
 	Frames    int   `json:"frames"`    // RPC frames received and scanned
 	Files     int   `json:"files"`     // files scanned
 	Bytes     int64 `json:"bytes"`     // bytes scanned in files
-	Findings  int   `json:"findings"`  // findings of every kind
+	// StoreKeys and StoreRows are the shared stores' Redis keys and
+	// PostgreSQL rows scanned (stores:).
+	StoreKeys int64 `json:"store_keys,omitempty"`
+	StoreRows int64 `json:"store_rows,omitempty"`
+	Findings  int   `json:"findings"` // findings of every kind
 }
 
 // Control is one positive control and whether it held.
@@ -150,6 +154,8 @@ func (r *Report) Totals() Counts {
 		c.Frames = max(c.Frames, p.Counts.Frames)
 		c.Files += p.Counts.Files
 		c.Bytes += p.Counts.Bytes
+		c.StoreKeys += p.Counts.StoreKeys
+		c.StoreRows += p.Counts.StoreRows
 		c.Findings += p.Counts.Findings
 	}
 	return c

@@ -11,13 +11,16 @@ var TargetFile = Vocabulary{Of: "any string of a target file", Vars: []Var{
 
 // Argv is the vocabulary of a command line of a target file: stdio,
 // serve, gateway, profile_root, cron_tick, preflight and
-// llm_gateway.provision.
+// llm_gateway.provision. A store the target file names (stores[].name)
+// is its {<name>_url}.
 var Argv = Vocabulary{Of: "a command line", Vars: []Var{
 	{"host", "the address the server listens on (127.0.0.1)"},
 	{"port", "the port it listens on (0: any free port, printed on its ready line)"},
 	{"cron_interval", "how often the serve backend's cron ticker runs (a Go duration)"},
 	{"root", "the sandbox's root folder"},
-}}
+	{"redis_url", "the URL of the target's Redis store (stores:), redis://HOST:PORT/0"},
+	{"postgres_url", "the URL of the target's PostgreSQL store (stores:), postgres://USER@HOST:PORT/DB"},
+}, Suffix: "_url"}
 
 // Root is the vocabulary of a path or value of a target file that lives
 // in the sandbox: managed_dir, managed_config, shared_config.path, env

@@ -509,3 +509,11 @@ func (p *pairFilter) flush() {
 	}
 	p.pending = p.pending[:0]
 }
+
+// FindChecked is Find that also says what it left unscanned: problem gets
+// each part refused (a decompression bomb, a nesting past m's Limits) with
+// the container path where it sits, and ctx ends a long scan. It serves
+// values held in memory that are no file: a store's keys and rows.
+func (m *Matcher) FindChecked(ctx context.Context, data []byte, fn func(Match), problem func(where string, err error)) {
+	m.walker(ctx, fn, problem).bytes(data, loc{})
+}
