@@ -1,6 +1,9 @@
 package fakellm
 
-import "strings"
+import (
+	"encoding/json"
+	"strings"
+)
 
 // LoopBound is how many model requests one user turn may take before a
 // provider with Options.TurnBound unset uses it: past it, the turn gets a
@@ -21,6 +24,9 @@ type Turn struct {
 	Text string
 	// Calls are the ids of the tool calls the assistant made in the turn.
 	Calls []string
+	// CallsByID are those calls, by id, as the server sent them back: the
+	// tool's name and its arguments (a JSON text).
+	CallsByID map[string]CallSeen
 	// Results are the tool results of the turn by tool-call id, wherever
 	// they are (an OpenAI tool message, an Anthropic tool_result block),
 	// not only in the last message.
@@ -40,7 +46,7 @@ func (r Record) Turn() Turn {
 			break
 		}
 	}
-	t := Turn{Results: map[string]string{}, Requests: 1}
+	t := Turn{Results: map[string]string{}, CallsByID: map[string]CallSeen{}, Requests: 1}
 	var texts []string
 	for _, m := range msgs[start:] {
 		switch role, _ := m["role"].(string); role {
@@ -57,6 +63,9 @@ func (r Record) Turn() Turn {
 		case "assistant":
 			t.Requests++
 			t.Calls = append(t.Calls, callIDs(m)...)
+			for id, c := range callsOf(m) {
+				t.CallsByID[id] = c
+			}
 		}
 	}
 	t.Text = strings.Join(texts, "\n")
@@ -72,6 +81,58 @@ func (t Turn) Result(part string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// CallSeen is one tool call of an assistant message as a server sent it
+// back: the tool's name and its arguments (a JSON text).
+type CallSeen struct {
+	Name string
+	Args string
+}
+
+// ResultFor finds the result of the call the provider made with id, even
+// where the server rewrote the id (a server that drops its punctuation,
+// or suffixes repeats with 2, 3, ...): by the id itself, then by the id
+// normalised (NormalID) within the result's normalised id, then by
+// content (the
+// call whose name and arguments same says are the provider's own: its id,
+// whatever the server made of it, leads to the result). It reports how it
+// matched ("id", "normalised id", "content"), "" when nothing matched.
+func (t Turn) ResultFor(id string, same func(CallSeen) bool) (result, how string) {
+	if res, ok := t.Results[id]; ok && id != "" {
+		return res, "id"
+	}
+	if res, ok := t.Result(id); ok {
+		return res, "id"
+	}
+	want := NormalID(id)
+	if want != "" {
+		for rid, res := range t.Results {
+			if strings.Contains(NormalID(rid), want) {
+				return res, "normalised id"
+			}
+		}
+	}
+	if same != nil {
+		for cid, c := range t.CallsByID {
+			if res, ok := t.Results[cid]; ok && same(c) {
+				return res, "content"
+			}
+		}
+	}
+	return "", ""
+}
+
+// NormalID is a tool-call id as servers keep it whatever they do to its
+// punctuation and case: its letters and digits, lower-cased.
+func NormalID(id string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(id) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // Answered reports whether one of the turn's own tool calls has its result
@@ -112,6 +173,33 @@ func callIDs(m map[string]any) []string {
 			id, _ := bm["id"].(string)
 			out = append(out, id)
 		}
+	}
+	return out
+}
+
+// callsOf are an assistant message's tool calls by id (OpenAI
+// tool_calls, Anthropic tool_use blocks), with their names and arguments.
+func callsOf(m map[string]any) map[string]CallSeen {
+	out := map[string]CallSeen{}
+	calls, _ := m["tool_calls"].([]any)
+	for _, c := range calls {
+		cm, _ := c.(map[string]any)
+		fn, _ := cm["function"].(map[string]any)
+		id, _ := cm["id"].(string)
+		name, _ := fn["name"].(string)
+		args, _ := fn["arguments"].(string)
+		out[id] = CallSeen{Name: name, Args: args}
+	}
+	blocks, _ := m["content"].([]any)
+	for _, b := range blocks {
+		bm, ok := b.(map[string]any)
+		if !ok || bm["type"] != "tool_use" {
+			continue
+		}
+		id, _ := bm["id"].(string)
+		name, _ := bm["name"].(string)
+		args, _ := json.Marshal(bm["input"])
+		out[id] = CallSeen{Name: name, Args: string(args)}
 	}
 	return out
 }

@@ -55,13 +55,20 @@ func (e *Env) Attack(c *harness.Conn, t *tenants.Tenant, sid string, r attack.Ro
 		e.Logf("attack %s of %s ran; then the server ended its turn: %v", r.ID, t.Name, err)
 		proof.Back, proof.Result = true, res
 	}
-	if miss := proof.Missing(r.Class != attack.Flood && !r.Refusable); miss != "" {
+	res := proof.Result
+	if unsure := proof.Unsure(); unsure != "" {
+		// Not a failed control: the control cannot tell. The row's check
+		// is skipped by name; what came back is still scanned.
+		e.skipRow(string(PositiveControl), "attack "+r.ID+" of "+t.Name+": "+unsure)
+		e.Logf("attack %s of %s: %s", r.ID, t.Name, unsure)
+		res = proof.Untied
+	} else if miss := proof.Missing(r.Class != attack.Flood && !r.Refusable); miss != "" {
 		e.proved(t, "attack "+r.ID, miss)
 		e.Logf("attack %s of %s did not run: %s", r.ID, t.Name, miss)
 		return ""
+	} else {
+		e.proved(t, "attack "+r.ID, "")
 	}
-	e.proved(t, "attack "+r.ID, "")
-	res := proof.Result
 	chk := e.checker(e.Box.Set.Tenants)
 	seen := map[string]bool{}
 	for _, f := range chk.TextLeaks("attack "+r.ID, []byte(res), t.Name) {
@@ -89,12 +96,13 @@ func ranInFrames(c *harness.Conn, sid string, from int, nonce string) (string, b
 	if nonce == "" {
 		return "", false
 	}
-	id := attack.CallID(nonce)
+	// The server's events may carry its own form of the id (punctuation
+	// dropped): the nonce, which is letters and digits, survives that.
 	for _, ev := range c.Events() {
 		if ev.Index < from || ev.SessionID != sid {
 			continue
 		}
-		if text := c.WithoutArgs(ev); strings.Contains(text, id) && strings.Contains(text, attack.RowDone) {
+		if text := c.WithoutArgs(ev); strings.Contains(text, nonce) && strings.Contains(text, attack.RowDone) {
 			return text, true
 		}
 	}

@@ -95,6 +95,33 @@ func TestCatalogAgainstDialectServer(t *testing.T) {
 			assert.True(t, outlived, "no process outlived %s: %v", ev, esc)
 		}
 	})
+	t.Run("rewritten-ids/hostile-tools", func(t *testing.T) {
+		// A server that rewrites the model's tool-call ids (drops "-",
+		// suffixes repeats): every attack is still proven to have run, no
+		// turn loops, and the reads still reach the other tenant (the
+		// dialect server runs its tools unsandboxed: its leak).
+		t.Parallel()
+		tg := dialectTarget(t)
+		tg.Env = map[string]string{"DIALECT_IDS": "rewrite", "DIALECT_WRAP": "1"}
+		spec := hostileTools()
+		spec.Phases = spec.Phases[:2] // connect, reads
+		rep, out := runDialect(t, spec, tg)
+		log := strings.Join(out.Log, "\n")
+		assert.Empty(t, failedRanControls(rep), "log:\n%s", log)
+		ctls := ranControls(rep)
+		require.NotEmpty(t, ctls)
+		for _, c := range ctls {
+			assert.True(t, c.Passed, "%+v", c)
+		}
+		for _, f := range rep.Findings() {
+			assert.NotEqual(t, invariants.Harness, f.Invariant, "no turn looped: %s", f)
+		}
+		assert.Equal(t, Leak, rep.Result, "log:\n%s", log)
+		require.NotEmpty(t, rep.Attacks, "no attack reached the other tenant")
+		for _, s := range rep.Skipped {
+			assert.NotContains(t, s.Reason, "cannot tell", "every result was tied to its call")
+		}
+	})
 	t.Run("ns-per-call/hostile-tools", func(t *testing.T) {
 		// A server that runs each terminal call in a PID namespace of its
 		// own leaves no process to see after the call: the escape check's

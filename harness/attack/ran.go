@@ -17,6 +17,16 @@ type Proof struct {
 	Called bool   // the provider answered with the tool call CallID(nonce)
 	Back   bool   // a tool result for that call came back to the provider
 	Result string // that result
+	// How says how the result was tied to the call: by its "id", a
+	// "normalised id" (the server rewrote it) or its "content" (the call
+	// the server sent back with the same tool and arguments).
+	How string
+	// Untied is a tool result that came back in the attack's turn but
+	// that nothing ties to the call (an id the server rewrote past
+	// recognition, arguments it changed): the control cannot tell whether
+	// it is the attack's, and says so (Unsure) rather than claim the
+	// attack did not run.
+	Untied string
 }
 
 // Prove reads recs (one tenant's provider's records, key the tenant's
@@ -38,11 +48,25 @@ func Prove(recs []fakellm.Record, key, nonce string) Proof {
 		if slices.ContainsFunc(r.Calls, func(c string) bool { return strings.Contains(c, id) }) {
 			p.Called = true
 		}
-		if res, ok := turn.Result(id); ok {
-			p.Back, p.Result = true, res
+		call, _ := instructionCall(turn.Text, nonce)
+		if res, how := turn.ResultFor(id, call.Same); how != "" {
+			p.Back, p.Result, p.How = true, res, how
+			continue
+		}
+		for _, res := range turn.Results {
+			p.Untied = res
 		}
 	}
 	return p
+}
+
+// Unsure says why the control cannot tell whether the attack ran (a
+// result came back that nothing ties to its call), or "".
+func (p Proof) Unsure() string {
+	if !p.Asked || !p.Called || p.Back || p.Untied == "" {
+		return ""
+	}
+	return fmt.Sprintf("a tool result came back in the turn of call %s that neither its id (as sent, or normalised) nor its tool and arguments tie to the call: the server rewrote both, and the ran-control cannot tell whether the attack ran", CallID(p.Nonce))
 }
 
 // Missing says which step of the attack is not on the record ("" when the

@@ -128,3 +128,44 @@ func TestResponderAnswersByCallID(t *testing.T) {
 	tool := map[string]any{"role": "tool", "content": "result"}
 	assert.Equal(t, "probe done for alpha", r(rec(map[string]any{"role": "user", "content": "x"}, tool)).Text)
 }
+
+// TestProofSurvivesRewrittenIDs: a server that drops the "-" of the
+// model's call ids and suffixes repeats still has its results tied to the
+// attack's call (by the normalised id); one that also renames the ids
+// past recognition is tied by the call's content; one that changed both
+// leaves a control that says it cannot tell, never "did not run".
+func TestProofSurvivesRewrittenIDs(t *testing.T) {
+	t.Parallel()
+	set, err := tenants.Build(t.TempDir(), tenants.Options{Names: []string{"alpha"}, Responder: Responder})
+	require.NoError(t, err)
+	t.Cleanup(set.Close)
+	tn := set.Tenants[0]
+	run := func(rewrite func(id string) string, args func(string) string) (Proof, map[string]any) {
+		call := Call{Tool: "terminal", Args: map[string]any{"command": "cat x; echo '" + RowDone + "'"}}
+		prompt := Prompt(call)
+		user := map[string]any{"role": "user", "content": prompt}
+		msg := chat(t, tn, tn.ProviderKey(), []any{user})
+		c := msg["tool_calls"].([]any)[0].(map[string]any)
+		id := rewrite(c["id"].(string))
+		fn := c["function"].(map[string]any)
+		sent := map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"id": id, "type": "function",
+			"function": map[string]any{"name": fn["name"], "arguments": args(fn["arguments"].(string))}}}}
+		done := chat(t, tn, tn.ProviderKey(), []any{user, sent, map[string]any{"role": "tool", "tool_call_id": id, "content": "x\n" + RowDone}})
+		return Prove(tn.Requests(), tn.ProviderKey(), NonceOf(prompt)), done
+	}
+	same := func(s string) string { return s }
+	p, done := run(func(id string) string { return strings.ReplaceAll(id, "-", "") + "2" }, same)
+	assert.Empty(t, p.Missing(true), "%+v", p)
+	assert.Equal(t, "normalised id", p.How)
+	assert.True(t, strings.HasPrefix(done["content"].(string), Done), "the responder ends the turn: %v", done)
+
+	p, _ = run(func(string) string { return "call_0" }, same)
+	assert.Empty(t, p.Missing(true), "%+v", p)
+	assert.Equal(t, "content", p.How)
+
+	p, done = run(func(string) string { return "call_1" }, func(string) string { return `{"command":"rewritten"}` })
+	assert.NotEmpty(t, p.Missing(true), "the control: nothing ties the result to the call")
+	assert.Contains(t, p.Unsure(), "cannot tell whether the attack ran")
+	assert.Equal(t, "x\n"+RowDone, p.Untied)
+	_ = done
+}

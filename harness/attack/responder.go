@@ -2,6 +2,7 @@ package attack
 
 import (
 	"encoding/json"
+	"reflect"
 	"regexp"
 	"strings"
 
@@ -33,6 +34,38 @@ func Prompt(c Call) string {
 		nonce = "0000000000"
 	}
 	return PromptPrefix + nonce + " " + string(b) + " " + PromptEnd
+}
+
+// Same reports whether a call a server sent back is c: the same tool with
+// the same arguments (as JSON values: key order and spacing aside).
+func (c Call) Same(seen fakellm.CallSeen) bool {
+	if seen.Name != c.Tool {
+		return false
+	}
+	var got map[string]any
+	if json.Unmarshal([]byte(seen.Args), &got) != nil {
+		return false
+	}
+	want, err := json.Marshal(c.Args)
+	if err != nil {
+		return false
+	}
+	var norm map[string]any
+	if json.Unmarshal(want, &norm) != nil {
+		return false
+	}
+	return reflect.DeepEqual(got, norm)
+}
+
+// instructionCall is the call of the instruction with nonce in text.
+func instructionCall(text, nonce string) (Call, bool) {
+	for _, m := range instruction.FindAllStringSubmatch(text, -1) {
+		var c Call
+		if m[1] == nonce && json.Unmarshal([]byte(m[2]), &c) == nil && c.Tool != "" {
+			return c, true
+		}
+	}
+	return Call{}, false
 }
 
 // NonceOf is the nonce of the (last) attack instruction in text, or "".
@@ -69,12 +102,14 @@ func Responder(t *tenants.Tenant) fakellm.Responder {
 		if all := instruction.FindAllStringSubmatch(turn.Text, -1); len(all) > 0 {
 			m := all[len(all)-1]
 			nonce, id := m[1], CallID(m[1])
-			if _, ok := turn.Result(id); ok {
-				return fakellm.Text(Done + " " + nonce)
-			}
 			var c Call
 			if json.Unmarshal([]byte(m[2]), &c) != nil || c.Tool == "" {
 				return fakellm.Text("attack prompt not understood: " + m[2])
+			}
+			// The result, even under an id the server rewrote: the turn is
+			// over once it came back.
+			if _, how := turn.ResultFor(id, c.Same); how != "" {
+				return fakellm.Text(Done + " " + nonce)
 			}
 			return fakellm.ToolCalls(fakellm.Call{Name: c.Tool, Args: c.Args, ID: id})
 		}

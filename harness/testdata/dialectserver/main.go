@@ -23,6 +23,11 @@
 // one cache of answers keyed by the prompt's text alone, across tenants:
 // a tenant sending a prompt another sent before gets the other's answer.
 //
+// With DIALECT_IDS=rewrite it rewrites the model's tool-call ids as some
+// servers do: the "-" characters dropped, and a repeat of an id already
+// given in the session suffixed 2, 3, ... (its tool results carry the
+// rewritten id).
+//
 // With DIALECT_WRAP=1 it wraps prompts as real servers do: every prompt
 // reaches the provider as content parts with a timestamp before it and a
 // runtime line after it, and a "runtime facts" user message follows every
@@ -207,6 +212,7 @@ type session struct {
 	home    string
 	profile string // "" for the launch profile
 	probed  bool
+	ids     map[string]int // DIALECT_IDS=rewrite: the tool-call ids given so far
 }
 
 func (c *conn) send(v any) {

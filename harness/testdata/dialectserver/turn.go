@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -151,6 +152,9 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 			return
 		}
 		calls, _ := msg["tool_calls"].([]any)
+		if os.Getenv("DIALECT_IDS") == "rewrite" {
+			rewriteIDs(s, calls)
+		}
 		if len(calls) == 0 {
 			msgs = append(msgs, msg)
 			content, _ := msg["content"].(string)
@@ -319,4 +323,22 @@ func (a *answerCache) put(text, answer string) {
 		a.m = map[string]string{}
 	}
 	a.m[text] = answer
+}
+
+// rewriteIDs gives the model's tool calls the server's own ids: the "-"
+// characters dropped, a repeat in the session suffixed 2, 3, ...
+func rewriteIDs(s *session, calls []any) {
+	if s.ids == nil {
+		s.ids = map[string]int{}
+	}
+	for _, raw := range calls {
+		call, _ := raw.(map[string]any)
+		id, _ := call["id"].(string)
+		id = strings.ReplaceAll(id, "-", "")
+		s.ids[id]++
+		if n := s.ids[id]; n > 1 {
+			id += strconv.Itoa(n)
+		}
+		call["id"] = id
+	}
 }
