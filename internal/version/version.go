@@ -6,8 +6,9 @@
 // a git checkout (vcs.revision). `go run` and `go test` stamp none, and
 // neither does a build with -buildvcs=false, so the fallback reads the
 // commit from the checkout's .git at run time, when the working directory
-// lies inside this module's checkout; Info says which source it used, and
-// says so when there was none.
+// (or, failing it, the folder this package was compiled from) lies inside
+// this module's checkout; Info says which source it used, and says so when
+// there was none.
 //
 //	fmt.Println("canary-run", version.Get()) // canary-run v0.15.0 (commit 1a2b3c4d5e6f, from build info)
 package version
@@ -16,6 +17,7 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -58,9 +60,25 @@ func Get() Info {
 	once.Do(func() {
 		wd, _ := os.Getwd()
 		bi, _ := debug.ReadBuildInfo()
-		info = resolve(bi, wd)
+		src := ""
+		if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+			src = filepath.Dir(file)
+		}
+		info = resolveFrom(bi, wd, src)
 	})
 	return info
+}
+
+// resolveFrom is resolve from wd, then, failing a commit, from src (the
+// folder this package was compiled from: under go run from outside the
+// checkout, a target's own folder say, the source still lies in it,
+// unless the build trimmed its paths).
+func resolveFrom(bi *debug.BuildInfo, wd, src string) Info {
+	in := resolve(bi, wd)
+	if in.Commit == "" && src != "" {
+		in = resolve(bi, src)
+	}
+	return in
 }
 
 // resolve computes Info from the build info and, failing a commit there,
@@ -100,7 +118,7 @@ func (i Info) Short() string {
 // "v0.15.0 (commit unknown: ...)" saying why.
 func (i Info) String() string {
 	if i.Commit == "" {
-		return i.Version + " (commit unknown: no VCS stamp in this build and no .git above the working directory)"
+		return i.Version + " (commit unknown: no VCS stamp in this build and no .git above the working directory or the source)"
 	}
 	s := i.Version + " (commit " + i.Short()
 	if i.Modified {

@@ -105,3 +105,22 @@ func TestThisCheckoutHasACommit(t *testing.T) {
 		require.NotEmpty(t, in.Commit, "the .git fallback finds this checkout's commit: %s", in)
 	}
 }
+
+// TestSourceFallbackOutsideTheCheckout: run from a folder outside any
+// checkout (a target's own folder) under go run, the commit still comes
+// from the checkout the source was compiled in; from neither, it is
+// unknown (the control).
+func TestSourceFallbackOutsideTheCheckout(t *testing.T) {
+	t.Parallel()
+	runBI := &debug.BuildInfo{Main: debug.Module{Path: ModulePath, Version: "(devel)"}}
+	src := checkout(t)
+	write(t, filepath.Join(src, ".git", "refs", "heads", "main"), hashB+"\n")
+	sub := filepath.Join(src, "internal", "version")
+	require.NoError(t, os.MkdirAll(sub, 0o755))
+	elsewhere := t.TempDir()
+	require.Empty(t, resolve(runBI, elsewhere).Commit, "the control: the working directory alone knows no commit")
+	in := resolveFrom(runBI, elsewhere, sub)
+	require.Equal(t, hashB, in.Commit)
+	require.Equal(t, FromGitDir, in.CommitSource)
+	require.Empty(t, resolveFrom(runBI, elsewhere, t.TempDir()).Commit)
+}
