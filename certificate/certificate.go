@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tenantcanary/tenantcanary/harness/surface"
 	"io"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/surface"
 	"github.com/tenantcanary/tenantcanary/internal/version"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/scenarios"
@@ -70,6 +71,10 @@ type Target struct {
 	// legitimately differ (unknown_profile: error or fallback_to_launch),
 	// each judged as declared.
 	Behaviours map[string]string `json:"declared_behaviours,omitempty"`
+	// Times are how long the run waited on the target (a turn, a call,
+	// its ready line, its stop): the target file's values, else the
+	// defaults scaled by --timeout.
+	Times *harness.Times `json:"times,omitempty"`
 }
 
 // Tenant is one tenant of the run. Each scenario builds its tenants afresh,

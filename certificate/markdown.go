@@ -50,6 +50,17 @@ func (c *Certificate) WriteMarkdown(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
+	if tm := c.Target.Times; tm != nil {
+		how := "defaults"
+		if tm.Scale > 1 {
+			how = fmt.Sprintf("defaults scaled %.2gx by --timeout", tm.Scale)
+		}
+		if len(tm.FromTarget) > 0 {
+			how += "; from the target file: " + strings.Join(tm.FromTarget, ", ")
+		}
+		fmt.Fprintf(&b, "Times waited on the target: a turn %v, a call %v, its ready line %v, its stop %v (%s).\n",
+			tm.Turn, tm.Call, tm.Ready, tm.Stop, how)
+	}
 	if held, all := c.controls(); all > 0 {
 		fmt.Fprintf(&b, "Positive controls: %d of %d held (each tenant's own canaries seen where they belong).\n", held, all)
 	} else if len(c.Scenarios) > 0 {

@@ -242,7 +242,7 @@ func (p *pipeline) certify(ctx context.Context) *certificate.Certificate {
 	if len(ts) == 0 {
 		ts = tenantsOf(o.Tenants)
 	}
-	cert := certificate.New(certTarget(p.target), ts, reports, time.Since(start))
+	cert := certificate.New(certTarget(p.target, o.Timeout), ts, reports, time.Since(start))
 	cert.DetectionPower = power
 	cert.Shard = p.sel.shard
 	cert.Seed = o.Seed

@@ -3,6 +3,7 @@ package certify
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tenantcanary/tenantcanary/certificate"
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -31,14 +32,16 @@ func checkTarget(t harness.Target) (harness.Target, error) {
 	return t, nil
 }
 
-// certTarget is how the certificate names t: its name, its version and
-// its declared behaviours.
-func certTarget(t harness.Target) certificate.Target {
+// certTarget is how the certificate names t: its name, its version, its
+// declared behaviours and the times the run (scenario timeout timeout)
+// waited on it.
+func certTarget(t harness.Target, timeout time.Duration) certificate.Target {
+	times := t.TimesFor(timeout)
 	if t.IsGateway() {
 		// unknown_profile and the other behaviours are an agent server's:
 		// a gateway's certificate names none of them.
-		return certificate.Target{Name: t.Name, Version: t.Version}
+		return certificate.Target{Name: t.Name, Version: t.Version, Times: &times}
 	}
-	return certificate.Target{Name: t.Name, Version: t.Version,
+	return certificate.Target{Name: t.Name, Version: t.Version, Times: &times,
 		Behaviours: map[string]string{"unknown_profile": t.Dialect.WithDefaults().Behaviours.UnknownProfile}}
 }

@@ -47,7 +47,8 @@ type Sandbox struct {
 	// secrets. The serve token is the scenario's (it makes it).
 	Operator map[string]string
 
-	stores     *stores.Set // the target's shared stores (Target.Stores), started or reached
+	grace      time.Duration // how long a process has to stop on SIGTERM at Close
+	stores     *stores.Set   // the target's shared stores (Target.Stores), started or reached
 	storeVars  map[string]string
 	env        []string        // hermetic base environment of every target process
 	sysTmpSeen map[string]bool // entries of the system temp folder when the sandbox was made
@@ -96,7 +97,7 @@ func (s *Sandbox) serveEnv() map[string]string {
 type SandboxOptions struct {
 	Tenants tenants.Options    // names, launch, providers
 	Extras  tenants.HomeExtras // config and .env additions for every home
-	Grace   time.Duration      // how long a process has to stop on SIGTERM; default 10s
+	Grace   time.Duration      // how long a process has to stop on SIGTERM at Close; default the target's stop grace (Target.TimesFor)
 }
 
 // NewSandbox builds tenants under root, proves the target resolves its
@@ -133,7 +134,10 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 	}
 	s := &Sandbox{Root: set.Root, RunID: id, Target: target, Set: set, Logs: filepath.Join(set.Root, "logs"),
 		Cwd: filepath.Join(set.Root, "cwd"), Tmp: filepath.Join(set.Root, "tmp"), Operator: map[string]string{},
-		sysTmpSeen: listDir(os.TempDir())}
+		sysTmpSeen: listDir(os.TempDir()), grace: opts.Grace}
+	if s.grace <= 0 {
+		s.grace = target.TimesFor(0).Stop
+	}
 	fail := func(err error) (*Sandbox, error) {
 		s.Close()
 		return nil, fmt.Errorf("sandbox: %w", err)
@@ -362,7 +366,7 @@ func (s *Sandbox) Survivors() []int { return procgroup.Marked(s.RunID) }
 func (s *Sandbox) Close() error {
 	var errs []error
 	for _, p := range s.Procs() {
-		if err := p.Stop(10 * time.Second); err != nil && !isSignalExit(err) {
+		if err := p.Stop(s.grace); err != nil && !isSignalExit(err) {
 			errs = append(errs, fmt.Errorf("stop %s: %w", p.Name(), err))
 		}
 	}

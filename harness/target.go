@@ -68,6 +68,17 @@ type Target struct {
 	// gone, so its grace is the kernel's reaping on a busy machine.
 	EscapeGrace Duration `yaml:"escape_grace"`
 
+	// TurnTimeout is how long one turn may take, end to end; CallTimeout
+	// how long one other call (an RPC method, a route, a listing);
+	// StopGrace how long the server has from SIGTERM to exit before it is
+	// killed. Each defaults to DefaultTurnTimeout, DefaultCallTimeout and
+	// DefaultStopGrace, scaled up by a --timeout longer than
+	// ReferenceScenarioTimeout (see TimesFor); the certificate reports the
+	// values a run used.
+	TurnTimeout Duration `yaml:"turn_timeout"`
+	CallTimeout Duration `yaml:"call_timeout"`
+	StopGrace   Duration `yaml:"stop_grace"`
+
 	// ManagedDir is the target's managed (operator) scope folder, inside the
 	// sandbox ({root}/...); Managed, when set, is written there as
 	// config.yaml before any target process starts ({root} in its values is
@@ -167,6 +178,56 @@ func (t *Target) ReadyWithin(def time.Duration) time.Duration {
 		return time.Duration(t.ReadyTimeout)
 	}
 	return def
+}
+
+// The defaults of the times a target file may set.
+const (
+	DefaultTurnTimeout = 90 * time.Second
+	DefaultCallTimeout = 60 * time.Second
+	DefaultStopGrace   = 20 * time.Second
+	// ReferenceScenarioTimeout is the scenario timeout the defaults are
+	// made for: a --timeout k times longer scales each default k times.
+	ReferenceScenarioTimeout = 5 * time.Minute
+)
+
+// Times are how long the harness waits on the target in a run: what the
+// target file set, else the defaults scaled by the run's --timeout.
+type Times struct {
+	Turn  time.Duration `json:"turn_ns"`
+	Call  time.Duration `json:"call_ns"`
+	Stop  time.Duration `json:"stop_grace_ns"`
+	Ready time.Duration `json:"ready_ns"`
+	// Scale is the factor a --timeout longer than ReferenceScenarioTimeout
+	// put on the defaults (1 when none did).
+	Scale float64 `json:"scale"`
+	// FromTarget names the times the target file set itself.
+	FromTarget []string `json:"from_target,omitempty"`
+}
+
+// TimesFor are t's times in a run whose scenario timeout is timeout (0:
+// each scenario's own): a value the target file gives stands; a default
+// is scaled by timeout/ReferenceScenarioTimeout when that is over 1.
+func (t *Target) TimesFor(timeout time.Duration) Times {
+	tm := Times{Scale: 1}
+	if timeout > ReferenceScenarioTimeout {
+		tm.Scale = float64(timeout) / float64(ReferenceScenarioTimeout)
+	}
+	pick := func(name string, set Duration, def time.Duration) time.Duration {
+		if set > 0 {
+			tm.FromTarget = append(tm.FromTarget, name)
+			return time.Duration(set)
+		}
+		return time.Duration(float64(def) * tm.Scale)
+	}
+	readyDef := DefaultReadyTimeout
+	if t.IsGateway() {
+		readyDef = 90 * time.Second
+	}
+	tm.Turn = pick("turn_timeout", t.TurnTimeout, DefaultTurnTimeout)
+	tm.Call = pick("call_timeout", t.CallTimeout, DefaultCallTimeout)
+	tm.Stop = pick("stop_grace", t.StopGrace, DefaultStopGrace)
+	tm.Ready = pick("ready_timeout", t.ReadyTimeout, readyDef)
+	return tm
 }
 
 // DefaultEscapeGrace is the escape grace of a target file that gives no

@@ -71,7 +71,7 @@ func (e *Env) listCron(c *harness.Conn, t *tenants.Tenant) ([]cronJob, error) {
 	var res struct {
 		Jobs []cronJob `json:"jobs"`
 	}
-	ctx, cancel := e.ctx(10 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Call)
 	defer cancel()
 	err := c.Call(ctx, "cron.list", map[string]any{"profile": profileParam(t)}, &res)
 	return res.Jobs, err

@@ -48,7 +48,7 @@ func (e *Env) StartServe() *Serve {
 	}
 	token := newToken()
 	argv := harness.Expand(tg.Serve, map[string]string{"host": "127.0.0.1", "port": "0", "cron_interval": CronInterval})
-	ctx, cancel := e.ctx(tg.ReadyWithin(harness.DefaultReadyTimeout))
+	ctx, cancel := e.ctx(e.Times.Ready)
 	defer cancel()
 	p, addr := e.startReady(ctx, "serve", "serve backend", argv, map[string]string{tg.TokenVar: token})
 	e.Server = &Serve{Proc: p, Base: "http://" + addr, Token: token}
@@ -70,7 +70,7 @@ func (e *Env) StopServe(s *Serve) {
 		e.T.Fatalf("stop serve: the staging server is not the harness's to stop")
 	}
 	e.Box.NoteServe("", "")
-	if err := s.Proc.StopServer(20 * time.Second); err != nil {
+	if err := s.Proc.StopServer(e.Times.Stop); err != nil {
 		e.T.Fatalf("stop serve backend: %v", err)
 	}
 }
@@ -110,7 +110,7 @@ func (e *Env) StartGateway() *Gateway {
 		return &Gateway{Client: &harness.GatewayClient{Base: tg.GatewayURL}}
 	}
 	argv := harness.Expand(tg.Gateway, map[string]string{"host": "127.0.0.1", "port": "0"})
-	ctx, cancel := e.ctx(tg.ReadyWithin(harness.DefaultReadyTimeout))
+	ctx, cancel := e.ctx(e.Times.Ready)
 	defer cancel()
 	p, addr := e.startReady(ctx, "gateway", "gateway", argv, nil)
 	return &Gateway{Proc: p, Client: &harness.GatewayClient{Base: "http://" + addr}}

@@ -206,7 +206,7 @@ func (e *Env) collideModel() {
 		e.T.Fatalf("%v", err)
 	}
 	setModel := func(t *tenants.Tenant, model string) error {
-		ctx, cancel := e.ctx(time.Minute)
+		ctx, cancel := e.ctx(e.Times.Call)
 		defer cancel()
 		return e.Conns[t.Name].Call(ctx, "config.set", map[string]any{"key": "model", "value": model, "session_id": e.Sessions[t.Name].SessionID}, nil)
 	}

@@ -111,7 +111,7 @@ func (e *Env) revokeOne(t *tenants.Tenant, how, envPath, keyVar string) {
 	defer h.once.Do(func() {}) // nothing more arrives after the phase
 
 	mark := c.EventCount()
-	ctx, cancel := e.ctx(60 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Call)
 	defer cancel()
 	if err := c.Call(ctx, "prompt.submit", map[string]any{"session_id": s.SessionID, "text": holdPrompt + "run the environment probe"}, nil); err != nil {
 		e.T.Fatalf("%s's held turn: %v", t.Name, err)

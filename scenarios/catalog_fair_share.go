@@ -256,7 +256,7 @@ func (e *Env) neighboursTurn(sp *tenants.Tenant, conns int) {
 		go func() { // ends with the turn, or its deadline
 			defer wg.Done()
 			e.ExpectSnapshots(t, 1)
-			ctx, cancel := e.ctx(time.Minute)
+			ctx, cancel := e.ctx(e.Times.Call)
 			defer cancel()
 			prompt, _ := probePrompt(t)
 			if _, err := e.Conns[t.Name].Turn(ctx, e.Sessions[t.Name].SessionID, prompt); err != nil {

@@ -28,7 +28,7 @@ func gateway() Spec {
 				for i, t := range e.Tenants {
 					e.ExpectSnapshots(t, 1)
 					a := e.gatewayAccess(t)
-					ctx, cancel := e.ctx(90 * time.Second)
+					ctx, cancel := e.ctx(e.Times.Turn)
 					r, err := g.Client.Complete(ctx, harness.ChatRequest{Path: e.gatewayChatPath(a), Key: a.Key, Model: a.Models[0],
 						Text: "Run the environment probe for " + t.Name + ".", Stream: i%2 == 1})
 					cancel()

@@ -236,7 +236,7 @@ func (e *Env) offboardSuccessor(st *offboardState) {
 	old("chat of "+s.Name, r.Body, invariants.Where{Label: "relay of " + s.Name})
 	a := g.Access(s)
 	spec := g.Spec()
-	ctx, cancel = e.ctx(60 * time.Second)
+	ctx, cancel = e.ctx(e.Times.Call)
 	defer cancel()
 	if spec.ModelsPath != "" {
 		rep, err := g.Do(ctx, http.MethodGet, a.BasePath+spec.ModelsPath, map[string]string{"Authorization": "Bearer " + a.Key}, nil)

@@ -467,7 +467,7 @@ func (e *Env) chainCall(c *harness.Conn, a *tenants.Tenant, sid string, s attack
 			p["profile"] = name
 		}
 	}
-	ctx, cancel := e.ctx(60 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Call)
 	defer cancel()
 	var res json.RawMessage
 	err := c.Call(ctx, s.Op, p, &res)
@@ -480,7 +480,7 @@ func (e *Env) chainCall(c *harness.Conn, a *tenants.Tenant, sid string, s attack
 
 // tryCreateSession is CreateSession that returns the server's refusal.
 func (e *Env) tryCreateSession(c *harness.Conn, t *tenants.Tenant) (string, error) {
-	ctx, cancel := e.ctx(60 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Call)
 	defer cancel()
 	s, err := c.CreateSession(ctx, profileParam(t))
 	if err != nil {
@@ -495,7 +495,7 @@ func (e *Env) tryCreateSession(c *harness.Conn, t *tenants.Tenant) (string, erro
 // tryTurn runs a turn and returns its failure: a planted file may break the
 // turn, which is itself no leak (its frames and requests are scanned).
 func (e *Env) tryTurn(c *harness.Conn, sid, text string) error {
-	ctx, cancel := e.ctx(90 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Turn)
 	defer cancel()
 	_, err := c.Turn(ctx, sid, text)
 	return err

@@ -107,7 +107,7 @@ func (e *Env) timeJob(t *tenants.Tenant, id string) (time.Duration, bool) {
 		return 0, false
 	}
 	start := time.Now()
-	ctx, cancel := e.ctx(10 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Call)
 	err := c.Call(ctx, "cron.trigger", map[string]any{"profile": profileParam(t), "id": id}, nil)
 	cancel()
 	if err != nil {

@@ -140,7 +140,7 @@ func (e *Env) raceChain(ch attack.Chain) {
 
 // operatorCall is one operator RPC on a profile, its failure returned.
 func (e *Env) operatorCall(c *harness.Conn, method, name string) error {
-	ctx, cancel := e.ctx(60 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Call)
 	defer cancel()
 	return c.Call(ctx, method, map[string]any{"name": name}, nil)
 }

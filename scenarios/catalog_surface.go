@@ -319,7 +319,7 @@ func (e *Env) recordAction(rec *surface.Recorder, roots func() []int, name, tena
 	if err := rec.Begin(name, tenant, tools, roots); err != nil {
 		e.T.Fatalf("surface: %v", err)
 	}
-	ctx, cancel := e.ctx(90 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Turn)
 	err := run(ctx)
 	cancel()
 	if err != nil {

@@ -146,7 +146,7 @@ func (e *Env) replayWithEnv(st *surfaceState, t *tenants.Tenant) {
 	per := st.per[t.Name]
 	for _, name := range []string{"session.create", "prompt.submit (tools)"} {
 		a, _ := surfaceActionNamed(name)
-		ctx, cancel := e.ctx(90 * time.Second)
+		ctx, cancel := e.ctx(e.Times.Turn)
 		if err := a.run(ctx, e, per, t); err != nil {
 			e.T.Logf("surface: %s of %s with the payloads set: %v", name, t.Name, err)
 		}
@@ -154,7 +154,7 @@ func (e *Env) replayWithEnv(st *surfaceState, t *tenants.Tenant) {
 	}
 	e.replayCronJob(per, t)
 	if len(e.Box.Target.CronTick) > 0 {
-		ctx, cancel := e.ctx(90 * time.Second)
+		ctx, cancel := e.ctx(e.Times.Turn)
 		if _, err := e.Box.RunCommand(ctx, "cron tick", e.Box.Target.CronTick, nil); err != nil {
 			e.T.Logf("surface: cron tick with %s's payloads set: %v", t.Name, err)
 		}
@@ -179,7 +179,7 @@ func (e *Env) replayWithEnv(st *surfaceState, t *tenants.Tenant) {
 func (e *Env) replayCronJob(per *surfaceTenant, t *tenants.Tenant) {
 	e.T.Helper()
 	a, _ := surfaceActionNamed("cron")
-	ctx, cancel := e.ctx(90 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Turn)
 	defer cancel()
 	since := time.Now()
 	if err := a.run(ctx, e, per, t); err != nil || per.cron == "" {

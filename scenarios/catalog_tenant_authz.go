@@ -162,7 +162,7 @@ func tenantAuthz() Spec {
 				// Every owner's session still serves its turn.
 				for _, t := range e.Tenants {
 					e.ExpectSnapshots(t, 1)
-					ctx, cancel := e.ctx(90 * time.Second)
+					ctx, cancel := e.ctx(e.Times.Turn)
 					_, err := e.Conns[t.Name].Turn(ctx, e.Sessions[t.Name].SessionID, "Run the environment probe for "+t.Name+".")
 					cancel()
 					if err != nil {

@@ -24,7 +24,10 @@ type Env struct {
 	Spec    Spec
 	Box     *harness.Sandbox
 	Tenants []*tenants.Tenant // every tenant, in the order the run's seed gives
-	Report  *Report
+	// Times are how long the scenario waits on the target: a turn, a
+	// call, its ready line, its stop (harness.Target.TimesFor).
+	Times  harness.Times
+	Report *Report
 	// Rand is the scenario's random source, drawn from the run's seed: use
 	// it for every order and choice, so --seed replays the scenario.
 	Rand *mrand.Rand
@@ -157,7 +160,7 @@ func (e *Env) own(owner *tenants.Tenant, label string, c *harness.Conn) {
 // frame on it belongs to owner.
 func (e *Env) StartStdio(owner *tenants.Tenant) *harness.Conn {
 	e.T.Helper()
-	ctx, cancel := e.ctx(e.Box.Target.ReadyWithin(harness.DefaultReadyTimeout))
+	ctx, cancel := e.ctx(e.Times.Ready)
 	defer cancel()
 	p, err := e.Box.Start(e.Ctx, "stdio-"+owner.Name, e.Box.Target.Stdio, true, nil)
 	if err != nil {
@@ -185,7 +188,7 @@ func (e *Env) StartStdio(owner *tenants.Tenant) *harness.Conn {
 // it reports (launch-bleed check).
 func (e *Env) CreateSession(c *harness.Conn, t *tenants.Tenant) harness.SessionInfo {
 	e.T.Helper()
-	ctx, cancel := e.ctx(60 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Call)
 	defer cancel()
 	s, err := c.CreateSession(ctx, profileParam(t))
 	if err != nil {
@@ -201,7 +204,7 @@ func (e *Env) CreateSession(c *harness.Conn, t *tenants.Tenant) harness.SessionI
 // ResumeSession resumes a stored session of t on c.
 func (e *Env) ResumeSession(c *harness.Conn, t *tenants.Tenant, storedID string) harness.SessionInfo {
 	e.T.Helper()
-	ctx, cancel := e.ctx(60 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Call)
 	defer cancel()
 	s, err := c.ResumeSession(ctx, storedID, profileParam(t))
 	if err != nil {
@@ -219,7 +222,7 @@ func (e *Env) ResumeSession(c *harness.Conn, t *tenants.Tenant, storedID string)
 func (e *Env) Turn(c *harness.Conn, t *tenants.Tenant, sid string) {
 	e.T.Helper()
 	e.ExpectSnapshots(t, 1)
-	ctx, cancel := e.ctx(90 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Turn)
 	defer cancel()
 	prompt, nonce := probePrompt(t)
 	if _, err := c.Turn(ctx, sid, prompt); err != nil {
@@ -235,7 +238,7 @@ func (e *Env) Turn(c *harness.Conn, t *tenants.Tenant, sid string) {
 // snapshot of it (a turn whose tools are not the env probe).
 func (e *Env) Prompt(c *harness.Conn, t *tenants.Tenant, sid, text string) {
 	e.T.Helper()
-	ctx, cancel := e.ctx(90 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Turn)
 	defer cancel()
 	if _, err := c.Turn(ctx, sid, text); err != nil {
 		e.SkipUnsupported(err)
@@ -265,7 +268,7 @@ func (e *Env) ExpectSnapshots(t *tenants.Tenant, n int) {
 // Call makes one RPC and fails the scenario on any error.
 func (e *Env) Call(c *harness.Conn, method string, params, result any) {
 	e.T.Helper()
-	ctx, cancel := e.ctx(60 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Call)
 	defer cancel()
 	if err := c.Call(ctx, method, params, result); err != nil {
 		e.SkipUnsupported(err)

@@ -37,7 +37,7 @@ func (e *Env) Attack(c *harness.Conn, t *tenants.Tenant, sid string, r attack.Ro
 	e.T.Helper()
 	prompt := attack.Prompt(r.Call(cs))
 	mark := c.EventCount()
-	ctx, cancel := e.ctx(90 * time.Second)
+	ctx, cancel := e.ctx(e.Times.Turn)
 	_, err := c.Turn(ctx, sid, prompt)
 	cancel()
 	proof := attackProof(t, prompt)

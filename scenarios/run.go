@@ -173,6 +173,7 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 	box, err = harness.NewSandbox(ctx, root, cfg.Target, harness.SandboxOptions{
 		Tenants: tenants.Options{Names: tenants.Names(n), Responder: spec.Responder},
 		Extras:  cfg.Extras,
+		Grace:   cfg.Target.TimesFor(cfg.Timeout).Stop,
 	})
 	if err != nil {
 		rep.Reason = err.Error()
@@ -187,6 +188,7 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 	env := &Env{T: rt, Ctx: ctx, Spec: spec, Box: box, Report: rep, Rand: scenarioRand(cfg.Seed, spec.ID), down: cfg.down, excl: cfg.excl,
 		faulty: faultyRun{stopOn: cfg.stopOn, fault: cfg.fault}}
 	env.Tenants = env.permuted(box.Set.Tenants)
+	env.Times = cfg.Target.TimesFor(cfg.Timeout)
 	seen := map[string]bool{}
 	for _, ph := range spec.Phases {
 		env.yield()
