@@ -9,9 +9,38 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
+
+// PicksPort reports whether the harness picks the port of a backend
+// started from argv itself: the command takes {port} and the ready line
+// names no port (a server that refuses --port 0 and prints no port). The
+// harness then passes a free loopback port, and the backend is ready once
+// its ready line is printed and its health check answers.
+func (t *Target) PicksPort(argv []string) bool {
+	if t.ReadyRE() != nil && t.ReadyRE().NumSubexp() > 0 {
+		return false
+	}
+	for _, a := range argv {
+		if strings.Contains(a, "{port}") {
+			return true
+		}
+	}
+	return false
+}
+
+// FreePort is a loopback port free a moment ago, for a backend the harness
+// picks the port of (a start that loses it fails at once, as any start).
+func FreePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("pick a free port: %w", err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), nil
+}
 
 // ReadyAddr is the host:port a ready line's match names: the groups named
 // host and port when the line has them, else group 1 as the port (one

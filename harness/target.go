@@ -360,6 +360,11 @@ func withTargetDir(data []byte, dir string) ([]byte, error) {
 	return yaml.Marshal(&doc)
 }
 
+// takesPort reports whether a command takes the port the harness picks.
+func takesPort(argv []string) bool {
+	return slices.ContainsFunc(argv, func(a string) bool { return strings.Contains(a, "{port}") })
+}
+
 // Validate checks that the target can be driven: a name, a way to reach at
 // least one backend, a ready line that compiles with a port group, and a
 // layout.
@@ -384,8 +389,8 @@ func (t *Target) Validate() error {
 	case t.IsGateway():
 		// The harness picks the gateway's port ({port}): the line needs no group.
 		t.readyRE = re
-	case re.NumSubexp() < 1:
-		errs = append(errs, fmt.Errorf("ready_line %q: want a port group (and a host group before it, or groups named host and port)", t.ReadyLine))
+	case re.NumSubexp() < 1 && !takesPort(t.Serve) && !takesPort(t.Gateway):
+		errs = append(errs, fmt.Errorf("ready_line %q: want a port group (and a host group before it, or groups named host and port), or give the port to the command as {port}", t.ReadyLine))
 	default:
 		t.readyRE = re
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -47,10 +48,15 @@ func (e *Env) StartServe() *Serve {
 		return e.Server
 	}
 	token := newToken()
-	argv := harness.Expand(tg.Serve, map[string]string{"host": "127.0.0.1", "port": "0", "cron_interval": CronInterval})
+	port := e.portFor(tg.Serve)
+	argv := harness.Expand(tg.Serve, map[string]string{"host": "127.0.0.1", "port": port, "cron_interval": CronInterval})
 	ctx, cancel := e.ctx(e.Times.Ready)
 	defer cancel()
-	p, addr := e.startReady(ctx, "serve", "serve backend", argv, map[string]string{tg.TokenVar: token})
+	env := map[string]string{tg.TokenVar: token}
+	if port != "0" {
+		env["PORT"] = port // the port it was given, for a server that reads it there
+	}
+	p, addr := e.startReady(ctx, "serve", "serve backend", argv, env)
 	e.Server = &Serve{Proc: p, Base: "http://" + addr, Token: token}
 	e.noteOperatorSecret("serve_token", token)
 	if err := tg.WaitHealthy(ctx, e.Server.Base, token); err != nil {
@@ -109,10 +115,15 @@ func (e *Env) StartGateway() *Gateway {
 	if tg.GatewayURL != "" {
 		return &Gateway{Client: &harness.GatewayClient{Base: tg.GatewayURL}}
 	}
-	argv := harness.Expand(tg.Gateway, map[string]string{"host": "127.0.0.1", "port": "0"})
+	port := e.portFor(tg.Gateway)
+	argv := harness.Expand(tg.Gateway, map[string]string{"host": "127.0.0.1", "port": port})
 	ctx, cancel := e.ctx(e.Times.Ready)
 	defer cancel()
-	p, addr := e.startReady(ctx, "gateway", "gateway", argv, nil)
+	var env map[string]string
+	if port != "0" {
+		env = map[string]string{"PORT": port}
+	}
+	p, addr := e.startReady(ctx, "gateway", "gateway", argv, env)
 	return &Gateway{Proc: p, Client: &harness.GatewayClient{Base: "http://" + addr}}
 }
 
@@ -136,5 +147,24 @@ func (e *Env) startReady(ctx context.Context, name, what string, argv []string, 
 		e.T.Fatalf("%s not ready: %v", what, err)
 	}
 	e.targetReady()
+	if port := env["PORT"]; port != "" {
+		// The port the harness picked: the ready line names none.
+		return p, net.JoinHostPort("127.0.0.1", port)
+	}
 	return p, tg.ReadyAddr(m, "127.0.0.1")
+}
+
+// portFor is the port a backend started from argv is given: one the
+// harness picks when the command takes {port} and the ready line names
+// none (Target.PicksPort), else 0 (the backend picks and prints it).
+func (e *Env) portFor(argv []string) string {
+	e.T.Helper()
+	if !e.Box.Target.PicksPort(argv) {
+		return "0"
+	}
+	port, err := harness.FreePort()
+	if err != nil {
+		e.T.Fatalf("%v", err)
+	}
+	return port
 }

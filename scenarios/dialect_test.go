@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -37,6 +38,16 @@ func dialectTarget(t *testing.T, edits ...string) harness.Target {
 	tg, err := dialecttest.Target(t.TempDir(), dialectBin, edits...)
 	require.NoError(t, err)
 	return tg
+}
+
+// writeDialect writes the dialect server's target file with edits, for a
+// test that loads it itself.
+func writeDialect(t *testing.T, edits ...string) string {
+	t.Helper()
+	dialectTarget(t) // the binary
+	path, err := dialecttest.TargetFile(t.TempDir(), dialectBin, edits...)
+	require.NoError(t, err)
+	return path
 }
 
 func filepathDir(p string) string { return p[:strings.LastIndex(p, "/")] }
@@ -178,6 +189,37 @@ func TestDialectServerLeakIsFound(t *testing.T) {
 	tg.Env = map[string]string{"DIALECT_LEAK": "1"}
 	rep, out := runDialect(t, dialectProbeSpec(), tg)
 	requireLeak(t, rep, out, invariants.RPC, "default", tenants.ProviderKey)
+}
+
+// TestDialectServerWithAFixedPort: a server that refuses --port 0 and
+// prints no port in its ready line is given a free port as {port} and
+// waited on through its health check: it passes clean, and its leak
+// switch is still caught through it.
+func TestDialectServerWithAFixedPort(t *testing.T) {
+	t.Parallel()
+	edits := []string{`serve, --host, "{host}", --port, "0"]`, `serve, --host, "{host}", --port, "{port}"]`,
+		`ready_line: 'DIALECT READY port=(\d+)'`, `ready_line: 'DIALECT READY'`}
+	tg := dialectTarget(t, edits...)
+	require.True(t, tg.PicksPort(tg.Serve), "the harness picks the port")
+	tg.Env = map[string]string{"DIALECT_PORT": "fixed"}
+	rep, out := runDialect(t, dialectProbeSpec(), tg)
+	requireClean(t, rep, out)
+
+	leaky := dialectTarget(t, edits...)
+	leaky.Env = map[string]string{"DIALECT_PORT": "fixed", "DIALECT_LEAK": "1"}
+	rep, out = runDialect(t, dialectProbeSpec(), leaky)
+	requireLeak(t, rep, out, invariants.RPC, "default", tenants.ProviderKey)
+
+	// The controls: the server in this mode refuses port 0, and a ready
+	// line that names no port, for a command that takes none, is refused
+	// when the file loads.
+	cmd := exec.CommandContext(t.Context(), dialectBin, "serve", "--host", "127.0.0.1", "--port", "0")
+	cmd.Env = []string{"DIALECT_PORT=fixed", "DIALECT_TOKEN=t", "DIALECT_HOME=" + t.TempDir()}
+	msg, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(msg), "takes a fixed port")
+	_, err = harness.LoadTarget(writeDialect(t, `ready_line: 'DIALECT READY port=(\d+)'`, `ready_line: 'DIALECT READY'`))
+	require.ErrorContains(t, err, "give the port to the command as {port}")
 }
 
 func TestDialectProfileLifecycleThroughHooks(t *testing.T) {

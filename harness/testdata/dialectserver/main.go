@@ -23,6 +23,10 @@
 // one cache of answers keyed by the prompt's text alone, across tenants:
 // a tenant sending a prompt another sent before gets the other's answer.
 //
+// With DIALECT_PORT=fixed it refuses --port 0 and its ready line names no
+// port (the harness picks one, passes it as {port}, and waits on the
+// health check).
+//
 // With DIALECT_IDS=rewrite it rewrites the model's tool-call ids as some
 // servers do: the "-" characters dropped, and a repeat of an id already
 // given in the session suffixed 2, 3, ... (its tool results carry the
@@ -143,6 +147,10 @@ func serve(host, port string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	fixed := os.Getenv("DIALECT_PORT") == "fixed"
+	if fixed && port == "0" {
+		return errors.New("--port 0: this server takes a fixed port (DIALECT_PORT=fixed)")
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
 	if err != nil {
 		return err
@@ -176,7 +184,11 @@ func serve(host, port string) error {
 	})
 	serveFramed(ctx, mux, token, &wg)
 	srv := &http.Server{Handler: mux}
-	fmt.Printf("starting up\nDIALECT READY port=%d\n", ln.Addr().(*net.TCPAddr).Port)
+	if fixed {
+		fmt.Printf("starting up\nDIALECT READY\n") // no port: the caller gave it
+	} else {
+		fmt.Printf("starting up\nDIALECT READY port=%d\n", ln.Addr().(*net.TCPAddr).Port)
+	}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
