@@ -1,0 +1,86 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// kv is the handful of Redis commands cluster mode sends outside its
+// subscriptions. The default is go-redis's pooled client; the
+// store-cancel-reply fault swaps in respPool.
+type kv interface {
+	Get(ctx context.Context, key string) (val string, ok bool, err error)
+	Set(ctx context.Context, key, val string, ttl time.Duration) error
+	Del(ctx context.Context, keys ...string) error
+	HIncrBy(ctx context.Context, key, field string, n int64) (int64, error)
+	HVals(ctx context.Context, key string) ([]string, error)
+	HDel(ctx context.Context, key, field string) error
+	Publish(ctx context.Context, channel, msg string) error
+	Close() error
+}
+
+// goRedis is kv over go-redis: a command cancelled by its context closes
+// its connection, so no reply is ever left for the next caller.
+type goRedis struct{ c *redis.Client }
+
+func (g goRedis) Get(ctx context.Context, key string) (string, bool, error) {
+	v, err := g.c.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("redis GET %s: %w", key, err)
+	}
+	return v, true, nil
+}
+
+func (g goRedis) Set(ctx context.Context, key, val string, ttl time.Duration) error {
+	if err := g.c.Set(ctx, key, val, ttl).Err(); err != nil {
+		return fmt.Errorf("redis SET %s: %w", key, err)
+	}
+	return nil
+}
+
+func (g goRedis) Del(ctx context.Context, keys ...string) error {
+	if err := g.c.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("redis DEL %v: %w", keys, err)
+	}
+	return nil
+}
+
+func (g goRedis) HIncrBy(ctx context.Context, key, field string, n int64) (int64, error) {
+	v, err := g.c.HIncrBy(ctx, key, field, n).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis HINCRBY %s %s: %w", key, field, err)
+	}
+	return v, nil
+}
+
+func (g goRedis) HVals(ctx context.Context, key string) ([]string, error) {
+	v, err := g.c.HVals(ctx, key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis HVALS %s: %w", key, err)
+	}
+	return v, nil
+}
+
+func (g goRedis) HDel(ctx context.Context, key, field string) error {
+	if err := g.c.HDel(ctx, key, field).Err(); err != nil {
+		return fmt.Errorf("redis HDEL %s %s: %w", key, field, err)
+	}
+	return nil
+}
+
+func (g goRedis) Publish(ctx context.Context, channel, msg string) error {
+	if err := g.c.Publish(ctx, channel, msg).Err(); err != nil {
+		return fmt.Errorf("redis PUBLISH %s: %w", channel, err)
+	}
+	return nil
+}
+
+// Close does nothing: the client is the cluster's (it closes it).
+func (g goRedis) Close() error { return nil }
