@@ -28,7 +28,7 @@ import (
 // Scope is one profile's runtime.
 type Scope struct {
 	Profile profile.Profile
-	DB      store.State // the profile's state.db, or its rows in the cluster's PostgreSQL
+	DB      store.State  // the profile's state.db, or its rows in the cluster's PostgreSQL
 	Log     *slog.Logger // the profile's logs/agent.log
 
 	baseEnv  []string
