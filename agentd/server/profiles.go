@@ -27,6 +27,7 @@ func (s *Server) profilesCreate(ctx context.Context, c *rpc.Call) (any, error) {
 		return nil, internalError("profiles.create: %v", err)
 	}
 	s.log.Info("profile created", "profile", prof.Name)
+	s.clusterRevoke(ctx, prof.Name) // a name used before opens with its new key only
 	return map[string]any{"ok": true, "name": prof.Name, "path": prof.Home}, nil
 }
 
@@ -58,6 +59,8 @@ func (s *Server) profilesDelete(ctx context.Context, c *rpc.Call) (any, error) {
 	case err != nil:
 		return nil, internalError("profiles.delete: %v", err)
 	}
+	s.clusterRevoke(ctx, p.Name)
+	s.clusterPurge(ctx, p.Name)
 	s.log.Info("profile deleted", "profile", p.Name)
 	return map[string]any{"ok": true, "name": p.Name}, nil
 }

@@ -86,6 +86,13 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 	}
 	s.sessions[sess.ID] = sess
 	s.mu.Unlock()
+	if err := s.clusterOpened(ctx, sess); err != nil {
+		s.mu.Lock()
+		delete(s.sessions, sess.ID)
+		s.mu.Unlock()
+		sess.close(EndClosed)
+		return nil, internalError("open session in profile %q: %v", sc.Profile.Name, err)
+	}
 	// Registered first, so the start hooks' nested calls run as it.
 	sess.start(ctx, s.toolsOf(sc), map[string]any{"resumed": resumed, "source": s.opts.Source})
 	sc.Log.Info("session open", "session", sess.ID, "stored", stored, "resumed", resumed, "model", snap.Config.Model.Default)
@@ -110,7 +117,7 @@ func (s *Server) sessionResume(ctx context.Context, c *rpc.Call) (any, error) {
 		Profile   string `json:"profile"`
 	}
 	return s.inScope(ctx, c, &p, &p.Profile, required(&p.SessionID, "session.resume: session_id (a stored session id) is required"), func(sc *scope.Scope) (any, error) {
-		return s.openSession(ctx, c, s.resumeScopeFault(ctx, sc, p.SessionID), p.SessionID)
+		return s.openSession(ctx, c, s.clusterResumeScope(ctx, s.resumeScopeFault(ctx, sc, p.SessionID), p.SessionID), p.SessionID)
 	})
 }
 
@@ -141,6 +148,16 @@ func (s *Server) promptSubmit(ctx context.Context, c *rpc.Call) (any, error) {
 	if p.Text == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "prompt.submit: text is empty")
 	}
+	share, err := s.clusterShare(ctx, sess.Scope.Profile.Name)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			share()
+		}
+	}()
 	s.mu.Lock()
 	if s.shutting {
 		s.mu.Unlock()
@@ -164,9 +181,11 @@ func (s *Server) promptSubmit(ctx context.Context, c *rpc.Call) (any, error) {
 	sess.mu.Unlock()
 	s.turns.Add(1)
 	s.mu.Unlock()
+	started = true
 	return rpc.Then{Result: map[string]string{"status": "streaming"}, After: func() {
 		go func() {
 			defer s.turns.Done()
+			defer share()
 			defer cancel()
 			defer ticket.Release()
 			s.runTurn(tctx, sess, p.Text, ticket)

@@ -92,7 +92,7 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string, ticket
 	sc.Log.Info("turn start", "session", sess.ID, "stored", sess.Stored, "model", snap.Config.Model.Default,
 		"base_url", snap.Config.Model.BaseURL, "key_env", snap.Config.Model.KeyEnv, "key", snap.KeyFingerprint())
 	answer, history, err := agent.Run(ctx, agent.Turn{
-		Client:        sc.Client(snap),
+		Client:        s.clientOf(sc, snap),
 		Model:         model,
 		System:        system,
 		History:       history,

@@ -1,0 +1,162 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tenantcanary/tenantcanary/agentd/faults"
+	"github.com/tenantcanary/tenantcanary/agentd/profile"
+	"github.com/tenantcanary/tenantcanary/agentd/store"
+)
+
+// Options configure a replica's cluster mode.
+type Options struct {
+	Postgres string // postgres://... (required)
+	Redis    string // redis://... (required)
+	Replica  string // this replica's name; DefaultReplica() when empty
+	// AuthTTL is how long a tenant's credential hash is kept in the shared
+	// auth cache (Redis) and trusted without reading its .env; 0 (the
+	// default) reads the .env at every check, as a single agentd does.
+	AuthTTL time.Duration
+	// ResponseTTL keeps providers' answers in the response cache that long;
+	// 0 (the default) caches none.
+	ResponseTTL time.Duration
+	// ProfileTurns bounds one tenant's turns in flight over every replica
+	// (0: no cluster-wide bound).
+	ProfileTurns int
+	// RouteTTL is how long a session's routing entry lives after it was
+	// last opened; a day when zero.
+	RouteTTL time.Duration
+	Faults   faults.Set   // seeded faults (test-only)
+	Log      *slog.Logger // the server's own log
+}
+
+// DefaultReplica is the host name and the process id.
+func DefaultReplica() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "agentd"
+	}
+	return h + "-" + strconv.Itoa(os.Getpid())
+}
+
+// Cluster is one replica's view of the cluster. Close stops everything
+// it started.
+type Cluster struct {
+	opts Options
+	pg   *store.Postgres
+	rdb  *redis.Client
+	kv   kv
+
+	ps      *redis.PubSub
+	stop    context.CancelFunc
+	done    chan struct{} // closed when the receive loop returned
+	closeMu sync.Mutex
+	closed  bool
+
+	mu       sync.Mutex
+	follows  map[string]int           // channels followed, by how many sessions
+	ready    map[string]chan struct{} // subscription confirmations awaited
+	onEvent  func(channel string, ev Event)
+	onRevoke func(profile string)
+}
+
+// Open connects to both stores, migrates PostgreSQL and starts the
+// replica's subscription (revocations, then each tenant's events as its
+// sessions open here).
+func Open(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.Postgres == "" || opts.Redis == "" {
+		return nil, errors.New("cluster mode needs both --postgres and --redis")
+	}
+	if opts.Replica == "" {
+		opts.Replica = DefaultReplica()
+	}
+	if opts.RouteTTL <= 0 {
+		opts.RouteTTL = 24 * time.Hour
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	ropt, err := redis.ParseURL(opts.Redis)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: redis url: %w", err)
+	}
+	rdb := redis.NewClient(ropt)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("cluster: reach redis at %s: %w", ropt.Addr, err)
+	}
+	pg, err := store.OpenPostgres(ctx, opts.Postgres)
+	if err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c := &Cluster{opts: opts, pg: pg, rdb: rdb, kv: goRedis{rdb}, follows: map[string]int{}, ready: map[string]chan struct{}{},
+		done: make(chan struct{})}
+	if opts.Faults.Has(faults.StoreCancelReply) {
+		host, port, _ := net.SplitHostPort(ropt.Addr)
+		c.kv = newRespPool(net.JoinHostPort(host, port), ropt.DB) // the bug's client
+	}
+	c.ps = rdb.Subscribe(ctx)
+	loopCtx, stop := context.WithCancel(context.Background())
+	c.stop = stop
+	go c.receive(loopCtx) // ends when Close stops it
+	if err := c.subscribe(ctx, revocationsChannel); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Replica is this replica's name.
+func (c *Cluster) Replica() string { return c.opts.Replica }
+
+// Postgres is the shared state database.
+func (c *Cluster) Postgres() *store.Postgres { return c.pg }
+
+// Options are the options the cluster was opened with (defaults filled).
+func (c *Cluster) Options() Options { return c.opts }
+
+// State is the store.State of p: its rows in the shared database.
+func (c *Cluster) State(_ context.Context, p profile.Profile) (store.State, error) {
+	return c.pg.ForProfile(p.Name), nil
+}
+
+// Close stops the subscription and closes both stores' clients. Safe to
+// call twice.
+func (c *Cluster) Close() error {
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	c.stop()
+	err := c.ps.Close() // ends a Receive under way
+	<-c.done
+	err = errors.Join(err, c.kv.Close(), c.rdb.Close())
+	c.pg.Close()
+	if err != nil {
+		return fmt.Errorf("close cluster: %w", err)
+	}
+	return nil
+}
+
+// key is a Redis key of profile: agentd:<profile>:parts... (a profile
+// name holds no ':', see profile.ValidName).
+func key(profile string, parts ...string) string {
+	k := "agentd:" + profile
+	for _, p := range parts {
+		k += ":" + p
+	}
+	return k
+}
