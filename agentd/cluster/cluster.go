@@ -68,6 +68,7 @@ type Cluster struct {
 	ready    map[string]chan struct{} // subscription confirmations awaited
 	onEvent  func(channel string, ev Event)
 	onRevoke func(profile string)
+	auth     map[string]authEntry // this replica's memory of the auth cache, by profile
 }
 
 // Open connects to both stores, migrates PostgreSQL and starts the
@@ -90,6 +91,9 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: redis url: %w", err)
 	}
+	// A command ends with its caller's context (a cancelled request does
+	// not wait on Redis); go-redis then closes the connection it used.
+	ropt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(ropt)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
@@ -101,7 +105,7 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	c := &Cluster{opts: opts, pg: pg, rdb: rdb, kv: goRedis{rdb}, follows: map[string]int{}, ready: map[string]chan struct{}{},
-		done: make(chan struct{})}
+		auth: map[string]authEntry{}, done: make(chan struct{})}
 	if opts.Faults.Has(faults.StoreCancelReply) {
 		host, port, _ := net.SplitHostPort(ropt.Addr)
 		c.kv = newRespPool(net.JoinHostPort(host, port), ropt.DB) // the bug's client

@@ -65,7 +65,8 @@ func (c *Cluster) Publish(ctx context.Context, ev Event) error {
 	if err != nil {
 		return fmt.Errorf("publish %s of profile %q: %w", ev.Type, ev.Profile, err)
 	}
-	return c.kv.Publish(ctx, c.EventsChannel(ev.Profile), string(b))
+	_, err = c.kv.Publish(ctx, c.EventsChannel(ev.Profile), string(b))
+	return err
 }
 
 // Follow subscribes this replica to profile's events (once, however many
@@ -158,12 +159,7 @@ func (c *Cluster) deliver(channel, payload string) {
 		if json.Unmarshal([]byte(payload), &r) != nil || r.Profile == "" {
 			return
 		}
-		c.mu.Lock()
-		h := c.onRevoke
-		c.mu.Unlock()
-		if h != nil {
-			h(r.Profile)
-		}
+		c.revoked(r)
 		return
 	}
 	var ev Event

@@ -19,7 +19,13 @@ type kv interface {
 	HIncrBy(ctx context.Context, key, field string, n int64) (int64, error)
 	HVals(ctx context.Context, key string) ([]string, error)
 	HDel(ctx context.Context, key, field string) error
-	Publish(ctx context.Context, channel, msg string) error
+	// Publish returns how many subscribers received msg.
+	Publish(ctx context.Context, channel, msg string) (int64, error)
+	// Push appends val to the list key and sets the list to expire in ttl.
+	Push(ctx context.Context, key, val string, ttl time.Duration) error
+	// Pop takes the list key's first element, waiting up to wait for one
+	// (ok false: none came).
+	Pop(ctx context.Context, key string, wait time.Duration) (val string, ok bool, err error)
 	Close() error
 }
 
@@ -75,11 +81,35 @@ func (g goRedis) HDel(ctx context.Context, key, field string) error {
 	return nil
 }
 
-func (g goRedis) Publish(ctx context.Context, channel, msg string) error {
-	if err := g.c.Publish(ctx, channel, msg).Err(); err != nil {
-		return fmt.Errorf("redis PUBLISH %s: %w", channel, err)
+func (g goRedis) Publish(ctx context.Context, channel, msg string) (int64, error) {
+	n, err := g.c.Publish(ctx, channel, msg).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis PUBLISH %s: %w", channel, err)
+	}
+	return n, nil
+}
+
+func (g goRedis) Push(ctx context.Context, key, val string, ttl time.Duration) error {
+	_, err := g.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.RPush(ctx, key, val)
+		p.PExpire(ctx, key, ttl)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis RPUSH %s: %w", key, err)
 	}
 	return nil
+}
+
+func (g goRedis) Pop(ctx context.Context, key string, wait time.Duration) (string, bool, error) {
+	v, err := g.c.BLPop(ctx, wait, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("redis BLPOP %s: %w", key, err)
+	}
+	return v[1], true, nil
 }
 
 // Close does nothing: the client is the cluster's (it closes it).

@@ -226,9 +226,34 @@ func (p *respPool) HDel(ctx context.Context, key, field string) error {
 	return err
 }
 
-func (p *respPool) Publish(ctx context.Context, channel, msg string) error {
-	_, err := p.do(ctx, "PUBLISH", channel, msg)
+func (p *respPool) Publish(ctx context.Context, channel, msg string) (int64, error) {
+	v, err := p.do(ctx, "PUBLISH", channel, msg)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := v.(int64)
+	return n, nil
+}
+
+func (p *respPool) Push(ctx context.Context, key, val string, ttl time.Duration) error {
+	if _, err := p.do(ctx, "RPUSH", key, val); err != nil {
+		return err
+	}
+	_, err := p.do(ctx, "PEXPIRE", key, strconv.FormatInt(ttl.Milliseconds(), 10))
 	return err
+}
+
+func (p *respPool) Pop(ctx context.Context, key string, wait time.Duration) (string, bool, error) {
+	secs := strconv.FormatFloat(wait.Seconds(), 'f', 3, 64)
+	v, err := p.do(ctx, "BLPOP", key, secs)
+	if err != nil {
+		return "", false, err
+	}
+	list, _ := v.([]any)
+	if len(list) != 2 {
+		return "", false, nil
+	}
+	return fmt.Sprint(list[1]), true, nil
 }
 
 // Close closes the idle connections.
