@@ -28,7 +28,7 @@ func (s *Server) clusterInit() {
 	}
 	s.pool.SetState(cl.State)
 	cl.OnEvent(s.clusterEvent)
-	cl.OnRevoke(s.clusterRevoked)
+	cl.OnRevoke(s.revokeLapsed)
 }
 
 // tenantKey is p's credential hash: from the cluster's auth cache in
@@ -54,10 +54,11 @@ func (s *Server) clusterRevoke(ctx context.Context, name string) {
 	}
 }
 
-// clusterRevoked is told of a revocation of profile's credential (by any
-// replica): this replica's connections bound to it are checked now, and
-// those whose credential lapsed are revoked, their sessions ended.
-func (s *Server) clusterRevoked(name string) {
+// revokeLapsed checks this server's connections bound to profile name
+// now, and revokes those whose credential lapsed (their sessions end):
+// after profiles.rotate_key, and in cluster mode whenever any replica
+// announces a revocation of the profile's credential.
+func (s *Server) revokeLapsed(name string) {
 	s.mu.Lock()
 	var conns []rpc.Conn
 	for _, conn := range s.conns {

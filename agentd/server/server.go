@@ -225,7 +225,8 @@ func (s *Server) Register(d *rpc.Dispatcher) {
 		"prompt.submit": s.promptSubmit,
 		"config.set":    s.configSet, "model.save_key": s.modelSaveKey,
 		"profiles.create": s.profilesCreate, "profiles.delete": s.profilesDelete, "profiles.list": s.profilesList,
-		"cron.create": s.cronCreate, "cron.trigger": s.cronTrigger, "cron.list": s.cronList,
+		"profiles.rotate_key": s.profilesRotateKey,
+		"cron.create":         s.cronCreate, "cron.trigger": s.cronTrigger, "cron.list": s.cronList,
 	} {
 		d.Handle(method, s.replayed(s.gated(h))) // a tenant connection's credential, checked at every call
 	}
