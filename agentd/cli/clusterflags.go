@@ -19,6 +19,7 @@ import (
 // as always.
 type clusterConfig struct {
 	postgres, redis, replica string
+	namespace                string
 	authTTL, responseTTL     time.Duration
 	profileTurns             int
 }
@@ -29,6 +30,7 @@ func clusterFlags(fs *flag.FlagSet) *clusterConfig {
 	fs.StringVar(&c.postgres, "postgres", "", "cluster mode: PostgreSQL URL of the replicas' shared state (also AGENTD_POSTGRES_URL); needs --redis")
 	fs.StringVar(&c.redis, "redis", "", "cluster mode: Redis URL of the replicas' routing, events, shares and caches (also AGENTD_REDIS_URL); needs --postgres")
 	fs.StringVar(&c.replica, "replica", "", "cluster mode: this replica's name (also AGENTD_REPLICA; default host name and pid)")
+	fs.StringVar(&c.namespace, "namespace", "", "cluster mode: keep this cluster apart from others on the same stores (also AGENTD_CLUSTER_NAMESPACE; any text, hashed unless 1-32 of [a-z0-9_])")
 	fs.DurationVar(&c.authTTL, "auth-cache-ttl", 0, "cluster mode: keep tenants' credential hashes in Redis this long, trusted without reading .env (0: read .env at every check); revocations through agentd drop them on every replica")
 	fs.DurationVar(&c.responseTTL, "response-cache-ttl", 0, "cluster mode: keep providers' answers in a per-tenant response cache this long (0: no cache)")
 	fs.IntVar(&c.profileTurns, "cluster-profile-turns", 0, "cluster mode: turns of one profile in flight over every replica; past it: error 4290 (0: 4 times --profile-turns)")
@@ -47,6 +49,9 @@ func (c *clusterConfig) on(env *Env) (bool, error) {
 	}
 	if c.replica == "" {
 		c.replica = env.Getenv("AGENTD_REPLICA")
+	}
+	if c.namespace == "" {
+		c.namespace = env.Getenv("AGENTD_CLUSTER_NAMESPACE")
 	}
 	switch {
 	case c.postgres == "" && c.redis == "":
@@ -75,7 +80,7 @@ func (c *clusterConfig) open(ctx context.Context, env *Env, lim server.Limits, l
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cl, err := cluster.Open(octx, cluster.Options{Postgres: c.postgres, Redis: c.redis, Replica: c.replica,
+	cl, err := cluster.Open(octx, cluster.Options{Postgres: c.postgres, Redis: c.redis, Replica: c.replica, Namespace: c.namespace,
 		AuthTTL: c.authTTL, ResponseTTL: c.responseTTL, ProfileTurns: turns, Faults: fs, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("cluster mode: %w", err)

@@ -55,7 +55,7 @@ func (c *Cluster) TenantKey(ctx context.Context, profile string, load func() ([s
 	if ok && now.Before(e.expires) {
 		return e.sum, e.found, nil
 	}
-	k := key(profile, "auth")
+	k := c.key(profile, "auth")
 	if v, ok, err := c.kv.Get(ctx, k); err == nil && ok {
 		if e, ok := parseAuth(v); ok {
 			e.expires = now.Add(ttl)
@@ -114,7 +114,7 @@ func (c *Cluster) forget(profile string) {
 // and keep accepting the old key from their memory until it expires.
 func (c *Cluster) Revoke(ctx context.Context, profile string) error {
 	c.forget(profile)
-	if err := c.kv.Del(ctx, key(profile, "auth")); err != nil {
+	if err := c.kv.Del(ctx, c.key(profile, "auth")); err != nil {
 		return fmt.Errorf("revoke credential of profile %q: %w", profile, err)
 	}
 	if c.opts.Faults.Has(faults.RevocationLocalOnly) {
@@ -128,9 +128,9 @@ func (c *Cluster) Revoke(ctx context.Context, profile string) error {
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	ack := "agentd:revocations:ack:" + hex.EncodeToString(id[:])
+	ack := c.prefix + "revocations:ack:" + hex.EncodeToString(id[:])
 	b, _ := json.Marshal(revocation{Profile: profile, Replica: c.opts.Replica, Ack: ack})
-	n, err := c.kv.Publish(ctx, revocationsChannel, string(b))
+	n, err := c.kv.Publish(ctx, c.prefix+"revocations", string(b))
 	if err != nil {
 		return fmt.Errorf("revoke credential of profile %q: %w", profile, err)
 	}

@@ -2,11 +2,14 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -36,8 +39,14 @@ type Options struct {
 	// RouteTTL is how long a session's routing entry lives after it was
 	// last opened; a day when zero.
 	RouteTTL time.Duration
-	Faults   faults.Set   // seeded faults (test-only)
-	Log      *slog.Logger // the server's own log
+	// Namespace keeps this cluster's Redis keys and channels
+	// (agentd@<ns>:...) and PostgreSQL tables (schema agentd_<ns>) apart
+	// from other clusters' on the same stores; "" is none (agentd:...,
+	// schema public). Any text: one that is not 1-32 of [a-z0-9_] is
+	// replaced by a hash of it (a folder's path, say).
+	Namespace string
+	Faults    faults.Set   // seeded faults (test-only)
+	Log       *slog.Logger // the server's own log
 }
 
 // DefaultReplica is the host name and the process id.
@@ -52,10 +61,11 @@ func DefaultReplica() string {
 // Cluster is one replica's view of the cluster. Close stops everything
 // it started.
 type Cluster struct {
-	opts Options
-	pg   *store.Postgres
-	rdb  *redis.Client
-	kv   kv
+	opts   Options
+	prefix string // of every Redis key and channel: agentd: or agentd@<ns>:
+	pg     *store.Postgres
+	rdb    *redis.Client
+	kv     kv
 
 	ps      *redis.PubSub
 	stop    context.CancelFunc
@@ -99,13 +109,17 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 		rdb.Close()
 		return nil, fmt.Errorf("cluster: reach redis at %s: %w", ropt.Addr, err)
 	}
-	pg, err := store.OpenPostgres(ctx, opts.Postgres)
+	ns := namespace(opts.Namespace)
+	pg, err := store.OpenPostgresIn(ctx, opts.Postgres, ns)
 	if err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	c := &Cluster{opts: opts, pg: pg, rdb: rdb, kv: goRedis{rdb}, follows: map[string]int{}, ready: map[string]chan struct{}{},
+	c := &Cluster{opts: opts, prefix: "agentd:", pg: pg, rdb: rdb, kv: goRedis{rdb}, follows: map[string]int{}, ready: map[string]chan struct{}{},
 		auth: map[string]authEntry{}, done: make(chan struct{})}
+	if ns != "" {
+		c.prefix = "agentd@" + ns + ":"
+	}
 	if opts.Faults.Has(faults.StoreCancelReply) {
 		host, port, _ := net.SplitHostPort(ropt.Addr)
 		c.kv = newRespPool(net.JoinHostPort(host, port), ropt.DB) // the bug's client
@@ -114,7 +128,7 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 	loopCtx, stop := context.WithCancel(context.Background())
 	c.stop = stop
 	go c.receive(loopCtx) // ends when Close stops it
-	if err := c.subscribe(ctx, revocationsChannel); err != nil {
+	if err := c.subscribe(ctx, c.prefix+"revocations"); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -155,12 +169,24 @@ func (c *Cluster) Close() error {
 	return nil
 }
 
-// key is a Redis key of profile: agentd:<profile>:parts... (a profile
-// name holds no ':', see profile.ValidName).
-func key(profile string, parts ...string) string {
-	k := "agentd:" + profile
+// key is a Redis key (or channel) of profile: agentd:<profile>:parts...,
+// or agentd@<namespace>:<profile>:parts... (a profile name holds no ':',
+// see profile.ValidName).
+func (c *Cluster) key(profile string, parts ...string) string {
+	k := c.prefix + profile
 	for _, p := range parts {
 		k += ":" + p
 	}
 	return k
+}
+
+var nsRE = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+
+// namespace is the name a Namespace option stands for ("" for none).
+func namespace(text string) string {
+	if text == "" || nsRE.MatchString(text) {
+		return text
+	}
+	sum := sha256.Sum256([]byte(text))
+	return "h" + hex.EncodeToString(sum[:8])
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/cluster"
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/llm"
+	"github.com/tenantcanary/tenantcanary/agentd/store"
 	"github.com/tenantcanary/tenantcanary/internal/storeproc"
 )
 
@@ -263,4 +264,24 @@ func TestTurnSharesSpanReplicas(t *testing.T) {
 	rel2()
 	rel3()
 	relB()
+}
+
+// TestNamespacesKeepClustersApart: two clusters on the same stores under
+// different namespaces share no state, no events and no cache.
+func TestNamespacesKeepClustersApart(t *testing.T) {
+	t.Parallel()
+	s := startStores(t)
+	a := s.replica(t, "r1", func(o *cluster.Options) { o.Namespace = "/tmp/sandbox-a"; o.ResponseTTL = time.Minute })
+	b := s.replica(t, "r1", func(o *cluster.Options) { o.Namespace = "/tmp/sandbox-b"; o.ResponseTTL = time.Minute })
+	require.NotEqual(t, a.EventsChannel("alpha"), b.EventsChannel("alpha"))
+	ctx := context.Background()
+	sa, err := a.Postgres().ForProfile("alpha").CreateSession(ctx, store.Session{Model: "m"})
+	require.NoError(t, err)
+	_, err = b.Postgres().ForProfile("alpha").Session(ctx, sa.ID)
+	require.ErrorIs(t, err, store.ErrUnknownSession)
+	a.ResponseCache("alpha").Put(ctx, []byte("q"), llm.Response{Message: llm.Message{Content: "x"}})
+	_, hit := b.ResponseCache("alpha").Get(ctx, []byte("q"))
+	require.False(t, hit)
+	_, hit = a.ResponseCache("alpha").Get(ctx, []byte("q"))
+	require.True(t, hit)
 }

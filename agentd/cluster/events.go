@@ -30,16 +30,13 @@ const (
 	EventSessionMoved = "session.moved"
 )
 
-// revocationsChannel carries revocations: a profile's name, nothing else.
-const revocationsChannel = "agentd:revocations"
-
 // EventsChannel is the channel of profile's events: its own, or under
 // the events-unscoped fault one channel for every tenant.
 func (c *Cluster) EventsChannel(profile string) string {
 	if c.opts.Faults.Has(faults.EventsUnscoped) {
-		return "agentd:events" // the bug: no tenant in the name
+		return c.prefix + "events" // the bug: no tenant in the name
 	}
-	return key(profile, "events")
+	return c.key(profile, "events")
 }
 
 // OnEvent sets the handler of events from other replicas: channel is the
@@ -154,7 +151,7 @@ func (c *Cluster) receive(ctx context.Context) {
 }
 
 func (c *Cluster) deliver(channel, payload string) {
-	if channel == revocationsChannel {
+	if channel == c.prefix+"revocations" {
 		var r revocation
 		if json.Unmarshal([]byte(payload), &r) != nil || r.Profile == "" {
 			return

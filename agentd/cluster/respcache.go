@@ -30,9 +30,9 @@ func (r responseCache) key(body []byte) string {
 	sum := sha256.Sum256(body)
 	h := hex.EncodeToString(sum[:])
 	if r.c.opts.Faults.Has(faults.CacheKeyNoTenant) {
-		return "agentd:llm:" + h // the bug: no tenant in the key
+		return r.c.prefix + "llm:" + h // the bug: no tenant in the key
 	}
-	return key(r.profile, "llm", h)
+	return r.c.key(r.profile, "llm", h)
 }
 
 func (r responseCache) Get(ctx context.Context, body []byte) (llm.Response, bool) {

@@ -20,9 +20,9 @@ type Route struct {
 // for every tenant's sessions, keyed by the stored id alone.
 func (c *Cluster) routeKey(profile, stored string) string {
 	if c.opts.Faults.Has(faults.ResumeWrongProfile) {
-		return "agentd:route:" + stored // the bug: no tenant in the key
+		return c.prefix + "route:" + stored // the bug: no tenant in the key
 	}
-	return key(profile, "route", stored)
+	return c.key(profile, "route", stored)
 }
 
 // Claim records that this replica holds profile's stored session live,

@@ -18,7 +18,7 @@ func (c *Cluster) Acquire(ctx context.Context, profile string) (release func(), 
 	if c.opts.ProfileTurns <= 0 {
 		return func() {}, nil
 	}
-	k := key(profile, "inflight")
+	k := c.key(profile, "inflight")
 	if _, err := c.kv.HIncrBy(ctx, k, c.opts.Replica, 1); err != nil {
 		return nil, fmt.Errorf("take a turn share of profile %q: %w", profile, err)
 	}
@@ -47,7 +47,7 @@ func (c *Cluster) Acquire(ctx context.Context, profile string) (release func(), 
 
 // InFlight is profile's turns in flight over every replica.
 func (c *Cluster) InFlight(ctx context.Context, profile string) (int, error) {
-	vals, err := c.kv.HVals(ctx, key(profile, "inflight"))
+	vals, err := c.kv.HVals(ctx, c.key(profile, "inflight"))
 	if err != nil {
 		return 0, fmt.Errorf("read the turn shares of profile %q: %w", profile, err)
 	}
@@ -62,5 +62,5 @@ func (c *Cluster) InFlight(ctx context.Context, profile string) (int, error) {
 // forgetShares drops what this replica held of profile's shares (a
 // replica that starts holds none, whatever a crashed one left).
 func (c *Cluster) forgetShares(ctx context.Context, profile string) error {
-	return c.kv.HDel(ctx, key(profile, "inflight"), c.opts.Replica)
+	return c.kv.HDel(ctx, c.key(profile, "inflight"), c.opts.Replica)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -70,9 +71,27 @@ type Postgres struct {
 
 // OpenPostgres connects to url and brings the schema up to date.
 func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
+	return OpenPostgresIn(ctx, url, "")
+}
+
+// OpenPostgresIn is OpenPostgres with agentd's tables in the schema
+// agentd_<namespace> (made when missing), apart from another cluster's
+// on the same database; namespace "" is the connection's own search
+// path (schema public). A namespace is 1-32 of [a-z0-9_].
+func OpenPostgresIn(ctx context.Context, url, namespace string) (*Postgres, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse url: %w", err)
+	}
+	if namespace != "" {
+		if !schemaRE.MatchString(namespace) {
+			return nil, fmt.Errorf("postgres: namespace %q: want 1-32 of [a-z0-9_]", namespace)
+		}
+		schema := "agentd_" + namespace
+		if err := createSchema(ctx, cfg, schema); err != nil {
+			return nil, err
+		}
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -84,6 +103,21 @@ func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+var schemaRE = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+
+// createSchema makes schema when it is missing.
+func createSchema(ctx context.Context, cfg *pgxpool.Config, schema string) error {
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("postgres: connect to %s: %w", redactURL(cfg), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return fmt.Errorf("postgres: create schema %s in %s: %w", schema, redactURL(cfg), err)
+	}
+	return nil
 }
 
 func redactURL(cfg *pgxpool.Config) string {
