@@ -73,6 +73,7 @@ type Cluster struct {
 	closeMu sync.Mutex
 	closed  bool
 
+	subMu    sync.Mutex // held across a follow count's change and its (un)subscription
 	mu       sync.Mutex
 	follows  map[string]int           // channels followed, by how many sessions
 	ready    map[string]chan struct{} // subscription confirmations awaited

@@ -13,7 +13,8 @@
 //     (agentd:<profile>:events), handed to the sessions of that tenant only;
 //
 //   - fair shares: a tenant's turns in flight over every replica
-//     (agentd:<profile>:inflight, a field per replica);
+//     (agentd:<profile>:inflight, a sorted set of leases that expire, so
+//     a replica that dies gives its shares back);
 //
 //   - auth cache: a tenant's credential hash (agentd:<profile>:auth) with a
 //     short TTL, dropped on every replica at once when one revokes it

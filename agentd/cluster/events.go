@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -71,31 +72,27 @@ func (c *Cluster) Publish(ctx context.Context, ev Event) error {
 // ends this follower's share.
 func (c *Cluster) Follow(ctx context.Context, profile string) (stop func(), err error) {
 	ch := c.EventsChannel(profile)
-	c.mu.Lock()
-	c.follows[ch]++
-	first := c.follows[ch] == 1
-	c.mu.Unlock()
-	unfollow := func() {
-		c.mu.Lock()
-		c.follows[ch]--
-		last := c.follows[ch] == 0
-		if last {
-			delete(c.follows, ch)
-		}
-		c.mu.Unlock()
-		if last {
-			uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = c.ps.Unsubscribe(uctx, ch)
-		}
-	}
-	if first {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.follows[ch] == 0 {
 		if err := c.subscribe(ctx, ch); err != nil {
-			unfollow()
 			return nil, err
 		}
 	}
-	return unfollow, nil
+	c.follows[ch]++
+	return sync.OnceFunc(func() {
+		c.subMu.Lock()
+		defer c.subMu.Unlock()
+		if c.follows[ch]--; c.follows[ch] > 0 {
+			return
+		}
+		delete(c.follows, ch)
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := c.ps.Unsubscribe(uctx, ch); err != nil {
+			c.opts.Log.Warn("cluster: unsubscribe", "channel", ch, "err", err)
+		}
+	}), nil
 }
 
 // subscribe subscribes to ch and waits for Redis's confirmation.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,9 +17,14 @@ type kv interface {
 	Get(ctx context.Context, key string) (val string, ok bool, err error)
 	Set(ctx context.Context, key, val string, ttl time.Duration) error
 	Del(ctx context.Context, keys ...string) error
-	HIncrBy(ctx context.Context, key, field string, n int64) (int64, error)
-	HVals(ctx context.Context, key string) ([]string, error)
-	HDel(ctx context.Context, key, field string) error
+	// Hold adds member to the sorted set key until expires (its score),
+	// drops the members whose time passed, keeps the set until the last
+	// expiry, and returns how many members it holds now.
+	Hold(ctx context.Context, key, member string, expires time.Time) (int64, error)
+	// Count is how many members of the sorted set key have not expired.
+	Count(ctx context.Context, key string) (int64, error)
+	// Drop removes member from the sorted set key.
+	Drop(ctx context.Context, key, member string) error
 	// Publish returns how many subscribers received msg.
 	Publish(ctx context.Context, channel, msg string) (int64, error)
 	// Push appends val to the list key and sets the list to expire in ttl.
@@ -58,25 +64,34 @@ func (g goRedis) Del(ctx context.Context, keys ...string) error {
 	return nil
 }
 
-func (g goRedis) HIncrBy(ctx context.Context, key, field string, n int64) (int64, error) {
-	v, err := g.c.HIncrBy(ctx, key, field, n).Result()
+func (g goRedis) Hold(ctx context.Context, key, member string, expires time.Time) (int64, error) {
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	var card *redis.IntCmd
+	_, err := g.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRemRangeByScore(ctx, key, "-inf", now)
+		p.ZAdd(ctx, key, redis.Z{Score: float64(expires.UnixMilli()), Member: member})
+		p.PExpireAt(ctx, key, expires) // only ever later: every hold expires at least as late as the last
+		card = p.ZCard(ctx, key)
+		return nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("redis HINCRBY %s %s: %w", key, field, err)
+		return 0, fmt.Errorf("redis ZADD %s: %w", key, err)
 	}
-	return v, nil
+	return card.Val(), nil
 }
 
-func (g goRedis) HVals(ctx context.Context, key string) ([]string, error) {
-	v, err := g.c.HVals(ctx, key).Result()
+func (g goRedis) Count(ctx context.Context, key string) (int64, error) {
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	n, err := g.c.ZCount(ctx, key, "("+now, "+inf").Result()
 	if err != nil {
-		return nil, fmt.Errorf("redis HVALS %s: %w", key, err)
+		return 0, fmt.Errorf("redis ZCOUNT %s: %w", key, err)
 	}
-	return v, nil
+	return n, nil
 }
 
-func (g goRedis) HDel(ctx context.Context, key, field string) error {
-	if err := g.c.HDel(ctx, key, field).Err(); err != nil {
-		return fmt.Errorf("redis HDEL %s %s: %w", key, field, err)
+func (g goRedis) Drop(ctx context.Context, key, member string) error {
+	if err := g.c.ZRem(ctx, key, member).Err(); err != nil {
+		return fmt.Errorf("redis ZREM %s: %w", key, err)
 	}
 	return nil
 }

@@ -199,30 +199,37 @@ func (p *respPool) Del(ctx context.Context, keys ...string) error {
 	return err
 }
 
-func (p *respPool) HIncrBy(ctx context.Context, key, field string, n int64) (int64, error) {
-	v, err := p.do(ctx, "HINCRBY", key, field, strconv.FormatInt(n, 10))
+func (p *respPool) Hold(ctx context.Context, key, member string, expires time.Time) (int64, error) {
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	exp := strconv.FormatInt(expires.UnixMilli(), 10)
+	if _, err := p.do(ctx, "ZREMRANGEBYSCORE", key, "-inf", now); err != nil {
+		return 0, err
+	}
+	if _, err := p.do(ctx, "ZADD", key, exp, member); err != nil {
+		return 0, err
+	}
+	if _, err := p.do(ctx, "PEXPIREAT", key, exp); err != nil {
+		return 0, err
+	}
+	v, err := p.do(ctx, "ZCARD", key)
 	if err != nil {
 		return 0, err
 	}
-	i, _ := v.(int64)
-	return i, nil
+	n, _ := v.(int64)
+	return n, nil
 }
 
-func (p *respPool) HVals(ctx context.Context, key string) ([]string, error) {
-	v, err := p.do(ctx, "HVALS", key)
+func (p *respPool) Count(ctx context.Context, key string) (int64, error) {
+	v, err := p.do(ctx, "ZCOUNT", key, "("+strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf")
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	list, _ := v.([]any)
-	out := make([]string, 0, len(list))
-	for _, x := range list {
-		out = append(out, fmt.Sprint(x))
-	}
-	return out, nil
+	n, _ := v.(int64)
+	return n, nil
 }
 
-func (p *respPool) HDel(ctx context.Context, key, field string) error {
-	_, err := p.do(ctx, "HDEL", key, field)
+func (p *respPool) Drop(ctx context.Context, key, member string) error {
+	_, err := p.do(ctx, "ZREM", key, member)
 	return err
 }
 

@@ -2,65 +2,55 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
+	"sync"
+	"time"
 )
 
 // ErrShareFull: a tenant has its cluster-wide share of turns in flight.
 var ErrShareFull = errors.New("the tenant's turns in flight over every replica are at their bound")
 
+// ShareLease is how long one turn holds its share at most: a replica that
+// dies mid-turn gives its shares back this late.
+const ShareLease = 15 * time.Minute
+
 // Acquire takes one of profile's turns in flight over every replica (a
-// field per replica in agentd:<profile>:inflight), or ErrShareFull when
-// ProfileTurns are taken. release gives it back (safe to call twice; it
-// outlives ctx).
+// member of the sorted set agentd:<profile>:inflight, named for this
+// replica and expiring after ShareLease), or ErrShareFull when
+// ProfileTurns are taken. release gives it back (safe to call twice, from
+// any goroutine; it outlives ctx).
 func (c *Cluster) Acquire(ctx context.Context, profile string) (release func(), err error) {
 	if c.opts.ProfileTurns <= 0 {
 		return func() {}, nil
 	}
 	k := c.key(profile, "inflight")
-	if _, err := c.kv.HIncrBy(ctx, k, c.opts.Replica, 1); err != nil {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	member := c.opts.Replica + "/" + hex.EncodeToString(id[:])
+	n, err := c.kv.Hold(ctx, k, member, time.Now().Add(ShareLease))
+	if err != nil {
 		return nil, fmt.Errorf("take a turn share of profile %q: %w", profile, err)
 	}
-	var once bool
-	release = func() {
-		if once {
-			return
-		}
-		once = true
-		rctx := context.WithoutCancel(ctx)
-		if _, err := c.kv.HIncrBy(rctx, k, c.opts.Replica, -1); err != nil {
+	release = sync.OnceFunc(func() {
+		if err := c.kv.Drop(context.WithoutCancel(ctx), k, member); err != nil {
 			c.opts.Log.Warn("cluster: give back a turn share", "profile", profile, "err", err)
 		}
-	}
-	total, err := c.InFlight(ctx, profile)
-	if err != nil {
+	})
+	if n > int64(c.opts.ProfileTurns) {
 		release()
-		return nil, err
-	}
-	if total > c.opts.ProfileTurns {
-		release()
-		return nil, fmt.Errorf("%w: profile %q has %d of %d", ErrShareFull, profile, total-1, c.opts.ProfileTurns)
+		return nil, fmt.Errorf("%w: profile %q has %d of %d", ErrShareFull, profile, n-1, c.opts.ProfileTurns)
 	}
 	return release, nil
 }
 
 // InFlight is profile's turns in flight over every replica.
 func (c *Cluster) InFlight(ctx context.Context, profile string) (int, error) {
-	vals, err := c.kv.HVals(ctx, c.key(profile, "inflight"))
+	n, err := c.kv.Count(ctx, c.key(profile, "inflight"))
 	if err != nil {
 		return 0, fmt.Errorf("read the turn shares of profile %q: %w", profile, err)
 	}
-	total := 0
-	for _, v := range vals {
-		n, _ := strconv.Atoi(v)
-		total += max(n, 0)
-	}
-	return total, nil
-}
-
-// forgetShares drops what this replica held of profile's shares (a
-// replica that starts holds none, whatever a crashed one left).
-func (c *Cluster) forgetShares(ctx context.Context, profile string) error {
-	return c.kv.HDel(ctx, c.key(profile, "inflight"), c.opts.Replica)
+	return int(n), nil
 }
