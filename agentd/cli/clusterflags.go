@@ -33,7 +33,7 @@ func clusterFlags(fs *flag.FlagSet) *clusterConfig {
 	fs.StringVar(&c.namespace, "namespace", "", "cluster mode: keep this cluster apart from others on the same stores (also AGENTD_CLUSTER_NAMESPACE; any text, hashed unless 1-32 of [a-z0-9_])")
 	fs.DurationVar(&c.authTTL, "auth-cache-ttl", 0, "cluster mode: keep tenants' credential hashes in Redis this long, trusted without reading .env (0: read .env at every check); revocations through agentd drop them on every replica")
 	fs.DurationVar(&c.responseTTL, "response-cache-ttl", 0, "cluster mode: keep providers' answers in a per-tenant response cache this long (0: no cache)")
-	fs.IntVar(&c.profileTurns, "cluster-profile-turns", 0, "cluster mode: turns of one profile in flight over every replica; past it: error 4290 (0: 4 times --profile-turns)")
+	fs.IntVar(&c.profileTurns, "cluster-profile-turns", 0, "cluster mode: turns of one profile running at once over every replica; past it a turn waits (0: 4 times --profile-turns)")
 	return c
 }
 

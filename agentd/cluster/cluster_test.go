@@ -285,3 +285,41 @@ func TestNamespacesKeepClustersApart(t *testing.T) {
 	_, hit = a.ResponseCache("alpha").Get(ctx, []byte("q"))
 	require.True(t, hit)
 }
+
+// TestAcquireWaitGetsTheNextFreeShare: a turn past the tenant's bound
+// waits for a share, and gets it once another replica gives one back.
+func TestAcquireWaitGetsTheNextFreeShare(t *testing.T) {
+	t.Parallel()
+	s := startStores(t)
+	set := func(o *cluster.Options) { o.ProfileTurns = 1 }
+	r1, r2 := s.replica(t, "r1", set), s.replica(t, "r2", set)
+	ctx := context.Background()
+	rel1, err := r1.Acquire(ctx, "alpha")
+	require.NoError(t, err)
+	got := make(chan func(), 1)
+	go func() { // ends when it got the share or the test ended
+		rel, err := r2.AcquireWait(t.Context(), "alpha")
+		if err == nil {
+			got <- rel
+		}
+	}()
+	select {
+	case <-got:
+		t.Fatal("a second turn of alpha got a share while the first held the only one")
+	default:
+	}
+	rel1()
+	select {
+	case rel := <-got:
+		rel()
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiting turn never got the freed share")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	rel, err := r1.Acquire(ctx, "alpha")
+	require.NoError(t, err)
+	cancel()
+	_, err = r2.AcquireWait(cctx, "alpha")
+	require.ErrorIs(t, err, context.Canceled, "a turn cancelled while it waits stops waiting")
+	rel()
+}

@@ -54,3 +54,27 @@ func (c *Cluster) InFlight(ctx context.Context, profile string) (int, error) {
 	}
 	return int(n), nil
 }
+
+// shareRetry bounds the wait between two tries of AcquireWait.
+const shareRetry = time.Second
+
+// AcquireWait is Acquire that waits while profile's share is full: it
+// tries again after 25ms, doubling up to a second, until it gets one or
+// ctx ends.
+func (c *Cluster) AcquireWait(ctx context.Context, profile string) (release func(), err error) {
+	wait := 25 * time.Millisecond
+	for {
+		release, err := c.Acquire(ctx, profile)
+		if !errors.Is(err, ErrShareFull) {
+			return release, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (gave up waiting: %w)", err, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, shareRetry)
+	}
+}

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"time"
 
@@ -162,23 +161,17 @@ func (s *Server) clusterEvent(channel string, ev cluster.Event) {
 	}
 }
 
-// clusterShare takes one of profile's turns in flight over every replica;
-// past its bound the turn is refused (4290).
+// clusterShare takes one of profile's turns running over every replica,
+// once the turn holds its slot here: past the cluster's bound the turn
+// waits (as it waits for a slot here) until a share is free or ctx ends.
 func (s *Server) clusterShare(ctx context.Context, name string) (func(), error) {
 	cl := s.opts.Cluster
 	if cl == nil {
 		return func() {}, nil
 	}
-	release, err := cl.Acquire(ctx, name)
-	if errors.Is(err, cluster.ErrShareFull) {
-		return nil, &rpc.Error{
-			Code:    rpc.CodeTooBusy,
-			Message: fmt.Sprintf("too many turns in flight for profile %q over every replica; retry after %s", name, s.limits.RetryAfter),
-			Data:    map[string]any{"retry_after_ms": s.limits.RetryAfter.Milliseconds(), "bound": "cluster", "limit": cl.Options().ProfileTurns},
-		}
-	}
+	release, err := cl.AcquireWait(ctx, name)
 	if err != nil {
-		return nil, internalError("admit turn: %v", err)
+		return nil, fmt.Errorf("the turn's share of profile %q over every replica: %w", name, err)
 	}
 	return release, nil
 }

@@ -148,16 +148,6 @@ func (s *Server) promptSubmit(ctx context.Context, c *rpc.Call) (any, error) {
 	if p.Text == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "prompt.submit: text is empty")
 	}
-	share, err := s.clusterShare(ctx, sess.Scope.Profile.Name)
-	if err != nil {
-		return nil, err
-	}
-	started := false
-	defer func() {
-		if !started {
-			share()
-		}
-	}()
 	s.mu.Lock()
 	if s.shutting {
 		s.mu.Unlock()
@@ -181,11 +171,9 @@ func (s *Server) promptSubmit(ctx context.Context, c *rpc.Call) (any, error) {
 	sess.mu.Unlock()
 	s.turns.Add(1)
 	s.mu.Unlock()
-	started = true
 	return rpc.Then{Result: map[string]string{"status": "streaming"}, After: func() {
 		go func() {
 			defer s.turns.Done()
-			defer share()
 			defer cancel()
 			defer ticket.Release()
 			s.runTurn(tctx, sess, p.Text, ticket)
