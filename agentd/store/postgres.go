@@ -204,10 +204,10 @@ var ErrLeaseHeld = errors.New("cron lease held by another replica")
 func (p *Postgres) AcquireLease(ctx context.Context, profile, job, owner string, ttl time.Duration) error {
 	var holder string
 	err := p.pool.QueryRow(ctx, `
-		INSERT INTO agentd_cron_leases(profile, job_id, owner, expires_at) VALUES ($1, $2, $3, now() + $4::interval)
+		INSERT INTO agentd_cron_leases(profile, job_id, owner, expires_at) VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')
 		ON CONFLICT (profile, job_id) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
 			WHERE agentd_cron_leases.expires_at < now() OR agentd_cron_leases.owner = EXCLUDED.owner
-		RETURNING owner`, profile, job, owner, ttl.String()).Scan(&holder)
+		RETURNING owner`, profile, job, owner, max(ttl.Milliseconds(), 1)).Scan(&holder)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var cur string
 		_ = p.pool.QueryRow(ctx, "SELECT owner FROM agentd_cron_leases WHERE profile = $1 AND job_id = $2", profile, job).Scan(&cur)
