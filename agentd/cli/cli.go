@@ -80,7 +80,7 @@ type Command struct {
 // commands is the command table, in the order help lists them.
 var commands = []Command{
 	{"tui", "serve the JSON-RPC protocol on stdin/stdout", runTUI},
-	{"serve", "serve every profile over websocket: --host H --port P [--cron] [--cron-interval D]", runServe},
+	{"serve", "serve every profile over websocket: --host H --port P [--cron] [--cron-interval D] [--postgres URL --redis URL [--replica NAME]]", runServe},
 	{"gateway", "OpenAI-compatible HTTP gateway for every profile: --host H --port P", runGateway},
 	{"profile", "profile root|list|create NAME|delete NAME", runProfile},
 	{"cron", "cron create|trigger|list|tick", runCron},
@@ -396,7 +396,7 @@ func runCron(ctx context.Context, env *Env, args []string) int {
 // newServer builds the server for a command, with the seeded faults of
 // AGENTD_FAULTS when AGENTD_ALLOW_FAULTS=1 allows them (refused
 // otherwise). It returns nil and the exit status on failure.
-func newServer(env *Env, h profile.Homes, log *slog.Logger, source string, lim server.Limits) (*server.Server, int) {
+func newServer(env *Env, h profile.Homes, log *slog.Logger, source string, lim server.Limits, options ...func(*server.Options)) (*server.Server, int) {
 	if err := lim.Validate(); err != nil {
 		fmt.Fprintf(env.Stderr, "agentd %s: %v\n", source, err)
 		return nil, ExitUsage
@@ -431,7 +431,11 @@ func newServer(env *Env, h profile.Homes, log *slog.Logger, source string, lim s
 		}
 		return reg
 	}
-	srv = server.New(server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: source, Faults: fs, Self: env.Self, Tools: tools, Limits: lim})
+	o := server.Options{Homes: h, BaseEnv: env.Environ, Log: log, Source: source, Faults: fs, Self: env.Self, Tools: tools, Limits: lim}
+	for _, set := range options {
+		set(&o)
+	}
+	srv = server.New(o)
 	return srv, ExitOK
 }
 

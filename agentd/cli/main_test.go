@@ -26,5 +26,7 @@ func TestMain(m *testing.M) {
 	// The serve it starts, and its plugin hosts and launchers (this binary,
 	// race-built under -race), inherit it: no second's sleep at each exit.
 	proc.QuickRaceExitForChildren()
-	os.Exit(m.Run())
+	code := m.Run()
+	stopSharedPostgres()
+	os.Exit(code)
 }

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -47,4 +48,31 @@ func TestServeRefusesARotatedTenantKeyOnALiveConnection(t *testing.T) {
 		require.Equal(t, config, string(mustRead(t, filepath.Join(beta.home, "config.yaml"))), "beta's config is unchanged")
 		s.stop()
 	})
+}
+
+// profiles.rotate_key: only the operator may call it; the old key is
+// refused from its reply on (the live connection's sessions end, a new
+// connection gets 401), the new one opens the profile, and an empty key
+// disables the tenant.
+func TestServeRotateKeyRevokesTheOldKeyAtOnce(t *testing.T) {
+	t.Parallel()
+	w, _, beta := alphaBetaWorld(t)
+	old := tenantKey(t, beta)
+	s := w.startServe(nil)
+	c := s.dialToken(old)
+	sid, _ := c.create("")
+	require.Equal(t, 4030, c.errCode("profiles.rotate_key", map[string]any{"name": "beta", "key": "mine-now"}), "a tenant may not rotate keys")
+	op := s.dial()
+	next := "ask-beta-next-" + tag()
+	op.ok("profiles.rotate_key", map[string]any{"name": "beta", "key": next})
+	c.waitFor("the revocation's error event", func(m map[string]any) bool { return eventType(m) == "error" })
+	require.Equal(t, 4030, c.errCode("prompt.submit", map[string]any{"session_id": sid, "text": "stale"}))
+	require.Equal(t, http.StatusUnauthorized, s.dialStatus(old))
+	n := s.dialToken(next)
+	_, info := n.create("")
+	require.Equal(t, "beta", info["info"].(map[string]any)["profile_name"])
+	op.ok("profiles.rotate_key", map[string]any{"name": "beta"})
+	require.Equal(t, http.StatusUnauthorized, s.dialStatus(next), "an empty key disables the tenant")
+	require.Equal(t, 4064, op.errCode("profiles.rotate_key", map[string]any{"name": "nobody"}))
+	s.stop()
 }

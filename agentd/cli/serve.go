@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/agentd/cluster"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
@@ -34,6 +35,7 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	cronOn := fs.Bool("cron", false, "run the cron ticker over every served profile (also AGENTD_CRON=1)")
 	interval := fs.Duration("cron-interval", 60*time.Second, "time between cron ticks")
 	limits := limitFlags(fs)
+	clusterCfg := clusterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
@@ -46,6 +48,11 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	}
 	if *interval <= 0 {
 		fmt.Fprintf(env.Stderr, "agentd serve: --cron-interval must be positive, got %s\n", *interval)
+		return ExitUsage
+	}
+	clustered, err := clusterCfg.on(env)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "agentd serve: %v\n", err)
 		return ExitUsage
 	}
 	h, err := homes(env)
@@ -70,7 +77,16 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	bound := ln.Addr().(*net.TCPAddr).Port
 
 	logger := serverLog(env)
-	srv, code := newServer(env, h, logger, "serve", *limits)
+	var cl *cluster.Cluster
+	if clustered {
+		if cl, err = clusterCfg.open(ctx, env, *limits, logger); err != nil {
+			ln.Close()
+			return fail(env, "serve: %v", err)
+		}
+		defer cl.Close() // after the server's shutdown below
+		fmt.Fprintf(env.Stderr, "agentd serve: cluster mode: replica %s, state in %s\n", cl.Replica(), cl.Postgres())
+	}
+	srv, code := newServer(env, h, logger, "serve", *limits, func(o *server.Options) { o.Cluster = cl })
 	if srv == nil {
 		ln.Close()
 		return code
@@ -98,7 +114,7 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 			runTicker(tickCtx, h, srv, *interval, env)
 		}()
 	}
-	logger.Info("serve ready", "pid", os.Getpid(), "port", bound, "cron", *cronOn)
+	logger.Info("serve ready", "pid", os.Getpid(), "port", bound, "cron", *cronOn, "cluster", clustered)
 
 	var serveErr error
 	select {

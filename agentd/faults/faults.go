@@ -78,6 +78,7 @@ func All() []Name {
 	all = append(all, homeFilesFaults()...)
 	all = append(all, replayFaults()...)
 	all = append(all, shareFaults()...)
+	all = append(all, clusterFaults()...)
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	return all
 }

@@ -113,6 +113,17 @@ type Client struct {
 	// Stream with it and the retry is not sent (agentd re-checks the
 	// credential of the connection whose turn it is).
 	BeforeRetry func(ctx context.Context) error
+	// Cache, when set, answers a request it holds an answer to (by the
+	// request body) without asking the provider, and keeps the provider's
+	// complete answers (agentd's cluster mode: a tenant's response cache).
+	Cache Cache
+}
+
+// Cache keeps providers' answers by request body. Whose answers a Cache
+// holds is its own business: agentd gives each tenant its own.
+type Cache interface {
+	Get(ctx context.Context, body []byte) (Response, bool)
+	Put(ctx context.Context, body []byte, resp Response)
 }
 
 func (c *Client) backoff(n int, err error) time.Duration {
@@ -146,6 +157,15 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 			return Response{}, err
 		}
 	}
+	if c.Cache != nil {
+		if resp, ok := c.Cache.Get(ctx, body); ok {
+			if onDelta != nil && resp.Message.Content != "" {
+				onDelta(resp.Message.Content)
+			}
+			resp.Attempts = 0
+			return resp, nil
+		}
+	}
 	var lastErr error
 	for attempt := 1; attempt <= c.MaxRetries+1; attempt++ {
 		if attempt > 1 {
@@ -171,6 +191,9 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 		})
 		resp.Attempts = attempt
 		if err == nil {
+			if c.Cache != nil {
+				c.Cache.Put(ctx, body, resp)
+			}
 			return resp, nil
 		}
 		lastErr = err

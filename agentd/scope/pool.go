@@ -24,6 +24,7 @@ type Pool struct {
 	// Set before the first Get (see SetLog, TrustLaunchOperatorKeys).
 	log         *slog.Logger
 	trustLaunch bool
+	state       StateOpener // nil: each profile's own state.db
 
 	mu        sync.Mutex
 	scopes    map[string]*Scope
@@ -60,6 +61,15 @@ func (p *Pool) SetLog(log *slog.Logger) { p.log = log }
 // server (agentd tui), whose launch home is its operator's own. Call it
 // before the first Get.
 func (p *Pool) TrustLaunchOperatorKeys() { p.trustLaunch = true }
+
+// StateOpener opens a profile's state (store.State) where it is not the
+// profile's own state.db: cluster mode keeps every profile's sessions in
+// a shared PostgreSQL database, each profile's rows apart.
+type StateOpener func(ctx context.Context, p profile.Profile) (store.State, error)
+
+// SetState opens every scope's state with open instead of the profile's
+// state.db. Call it before the first Get.
+func (p *Pool) SetState(open StateOpener) { p.state = open }
 
 // Homes is the pool's homes.
 func (p *Pool) Homes() profile.Homes { return p.homes }
@@ -140,7 +150,7 @@ func (p *Pool) getLocked(ctx context.Context, prof profile.Profile) (*Scope, err
 	// A profile's own config may set the operator's keys only where its
 	// home is the operator's own (or under the seeded fault).
 	prof.OwnOperatorKeys = (p.trustLaunch && prof.Name == profile.LaunchName) || p.faults.Has(faults.TenantOperatorSettings)
-	var shared *store.DB
+	var shared store.State
 	if p.faults.Has(faults.SharedStateDB) && prof.Name != profile.LaunchName {
 		// The bug: every profile's sessions go into the launch state.db.
 		launchProf, err := p.homes.Get("")
@@ -153,7 +163,7 @@ func (p *Pool) getLocked(ctx context.Context, prof profile.Profile) (*Scope, err
 		}
 		shared = launch.DB
 	}
-	s, err := open(ctx, prof, p.baseEnv, shared)
+	s, err := open(ctx, prof, p.baseEnv, shared, p.state)
 	if err != nil {
 		return nil, err
 	}

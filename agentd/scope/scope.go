@@ -28,7 +28,7 @@ import (
 // Scope is one profile's runtime.
 type Scope struct {
 	Profile profile.Profile
-	DB      *store.DB
+	DB      store.State  // the profile's state.db, or its rows in the cluster's PostgreSQL
 	Log     *slog.Logger // the profile's logs/agent.log
 
 	baseEnv  []string
@@ -110,12 +110,14 @@ func (s *Scope) closeValues() error {
 
 // Open opens a profile's scope: its home skeleton, state.db and log.
 func Open(ctx context.Context, p profile.Profile, baseEnv []string) (*Scope, error) {
-	return open(ctx, p, baseEnv, nil)
+	return open(ctx, p, baseEnv, nil, nil)
 }
 
 // open opens a scope; a non-nil shared DB is used instead of the profile's
-// own (the shared-state-db fault) and is not closed with the scope.
-func open(ctx context.Context, p profile.Profile, baseEnv []string, shared *store.DB) (*Scope, error) {
+// own (the shared-state-db fault) and is not closed with the scope; a
+// non-nil state opens the profile's state in place of its state.db
+// (cluster mode: see Pool.SetState).
+func open(ctx context.Context, p profile.Profile, baseEnv []string, shared store.State, state StateOpener) (*Scope, error) {
 	// The skeleton fills a home in; it never makes one: a home renamed
 	// aside by a deletion stays gone.
 	if !homeExists(p.Home) {
@@ -129,7 +131,15 @@ func open(ctx context.Context, p profile.Profile, baseEnv []string, shared *stor
 		return nil, fmt.Errorf("open log of profile %q: %w", p.Name, err)
 	}
 	db := shared
-	if db == nil {
+	switch {
+	case db != nil:
+	case state != nil:
+		db, err = state(ctx, p)
+		if err != nil {
+			lf.Close()
+			return nil, fmt.Errorf("open scope of profile %q: %w", p.Name, err)
+		}
+	default:
 		db, err = store.OpenIn(ctx, p.FS(), "state.db")
 		if err != nil {
 			lf.Close()

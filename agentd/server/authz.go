@@ -31,7 +31,7 @@ func (s *Server) TenantOf(token string) (name string, ok bool) {
 	}
 	given := sha256.Sum256([]byte(token))
 	for _, p := range list {
-		sum, found, err := s.keys.tenantKey(p)
+		sum, found, err := s.tenantKey(p)
 		if err == nil && found && subtle.ConstantTimeCompare(sum[:], given[:]) == 1 {
 			name, ok = p.Name, true
 		}
@@ -95,7 +95,7 @@ func (s *Server) credentialOpens(conn rpc.Conn, p profile.Profile) bool {
 // credentialOf reports whether b's credential is p's API_SERVER_KEY (read
 // through the server's key cache).
 func (s *Server) credentialOf(b tenantBound, p profile.Profile) bool {
-	sum, found, err := s.keys.tenantKey(p)
+	sum, found, err := s.tenantKey(p)
 	if err != nil || !found {
 		return false
 	}

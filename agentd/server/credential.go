@@ -84,7 +84,7 @@ func (s *Server) credentialLapse(b tenantBound) (why string, final bool) {
 	if err != nil {
 		return "its profile cannot be opened", false
 	}
-	sum, found, err := s.keys.tenantKey(p)
+	sum, found, err := s.tenantKey(p)
 	switch {
 	case err != nil:
 		return "its profile's .env cannot be read", false

@@ -11,6 +11,7 @@ import (
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 	"github.com/tenantcanary/tenantcanary/agentd/scope"
+	"github.com/tenantcanary/tenantcanary/agentd/store"
 )
 
 // RunJob implements cron.Runner: the job runs as a turn in a session of
@@ -62,7 +63,48 @@ func (s *Server) TickProfile(ctx context.Context, name string, now time.Time) []
 		return []cron.Result{{Profile: name, Err: err}}
 	}
 	defer release()
-	return cron.Tick(ctx, []profile.Profile{sc.Profile}, now, s)
+	return cron.Tick(ctx, []profile.Profile{sc.Profile}, now, s.cronRunner())
+}
+
+// cronRunner is the server itself, or in cluster mode the server behind
+// the cluster's cron leases (leasedRunner).
+func (s *Server) cronRunner() cron.Runner {
+	if s.opts.Cluster == nil {
+		return s
+	}
+	return leasedRunner{s}
+}
+
+// CronLease bounds how long a replica holds a cron job's lease (a
+// replica that dies holding one gives it up this late).
+const CronLease = 15 * time.Minute
+
+// leasedRunner runs a cron job only under its lease in the cluster's
+// PostgreSQL (one replica at a time), and records the run there.
+type leasedRunner struct{ s *Server }
+
+func (l leasedRunner) RunJob(ctx context.Context, p profile.Profile, job cron.Job) (string, error) {
+	cl := l.s.opts.Cluster
+	pg, me := cl.Postgres(), cl.Replica()
+	if err := pg.AcquireLease(ctx, p.Name, job.ID, me, CronLease); err != nil {
+		return "", fmt.Errorf("cron job %s: %w", job.ID, err)
+	}
+	defer func() {
+		if err := pg.ReleaseLease(context.WithoutCancel(ctx), p.Name, job.ID, me); err != nil {
+			l.s.log.Warn("cluster: release a cron lease", "profile", p.Name, "job", job.ID, "err", err)
+		}
+	}()
+	started := time.Now()
+	answer, err := l.s.RunJob(ctx, p, job)
+	status := "ok"
+	if err != nil {
+		status = "error"
+	}
+	if rerr := pg.RecordJobRun(context.WithoutCancel(ctx), store.JobRun{Profile: p.Name, ID: job.ID, Name: job.Name, Schedule: job.Schedule,
+		LastRun: started, LastStatus: status, LastReplica: me}); rerr != nil {
+		l.s.log.Warn("cluster: record a cron run", "profile", p.Name, "job", job.ID, "err", rerr)
+	}
+	return answer, err
 }
 
 func (s *Server) cronCreate(ctx context.Context, c *rpc.Call) (any, error) {

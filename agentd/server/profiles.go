@@ -27,6 +27,7 @@ func (s *Server) profilesCreate(ctx context.Context, c *rpc.Call) (any, error) {
 		return nil, internalError("profiles.create: %v", err)
 	}
 	s.log.Info("profile created", "profile", prof.Name)
+	s.clusterRevoke(ctx, prof.Name) // a name used before opens with its new key only
 	return map[string]any{"ok": true, "name": prof.Name, "path": prof.Home}, nil
 }
 
@@ -58,6 +59,8 @@ func (s *Server) profilesDelete(ctx context.Context, c *rpc.Call) (any, error) {
 	case err != nil:
 		return nil, internalError("profiles.delete: %v", err)
 	}
+	s.clusterRevoke(ctx, p.Name)
+	s.clusterPurge(ctx, p.Name)
 	s.log.Info("profile deleted", "profile", p.Name)
 	return map[string]any{"ok": true, "name": p.Name}, nil
 }
@@ -189,4 +192,35 @@ func operatorProfileCall(c *rpc.Call) (profileName, error) {
 		return p, err
 	}
 	return p, operatorOnly(c)
+}
+
+// profilesRotateKey sets a profile's tenant credential (API_SERVER_KEY in
+// its .env) to key, or removes it when key is empty (the tenant is
+// disabled): operator only. The old key opens nothing from the reply on:
+// the connections it opened are refused at their next call (their
+// sessions end), on every replica of a cluster (the auth caches drop it
+// before the reply).
+func (s *Server) profilesRotateKey(ctx context.Context, c *rpc.Call) (any, error) {
+	var p struct {
+		Name string `json:"name"`
+		Key  string `json:"key"`
+	}
+	if err := c.Bind(&p); err != nil {
+		return nil, err
+	}
+	if err := operatorOnly(c); err != nil {
+		return nil, err
+	}
+	sc, release, err := s.scopeFor(ctx, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if err := sc.Profile.SetEnv(TenantKeyEnv, p.Key); err != nil {
+		return nil, internalError("profiles.rotate_key: %v", err)
+	}
+	s.clusterRevoke(ctx, sc.Profile.Name)
+	s.revokeLapsed(sc.Profile.Name) // this replica's connections, in a server of its own too
+	s.log.Info("tenant key rotated", "profile", sc.Profile.Name, "removed", p.Key == "")
+	return map[string]any{"ok": true, "name": sc.Profile.Name, "removed": p.Key == ""}, nil
 }

@@ -86,6 +86,13 @@ func (s *Server) openSession(ctx context.Context, c *rpc.Call, sc *scope.Scope, 
 	}
 	s.sessions[sess.ID] = sess
 	s.mu.Unlock()
+	if err := s.clusterOpened(ctx, sess); err != nil {
+		s.mu.Lock()
+		delete(s.sessions, sess.ID)
+		s.mu.Unlock()
+		sess.close(EndClosed)
+		return nil, internalError("open session in profile %q: %v", sc.Profile.Name, err)
+	}
 	// Registered first, so the start hooks' nested calls run as it.
 	sess.start(ctx, s.toolsOf(sc), map[string]any{"resumed": resumed, "source": s.opts.Source})
 	sc.Log.Info("session open", "session", sess.ID, "stored", stored, "resumed", resumed, "model", snap.Config.Model.Default)
@@ -110,7 +117,7 @@ func (s *Server) sessionResume(ctx context.Context, c *rpc.Call) (any, error) {
 		Profile   string `json:"profile"`
 	}
 	return s.inScope(ctx, c, &p, &p.Profile, required(&p.SessionID, "session.resume: session_id (a stored session id) is required"), func(sc *scope.Scope) (any, error) {
-		return s.openSession(ctx, c, s.resumeScopeFault(ctx, sc, p.SessionID), p.SessionID)
+		return s.openSession(ctx, c, s.clusterResumeScope(ctx, s.resumeScopeFault(ctx, sc, p.SessionID), p.SessionID), p.SessionID)
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/agent"
+	"github.com/tenantcanary/tenantcanary/agentd/cluster"
 	"github.com/tenantcanary/tenantcanary/agentd/fair"
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
@@ -45,6 +46,10 @@ type Options struct {
 	// (after its context's grace) before it gives up on them (ErrWedged);
 	// DefaultStopTimeout when zero.
 	StopTimeout time.Duration
+	// Cluster, when set, is cluster mode: state in its PostgreSQL, routing,
+	// events, shares and caches in its Redis (package cluster). The server
+	// does not close it.
+	Cluster *cluster.Cluster
 }
 
 // DefaultStopTimeout is Options.StopTimeout's default.
@@ -102,6 +107,7 @@ func New(opts Options) *Server {
 		baseCtx: ctx, cancelAll: cancel, sessions: map[string]*Session{}, registry: reg,
 	}
 	s.pool.SetLog(opts.Log)
+	s.clusterInit()
 	if !s.pooled() {
 		// Single-tenant: the launch home is its operator's own, where the
 		// operator-only keys may be set (see profile.OperatorOnly).
@@ -219,7 +225,8 @@ func (s *Server) Register(d *rpc.Dispatcher) {
 		"prompt.submit": s.promptSubmit,
 		"config.set":    s.configSet, "model.save_key": s.modelSaveKey,
 		"profiles.create": s.profilesCreate, "profiles.delete": s.profilesDelete, "profiles.list": s.profilesList,
-		"cron.create": s.cronCreate, "cron.trigger": s.cronTrigger, "cron.list": s.cronList,
+		"profiles.rotate_key": s.profilesRotateKey,
+		"cron.create":         s.cronCreate, "cron.trigger": s.cronTrigger, "cron.list": s.cronList,
 	} {
 		d.Handle(method, s.replayed(s.gated(h))) // a tenant connection's credential, checked at every call
 	}

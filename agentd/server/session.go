@@ -46,6 +46,7 @@ type Session struct {
 	cancelTurn context.CancelFunc
 	state      map[string]string // the plugins' state facade of this session
 	lifecycle  *agent.Registry   // the tools whose session hooks and memory StartSession ran
+	unfollow   func()            // cluster mode: stop following the profile's events
 
 	// Seeded faults (test-only; see package faults).
 	broadcast   func(frame []byte)                          // broadcast-events
@@ -217,7 +218,12 @@ func (s *Session) close(reason string) {
 	cancel := s.cancelTurn
 	tools := s.lifecycle
 	s.lifecycle = nil
+	unfollow := s.unfollow
+	s.unfollow = nil
 	s.mu.Unlock()
+	if unfollow != nil {
+		unfollow()
+	}
 	if cancel != nil {
 		cancel()
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tenantcanary/tenantcanary/agentd/cluster"
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
@@ -63,6 +64,7 @@ func (s *Server) configSet(ctx context.Context, c *rpc.Call) (any, error) {
 			return nil, internalError("config.set: %v", err)
 		}
 		sc.Log.Info("config set", "key", full)
+		s.clusterPublish(ctx, sc.Profile.Name, cluster.EventConfigChanged, map[string]any{"key": full, "value": value})
 		return map[string]any{"ok": true, "profile": sc.Profile.Name, "key": full}, nil
 	})
 }
@@ -93,6 +95,9 @@ func (s *Server) modelSaveKey(ctx context.Context, c *rpc.Call) (any, error) {
 			return nil, internalError("model.save_key: %v", err)
 		}
 		s.saveKeyFault(ctx, name, p.APIKey)
+		if name == TenantKeyEnv {
+			s.clusterRevoke(ctx, sc.Profile.Name) // the tenant's credential rotated
+		}
 		sc.Log.Info("key saved", "env", name, "key", scope.Fingerprint(p.APIKey))
 		return map[string]any{"ok": true, "profile": sc.Profile.Name, "env": name}, nil
 	})

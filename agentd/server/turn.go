@@ -48,6 +48,14 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string, ticket
 		emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
 		return "", err
 	}
+	share, err := s.clusterShare(ctx, sess.Scope.Profile.Name)
+	if err != nil {
+		err = fmt.Errorf("turn not started: %w", err)
+		emit("message.start", map[string]any{})
+		emit("message.complete", map[string]any{"text": err.Error(), "status": "error"})
+		return "", err
+	}
+	defer share()
 	sc := sess.Scope
 	// The turn holds its profile's scope: a delete waits for it (and
 	// cancels it first), and a turn of a deleted profile never starts.
@@ -92,7 +100,7 @@ func (s *Server) runTurn(ctx context.Context, sess *Session, text string, ticket
 	sc.Log.Info("turn start", "session", sess.ID, "stored", sess.Stored, "model", snap.Config.Model.Default,
 		"base_url", snap.Config.Model.BaseURL, "key_env", snap.Config.Model.KeyEnv, "key", snap.KeyFingerprint())
 	answer, history, err := agent.Run(ctx, agent.Turn{
-		Client:        sc.Client(snap),
+		Client:        s.clientOf(sc, snap),
 		Model:         model,
 		System:        system,
 		History:       history,
