@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,7 +167,7 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 		}
 	}
 	s.storeVars = s.stores.Vars()
-	vars := map[string]string{"root": s.Root}
+	vars := map[string]string{"root": s.Root, "replica": "1"}
 	for k, v := range s.storeVars {
 		vars[k] = v
 	}
@@ -304,19 +305,37 @@ func (s *Sandbox) Stores() []*stores.Store { return s.stores.Stores() }
 // which the shared-place scan leaves to the store scan.
 func (s *Sandbox) StoresDir() string { return filepath.Join(s.Root, "stores") }
 
+// ReplicaEnv is the target's env values that name {replica}, filled with
+// replica n (1-based): what a serve replica's process gets beside the
+// sandbox's environment (where every {replica} is 1).
+func (s *Sandbox) ReplicaEnv(n int) map[string]string {
+	out := map[string]string{}
+	vars := map[string]string{"root": s.Root, "replica": strconv.Itoa(n)}
+	for k, v := range s.storeVars {
+		vars[k] = v
+	}
+	for k, v := range s.Target.Env {
+		if slices.Contains(placeholder.Names(v), "replica") {
+			out[k] = placeholder.String(v, vars)
+		}
+	}
+	return out
+}
+
 // StoreVars are the stores' placeholders ({redis_url}, ...) and their URLs.
 func (s *Sandbox) StoreVars() map[string]string { return maps.Clone(s.storeVars) }
 
 // Start runs one target process in the sandbox: cwd Cwd, TMPDIR Tmp, hermetic
 // environment (plus extra), its log in Logs. Its argv's store placeholders
-// ({redis_url}, ...) are filled. The process is stopped by
+// ({redis_url}, ...) are filled, and a {replica} left in it is 1 (a serve
+// replica's caller fills its own number first: ReplicaEnv). The process is stopped by
 // Close if the caller has not stopped it.
 func (s *Sandbox) Start(ctx context.Context, name string, argv []string, stdin bool, extra map[string]string) (*Proc, error) {
 	s.mu.Lock()
 	s.seq++
 	logPath := filepath.Join(s.Logs, fmt.Sprintf("%02d-%s.log", s.seq, strings.ReplaceAll(name, " ", "-")))
 	s.mu.Unlock()
-	argv = placeholder.Strings(argv, s.storeVars)
+	argv = placeholder.Strings(placeholder.Strings(argv, s.storeVars), map[string]string{"replica": "1"})
 	p, err := StartProc(ctx, ProcSpec{Name: name, Argv: argv, Dir: s.Cwd, Env: s.Env(extra), LogPath: logPath, Stdin: stdin})
 	if err != nil {
 		return nil, err

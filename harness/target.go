@@ -160,6 +160,12 @@ type Target struct {
 	// command lines and env values, and scanned, owner-aware, after every
 	// phase.
 	Stores []stores.Spec `yaml:"stores"`
+	// Replicas is how many serve processes the harness starts on one set
+	// of homes and stores when a scenario asks for them (1..MaxReplicas;
+	// 0 is 1): a cluster behind a load balancer, each tenant's
+	// connections spread over them. Each process's serve command and env
+	// values get its number (1..N) as {replica}.
+	Replicas int `yaml:"replicas"`
 
 	readyRE *regexp.Regexp
 }
@@ -424,6 +430,7 @@ func (t *Target) Validate() error {
 		}
 	}
 	errs = append(errs, t.validateStores()...)
+	errs = append(errs, t.validateReplicas()...)
 	errs = append(errs, t.validateGateway()...)
 	errs = append(errs, t.validateShared()...)
 	t.Layout = t.Layout.WithDefaults()
@@ -559,6 +566,24 @@ func (t *Target) validateStores() []error {
 	slices.Sort(keys)
 	for _, k := range keys {
 		check("env."+k, t.Env[k])
+	}
+	return errs
+}
+
+// MaxReplicas is the most serve processes a target file may ask for.
+const MaxReplicas = 8
+
+// ReplicaCount is how many serve processes make the target's cluster: its
+// replicas, 1 when it gives none.
+func (t *Target) ReplicaCount() int { return max(t.Replicas, 1) }
+
+func (t *Target) validateReplicas() []error {
+	var errs []error
+	if t.Replicas < 0 || t.Replicas > MaxReplicas {
+		errs = append(errs, fmt.Errorf("replicas: %d: want 1 to %d", t.Replicas, MaxReplicas))
+	}
+	if t.Replicas > 1 && len(t.Serve) == 0 {
+		errs = append(errs, fmt.Errorf("replicas: %d needs serve: the harness starts the replicas from the serve command (a running server's replicas are behind its url)", t.Replicas))
 	}
 	return errs
 }

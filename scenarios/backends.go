@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -17,7 +19,13 @@ type Serve struct {
 	Proc  *harness.Proc // nil for a running (staging) server
 	Base  string        // http://host:port
 	Token string
+	// Replica is its number among the target's replicas (1 to
+	// Target.ReplicaCount; StartReplicas), 1 for the first or only one.
+	Replica int
 }
+
+// Name is how the scenario names the server: "replica N" of a cluster.
+func (s *Serve) Name() string { return fmt.Sprintf("replica %d", max(s.Replica, 1)) }
 
 // Pid is the server's pid, or 0 for a staging server.
 func (s *Serve) Pid() int {
@@ -42,30 +50,68 @@ func (e *Env) StartServe() *Serve {
 	e.T.Helper()
 	tg := e.Box.Target
 	if tg.URL != "" {
-		e.Server = &Serve{Base: tg.URL, Token: tg.Token}
+		e.Server = &Serve{Base: tg.URL, Token: tg.Token, Replica: 1}
 		e.noteOperatorSecret("serve_token", tg.Token)
 		e.Box.NoteServe(tg.URL, tg.Token)
 		return e.Server
 	}
-	token := newToken()
+	e.Server = e.startServeReplica(1, newToken())
+	e.Box.NoteServe(e.Server.Base, e.Server.Token)
+	return e.Server
+}
+
+// StartReplicas starts every serve process of the target's cluster
+// (Target.Replicas; the first is Env.Server, started here if it is not
+// yet), each its own process on the sandbox's one set of homes and stores,
+// with its number as {replica} and the first's operator token, and waits
+// for each to be ready and healthy. They are stopped with the sandbox,
+// their logs scanned with every process's. A staging server is its one
+// replica.
+func (e *Env) StartReplicas() []*Serve {
+	e.T.Helper()
+	if e.Server == nil {
+		e.StartServe()
+	}
+	if len(e.Replicas) > 0 {
+		return e.Replicas
+	}
+	out := []*Serve{e.Server}
+	if e.Box.Target.URL == "" {
+		for n := 2; n <= e.Box.Target.ReplicaCount(); n++ {
+			out = append(out, e.startServeReplica(n, e.Server.Token))
+		}
+	}
+	e.Replicas = out
+	return out
+}
+
+// startServeReplica starts serve process n of the target (1-based) with
+// the operator token token and waits until it is ready and healthy.
+func (e *Env) startServeReplica(n int, token string) *Serve {
+	e.T.Helper()
+	tg := e.Box.Target
 	port := e.portFor(tg.Serve)
-	argv := harness.Expand(tg.Serve, map[string]string{"host": "127.0.0.1", "port": port, "cron_interval": CronInterval})
+	argv := harness.Expand(tg.Serve, map[string]string{"host": "127.0.0.1", "port": port, "cron_interval": CronInterval, "replica": strconv.Itoa(n)})
 	ctx, cancel := e.ctx(e.Times.Ready)
 	defer cancel()
-	env := map[string]string{tg.TokenVar: token}
+	env := e.Box.ReplicaEnv(n)
+	env[tg.TokenVar] = token
 	if port != "0" {
 		env["PORT"] = port // the port it was given, for a server that reads it there
 	}
-	p, addr := e.startReady(ctx, "serve", "serve backend", argv, env)
-	e.Server = &Serve{Proc: p, Base: "http://" + addr, Token: token}
+	name, what := "serve", "serve backend"
+	if n > 1 {
+		name, what = fmt.Sprintf("serve-%d", n), fmt.Sprintf("serve backend (replica %d)", n)
+	}
+	p, addr := e.startReady(ctx, name, what, argv, env)
+	s := &Serve{Proc: p, Base: "http://" + addr, Token: token, Replica: n}
 	e.noteOperatorSecret("serve_token", token)
-	if err := tg.WaitHealthy(ctx, e.Server.Base, token); err != nil {
+	if err := tg.WaitHealthy(ctx, s.Base, token); err != nil {
 		p.Kill()
 		e.targetCannotStart(harness.BackendServe, err)
-		e.T.Fatalf("serve backend not healthy: %v", err)
+		e.T.Fatalf("%s not healthy: %v", what, err)
 	}
-	e.Box.NoteServe(e.Server.Base, token)
-	return e.Server
+	return s
 }
 
 // StopServe stops the harness's server (SIGTERM, then kill after the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/tenantcanary/tenantcanary/harness"
@@ -72,11 +73,12 @@ func (d *targetDown) whyFor(backends []harness.Backend) string {
 }
 
 // backendOf names the backend a process of the target serves, by the name
-// the harness starts it under ("serve", "gateway", "stdio-<tenant>").
+// the harness starts it under ("serve", "serve-<n>" for replica n,
+// "gateway", "stdio-<tenant>").
 func backendOf(name string) harness.Backend {
 	switch {
-	case name == string(harness.BackendServe):
-		return harness.BackendServe
+	case name == string(harness.BackendServe) || strings.HasPrefix(name, string(harness.BackendServe)+"-"):
+		return harness.BackendServe // "serve-2": a replica
 	case name == string(harness.BackendGateway):
 		return harness.BackendGateway
 	}

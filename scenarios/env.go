@@ -38,6 +38,9 @@ type Env struct {
 	Conns    map[string]*harness.Conn
 	Sessions map[string]harness.SessionInfo
 	Server   *Serve
+	// Replicas are the serve processes of the target's cluster, Server
+	// first (StartReplicas); none until a phase starts them.
+	Replicas []*Serve
 
 	state stateSlots // each scenario's own state, by key (stateOf)
 
@@ -221,6 +224,13 @@ func (e *Env) ResumeSession(c *harness.Conn, t *tenants.Tenant, storedID string)
 // it a probe, so t's provider must receive one more snapshot.
 func (e *Env) Turn(c *harness.Conn, t *tenants.Tenant, sid string) {
 	e.T.Helper()
+	e.turnPrompt(c, t, sid)
+}
+
+// turnPrompt is Turn, returning the prompt it sent (its nonce makes it
+// unique in the run).
+func (e *Env) turnPrompt(c *harness.Conn, t *tenants.Tenant, sid string) string {
+	e.T.Helper()
 	e.ExpectSnapshots(t, 1)
 	ctx, cancel := e.ctx(e.Times.Turn)
 	defer cancel()
@@ -232,6 +242,7 @@ func (e *Env) Turn(c *harness.Conn, t *tenants.Tenant, sid string) {
 	if t.HasProvider() {
 		e.proved(t, "the probe turn "+nonce, proveProbe(t, nonce))
 	}
+	return prompt
 }
 
 // Prompt runs one turn of t's session sid on c with text, expecting no

@@ -35,6 +35,9 @@ const (
 	// NeedTenantCredentials: each tenant's connection holds a credential
 	// of its own (tenant_credentials), which the harness can revoke.
 	NeedTenantCredentials Need = "tenant_credentials"
+	// NeedReplicas: the harness starts the serve backend as two replicas
+	// or more on one set of homes and stores (replicas: N, N >= 2).
+	NeedReplicas Need = "replicas"
 )
 
 // needRow is one need and the reason a target lacks it ("" when it has
@@ -88,6 +91,15 @@ var needs = []needRow{
 		}
 		if t.Layout.Files.Env == "" || t.Layout.APIServerKeyEnv == "" {
 			return "needs the layout's .env and credential variable (layout.home_files.env, layout.api_server_key_env): where the harness revokes a credential"
+		}
+		return ""
+	}},
+	{NeedReplicas, func(t harness.Target) string {
+		if t.ReplicaCount() < 2 {
+			return fmt.Sprintf("needs replicas: 2 or more (the target runs %d serve process): a tenant's connections spread over several serve processes on one set of homes and stores", t.ReplicaCount())
+		}
+		if !t.CanRestart() {
+			return "needs replicas the harness starts (serve with replicas: N), and the target is a running server"
 		}
 		return ""
 	}},
