@@ -21,6 +21,7 @@ func Default() *Catalog {
 		hostileRestarts(),
 		surfaceScenario(),
 		credentialRevocation(),
+		replicasScenario(),
 		entryPoints(),
 		collidingInputs(),
 		noisyNeighbour(),

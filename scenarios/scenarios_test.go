@@ -2,11 +2,24 @@ package scenarios
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/internal/storeproc"
 )
+
+// skipWithoutStores skips t when the machine lacks a store server the
+// harness starts (.ci/run installs them).
+func skipWithoutStores(t *testing.T) {
+	t.Helper()
+	for _, k := range storeproc.Kinds {
+		if err := storeproc.Available(k); err != nil {
+			t.Skipf("%v (.ci/run installs it)", err)
+		}
+	}
+}
 
 // logWriter sends progress lines to the test's log.
 type logWriter struct{ t *testing.T }
@@ -35,6 +48,12 @@ func TestCatalogAgainstAgentd(t *testing.T) {
 			cfg := cfg
 			if spec.Alone {
 				cfg.Target = agentdTarget()
+			}
+			if slices.Contains(spec.Needs, NeedReplicas) {
+				// agentd's cluster: its replicas over a PostgreSQL and a
+				// Redis the harness starts, as the self-test runs it.
+				skipWithoutStores(t)
+				cfg.Target = SelfTestTarget(spec, cfg.Target)
 			}
 			cfg.Progress = logWriter{t}
 			rep := RunScenario(t, spec, cfg)

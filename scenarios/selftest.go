@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -91,6 +92,13 @@ func Faults() []Fault {
 		// host in a PID namespace of its own needs no keeper, so the
 		// namespace goes too.
 		{"host-env-trusted,host-shared-pidns", "hostile-plugin", invariants.ProcessEscape, "the plugin host takes AGENTD_PLUGIN_HOST_KEEPER=inner from the tenant's .env: no keeper, and what its plugin started outlives the host"},
+		// agentd in cluster mode (issue 47): its replicas over a PostgreSQL
+		// and a Redis the harness starts (SelfTestTarget), each fault one
+		// defence of the cluster taken away.
+		{"cache-key-no-tenant", "replicas", invariants.Request, "the response cache keys a provider's answer by the request alone: a tenant's byte-identical request on another replica gets the first tenant's answer, its tool call run in the wrong tenant"},
+		{"revocation-local-only", "replicas", invariants.RevokedCredential, "a credential rotated through one replica stays in the other replicas' auth caches: they serve the old key right after"},
+		{"events-unscoped", "replicas", invariants.RPC, "events between replicas go on one channel for every tenant: a tenant's setting reaches another tenant's connection on another replica"},
+		{"resume-wrong-profile", "replicas", invariants.RPC, "a session resumed on another replica is opened under the profile its row names: a tenant resumes another's stored session, its model and history"},
 	}
 }
 
@@ -119,6 +127,26 @@ func SeededUnder(fs []Fault, mode string) (seeded, left []Fault) {
 		seeded = append(seeded, f)
 	}
 	return seeded, left
+}
+
+// clusterCaches are the serve flags of the cluster a self-test seeds
+// agentd's cluster faults in: its auth cache and its response cache on,
+// where two of them (revocation-local-only, cache-key-no-tenant) live.
+var clusterCaches = []string{"--auth-cache-ttl", "1m", "--response-cache-ttl", "1m"}
+
+// SelfTestTarget is the target a self-test runs spec against when given
+// target: target itself, or, for a scenario that needs replicas
+// (NeedReplicas) when target is the embedded agentd, agentd's cluster
+// variant (harness.AgentdClusterOf: three replicas over a PostgreSQL and a
+// Redis the harness starts) with its auth and response caches on.
+func SelfTestTarget(spec Spec, target harness.Target) harness.Target {
+	if !slices.Contains(spec.Needs, NeedReplicas) {
+		return target
+	}
+	if t, ok := harness.AgentdClusterOf(target); ok {
+		return t.WithServeArgs(clusterCaches...)
+	}
+	return target
 }
 
 // FaultEnv is the target environment that turns fault on.
@@ -308,6 +336,7 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 	runJobs(ctx, runOpts.Parallel, len(jobs), nil, nil, func(i int) {
 		j := jobs[i]
 		c := cfg
+		c.Target = SelfTestTarget(j.spec, cfg.Target)
 		if j.fault.Name == "" {
 			reps, err := runSpecs(ctx, []Spec{j.spec}, c, runOpts, "")
 			if len(reps) == 1 {
@@ -327,7 +356,7 @@ func SelfTestWith(ctx context.Context, cat *Catalog, cfg Config, faults []Fault,
 			errs[j.k] = ctx.Err()
 			return
 		}
-		c.Target = withEnv(cfg.Target, FaultEnv(j.fault.Name))
+		c.Target = withEnv(c.Target, FaultEnv(j.fault.Name))
 		if cfg.Timeout == 0 {
 			c.Timeout = faultyTimeout(j.spec, cfg, clean[j.spec.ID].Duration)
 		}
