@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/internal/storeproc"
 	"github.com/tenantcanary/tenantcanary/invariants"
 )
 
@@ -111,6 +112,38 @@ func (f Fault) Sandbox() string {
 		}
 	}
 	return ""
+}
+
+// Cluster reports whether f seeds a fault of agentd's cluster mode
+// (faults.Cluster): its run needs the stores the harness starts.
+func (f Fault) Cluster() bool {
+	for _, n := range strings.Split(f.Name, ",") {
+		if faults.Cluster(faults.Name(n)) {
+			return true
+		}
+	}
+	return false
+}
+
+// SeededWithStores splits fs into the faults a self-test can seed on this
+// machine and the cluster faults it leaves out, with why, when a store
+// server the harness starts for agentd's cluster (redis-server,
+// PostgreSQL) is missing here (.ci/run installs them).
+func SeededWithStores(fs []Fault) (seeded, left []Fault, why string) {
+	for _, k := range storeproc.Kinds {
+		if err := storeproc.Available(k); err != nil {
+			why = err.Error()
+			break
+		}
+	}
+	for _, f := range fs {
+		if why != "" && f.Cluster() {
+			left = append(left, f)
+			continue
+		}
+		seeded = append(seeded, f)
+	}
+	return seeded, left, why
 }
 
 // SeededUnder splits fs into the faults a self-test seeds where agentd's
