@@ -70,7 +70,7 @@ func certifyFlags() (*flag.FlagSet, *certifyOptions) {
 	o := &certifyOptions{}
 	fs := flag.NewFlagSet("canary-run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.target, "target", "agentd", "the embedded `agentd`, or a target YAML FILE")
+	fs.StringVar(&o.target, "target", "agentd", "the embedded `agentd`, agentd-cluster (the embedded agentd as 3 replicas over a Redis and a PostgreSQL the harness starts), or a target YAML FILE")
 	fs.IntVar(&o.tenants, "tenants", 3, "tenants per scenario (2 to 100)")
 	fs.StringVar(&o.run, "run", "", "run only the scenarios whose ID matches this `REGEXP`")
 	fs.StringVar(&o.out, "out", "canary-out", "write the certificate into this `DIR`")
@@ -156,10 +156,25 @@ func embeddedAgentd() harness.Target {
 	return t
 }
 
-// loadTarget is the embedded agentd or a target file.
+// agentdClusterTarget is the embedded agentd in cluster mode: its
+// replicas over a PostgreSQL and a Redis the harness starts for every
+// scenario (harness.AgentdClusterTarget), --target agentd-cluster.
+const agentdClusterTarget = "agentd-cluster"
+
+// embeddedAgentdCluster is the embedded agentd in cluster mode.
+func embeddedAgentdCluster() harness.Target {
+	t, _ := harness.AgentdClusterOf(embeddedAgentd())
+	return t
+}
+
+// loadTarget is the embedded agentd, single or as a cluster, or a target
+// file.
 func loadTarget(name string) (harness.Target, error) {
-	if name == "agentd" {
+	switch name {
+	case "agentd":
 		return embeddedAgentd(), nil
+	case agentdClusterTarget:
+		return embeddedAgentdCluster(), nil
 	}
 	return certify.LoadTarget(name)
 }
