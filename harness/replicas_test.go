@@ -80,3 +80,19 @@ func TestAgentdClusterTarget(t *testing.T) {
 	assert.Equal(t, "--auth-cache-ttl", with.Serve[len(with.Serve)-2])
 	assert.NotEqual(t, len(with.Serve), len(tg.Serve), "the target it came from keeps its command")
 }
+
+// TestAgentdClusterExampleLoads keeps examples/targets/agentd-cluster a
+// valid file of three replicas, each named by {replica}, and the same
+// cluster as the built-in one (AgentdClusterTarget) but for the command.
+func TestAgentdClusterExampleLoads(t *testing.T) {
+	t.Parallel()
+	tg := loadExample(t, "agentd-cluster")
+	assert.Equal(t, 3, tg.ReplicaCount())
+	assert.Equal(t, "r{replica}", tg.Env["AGENTD_REPLICA"])
+	built := AgentdClusterTarget("agentd")
+	assert.Equal(t, built.ReplicaCount(), tg.ReplicaCount())
+	assert.Equal(t, built.Stores, tg.Stores)
+	for _, k := range []string{"AGENTD_REPLICA", "AGENTD_POSTGRES_URL", "AGENTD_REDIS_URL", "AGENTD_MANAGED_DIR"} {
+		assert.Equal(t, built.Env[k], tg.Env[k], k)
+	}
+}
