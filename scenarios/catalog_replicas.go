@@ -188,7 +188,7 @@ func (e *Env) resumeAcross() {
 		}
 		e.expectRefused(st.conns[u.Name][b.Replica], u, t,
 			fmt.Sprintf("resume %s's stored session (made on %s) on %s", t.Name, a.Name(), b.Name()), "session.resume", params)
-		if e.Box.Target.TenantCredentials && !t.Launch && !u.Launch {
+		if e.Box.Target.TenantCredentials && !t.Launch {
 			e.expectRefused(st.conns[u.Name][b.Replica], u, t,
 				fmt.Sprintf("resume %s's stored session (made on %s) on %s in %s's profile", t.Name, a.Name(), b.Name(), t.Name),
 				"session.resume", map[string]any{"session_id": stored, "profile": t.Name})

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,4 +69,36 @@ func TestReplicasScenarioOverAgentdCluster(t *testing.T) {
 	for _, pid := range pids {
 		assert.False(t, procgroup.Alive(pid), "replica %d outlived the run", pid)
 	}
+}
+
+// TestSelfTestTargetOfReplicas: a self-test runs the scenarios that need
+// replicas against the embedded agentd's cluster with its caches on, and
+// every other scenario against the target it was given; the cluster
+// faults are the rows of the replicas scenario (store-cancel-reply, the
+// cancellation scenario's, is not among them yet).
+func TestSelfTestTargetOfReplicas(t *testing.T) {
+	t.Parallel()
+	cat := Default()
+	rs, err := cat.Get("replicas")
+	require.NoError(t, err)
+	ps, err := cat.Get("pooled-serve")
+	require.NoError(t, err)
+	got := SelfTestTarget(rs, agentdTarget())
+	assert.Equal(t, "agentd-cluster", got.Name)
+	assert.Equal(t, harness.AgentdClusterReplicas, got.ReplicaCount())
+	assert.Subset(t, got.Serve, clusterCaches)
+	assert.Equal(t, agentdTarget().Serve, SelfTestTarget(ps, agentdTarget()).Serve, "a scenario on one server keeps its target")
+	other := agentdTarget()
+	other.Name = "myserver"
+	assert.Equal(t, "myserver", SelfTestTarget(rs, other).Name, "only agentd has a cluster variant")
+
+	var cluster []string
+	for _, f := range Faults() {
+		if f.Cluster() {
+			cluster = append(cluster, f.Name)
+			assert.Equal(t, "replicas", f.Scenario, f.Name)
+		}
+	}
+	slices.Sort(cluster)
+	assert.Equal(t, []string{"cache-key-no-tenant", "events-unscoped", "resume-wrong-profile", "revocation-local-only"}, cluster)
 }
