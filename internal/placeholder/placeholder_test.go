@@ -51,7 +51,7 @@ func TestCheckNamesWhatIsUnknown(t *testing.T) {
 	require.NoError(t, Argv.Check([]string{"srv", "--host", "{host}", "--port={port}", `{"json": 1}`}))
 	err := Argv.Check([]string{"srv", "{hots}", "{Root}", "{cron-interval}", "{hots}"})
 	require.Error(t, err)
-	assert.Equal(t, "unknown placeholder(s) {Root} {cron-interval} {hots} in a command line (known: {host} {port} {cron_interval} {root} {redis_url} {postgres_url} {<name>_url})", err.Error())
+	assert.Equal(t, "unknown placeholder(s) {Root} {cron-interval} {hots} in a command line (known: {host} {port} {cron_interval} {root} {redis_url} {postgres_url} {replica} {<name>_url})", err.Error())
 	require.NoError(t, Config.Check(map[string]any{"a": []any{"{model}", map[string]any{"b": "{root}/x"}}}))
 	assert.ErrorContains(t, Config.Check(map[string]any{"a": []any{"{modle}"}}), "{modle}")
 	require.NoError(t, Route.Check("/v1/sessions/{session_id}/files/{file_id}"))
