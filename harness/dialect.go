@@ -131,10 +131,16 @@ type EventMap struct {
 	TurnEnd    string `yaml:"turn_end"`   // a turn ended (message.complete)
 	Status     string `yaml:"status"`     // field of TurnEnd holding the outcome (status)
 	StatusOK   string `yaml:"status_ok"`  // its value for a completed turn (complete)
+	// TurnEndField and TurnEndValues: an event named TurnEnd ends the turn
+	// only when its payload's field (a dotted path) holds one of the
+	// values ("state": "final"); with another value it is part of the
+	// turn (a delta). Unset: every TurnEnd event ends it.
+	TurnEndField  string   `yaml:"turn_end_field"`
+	TurnEndValues []string `yaml:"turn_end_values"`
 	Error      string `yaml:"error"`      // a turn failed (error)
 	ToolArgs   string `yaml:"tool_args"`  // the event carrying a tool call's arguments (tool.start)
-	ArgsField  string `yaml:"args_field"` // its field holding them (args)
-	ToolField  string `yaml:"tool_field"` // its field naming the tool (name)
+	ArgsField  string `yaml:"args_field"` // its field holding them (args); a dotted path reaches below the top level
+	ToolField  string `yaml:"tool_field"` // its field naming the tool (name); a dotted path too
 	NoReadyEvt bool   `yaml:"no_ready"`   // the server sends no ready event: a connection is ready once open
 }
 
@@ -224,6 +230,11 @@ func (d *Dialect) validate() []error {
 		errs = append(errs, errors.New("dialect.probe_tool: give both name and arg"))
 	}
 	errs = append(errs, d.validateTransports()...)
+	if ev := d.Events; (ev.TurnEndField == "") != (len(ev.TurnEndValues) == 0) {
+		errs = append(errs, errors.New("dialect.events: give turn_end_field and turn_end_values together"))
+	} else if ev.TurnEndField != "" && ev.TurnEndField == ev.Status && ev.StatusOK != "" && !slices.Contains(ev.TurnEndValues, ev.StatusOK) {
+		errs = append(errs, fmt.Errorf("dialect.events: status %q is the turn-end field, so status_ok %q must be one of turn_end_values %v", ev.Status, ev.StatusOK, ev.TurnEndValues))
+	}
 	if h := d.Health; h != nil {
 		if !strings.HasPrefix(h.Path, "/") {
 			errs = append(errs, fmt.Errorf("dialect.health.path %q: want an absolute path like /api/health", h.Path))
