@@ -98,7 +98,7 @@ func (c *RPC) callDialect(ctx context.Context, id int64, op string, params any, 
 		return &UnsupportedError{Op: key, Reason: fmt.Sprintf("the chat transport cannot express method %q (only a hook runs beside a chat)", spec.Method)}
 	default:
 		var res json.RawMessage
-		if err := c.call(ctx, id, spec.Method, spec.wireParams(logical), &res); err != nil {
+		if err := c.call(ctx, id, spec.Method, spec.wireParams(logical, c.dialect.LaunchAgent), &res); err != nil {
 			var rerr *RPCError
 			if errors.As(err, &rerr) {
 				return fmt.Errorf("%s (as %s): %w", key, spec.Method, err)
