@@ -33,6 +33,24 @@ type SharedConfig struct {
 	Base map[string]any `yaml:"base"`
 	// Sections are where each tenant's sections go, in order.
 	Sections []SharedSection `yaml:"sections"`
+	// Copies are globs ({root}/...) of the server's own copies of the file
+	// (backups it keeps as it reloads): every tenant's section is in them
+	// by design, as in the file, so they are the operator's too, not
+	// shared places.
+	Copies []string `yaml:"copies"`
+}
+
+// CopiesIn are the files Copies match now, in the sandbox at root.
+func (c *SharedConfig) CopiesIn(root string) []string {
+	if c == nil {
+		return nil
+	}
+	var out []string
+	for _, g := range c.Copies {
+		m, _ := filepath.Glob(strings.ReplaceAll(g, "{root}", root))
+		out = append(out, m...)
+	}
+	return out
 }
 
 // SharedSection is one section each tenant has in the shared config.
@@ -109,6 +127,12 @@ func (t *Target) validateShared() []error {
 	}
 	if err := placeholder.Root.Check(sc.Base); err != nil {
 		errs = append(errs, fmt.Errorf("shared_config.base: %w", err))
+	}
+	for i, g := range sc.Copies {
+		rel := strings.TrimPrefix(g, "{root}/")
+		if _, err := filepath.Match(rel, ""); err != nil || rel == g || !filepath.IsLocal(rel) {
+			errs = append(errs, fmt.Errorf("shared_config.copies[%d] %q: want a glob inside the sandbox ({root}/...)", i, g))
+		}
 	}
 	if len(sc.Sections) == 0 {
 		errs = append(errs, errors.New("shared_config.sections: give at least one section (at, template)"))

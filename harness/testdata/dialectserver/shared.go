@@ -69,6 +69,8 @@ var sharedCfg struct {
 	size int64
 	mod  time.Time
 	ino  uint64
+	// backups counts the copies DIALECT_SHARED_BACKUP=1 made.
+	backups int
 }
 
 // loadShared returns the shared config, reloaded if it changed.
@@ -96,6 +98,15 @@ func loadShared() (*sharedDoc, error) {
 		return nil, fmt.Errorf("shared config %s: %w", path, err)
 	}
 	sharedCfg.doc, sharedCfg.size, sharedCfg.mod, sharedCfg.ino = doc, st.Size(), st.ModTime(), ino
+	if os.Getenv("DIALECT_SHARED_BACKUP") == "1" {
+		// A copy of every version it loaded, beside the file, as some
+		// servers keep: every tenant's section (secrets too) in it.
+		sharedCfg.backups++
+		bak := fmt.Sprintf("%s.bak.%d", path, sharedCfg.backups)
+		if err := os.WriteFile(bak, data, 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, "shared config backup:", err)
+		}
+	}
 	return doc, nil
 }
 
