@@ -105,6 +105,24 @@ func TestDialectSharedConfigCopiesAreTheOperators(t *testing.T) {
 	}
 }
 
+// TestDialectSharedConfigReady: a server that takes 1.5 s to reload its
+// shared config, and says so on its log, passes profile-lifecycle (a
+// profile added and removed while it runs) once the target file says how
+// it shows it took a change (shared_config.ready.log_line); the control:
+// without it, the harness goes on before the reload and the run fails.
+func TestDialectSharedConfigReady(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DIALECT_SHARED_RELOAD_DELAY": "1500ms"}
+	ready := sharedTarget(t, env, `  path: "{root}/operator/dialect.yaml"`, `  path: "{root}/operator/dialect.yaml"
+  ready: {log_line: "reloaded shared config"}`)
+	runCatalogDialect(t, "profile-lifecycle", ready, Pass)
+
+	spec, err := Default().Get("profile-lifecycle")
+	require.NoError(t, err)
+	rep, _ := runDialect(t, spec, sharedTarget(t, env))
+	require.NotEqual(t, Pass, rep.Result, "the control: without ready the new profile is used before the server took it")
+}
+
 // TestDialectSharedConfigToolEnvNone: a file declaring that the tools get
 // no per-tenant environment has the env-marker control skipped with that
 // reason, never passed, and the rest of the checks made.

@@ -158,6 +158,9 @@ func serve(host, port string) error {
 	if err != nil {
 		return err
 	}
+	if sharedMode() {
+		go watchShared(ctx)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Dialect-Token") != token {
