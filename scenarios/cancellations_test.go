@@ -1,0 +1,121 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/stores"
+	"github.com/tenantcanary/tenantcanary/internal/storeproc"
+	"github.com/tenantcanary/tenantcanary/invariants"
+)
+
+// agentdClusterTarget is the embedded agentd's target in cluster mode, as
+// examples/targets/agentd-cluster/target.yaml has it, with its response
+// cache on (--response-cache-ttl): a Redis and a PostgreSQL started per
+// scenario, scanned owner-aware. The tests skip without the stores'
+// programs (.ci/run installs them).
+func agentdClusterTarget(t *testing.T) harness.Target {
+	t.Helper()
+	for _, k := range []storeproc.Kind{storeproc.Redis, storeproc.Postgres} {
+		if err := storeproc.Available(k); err != nil {
+			t.Skipf("%v (.ci/run installs it)", err)
+		}
+	}
+	tg := agentdTarget()
+	tg.Name = "agentd-cluster"
+	tg.Serve = append(append([]string(nil), tg.Serve...), "--response-cache-ttl", "10m")
+	tg.Env = maps.Clone(tg.Env)
+	tg.Env["AGENTD_POSTGRES_URL"] = "{postgres_url}"
+	tg.Env["AGENTD_REDIS_URL"] = "{redis_url}"
+	owners := []stores.Owner{}
+	for _, table := range []string{"agentd_sessions", "agentd_messages", "agentd_cron_jobs", "agentd_cron_leases"} {
+		owners = append(owners, stores.Owner{Table: table, Column: "profile", Value: "{profile}"})
+	}
+	tg.Stores = []stores.Spec{{Kind: stores.Postgres, Owners: owners}, {Kind: stores.Redis, Owners: []stores.Owner{{Keys: "agentd:{profile}:*"}}}}
+	require.NoError(t, tg.Validate())
+	return tg
+}
+
+// TestCancellationsNeedStores: against the single agentd, which declares
+// no store, the scenario is skipped with the reason.
+func TestCancellationsNeedStores(t *testing.T) {
+	t.Parallel()
+	why := cancellations().unmet(agentdTarget())
+	assert.Contains(t, why, "needs shared stores (stores:)")
+}
+
+// TestCancellationsClean: agentd in cluster mode, its response cache on,
+// passes the scenario: every answered turn carries its own reply
+// canary, every round cancelled turns with store commands in flight, and
+// the stores were restarted once.
+func TestCancellationsClean(t *testing.T) {
+	t.Parallel()
+	target := agentdClusterTarget(t)
+	rep := RunScenario(t, cancellations(), Config{Target: target, Tenants: 3, Progress: logWriter{t}})
+	require.Empty(t, rep.Findings())
+	require.False(t, t.Failed())
+	for _, p := range rep.Phases {
+		for _, c := range p.Controls {
+			assert.True(t, c.Passed, "control %s of %s: %s", c.Name, c.Tenant, c.Detail)
+		}
+	}
+	cancelled, inFlight := 0, 0
+	for _, r := range rep.Cancellations {
+		cancelled += r.Cancelled
+		inFlight += r.InFlight
+	}
+	assert.Positive(t, cancelled)
+	assert.Positive(t, inFlight, "no cancellation met a store command in flight")
+	t.Logf("cancellations in %v: %d cancelled, %d with a store command in flight", rep.Duration.Round(time.Second), cancelled, inFlight)
+}
+
+// TestCancellationsCatchRate runs the scenario against agentd in cluster
+// mode with store-cancel-reply seeded CANCEL_RUNS times (unset: skipped;
+// the self-test row runs it once) and reports how many runs caught it (an
+// rpc finding: another tenant's answer in a tenant's frames). At 10 runs
+// it wants 9.
+//
+//	CANCEL_RUNS=10 go test -run TestCancellationsCatchRate -v ./scenarios/
+func TestCancellationsCatchRate(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("CANCEL_RUNS"))
+	if n <= 0 {
+		t.Skip("CANCEL_RUNS is unset: the self-test row (DETECT_FAULTS=store-cancel-reply) runs the faulty scenario once")
+	}
+	target := withEnv(agentdClusterTarget(t), FaultEnv("store-cancel-reply"))
+	caught := 0
+	var lines []string
+	for i := range n {
+		var rep *Report
+		start := time.Now()
+		out := harness.RunStandalone(context.Background(), fmt.Sprintf("%s-%d", t.Name(), i), t.TempDir(), false, func(rt harness.T) {
+			rep = RunScenario(rt, cancellations(), Config{Target: target, Tenants: 3, stopOn: invariants.RPC, fault: "store-cancel-reply"})
+		})
+		require.NotNil(t, rep, strings.Join(out.Log, "\n"))
+		hit := found(rep, invariants.RPC)
+		if hit {
+			caught++
+		}
+		inFlight, cancelled := 0, 0
+		for _, r := range rep.Cancellations {
+			inFlight += r.InFlight
+			cancelled += r.Cancelled
+		}
+		lines = append(lines, fmt.Sprintf("run %d (seed %d): caught %v in %v; %d rounds, %d cancelled, %d with a store command in flight; %d findings",
+			i+1, rep.Seed, hit, time.Since(start).Round(time.Second), len(rep.Cancellations), cancelled, inFlight, len(rep.Findings())))
+		t.Log(lines[len(lines)-1])
+	}
+	t.Logf("store-cancel-reply caught in %d of %d runs of cancellations", caught, n)
+	if n >= 10 {
+		assert.GreaterOrEqual(t, caught*10, 9*n, "want at least 9 runs in 10")
+	}
+}
