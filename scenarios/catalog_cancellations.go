@@ -56,6 +56,15 @@ type CancelRound struct {
 	// store something and not yet been given its reply (any connection
 	// of the server's: the proxy cannot tell whose request it serves).
 	InFlight int `json:"in_flight"`
+	// StoreDrops are the store connections the server closed while their
+	// command was in flight, during the round: a client that drops the
+	// connection of a cancelled command (the defence) shows here.
+	StoreDrops int64 `json:"store_drops"`
+	// Overlaps are the commands the server sent on a store connection
+	// whose previous reply was still to come, during the round:
+	// pipelining, or a connection handed on with a cancelled command's
+	// reply still on its way (the bug).
+	Overlaps int64 `json:"overlaps"`
 	// EndedFirst are the turns drawn for a cancellation that ended before
 	// its moment came.
 	EndedFirst int `json:"ended_first"`
@@ -77,8 +86,8 @@ func (r CancelRound) Rate() int {
 }
 
 func (r CancelRound) String() string {
-	return fmt.Sprintf("%s round %d: %d turns, %d cancelled (%d by closing the connection, %d by session.close), %d of them with a store command in flight (%d%%), %d ended before their moment, %d answered, %d failed; stores delayed %v (+ up to %v) each way",
-		r.Phase, r.Round, r.Turns, r.Cancelled, r.ByClose, r.ByRPC, r.InFlight, r.Rate(), r.EndedFirst, r.Answered, r.Failed, r.Delay, r.Jitter)
+	return fmt.Sprintf("%s round %d: %d turns, %d cancelled (%d by closing the connection, %d by session.close), %d of them while a store command was in flight (%d%%); the server dropped %d store connections with a command in flight and sent %d commands over a reply still to come; %d ended before their moment, %d answered, %d failed; stores delayed %v (+ up to %v) each way",
+		r.Phase, r.Round, r.Turns, r.Cancelled, r.ByClose, r.ByRPC, r.InFlight, r.Rate(), r.StoreDrops, r.Overlaps, r.EndedFirst, r.Answered, r.Failed, r.Delay, r.Jitter)
 }
 
 // cancelTuning is how hard the scenario pushes: measured against agentd's
@@ -154,6 +163,17 @@ func (e *Env) slowStores(delay, jitter time.Duration) {
 	for _, p := range e.proxies() {
 		p.SetDelay(slowproxy.Both, delay, jitter)
 	}
+}
+
+// proxyTotals are the counters of every proxy, summed.
+func (e *Env) proxyTotals() slowproxy.Stats {
+	var sum slowproxy.Stats
+	for _, p := range e.proxies() {
+		st := p.Stats()
+		sum.Abandoned += st.Abandoned
+		sum.Overlapped += st.Overlapped
+	}
+	return sum
 }
 
 // storeInFlight reports whether any proxy has a connection awaiting its
@@ -300,6 +320,7 @@ func (e *Env) cancelRound(phase string, round int, slots []*cancelSlot, share fl
 		plans[i].byClose = e.Rand.IntN(2) == 0
 		plans[i].at = time.Duration(e.Rand.Int64N(int64(cancelTune.Window)))
 	}
+	before := e.proxyTotals()
 	outs := make([]cancelOutcome, len(slots))
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -314,7 +335,9 @@ func (e *Env) cancelRound(phase string, round int, slots []*cancelSlot, share fl
 	close(start)
 	wg.Wait()
 	st := e.cancelState()
-	r := CancelRound{Phase: phase, Round: round, Turns: len(slots), Delay: st.delay, Jitter: st.jitter}
+	after := e.proxyTotals()
+	r := CancelRound{Phase: phase, Round: round, Turns: len(slots), Delay: st.delay, Jitter: st.jitter,
+		StoreDrops: after.Abandoned - before.Abandoned, Overlaps: after.Overlapped - before.Overlapped}
 	for i, o := range outs {
 		switch {
 		case o.cancelled:

@@ -62,6 +62,15 @@ type Stats struct {
 	// last reply the proxy delivered them: each has a command in flight
 	// from its client's point of view.
 	Awaiting int64
+	// Abandoned counts connections their client closed while awaiting a
+	// reply: a client that gave up on a command in flight and dropped its
+	// connection (what a pooled client must do when a command is
+	// cancelled).
+	Abandoned int64
+	// Overlapped counts chunks a client sent while the reply to what it
+	// sent before was still to come: pipelining, or a connection reused
+	// with a cancelled command's reply still on its way.
+	Overlapped int64
 }
 
 type delay struct{ base, jitter time.Duration }
@@ -88,7 +97,7 @@ type Proxy struct {
 
 	accepted, open, dialFails                      atomic.Int64
 	bytesUp, bytesDown, chunksUp, chunksDown, held atomic.Int64
-	awaiting                                       atomic.Int64
+	awaiting, abandoned, overlapped                atomic.Int64
 }
 
 // pconn is one proxied connection.
@@ -184,7 +193,7 @@ func (p *Proxy) Resume() {
 func (p *Proxy) Stats() Stats {
 	return Stats{Accepted: p.accepted.Load(), Open: p.open.Load(), DialFails: p.dialFails.Load(),
 		BytesUp: p.bytesUp.Load(), BytesDown: p.bytesDown.Load(), ChunksUp: p.chunksUp.Load(), ChunksDown: p.chunksDown.Load(),
-		Held: p.held.Load(), Awaiting: p.awaiting.Load()}
+		Held: p.held.Load(), Awaiting: p.awaiting.Load(), Abandoned: p.abandoned.Load(), Overlapped: p.overlapped.Load()}
 }
 
 // DropConns closes every open connection at once, both sides, the chunks
@@ -303,8 +312,12 @@ func (p *Proxy) pipe(pc *pconn, dir Direction, wg *sync.WaitGroup) {
 					due = last // order within a direction is kept
 				}
 				last = due
-				if dir == Up && !pc.awaiting.Swap(true) {
-					p.awaiting.Add(1)
+				if dir == Up {
+					if pc.awaiting.Swap(true) {
+						p.overlapped.Add(1)
+					} else {
+						p.awaiting.Add(1)
+					}
 				}
 				p.held.Add(1)
 				select {
@@ -315,6 +328,9 @@ func (p *Proxy) pipe(pc *pconn, dir Direction, wg *sync.WaitGroup) {
 				}
 			}
 			if err != nil {
+				if dir == Up && !errors.Is(err, net.ErrClosed) && pc.awaiting.Load() {
+					p.abandoned.Add(1) // the client left, not the proxy: with a command in flight
+				}
 				return
 			}
 		}

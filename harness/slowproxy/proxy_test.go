@@ -1,8 +1,10 @@
 package slowproxy_test
 
 import (
+	"bufio"
 	"context"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"runtime"
 	"testing"
@@ -169,4 +171,53 @@ func TestStoreRestartBehindProxy(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // a poll's interval
 	}
 	assert.GreaterOrEqual(t, p.Stats().Accepted, int64(2), "a new connection after the restart")
+}
+
+// TestCancelledCommandCounters: a go-redis command cancelled while the
+// proxy holds it makes its client drop the connection (Abandoned); a raw
+// client that sends a second command before the first's reply came is an
+// Overlapped chunk, and reads both replies in order once resumed.
+func TestCancelledCommandCounters(t *testing.T) {
+	_, addr := startRedis(t)
+	p, err := slowproxy.Start(addr, slowproxy.Options{})
+	require.NoError(t, err)
+	defer p.Close()
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	timed(t, c)
+	p.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	require.Error(t, c.Get(ctx, "k").Err(), "cancelled while held")
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Stats().Abandoned == 0 {
+		require.True(t, time.Now().Before(deadline), "go-redis kept the connection of its cancelled command: %+v", p.Stats())
+		time.Sleep(5 * time.Millisecond) // a poll's interval
+	}
+	p.Resume()
+
+	conn, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer conn.Close()
+	p.Pause()
+	_, err = conn.Write([]byte("*1\r\n$4\r\nPING\r\n"))
+	require.NoError(t, err)
+	for p.Stats().Awaiting == 0 {
+		require.True(t, time.Now().Before(deadline.Add(5*time.Second)), "the first PING never reached the proxy")
+		time.Sleep(5 * time.Millisecond) // a poll's interval
+	}
+	_, err = conn.Write([]byte("*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n"))
+	require.NoError(t, err)
+	for p.Stats().Overlapped == 0 {
+		require.True(t, time.Now().Before(deadline.Add(10*time.Second)), "the second command was not seen overlapping: %+v", p.Stats())
+		time.Sleep(5 * time.Millisecond) // a poll's interval
+	}
+	p.Resume()
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	r := bufio.NewReader(conn)
+	for _, want := range []string{"+PONG\r\n", "$2\r\n", "hi\r\n"} {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err)
+		assert.Equal(t, want, line)
+	}
 }
