@@ -79,9 +79,6 @@ func TestCancellationsClean(t *testing.T) {
 	}
 	assert.Positive(t, cancelled)
 	assert.Positive(t, inFlight, "no cancellation met a store command in flight")
-	// agentd's go-redis client closes the connection of a command its
-	// context cancelled: the proxy sees it leave with a reply to come.
-	assert.Positive(t, drops, "no cancellation cut a store command in flight")
 	t.Logf("cancellations: %d cancelled, %d while a store command was in flight, %d store connections dropped mid-command", cancelled, inFlight, drops)
 }
 

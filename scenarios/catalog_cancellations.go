@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,12 +46,15 @@ const cancelID int64 = 4747
 type CancelRound struct {
 	Phase string `json:"phase"`
 	Round int    `json:"round"`
+	Via   string `json:"via"` // websocket, or gateway
 	Turns int    `json:"turns"` // turns submitted
 	// Cancelled are the turns the harness cancelled before their end:
-	// ByClose by closing the connection, ByRPC by session.close.
+	// ByClose by closing the connection, ByRPC by session.close, ByDrop
+	// by dropping a gateway request mid-stream.
 	Cancelled int `json:"cancelled"`
 	ByClose   int `json:"by_close"`
 	ByRPC     int `json:"by_rpc"`
+	ByDrop    int `json:"by_drop,omitempty"`
 	// InFlight are the cancellations made while the server had a store
 	// command in flight: a connection through the proxies had sent the
 	// store something and not yet been given its reply (any connection
@@ -86,8 +90,12 @@ func (r CancelRound) Rate() int {
 }
 
 func (r CancelRound) String() string {
-	return fmt.Sprintf("%s round %d: %d turns, %d cancelled (%d by closing the connection, %d by session.close), %d of them while a store command was in flight (%d%%); the server dropped %d store connections with a command in flight and sent %d commands over a reply still to come; %d ended before their moment, %d answered, %d failed; stores delayed %v (+ up to %v) each way",
-		r.Phase, r.Round, r.Turns, r.Cancelled, r.ByClose, r.ByRPC, r.InFlight, r.Rate(), r.StoreDrops, r.Overlaps, r.EndedFirst, r.Answered, r.Failed, r.Delay, r.Jitter)
+	how := fmt.Sprintf("%d by closing the connection, %d by session.close", r.ByClose, r.ByRPC)
+	if r.Via == "gateway" {
+		how = fmt.Sprintf("%d gateway requests dropped mid-stream", r.ByDrop)
+	}
+	return fmt.Sprintf("%s round %d: %d turns, %d cancelled (%s), %d of them while a store command was in flight (%d%%); the server dropped %d store connections with a command in flight and sent %d commands over a reply still to come; %d ended before their moment, %d answered, %d failed; stores delayed %v (+ up to %v) each way",
+		r.Phase, r.Round, r.Turns, r.Cancelled, how, r.InFlight, r.Rate(), r.StoreDrops, r.Overlaps, r.EndedFirst, r.Answered, r.Failed, r.Delay, r.Jitter)
 }
 
 // cancelTuning is how hard the scenario pushes: measured against agentd's
@@ -116,10 +124,12 @@ func cancelResponder(t *tenants.Tenant) fakellm.Responder {
 }
 
 // cancelSlot is one connection of a tenant; conn is nil once the harness
-// closed it, and the next round dials a new one.
+// closed it, and the next round dials a new one. A slot with gw set
+// posts its prompt to the gateway instead.
 type cancelSlot struct {
 	t    *tenants.Tenant
 	conn *harness.Conn
+	gw   *Gateway
 }
 
 // cancelPlan is one turn's draw: cancelled or not, how, and when.
@@ -130,8 +140,8 @@ type cancelPlan struct {
 
 // cancelOutcome is how one turn went.
 type cancelOutcome struct {
-	cancelled, byClose, inFlight, endedFirst, answered bool
-	err                                                error
+	cancelled, byClose, byDrop, inFlight, endedFirst, answered bool
+	err                                                        error
 }
 
 // cancelState is the scenario's connections, made in its first phase,
@@ -207,14 +217,7 @@ func (e *Env) cancelConnect() {
 			}
 		}
 	}
-	var first []*cancelSlot
-	seen := map[string]bool{}
-	for _, s := range st.slots {
-		if !seen[s.t.Name] {
-			seen[s.t.Name] = true
-			first = append(first, s)
-		}
-	}
+	first := firstSlots(st.slots)
 	r := e.cancelRound("warm-up", 0, first, 0, false)
 	if r.Answered != len(first) {
 		e.T.Fatalf("cancellations: warm-up: every tenant's first turn must be answered: %s", r)
@@ -222,50 +225,67 @@ func (e *Env) cancelConnect() {
 }
 
 // cancelRounds runs rounds of the scenario over every connection, with
-// the stores delayed; during restartIn (a round number, 0 for none) every
-// store the harness started is restarted once, at a seed-chosen moment,
-// and the turns that fail then are counted, not failed.
-func (e *Env) cancelRounds(phase string, restartIn int) {
+// the stores delayed. With restart, every store the harness started is
+// first restarted once, at a seed-chosen moment of the first round:
+// rounds go on while the stores restart (maxRestartRounds at most), their
+// failed turns counted, not failed; then the phase's rounds run, every
+// turn of them to succeed.
+func (e *Env) cancelRounds(phase string, restart bool) {
 	e.T.Helper()
 	e.slowStores(cancelTune.Delay, cancelTune.Jitter)
 	defer e.slowStores(0, 0)
 	st := e.cancelState()
+	if restart {
+		at := time.Duration(e.Rand.Int64N(int64(cancelTune.Window)))
+		done := make(chan error, 1)
+		go func() { done <- e.restartStores(at) }() // ends once every store is back
+		var err error
+		for n, restarting := 1, true; restarting; n++ {
+			if n > maxRestartRounds {
+				err = <-done
+				break
+			}
+			e.cancelRedial(st.slots)
+			e.cancelRound(phase+", stores restarting", n, st.slots, cancelTune.Share, true)
+			select {
+			case err = <-done:
+				restarting = false
+			default:
+			}
+		}
+		if err != nil {
+			e.T.Fatalf("cancellations: %s: %v", phase, err)
+		}
+		e.Logf("cancellations: %s: the stores were restarted", phase)
+	}
 	for round := 1; round <= cancelTune.Rounds; round++ {
 		e.cancelRedial(st.slots)
-		var wg sync.WaitGroup
-		var restartErr error
-		if round == restartIn {
-			at := time.Duration(e.Rand.Int64N(int64(cancelTune.Window)))
-			wg.Add(1)
-			go func() { // ends once every store is back
-				defer wg.Done()
-				restartErr = e.restartStores(at)
-			}()
-		}
-		e.cancelRound(phase, round, st.slots, cancelTune.Share, round == restartIn)
-		wg.Wait()
-		if restartErr != nil {
-			e.T.Fatalf("cancellations: %s round %d: %v", phase, round, restartErr)
-		}
-		if round == restartIn {
-			e.Logf("cancellations: %s round %d: the stores were restarted mid-round", phase, round)
-		}
+		e.cancelRound(phase, round, st.slots, cancelTune.Share, false)
 	}
 	// Every tenant is served again, the stores slow still: one turn each,
 	// to its end, with its own answer.
-	var first []*cancelSlot
-	seen := map[string]bool{}
-	for _, s := range st.slots {
-		if !seen[s.t.Name] {
-			seen[s.t.Name] = true
-			first = append(first, s)
-		}
-	}
+	first := firstSlots(st.slots)
 	e.cancelRedial(first)
 	r := e.cancelRound(phase+", after", 0, first, 0, false)
 	if r.Answered != len(first) {
 		e.T.Fatalf("cancellations: %s: every tenant must be answered once its rounds are over: %s", phase, r)
 	}
+}
+
+// maxRestartRounds bounds the rounds played while the stores restart.
+const maxRestartRounds = 20
+
+// firstSlots is each tenant's first slot.
+func firstSlots(slots []*cancelSlot) []*cancelSlot {
+	var first []*cancelSlot
+	seen := map[string]bool{}
+	for _, s := range slots {
+		if !seen[s.t.Name] {
+			seen[s.t.Name] = true
+			first = append(first, s)
+		}
+	}
+	return first
 }
 
 // cancelRedial dials a new connection for every slot whose connection a
@@ -335,16 +355,24 @@ func (e *Env) cancelRound(phase string, round int, slots []*cancelSlot, share fl
 	close(start)
 	wg.Wait()
 	st := e.cancelState()
+	var firstErr error
 	after := e.proxyTotals()
-	r := CancelRound{Phase: phase, Round: round, Turns: len(slots), Delay: st.delay, Jitter: st.jitter,
+	via := "websocket"
+	if len(slots) > 0 && slots[0].gw != nil {
+		via = "gateway"
+	}
+	r := CancelRound{Phase: phase, Round: round, Via: via, Turns: len(slots), Delay: st.delay, Jitter: st.jitter,
 		StoreDrops: after.Abandoned - before.Abandoned, Overlaps: after.Overlapped - before.Overlapped}
 	for i, o := range outs {
 		switch {
 		case o.cancelled:
 			r.Cancelled++
-			if o.byClose {
+			switch {
+			case o.byDrop:
+				r.ByDrop++
+			case o.byClose:
 				r.ByClose++
-			} else {
+			default:
 				r.ByRPC++
 			}
 			if o.inFlight {
@@ -358,6 +386,9 @@ func (e *Env) cancelRound(phase string, round int, slots []*cancelSlot, share fl
 		}
 		if o.err != nil {
 			r.Failed++
+			if firstErr == nil {
+				firstErr = o.err
+			}
 			if !tolerate {
 				e.T.Errorf("cancellations: %s round %d: turn of %s: %v", phase, round, slots[i].t.Name, o.err)
 			}
@@ -367,6 +398,9 @@ func (e *Env) cancelRound(phase string, round int, slots []*cancelSlot, share fl
 	e.Report.Cancellations = append(e.Report.Cancellations, r)
 	e.mu.Unlock()
 	e.Logf("cancellations: %s", r)
+	if tolerate && firstErr != nil {
+		e.Logf("cancellations: %s round %d: the first of its failed turns (the stores restarting): %v", phase, round, firstErr)
+	}
 	return r
 }
 
@@ -374,6 +408,9 @@ func (e *Env) cancelRound(phase string, round int, slots []*cancelSlot, share fl
 // cancelPrompt on it. A turn that ends is judged: its end must carry its
 // tenant's own reply canary.
 func (e *Env) cancelTurn(s *cancelSlot, p cancelPlan) (o cancelOutcome) {
+	if s.gw != nil {
+		return e.cancelChat(s, p)
+	}
 	ctx, cancel := e.ctx(e.Times.Turn)
 	defer cancel()
 	c := s.conn
@@ -426,10 +463,79 @@ func (e *Env) cancelTurn(s *cancelSlot, p cancelPlan) (o cancelOutcome) {
 	return o
 }
 
+// cancelChat posts cancelPrompt to s's tenant's route on the gateway,
+// streamed, and drops the request at p's moment when p cancels it. What
+// came back, whole or cut, is the tenant's text, scanned; a whole reply
+// must carry the tenant's own reply canary.
+func (e *Env) cancelChat(s *cancelSlot, p cancelPlan) (o cancelOutcome) {
+	ctx, cancel := e.ctx(e.Times.Turn)
+	defer cancel()
+	reqCtx := ctx
+	if p.cancel {
+		var stop context.CancelFunc
+		reqCtx, stop = context.WithTimeout(ctx, p.at)
+		defer stop()
+	}
+	r, err := s.gw.Client.Chat(reqCtx, harness.RoutePath(s.t.Name, s.t.Launch), s.t.APIServerKey(), cancelPrompt, true)
+	// The raw stream, and its text joined (a stream may split a canary
+	// over two chunks; a cut one gives the text of its whole chunks).
+	if len(r.Body) > 0 {
+		e.KeepText(s.t, "gateway reply to "+s.t.Name+"'s cancelled or colliding chat", r.Body)
+	}
+	if r.Text != "" {
+		e.KeepText(s.t, "gateway reply to "+s.t.Name+"'s cancelled or colliding chat, its text", []byte(r.Text))
+	}
+	switch {
+	case p.cancel && err != nil && reqCtx.Err() != nil && ctx.Err() == nil:
+		o.cancelled, o.byDrop, o.inFlight = true, true, e.storeInFlight()
+		return o
+	case err != nil:
+		o.err = err
+		return o
+	case r.Status != 200:
+		o.err = fmt.Errorf("gateway chat: HTTP %d: %s", r.Status, truncateText(string(r.Body), 300))
+		return o
+	}
+	o.endedFirst = p.cancel
+	o.answered = true
+	if !strings.Contains(r.Text, s.t.Value(tenants.Reply)) {
+		e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: s.t.Name, Where: invariants.Where{Label: "cancellations: gateway chat"},
+			Detail: fmt.Sprintf("the gateway's reply to %s's chat does not carry its own reply canary: no provider of %s gave it (%s)", s.t.Name, s.t.Name, truncateText(string(r.Body), 300))})
+	}
+	return o
+}
+
+// cancelGateway drops a seed-chosen share of every tenant's streamed
+// gateway chats mid-stream, the stores slow, where the target has a
+// gateway backend.
+func (e *Env) cancelGateway() {
+	e.T.Helper()
+	if ok, why := e.Box.Target.Supports(harness.BackendGateway); !ok {
+		e.skipRow(string(Text), "gateway requests dropped mid-stream not tried: "+why)
+		return
+	}
+	e.slowStores(cancelTune.Delay, cancelTune.Jitter)
+	defer e.slowStores(0, 0)
+	g := e.StartGateway()
+	var slots []*cancelSlot
+	for _, t := range e.Tenants {
+		for range cancelTune.Conns {
+			slots = append(slots, &cancelSlot{t: t, gw: g})
+		}
+	}
+	for round := 1; round <= cancelTune.Rounds/2; round++ {
+		e.cancelRound("gateway", round, slots, cancelTune.Share, false)
+	}
+	r := e.cancelRound("gateway, after", 0, firstSlots(slots), 0, false)
+	if r.Answered != len(e.Tenants) {
+		e.T.Fatalf("cancellations: gateway: every tenant's chat must be answered once its rounds are over: %s", r)
+	}
+}
+
 func cancellations() Spec {
 	return Spec{
 		ID:           "cancellations",
-		Purpose:      "every tenant sends byte-identical prompts at once over several connections while its stores answer slowly (and restart once), and a seed-chosen share is cancelled mid-turn (connection closed, session closed): no reply carries another tenant's answer",
+		Purpose:      "every tenant sends byte-identical prompts at once over several connections while its stores answer slowly (and restart once), and a seed-chosen share is cancelled mid-turn (connection closed, session closed, gateway request dropped): no reply carries another tenant's answer",
 		Backends:     []harness.Backend{harness.BackendServe},
 		Needs:        []Need{NeedStores},
 		Focus:        []Invariant{invariants.RPC, Text, Requests, invariants.TenantStore, PositiveControl},
@@ -439,8 +545,9 @@ func cancellations() Spec {
 		StoreProxies: true,
 		Phases: []Phase{
 			{Name: "connect", Run: func(e *Env) { e.cancelConnect() }},
-			{Name: "slow-stores", Run: func(e *Env) { e.cancelRounds("slow-stores", 0) }},
-			{Name: "store-restart", Run: func(e *Env) { e.cancelRounds("store-restart", 1) }},
+			{Name: "slow-stores", Run: func(e *Env) { e.cancelRounds("slow-stores", false) }},
+			{Name: "store-restart", Run: func(e *Env) { e.cancelRounds("store-restart", true) }},
+			{Name: "gateway-drops", Run: func(e *Env) { e.cancelGateway() }},
 		},
 	}
 }

@@ -37,8 +37,9 @@ func (d Direction) String() string {
 
 // Options shape Start.
 type Options struct {
-	// Rand draws each chunk's jitter; nil uses a source of its own. It is
-	// only ever used under the proxy's lock, so it may be the scenario's.
+	// Rand draws each chunk's jitter; nil uses a source of its own. The
+	// proxy uses it under its own lock only: give no two proxies, nor
+	// anything else running meanwhile, the same one.
 	Rand *rand.Rand
 	// DialTimeout bounds a connection to the store; default 10s.
 	DialTimeout time.Duration

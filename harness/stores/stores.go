@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 
 	"github.com/tenantcanary/tenantcanary/harness/slowproxy"
@@ -114,8 +115,8 @@ func (s *Set) Vars() map[string]string {
 }
 
 // Proxy puts a delaying proxy (package slowproxy, started with opts, no
-// delay until one is set) in front of every store of the set that has
-// none yet: from then on Vars hands the target the proxies' addresses,
+// delay until one is set; each with a random source of its own drawn from
+// opts.Rand) in front of every store of the set that has none yet: from then on Vars hands the target the proxies' addresses,
 // while the harness's scans still reach the stores themselves. Close
 // stops the proxies. On error the proxies it started are closed again.
 func (s *Set) Proxy(opts slowproxy.Options) error {
@@ -135,7 +136,13 @@ func (s *Set) Proxy(opts slowproxy.Options) error {
 		if err != nil || u.Host == "" {
 			return undo(fmt.Errorf("stores: proxy the %s store at %s: no host:port in its URL", st.Spec.Kind, st.Name()))
 		}
-		p, err := slowproxy.Start(u.Host, opts)
+		o := opts
+		if opts.Rand != nil {
+			// A proxy draws from its Rand under its own lock: each gets a
+			// source of its own, drawn from the one given.
+			o.Rand = rand.New(rand.NewPCG(opts.Rand.Uint64(), opts.Rand.Uint64()))
+		}
+		p, err := slowproxy.Start(u.Host, o)
 		if err != nil {
 			return undo(fmt.Errorf("stores: proxy the %s store at %s: %w", st.Spec.Kind, st.Name(), err))
 		}
