@@ -86,13 +86,24 @@ func TestCancellationsClean(t *testing.T) {
 // mode with store-cancel-reply seeded CANCEL_RUNS times (unset: skipped;
 // the self-test row runs it once) and reports how many runs caught it (an
 // rpc finding: another tenant's answer in a tenant's frames). At 10 runs
-// it wants 9.
+// it wants 9. CANCEL_DELAY sets the stores' delay each way (default
+// 40ms, the jitter half of it).
 //
 //	CANCEL_RUNS=10 go test -run TestCancellationsCatchRate -v ./scenarios/
 func TestCancellationsCatchRate(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("CANCEL_RUNS"))
 	if n <= 0 {
 		t.Skip("CANCEL_RUNS is unset: the self-test row (DETECT_FAULTS=store-cancel-reply) runs the faulty scenario once")
+	}
+	if v := os.Getenv("CANCEL_DELAY"); v != "" {
+		// A measurement of the delay's part: the stores at another delay
+		// (0: as fast as they are). No parallel test runs while this
+		// sequential one does, so the tuning is this test's alone.
+		d, err := time.ParseDuration(v)
+		require.NoError(t, err, "CANCEL_DELAY")
+		saved := cancelTune
+		t.Cleanup(func() { cancelTune = saved })
+		cancelTune.Delay, cancelTune.Jitter = d, d/2
 	}
 	target := withEnv(agentdClusterTarget(t, agentdTarget()), FaultEnv("store-cancel-reply"))
 	caught := 0

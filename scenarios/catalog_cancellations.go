@@ -46,7 +46,7 @@ const cancelID int64 = 4747
 type CancelRound struct {
 	Phase string `json:"phase"`
 	Round int    `json:"round"`
-	Via   string `json:"via"` // websocket, or gateway
+	Via   string `json:"via"`   // websocket, or gateway
 	Turns int    `json:"turns"` // turns submitted
 	// Cancelled are the turns the harness cancelled before their end:
 	// ByClose by closing the connection, ByRPC by session.close, ByDrop
