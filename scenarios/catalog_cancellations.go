@@ -207,14 +207,9 @@ func (e *Env) cancelConnect() {
 	}
 	srv := e.StartServe()
 	st := e.cancelState()
-	e.Conns = map[string]*harness.Conn{}
 	for _, t := range e.Tenants {
 		for range cancelTune.Conns {
-			s := &cancelSlot{t: t, conn: e.Dial(srv, t)}
-			st.slots = append(st.slots, s)
-			if e.Conns[t.Name] == nil {
-				e.Conns[t.Name] = s.conn
-			}
+			st.slots = append(st.slots, &cancelSlot{t: t, conn: e.Dial(srv, t)})
 		}
 	}
 	first := firstSlots(st.slots)
