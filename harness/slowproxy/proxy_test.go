@@ -74,15 +74,15 @@ func TestDelayIsObserved(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 2})
 	timed(t, c) // the connection, made at no delay
 
-	p.SetDelay(slowproxy.Up, 60*time.Millisecond, 0)
-	p.SetDelay(slowproxy.Down, 40*time.Millisecond, 20*time.Millisecond)
+	p.SetDelay(slowproxy.Up, 200*time.Millisecond, 0)
+	p.SetDelay(slowproxy.Down, 150*time.Millisecond, 50*time.Millisecond)
 	for range 3 {
 		d := timed(t, c)
-		assert.GreaterOrEqual(t, d, 100*time.Millisecond, "60ms up and 40-60ms down")
-		assert.Less(t, d, 2*time.Second)
+		assert.GreaterOrEqual(t, d, 350*time.Millisecond, "200ms up and 150-200ms down")
+		assert.Less(t, d, 5*time.Second)
 	}
 	p.SetDelay(slowproxy.Both, 0, 0)
-	assert.Less(t, timed(t, c), 100*time.Millisecond)
+	assert.Less(t, timed(t, c), 350*time.Millisecond, "no delay once it is taken off")
 
 	st := p.Stats()
 	assert.EqualValues(t, 1, st.Accepted)
