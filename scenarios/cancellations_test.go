@@ -172,3 +172,15 @@ func selfTestCluster(t *testing.T, faults []Fault) {
 		assert.Equal(t, Pass, r.Result, "%s: %v", r.ID, r.Log)
 	}
 }
+
+// TestSelfTestCatchesEveryClusterFault: the self-test of ClusterFaults
+// against agentd in cluster mode, each fault's scenario clean and then
+// with the fault (TestSelfTestCatchesEverySeededFault is the single
+// agentd's). Run by the plain test binary, as that one is.
+func TestSelfTestCatchesEveryClusterFault(t *testing.T) {
+	t.Parallel()
+	if inPlainBinary(t) {
+		return
+	}
+	selfTestCluster(t, ClusterFaults())
+}
