@@ -23,6 +23,7 @@ func Default() *Catalog {
 		credentialRevocation(),
 		entryPoints(),
 		collidingInputs(),
+		cancellations(),
 		noisyNeighbour(),
 		fairShare(),
 		gatewayTenants(),

@@ -35,6 +35,10 @@ const (
 	// NeedTenantCredentials: each tenant's connection holds a credential
 	// of its own (tenant_credentials), which the harness can revoke.
 	NeedTenantCredentials Need = "tenant_credentials"
+	// NeedStores: the target declares shared stores (stores:) and the
+	// harness starts its server, so it hands the server the stores'
+	// addresses (through its delaying proxies when the scenario asks).
+	NeedStores Need = "stores"
 )
 
 // needRow is one need and the reason a target lacks it ("" when it has
@@ -88,6 +92,15 @@ var needs = []needRow{
 		}
 		if t.Layout.Files.Env == "" || t.Layout.APIServerKeyEnv == "" {
 			return "needs the layout's .env and credential variable (layout.home_files.env, layout.api_server_key_env): where the harness revokes a credential"
+		}
+		return ""
+	}},
+	{NeedStores, func(t harness.Target) string {
+		if len(t.Stores) == 0 {
+			return "needs shared stores (stores:): the target declares none, so no request of it waits on a store command to cancel"
+		}
+		if t.Remote() {
+			return "needs to start the server itself: a running server reaches its stores on its own, not through the harness's delaying proxies"
 		}
 		return ""
 	}},
