@@ -57,12 +57,6 @@ func (p *pipeline) selfTest(ctx context.Context, catalog []scenarios.Report, w i
 		unseeded = append(unseeded, certificate.UnseededFault{Fault: f.Name, Why: why})
 		p.say("self-test: %s is not seeded: %s", f.Name, why)
 	}
-	faults, left, storesWhy := scenarios.SeededWithStores(faults)
-	for _, f := range left {
-		why := "it is a fault of agentd's cluster, whose stores this machine cannot start: " + storesWhy
-		unseeded = append(unseeded, certificate.UnseededFault{Fault: f.Name, Why: why})
-		p.say("self-test: %s is not seeded: %s", f.Name, why)
-	}
 	p.say("self-test: every seeded fault of the embedded agentd, and the same scenarios clean")
 	res, err := withWork(p, func(work string) (scenarios.SelfTestResult, error) {
 		cfg := p.config(target)

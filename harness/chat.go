@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenantcanary/tenantcanary/internal/dotpath"
 	"io"
 	"maps"
 	"net/http"
@@ -259,9 +260,16 @@ func (cc *chatClient) turn(sid string, req *http.Request) {
 		c := calls[i]
 		var args map[string]any
 		_ = json.Unmarshal([]byte(c.args), &args)
-		cc.rpc.record(nil, &Event{Type: em.ToolArgs, SessionID: sid, Payload: map[string]any{em.ToolField: c.name, em.ArgsField: args}, Raw: []byte(c.args)})
+		payload := map[string]any{}
+		dotpath.Set(payload, em.ToolField, c.name)
+		dotpath.Set(payload, em.ArgsField, args)
+		cc.rpc.record(nil, &Event{Type: em.ToolArgs, SessionID: sid, Payload: payload, Raw: []byte(c.args)})
 	}
-	end := map[string]any{em.Status: em.StatusOK, "text": text.String()}
+	end := map[string]any{"text": text.String()}
+	if em.TurnEndField != "" && len(em.TurnEndValues) > 0 {
+		dotpath.Set(end, em.TurnEndField, em.TurnEndValues[0])
+	}
+	dotpath.Set(end, em.Status, em.StatusOK)
 	raw, _ := json.Marshal(end)
 	cc.rpc.record(nil, &Event{Type: em.TurnEnd, SessionID: sid, Payload: end, Raw: raw})
 }

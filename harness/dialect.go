@@ -1,6 +1,9 @@
 package harness
 
 import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -36,6 +39,10 @@ type Dialect struct {
 	// Transports are the ways the serve backend is spoken to, the first
 	// driving the catalog (transport_spec.go); none is JSON-RPC 2.0.
 	Transports []Transport `yaml:"transports"`
+	// LaunchAgent is what {agent} is in a method's params for a call that
+	// names no profile (the launch profile): a server whose session keys
+	// must name the agent ("agent:{agent}:{unique}"). Default "main".
+	LaunchAgent string `yaml:"launch_agent"`
 }
 
 // LogicalOps are the operations the catalog performs, by their DESIGN.md
@@ -101,12 +108,31 @@ func (m MethodSpec) forCall(p map[string]any) MethodSpec {
 
 // wireParams are the params of a call with logical params p: the
 // spec's Params filled from p, or p itself when it maps none.
-func (m MethodSpec) wireParams(p map[string]any) any {
+func (m MethodSpec) wireParams(p map[string]any, launchAgent string) any {
 	if m.Params == nil {
 		return p
 	}
-	v, _ := placeholder.Value(m.Params, p)
+	vars := make(map[string]any, len(p)+2)
+	for k, v := range p {
+		vars[k] = v
+	}
+	// {unique}: a value of this call's own (an idempotency key); {agent}:
+	// the profile the call names, or the launch agent.
+	vars["unique"] = uniqueValue()
+	if prof, _ := p["profile"].(string); prof != "" {
+		vars["agent"] = prof
+	} else {
+		vars["agent"] = cmp.Or(launchAgent, "main")
+	}
+	v, _ := placeholder.Value(m.Params, vars)
 	return v
+}
+
+// uniqueValue is a value no other call gets: 16 random hex digits.
+func uniqueValue() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // UnmarshalYAML takes a bare method name as well as the mapping.
@@ -127,15 +153,21 @@ func (m *MethodSpec) UnmarshalYAML(n *yaml.Node) error {
 // EventMap names the events a turn is judged by. Every event of another
 // type is kept (and scanned) but otherwise ignored.
 type EventMap struct {
-	Ready      string `yaml:"ready"`      // the connection is ready (gateway.ready)
-	TurnEnd    string `yaml:"turn_end"`   // a turn ended (message.complete)
-	Status     string `yaml:"status"`     // field of TurnEnd holding the outcome (status)
-	StatusOK   string `yaml:"status_ok"`  // its value for a completed turn (complete)
-	Error      string `yaml:"error"`      // a turn failed (error)
-	ToolArgs   string `yaml:"tool_args"`  // the event carrying a tool call's arguments (tool.start)
-	ArgsField  string `yaml:"args_field"` // its field holding them (args)
-	ToolField  string `yaml:"tool_field"` // its field naming the tool (name)
-	NoReadyEvt bool   `yaml:"no_ready"`   // the server sends no ready event: a connection is ready once open
+	Ready    string `yaml:"ready"`     // the connection is ready (gateway.ready)
+	TurnEnd  string `yaml:"turn_end"`  // a turn ended (message.complete)
+	Status   string `yaml:"status"`    // field of TurnEnd holding the outcome (status)
+	StatusOK string `yaml:"status_ok"` // its value for a completed turn (complete)
+	// TurnEndField and TurnEndValues: an event named TurnEnd ends the turn
+	// only when its payload's field (a dotted path) holds one of the
+	// values ("state": "final"); with another value it is part of the
+	// turn (a delta). Unset: every TurnEnd event ends it.
+	TurnEndField  string   `yaml:"turn_end_field"`
+	TurnEndValues []string `yaml:"turn_end_values"`
+	Error         string   `yaml:"error"`      // a turn failed (error)
+	ToolArgs      string   `yaml:"tool_args"`  // the event carrying a tool call's arguments (tool.start)
+	ArgsField     string   `yaml:"args_field"` // its field holding them (args); a dotted path reaches below the top level
+	ToolField     string   `yaml:"tool_field"` // its field naming the tool (name); a dotted path too
+	NoReadyEvt    bool     `yaml:"no_ready"`   // the server sends no ready event: a connection is ready once open
 }
 
 // Behaviour values of Behaviours.UnknownProfile.
@@ -224,6 +256,11 @@ func (d *Dialect) validate() []error {
 		errs = append(errs, errors.New("dialect.probe_tool: give both name and arg"))
 	}
 	errs = append(errs, d.validateTransports()...)
+	if ev := d.Events; (ev.TurnEndField == "") != (len(ev.TurnEndValues) == 0) {
+		errs = append(errs, errors.New("dialect.events: give turn_end_field and turn_end_values together"))
+	} else if ev.TurnEndField != "" && ev.TurnEndField == ev.Status && ev.StatusOK != "" && !slices.Contains(ev.TurnEndValues, ev.StatusOK) {
+		errs = append(errs, fmt.Errorf("dialect.events: status %q is the turn-end field, so status_ok %q must be one of turn_end_values %v", ev.Status, ev.StatusOK, ev.TurnEndValues))
+	}
 	if h := d.Health; h != nil {
 		if !strings.HasPrefix(h.Path, "/") {
 			errs = append(errs, fmt.Errorf("dialect.health.path %q: want an absolute path like /api/health", h.Path))

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/tenantcanary/tenantcanary/internal/dotpath"
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
@@ -90,16 +89,4 @@ func mapResult(raw []byte, spec MethodSpec) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-func getPath(m map[string]any, path string) (any, bool) {
-	var cur any = m
-	for _, part := range strings.Split(path, ".") {
-		mm, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = mm[part]; !ok {
-			return nil, false
-		}
-	}
-	return cur, true
-}
+func getPath(m map[string]any, path string) (any, bool) { return dotpath.Get(m, path) }

@@ -192,3 +192,19 @@ func TestValidateLeavesTheSharedHealthBlockAlone(t *testing.T) {
 	}
 	assert.Empty(t, base.Dialect.Health.Auth, "the shared block is not written")
 }
+
+// TestWireParamsUniqueAndAgent: {unique} is a value of each call's own;
+// {agent} is the profile a call names, else the dialect's launch agent
+// (default main).
+func TestWireParamsUniqueAndAgent(t *testing.T) {
+	t.Parallel()
+	m := MethodSpec{Method: "chat.send", Params: map[string]any{"key": "agent:{agent}:{unique}", "idem": "{unique}"}}
+	first := m.wireParams(map[string]any{}, "").(map[string]any)
+	second := m.wireParams(map[string]any{}, "").(map[string]any)
+	require.Regexp(t, `^agent:main:[0-9a-f]{16}$`, first["key"])
+	require.NotEqual(t, first["idem"], second["idem"], "every call its own value")
+	named := m.wireParams(map[string]any{"profile": "alpha"}, "boss").(map[string]any)
+	require.Regexp(t, `^agent:alpha:`, named["key"])
+	launch := m.wireParams(map[string]any{}, "boss").(map[string]any)
+	require.Regexp(t, `^agent:boss:`, launch["key"])
+}

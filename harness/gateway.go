@@ -96,6 +96,9 @@ func (g *GatewayClient) Complete(ctx context.Context, r ChatRequest) (GatewayRep
 	raw, err := io.ReadAll(resp.Body)
 	reply := GatewayReply{Status: resp.StatusCode, Body: raw}
 	if err != nil {
+		if stream && resp.StatusCode == http.StatusOK {
+			reply.Text, _ = sseText(raw) // the deltas of the whole chunks that came
+		}
 		return reply, fmt.Errorf("gateway %s: read body: %w", path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
@@ -148,7 +151,7 @@ func sseText(raw []byte) (string, error) {
 			} `json:"choices"`
 		}
 		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
-			return "", fmt.Errorf("bad SSE chunk %s: %w", truncate(data, 200), err)
+			return b.String(), fmt.Errorf("bad SSE chunk %s: %w", truncate(data, 200), err)
 		}
 		for _, ch := range chunk.Choices {
 			b.WriteString(ch.Delta.Content)

@@ -1,8 +1,10 @@
 package harness
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenantcanary/tenantcanary/internal/dotpath"
 	"strings"
 )
 
@@ -39,7 +41,11 @@ func (g *LLMGateway) validateRound2() []error {
 		for _, f := range r.URLFields {
 			name := strings.TrimPrefix(f, "?")
 			if name == "" || strings.ContainsAny(name, " {}") || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") {
-				errs = append(errs, fmt.Errorf("llm_gateway.routes[%d] (%s): url_fields %q: want a body field (a.b) or ?name for a query parameter", i, r.Name, f))
+				errs = append(errs, fmt.Errorf("llm_gateway.routes[%d] (%s): url_fields %q: want a body field (a.b, a[].b) or ?name for a query parameter", i, r.Name, f))
+				continue
+			}
+			if err := checkURLField(r.Body, f); err != nil {
+				errs = append(errs, fmt.Errorf("llm_gateway.routes[%d] (%s): url_fields %q: %w", i, r.Name, f, err))
 			}
 		}
 	}
@@ -59,3 +65,23 @@ func (g *LLMGateway) validateRound2() []error {
 // OwnerOnly reports whether p declares owner-only rows: no column of
 // them may hold a secret.
 func (p StorePlace) OwnerOnly() bool { return p.Column == "" }
+
+// checkURLField tries a body url field on the route's body template: a
+// path that indexes what the body does not have (an array it names as a
+// mapping, a missing array), or that reaches no place, is refused when
+// the file loads. A body that is no JSON object as written (a placeholder
+// standing for a number) is left to the run.
+func checkURLField(body, field string) error {
+	if strings.HasPrefix(field, "?") {
+		return nil
+	}
+	doc := map[string]any{}
+	if strings.TrimSpace(body) != "" && json.Unmarshal([]byte(body), &doc) != nil {
+		return nil
+	}
+	n, err := dotpath.SetAll(doc, field, "http://127.0.0.1/check")
+	if err == nil && n == 0 {
+		err = errors.New("it reaches no place in the route's body (an array it indexes is empty)")
+	}
+	return err
+}

@@ -34,3 +34,17 @@ func TestGatewayRound2Validation(t *testing.T) {
 		"no owner":          {func(t *Target) { t.LLMGateway.Store.Places[1].OwnerColumn = "" }, "owner_column"},
 	})
 }
+
+// TestURLFieldsAreCheckedAtLoad: a url field that names an array of the
+// route's body as a mapping is refused when the file loads, with the fix;
+// indexed, it loads.
+func TestURLFieldsAreCheckedAtLoad(t *testing.T) {
+	t.Parallel()
+	body := `{"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.invalid/a.png"}}]}]}`
+	g := &LLMGateway{Routes: []Route{{Name: "vision", Method: "POST", Path: "/v1/chat/completions", Body: body, URLFields: []string{"messages.content.image_url.url"}}}}
+	errs := g.validateRound2()
+	require.Len(t, errs, 1)
+	require.ErrorContains(t, errs[0], "index it as messages[]")
+	g.Routes[0].URLFields = []string{"messages[].content[].image_url.url"}
+	require.Empty(t, g.validateRound2())
+}

@@ -236,6 +236,24 @@ func (r Route) NamesForeignIDs() bool {
 	return false
 }
 
+// ProbesForeignIDs reports whether a call of the route with form f names
+// another tenant's ids: the route's path, body or variants name one, or
+// f's own template does. A form of a route that names an id only in
+// another form is the caller's own call, no cross-tenant probe: its
+// success is no finding.
+func (r Route) ProbesForeignIDs(f AuthForm) bool {
+	s := r.Path + " " + r.Body + " " + strings.Join(r.Variants, " ") + " " + f.Bearer
+	for _, h := range slices.Sorted(maps.Keys(f.Headers)) {
+		s += " " + f.Headers[h]
+	}
+	for _, n := range routeValueNames(s) {
+		if !strings.Contains(n, ".") && strings.HasSuffix(n, "_id") {
+			return true
+		}
+	}
+	return false
+}
+
 // NamesIDs reports whether the route's path, body or variants name any
 // id, the caller's own included.
 func (r Route) NamesIDs() bool {

@@ -174,3 +174,19 @@ func TestOneAPIExampleLoads(t *testing.T) {
 	assert.False(t, byName["own user"].Public)
 	assert.Equal(t, "key", byName["relay through a channel by id"].Auth, "the single form of old")
 }
+
+// TestProbesForeignIDsPerForm: a route that names an id only in one form
+// probes another tenant's ids with that form alone; one whose path names
+// an id, with every form.
+func TestProbesForeignIDsPerForm(t *testing.T) {
+	t.Parallel()
+	pinned := AuthForm{Name: "pin", Bearer: "{key}-{channel_id}"}
+	chat := Route{Path: "/v1/chat/completions", Forms: AuthForms{{Name: FormKey}, pinned}}
+	require.True(t, chat.NamesForeignIDs())
+	require.False(t, chat.ProbesForeignIDs(AuthForm{Name: FormKey}), "the plain key names no id: the caller's own call")
+	require.True(t, chat.ProbesForeignIDs(pinned))
+	token := Route{Path: "/api/token/{token_id}", Forms: AuthForms{{Name: FormKey}}}
+	require.True(t, token.ProbesForeignIDs(AuthForm{Name: FormKey}))
+	own := Route{Path: "/api/token/{own.token_id}", Forms: AuthForms{{Name: FormKey}}}
+	require.False(t, own.ProbesForeignIDs(AuthForm{Name: FormKey}), "the caller's own id is no foreign one")
+}

@@ -261,7 +261,7 @@ func (c *RPC) Post(method string, params any, done func(error)) error {
 			if len(spec.Hook) > 0 {
 				return &UnsupportedError{Op: key, Reason: "the target runs it as a hook, which cannot be posted"}
 			}
-			method, params = spec.Method, spec.wireParams(logical)
+			method, params = spec.Method, spec.wireParams(logical, c.dialect.LaunchAgent)
 		}
 	}
 	_, err := c.start(0, method, params, func(id int64) { c.posted[id] = done })

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenantcanary/tenantcanary/internal/dotpath"
 )
 
 // DialOption shapes a connection.
@@ -97,7 +98,7 @@ func (c *RPC) callDialect(ctx context.Context, id int64, op string, params any, 
 		return &UnsupportedError{Op: key, Reason: fmt.Sprintf("the chat transport cannot express method %q (only a hook runs beside a chat)", spec.Method)}
 	default:
 		var res json.RawMessage
-		if err := c.call(ctx, id, spec.Method, spec.wireParams(logical), &res); err != nil {
+		if err := c.call(ctx, id, spec.Method, spec.wireParams(logical, c.dialect.LaunchAgent), &res); err != nil {
 			var rerr *RPCError
 			if errors.As(err, &rerr) {
 				return fmt.Errorf("%s (as %s): %w", key, spec.Method, err)
@@ -136,13 +137,7 @@ func forCall(key string, spec MethodSpec, params any) (map[string]any, MethodSpe
 // returned and who called it: a command's own text is no proof that it ran.
 func (c *RPC) WithoutArgs(ev Event) string {
 	em := c.eventMap()
-	p := make(map[string]any, len(ev.Payload))
-	for k, v := range ev.Payload {
-		if k != em.ArgsField {
-			p[k] = v
-		}
-	}
-	b, _ := json.Marshal(p)
+	b, _ := json.Marshal(dotpath.Without(ev.Payload, em.ArgsField))
 	return string(b)
 }
 
@@ -163,8 +158,10 @@ func (c *RPC) ToolCalls(sid string, from int) []ToolCall {
 			continue
 		}
 		tc := ToolCall{}
-		tc.Name, _ = e.Payload[em.ToolField].(string)
-		switch a := e.Payload[em.ArgsField].(type) {
+		name, _ := dotpath.Get(e.Payload, em.ToolField)
+		tc.Name, _ = name.(string)
+		args, _ := dotpath.Get(e.Payload, em.ArgsField)
+		switch a := args.(type) {
 		case map[string]any:
 			tc.Args = a
 		case string:

@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tenantcanary/tenantcanary/harness/slowproxy"
 	"github.com/tenantcanary/tenantcanary/harness/stores"
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/internal/proc"
@@ -99,6 +100,11 @@ type SandboxOptions struct {
 	Tenants tenants.Options    // names, launch, providers
 	Extras  tenants.HomeExtras // config and .env additions for every home
 	Grace   time.Duration      // how long a process has to stop on SIGTERM at Close; default the target's stop grace (Target.TimesFor)
+	// StoreProxies, when set, puts a delaying proxy started with these
+	// options in front of every store of the target (stores.Set.Proxy):
+	// the {<name>_url} handed to the target point at the proxies, whose
+	// delays the scenario sets (Sandbox.Stores, Store.Proxy).
+	StoreProxies *slowproxy.Options
 }
 
 // NewSandbox builds tenants under root, proves the target resolves its
@@ -164,6 +170,11 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 		}
 		if s.stores, err = stores.Open(ctx, target.Stores, dir); err != nil {
 			return fail(err)
+		}
+		if opts.StoreProxies != nil {
+			if err := s.stores.Proxy(*opts.StoreProxies); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	s.storeVars = s.stores.Vars()

@@ -3,6 +3,9 @@ package harness
 import (
 	"context"
 	"fmt"
+	"slices"
+
+	"github.com/tenantcanary/tenantcanary/internal/dotpath"
 )
 
 // SessionInfo is the reply of session.create and session.resume.
@@ -63,8 +66,25 @@ func (c *RPC) ResumeSession(ctx context.Context, storedID, profile string) (Sess
 // TurnEnd reports whether ev ends a turn of session sid (its end event or
 // an error event), in the connection's dialect.
 func (c *RPC) TurnEnd(ev Event, sid string) bool {
+	return ev.SessionID == sid && c.endsTurn(ev)
+}
+
+// endsTurn reports whether ev ends the turn it belongs to: an error event,
+// or the dialect's turn-end event (with, where the dialect names one, its
+// final value in the turn-end field).
+func (c *RPC) endsTurn(ev Event) bool {
 	em := c.eventMap()
-	return ev.SessionID == sid && (ev.Type == em.TurnEnd || ev.Type == em.Error)
+	switch {
+	case ev.Type == em.Error:
+		return true
+	case ev.Type != em.TurnEnd:
+		return false
+	case em.TurnEndField == "":
+		return true
+	}
+	v, _ := dotpath.Get(ev.Payload, em.TurnEndField)
+	s, _ := v.(string)
+	return slices.Contains(em.TurnEndValues, s)
 }
 
 // Turn submits text to session sid and waits for the turn's end. It fails
@@ -100,12 +120,13 @@ func (c *RPC) turn(ctx context.Context, id int64, sid, text string) (Event, erro
 	}
 	em := c.eventMap()
 	ev, err := c.WaitEvent(ctx, mark, "the end of the turn of session "+sid+" (event "+em.TurnEnd+" or "+em.Error+")", func(e Event) bool {
-		return e.SessionID == sid && (e.Type == em.TurnEnd || e.Type == em.Error)
+		return e.SessionID == sid && c.endsTurn(e)
 	})
 	if err != nil {
 		return ev, err
 	}
-	if status, _ := ev.Payload[em.Status].(string); ev.Type != em.TurnEnd || status != em.StatusOK {
+	status, _ := dotpath.Get(ev.Payload, em.Status)
+	if s, _ := status.(string); ev.Type != em.TurnEnd || s != em.StatusOK {
 		return ev, fmt.Errorf("turn of session %s failed: %s", sid, truncate(string(ev.Raw), 500))
 	}
 	return ev, nil

@@ -1,12 +1,15 @@
 package harness
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -33,6 +36,40 @@ type SharedConfig struct {
 	Base map[string]any `yaml:"base"`
 	// Sections are where each tenant's sections go, in order.
 	Sections []SharedSection `yaml:"sections"`
+	// Ready says how the harness knows the server took a change of the
+	// file (a tenant added or removed while it runs) before it goes on;
+	// nil: it goes on at once.
+	Ready *SharedReady `yaml:"ready"`
+	// Copies are globs ({root}/...) of the server's own copies of the file
+	// (backups it keeps as it reloads): every tenant's section is in them
+	// by design, as in the file, so they are the operator's too, not
+	// shared places.
+	Copies []string `yaml:"copies"`
+}
+
+// SharedReady is how the server shows it took a new shared config: any
+// of a log line it prints (after the write), its health check answering,
+// and a command (run as a hook: TARGET_URL and TARGET_TOKEN set) whose
+// output names the tenant's profile once it serves it (or no longer does,
+// after a removal). Each given one must hold, within the target's call
+// timeout.
+type SharedReady struct {
+	LogLine string   `yaml:"log_line"` // a regexp on the serve backend's output (stdout or stderr)
+	Health  bool     `yaml:"health"`   // the dialect's health check answers
+	Lists   []string `yaml:"lists"`    // a command printing the profiles the server serves
+}
+
+// CopiesIn are the files Copies match now, in the sandbox at root.
+func (c *SharedConfig) CopiesIn(root string) []string {
+	if c == nil {
+		return nil
+	}
+	var out []string
+	for _, g := range c.Copies {
+		m, _ := filepath.Glob(strings.ReplaceAll(g, "{root}", root))
+		out = append(out, m...)
+	}
+	return out
 }
 
 // SharedSection is one section each tenant has in the shared config.
@@ -110,6 +147,20 @@ func (t *Target) validateShared() []error {
 	if err := placeholder.Root.Check(sc.Base); err != nil {
 		errs = append(errs, fmt.Errorf("shared_config.base: %w", err))
 	}
+	if r := sc.Ready; r != nil {
+		if r.LogLine == "" && !r.Health && len(r.Lists) == 0 {
+			errs = append(errs, errors.New("shared_config.ready: give log_line, health or lists"))
+		}
+		if _, err := regexp.Compile(r.LogLine); err != nil {
+			errs = append(errs, fmt.Errorf("shared_config.ready.log_line: %w", err))
+		}
+	}
+	for i, g := range sc.Copies {
+		rel := strings.TrimPrefix(g, "{root}/")
+		if _, err := filepath.Match(rel, ""); err != nil || rel == g || !filepath.IsLocal(rel) {
+			errs = append(errs, fmt.Errorf("shared_config.copies[%d] %q: want a glob inside the sandbox ({root}/...)", i, g))
+		}
+	}
 	if len(sc.Sections) == 0 {
 		errs = append(errs, errors.New("shared_config.sections: give at least one section (at, template)"))
 	}
@@ -182,7 +233,93 @@ func (s *Sandbox) noteHome(t *tenants.Tenant, extras tenants.HomeExtras) error {
 		}
 		s.shared.env[t.Name] = env
 	}
-	return s.writeSharedLocked()
+	return s.writeSharedAndWait(t, true)
+}
+
+// writeSharedAndWait writes the shared config and, while a serve backend
+// is up, waits until it shows it took the change (SharedReady): t served
+// (present) or no longer served. The caller holds sharedMu.
+func (s *Sandbox) writeSharedAndWait(t *tenants.Tenant, present bool) error {
+	r := s.Target.SharedConfig.Ready
+	serve := s.serveProc()
+	mark := 0
+	if serve != nil {
+		mark = len(serve.Output())
+	}
+	if err := s.writeSharedLocked(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	up := s.serve
+	s.mu.Unlock()
+	if r == nil || up.base == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.Target.TimesFor(0).Call)
+	defer cancel()
+	if err := s.awaitShared(ctx, r, serve, mark, up, t, present); err != nil {
+		return fmt.Errorf("shared config: the server did not show it took the change for %s: %w", t.Name, err)
+	}
+	return nil
+}
+
+// awaitShared polls each of r's signs until all hold or ctx ends.
+func (s *Sandbox) awaitShared(ctx context.Context, r *SharedReady, serve *Proc, mark int, up serveAddr, t *tenants.Tenant, present bool) error {
+	var re *regexp.Regexp
+	if r.LogLine != "" {
+		re = regexp.MustCompile(r.LogLine) // validated at load
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	last := "no check made yet"
+	for {
+		ok := true
+		switch {
+		case re != nil && serve != nil && !re.MatchString(after(serve.Output(), mark)):
+			ok, last = false, fmt.Sprintf("no line matching %q on the serve backend's output since the write", r.LogLine)
+		case r.Health && !s.healthy(ctx, up):
+			ok, last = false, "its health check did not answer"
+		case len(r.Lists) > 0:
+			out, err := s.HookRunner()(ctx, "shared_config.ready.lists", map[string]any{"profile": t.Profile()}, r.Lists, nil)
+			listed := err == nil && strings.Contains(string(out), t.Profile())
+			if listed != present {
+				ok, last = false, fmt.Sprintf("its listing (%v) does not show %s %s: %s", r.Lists, t.Profile(), map[bool]string{true: "served", false: "gone"}[present], truncate(string(out), 200))
+			}
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", last, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// after is text past its first mark bytes ("" when it is shorter).
+func after(text string, mark int) string {
+	if mark > len(text) {
+		return ""
+	}
+	return text[mark:]
+}
+
+// serveProc is the serve backend's process the harness started, or nil.
+func (s *Sandbox) serveProc() *Proc {
+	for _, p := range s.Procs() {
+		if p.Name() == "serve" {
+			return p
+		}
+	}
+	return nil
+}
+
+// healthy reports whether the dialect's health check answers now.
+func (s *Sandbox) healthy(ctx context.Context, up serveAddr) bool {
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return s.Target.WaitHealthy(hctx, up.base, up.token) == nil
 }
 
 // DropTenant takes a deleted profile's sections out of the shared config
@@ -196,7 +333,7 @@ func (s *Sandbox) DropTenant(t *tenants.Tenant) error {
 	defer s.sharedMu.Unlock()
 	delete(s.shared.written, t.Name)
 	delete(s.shared.env, t.Name)
-	return s.writeSharedLocked()
+	return s.writeSharedAndWait(t, false)
 }
 
 // sharedVars are t's placeholders in the shared config's sections.

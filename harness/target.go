@@ -137,7 +137,8 @@ type Target struct {
 	// (harness/probeplugin.go, docs/probe-plugin.md); nil is the embedded
 	// agentd's, for a target that loads agentd's plugins.
 	ProbePlugin *ProbePlugin `yaml:"probe_plugin"`
-	// ServerFiles are globs, relative to the launch profile's home, of
+	// ServerFiles are globs, relative to the launch profile's home (or
+	// "{root}/..." anywhere in the sandbox: a state root's database), of
 	// files and folders that belong to the server rather than to any
 	// tenant (its logs, locks, shared caches): a write there is no
 	// write_scope finding; they are still scanned, and a tenant's secret
@@ -366,6 +367,15 @@ func withTargetDir(data []byte, dir string) ([]byte, error) {
 	return yaml.Marshal(&doc)
 }
 
+// ServerFilesIn are ServerFiles with {root} filled with root.
+func (t *Target) ServerFilesIn(root string) []string {
+	out := make([]string, len(t.ServerFiles))
+	for i, g := range t.ServerFiles {
+		out[i] = strings.ReplaceAll(g, "{root}", root)
+	}
+	return out
+}
+
 // takesPort reports whether a command takes the port the harness picks.
 func takesPort(argv []string) bool {
 	return slices.ContainsFunc(argv, func(a string) bool { return strings.Contains(a, "{port}") })
@@ -425,8 +435,9 @@ func (t *Target) Validate() error {
 		errs = append(errs, errors.New("probe_plugin is given and dialect.methods.plugins.install is unsupported: drop one"))
 	}
 	for _, g := range t.ServerFiles {
-		if _, err := filepath.Match(g, ""); err != nil || g == "" || filepath.IsAbs(g) || strings.HasPrefix(filepath.Clean(g), "..") {
-			errs = append(errs, fmt.Errorf("server_files: %q is not a glob inside the launch home", g))
+		rel := strings.TrimPrefix(g, "{root}/")
+		if _, err := filepath.Match(rel, ""); err != nil || rel == "" || filepath.IsAbs(rel) || strings.HasPrefix(filepath.Clean(rel), "..") {
+			errs = append(errs, fmt.Errorf("server_files: %q is not a glob inside the launch home, nor one inside the sandbox ({root}/...)", g))
 		}
 	}
 	errs = append(errs, t.validateStores()...)

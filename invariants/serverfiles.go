@@ -15,12 +15,13 @@ import (
 // either: FileLeaks leaves them to SharedPlaceLeaks, which finds any
 // tenant's secret there (ServerFiles lists them).
 
-// ServerFilePatterns are globs, relative to launchHome, as the absolute
-// patterns WriteScopeChanges takes.
+// ServerFilePatterns are globs, relative to launchHome (or absolute: a
+// server's file elsewhere in the sandbox, its state root's database), as
+// the absolute patterns WriteScopeChanges takes.
 func ServerFilePatterns(launchHome string, globs []string) []string {
 	out := make([]string, 0, len(globs))
 	for _, g := range globs {
-		p := filepath.Join(launchHome, g)
+		p := serverGlob(launchHome, g)
 		if strings.HasSuffix(g, "/") {
 			p += "/"
 		}
@@ -34,11 +35,19 @@ func ServerFilePatterns(launchHome string, globs []string) []string {
 func ServerFiles(launchHome string, globs []string) []string {
 	var out []string
 	for _, g := range globs {
-		m, _ := filepath.Glob(filepath.Join(launchHome, strings.TrimSuffix(g, "/")))
+		m, _ := filepath.Glob(serverGlob(launchHome, strings.TrimSuffix(g, "/")))
 		out = append(out, m...)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// serverGlob is g under launchHome, or g itself when it is absolute.
+func serverGlob(launchHome, g string) string {
+	if filepath.IsAbs(g) {
+		return filepath.Clean(g)
+	}
+	return filepath.Join(launchHome, g)
 }
 
 // inServerFiles reports whether path is one of paths or under one.

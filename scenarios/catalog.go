@@ -41,6 +41,10 @@ type Spec struct {
 	// Alone: the whole scenario measures latency, so it runs with no other
 	// scenario beside it (a phase that measures does so in Env.Alone).
 	Alone bool
+	// StoreProxies: the target reaches each of its stores through a
+	// delaying proxy the scenario controls (harness.SandboxOptions.StoreProxies;
+	// the delays start at zero).
+	StoreProxies bool
 }
 
 // unmet says why target cannot run spec, or "" when it can.

@@ -24,6 +24,7 @@ func Default() *Catalog {
 		replicasScenario(),
 		entryPoints(),
 		collidingInputs(),
+		cancellations(),
 		noisyNeighbour(),
 		fairShare(),
 		gatewayTenants(),

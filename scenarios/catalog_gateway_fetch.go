@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/harness/llmgw"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -76,8 +77,13 @@ func (e *Env) GatewayFetchProbes() {
 				if body != "" {
 					b = []byte(body)
 				}
+				h, why := llmgw.OwnCredentials(r, a, harness.NewRouteValues(a, a.IDs, a.IDs))
+				if why != "" {
+					e.skipRow(string(invariants.Fetch), fmt.Sprintf("route %q of %s: no credential form of the route can be filled: %s", r.Name, t.Name, why))
+					continue
+				}
 				ctx, cancel := e.ctx(30 * time.Second)
-				rep, err := g.Do(ctx, r.Method, path, llmgw.Credentials(r, a), b)
+				rep, err := g.Do(ctx, r.Method, path, h, b)
 				cancel()
 				if err != nil {
 					e.T.Fatalf("fetch probe of %s on route %q: %v", t.Name, r.Name, err)

@@ -405,6 +405,9 @@ func (e *Env) GatewayCrossRoutes() {
 				for _, ids := range routeIDVariants(o.Name, provisioned, e.idsOf(o), owns, made) {
 					values := harness.NewRouteValues(acc, own, ids.ids)
 					for _, f := range route.CredentialForms() {
+						if !route.ProbesForeignIDs(f) {
+							continue // this form names no id: the caller's own call, no probe
+						}
 						for _, q := range route.Queries() {
 							filled, why := llmgw.RouteCall{Route: route, Form: f, Query: q, Caller: acc, Values: values}.Fill()
 							if why != "" || called[filled.Key()] {

@@ -73,9 +73,8 @@ func TestReplicasScenarioOverAgentdCluster(t *testing.T) {
 
 // TestSelfTestTargetOfReplicas: a self-test runs the scenarios that need
 // replicas against the embedded agentd's cluster with its caches on, and
-// every other scenario against the target it was given; the cluster
-// faults are the rows of the replicas scenario (store-cancel-reply, the
-// cancellation scenario's, is not among them yet).
+// every other scenario against the target it was given; four of the
+// cluster faults are the replicas scenario's.
 func TestSelfTestTargetOfReplicas(t *testing.T) {
 	t.Parallel()
 	cat := Default()
@@ -93,12 +92,13 @@ func TestSelfTestTargetOfReplicas(t *testing.T) {
 	assert.Equal(t, "myserver", SelfTestTarget(rs, other).Name, "only agentd has a cluster variant")
 
 	var cluster []string
-	for _, f := range Faults() {
-		if f.Cluster() {
+	for _, f := range ClusterFaults() {
+		if f.Scenario == "replicas" {
 			cluster = append(cluster, f.Name)
-			assert.Equal(t, "replicas", f.Scenario, f.Name)
 		}
 	}
 	slices.Sort(cluster)
 	assert.Equal(t, []string{"cache-key-no-tenant", "events-unscoped", "resume-wrong-profile", "revocation-local-only"}, cluster)
+	already := agentdClusterTarget(t, agentdTarget())
+	assert.Equal(t, already.Serve, SelfTestTarget(rs, already).Serve, "a cluster of replicas already is run as it is")
 }

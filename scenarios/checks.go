@@ -34,7 +34,7 @@ func (e *Env) ScopedWrite(what string, t *tenants.Tenant, expected []string, wri
 		e.T.Fatalf("snapshot homes after %s: %v", what, err)
 	}
 	// The server's own files (server_files) change with any write.
-	expected = append(expected, invariants.ServerFilePatterns(e.Box.Set.LaunchHome, e.Box.Target.ServerFiles)...)
+	expected = append(expected, invariants.ServerFilePatterns(e.Box.Set.LaunchHome, e.Box.Target.ServerFilesIn(e.Box.Root))...)
 	fs := invariants.WriteScopeChanges(e.Box.Set, t.Name, before, after, expected...)
 	e.mu.Lock()
 	e.pending = append(e.pending, fs...)

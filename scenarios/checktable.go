@@ -102,7 +102,7 @@ func checkFiles(ctx context.Context, e *Env, r *checkRun) {
 		e.skip(string(invariants.File), e.filesSkipReason())
 		return
 	}
-	r.find(r.chk.FileLeaks(ctx, e.Box.Set, invariants.ServerFiles(e.Box.Set.LaunchHome, e.Box.Target.ServerFiles)...)...)
+	r.find(r.chk.FileLeaks(ctx, e.Box.Set, invariants.ServerFiles(e.Box.Set.LaunchHome, e.Box.Target.ServerFilesIn(e.Box.Root))...)...)
 	for _, root := range e.scopeRoots() {
 		files, bytes := treeSize(root)
 		r.counts.Files, r.counts.Bytes = r.counts.Files+files, r.counts.Bytes+bytes

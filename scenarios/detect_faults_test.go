@@ -48,7 +48,7 @@ func TestSelfTestDetectFaults(t *testing.T) {
 			}
 		}
 	}
-	var faults []Fault
+	var faults, cluster []Fault
 	for _, f := range Faults() {
 		for _, n := range want {
 			if f.Name == n {
@@ -56,7 +56,18 @@ func TestSelfTestDetectFaults(t *testing.T) {
 			}
 		}
 	}
-	require.Len(t, faults, len(want), "every named fault is in Faults()")
+	for _, f := range ClusterFaults() {
+		if slices.Contains(want, f.Name) {
+			cluster = append(cluster, f)
+		}
+	}
+	require.Len(t, append(faults, cluster...), len(want), "every named fault is in Faults() or ClusterFaults()")
+	if len(cluster) > 0 {
+		selfTestCluster(t, cluster) // agentd in cluster mode
+		if len(faults) == 0 {
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	// checkChainDetections reads every row of a chain fault's run: those

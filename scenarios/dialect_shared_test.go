@@ -3,6 +3,7 @@ package scenarios
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -80,6 +81,46 @@ func TestDialectSharedConfigPassesClean(t *testing.T) {
 	// Two tenants, checked after each phase.
 	require.Equal(t, 2*len(rep.Phases), held["own session text in own state database"], "%v", held)
 	require.Equal(t, 2*len(rep.Phases), held["own env marker in every own snapshot"], "%v", held)
+}
+
+// TestDialectSharedConfigCopiesAreTheOperators: a server that keeps a copy
+// of the shared config at every reload holds every tenant's secrets in
+// them: declared (shared_config.copies) they are the operator's files, and
+// the run is clean; the control: undeclared, they are shared places
+// holding tenants' keys.
+func TestDialectSharedConfigCopiesAreTheOperators(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DIALECT_SHARED_BACKUP": "1"}
+	declared := sharedTarget(t, env, `  path: "{root}/operator/dialect.yaml"`, `  path: "{root}/operator/dialect.yaml"
+  copies: ["{root}/operator/dialect.yaml.bak.*"]`)
+	rep, out := runDialect(t, sharedProbeSpec(), declared)
+	requireClean(t, rep, out)
+
+	rep, out = runDialect(t, sharedProbeSpec(), sharedTarget(t, env))
+	require.Equal(t, Leak, rep.Result, "%s", strings.Join(out.Log, "\n"))
+	places := findingsOf(*rep, invariants.SharedPlace)
+	require.NotEmpty(t, places)
+	for _, f := range places {
+		require.Contains(t, f.Where.Path, "dialect.yaml.bak.", "%s", f)
+	}
+}
+
+// TestDialectSharedConfigReady: a server that takes 1.5 s to reload its
+// shared config, and says so on its log, passes profile-lifecycle (a
+// profile added and removed while it runs) once the target file says how
+// it shows it took a change (shared_config.ready.log_line); the control:
+// without it, the harness goes on before the reload and the run fails.
+func TestDialectSharedConfigReady(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DIALECT_SHARED_RELOAD_DELAY": "1500ms"}
+	ready := sharedTarget(t, env, `  path: "{root}/operator/dialect.yaml"`, `  path: "{root}/operator/dialect.yaml"
+  ready: {log_line: "reloaded shared config"}`)
+	runCatalogDialect(t, "profile-lifecycle", ready, Pass)
+
+	spec, err := Default().Get("profile-lifecycle")
+	require.NoError(t, err)
+	rep, _ := runDialect(t, spec, sharedTarget(t, env))
+	require.NotEqual(t, Pass, rep.Result, "the control: without ready the new profile is used before the server took it")
 }
 
 // TestDialectSharedConfigToolEnvNone: a file declaring that the tools get

@@ -222,6 +222,30 @@ func TestDialectServerWithAFixedPort(t *testing.T) {
 	require.ErrorContains(t, err, "give the port to the command as {port}")
 }
 
+// TestDialectServerWithIdempotencyKeys: a server that refuses a say
+// without a key of its own gets {unique} (a fresh value per call) and
+// passes clean, its leak caught through it; the control: a fixed key is
+// refused from the second turn on.
+func TestDialectServerWithIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	say := `params: {sid: "{session_id}", message: "{text}"}`
+	tg := dialectTarget(t, say, `params: {sid: "{session_id}", message: "{text}", idem: "{unique}"}`)
+	tg.Env = map[string]string{"DIALECT_IDEMPOTENCY": "1"}
+	rep, out := runDialect(t, dialectProbeSpec(), tg)
+	requireClean(t, rep, out)
+
+	leaky := dialectTarget(t, say, `params: {sid: "{session_id}", message: "{text}", idem: "{unique}"}`)
+	leaky.Env = map[string]string{"DIALECT_IDEMPOTENCY": "1", "DIALECT_LEAK": "1"}
+	rep, out = runDialect(t, dialectProbeSpec(), leaky)
+	requireLeak(t, rep, out, invariants.RPC, "default", tenants.ProviderKey)
+
+	fixed := dialectTarget(t, say, `params: {sid: "{session_id}", message: "{text}", idem: "same-key"}`)
+	fixed.Env = map[string]string{"DIALECT_IDEMPOTENCY": "1"}
+	rep, out = runDialect(t, dialectProbeSpec(), fixed)
+	require.NotEqual(t, Pass, rep.Result)
+	require.Contains(t, strings.Join(out.Log, "\n"), "already used", "the control: a key repeated is refused")
+}
+
 func TestDialectProfileLifecycleThroughHooks(t *testing.T) {
 	t.Parallel()
 	runCatalogDialect(t, "profile-lifecycle", dialectTarget(t), Pass)

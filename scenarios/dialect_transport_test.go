@@ -1,7 +1,9 @@
 package scenarios
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -138,4 +140,55 @@ func TestDialectTransportsCatalog(t *testing.T) {
 			runCatalogDialect(t, c.id, framedTarget(t, c.chat), Pass)
 		})
 	}
+}
+
+// stagedEdits map the dialect server's staged events (DIALECT_EVENTS=
+// staged: a reply.done with state "delta" after every step, the last one
+// "final"; a step's arguments at step.call.input) in its framed target.
+var stagedEdits = []string{"    tool_args: step.end\n    args_field: input\n    tool_field: tool\n",
+	"    tool_args: step.end\n    args_field: step.call.input\n    tool_field: step.tool\n    turn_end_field: state\n    turn_end_values: [final]\n"}
+
+// TestDialectStagedEvents: a server whose turn-end event comes after
+// every step (state "delta") and ends the turn only with state "final",
+// and whose tool arguments sit below the top level, certifies clean once
+// its target file says so (turn_end_field, dotted args_field), and its
+// leak switch is caught through it. The control: without turn_end_field
+// the harness takes the first delta for the end of the turn.
+func TestDialectStagedEvents(t *testing.T) {
+	t.Parallel()
+	ends := func(tg harness.Target) (*Report, harness.Outcome, []string) {
+		var mu sync.Mutex
+		var states []string
+		spec := transportProbeSpec()
+		spec.Phases = append(spec.Phases, Phase{Name: "turn-ends", Run: func(e *Env) {
+			for _, tn := range e.Tenants {
+				ctx, cancel := e.ctx(e.Times.Turn)
+				ev, err := e.Conns[tn.Name].Turn(ctx, e.Sessions[tn.Name].SessionID, "Run the environment probe for "+tn.Name+".")
+				cancel()
+				if err != nil {
+					e.T.Fatalf("turn of %s: %v", tn.Name, err)
+				}
+				mu.Lock()
+				states = append(states, fmt.Sprint(ev.Payload["state"]))
+				mu.Unlock()
+			}
+		}})
+		tg.Env = map[string]string{"DIALECT_EVENTS": "staged"}
+		rep, out := runDialect(t, spec, tg)
+		return rep, out, states
+	}
+	rep, out, states := ends(framedTarget(t, false, stagedEdits...))
+	requireClean(t, rep, out)
+	require.Equal(t, []string{"final", "final"}, states, "every turn ended on its final event")
+
+	leaky := framedTarget(t, false, stagedEdits...)
+	leaky.Env = map[string]string{"DIALECT_LEAK": "1", "DIALECT_EVENTS": "staged"}
+	rep, out = runDialect(t, transportProbeSpec(), leaky)
+	requireLeak(t, rep, out, invariants.RPC, "default", tenants.ProviderKey)
+
+	// The control: the same server, its target file naming no final
+	// state: the first delta ends the turn.
+	plain := framedTarget(t, false, stagedEdits[0], strings.ReplaceAll(stagedEdits[1], "    turn_end_field: state\n    turn_end_values: [final]\n", ""))
+	_, _, states = ends(plain)
+	require.Contains(t, states, "delta", "without turn_end_field a delta ended a turn")
 }

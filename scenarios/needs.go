@@ -38,6 +38,10 @@ const (
 	// NeedReplicas: the harness starts the serve backend as two replicas
 	// or more on one set of homes and stores (replicas: N, N >= 2).
 	NeedReplicas Need = "replicas"
+	// NeedStores: the target declares shared stores (stores:) and the
+	// harness starts its server, so it hands the server the stores'
+	// addresses (through its delaying proxies when the scenario asks).
+	NeedStores Need = "stores"
 )
 
 // needRow is one need and the reason a target lacks it ("" when it has
@@ -100,6 +104,15 @@ var needs = []needRow{
 		}
 		if !t.CanRestart() {
 			return "needs replicas the harness starts (serve with replicas: N), and the target is a running server"
+		}
+		return ""
+	}},
+	{NeedStores, func(t harness.Target) string {
+		if len(t.Stores) == 0 {
+			return "needs shared stores (stores:): the target declares none, so no request of it waits on a store command to cancel"
+		}
+		if t.Remote() {
+			return "needs to start the server itself: a running server reaches its stores on its own, not through the harness's delaying proxies"
 		}
 		return ""
 	}},

@@ -105,19 +105,22 @@ func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns [
 				fmt.Sprintf("not seen in %s (%v)", path, err))
 		}
 		// The shared config holds every tenant's section by design: the
-		// operator's file, no shared place.
+		// operator's file, no shared place; so do the server's declared
+		// copies of it.
 		// The stores' data folders are the store scan's (checkStores),
 		// owner-aware: a tenant's secret in its own key is no leak.
 		skip := append([]string{e.Box.Logs, e.Box.StoresDir()}, e.gatewayStoreFiles()...)
 		if p := e.Box.SharedConfigPath(); p != "" {
 			skip = append(skip, p)
+			// And the server's own copies of it (shared_config.copies).
+			skip = append(skip, e.Box.Target.SharedConfig.CopiesIn(e.Box.Root)...)
 		}
 		places := invariants.SharedPlaces(e.Box.Set, skip...)
 		control("shared places include the target's cwd and TMPDIR", slices.Contains(places, e.Box.Cwd) && slices.Contains(places, e.Box.Tmp),
 			fmt.Sprintf("listed: %v", places))
 		// The server's own files in the launch home (server_files) are
 		// nobody's home: a shared place.
-		places = append(places, invariants.ServerFiles(e.Box.Set.LaunchHome, e.Box.Target.ServerFiles)...)
+		places = append(places, invariants.ServerFiles(e.Box.Set.LaunchHome, e.Box.Target.ServerFilesIn(e.Box.Root))...)
 		out = append(out, chk.SharedPlaceLeaks(ctx, places)...)
 		// The machine's temp folder: only entries the run can pin on the
 		// target are listed, and one that cannot be read is not the

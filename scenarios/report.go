@@ -95,6 +95,10 @@ type Report struct {
 	// action, the paths of each home the server touched and the processes
 	// it ran, and the attacks aimed at each.
 	Surface *surface.Map `json:"surface,omitempty"`
+	// Cancellations are the cancellations scenario's rounds: how many
+	// turns it cancelled, how, and how many of those met a store command
+	// in flight.
+	Cancellations []CancelRound `json:"cancellations,omitempty"`
 }
 
 // ChainRow is one multi-step attack as it ran. Found lists the invariants

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/slowproxy"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -170,11 +171,16 @@ func runInto(t harness.T, spec Spec, cfg Config, rep *Report) {
 
 	root := t.TempDir()
 	var err error
-	box, err = harness.NewSandbox(ctx, root, cfg.Target, harness.SandboxOptions{
+	sbOpts := harness.SandboxOptions{
 		Tenants: tenants.Options{Names: tenants.Names(n), Responder: spec.Responder},
 		Extras:  cfg.Extras,
 		Grace:   cfg.Target.TimesFor(cfg.Timeout).Stop,
-	})
+	}
+	if spec.StoreProxies {
+		// The proxies' jitter: a random source of its own, from the seed.
+		sbOpts.StoreProxies = &slowproxy.Options{Rand: scenarioRand(cfg.Seed, spec.ID+"/store-proxies")}
+	}
+	box, err = harness.NewSandbox(ctx, root, cfg.Target, sbOpts)
 	if err != nil {
 		rep.Reason = err.Error()
 		rep.NotRun = cfg.down.note(spec.ID, sandboxSetup, err)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/agentd/faults"
 	"github.com/tenantcanary/tenantcanary/harness"
-	"github.com/tenantcanary/tenantcanary/internal/storeproc"
 	"github.com/tenantcanary/tenantcanary/invariants"
 )
 
@@ -93,13 +92,6 @@ func Faults() []Fault {
 		// host in a PID namespace of its own needs no keeper, so the
 		// namespace goes too.
 		{"host-env-trusted,host-shared-pidns", "hostile-plugin", invariants.ProcessEscape, "the plugin host takes AGENTD_PLUGIN_HOST_KEEPER=inner from the tenant's .env: no keeper, and what its plugin started outlives the host"},
-		// agentd in cluster mode (issue 47): its replicas over a PostgreSQL
-		// and a Redis the harness starts (SelfTestTarget), each fault one
-		// defence of the cluster taken away.
-		{"cache-key-no-tenant", "replicas", invariants.Request, "the response cache keys a provider's answer by the request alone: a tenant's byte-identical request on another replica gets the first tenant's answer, its tool call run in the wrong tenant"},
-		{"revocation-local-only", "replicas", invariants.RevokedCredential, "a credential rotated through one replica stays in the other replicas' auth caches: they serve the old key right after"},
-		{"events-unscoped", "replicas", invariants.RPC, "events between replicas go on one channel for every tenant: a tenant's setting reaches another tenant's connection on another replica"},
-		{"resume-wrong-profile", "replicas", invariants.RPC, "a session resumed on another replica is opened under the profile its row names: a tenant resumes another's stored session, its model and history"},
 	}
 }
 
@@ -112,38 +104,6 @@ func (f Fault) Sandbox() string {
 		}
 	}
 	return ""
-}
-
-// Cluster reports whether f seeds a fault of agentd's cluster mode
-// (faults.Cluster): its run needs the stores the harness starts.
-func (f Fault) Cluster() bool {
-	for _, n := range strings.Split(f.Name, ",") {
-		if faults.Cluster(faults.Name(n)) {
-			return true
-		}
-	}
-	return false
-}
-
-// SeededWithStores splits fs into the faults a self-test can seed on this
-// machine and the cluster faults it leaves out, with why, when a store
-// server the harness starts for agentd's cluster (redis-server,
-// PostgreSQL) is missing here (.ci/run installs them).
-func SeededWithStores(fs []Fault) (seeded, left []Fault, why string) {
-	for _, k := range storeproc.Kinds {
-		if err := storeproc.Available(k); err != nil {
-			why = err.Error()
-			break
-		}
-	}
-	for _, f := range fs {
-		if why != "" && f.Cluster() {
-			left = append(left, f)
-			continue
-		}
-		seeded = append(seeded, f)
-	}
-	return seeded, left, why
 }
 
 // SeededUnder splits fs into the faults a self-test seeds where agentd's
@@ -165,15 +125,15 @@ func SeededUnder(fs []Fault, mode string) (seeded, left []Fault) {
 // clusterCaches are the serve flags of the cluster a self-test seeds
 // agentd's cluster faults in: its auth cache and its response cache on,
 // where two of them (revocation-local-only, cache-key-no-tenant) live.
-var clusterCaches = []string{"--auth-cache-ttl", "1m", "--response-cache-ttl", "1m"}
+var clusterCaches = []string{"--auth-cache-ttl", "10m", "--response-cache-ttl", "10m"}
 
 // SelfTestTarget is the target a self-test runs spec against when given
 // target: target itself, or, for a scenario that needs replicas
-// (NeedReplicas) when target is the embedded agentd, agentd's cluster
-// variant (harness.AgentdClusterOf: three replicas over a PostgreSQL and a
+// (NeedReplicas) when target is the single embedded agentd, agentd's
+// cluster variant (harness.AgentdClusterOf: three replicas over a PostgreSQL and a
 // Redis the harness starts) with its auth and response caches on.
 func SelfTestTarget(spec Spec, target harness.Target) harness.Target {
-	if !slices.Contains(spec.Needs, NeedReplicas) {
+	if !slices.Contains(spec.Needs, NeedReplicas) || target.ReplicaCount() > 1 {
 		return target
 	}
 	if t, ok := harness.AgentdClusterOf(target); ok {
@@ -274,10 +234,13 @@ type SelfTestOptions struct {
 // Faulty runs get their timeout from their scenario's clean run: this
 // many times its duration, at least faultyFloor, never more than the
 // scenario's own timeout. A faulty run that outlives it is stuck (its
-// fault hung the target, not slowed it) or missed its fault.
+// fault hung the target, not slowed it) or missed its fault. The floor
+// is room for a busy machine: a faulty run stops once its fault is
+// caught, so only a stuck one waits it out (30 s was once too little for
+// a plugin scenario's scans beside two other test runs).
 const (
 	faultySlack = 5
-	faultyFloor = 30 * time.Second
+	faultyFloor = 60 * time.Second
 )
 
 // faultyTimeout is a faulty run's timeout from its clean run's duration.

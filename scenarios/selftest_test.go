@@ -34,10 +34,6 @@ func TestSelfTestCatchesEverySeededFault(t *testing.T) {
 	for _, f := range left {
 		t.Logf("%s not seeded: it takes away %s's defence, and the tools here run under %s", f.Name, f.Sandbox(), toolSandbox())
 	}
-	seeded, left, why := SeededWithStores(seeded)
-	for _, f := range left {
-		t.Logf("%s not seeded: agentd's cluster needs stores: %s", f.Name, why)
-	}
 	res, rst, runs := selfTestWithRestarts(ctx, t, cfg, seeded)
 	res = againWhereInconclusive(ctx, t, cfg, res)
 	for _, o := range rst.Outcomes {

@@ -88,3 +88,33 @@ func TestTargetCheckGateway(t *testing.T) {
 		assert.Contains(t, stdout, want)
 	}
 }
+
+// TestTargetCheckNotesRoutesItsOwnerMayBeRefused: an admin route a common
+// user must be refused (not a read) and a read route whose only form its
+// owner may be refused (own: any) are noted, and the dry pass gets
+// through; the control: a read route its owner must be able to call, and
+// cannot, fails it.
+func TestTargetCheckNotesRoutesItsOwnerMayBeRefused(t *testing.T) {
+	t.Parallel()
+	add := func(routes string) string {
+		path := gatewayTarget(t, t.TempDir(), "", "")
+		text, err := os.ReadFile(path)
+		require.NoError(t, err)
+		y := strings.Replace(string(text), "  routes:\n", "  routes:\n"+routes, 1)
+		require.NoError(t, os.WriteFile(path, []byte(y), 0o644))
+		return path
+	}
+	ok := add(`    - {name: user by id (admin), path: "/api/admin/user/{user_id}", success: '"success":\s*true'}
+    - {name: own user pinned, path: /api/user/self, read: true, auth: [{name: pin, bearer: "{key}-{channel_id}", own: any}], success: '"success":\s*true'}
+`)
+	code, stdout, stderr := runCLI(t, "target", "check", ok)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, `note  route              "user by id (admin)": not a read: its owner default was refused`)
+	assert.Contains(t, stdout, `note  route              "own user pinned": its owner default was refused in every form, each one it may be refused (own: any)`)
+
+	bad := add(`    - {name: own user at a wrong path, path: /api/user/nosuch, read: true, success: '"success":\s*true'}
+`)
+	code, stdout, stderr = runCLI(t, "target", "check", bad)
+	require.Equal(t, 2, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, `FAIL  route              "own user at a wrong path" as its owner default`)
+}

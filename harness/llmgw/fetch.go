@@ -149,7 +149,13 @@ func SetURLField(path, body, field, u string) (string, string, error) {
 			return "", "", fmt.Errorf("url field %s: the route's body is not a JSON object: %w", field, err)
 		}
 	}
-	dotpath.Set(doc, field, u)
+	n, err := dotpath.SetAll(doc, field, u)
+	if err != nil {
+		return "", "", fmt.Errorf("url field %s: %w", field, err)
+	}
+	if n == 0 {
+		return "", "", fmt.Errorf("url field %s: no place in the route's body (an array it indexes is empty)", field)
+	}
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return "", "", fmt.Errorf("url field %s: %w", field, err)

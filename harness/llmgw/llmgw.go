@@ -438,6 +438,27 @@ func (g *Gateway) CallRoute(ctx context.Context, r harness.Route, caller harness
 	if body != "" {
 		b = []byte(body)
 	}
-	rep, err := g.Do(ctx, r.Method, path, Credentials(r, caller), b)
+	h, why := OwnCredentials(r, caller, harness.NewRouteValues(caller, ids, ids))
+	if why != "" {
+		return Reply{}, false, nil
+	}
+	rep, err := g.Do(ctx, r.Method, path, h, b)
 	return rep, true, err
+}
+
+// OwnCredentials are the headers caller sends on route r of its own: the
+// first of the route's credential forms (Route.CredentialForms) that can
+// be filled with values, so a route whose only working form is a
+// template or a named credential is called with it, not with a key the
+// gateway refuses there. why says why none could be.
+func OwnCredentials(r harness.Route, caller harness.GatewayAccess, values harness.RouteValues) (map[string]string, string) {
+	var whys []string
+	for _, f := range r.CredentialForms() {
+		h, why := FormHeaders(r, f, caller, values)
+		if why == "" {
+			return h, ""
+		}
+		whys = append(whys, why)
+	}
+	return nil, strings.Join(whys, "; ")
 }

@@ -67,6 +67,27 @@ func TestSetURLField(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// TestSetURLFieldIndexesArrays: a[] stands for every element of the array
+// a: every image part of every message gets the URL, a text part beside
+// it is left alone; a path that names an array as a mapping, or an array
+// the body does not have, is an error naming where, never a new field.
+func TestSetURLFieldIndexesArrays(t *testing.T) {
+	t.Parallel()
+	body := `{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": "https://x.invalid/a.png"}}]}]}`
+	_, b, err := SetURLField("/v1/chat/completions", body, "messages[].content[].image_url.url", "http://127.0.0.1:9/i")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/i"}}]}]}`, b)
+	_, _, err = SetURLField("/v1/chat/completions", body, "messages.content.image_url.url", "u")
+	require.ErrorContains(t, err, "messages is an array in the document: index it as messages[]", "the old dotted path was silently wrong")
+	_, _, err = SetURLField("/v1/chat/completions", `{"messages": [{"content": "text only"}]}`, "messages[].content[].image_url.url", "u")
+	require.ErrorContains(t, err, "no place in the route's body", "an element of another shape is left alone, and nothing else is there")
+	_, _, err = SetURLField("/x", `{"n": 1}`, "files[].url", "u")
+	require.ErrorContains(t, err, "files is not an array")
+	_, b, err = SetURLField("/x", `{"urls": ["a", "b"]}`, "urls[]", "u")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"urls": ["u", "u"]}`, b)
+}
+
 // TestCredentialsOf: the key, the headers together, and each long header
 // value alone as a bearer token, unless it is the one Authorization
 // header already presented.

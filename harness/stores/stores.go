@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net/url"
 
+	"github.com/tenantcanary/tenantcanary/harness/slowproxy"
 	"github.com/tenantcanary/tenantcanary/internal/storeproc"
 )
 
@@ -15,7 +18,27 @@ type Store struct {
 	// URL is what the target and the scan connect with.
 	URL string
 
-	srv *storeproc.Server // nil: a store the harness did not start
+	srv   *storeproc.Server // nil: a store the harness did not start
+	proxy *slowproxy.Proxy  // nil: the target reaches the store itself (Set.Proxy)
+}
+
+// Proxy is the delaying proxy the target reaches the store through (see
+// Set.Proxy), nil when it reaches the store itself.
+func (s *Store) Proxy() *slowproxy.Proxy { return s.proxy }
+
+// TargetURL is the URL the target is handed: URL, or with a proxy in
+// front of the store, URL with the proxy's address in its host's place.
+// The harness's own scans use URL.
+func (s *Store) TargetURL() string {
+	if s.proxy == nil {
+		return s.URL
+	}
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		return s.URL // Validate parsed it: not reached
+	}
+	u.Host = s.proxy.Addr()
+	return u.String()
 }
 
 // Started reports whether the harness started the store (and stops it).
@@ -80,20 +103,67 @@ func (s *Set) Stores() []*Store {
 	return append([]*Store(nil), s.stores...)
 }
 
-// Vars are the stores' placeholders (Spec.Placeholder) and their URLs,
-// to fill the target's command lines and env values with.
+// Vars are the stores' placeholders (Spec.Placeholder) and the URLs the
+// target is handed (TargetURL), to fill the target's command lines and
+// env values with.
 func (s *Set) Vars() map[string]string {
 	out := map[string]string{}
 	for _, st := range s.Stores() {
-		out[st.Spec.Placeholder()] = st.URL
+		out[st.Spec.Placeholder()] = st.TargetURL()
 	}
 	return out
 }
 
-// Close stops every store the harness started and waits for its
-// processes; it is safe to call twice and on a nil Set.
+// Proxy puts a delaying proxy (package slowproxy, started with opts, no
+// delay until one is set; each with a random source of its own drawn from
+// opts.Rand) in front of every store of the set that has none yet: from then on Vars hands the target the proxies' addresses,
+// while the harness's scans still reach the stores themselves. Close
+// stops the proxies. On error the proxies it started are closed again.
+func (s *Set) Proxy(opts slowproxy.Options) error {
+	var started []*Store
+	undo := func(err error) error {
+		for _, o := range started {
+			_ = o.proxy.Close()
+			o.proxy = nil
+		}
+		return err
+	}
+	for _, st := range s.Stores() {
+		if st.proxy != nil {
+			continue
+		}
+		u, err := url.Parse(st.URL)
+		if err != nil || u.Host == "" {
+			return undo(fmt.Errorf("stores: proxy the %s store at %s: no host:port in its URL", st.Spec.Kind, st.Name()))
+		}
+		o := opts
+		if opts.Rand != nil {
+			// A proxy draws from its Rand under its own lock: each gets a
+			// source of its own, drawn from the one given.
+			o.Rand = rand.New(rand.NewPCG(opts.Rand.Uint64(), opts.Rand.Uint64()))
+		}
+		p, err := slowproxy.Start(u.Host, o)
+		if err != nil {
+			return undo(fmt.Errorf("stores: proxy the %s store at %s: %w", st.Spec.Kind, st.Name(), err))
+		}
+		st.proxy = p
+		started = append(started, st)
+	}
+	return nil
+}
+
+// Close stops every proxy and every store the harness started and waits
+// for their goroutines and processes; it is safe to call twice and on a
+// nil Set.
 func (s *Set) Close() error {
 	var errs []error
+	for _, st := range s.Stores() {
+		if st.proxy != nil {
+			if err := st.proxy.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("stop the %s store's proxy: %w", st.Spec.Kind, err))
+			}
+		}
+	}
 	for _, st := range s.Stores() {
 		if st.srv == nil {
 			continue

@@ -15,7 +15,7 @@ var TargetFile = Vocabulary{Of: "any string of a target file", Vars: []Var{
 // is its {<name>_url}.
 var Argv = Vocabulary{Of: "a command line", Vars: []Var{
 	{"host", "the address the server listens on (127.0.0.1)"},
-	{"port", "the port it listens on (0: any free port, printed on its ready line)"},
+	{"port", "the port it listens on (0: any free port, printed on its ready line; one the harness picks when the ready line names none)"},
 	{"cron_interval", "how often the serve backend's cron ticker runs (a Go duration)"},
 	{"root", "the sandbox's root folder"},
 	{"redis_url", "the URL of the target's Redis store (stores:), redis://HOST:PORT/0"},
@@ -75,6 +75,14 @@ var Chat = Vocabulary{Of: "a chat transport", Vars: []Var{
 	{"session_id", "the harness's session id of the turn"},
 }}
 
+// Method is the vocabulary of a dialect method's params: the logical
+// operation's own params by name (DESIGN.md's protocol: {session_id},
+// {text}, {profile}, {key}, {value}, ...), and two of the harness's.
+var Method = Vocabulary{Of: "a dialect method's params (beside the operation's own params by name)", Vars: []Var{
+	{"unique", "a value of this call's own, never sent before (an idempotency key)"},
+	{"agent", "the profile the call names, or the dialect's launch_agent (main) when it names none"},
+}}
+
 // Route is the vocabulary of an llm_gateway route's path and body: an
 // identifier of the tenant's own ({session_id}, {file_id}, ...), which the
 // gateway family fills with the caller's or another tenant's.
@@ -112,7 +120,7 @@ var Chain = Vocabulary{Of: "an attack chain", Vars: []Var{
 }}
 
 // Vocabularies are every vocabulary, for the documentation.
-var Vocabularies = []Vocabulary{TargetFile, Argv, Root, Config, SharedConfig, Install, Connect, Chat, Route, Chain}
+var Vocabularies = []Vocabulary{TargetFile, Argv, Root, Config, SharedConfig, Install, Connect, Chat, Method, Route, Chain}
 
 // extend is v, named of, with more vars.
 func (v Vocabulary) extend(of string, more ...Var) Vocabulary {

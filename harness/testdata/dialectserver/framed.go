@@ -248,6 +248,9 @@ func (cs *chatServer) handle(w http.ResponseWriter, r *http.Request) {
 		}
 		switch p := ev.Params.Payload; ev.Params.Type {
 		case "reply.done":
+			if p["state"] == "delta" {
+				return nil // a step's report, not the answer
+			}
 			ch := chunk(map[string]any{"role": "assistant", "content": p["text"]}, nil)
 			if d, ok := p["debug"]; ok {
 				ch["debug"] = d

@@ -23,6 +23,9 @@
 // one cache of answers keyed by the prompt's text alone, across tenants:
 // a tenant sending a prompt another sent before gets the other's answer.
 //
+// With DIALECT_IDEMPOTENCY=1 every say must carry an idempotency key (idem)
+// no say carried before; a missing or repeated one is refused (4090).
+//
 // With DIALECT_PORT=fixed it refuses --port 0 and its ready line names no
 // port (the harness picks one, passes it as {port}, and waits on the
 // health check).
@@ -155,6 +158,9 @@ func serve(host, port string) error {
 	if err != nil {
 		return err
 	}
+	if sharedMode() {
+		go watchShared(ctx)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Dialect-Token") != token {
@@ -207,6 +213,26 @@ func stdio() error {
 	return serveLines(func(write func([]byte) error, read func() ([]byte, error)) *conn {
 		return &conn{sessions: map[string]*session{}, write: write, read: read}
 	})
+}
+
+// keySet is the idempotency keys the server has seen
+// (DIALECT_IDEMPOTENCY=1).
+type keySet struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+var seenKeys = &keySet{seen: map[string]bool{}}
+
+// add records key and reports whether it was new.
+func (k *keySet) add(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.seen[key] {
+		return false
+	}
+	k.seen[key] = true
+	return true
 }
 
 type conn struct {
@@ -303,6 +329,15 @@ func (c *conn) serve(ctx context.Context, wg *sync.WaitGroup) {
 			if s == nil {
 				c.reply(req.ID, nil, 4040, "no session "+sid)
 				continue
+			}
+			if os.Getenv("DIALECT_IDEMPOTENCY") == "1" {
+				// Every say carries a key of its own; a key seen before is a
+				// replay, refused.
+				key, _ := req.Params["idem"].(string)
+				if key == "" || !seenKeys.add(key) {
+					c.reply(req.ID, nil, 4090, fmt.Sprintf("say: idempotency key %q missing or already used", key))
+					continue
+				}
 			}
 			c.reply(req.ID, map[string]any{"accepted": true}, 0, "")
 			wg.Add(1)

@@ -20,6 +20,9 @@ func serverLog(s *session, key string) {
 		line = fmt.Sprintf("turn of session %s (profile %q) with key %s\n", s.id, s.profile, key)
 	}
 	dir := filepath.Join(launchHome(), "logs")
+	if d := os.Getenv("DIALECT_SERVER_LOG_DIR"); d != "" {
+		dir = d // a state root of the server's, outside every home
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "server log:", err)
 		return

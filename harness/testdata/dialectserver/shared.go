@@ -24,6 +24,7 @@ package main
 // agent's key and workdir at rest in its state folder).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -69,6 +70,11 @@ var sharedCfg struct {
 	size int64
 	mod  time.Time
 	ino  uint64
+	// backups counts the copies DIALECT_SHARED_BACKUP=1 made.
+	backups int
+	// changeSeen is when a slow reload (DIALECT_SHARED_RELOAD_DELAY) first
+	// saw the file changed.
+	changeSeen time.Time
 }
 
 // loadShared returns the shared config, reloaded if it changed.
@@ -87,6 +93,18 @@ func loadShared() (*sharedDoc, error) {
 	if c := &sharedCfg; c.doc != nil && c.size == st.Size() && c.mod.Equal(st.ModTime()) && c.ino == ino {
 		return c.doc, nil
 	}
+	if d, err := time.ParseDuration(os.Getenv("DIALECT_SHARED_RELOAD_DELAY")); err == nil && sharedCfg.doc != nil {
+		// A slow reload: the old config serves until the change is d old,
+		// then the server says it reloaded.
+		if sharedCfg.changeSeen.IsZero() {
+			sharedCfg.changeSeen = time.Now()
+		}
+		if time.Since(sharedCfg.changeSeen) < d {
+			return sharedCfg.doc, nil
+		}
+		sharedCfg.changeSeen = time.Time{}
+		defer fmt.Fprintln(os.Stderr, "reloaded shared config")
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("shared config: %w", err)
@@ -96,6 +114,15 @@ func loadShared() (*sharedDoc, error) {
 		return nil, fmt.Errorf("shared config %s: %w", path, err)
 	}
 	sharedCfg.doc, sharedCfg.size, sharedCfg.mod, sharedCfg.ino = doc, st.Size(), st.ModTime(), ino
+	if os.Getenv("DIALECT_SHARED_BACKUP") == "1" {
+		// A copy of every version it loaded, beside the file, as some
+		// servers keep: every tenant's section (secrets too) in it.
+		sharedCfg.backups++
+		bak := fmt.Sprintf("%s.bak.%d", path, sharedCfg.backups)
+		if err := os.WriteFile(bak, data, 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, "shared config backup:", err)
+		}
+	}
 	return doc, nil
 }
 
@@ -223,4 +250,20 @@ func sharedRemove(name string) error {
 		return nil
 	}
 	return os.RemoveAll(filepath.Join(stateRoot(), "agents", name))
+}
+
+// watchShared reloads the shared config on change until ctx ends, as a
+// server that watches its config does (a slow reload then says so on its
+// own, with no request to trigger it).
+func watchShared(ctx context.Context) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			_, _ = loadShared()
+		}
+	}
 }

@@ -137,7 +137,11 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 	if answer, ok := sharedCache.get(text); ok {
 		msgs = []any{map[string]any{"role": "user", "content": text}, map[string]any{"role": "assistant", "content": answer}}
 		persist(s, msgs)
-		c.event("reply.done", s.id, map[string]any{"outcome": "ok", "text": answer})
+		done := map[string]any{"outcome": "ok", "text": answer}
+		if staged() {
+			done["state"] = "final"
+		}
+		c.event("reply.done", s.id, done)
 		return
 	}
 	msgs = []any{wrapPrompt(text)}
@@ -159,6 +163,9 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 			msgs = append(msgs, msg)
 			content, _ := msg["content"].(string)
 			payload := map[string]any{"outcome": "ok", "text": content}
+			if staged() {
+				payload["state"] = "final"
+			}
 			if os.Getenv("DIALECT_LEAK") == "1" && s.profile != "" {
 				payload["debug"] = launchEnv()
 			}
@@ -182,7 +189,14 @@ func (c *conn) turn(ctx context.Context, s *session, text string) {
 			} else if res, ok := callPlugin(ctx, s, cfg, dotenv, name, args); ok {
 				out = res
 			}
-			c.event("step.end", s.id, map[string]any{"tool": name, "input": args})
+			if staged() {
+				// The arguments below the top level, and a reply.done that
+				// ends nothing (state delta) after every step.
+				c.event("step.end", s.id, map[string]any{"step": map[string]any{"tool": name, "call": map[string]any{"input": args}}})
+				c.event("reply.done", s.id, map[string]any{"state": "delta", "outcome": "ok", "text": "step " + name + " done"})
+			} else {
+				c.event("step.end", s.id, map[string]any{"tool": name, "input": args})
+			}
 			if wrapping() != "lose-results" {
 				msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": call["id"], "content": out})
 			}
@@ -342,3 +356,9 @@ func rewriteIDs(s *session, calls []any) {
 		call["id"] = id
 	}
 }
+
+// staged: DIALECT_EVENTS=staged: a turn's events as some gateways send
+// them: reply.done after every step with state "delta", the last with
+// state "final", and a step's arguments nested below the top level
+// (step.call.input).
+func staged() bool { return os.Getenv("DIALECT_EVENTS") == "staged" }
