@@ -348,6 +348,11 @@ func (p *Proxy) pipe(pc *pconn, dir Direction, wg *sync.WaitGroup) {
 			p.held.Add(-1)
 			return
 		}
+		if dir == Down && pc.awaiting.Swap(false) {
+			// Before the write: once the client has the reply it may send
+			// its next command at once, which is no overlap.
+			p.awaiting.Add(-1)
+		}
 		_, err := dst.Write(c.b)
 		p.held.Add(-1)
 		if err != nil {
@@ -359,9 +364,6 @@ func (p *Proxy) pipe(pc *pconn, dir Direction, wg *sync.WaitGroup) {
 		} else {
 			p.bytesDown.Add(int64(len(c.b)))
 			p.chunksDown.Add(1)
-			if pc.awaiting.Swap(false) {
-				p.awaiting.Add(-1)
-			}
 		}
 	}
 }

@@ -84,7 +84,14 @@ func TestDelayIsObserved(t *testing.T) {
 	p.SetDelay(slowproxy.Both, 0, 0)
 	assert.Less(t, timed(t, c), 350*time.Millisecond, "no delay once it is taken off")
 
+	// The reply reached the client a moment before the proxy counted its
+	// chunk as passed: poll for the counters to settle.
+	deadline := time.Now().Add(5 * time.Second)
 	st := p.Stats()
+	for (st.Held != 0 || st.Awaiting != 0) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // a poll's interval
+		st = p.Stats()
+	}
 	assert.EqualValues(t, 1, st.Accepted)
 	assert.EqualValues(t, 1, st.Open)
 	assert.GreaterOrEqual(t, st.ChunksUp, int64(5))
@@ -199,10 +206,16 @@ func TestCancelledCommandCounters(t *testing.T) {
 	conn, err := net.Dial("tcp", p.Addr())
 	require.NoError(t, err)
 	defer conn.Close()
+	// The abandoned connection's held command drains once resumed: wait
+	// for the counters to come back to rest, then hold this PING.
+	for st := p.Stats(); st.Held != 0 || st.Awaiting != 0; st = p.Stats() {
+		require.True(t, time.Now().Before(deadline.Add(5*time.Second)), "the abandoned command never drained: %+v", st)
+		time.Sleep(5 * time.Millisecond) // a poll's interval
+	}
 	p.Pause()
 	_, err = conn.Write([]byte("*1\r\n$4\r\nPING\r\n"))
 	require.NoError(t, err)
-	for p.Stats().Awaiting == 0 {
+	for p.Stats().Held == 0 {
 		require.True(t, time.Now().Before(deadline.Add(5*time.Second)), "the first PING never reached the proxy")
 		time.Sleep(5 * time.Millisecond) // a poll's interval
 	}
