@@ -10,7 +10,7 @@
 // this module's checkout; Info says which source it used, and says so when
 // there was none.
 //
-//	fmt.Println("canary-run", version.Get()) // canary-run v0.15.0 (commit 1a2b3c4d5e6f, from build info)
+//	fmt.Println("canary-run", version.Get()) // canary-run v0.16.0 (commit 1a2b3c4d5e6f, from build info)
 package version
 
 import (
@@ -25,7 +25,7 @@ import (
 
 // Semver is the release version of this source tree. A release tag is
 // "v" + Semver; bump both together.
-const Semver = "0.15.0"
+const Semver = "0.16.0"
 
 // ModulePath is this module's path.
 const ModulePath = "github.com/tenantcanary/tenantcanary"
@@ -114,8 +114,8 @@ func (i Info) Short() string {
 	return i.Commit
 }
 
-// String is "v0.15.0 (commit 1a2b3c4d5e6f, modified, from build info)", or
-// "v0.15.0 (commit unknown: ...)" saying why.
+// String is "v0.16.0 (commit 1a2b3c4d5e6f, modified, from build info)", or
+// "v0.16.0 (commit unknown: ...)" saying why.
 func (i Info) String() string {
 	if i.Commit == "" {
 		return i.Version + " (commit unknown: no VCS stamp in this build and no .git above the working directory or the source)"
