@@ -221,19 +221,7 @@ func routeValueNames(s string) []string {
 // tenant's ids ({X_id}, not {own.X_id}): in its path, body, variants or
 // forms. Only such routes are probed across tenants.
 func (r Route) NamesForeignIDs() bool {
-	s := r.Path + " " + r.Body + " " + strings.Join(r.Variants, " ")
-	for _, f := range r.Forms {
-		s += " " + f.Bearer
-		for _, h := range slices.Sorted(maps.Keys(f.Headers)) {
-			s += " " + f.Headers[h]
-		}
-	}
-	for _, n := range routeValueNames(s) {
-		if !strings.Contains(n, ".") && strings.HasSuffix(n, "_id") {
-			return true
-		}
-	}
-	return false
+	return r.ProbesForeignIDs(AuthForm{}) || slices.ContainsFunc(r.Forms, r.ProbesForeignIDs)
 }
 
 // ProbesForeignIDs reports whether a call of the route with form f names

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -133,7 +132,13 @@ func (e *Env) StopServe(s *Serve) {
 // else the operator's token.
 func (e *Env) Dial(s *Serve, owner *tenants.Tenant) *harness.Conn {
 	e.T.Helper()
-	ctx, cancel := e.ctx(30 * time.Second)
+	return e.dialAs(s, owner, "websocket "+owner.Name)
+}
+
+// dialAs is Dial with the connection's label (the scans name it).
+func (e *Env) dialAs(s *Serve, owner *tenants.Tenant, label string) *harness.Conn {
+	e.T.Helper()
+	ctx, cancel := e.ctx(e.Times.Call)
 	defer cancel()
 	token := s.Token
 	if e.Box.Target.TenantCredentials {
@@ -141,10 +146,10 @@ func (e *Env) Dial(s *Serve, owner *tenants.Tenant) *harness.Conn {
 	}
 	c, err := harness.DialWebsocket(ctx, s.Base, token, e.Box.DialOptions()...)
 	if err != nil {
-		e.T.Fatalf("connect to serve backend for %s: %v", owner.Name, err)
+		e.T.Fatalf("connect %s (%s): %v", label, s.Name(), err)
 	}
 	e.T.Cleanup(c.Close)
-	e.own(owner, "websocket "+owner.Name, c)
+	e.own(owner, label, c)
 	return c
 }
 

@@ -86,19 +86,7 @@ func (e *Env) replicas() *replicaState { return stateOf(e, replicasKey) }
 // labelled with the replica, and registers it for the scans.
 func (e *Env) dialReplica(s *Serve, owner *tenants.Tenant) *harness.Conn {
 	e.T.Helper()
-	ctx, cancel := e.ctx(e.Times.Call)
-	defer cancel()
-	token := s.Token
-	if e.Box.Target.TenantCredentials {
-		token = owner.APIServerKey()
-	}
-	c, err := harness.DialWebsocket(ctx, s.Base, token, e.Box.DialOptions()...)
-	if err != nil {
-		e.T.Fatalf("connect %s to %s: %v", owner.Name, s.Name(), err)
-	}
-	e.T.Cleanup(c.Close)
-	e.own(owner, fmt.Sprintf("websocket %s on %s", owner.Name, s.Name()), c)
-	return c
+	return e.dialAs(s, owner, fmt.Sprintf("websocket %s on %s", owner.Name, s.Name()))
 }
 
 // replicasConnect starts every replica, draws each tenant's order of

@@ -21,12 +21,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -123,16 +121,6 @@ func (g *Gateway) Access(t *tenants.Tenant) harness.GatewayAccess {
 	return g.access[t.Name]
 }
 
-// freePort asks the kernel for a free loopback port.
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("pick a free port: %w", err)
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), nil
-}
-
 // start runs the gateway command once and waits until it is ready.
 func (g *Gateway) start(ctx context.Context) error {
 	tg := g.box.Target
@@ -141,7 +129,7 @@ func (g *Gateway) start(ctx context.Context) error {
 	}
 	port := "0"
 	if strings.Contains(strings.Join(tg.Gateway, " "), "{port}") {
-		p, err := freePort()
+		p, err := harness.FreePort()
 		if err != nil {
 			return err
 		}
