@@ -23,7 +23,7 @@ import (
 // it when the test ends, checking its process is gone.
 func startStore(t testing.TB, sp Spec) *Store {
 	t.Helper()
-	if err := storeproc.Available(storeproc.Kind(sp.Kind)); err != nil {
+	if err := storeproc.Available(sp.Kind); err != nil {
 		t.Skipf("%v (.ci/run installs it)", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -9,20 +9,21 @@ import (
 	"strings"
 
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
+	"github.com/tenantcanary/tenantcanary/internal/storeproc"
 )
 
-// Kind names a store's server.
-type Kind string
+// Kind names a store's server: the kinds internal/storeproc can start.
+type Kind = storeproc.Kind
 
 // The kinds of store a target may declare.
 const (
-	Redis    Kind = "redis"
-	Postgres Kind = "postgres"
+	Redis    = storeproc.Redis
+	Postgres = storeproc.Postgres
 )
 
 // Kinds are the kinds a Spec may name, in the order error messages list
 // them.
-var Kinds = []Kind{Redis, Postgres}
+var Kinds = storeproc.Kinds
 
 // Spec is one shared store of a target, as its target file's `stores:`
 // declares it.

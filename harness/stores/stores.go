@@ -83,7 +83,7 @@ func Open(ctx context.Context, specs []Spec, dir string) (*Set, error) {
 	for i, sp := range specs {
 		st := &Store{Spec: sp, URL: sp.URL}
 		if sp.URL == "" {
-			srv, err := storeproc.Start(ctx, storeproc.Kind(sp.Kind), dir)
+			srv, err := storeproc.Start(ctx, sp.Kind, dir)
 			if err != nil {
 				err = fmt.Errorf("stores[%d]: %w", i, err)
 				return nil, errors.Join(err, set.Close())
