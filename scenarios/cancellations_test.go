@@ -153,16 +153,7 @@ func selfTestCluster(t *testing.T, faults []Fault) {
 	defer cancel()
 	res, err := SelfTest(ctx, Default(), Config{Target: agentdClusterTarget(t, agentdTarget()), Tenants: 3, WorkDir: t.TempDir(), Parallel: 2}, faults)
 	require.NoError(t, err)
-	var table strings.Builder
-	require.NoError(t, WriteSelfTestTable(&table, res))
-	t.Logf("\n%s", table.String())
-	for _, o := range res.Outcomes {
-		assert.True(t, o.Caught, "%s missed by %s (expected %s, saw %v): %s", o.Fault, o.Scenario, o.Expected, o.Seen, o.Error)
-		assert.True(t, o.Clean, "clean run of %s", o.Scenario)
-	}
-	for _, r := range res.Clean {
-		assert.Equal(t, Pass, r.Result, "%s: %v", r.ID, r.Log)
-	}
+	assertSelfTestCaught(t, res)
 }
 
 // TestSelfTestCatchesEveryClusterFault: the self-test of ClusterFaults

@@ -76,16 +76,7 @@ func TestSelfTestDetectFaults(t *testing.T) {
 	for _, o := range rst.Outcomes {
 		assert.True(t, o.Clean, "clean run of %s", o.Scenario)
 	}
-	var table bytes.Buffer
-	require.NoError(t, WriteSelfTestTable(&table, res))
-	t.Logf("\n%s", table.String())
-	for _, o := range res.Outcomes {
-		assert.True(t, o.Caught, "%s missed by %s (expected %s, saw %v): %s", o.Fault, o.Scenario, o.Expected, o.Seen, o.Error)
-		assert.True(t, o.Clean, "clean run of %s", o.Scenario)
-	}
-	for _, r := range res.Clean {
-		assert.Equal(t, Pass, r.Result, "%s: %v", r.ID, r.Log)
-	}
+	assertSelfTestCaught(t, res)
 	var chains []string
 	for _, f := range attack.ChainFaults {
 		if slices.Contains(want, f) {
@@ -230,4 +221,20 @@ func TestSeedReplaysTenantOrder(t *testing.T) {
 	}
 	assert.True(t, differs, "other seeds give other orders")
 	assert.NotZero(t, DrawSeed())
+}
+
+// assertSelfTestCaught logs a self-test's table and fails t for each fault
+// missed by its expected invariant and each clean run that did not pass.
+func assertSelfTestCaught(t *testing.T, res SelfTestResult) {
+	t.Helper()
+	var table bytes.Buffer
+	require.NoError(t, WriteSelfTestTable(&table, res))
+	t.Logf("\n%s", table.String())
+	for _, o := range res.Outcomes {
+		assert.True(t, o.Caught, "%s missed by %s (expected %s, saw %v): %s", o.Fault, o.Scenario, o.Expected, o.Seen, o.Error)
+		assert.True(t, o.Clean, "clean run of %s", o.Scenario)
+	}
+	for _, r := range res.Clean {
+		assert.Equal(t, Pass, r.Result, "%s: %v", r.ID, r.Log)
+	}
 }
