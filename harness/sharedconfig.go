@@ -267,7 +267,10 @@ func (s *Sandbox) writeSharedAndWait(t *tenants.Tenant, present bool) error {
 func (s *Sandbox) awaitShared(ctx context.Context, r *SharedReady, serve *Proc, mark int, up serveAddr, t *tenants.Tenant, present bool) error {
 	var re *regexp.Regexp
 	if r.LogLine != "" {
-		re = regexp.MustCompile(r.LogLine) // validated at load
+		var err error
+		if re, err = regexp.Compile(r.LogLine); err != nil {
+			return fmt.Errorf("shared_config.ready.log_line: %w", err) // a Target never validated
+		}
 	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
