@@ -161,11 +161,13 @@ type Target struct {
 	// command lines and env values, and scanned, owner-aware, after every
 	// phase.
 	Stores []stores.Spec `yaml:"stores"`
-	// Replicas is how many serve processes the harness starts on one set
+	// Replicas is how many server processes the harness starts on one set
 	// of homes and stores when a scenario asks for them (1..MaxReplicas;
 	// 0 is 1): a cluster behind a load balancer, each tenant's
-	// connections spread over them. Each process's serve command and env
-	// values get its number (1..N) as {replica}.
+	// connections spread over them. The replicated command is serve, or,
+	// for a target with no serve command, the gateway (a gateway's nodes:
+	// the first is the one its provisioner talks to). Each process's
+	// command and env values get its number (1..N) as {replica}.
 	Replicas int `yaml:"replicas"`
 
 	readyRE *regexp.Regexp
@@ -581,20 +583,27 @@ func (t *Target) validateStores() []error {
 	return errs
 }
 
-// MaxReplicas is the most serve processes a target file may ask for.
+// MaxReplicas is the most server processes a target file may ask for.
 const MaxReplicas = 8
 
-// ReplicaCount is how many serve processes make the target's cluster: its
-// replicas, 1 when it gives none.
+// ReplicaCount is how many server processes make the target's cluster:
+// its replicas, 1 when it gives none.
 func (t *Target) ReplicaCount() int { return max(t.Replicas, 1) }
+
+// ReplicatesGateway reports whether the target's replicas are gateway
+// nodes: it runs several (replicas: N) and has a gateway command but no
+// serve command.
+func (t *Target) ReplicatesGateway() bool {
+	return t.ReplicaCount() > 1 && len(t.Serve) == 0 && len(t.Gateway) > 0
+}
 
 func (t *Target) validateReplicas() []error {
 	var errs []error
 	if t.Replicas < 0 || t.Replicas > MaxReplicas {
 		errs = append(errs, fmt.Errorf("replicas: %d: want 1 to %d", t.Replicas, MaxReplicas))
 	}
-	if t.Replicas > 1 && len(t.Serve) == 0 {
-		errs = append(errs, fmt.Errorf("replicas: %d needs serve: the harness starts the replicas from the serve command (a running server's replicas are behind its url)", t.Replicas))
+	if t.Replicas > 1 && len(t.Serve) == 0 && len(t.Gateway) == 0 {
+		errs = append(errs, fmt.Errorf("replicas: %d needs serve or gateway: the harness starts the replicas from the serve command, or a gateway's nodes from the gateway command (a running server's replicas are behind its url)", t.Replicas))
 	}
 	return errs
 }

@@ -33,6 +33,7 @@ func Default() *Catalog {
 		gatewayOffboarding(),
 		gatewayFetch(),
 		gatewayCollide(),
+		gatewayReplicas(),
 	)
 	if err != nil {
 		// The catalog is data compiled into the binary; TestCatalogIsValid

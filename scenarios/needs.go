@@ -38,6 +38,10 @@ const (
 	// NeedReplicas: the harness starts the serve backend as two replicas
 	// or more on one set of homes and stores (replicas: N, N >= 2).
 	NeedReplicas Need = "replicas"
+	// NeedGatewayNodes: the harness starts the gateway as two nodes or
+	// more over one set of stores (replicas: N, N >= 2, on a target whose
+	// replicated command is its gateway: Target.ReplicatesGateway).
+	NeedGatewayNodes Need = "gateway_nodes"
 	// NeedStores: the target declares shared stores (stores:) and the
 	// harness starts its server, so it hands the server the stores'
 	// addresses (through its delaying proxies when the scenario asks).
@@ -102,8 +106,24 @@ var needs = []needRow{
 		if t.ReplicaCount() < 2 {
 			return fmt.Sprintf("needs replicas: 2 or more (the target runs %d serve process): a tenant's connections spread over several serve processes on one set of homes and stores", t.ReplicaCount())
 		}
+		if len(t.Serve) == 0 {
+			return "needs serve replicas (replicas: N with a serve command): the target's replicas are its gateway's nodes (gateway-replicas spreads a tenant over those)"
+		}
 		if !t.CanRestart() {
 			return "needs replicas the harness starts (serve with replicas: N), and the target is a running server"
+		}
+		return ""
+	}},
+	{NeedGatewayNodes, func(t harness.Target) string {
+		switch {
+		case t.GatewayURL != "":
+			return "needs gateway nodes the harness starts (replicas: N with a gateway command), and the target is a running gateway (gateway_url): its nodes are behind its url"
+		case len(t.Gateway) == 0:
+			return "needs a gateway command the harness starts as several nodes (replicas: N)"
+		case len(t.Serve) > 0 && t.ReplicaCount() > 1:
+			return "needs gateway nodes (replicas: N on a target with no serve command): this target's replicas are its serve processes, and its gateway runs once"
+		case t.ReplicaCount() < 2:
+			return fmt.Sprintf("needs replicas: 2 or more of the gateway (the target runs %d gateway process): a tenant's calls spread over several gateway nodes over one set of stores", t.ReplicaCount())
 		}
 		return ""
 	}},

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,6 +49,7 @@ type Gateway struct {
 	mu     sync.Mutex
 	proc   *harness.Proc // nil for a running (staging) gateway
 	base   string
+	more   []Node // the nodes after the first (StartNodes), in order
 	starts int
 	access map[string]harness.GatewayAccess
 	off    offboarding // what deprovision and provision did beyond the first provisioning (offboard.go)
@@ -121,28 +123,55 @@ func (g *Gateway) Access(t *tenants.Tenant) harness.GatewayAccess {
 	return g.access[t.Name]
 }
 
-// start runs the gateway command once and waits until it is ready.
+// start runs the gateway command once (its first node) and waits until
+// it is ready.
 func (g *Gateway) start(ctx context.Context) error {
+	n, err := g.startNode(ctx, 1)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.proc, g.base = n.Proc, n.Base
+	g.mu.Unlock()
+	return nil
+}
+
+// startNode runs node n (1-based) of the gateway: its command and env
+// values with n as {replica}, on a free port of its own, and waits until
+// it is ready.
+func (g *Gateway) startNode(ctx context.Context, n int) (Node, error) {
 	tg := g.box.Target
 	if len(tg.Gateway) == 0 {
-		return fmt.Errorf("gateway %s: the target gives no gateway command", tg.Name)
+		return Node{}, fmt.Errorf("gateway %s: the target gives no gateway command", tg.Name)
 	}
 	port := "0"
 	if strings.Contains(strings.Join(tg.Gateway, " "), "{port}") {
 		p, err := harness.FreePort()
 		if err != nil {
-			return err
+			return Node{}, err
 		}
 		port = p
 	}
-	argv := harness.Expand(tg.Gateway, map[string]string{"host": "127.0.0.1", "port": port, "root": g.box.Root})
+	argv := harness.Expand(tg.Gateway, map[string]string{"host": "127.0.0.1", "port": port, "root": g.box.Root, "replica": strconv.Itoa(n)})
 	g.mu.Lock()
 	g.starts++
 	name := fmt.Sprintf("gateway-%d", g.starts)
+	if n > 1 {
+		name = fmt.Sprintf("gateway-node%d-%d", n, g.starts)
+	}
 	g.mu.Unlock()
-	p, err := g.box.Start(g.life, name, argv, false, map[string]string{"PORT": port})
+	env := map[string]string{"PORT": port}
+	if n > 1 {
+		env = g.box.ReplicaEnv(n)
+		env["PORT"] = port
+	}
+	what := "gateway"
+	if n > 1 {
+		what = fmt.Sprintf("gateway node %d", n)
+	}
+	p, err := g.box.Start(g.life, name, argv, false, env)
 	if err != nil {
-		return fmt.Errorf("start gateway: %w", err)
+		return Node{}, fmt.Errorf("start %s: %w", what, err)
 	}
 	wait, cancel := context.WithTimeout(ctx, tg.ReadyWithin(90*time.Second))
 	defer cancel()
@@ -151,7 +180,7 @@ func (g *Gateway) start(ctx context.Context) error {
 		m, err := p.WaitLine(wait, tg.ReadyRE())
 		if err != nil {
 			p.Kill()
-			return fmt.Errorf("gateway not ready: %w", err)
+			return Node{}, fmt.Errorf("%s not ready: %w", what, err)
 		}
 		if tg.ReadyRE().NumSubexp() > 0 {
 			base = "http://" + tg.ReadyAddr(m, "127.0.0.1")
@@ -160,13 +189,13 @@ func (g *Gateway) start(ctx context.Context) error {
 	if g.spec.ReadyPath != "" {
 		if err := g.pollReady(wait, p, base); err != nil {
 			p.Kill()
-			return err
+			if n > 1 {
+				return Node{}, fmt.Errorf("%s: %w", what, err)
+			}
+			return Node{}, err
 		}
 	}
-	g.mu.Lock()
-	g.proc, g.base = p, base
-	g.mu.Unlock()
-	return nil
+	return Node{N: n, Base: base, Proc: p}, nil
 }
 
 // pollReady polls the ready path until it answers 2xx, failing early when
@@ -201,20 +230,30 @@ func (g *Gateway) pollReady(ctx context.Context, p *harness.Proc, base string) e
 	}
 }
 
-// Stop stops the gateway process (SIGTERM, then kill after a grace); a
-// staging gateway is left alone.
+// Stop stops the gateway's processes, every node (SIGTERM, then kill
+// after a grace); a staging gateway is left alone.
 func (g *Gateway) Stop() error {
 	g.mu.Lock()
-	p := g.proc
-	g.proc = nil
+	ps := []*harness.Proc{g.proc}
+	for _, n := range g.more {
+		ps = append(ps, n.Proc)
+	}
+	g.proc, g.more = nil, nil
 	g.mu.Unlock()
-	if p == nil {
-		return nil
+	var errs []error
+	for i, p := range ps {
+		if p == nil {
+			continue
+		}
+		if err := p.Stop(20 * time.Second); err != nil && !signalExit(p) {
+			what := "gateway"
+			if i > 0 {
+				what = fmt.Sprintf("gateway node %d", i+1)
+			}
+			errs = append(errs, fmt.Errorf("stop %s: %w", what, err))
+		}
 	}
-	if err := p.Stop(20 * time.Second); err != nil && !signalExit(p) {
-		return fmt.Errorf("stop gateway: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // signalExit reports whether p ended by the SIGTERM it was asked to stop
@@ -235,10 +274,20 @@ func (g *Gateway) Restart(ctx context.Context) error {
 	if !g.CanRestart() {
 		return errors.New("restart gateway: the harness did not start it (gateway_url)")
 	}
+	g.mu.Lock()
+	nodes := len(g.more)
+	g.mu.Unlock()
 	if err := g.Stop(); err != nil {
 		return err
 	}
-	return g.start(ctx)
+	if err := g.start(ctx); err != nil {
+		return err
+	}
+	if nodes > 0 {
+		_, err := g.StartNodes(ctx)
+		return err
+	}
+	return nil
 }
 
 // provision fills every tenant's access: from the provisioner's answer,
@@ -418,6 +467,11 @@ func FillRoute(r harness.Route, ids map[string]string) (path, body string, ok bo
 // ids (the caller's own, or another tenant's); ok is false when ids lack
 // one of the route's.
 func (g *Gateway) CallRoute(ctx context.Context, r harness.Route, caller harness.GatewayAccess, ids map[string]string) (Reply, bool, error) {
+	return g.callRouteAt(ctx, g.Base(), r, caller, ids)
+}
+
+// callRouteAt is CallRoute on the gateway node at base.
+func (g *Gateway) callRouteAt(ctx context.Context, base string, r harness.Route, caller harness.GatewayAccess, ids map[string]string) (Reply, bool, error) {
 	path, body, ok := FillRoute(r, ids)
 	if !ok {
 		return Reply{}, false, nil
@@ -430,7 +484,7 @@ func (g *Gateway) CallRoute(ctx context.Context, r harness.Route, caller harness
 	if why != "" {
 		return Reply{}, false, nil
 	}
-	rep, err := g.Do(ctx, r.Method, path, h, b)
+	rep, err := g.doAt(ctx, base, r.Method, path, h, b)
 	return rep, true, err
 }
 

@@ -94,9 +94,10 @@ func main() {
 }
 
 type gw struct {
-	db   *sql.DB
-	root string
-	leak map[string]bool
+	db    *sql.DB
+	root  string
+	leak  map[string]bool
+	nodes nodeCache // what this node keeps for itself (nodes.go)
 }
 
 const schema = `
@@ -126,7 +127,7 @@ func serve(args []string) error {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	if _, err := db.Exec(schema); err != nil {
+	if _, err := db.Exec(schema + promptCacheSchema); err != nil {
 		return fmt.Errorf("schema: %w", err)
 	}
 	g := &gw{db: db, root: os.Getenv("ROOT_TOKEN"), leak: map[string]bool{}}

@@ -59,6 +59,7 @@ func (g *gw) admin(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (g *gw) disableTenant(w http.ResponseWriter, r *http.Request) {
+	defer g.forget(r.PathValue("id"))
 	res, err := g.db.Exec(`UPDATE users SET status = ? WHERE id = ?`, statusDisabled, r.PathValue("id"))
 	if n, _ := rowsAffected(res, err); n != 1 {
 		fail(w, 404, fmt.Sprintf("no such user (%v)", err))
@@ -69,6 +70,7 @@ func (g *gw) disableTenant(w http.ResponseWriter, r *http.Request) {
 
 func (g *gw) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	defer g.forget(id)
 	if g.leak["name-reuse"] {
 		// Marked deleted, its name kept for newUser to bring back.
 		if _, err := g.db.Exec(`UPDATE users SET status = ? WHERE id = ?`, statusDeleted, id); err != nil {

@@ -45,7 +45,7 @@ func (g *gw) tokenPin(r *http.Request) (tokenID, userID, channelID int64, ok boo
 		channelID = bound
 	}
 	// stale-pin: the pinned form skips the user's status check.
-	live := g.active(userID) || (g.leak["stale-pin"] && pinned)
+	live := g.cachedActive(userID) || (g.leak["stale-pin"] && pinned)
 	return tokenID, userID, channelID, err == nil && key != "" && live
 }
 
@@ -103,7 +103,15 @@ func (g *gw) chat(w http.ResponseWriter, r *http.Request) {
 	if g.leak["model-cache"] {
 		ch = cachedClient(model, ch)
 	}
+	if ctype, out, hit := g.cachedReply(req); hit {
+		w.Header().Set("Content-Type", ctype)
+		_, _ = w.Write(out)
+		return
+	}
 	status, ctype, out, err := relay(r.Context(), ch, req)
+	if err == nil && status == 200 {
+		g.keepReply(req, ctype, out)
+	}
 	if (err != nil || status >= 500 || status == 429) && g.leak["failover"] {
 		for _, c := range g.channels(`WHERE id != ?`, chs[0].id) {
 			if status, ctype, out, err = relay(r.Context(), c, req); err == nil && status < 400 {
