@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -315,17 +314,12 @@ func AgentdTarget(argv0 string, prefix ...string) Target {
 
 // LoadTarget reads a target file (YAML with the fields of Target) and
 // validates it. Unknown fields are errors, so a typo cannot silently drop a
-// setting.
+// setting. A file may start from another with extends: PATH (relative to
+// its folder): its mappings merge into the other's key by key, its other
+// values replace the other's, and a key set to null removes it.
 func LoadTarget(path string) (Target, error) {
-	data, err := os.ReadFile(path)
+	data, err := readTargetFile(path, nil)
 	if err != nil {
-		return Target{}, fmt.Errorf("load target: %w", err)
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return Target{}, fmt.Errorf("load target: %w", err)
-	}
-	if data, err = withTargetDir(data, filepath.Dir(abs)); err != nil {
 		return Target{}, fmt.Errorf("load target %s: %w", path, err)
 	}
 	var t Target

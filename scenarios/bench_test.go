@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/tenantcanary/tenantcanary/harness"
 )
 
 // BenchmarkCleanCatalog is the flakiness run: the whole clean catalog
@@ -23,11 +25,27 @@ func BenchmarkCatalogTenants(b *testing.B) {
 	}
 }
 
-func benchCatalog(b *testing.B, tenants int) {
+// BenchmarkClusterCatalog is the catalog's wall time against agentd in
+// cluster mode (a PostgreSQL and a Redis started for every scenario) with
+// 3 replicas and with 1 (where the replicas scenario is skipped): what a
+// replicated deployment costs a certification.
+func BenchmarkClusterCatalog(b *testing.B) {
+	for _, n := range []int{1, 3} {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			tg := harness.AgentdClusterTarget(agentdBin)
+			tg.Replicas = n
+			benchCatalogOf(b, tg, 3)
+		})
+	}
+}
+
+func benchCatalog(b *testing.B, tenants int) { benchCatalogOf(b, agentdTarget(), tenants) }
+
+func benchCatalogOf(b *testing.B, target harness.Target, tenants int) {
 	var runs, findings, failures int
 	for i := 0; i < b.N; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-		reps, err := RunCatalog(ctx, Default(), Config{Target: agentdTarget(), Tenants: tenants, WorkDir: b.TempDir()})
+		reps, err := RunCatalog(ctx, Default(), Config{Target: target, Tenants: tenants, WorkDir: b.TempDir()})
 		cancel()
 		if err != nil {
 			b.Fatalf("run %d: %v", i, err)

@@ -24,14 +24,22 @@ type Tenant struct {
 
 // TenantsOf is ts as a store scan sees them; ids (tenant name -> id name
 // -> value, as a gateway's provisioning captured them, may be nil) add
-// their {<name>_id} variables.
+// their {<name>_id} variables (an id named "user" or "user_id" is
+// {user_id}), and a gateway tenant's "key" and "bare_key" (its key
+// without an sk- prefix) their own.
 func TenantsOf(ts []*tenants.Tenant, ids map[string]map[string]string) []Tenant {
 	out := make([]Tenant, 0, len(ts))
 	for _, t := range ts {
 		st := Tenant{Name: t.Name, Vars: map[string]string{"tenant": t.Name, "profile": t.Profile()}, Shared: map[string]bool{}}
 		for k, v := range ids[t.Name] {
-			if v != "" {
-				st.Vars[k] = v
+			if v == "" {
+				continue
+			}
+			st.Vars[k] = v
+			// A provisioner names its ids "user", "channel"; the owner
+			// rules write them as the routes do, {user_id}.
+			if !strings.HasSuffix(k, "_id") && k != "key" && k != "bare_key" {
+				st.Vars[k+"_id"] = v
 			}
 		}
 		for _, c := range t.Shared() {

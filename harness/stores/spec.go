@@ -68,6 +68,8 @@ type Owner struct {
 var ownerVars = placeholder.Vocabulary{Of: "a store owner's value", Vars: []placeholder.Var{
 	{Name: "tenant", Doc: "the tenant's name"},
 	{Name: "profile", Doc: "the tenant's profile name (the launch tenant's is its launch profile's)"},
+	{Name: "key", Doc: "a gateway tenant's key, as its provisioner minted it"},
+	{Name: "bare_key", Doc: "a gateway tenant's key without an sk- prefix (as gateways store it)"},
 }, Suffix: "_id"}
 
 // ownerValue is the template of o's owner value.

@@ -87,3 +87,27 @@ func TestOpenStartsAndStopsOnlyItsOwn(t *testing.T) {
 	assert.NoError(t, none.Close())
 	assert.Empty(t, none.Vars())
 }
+
+// TestTenantsOfNamesIDsAsRoutesDo: a provisioner's ids ("user") fill the
+// owner rules' {user_id}, as the routes' placeholders do, and a gateway
+// tenant's key and bare key fill {key} and {bare_key}; a rule whose
+// variable a tenant lacks is left out for it.
+func TestTenantsOfNamesIDsAsRoutesDo(t *testing.T) {
+	t.Parallel()
+	ts := newTenants(t)
+	got := TenantsOf(ts, map[string]map[string]string{ts[0].Name: {"user": "7", "key": "sk-abc", "bare_key": "abc", "channel_id": "9"}})
+	assert.Equal(t, "7", got[0].Vars["user_id"])
+	assert.Equal(t, "7", got[0].Vars["user"])
+	assert.Equal(t, "9", got[0].Vars["channel_id"])
+	assert.Equal(t, "abc", got[0].Vars["bare_key"])
+	assert.NotContains(t, got[0].Vars, "key_id")
+	rules, err := keyOwners([]Owner{{Keys: "user_enabled:{user_id}"}, {Keys: "token:{bare_key}"}}, got)
+	require.NoError(t, err)
+	owner, _ := ownerOfKey(rules, "user_enabled:7")
+	assert.Equal(t, ts[0].Name, owner)
+	owner, _ = ownerOfKey(rules, "token:abc")
+	assert.Equal(t, ts[0].Name, owner)
+	owner, _ = ownerOfKey(rules, "user_enabled:8")
+	assert.Empty(t, owner)
+	require.NoError(t, Validate([]Spec{{Kind: Redis, Owners: []Owner{{Keys: "token:{bare_key}"}, {Keys: "k:{key}"}}}}))
+}

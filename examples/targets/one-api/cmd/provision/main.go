@@ -47,8 +47,9 @@ func main() {
 func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	fl := flag.NewFlagSet("provision", flag.ContinueOnError)
 	timeout := fl.Duration("timeout", 2*time.Minute, "give up after this long")
+	waitRelay := fl.Bool("wait-relay", false, "after provisioning, wait until the relay serves every tenant (one-api with a Redis reloads its channels only every SYNC_FREQUENCY seconds)")
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "usage: GATEWAY_URL=http://127.0.0.1:PORT ROOT_TOKEN=T provision [--timeout D] < tenants.json\n"+
+		fmt.Fprintln(fl.Output(), "usage: GATEWAY_URL=http://127.0.0.1:PORT ROOT_TOKEN=T provision [--timeout D] [--wait-relay] < tenants.json\n"+
 			"       GATEWAY_URL=http://127.0.0.1:PORT ROOT_TOKEN=T provision [--timeout D] deprovision < request.json")
 		fl.PrintDefaults()
 	}
@@ -87,9 +88,19 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	out, err := oneapi.Provision(ctx, oneapi.NewClient(url, token), r)
+	c := oneapi.NewClient(url, token)
+	out, err := oneapi.Provision(ctx, c, r)
 	if err != nil {
 		return err
+	}
+	if *waitRelay {
+		start := time.Now()
+		for name, a := range out.Tenants {
+			if err := oneapi.WaitRelay(ctx, c, a, 250*time.Millisecond); err != nil {
+				return fmt.Errorf("tenant %s: %w", name, err)
+			}
+		}
+		fmt.Fprintf(os.Stderr, "one-api provision: the relay served every tenant after %s\n", time.Since(start).Round(time.Millisecond))
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")

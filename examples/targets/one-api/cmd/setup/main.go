@@ -5,9 +5,13 @@
 // them there from github.com/pkoukk/tiktoken-go-loader, whose module embeds
 // the same files, so nothing is fetched at run time.
 //
-//	setup [--tiktoken-dir DIR] [-- COMMAND ARGS...]
+//	setup [--tiktoken-dir DIR] [--node N] [-- COMMAND ARGS...]
 //
-// DIR defaults to $TIKTOKEN_CACHE_DIR. When $SQLITE_PATH is set, setup also
+// DIR defaults to $TIKTOKEN_CACHE_DIR. --node N is the node's number in a
+// cluster (a target's {replica}): node 1 is one-api's master node, every
+// other runs with NODE_TYPE=slave (one-api's own switch: a slave neither
+// migrates the database nor runs the master's jobs, and syncs its caches
+// from it). When $SQLITE_PATH is set, setup also
 // makes the database's folder (one-api opens the file but makes no folder
 // for it). With a command after "--", setup then replaces itself with it
 // (exec, same pid), so a target file can start one-api through it:
@@ -22,6 +26,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/tenantcanary/tenantcanary/examples/targets/one-api/oneapi"
@@ -37,12 +43,16 @@ func main() {
 func run(args []string) error {
 	fl := flag.NewFlagSet("setup", flag.ContinueOnError)
 	dir := fl.String("tiktoken-dir", os.Getenv("TIKTOKEN_CACHE_DIR"), "where one-api looks for its BPE files (default $TIKTOKEN_CACHE_DIR)")
+	node := fl.Int("node", 1, "the node's number in a cluster: 1 is the master, any other a slave (NODE_TYPE=slave)")
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "usage: setup [--tiktoken-dir DIR] [-- COMMAND ARGS...]")
+		fmt.Fprintln(fl.Output(), "usage: setup [--tiktoken-dir DIR] [--node N] [-- COMMAND ARGS...]")
 		fl.PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil {
 		return err
+	}
+	if *node < 1 {
+		return fmt.Errorf("--node %d: want 1 (the master) or more", *node)
 	}
 	if *dir == "" {
 		return errors.New("no folder: give --tiktoken-dir or set TIKTOKEN_CACHE_DIR (one-api reads the same variable)")
@@ -65,7 +75,14 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("start %s: %w", argv[0], err)
 	}
-	if err := syscall.Exec(path, argv, os.Environ()); err != nil {
+	env := os.Environ()
+	if *node > 1 {
+		// One NODE_TYPE: a program reading its environment may take the
+		// first of two (Go's does).
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "NODE_TYPE=") })
+		env = append(env, "NODE_TYPE=slave")
+	}
+	if err := syscall.Exec(path, argv, env); err != nil {
 		return fmt.Errorf("exec %s: %w", path, err)
 	}
 	return nil
