@@ -79,3 +79,26 @@ func TestStoresAreScannedAfterEveryPhase(t *testing.T) {
 	require.NotZero(t, pid)
 	assert.False(t, procgroup.Alive(pid), "the run's redis-server outlived it")
 }
+
+// TestStoreControlWaitsForTheTarget: a store that keeps tenant data, in a
+// scenario whose phase ends before any backend of the target ran (as one
+// that skips does), has no failed control: the target put nothing there
+// yet.
+func TestStoreControlWaitsForTheTarget(t *testing.T) {
+	t.Parallel()
+	if err := storeproc.Available(storeproc.Redis); err != nil {
+		t.Skipf("%v (.ci/run installs it)", err)
+	}
+	target := agentdTarget()
+	target.Stores = []stores.Spec{{Kind: stores.Redis, TenantData: true, Owners: []stores.Owner{{Keys: "cache:{tenant}:*"}}}}
+	spec := Spec{ID: "stores-untouched", Purpose: "a phase that starts no backend", Backends: []harness.Backend{harness.BackendStdio},
+		Snapshots: perTenant(0), Timeout: MaxTimeout,
+		Phases: []Phase{{Name: "nothing", Run: func(e *Env) {}}}}
+	var rep *Report
+	out := harness.RunStandalone(context.Background(), t.Name(), t.TempDir(), false, func(rt harness.T) {
+		rep = RunScenario(rt, spec, Config{Target: target, Tenants: 3})
+	})
+	require.NotNil(t, rep, strings.Join(out.Log, "\n"))
+	assert.False(t, out.Failed, "%v", rep.Findings())
+	assert.Empty(t, rep.Findings())
+}
