@@ -129,11 +129,13 @@ var clusterCaches = []string{"--auth-cache-ttl", "10m", "--response-cache-ttl", 
 
 // SelfTestTarget is the target a self-test runs spec against when given
 // target: target itself, or, for a scenario that needs replicas
-// (NeedReplicas) when target is the single embedded agentd, agentd's
-// cluster variant (harness.AgentdClusterOf: three replicas over a PostgreSQL and a
-// Redis the harness starts) with its auth and response caches on.
+// (NeedReplicas) or shared stores (NeedStores) when target is the single
+// embedded agentd, agentd's cluster variant (harness.AgentdClusterOf:
+// three replicas over a PostgreSQL and a Redis the harness starts) with
+// its auth and response caches on: where ClusterFaults act.
 func SelfTestTarget(spec Spec, target harness.Target) harness.Target {
-	if !slices.Contains(spec.Needs, NeedReplicas) || target.ReplicaCount() > 1 {
+	needs := slices.Contains(spec.Needs, NeedReplicas) || slices.Contains(spec.Needs, NeedStores)
+	if !needs || target.ReplicaCount() > 1 || len(target.Stores) > 0 {
 		return target
 	}
 	if t, ok := harness.AgentdClusterOf(target); ok {

@@ -123,7 +123,7 @@ func parseCertify(args []string) (certifyOptions, error) {
 	if o.faults != "" {
 		if o.noSelf {
 			errs = append(errs, errors.New("--faults picks the self-test's faults: --no-self-test runs none"))
-		} else if _, err := selectFaults(seededFaults(), o.faults); err != nil {
+		} else if _, err := selectFaults(o.seeded(), o.faults); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -225,10 +225,22 @@ func runCertify(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 // (scenarios.TestSelfTestCatchesEverySeededFault).
 var seededFaults = scenarios.Faults
 
+// seeded is the faults this run's self-test seeds: seededFaults, and for
+// agentd in cluster mode (--target agentd-cluster, whose user has the
+// stores installed) agentd's cluster faults too (scenarios.ClusterFaults:
+// the self-test runs each in agentd's cluster, scenarios.SelfTestTarget).
+func (o certifyOptions) seeded() []scenarios.Fault {
+	fs := seededFaults()
+	if o.target == agentdClusterTarget {
+		fs = append(fs, scenarios.ClusterFaults()...)
+	}
+	return fs
+}
+
 // options are the flags as certify's options: progress on stderr, the
 // self-test's table on stdout, the certificate into out.
 func (o certifyOptions) options(out string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) certify.Options {
-	faults := seededFaults()
+	faults := o.seeded()
 	if o.faults != "" {
 		faults, _ = selectFaults(faults, o.faults) // parseCertify checked it
 	}
