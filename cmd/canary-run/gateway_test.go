@@ -118,3 +118,21 @@ func TestTargetCheckNotesRoutesItsOwnerMayBeRefused(t *testing.T) {
 	require.Equal(t, 2, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.Contains(t, stdout, `FAIL  route              "own user at a wrong path" as its owner default`)
 }
+
+// TestTargetCheckGatewayNodes: on a gateway run as two nodes (a file
+// extending the test gateway's with replicas: 2), `target check` also
+// starts the second node and has every tenant answered through it by its
+// own provider.
+func TestTargetCheckGatewayNodes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	gatewayTarget(t, dir, "", "")
+	nodes := writeFile(t, dir, "nodes.yaml", "extends: testgw.yaml\nname: testgw-nodes\nreplicas: 2\n")
+	code, stdout, stderr := runCLI(t, "target", "check", nodes)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, "testgw-nodes test is valid")
+	assert.Regexp(t, `ok    nodes +node 2 ready at http://127\.0\.0\.1:\d+: every tenant answered by its own provider`, stdout)
+	code, stdout, _ = runCLI(t, "target", "check", gatewayTarget(t, t.TempDir(), "", ""))
+	require.Equal(t, 0, code)
+	assert.NotContains(t, stdout, "node 2", "a gateway of one node starts no other")
+}

@@ -89,6 +89,11 @@ func DryPass(ctx context.Context, target harness.Target, root string, w io.Write
 	note := func(name, format string, args ...any) {
 		fmt.Fprintf(w, "note  %-18s %s\n", name, fmt.Sprintf(format, args...))
 	}
+	if target.ReplicatesGateway() && g.CanRestart() {
+		if err := dryNodes(ctx, g, box, wait, fail, step); err != nil {
+			return err
+		}
+	}
 	if err := dryExtras(ctx, g, box, wait, dryReport{step: step, note: note, fail: fail}); err != nil {
 		return err
 	}
@@ -96,6 +101,34 @@ func DryPass(ctx context.Context, target harness.Target, root string, w io.Write
 		return fail("stop", "%v", err)
 	}
 	step("stop", "the gateway stopped")
+	return nil
+}
+
+// dryNodes starts the gateway's other nodes (replicas: N) and has each
+// tenant chat through each: answered by its own provider.
+func dryNodes(ctx context.Context, g *Gateway, box *harness.Sandbox, wait time.Duration, fail func(string, string, ...any) error, step func(string, string, ...any)) error {
+	sctx, cancel := context.WithTimeout(ctx, wait)
+	nodes, err := g.StartNodes(sctx)
+	cancel()
+	if err != nil {
+		return fail("nodes", "%v", err)
+	}
+	for _, n := range nodes[1:] {
+		for _, t := range box.Set.Tenants {
+			a := g.Access(t)
+			before := len(t.Requests())
+			cctx, cancel := context.WithTimeout(ctx, wait)
+			r, err := g.ChatAt(cctx, n, harness.ChatRequest{Path: a.BasePath + g.ChatPath(), Key: a.Key, Model: a.Models[0], Text: "dry pass on " + n.Name(), Tools: true})
+			cancel()
+			switch {
+			case err != nil:
+				return fail("nodes", "chat of %s on %s: %v", t.Name, n.Name(), err)
+			case r.Status != 200 || len(t.Requests()) == before || !strings.Contains(r.Text, t.Model()):
+				return fail("nodes", "chat of %s on %s (%s): HTTP %d, %d request(s) on its provider: %s", t.Name, n.Name(), n.Base, r.Status, len(t.Requests())-before, trim(r.Body))
+			}
+		}
+		step("nodes", "%s ready at %s: every tenant answered by its own provider", n.Name(), n.Base)
+	}
 	return nil
 }
 
