@@ -53,7 +53,7 @@ func benchCatalogOf(b *testing.B, target harness.Target, tenants int) {
 		runs++
 		for _, r := range reps {
 			findings += len(r.Findings())
-			if r.Result != Pass {
+			if r.Result != Pass && r.Result != Skipped { // a scenario the target cannot run is no failure
 				failures++
 				b.Errorf("run %d: %s: %s %s\n%v", i, r.ID, r.Result, r.Reason, r.Log)
 			}

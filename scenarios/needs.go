@@ -120,8 +120,8 @@ var needs = []needRow{
 			return "needs gateway nodes the harness starts (replicas: N with a gateway command), and the target is a running gateway (gateway_url): its nodes are behind its url"
 		case len(t.Gateway) == 0:
 			return "needs a gateway command the harness starts as several nodes (replicas: N)"
-		case len(t.Serve) > 0 && t.ReplicaCount() > 1:
-			return "needs gateway nodes (replicas: N on a target with no serve command): this target's replicas are its serve processes, and its gateway runs once"
+		case len(t.Serve) > 0:
+			return "needs gateway nodes (replicas: N on a target with no serve command): this target's replicas, if any, are its serve processes, and its gateway runs once"
 		case t.ReplicaCount() < 2:
 			return fmt.Sprintf("needs replicas: 2 or more of the gateway (the target runs %d gateway process): a tenant's calls spread over several gateway nodes over one set of stores", t.ReplicaCount())
 		}
