@@ -105,7 +105,7 @@ func TestStagingTargetFromRoster(t *testing.T) {
 		"plugin-hosts": Skipped, "plugin-surfaces": Skipped, "tenant-authz": Pass, "profile-recreate": Skipped,
 		"hostile-tools": Skipped, "hostile-plugin": Skipped,
 		"gateway-tenants": Skipped, "gateway-failover": Skipped, "gateway-routes": Skipped,
-		"gateway-offboarding": Skipped, "gateway-fetch": Skipped, "gateway-collide": Skipped,
+		"gateway-offboarding": Skipped, "gateway-fetch": Skipped, "gateway-collide": Skipped, "gateway-replicas": Skipped,
 		"colliding-inputs": Pass, "hostile-chains": Skipped, "hostile-restarts": Skipped,
 		"surface": Skipped, "credential-revocation": Skipped, "entry-points": Skipped,
 		"fair-share": Skipped, "cancellations": Skipped, "replicas": Skipped,
