@@ -29,6 +29,10 @@ func TestGatewayRouteFormsCatchTestgwLeaks(t *testing.T) {
 		{"mixed-owner", `route "bind my token to a channel"`, "were not refused", ""},
 		{"made-token", `route "made token"`, "'s ids were not refused", ""},
 		{"log-filter", `route "own logs"`, "own call (auth headers, variant ?keyword=gateway) carries another tenant's data", ""},
+		// A chain across routes: the write answers as refused; the model
+		// list with the caller's own made key, called after it, carries
+		// the other tenant's model.
+		{"token-group", `route "move my made token to a group" then "models by my made key"`, "own call of route \"models by my made key\" (auth made key) carries another tenant's data", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.leak+"/"+strings.ReplaceAll(c.detail, " ", "-"), func(t *testing.T) {

@@ -19,7 +19,8 @@ func TestGatewayOffboardFetchOnTestgw(t *testing.T) {
 		"gateway-offboarding": {"gateway key accepted on the relay before offboarding", "management headers accepted on route \"own token\" before offboarding",
 			"own key still served after a neighbour's offboarding", "own key answered by own provider",
 			`credential session accepted on route "own user" before offboarding`},
-		"gateway-fetch": {"the fetch listener answers on loopback"},
+		"gateway-fetch": {"the fetch listener answers on loopback", `webhook stored through "set my webhook" is called on its owner's trigger`,
+			`fetch trigger "test my webhook" answers after "set my webhook"`},
 	} {
 		t.Run(id, func(t *testing.T) {
 			t.Parallel()
@@ -119,6 +120,19 @@ func TestGatewayRound2ChecksCatchTestgwLeaks(t *testing.T) {
 			{invariants.Fetch, "came back to"},
 		}},
 		{"log-route", "gateway-routes", []want{{invariants.Authz, "an owner-only row of the store"}}},
+		// A later fetch on another route: the webhook stored last by
+		// anyone is called too, with the caller's data.
+		{"webhook-cross", "gateway-fetch", []want{
+			{invariants.Fetch, `route "set my webhook" then "test my webhook"`},
+			{invariants.Fetch, "a fetch made on"},
+			{invariants.Fetch, `the gateway's request on a URL stored through route "set my webhook"`},
+			{invariants.Fetch, "carries another tenant's data"},
+		}},
+		// An array URL field: the image part of a message is fetched.
+		{"vision-fetch", "gateway-fetch", []want{
+			{invariants.Fetch, "url field messages[].content[].image_url.url"},
+			{invariants.Fetch, "fetched the loopback URL"},
+		}},
 		{"operator-secret", "gateway-tenants", []want{{invariants.OperatorSecret, "admin_password"}}},
 	}
 	for _, c := range cases {
