@@ -29,20 +29,22 @@ func chainPlace(route, next harness.Route) string {
 	return fmt.Sprintf("route %q then %q", route.Name, next.Name)
 }
 
-// ChainCaptured is the kind of a captured credential (Route.CaptureSecrets):
-// a secret of the tenant that captured it.
-const ChainCaptured = tenants.GatewayCredential
-
 // adoptCaptured makes a credential t captured on route (capture name) one
-// of t's secret canaries, when it is long enough to scan for.
+// of t's secret canaries (kind gateway_credential, with and without an
+// sk- prefix, as gateways store keys), when it is long enough to scan for.
 func (e *Env) adoptCaptured(t *tenants.Tenant, route harness.Route, name, value string) {
 	if len(value) < scan.MinValueLen*2 {
 		e.gatewayControl(t, fmt.Sprintf("own route %q captures secret %s", route.Name, name), false,
 			fmt.Sprintf("the captured value has %d characters: too short to tell from chance (a secret needs %d)", len(value), scan.MinValueLen*2))
 		return
 	}
-	if _, err := t.Adopt(ChainCaptured, value); err != nil {
-		e.T.Fatalf("route %q: capture %s of %s: %v", route.Name, name, t.Name, err)
+	for _, v := range []string{value, strings.TrimPrefix(value, "sk-")} {
+		if len(v) < scan.MinValueLen*2 {
+			continue
+		}
+		if _, err := t.Adopt(tenants.GatewayCredential, v); err != nil {
+			e.T.Fatalf("route %q: capture %s of %s: %v", route.Name, name, t.Name, err)
+		}
 	}
 }
 

@@ -55,16 +55,21 @@ func TestGatewayChainIsWhatCatchesTokenGroup(t *testing.T) {
 		})
 		rep := runOne(t, spec, tg)
 		assert.Equal(t, Failed, rep.Result, "%v", rep.Log)
-		var failed []string
-		for _, p := range rep.Phases {
-			for _, c := range p.Controls {
-				if !c.Passed {
-					failed = append(failed, c.Name+": "+c.Detail)
-				}
-			}
-		}
-		all := strings.Join(failed, "\n")
+		all := strings.Join(failedControls(rep), "\n")
 		assert.Contains(t, all, `chain "move my made token to a group" then "models by my made key" answers after its own call: route "models by my made key" cannot be called`)
 		assert.Contains(t, all, `chain "move my made token to a group" then "models by my made key" answers after each cross-tenant probe`)
 	})
+}
+
+// failedControls are rep's failed controls, each "name: detail".
+func failedControls(rep Report) []string {
+	var failed []string
+	for _, p := range rep.Phases {
+		for _, c := range p.Controls {
+			if !c.Passed {
+				failed = append(failed, c.Name+": "+c.Detail)
+			}
+		}
+	}
+	return failed
 }

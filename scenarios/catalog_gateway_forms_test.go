@@ -129,14 +129,7 @@ func TestGatewayRouteMissingFormFailsItsControl(t *testing.T) {
 	require.NoError(t, err)
 	rep := runOne(t, spec, tg)
 	assert.Equal(t, Failed, rep.Result, "%v", rep.Log)
-	var failed []string
-	for _, p := range rep.Phases {
-		for _, c := range p.Controls {
-			if !c.Passed {
-				failed = append(failed, c.Name+": "+c.Detail)
-			}
-		}
-	}
+	failed := failedControls(rep)
 	require.NotEmpty(t, failed)
 	assert.Contains(t, strings.Join(failed, "\n"), `own route "own user by cookie" answers (auth cookie): auth form "cookie": the provisioner printed no credential "cookie"`)
 }

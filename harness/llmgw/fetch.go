@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,8 +57,8 @@ type FetchHit struct {
 func (h FetchHit) Content() []byte {
 	var b strings.Builder
 	b.WriteString(h.Method + " " + h.Path + "?" + h.Query + "\n")
-	for k, vs := range h.Header {
-		for _, v := range vs {
+	for _, k := range slices.Sorted(maps.Keys(h.Header)) {
+		for _, v := range h.Header[k] {
 			b.WriteString(k + ": " + v + "\n")
 		}
 	}
