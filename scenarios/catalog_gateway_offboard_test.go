@@ -162,12 +162,22 @@ func TestGatewayCollideOnTestgw(t *testing.T) {
 		t.Parallel()
 		names := passesWithControls(t, runOne(t, spec, testgwTarget(t, "")))
 		assert.True(t, names["own provider answers under the shared model name"], "%v", names)
+		assert.True(t, names["own upstream tried during failover (5xx under the shared model name)"], "%v", names)
 	})
 	t.Run("model-cache", func(t *testing.T) {
 		t.Parallel()
 		rep := runOne(t, spec, testgwTarget(t, "model-cache"))
 		assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
 		assert.Contains(t, findingText(t, rep, invariants.Routing), "shared model name")
+	})
+	// A retry on every other channel: under one model name it reaches
+	// another tenant's provider (gateway-failover's distinct models hide
+	// a retry that keeps to the model's name).
+	t.Run("failover", func(t *testing.T) {
+		t.Parallel()
+		rep := runOne(t, spec, testgwTarget(t, "failover"))
+		assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
+		assert.Contains(t, findingText(t, rep, invariants.Routing), "while its own upstream failed (5xx under the shared model name")
 	})
 	t.Run("agentd", func(t *testing.T) {
 		t.Parallel()
