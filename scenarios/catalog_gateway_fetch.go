@@ -21,7 +21,7 @@ const FetchBody tenants.Kind = "fetch_body"
 func gatewayFetch() Spec {
 	return llmGatewaySpec(Spec{
 		ID:      "gateway-fetch",
-		Purpose: "every route field the target marks as a URL, given by each tenant as a URL of the harness's own loopback listener: the gateway never fetches it, and never hands the listener's answer back",
+		Purpose: "every route field the target marks as a URL, given by each tenant as a URL of the harness's own loopback listener: the gateway never fetches it, and never hands the listener's answer back; a URL stored on one route and fetched when another (then) is called is fetched only on its owner's behalf (a webhook: fetched then, a control), with none of another tenant's data",
 		Focus:   []Invariant{invariants.Fetch, Text},
 		Timeout: 5 * time.Minute,
 		Phases: []Phase{

@@ -227,8 +227,9 @@ func (e *Env) droveAt(place, caller, how string, r llmgw.Reply, before, after ma
 // a capture once (its first form): each call must succeed (a positive
 // control; a form with own: any need not), no answer may carry another
 // tenant's data, no call may drive another tenant's provider, and each
-// capture's value becomes the tenant's id for later routes. Routes are
-// taken in their declared order.
+// capture's value becomes the tenant's id for later routes. A route with
+// a then is called once too, and its chain after it (ownChain). Routes
+// are taken in their declared order.
 func (e *Env) GatewayOwnRoutes() {
 	e.T.Helper()
 	g := e.llmGateway()
@@ -387,7 +388,8 @@ func (e *Env) GatewayAnonymousRoutes() {
 // caller owns or made): a success, another tenant's data in the answer,
 // or a request on another tenant's provider is an authz finding. A route
 // with a capture keeps what a caller made naming another tenant's ids for
-// the caller's later calls naming that tenant ({own.X_id}).
+// the caller's later calls naming that tenant ({own.X_id}). A route with a
+// then has its chain called after each probe (crossChains).
 func (e *Env) GatewayCrossRoutes() {
 	e.T.Helper()
 	g := e.llmGateway()
