@@ -118,3 +118,30 @@ func TestTargetCheckNotesRoutesItsOwnerMayBeRefused(t *testing.T) {
 	require.Equal(t, 2, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.Contains(t, stdout, `FAIL  route              "own user at a wrong path" as its owner default`)
 }
+
+// TestTargetCheckCallsChains: target check calls the routes a route
+// chains (then) after its owner's call, as gateway-routes will; a chained
+// route that refuses its owner fails the pass, naming the chain.
+func TestTargetCheckCallsChains(t *testing.T) {
+	t.Parallel()
+	add := func(routes string) string {
+		path := gatewayTarget(t, t.TempDir(), "", "")
+		text, err := os.ReadFile(path)
+		require.NoError(t, err)
+		y := strings.Replace(string(text), "  routes:\n", "  routes:\n"+routes, 1)
+		require.NoError(t, os.WriteFile(path, []byte(y), 0o644))
+		return path
+	}
+	ok := add(`    - {name: own user then logs, path: /api/user/self, read: true, then: [own logs], success: '"success":\s*true'}
+`)
+	code, stdout, stderr := runCLI(t, "target", "check", ok)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, `ok    route              "own user then logs" then "own logs": GET /api/log/self answered its owner default`)
+
+	bad := add(`    - {name: own user then nowhere, path: /api/user/self, read: true, then: [nowhere], success: '"success":\s*true'}
+    - {name: nowhere, path: /api/nosuch, success: '"success":\s*true'}
+`)
+	code, stdout, stderr = runCLI(t, "target", "check", bad)
+	require.Equal(t, 2, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, `FAIL  route              "own user then nowhere" then "nowhere": the chained route refused its owner default`)
+}
