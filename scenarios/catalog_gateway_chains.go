@@ -65,7 +65,7 @@ func (e *Env) routeChainCall(g *llmgw.Gateway, chk *invariants.Checker, route, n
 	}
 	acc := g.Access(a)
 	ids := e.idsOf(a)
-	filled, form, why := ownCall(next, acc, harness.NewRouteValues(acc, ids, ids))
+	filled, form, why := llmgw.OwnCall(next, acc, harness.NewRouteValues(acc, ids, ids))
 	if why != "" {
 		return routeChainStep{detail: fmt.Sprintf("route %q cannot be called by %s: %s", next.Name, a.Name, why)}
 	}
@@ -80,24 +80,6 @@ func (e *Env) routeChainCall(g *llmgw.Gateway, chk *invariants.Checker, route, n
 	}
 	ok := next.Succeeded(r.Status, r.Body)
 	return routeChainStep{ran: true, ok: ok, detail: fmt.Sprintf("%s %s: HTTP %d: %s", r.Method, r.Path, r.Status, excerpt(r.Body))}
-}
-
-// ownCall fills route as its owner's own call: the first of its
-// credential forms (none when it lists only none) that v can fill.
-func ownCall(route harness.Route, acc harness.GatewayAccess, v harness.RouteValues) (llmgw.Filled, harness.AuthForm, string) {
-	forms := route.CredentialForms()
-	if len(forms) == 0 {
-		forms = []harness.AuthForm{{Name: harness.FormNone}}
-	}
-	var whys []string
-	for _, f := range forms {
-		filled, why := llmgw.RouteCall{Route: route, Form: f, Caller: acc, Values: v}.Fill()
-		if why == "" {
-			return filled, f, ""
-		}
-		whys = append(whys, why)
-	}
-	return llmgw.Filled{}, harness.AuthForm{}, strings.Join(whys, "; ")
 }
 
 // ownChain runs route's chain after t's own call of it (how): each
@@ -152,7 +134,7 @@ func (c crossChains) after(e *Env, g *llmgw.Gateway, chk *invariants.Checker, ro
 	}
 	acc := g.Access(a)
 	ids := e.idsOf(a)
-	if filled, _, why := ownCall(route, acc, harness.NewRouteValues(acc, ids, ids)); why == "" {
+	if filled, _, why := llmgw.OwnCall(route, acc, harness.NewRouteValues(acc, ids, ids)); why == "" {
 		e.sendRoute(g, route, filled, fmt.Sprintf("route %q of %s, put back with its own ids", route.Name, a.Name))
 	}
 }

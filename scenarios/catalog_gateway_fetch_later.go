@@ -93,7 +93,7 @@ func (e *Env) fetchTrigger(g *llmgw.Gateway, chk *invariants.Checker, r, next ha
 	name := fmt.Sprintf("fetch trigger %q answers after %q", next.Name, r.Name)
 	acc := g.Access(t)
 	ids := e.idsOf(t)
-	filled, form, why := ownCall(next, acc, harness.NewRouteValues(acc, ids, ids))
+	filled, form, why := llmgw.OwnCall(next, acc, harness.NewRouteValues(acc, ids, ids))
 	if why != "" {
 		e.gatewayControl(t, name, false, why)
 		return

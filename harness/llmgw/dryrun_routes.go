@@ -166,22 +166,9 @@ func formLabel(f harness.AuthForm) string {
 // (an id or a credential captured later) is noted.
 func dryChain(ctx context.Context, g *Gateway, route harness.Route, t *tenants.Tenant, a harness.GatewayAccess, wait time.Duration, r dryReport) error {
 	for _, next := range harness.ChainedRoutes(g.spec.Routes, route) {
-		forms := next.CredentialForms()
-		if len(forms) == 0 {
-			forms = []harness.AuthForm{{Name: harness.FormNone}}
-		}
-		var call Filled
-		var whys []string
-		for _, form := range forms {
-			c, why := RouteCall{Route: next, Form: form, Caller: a, Values: harness.NewRouteValues(a, a.IDs, a.IDs)}.Fill()
-			if why == "" {
-				call, whys = c, nil
-				break
-			}
-			whys = append(whys, why)
-		}
-		if len(whys) > 0 {
-			r.note("route", "%q then %q: %s cannot call it yet: %s (the catalog calls it once the values exist)", route.Name, next.Name, t.Name, strings.Join(whys, "; "))
+		call, _, why := OwnCall(next, a, harness.NewRouteValues(a, a.IDs, a.IDs))
+		if why != "" {
+			r.note("route", "%q then %q: %s cannot call it yet: %s (the catalog calls it once the values exist)", route.Name, next.Name, t.Name, why)
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, wait)
