@@ -182,6 +182,24 @@ type Route struct {
 	// fetches: a body field (dotted path) or ?name for a query
 	// parameter; the fetch probes point them at the harness's listener.
 	URLFields []string `yaml:"url_fields"`
+	// Then names routes the caller calls next, with its own credentials
+	// and ids, after each call of this route that gateway-routes makes
+	// (its owner's own call, and each cross-tenant probe): a chain across
+	// routes, whose later answers are judged (gwroutes_chain.go). In
+	// gateway-fetch they are the routes that make the gateway fetch the
+	// URL this route stored (a fetch trigger).
+	Then []string `yaml:"then"`
+	// CaptureSecrets names captures (keys of Capture) that are
+	// credentials (a key the route mints): each captured value becomes a
+	// secret canary of the tenant that captured it, and later routes
+	// present it as the caller's own ({own.NAME_id} in an auth template).
+	CaptureSecrets []string `yaml:"capture_secrets"`
+	// Webhook marks a route whose url_fields store a URL the gateway is
+	// meant to call later (a webhook, a callback), when a route of Then
+	// triggers it: gateway-fetch then expects the fetch of the caller's
+	// own URL (a positive control), and finds a fetch made on another
+	// tenant's behalf or carrying another tenant's data.
+	Webhook bool `yaml:"webhook"`
 }
 
 // Store declares where a gateway with one data folder keeps each
@@ -355,6 +373,7 @@ func (g *LLMGateway) validate() []error {
 			}
 		}
 	}
+	errs = append(errs, g.validateChains()...)
 	return append(errs, g.validateRound2()...)
 }
 

@@ -67,6 +67,10 @@ func canaryState(ts []*tenants.Tenant) [sha256.Size]byte {
 		for _, c := range t.Shared() {
 			put(c.Value)
 		}
+		put("serves")
+		for _, m := range t.Serves() {
+			put(m)
+		}
 	}
 	var out [sha256.Size]byte
 	copy(out[:], h.Sum(nil))

@@ -240,3 +240,32 @@ func TestWalkStringsPaths(t *testing.T) {
 	})
 	require.Equal(t, []string{"$.a (key)=a", "$.a=sa", "$.b (key)=b", "$.b[0]=s0", "$.b[1][0]=s1", "$.b[3]. (key)=", "$.b[3].=empty"}, got)
 }
+
+// TestAlsoServedModelIsDeclared: a main request naming a model name that
+// is no canary (one every tenant was provisioned under) is a request
+// finding until the tenant declares it (Tenant.AlsoServes); the declared
+// name is part of the request cache's state, so a cached judgement is
+// made again once it is declared.
+func TestAlsoServedModelIsDeclared(t *testing.T) {
+	t.Parallel()
+	s := newSet(t)
+	alpha := s.Get("alpha")
+	const shared = "collide-model-0123456789abcdef"
+	rc := NewRequestCache()
+	cached := func() []Finding {
+		c, err := NewChecker(s.Tenants)
+		require.NoError(t, err)
+		return c.WithRequestCache(rc).RequestLeaks()
+	}
+	post(t, alpha, alpha.ProviderKey(), chat(shared, user("hello")))
+	waitRequests(t, alpha, 1)
+	fs := cached()
+	require.Len(t, fs, 1, "a model name alpha does not declare")
+	require.Contains(t, fs[0].Detail, `names model "`+shared+`"`)
+	alpha.AlsoServes(shared)
+	alpha.AlsoServes(shared)
+	require.Equal(t, []string{shared}, alpha.Serves(), "declared once")
+	require.True(t, alpha.Declares(shared))
+	require.Empty(t, cached(), "declared: no finding, the cached one judged again")
+	require.False(t, s.Get("beta").Declares(shared), "only alpha declared it")
+}

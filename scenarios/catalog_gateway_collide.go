@@ -17,12 +17,16 @@ import (
 // on its own channel (its own provider and upstream key), and the tenants
 // chat one after another in both orders. A gateway whose upstream client
 // or answer cache is keyed by the model name hands the first tenant's
-// channel (its key, its answer) to the next.
+// channel (its key, its answer) to the next. Then every tenant's upstream
+// fails while all chat at once, with the gateway's own retries on: a
+// retry that leaves the tenant's group finds another tenant's channel
+// under the same name (with a model of its own, no other channel serves
+// it, so gateway-failover alone cannot see such a retry).
 
 func gatewayCollide() Spec {
 	return llmGatewaySpec(Spec{
 		ID:      "gateway-collide",
-		Purpose: "every tenant provisioned with the same model name on its own channel, chatting one after another in both orders: each is served by its own provider, never through a client or cache keyed by the model",
+		Purpose: "every tenant provisioned with the same model name on its own channel, chatting one after another in both orders, then all at once while their upstreams fail with the gateway's retries on: each is served by its own provider, never through a client or cache keyed by the model, never by a retry on another tenant's channel",
 		Focus:   []Invariant{Routing, Requests, Text},
 		Timeout: 5 * time.Minute,
 		Phases: []Phase{
@@ -35,6 +39,9 @@ func gatewayCollide() Spec {
 				slices.Reverse(rev)
 				e.sharedModelChats(rev, "in reverse order")
 			}},
+			{Name: "upstream-5xx", Run: func(e *Env) {
+				e.GatewayFailover(e.Tenants, "5xx under the shared model name", failoverModes[0].resp)
+			}},
 		},
 	})
 }
@@ -44,11 +51,14 @@ func gatewayCollide() Spec {
 // the reason.
 func (e *Env) startSharedModel(model string) {
 	e.T.Helper()
-	e.startLLMGateway(llmgw.Options{SharedModel: model}, func(err error) {
+	e.startLLMGateway(llmgw.Options{SharedModel: model, Retries: true}, func(err error) {
 		if errors.Is(err, llmgw.ErrSharedModel) {
 			e.T.Skipf("two tenants cannot be provisioned with one model name: %v", err)
 		}
 	})
+	for _, t := range e.Box.Set.Tenants {
+		t.AlsoServes(model) // its provider may be asked for it, in a main request too
+	}
 }
 
 // sharedModelChats: each tenant of ts in turn chats under the shared model

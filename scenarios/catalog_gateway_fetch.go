@@ -21,7 +21,7 @@ const FetchBody tenants.Kind = "fetch_body"
 func gatewayFetch() Spec {
 	return llmGatewaySpec(Spec{
 		ID:      "gateway-fetch",
-		Purpose: "every route field the target marks as a URL, given by each tenant as a URL of the harness's own loopback listener: the gateway never fetches it, and never hands the listener's answer back",
+		Purpose: "every route field the target marks as a URL, given by each tenant as a URL of the harness's own loopback listener: the gateway never fetches it, and never hands the listener's answer back; a URL stored on one route and fetched when another (then) is called is fetched only on its owner's behalf (a webhook: fetched then, a control), with none of another tenant's data",
 		Focus:   []Invariant{invariants.Fetch, Text},
 		Timeout: 5 * time.Minute,
 		Phases: []Phase{
@@ -59,6 +59,7 @@ func (e *Env) GatewayFetchProbes() {
 	e.T.Cleanup(func() { _ = l.Close() })
 	e.fetchListenerControl(l)
 	var probes []invariants.FetchProbe
+	var stored []storedURL // beside probes: whose URL, given on which route
 	for _, t := range e.Tenants {
 		a := g.Access(t)
 		for _, r := range g.Spec().Routes {
@@ -91,20 +92,27 @@ func (e *Env) GatewayFetchProbes() {
 				e.KeepText(t, fmt.Sprintf("route %q (%s %s) to %s with its url field %s pointed at the harness", r.Name, r.Method, path, t.Name, field), rep.Body)
 				probes = append(probes, invariants.FetchProbe{Tenant: t.Name, URL: u, Body: c.Value, Reply: rep.Body,
 					Where: invariants.Where{Label: fmt.Sprintf("route %q", r.Name), Method: r.Method, Path: r.Path, Part: fmt.Sprintf("url field %s (#%d)", field, i+1)}})
+				stored = append(stored, storedURL{t: t, route: r, field: field, url: u})
 			}
 		}
 	}
 	if len(probes) == 0 {
 		e.T.Skipf("no route with url_fields could be filled with a tenant's ids")
 	}
-	// A fetch the gateway makes later (a callback, a notify hook) counts
-	// too: the hits are read once every probe was made.
-	for _, p := range probes {
+	// A fetch the gateway makes later (a callback, a notify hook, a route
+	// of then) counts too: the hits are read once every probe and trigger
+	// was made. A webhook's own fetch is expected: its triggers judge it.
+	e.GatewayFetchTriggers(g, l, stored)
+	for i, p := range probes {
+		if stored[i].route.Webhook {
+			continue
+		}
 		p.Hits = len(l.HitsOn(p.URL))
 		for _, f := range invariants.FetchLeaks(p) {
 			e.Find(f)
 		}
 	}
+	e.fetchRequestFindings(l, stored)
 }
 
 // fetchListenerControl: the harness's own GET of a control URL on the

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -186,11 +187,17 @@ func (e *Env) sendRoute(g *llmgw.Gateway, route harness.Route, f llmgw.Filled, w
 // dataFindings are the authz findings of another tenant's data (canaries
 // not the caller's) in the answer r to caller (a tenant, or Anonymous).
 func dataFindings(chk *invariants.Checker, route harness.Route, caller, label, how string, r llmgw.Reply) []invariants.Finding {
+	return dataFindingsAt(chk, routePlace(route), caller, label, "the answer to "+how, r)
+}
+
+// dataFindingsAt are dataFindings at place (a route, or a chain of
+// routes), what saying whose answer it was.
+func dataFindingsAt(chk *invariants.Checker, place, caller, label, what string, r llmgw.Reply) []invariants.Finding {
 	var out []invariants.Finding
 	for _, l := range chk.TextLeaks(label, r.Body, caller) {
 		out = append(out, invariants.Finding{Invariant: invariants.Authz, Tenant: caller, Owner: l.Owner, Kind: l.Kind, Encoding: l.Encoding,
-			Place: routePlace(route), Where: invariants.Where{Label: routePlace(route), Method: r.Method, Path: r.Path},
-			Detail: fmt.Sprintf("the answer to %s carries another tenant's data (HTTP %d)", how, r.Status), Excerpt: l.Excerpt})
+			Place: place, Where: invariants.Where{Label: place, Method: r.Method, Path: r.Path},
+			Detail: fmt.Sprintf("%s carries another tenant's data (HTTP %d)", what, r.Status), Excerpt: l.Excerpt})
 	}
 	return out
 }
@@ -198,13 +205,18 @@ func dataFindings(chk *invariants.Checker, route harness.Route, caller, label, h
 // drove are the authz findings of a call that drove the providers of
 // tenants other than the caller: owner is the caller.
 func (e *Env) drove(route harness.Route, caller, how string, r llmgw.Reply, before, after map[string]int) {
+	e.droveAt(routePlace(route), caller, how, r, before, after)
+}
+
+// droveAt is drove at place (a route, or a chain of routes).
+func (e *Env) droveAt(place, caller, how string, r llmgw.Reply, before, after map[string]int) {
 	for _, x := range e.Box.Set.Tenants {
 		if x.Name == caller {
 			continue
 		}
 		if n := after[x.Name] - before[x.Name]; n > 0 {
 			e.Find(invariants.Finding{Invariant: invariants.Authz, Tenant: x.Name, Owner: caller, Kind: RouteRequest,
-				Place: routePlace(route), Where: invariants.Where{Label: routePlace(route), Method: r.Method, Path: r.Path},
+				Place: place, Where: invariants.Where{Label: place, Method: r.Method, Path: r.Path},
 				Detail: fmt.Sprintf("%s drove %d request(s) to its provider (HTTP %d)", how, n, r.Status)})
 		}
 	}
@@ -215,8 +227,9 @@ func (e *Env) drove(route harness.Route, caller, how string, r llmgw.Reply, befo
 // a capture once (its first form): each call must succeed (a positive
 // control; a form with own: any need not), no answer may carry another
 // tenant's data, no call may drive another tenant's provider, and each
-// capture's value becomes the tenant's id for later routes. Routes are
-// taken in their declared order.
+// capture's value becomes the tenant's id for later routes. A route with
+// a then is called once too, and its chain after it (ownChain). Routes
+// are taken in their declared order.
 func (e *Env) GatewayOwnRoutes() {
 	e.T.Helper()
 	g := e.llmGateway()
@@ -225,7 +238,7 @@ func (e *Env) GatewayOwnRoutes() {
 	ts := e.Box.Set.Tenants
 	e.startRouteBackends(g.Spec().Routes)
 	for _, route := range g.Spec().Routes {
-		if _, up := e.routeBase(g, route); !up || (!route.Read && len(route.Capture) == 0) {
+		if _, up := e.routeBase(g, route); !up || (!route.Read && len(route.Capture) == 0 && len(route.Then) == 0) {
 			continue
 		}
 		forms, queries := route.CredentialForms(), route.Queries()
@@ -266,6 +279,7 @@ func (e *Env) GatewayOwnRoutes() {
 					}
 					if fi == 0 && q == "" {
 						e.captureAnswer(st, route, t, "", r, ok)
+						e.ownChain(g, chk, route, t, how)
 					}
 				}
 			}
@@ -294,6 +308,9 @@ func (e *Env) captureAnswer(st *routeState, route harness.Route, t *tenants.Tena
 		}
 		if ok && err == nil {
 			st.capture(t.Name, pair, n, v)
+			if pair == "" && slices.Contains(route.CaptureSecrets, n) {
+				e.adoptCaptured(t, route, n, v)
+			}
 		}
 		if pair == "" {
 			detail := fmt.Sprintf("%s %s: HTTP %d: %s", r.Method, r.Path, r.Status, excerpt(r.Body))
@@ -371,7 +388,8 @@ func (e *Env) GatewayAnonymousRoutes() {
 // caller owns or made): a success, another tenant's data in the answer,
 // or a request on another tenant's provider is an authz finding. A route
 // with a capture keeps what a caller made naming another tenant's ids for
-// the caller's later calls naming that tenant ({own.X_id}).
+// the caller's later calls naming that tenant ({own.X_id}). A route with a
+// then has its chain called after each probe (crossChains).
 func (e *Env) GatewayCrossRoutes() {
 	e.T.Helper()
 	g := e.llmGateway()
@@ -382,6 +400,7 @@ func (e *Env) GatewayCrossRoutes() {
 	for _, t := range ts {
 		provisioned[t.Name] = g.Access(t).IDs
 	}
+	chains := crossChains{}
 	for _, route := range g.Spec().Routes {
 		if _, up := e.routeBase(g, route); !up || !route.NamesForeignIDs() {
 			continue // it names no identifier (only the caller's own data), or its backend is not running
@@ -435,12 +454,14 @@ func (e *Env) GatewayCrossRoutes() {
 								e.Find(fd)
 							}
 							e.drove(route, a.Name, how, r, before, after)
+							chains.after(e, g, chk, route, a, how)
 						}
 					}
 				}
 			}
 		}
 	}
+	chains.controls(e, g)
 }
 
 // routeIDSet is one set of ids a caller names: what they are, and whose

@@ -19,7 +19,8 @@ func TestGatewayOffboardFetchOnTestgw(t *testing.T) {
 		"gateway-offboarding": {"gateway key accepted on the relay before offboarding", "management headers accepted on route \"own token\" before offboarding",
 			"own key still served after a neighbour's offboarding", "own key answered by own provider",
 			`credential session accepted on route "own user" before offboarding`},
-		"gateway-fetch": {"the fetch listener answers on loopback"},
+		"gateway-fetch": {"the fetch listener answers on loopback", `webhook stored through "set my webhook" is called on its owner's trigger`,
+			`fetch trigger "test my webhook" answers after "set my webhook"`},
 	} {
 		t.Run(id, func(t *testing.T) {
 			t.Parallel()
@@ -119,6 +120,19 @@ func TestGatewayRound2ChecksCatchTestgwLeaks(t *testing.T) {
 			{invariants.Fetch, "came back to"},
 		}},
 		{"log-route", "gateway-routes", []want{{invariants.Authz, "an owner-only row of the store"}}},
+		// A later fetch on another route: the webhook stored last by
+		// anyone is called too, with the caller's data.
+		{"webhook-cross", "gateway-fetch", []want{
+			{invariants.Fetch, `route "set my webhook" then "test my webhook"`},
+			{invariants.Fetch, "a fetch made on"},
+			{invariants.Fetch, `the gateway's request on a URL stored through route "set my webhook"`},
+			{invariants.Fetch, "carries another tenant's data"},
+		}},
+		// An array URL field: the image part of a message is fetched.
+		{"vision-fetch", "gateway-fetch", []want{
+			{invariants.Fetch, "url field messages[].content[].image_url.url"},
+			{invariants.Fetch, "fetched the loopback URL"},
+		}},
 		{"operator-secret", "gateway-tenants", []want{{invariants.OperatorSecret, "admin_password"}}},
 	}
 	for _, c := range cases {
@@ -148,12 +162,22 @@ func TestGatewayCollideOnTestgw(t *testing.T) {
 		t.Parallel()
 		names := passesWithControls(t, runOne(t, spec, testgwTarget(t, "")))
 		assert.True(t, names["own provider answers under the shared model name"], "%v", names)
+		assert.True(t, names["own upstream tried during failover (5xx under the shared model name)"], "%v", names)
 	})
 	t.Run("model-cache", func(t *testing.T) {
 		t.Parallel()
 		rep := runOne(t, spec, testgwTarget(t, "model-cache"))
 		assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
 		assert.Contains(t, findingText(t, rep, invariants.Routing), "shared model name")
+	})
+	// A retry on every other channel: under one model name it reaches
+	// another tenant's provider (gateway-failover's distinct models hide
+	// a retry that keeps to the model's name).
+	t.Run("failover", func(t *testing.T) {
+		t.Parallel()
+		rep := runOne(t, spec, testgwTarget(t, "failover"))
+		assert.Equal(t, Leak, rep.Result, "%v", rep.Log)
+		assert.Contains(t, findingText(t, rep, invariants.Routing), "while its own upstream failed (5xx under the shared model name")
 	})
 	t.Run("agentd", func(t *testing.T) {
 		t.Parallel()

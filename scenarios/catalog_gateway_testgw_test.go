@@ -67,6 +67,17 @@ func TestGatewayFamilyOnTestgw(t *testing.T) {
 			if id == "gateway-routes" {
 				assert.True(t, names[`own route "own token" answers`], "%v", names)
 				assert.True(t, names[`own row answers on route "own log row"`], "owner-only rows probed: %v", names)
+				// The chains ran: after the owner's own write and after
+				// every cross-tenant probe (a chain that stopped running
+				// fails these controls).
+				for _, c := range []string{
+					`chain "move my made token to a group" then "models by my made key" answers after its own call`,
+					`chain "move my made token to a group" then "models by my made key" answers after each cross-tenant probe`,
+					`chain "set my webhook" then "test my webhook" answers after its own call`,
+					`own route "make a token" captures made_key`,
+				} {
+					assert.True(t, names[c], "control %q ran: %v", c, names)
+				}
 			}
 		})
 	}

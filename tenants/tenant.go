@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/tenantcanary/tenantcanary/fakellm"
@@ -27,6 +28,7 @@ type Tenant struct {
 	mu     sync.Mutex
 	minted []Canary
 	shared []Canary // other tenants' canaries this one declared too (Share)
+	serves []string // model names no canary of anyone's that t was provisioned under too (AlsoServes)
 }
 
 // Value is the tenant's base canary of kind (minted canaries have their own
@@ -108,10 +110,28 @@ func (t *Tenant) Shared() []Canary {
 	return append([]Canary(nil), t.shared...)
 }
 
-// Declares reports whether model is a model name of t: its own, or one it
-// shares (Share).
+// AlsoServes declares model, a name that is no canary (a model name a
+// gateway provisioned every tenant under, gateway-collide's), as a model
+// name of t: a main request on t's provider may name it.
+func (t *Tenant) AlsoServes(model string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !slices.Contains(t.serves, model) {
+		t.serves = append(t.serves, model)
+	}
+}
+
+// Serves lists the model names t was declared to serve too (AlsoServes).
+func (t *Tenant) Serves() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.serves)
+}
+
+// Declares reports whether model is a model name of t: its own, one it
+// shares (Share), or one it also serves (AlsoServes).
 func (t *Tenant) Declares(model string) bool {
-	if model == t.Model() {
+	if model == t.Model() || slices.Contains(t.Serves(), model) {
 		return true
 	}
 	for _, c := range t.Shared() {

@@ -29,6 +29,18 @@ func gatewayTarget(t *testing.T, dir, leak, known string) string {
 	return writeFile(t, dir, "testgw.yaml", y)
 }
 
+// gatewayTargetWithRoutes is the clean test gateway's target file with
+// routes (YAML list items) declared before its own.
+func gatewayTargetWithRoutes(t *testing.T, routes string) string {
+	t.Helper()
+	path := gatewayTarget(t, t.TempDir(), "", "")
+	text, err := os.ReadFile(path)
+	require.NoError(t, err)
+	y := strings.Replace(string(text), "  routes:\n", "  routes:\n"+routes, 1)
+	require.NoError(t, os.WriteFile(path, []byte(y), 0o644))
+	return path
+}
+
 // knownTokenRoute accepts what the test gateway's token-route leak shows:
 // the token routes answer any user, and their answers carry the other
 // tenants' tokens.
@@ -96,15 +108,7 @@ func TestTargetCheckGateway(t *testing.T) {
 // cannot, fails it.
 func TestTargetCheckNotesRoutesItsOwnerMayBeRefused(t *testing.T) {
 	t.Parallel()
-	add := func(routes string) string {
-		path := gatewayTarget(t, t.TempDir(), "", "")
-		text, err := os.ReadFile(path)
-		require.NoError(t, err)
-		y := strings.Replace(string(text), "  routes:\n", "  routes:\n"+routes, 1)
-		require.NoError(t, os.WriteFile(path, []byte(y), 0o644))
-		return path
-	}
-	ok := add(`    - {name: user by id (admin), path: "/api/admin/user/{user_id}", success: '"success":\s*true'}
+	ok := gatewayTargetWithRoutes(t, `    - {name: user by id (admin), path: "/api/admin/user/{user_id}", success: '"success":\s*true'}
     - {name: own user pinned, path: /api/user/self, read: true, auth: [{name: pin, bearer: "{key}-{channel_id}", own: any}], success: '"success":\s*true'}
 `)
 	code, stdout, stderr := runCLI(t, "target", "check", ok)
@@ -112,7 +116,7 @@ func TestTargetCheckNotesRoutesItsOwnerMayBeRefused(t *testing.T) {
 	assert.Contains(t, stdout, `note  route              "user by id (admin)": not a read: its owner default was refused`)
 	assert.Contains(t, stdout, `note  route              "own user pinned": its owner default was refused in every form, each one it may be refused (own: any)`)
 
-	bad := add(`    - {name: own user at a wrong path, path: /api/user/nosuch, read: true, success: '"success":\s*true'}
+	bad := gatewayTargetWithRoutes(t, `    - {name: own user at a wrong path, path: /api/user/nosuch, read: true, success: '"success":\s*true'}
 `)
 	code, stdout, stderr = runCLI(t, "target", "check", bad)
 	require.Equal(t, 2, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
@@ -135,4 +139,23 @@ func TestTargetCheckGatewayNodes(t *testing.T) {
 	code, stdout, _ = runCLI(t, "target", "check", gatewayTarget(t, t.TempDir(), "", ""))
 	require.Equal(t, 0, code)
 	assert.NotContains(t, stdout, "node 2", "a gateway of one node starts no other")
+}
+
+// TestTargetCheckCallsChains: target check calls the routes a route
+// chains (then) after its owner's call, as gateway-routes will; a chained
+// route that refuses its owner fails the pass, naming the chain.
+func TestTargetCheckCallsChains(t *testing.T) {
+	t.Parallel()
+	ok := gatewayTargetWithRoutes(t, `    - {name: own user then logs, path: /api/user/self, read: true, then: [own logs], success: '"success":\s*true'}
+`)
+	code, stdout, stderr := runCLI(t, "target", "check", ok)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, `ok    route              "own user then logs" then "own logs": GET /api/log/self answered its owner default`)
+
+	bad := gatewayTargetWithRoutes(t, `    - {name: own user then nowhere, path: /api/user/self, read: true, then: [nowhere], success: '"success":\s*true'}
+    - {name: nowhere, path: /api/nosuch, success: '"success":\s*true'}
+`)
+	code, stdout, stderr = runCLI(t, "target", "check", bad)
+	require.Equal(t, 2, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, `FAIL  route              "own user then nowhere" then "nowhere": the chained route refused its owner default`)
 }

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -41,6 +44,27 @@ type FetchListener struct {
 type FetchHit struct {
 	Method, Path, Remote, UserAgent string
 	Time                            time.Time
+	// Query, Header and Body are the rest of the request (its body up to
+	// 64 KiB): what the gateway sent along, scanned for other tenants'
+	// data.
+	Query  string
+	Header http.Header
+	Body   []byte
+}
+
+// Content is everything the request carried, as text: its query, each
+// header and its body.
+func (h FetchHit) Content() []byte {
+	var b strings.Builder
+	b.WriteString(h.Method + " " + h.Path + "?" + h.Query + "\n")
+	for _, k := range slices.Sorted(maps.Keys(h.Header)) {
+		for _, v := range h.Header[k] {
+			b.WriteString(k + ": " + v + "\n")
+		}
+	}
+	b.WriteString("\n")
+	b.Write(h.Body)
+	return []byte(b.String())
 }
 
 // NewFetchListener starts a listener on 127.0.0.1 (a free port).
@@ -59,16 +83,18 @@ func NewFetchListener() (*FetchListener, error) {
 }
 
 func (l *FetchListener) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 	l.mu.Lock()
-	l.hits = append(l.hits, FetchHit{Method: r.Method, Path: r.URL.Path, Remote: r.RemoteAddr, UserAgent: r.UserAgent(), Time: time.Now()})
-	body, ok := l.bodies[r.URL.Path]
+	l.hits = append(l.hits, FetchHit{Method: r.Method, Path: r.URL.Path, Remote: r.RemoteAddr, UserAgent: r.UserAgent(), Time: time.Now(),
+		Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+	answer, ok := l.bodies[r.URL.Path]
 	l.mu.Unlock()
 	if !ok {
 		http.NotFound(w, r)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = w.Write([]byte(body))
+	_, _ = w.Write([]byte(answer))
 }
 
 // Base is the listener's base URL (http://127.0.0.1:PORT).

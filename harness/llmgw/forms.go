@@ -130,3 +130,22 @@ func (g *Gateway) SendAt(ctx context.Context, base string, f Filled) (Reply, err
 func AgentIDs(t *tenants.Tenant) map[string]string {
 	return map[string]string{"profile": t.Profile(), "tenant": t.Name}
 }
+
+// OwnCall fills route as a caller's own call: the first of its credential
+// forms (none, when it lists only none) that values can fill. why, when
+// not empty, says why no form could be.
+func OwnCall(route harness.Route, caller harness.GatewayAccess, values harness.RouteValues) (Filled, harness.AuthForm, string) {
+	forms := route.CredentialForms()
+	if len(forms) == 0 {
+		forms = []harness.AuthForm{{Name: harness.FormNone}}
+	}
+	var whys []string
+	for _, f := range forms {
+		filled, why := RouteCall{Route: route, Form: f, Caller: caller, Values: values}.Fill()
+		if why == "" {
+			return filled, f, ""
+		}
+		whys = append(whys, why)
+	}
+	return Filled{}, harness.AuthForm{}, strings.Join(whys, "; ")
+}

@@ -36,6 +36,14 @@
 //	             management API (its access token as a bearer is refused)
 //	stale-pin    a disabled user's relay key with a channel suffix
 //	             (sk-KEY-<channel id>) still relays (the bare key is refused)
+//	token-group  PUT /api/token/{id}/group moves the caller's token into
+//	             any user's group while answering as refused: only the
+//	             model list with that token (GET /v1/models, a later
+//	             route) shows the other user's models
+//	webhook-cross  POST /api/user/webhook/test also calls the webhook
+//	             stored last by anyone, with the caller's data
+//	vision-fetch  POST /api/vision fetches every image URL of its
+//	             messages, loopback included
 //
 // The management API takes a user's access token as "Authorization:
 // Bearer" or as the cookie "session"; the provisioner prints both forms.
@@ -98,12 +106,13 @@ type gw struct {
 	root  string
 	leak  map[string]bool
 	nodes nodeCache // what this node keeps for itself (nodes.go)
+	hook  lastHook  // the webhook-cross leak's last stored webhook
 }
 
 const schema = `
-CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, name TEXT UNIQUE, access_token TEXT, status INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, name TEXT UNIQUE, access_token TEXT, status INTEGER NOT NULL DEFAULT 1, webhook TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS channels (id INTEGER PRIMARY KEY, user_id INTEGER, base_url TEXT, key TEXT, model TEXT);
-CREATE TABLE IF NOT EXISTS tokens (id INTEGER PRIMARY KEY, user_id INTEGER, key TEXT UNIQUE, name TEXT, made INTEGER DEFAULT 0, channel_id INTEGER DEFAULT 0);
+CREATE TABLE IF NOT EXISTS tokens (id INTEGER PRIMARY KEY, user_id INTEGER, key TEXT UNIQUE, name TEXT, made INTEGER DEFAULT 0, channel_id INTEGER DEFAULT 0, group_id INTEGER DEFAULT 0);
 CREATE TABLE IF NOT EXISTS logs (id INTEGER PRIMARY KEY, user_id INTEGER, token_id INTEGER, model TEXT, content TEXT);
 CREATE TABLE IF NOT EXISTS settings (name TEXT, value TEXT);
 `
@@ -174,6 +183,7 @@ func (g *gw) mux() *http.ServeMux {
 	m.HandleFunc("DELETE /api/token/{id}", g.user(g.tokenDelete))
 	m.HandleFunc("PUT /api/token/{id}/channel", g.user(g.tokenBind))
 	m.HandleFunc("GET /api/channel/{id}", g.user(g.channelGet))
+	g.laterRoutes(m)
 	g.offboardRoutes(m)
 	return m
 }

@@ -161,11 +161,17 @@ func relay(ctx context.Context, c channel, req map[string]any) (int, string, []b
 	return resp.StatusCode, resp.Header.Get("Content-Type"), out, nil
 }
 
+// models lists the models of the token's group: its user's channels, or
+// those of the user whose group the token was moved into.
 func (g *gw) models(w http.ResponseWriter, r *http.Request) {
-	_, userID, ok := g.tokenUser(r)
+	tokenID, userID, ok := g.tokenUser(r)
 	if !ok {
 		fail(w, 401, "invalid token")
 		return
+	}
+	var group int64
+	if g.db.QueryRow(`SELECT group_id FROM tokens WHERE id = ?`, tokenID).Scan(&group) == nil && group != 0 {
+		userID = group
 	}
 	var data []any
 	for _, c := range g.channels(`WHERE user_id = ?`, userID) {

@@ -134,13 +134,14 @@ func (g *gw) tokenMake(w http.ResponseWriter, r *http.Request, uid int64) {
 		refuse(w, "want {\"name\": ...}")
 		return
 	}
-	res, err := g.db.Exec(`INSERT INTO tokens (user_id, key, name, made) VALUES (?, ?, ?, 1)`, uid, randHex(24), in.Name)
+	key := randHex(24)
+	res, err := g.db.Exec(`INSERT INTO tokens (user_id, key, name, made) VALUES (?, ?, ?, 1)`, uid, key, in.Name)
 	if err != nil {
 		fail(w, 500, err.Error())
 		return
 	}
 	id, _ := res.LastInsertId()
-	writeJSON(w, 200, map[string]any{"success": true, "data": map[string]any{"id": id, "name": in.Name}})
+	writeJSON(w, 200, map[string]any{"success": true, "data": map[string]any{"id": id, "name": in.Name, "key": "sk-" + key}})
 }
 
 // tokenBind binds the caller's token to one of its channels (with the

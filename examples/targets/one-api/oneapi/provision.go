@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 )
@@ -105,7 +106,35 @@ const TenantQuota = 1_000_000_000_000
 // OpenAI-type channel serving only that group with the tenant's model, its
 // own provider's base URL and key, and a gateway token of that user.
 func Provision(ctx context.Context, c *Client, r Roster) (Provisioned, error) {
+	return ProvisionWith(ctx, c, r, Options{})
+}
+
+// Options are what a provisioning turns on beyond the tenants themselves.
+type Options struct {
+	// RetryTimes, when above 0, turns on one-api's own retries (the
+	// option RetryTimes: a relay that fails with 429 or 5xx is tried again
+	// on another channel of the user's group serving the model) and gives
+	// every tenant a fallback channel, a second channel of its group to
+	// its own provider with its own key and model, for the retries to
+	// fail over to: what a deployment with retries runs. The harness asks
+	// for it with RETRIES=1 (gateway-failover).
+	RetryTimes int
+}
+
+// DefaultRetryTimes is RetryTimes when the harness asks for retries. A
+// retry that draws the channel that just failed is spent without a call
+// (one-api's relay skips it), and it draws at random among the group's
+// channels, so a few are needed for the fallback to be reached.
+const DefaultRetryTimes = 3
+
+// ProvisionWith is Provision with opts: with RetryTimes, the option is
+// set and read back (a setting one-api dropped fails the provisioning),
+// and each tenant gets a fallback channel (ids.fallback_channel).
+func ProvisionWith(ctx context.Context, c *Client, r Roster, opts Options) (Provisioned, error) {
 	out := Provisioned{Tenants: map[string]Access{}}
+	if opts.RetryTimes < 0 {
+		return out, fmt.Errorf("retry times %d: want 0 (off) or more", opts.RetryTimes)
+	}
 	rootPassword, err := randomHex(10)
 	if err != nil {
 		return out, err
@@ -125,8 +154,11 @@ func Provision(ctx context.Context, c *Client, r Roster) (Provisioned, error) {
 	if err := c.SetGroupRatios(ctx, groups); err != nil {
 		return out, err
 	}
+	if err := setRetries(ctx, c, opts.RetryTimes); err != nil {
+		return out, err
+	}
 	for _, t := range r.Tenants {
-		a, err := provisionTenant(ctx, c, t)
+		a, err := provisionTenant(ctx, c, t, opts.RetryTimes > 0)
 		if err != nil {
 			return out, fmt.Errorf("tenant %s: %w", t.Name, err)
 		}
@@ -135,7 +167,28 @@ func Provision(ctx context.Context, c *Client, r Roster) (Provisioned, error) {
 	return out, nil
 }
 
-func provisionTenant(ctx context.Context, c *Client, t RosterTenant) (Access, error) {
+// setRetries sets the option RetryTimes to n and reads it back.
+func setRetries(ctx context.Context, c *Client, n int) error {
+	want := strconv.Itoa(n)
+	if err := c.SetOption(ctx, "RetryTimes", want); err != nil {
+		return err
+	}
+	var opts []Option
+	if err := c.Call(ctx, http.MethodGet, "/api/option/", nil, &opts); err != nil {
+		return fmt.Errorf("read option RetryTimes back: %w", err)
+	}
+	for _, o := range opts {
+		if o.Key == "RetryTimes" {
+			if o.Value != want {
+				return fmt.Errorf("option RetryTimes is %q after setting it to %s: %w", o.Value, want, ErrRefused)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("option RetryTimes: one-api lists no such option after setting it: %w", ErrRefused)
+}
+
+func provisionTenant(ctx context.Context, c *Client, t RosterTenant, fallback bool) (Access, error) {
 	password, err := randomHex(8)
 	if err != nil {
 		return Access{}, err
@@ -159,6 +212,19 @@ func provisionTenant(ctx context.Context, c *Client, t RosterTenant) (Access, er
 	if err != nil {
 		return Access{}, err
 	}
+	ids := map[string]string{
+		"user": strconv.Itoa(u.ID), "channel": strconv.Itoa(chID), "group": Group(t.Name),
+	}
+	if fallback {
+		fbID, err := c.AddChannel(ctx, Channel{
+			Type: ChannelTypeOpenAI, Name: "tc-" + t.Name + "-fallback", Key: t.Key, BaseURL: &base,
+			Models: t.Model, Group: Group(t.Name),
+		})
+		if err != nil {
+			return Access{}, fmt.Errorf("fallback channel: %w", err)
+		}
+		ids["fallback_channel"] = strconv.Itoa(fbID)
+	}
 	tok, err := c.As(u.AccessToken).AddToken(ctx, "tc-"+t.Name)
 	if err != nil {
 		return Access{}, err
@@ -172,12 +238,11 @@ func provisionTenant(ctx context.Context, c *Client, t RosterTenant) (Access, er
 	if err := keepOnly(ctx, c.As(u.AccessToken), tok.ID); err != nil {
 		return Access{}, err
 	}
+	ids["token"] = strconv.Itoa(tok.ID)
 	return Access{
 		Key: tok.Key, Models: []string{t.Model}, BasePath: "/v1",
 		Headers: map[string]string{"Authorization": u.AccessToken},
-		IDs: map[string]string{
-			"user": strconv.Itoa(u.ID), "token": strconv.Itoa(tok.ID), "channel": strconv.Itoa(chID),
-		},
+		IDs:     ids,
 	}, nil
 }
 

@@ -7,7 +7,7 @@
 //
 //	{"tenants": {"alpha": {"key": "...", "models": ["model-alpha-..."], "base_path": "/v1",
 //	  "headers": {"Authorization": "<the user's access token>"},
-//	  "ids": {"user": "2", "token": "3", "channel": "1"}}}}
+//	  "ids": {"user": "2", "token": "3", "channel": "1", "group": "tc-alpha"}}}}
 //
 // With the argument deprovision it offboards one tenant instead (the
 // target's llm_gateway.deprovision): it reads the harness's request on
@@ -18,6 +18,12 @@
 // and disables the tenant's user, or deletes its user and its channel,
 // through the admin API (POST /api/user/manage, DELETE /api/channel/ID).
 // It prints nothing.
+//
+// With RETRIES=1 in its environment (the harness sets it for
+// gateway-failover) it also turns on one-api's retries (the option
+// RetryTimes, read back) and gives each tenant a fallback channel of its
+// group (ids.fallback_channel), so a failed relay is retried as a
+// deployment with retries would.
 //
 // Environment: GATEWAY_URL (http://127.0.0.1:PORT: one-api binds every
 // interface, reach it on loopback) and ROOT_TOKEN (one-api's
@@ -88,8 +94,12 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	opts, err := retryOptions(os.Getenv("RETRIES"))
+	if err != nil {
+		return err
+	}
 	c := oneapi.NewClient(url, token)
-	out, err := oneapi.Provision(ctx, c, r)
+	out, err := oneapi.ProvisionWith(ctx, c, r, opts)
 	if err != nil {
 		return err
 	}
@@ -105,6 +115,19 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// retryOptions reads RETRIES, which the harness sets to 1 when a scenario
+// wants the gateway's own retries and fallbacks (gateway-failover): one-api's
+// RetryTimes and a fallback channel per tenant.
+func retryOptions(v string) (oneapi.Options, error) {
+	switch v {
+	case "", "0":
+		return oneapi.Options{}, nil
+	case "1":
+		return oneapi.Options{RetryTimes: oneapi.DefaultRetryTimes}, nil
+	}
+	return oneapi.Options{}, fmt.Errorf("RETRIES=%q: want 1 (turn on one-api's retries and a fallback channel per tenant), 0 or nothing", v)
 }
 
 // readRoster reads the roster from stdin, or from $ROSTER when stdin is a

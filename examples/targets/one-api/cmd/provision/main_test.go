@@ -41,6 +41,10 @@ func TestRunRefusesBadInput(t *testing.T) {
 	if err := run([]string{"deprovision"}, strings.NewReader(`{"step": "pause", "tenant": "alpha", "access": {"ids": {"user": "2", "channel": "1"}}}`), &out); !errors.Is(err, oneapi.ErrDeprovision) {
 		t.Errorf("an unknown deprovision step: %v, want ErrDeprovision", err)
 	}
+	t.Setenv("RETRIES", "yes")
+	if err := run(nil, strings.NewReader(`{"version": 1, "tenants": [{"name": "a", "base_url": "http://127.0.0.1:1/v1", "key": "k", "model": "m"}]}`), &out); err == nil || !strings.Contains(err.Error(), `RETRIES="yes"`) {
+		t.Errorf("RETRIES=yes: %v, want a refusal naming it", err)
+	}
 	if out.Len() != 0 {
 		t.Errorf("stdout after refusals: %q, want nothing", out.String())
 	}
