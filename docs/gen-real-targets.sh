@@ -8,8 +8,8 @@
 #   PATH=/opt/hermes-bin:$PATH docs/gen-real-targets.sh [canary-run flags...]
 #   PATH=/opt/hermes-bin:$PATH docs/gen-real-targets.sh --from DIR [flags]
 #
-# It builds canary-run from this checkout, runs `canary-run target check` on
-# examples/targets/hermes/target.yaml, then certifies Hermes with the whole
+# It builds canary-run from this checkout, runs `canary-run target check`
+# on examples/targets/hermes/target.yaml, then certifies Hermes with the whole
 # catalog (`--no-self-test`; the flags given are added), and writes what the
 # run showed (the versions, both commands and how they ended, the verdict,
 # the scenario table, who reached whom, the findings by invariant with what
@@ -19,7 +19,8 @@
 # already made (DIR holds its certificate.json and summary.md, as --out
 # wrote them) instead of making one, and the flags after it are the ones
 # that run was made with (the doc shows them); the target check is still
-# run.
+# run. The certificate is read with the python3 first on PATH (Hermes's,
+# which the run needs anyway).
 # HERMES_CERT_OUT=DIR keeps the run's certificate (and, with --keep, its
 # work tree) in DIR; by default it goes into a temporary folder, removed.
 #
