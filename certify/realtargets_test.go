@@ -14,27 +14,32 @@ import (
 	"github.com/tenantcanary/tenantcanary/harness"
 )
 
-// The markers around the part of docs/real-targets.md that
-// docs/gen-real-targets.sh writes from a Hermes run.
-const (
-	hermesRunBegin = "<!-- BEGIN hermes-run: written by docs/gen-real-targets.sh from a run; edit the script, not this block -->"
-	hermesRunEnd   = "<!-- END hermes-run -->"
-)
+// hermesRuns are the parts of docs/real-targets.md that
+// docs/gen-real-targets.sh writes from a Hermes run: the file as shipped,
+// and its diagnostic copy (--diagnostic).
+var hermesRuns = []string{"hermes-run", "hermes-diagnostic-run"}
 
-// hermesRunDrift lists where the Hermes run recorded in doc (the text of
-// docs/real-targets.md) disagrees with the catalog's scenario IDs, in
-// order: the run's scenario table (summary.md's, between the markers) must
-// name exactly them. None: the record is current.
-func hermesRunDrift(doc string, catalog []string) []string {
-	_, rest, ok := strings.Cut(doc, hermesRunBegin)
-	block, _, closed := strings.Cut(rest, hermesRunEnd)
+// runMarkers are the lines around block's part of the doc.
+func runMarkers(block string) (begin, end string) {
+	return "<!-- BEGIN " + block + ": written by docs/gen-real-targets.sh from a run; edit the script, not this block -->",
+		"<!-- END " + block + " -->"
+}
+
+// hermesRunDrift lists where the run recorded in doc's block (doc is the
+// text of docs/real-targets.md) disagrees with the catalog's scenario IDs,
+// in order: the run's scenario table (summary.md's, between the markers)
+// must name exactly them. None: the record is current.
+func hermesRunDrift(doc, block string, catalog []string) []string {
+	begin, end := runMarkers(block)
+	_, rest, ok := strings.Cut(doc, begin)
+	part, _, closed := strings.Cut(rest, end)
 	if !ok || !closed {
-		return []string{"no hermes-run block (" + hermesRunBegin + " ... " + hermesRunEnd + ")"}
+		return []string{"no " + block + " block (" + begin + " ... " + end + ")"}
 	}
-	lines := strings.Split(block, "\n")
+	lines := strings.Split(part, "\n")
 	i := slices.Index(lines, summaryTable)
 	if i < 0 {
-		return []string{"no scenario table in the hermes-run block"}
+		return []string{"no scenario table in the " + block + " block"}
 	}
 	var ids []string
 	for _, l := range lines[i+2:] {
@@ -45,12 +50,12 @@ func hermesRunDrift(doc string, catalog []string) []string {
 		ids = append(ids, m[1])
 	}
 	if !slices.Equal(ids, catalog) {
-		return []string{fmt.Sprintf("the run's scenarios %q, the catalog has %q", ids, catalog)}
+		return []string{fmt.Sprintf("%s: the run's scenarios %q, the catalog has %q", block, ids, catalog)}
 	}
 	return nil
 }
 
-// TestRealTargetsMatchesTheCatalog: the Hermes run docs/real-targets.md
+// TestRealTargetsMatchesTheCatalog: the Hermes runs docs/real-targets.md
 // records (written by docs/gen-real-targets.sh, by hand: it needs Hermes)
 // ran today's catalog. A scenario added, removed, renamed or moved since
 // fails here, until the script is run again.
@@ -59,25 +64,28 @@ func TestRealTargetsMatchesTheCatalog(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "docs", "real-targets.md"))
 	require.NoError(t, err)
 	doc, catalog := string(b), codeFacts().Scenarios
-	if drift := hermesRunDrift(doc, catalog); len(drift) > 0 {
-		t.Fatalf("docs/real-targets.md's Hermes run is stale: run docs/gen-real-targets.sh against Hermes (docs/real-targets.md, Hermes)\n%s", strings.Join(drift, "\n"))
-	}
+	for _, block := range hermesRuns {
+		if drift := hermesRunDrift(doc, block, catalog); len(drift) > 0 {
+			t.Fatalf("docs/real-targets.md's Hermes run is stale: run docs/gen-real-targets.sh (and with --diagnostic) against Hermes (docs/real-targets.md, Hermes)\n%s", strings.Join(drift, "\n"))
+		}
 
-	// Positive controls: the same record against a changed catalog, and a
-	// doc without the block, are found stale.
-	changed := map[string][]string{
-		"a scenario added":   append(slices.Clone(catalog), "a-new-scenario"),
-		"a scenario removed": catalog[1:],
-		"a scenario renamed": append([]string{"renamed"}, catalog[1:]...),
-		"a scenario moved":   slices.Concat(catalog[1:], catalog[:1]),
-		"no catalog":         nil,
+		// Positive controls: the same record against a changed catalog,
+		// and a doc without the block, are found stale.
+		changed := map[string][]string{
+			"a scenario added":   append(slices.Clone(catalog), "a-new-scenario"),
+			"a scenario removed": catalog[1:],
+			"a scenario renamed": append([]string{"renamed"}, catalog[1:]...),
+			"a scenario moved":   slices.Concat(catalog[1:], catalog[:1]),
+			"no catalog":         nil,
+		}
+		for name, c := range changed {
+			require.NotEmpty(t, hermesRunDrift(doc, block, c), "%s, %s: the record must be found stale", block, name)
+		}
+		require.NotEmpty(t, hermesRunDrift("", block, catalog), "a doc without the %s block must be found stale", block)
+		_, end := runMarkers(block)
+		unclosed, _, _ := strings.Cut(doc, end)
+		require.NotEmpty(t, hermesRunDrift(unclosed, block, catalog), "a %s block without its end must be found stale", block)
 	}
-	for name, c := range changed {
-		require.NotEmpty(t, hermesRunDrift(doc, c), "%s: the record must be found stale", name)
-	}
-	require.NotEmpty(t, hermesRunDrift("", catalog), "a doc without the block must be found stale")
-	unclosed, _, _ := strings.Cut(doc, hermesRunEnd)
-	require.NotEmpty(t, hermesRunDrift(unclosed, catalog), "a block without its end must be found stale")
 }
 
 // TestHermesTargetReachesNoNetwork keeps what docs/real-targets.md says of

@@ -5,8 +5,8 @@
 # says, with `hermes` and `python3` first on PATH, so it is run by hand,
 # never by CI:
 #
-#   PATH=/opt/hermes-bin:$PATH docs/gen-real-targets.sh [canary-run flags...]
-#   PATH=/opt/hermes-bin:$PATH docs/gen-real-targets.sh --from DIR [flags]
+#   PATH=/opt/hermes-bin:$PATH docs/gen-real-targets.sh [--diagnostic] [canary-run flags...]
+#   PATH=/opt/hermes-bin:$PATH docs/gen-real-targets.sh [--diagnostic] --from DIR [flags]
 #
 # It builds canary-run from this checkout, runs `canary-run target check`
 # on examples/targets/hermes/target.yaml, then certifies Hermes with the whole
@@ -21,6 +21,12 @@
 # that run was made with (the doc shows them); the target check is still
 # run. The certificate is read with the python3 first on PATH (Hermes's,
 # which the run needs anyway).
+# --diagnostic certifies a copy of the file (made in a temporary folder)
+# whose one change is each profile's key written literally into its
+# config.yaml (`api_key: "{provider_key}"` for `"${TENANT_PROVIDER_KEY}"`),
+# so the named profiles' turns reach their providers with their own key
+# and the scenarios go past their first turn; it writes the
+# `hermes-diagnostic-run` block instead.
 # HERMES_CERT_OUT=DIR keeps the run's certificate (and, with --keep, its
 # work tree) in DIR; by default it goes into a temporary folder, removed.
 #
@@ -37,7 +43,15 @@ set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 doc="$repo/docs/real-targets.md"
 target=examples/targets/hermes/target.yaml
+block=hermes-run
+shown=$target
 from=
+diagnostic=
+if [ "${1:-}" = --diagnostic ]; then
+	diagnostic=1
+	block=hermes-diagnostic-run
+	shift
+fi
 if [ "${1:-}" = --from ]; then
 	[ $# -ge 2 ] || { echo "usage: gen-real-targets.sh --from DIR [canary-run flags the run was made with]" >&2; exit 2; }
 	from=$(cd "$2" && pwd)
@@ -57,6 +71,16 @@ python_version=$(python3 -c 'import platform; print(platform.python_version())')
 work=$(mktemp -d "${TMPDIR:-/tmp}/gen-real-targets.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
 (cd "$repo" && go build -o "$work/canary-run" ./cmd/canary-run)
+if [ -n "$diagnostic" ]; then
+	cp -R "$repo/examples/targets/hermes" "$work/hermes-diagnostic"
+	target=$work/hermes-diagnostic/target.yaml
+	shown='$COPY/target.yaml'
+	sed -i 's|api_key: "\${{key_env}}"|api_key: "{provider_key}"|' "$target"
+	grep -q 'api_key: "{provider_key}"' "$target" || {
+		echo "gen-real-targets: the file's model.api_key is no longer \"\${{key_env}}\"; change --diagnostic's sed" >&2
+		exit 2
+	}
+fi
 
 check=0
 (cd "$repo" && "$work/canary-run" target check "$target" >"$work/check.txt" 2>&1) || check=$?
@@ -93,24 +117,27 @@ launch_bleed	every `session.create{profile}` of a named profile reports the laun
 shared_place	most are the launch tenant's own keys (provider key, `API_SERVER_KEY`, from its tool output) in the launch home's `state.db` and WAL, which the file declares a server file (`server_files`: the serve backend writes it whoever acts), where by the harness's rule any tenant's secret counts, the launch tenant's own included; the rest are the terminal tool's `$TMPDIR/hermes-snap-*.sh` (each shell's `declare -x` snapshot) holding provider keys outside every home
 operator_secret	`HERMES_DASHBOARD_SESSION_TOKEN`, the serve backend's operator token, is in the pooled process's environment, so in the probe plugin's environment dump: it reached the launch tenant's provider request, its websocket frames and its `state.db`
 plugin_boundary	the probe plugin runs inside the pooled server's own process, in the server's working folder, not its profile's home; a stdio backend launched on the launch profile served `alpha`'s session and ran `alpha`'s plugin, which read `default`'s and `beta`'s `.env`; so did `alpha`'s plugin in `hermes cron tick` firing `alpha`'s job (every home is readable from plugin code)
-process_escape	a process a tenant started (the probe plugin's `setsid`'d child) outlived the session, profile or server that started it
+process_escape	tool shells' background processes (`sleep 600`, `( sleep 600 & )`) outlived their session's close, their profile's deletion and the server's stop, carrying the tenant's marks (and the launch key, in the shared environment); a deleted profile's `tui_gateway.slash_worker` outlived it; the probe plugin's `setsid`'d child outlived the server
 unsandboxed_env	processes Hermes starts (the terminal tool's shells and what runs in them, `git`, `python3 -m tui_gateway.slash_worker`) run outside any sandbox, in the server's namespaces, carrying tenants' `.env` variables
 write_scope	a write addressed to one profile changed another's files: `config.set` and `model.save_key` addressed to a named profile write the launch profile's `config.yaml` and `.env`; writes addressed to `default` added the named profiles' `auth.lock` and changed their `state.db` WAL and SHM (their own server-side files, which `server_files`, declared for the launch home only, does not cover)
-authz	a call naming another tenant's profile, session or job was not refused: every connection holds the serve backend's operator token, which addresses every profile
-availability	a tenant's latency under a neighbour's flood rose past 3x its baseline: one pooled Python process serves every tenant's turns
+authz	a connection drove another connection's live session (`prompt.submit`, `config.set`, `model.save_key`, `session.close` on its id all answered): Hermes binds a session to no connection, and every connection holds the serve backend's operator token; a live session of a deleted profile still served after the profile was made again
+availability	under a neighbour's flood, other tenants' turn p99 rose far past 3x their baseline while the machine control barely slowed: one Python process serves every tenant's turns
 resource_harm	a tenant's hostile file grew or stopped the pooled server (`agent/prompt_builder.py` reads `SOUL.md` whole before truncating it, so a `SOUL.md` linked to `/dev/zero` is read until the server is killed)
 snapshot_shortfall	named profiles got no probe snapshot: their turns failed with the provider's 401 (the key under `request`), so their tools never ran. Liveness, not a leak
 control	named profiles' providers saw no request with their own key (the same 401 turns). Not a leak in itself; the scenarios cannot pass while a control fails
-harness	the harness could not make a check (a scan refused, a store unreachable): not a leak
+hermes-diagnostic-run/request	request bodies carry other tenants' canaries, keys included: the tool output of the hostile rows (a tenant's shell reads every other home's `.env`, `SOUL.md`, memories and `state.db`: nothing confines it) and of every turn's shell (the launch `.env` in the shared environment). The auth headers are each tenant's own here: the key is literal
+hermes-diagnostic-run/file	each named profile's `state.db`, WAL and logs hold other tenants' canaries: the hostile rows' tool output (other homes' files, read by the tenant's shell) and the launch profile's model and `.env` marker (as in the run above)
+hermes-diagnostic-run/control	mostly a named profile's env snapshot showing the launch `.env` marker, not its own (the shared environment); and the `hostile-tools` spawn rows (`nohup … &`, a double fork, many children) that did not run: Hermes's terminal tool refuses a foreground command that backgrounds with `&` ("Use terminal(background=true) for long-lived processes"). Not a leak; the scenarios cannot pass while a control fails
+harness	checks the harness could not make: a scenario that ran out of its own time on this machine could not scan after its last phase (`not scanned: ... context deadline exceeded`). Not a leak; a longer `--timeout` gives it time
 EOF
 
-python3 - "$doc" "$out" "$work/check.txt" "$check" "$explain" "$hermes_version" "$python_version" "$flags" <<'EOF'
+python3 - "$doc" "$out" "$work/check.txt" "$check" "$explain" "$hermes_version" "$python_version" "$flags" "$block" "$shown" <<'EOF'
 import json, re, sys
 from collections import Counter, defaultdict
 
-doc_path, out, check_path, check_status, explain_path, hermes_version, python_version, flags = sys.argv[1:]
-begin = "<!-- BEGIN hermes-run: written by docs/gen-real-targets.sh from a run; edit the script, not this block -->"
-end = "<!-- END hermes-run -->"
+doc_path, out, check_path, check_status, explain_path, hermes_version, python_version, flags, block, shown = sys.argv[1:]
+begin = f"<!-- BEGIN {block}: written by docs/gen-real-targets.sh from a run; edit the script, not this block -->"
+end = f"<!-- END {block} -->"
 
 cert = json.load(open(f"{out}/certificate.json"))
 summary = open(f"{out}/summary.md").read().splitlines()
@@ -152,7 +179,7 @@ for s in cert["scenarios"]:
         for f in p.get("findings") or []:
             count[f["invariant"]] += 1
             where[f["invariant"]][s["id"]] += 1
-unexplained = [k for k in count if k not in explain]
+unexplained = [k for k in count if k not in explain and block + "/" + k not in explain]
 
 tool = cert["tool"]
 results = Counter(s["result"] for s in cert["scenarios"])
@@ -165,11 +192,14 @@ o.append(f"Run {cert['date'][:10]} by hand: {hermes_version} (Python {python_ver
          + ", ".join(f"{n} {r}" for r, n in sorted(results.items())) + f") in {cert['duration_ns'] / 60e9:.0f} min.")
 o.append("")
 o.append("```")
-o.append("$ PATH=/opt/hermes-bin:$PATH go run ./cmd/canary-run target check examples/targets/hermes/target.yaml")
+if block != "hermes-run":
+    o.append("$ COPY=$(mktemp -d) && cp -R examples/targets/hermes/. $COPY && "
+             "sed -i 's|api_key: \"${{key_env}}\"|api_key: \"{provider_key}\"|' $COPY/target.yaml")
+o.append(f"$ PATH=/opt/hermes-bin:$PATH go run ./cmd/canary-run target check {shown}")
 o.extend(l for l in check if l.startswith("target ") or l.startswith("FAIL") or l.startswith("warn"))
 o.append(f"(exit {check_status})")
-o.append("$ PATH=/opt/hermes-bin:$PATH go run ./cmd/canary-run --target examples/targets/hermes/target.yaml \\")
-o.append(f"    --no-self-test{flags} --out /tmp/hermes-cert")
+o.append(f"$ PATH=/opt/hermes-bin:$PATH go run ./cmd/canary-run --target {shown} \\")
+o.append(f"    --no-self-test{flags} --out /tmp/{block.replace('-run', '')}-cert")
 exit_code = re.search(r"\*\*Verdict: \S+\*\* \(exit (\d+)\)", "\n".join(summary))
 o.append(headline)
 o.append(f"(exit {exit_code.group(1) if exit_code else '?'})")
@@ -190,7 +220,7 @@ o.append("|---|---:|---|---|")
 for inv, n in sorted(count.items(), key=lambda kv: (-kv[1], kv[0])):
     most = sorted(where[inv].items(), key=lambda kv: (-kv[1], kv[0]))
     scen = ", ".join(f"`{s}` {k}" for s, k in most[:3]) + (f", {len(most) - 3} more" if len(most) > 3 else "")
-    o.append(f"| `{inv}` | {n} | {scen} | {explain.get(inv, '(not explained yet)')} |")
+    o.append(f"| `{inv}` | {n} | {scen} | {explain.get(block + '/' + inv) or explain.get(inv, '(not explained yet)')} |")
 
 def ended(err):
     """A phase's error in a few words: a failed turn's JSON event becomes
@@ -221,12 +251,14 @@ for s in cert["scenarios"]:
     if s.get("not_run"):
         how = "not run: " + ended(s["not_run"])
     o.append(f"| {s['id']} | {s['result']} | {len(ran)} of {len(phases)} | {how.replace('|', '/')} |")
-lines = trimmed(section("Skipped checks"))
+lines = [l for l in trimmed(section("Skipped checks")) if l.startswith("- ")]
 if lines:
     o.append("")
     o.append("Skipped checks (summary.md's; not passed: not made):")
     o.append("")
-    o.extend(lines)
+    o.extend(lines[:20])
+    if len(lines) > 20:
+        o.append(f"- ... and {len(lines) - 20} more: see summary.md")
 o.append("")
 o.append(end)
 
@@ -236,7 +268,7 @@ if begin not in text or end not in text:
 head, rest = text.split(begin, 1)
 _, tail = rest.split(end, 1)
 open(doc_path, "w").write(head + "\n".join(o) + tail)
-print(f"gen-real-targets: wrote the hermes-run block of {doc_path}", file=sys.stderr)
+print(f"gen-real-targets: wrote the {block} block of {doc_path}", file=sys.stderr)
 if unexplained:
     print("gen-real-targets: not explained yet (add them to explain in the script): " + ", ".join(sorted(unexplained)), file=sys.stderr)
     sys.exit(1)
