@@ -169,6 +169,11 @@ type Target struct {
 	// the first is the one its provisioner talks to). Each process's
 	// command and env values get its number (1..N) as {replica}.
 	Replicas int `yaml:"replicas"`
+	// Unsupported names backends the target does not offer, each with the
+	// reason ("gateway": "one profile per process"): a scenario that needs
+	// one is skipped with that reason, not a generic one. A backend named
+	// here must have no command.
+	Unsupported map[Backend]string `yaml:"unsupported"`
 
 	readyRE *regexp.Regexp
 }
@@ -444,6 +449,7 @@ func (t *Target) Validate() error {
 	}
 	errs = append(errs, t.validateStores()...)
 	errs = append(errs, t.validateReplicas()...)
+	errs = append(errs, t.validateUnsupported()...)
 	errs = append(errs, t.validateGateway()...)
 	errs = append(errs, t.validateShared()...)
 	t.Layout = t.Layout.WithDefaults()
@@ -471,6 +477,9 @@ func (t *Target) Remote() bool { return t.URL != "" || t.GatewayURL != "" }
 // Supports reports whether the harness can drive backend b on this target,
 // and if not, why.
 func (t *Target) Supports(b Backend) (bool, string) {
+	if why := t.Unsupported[b]; why != "" {
+		return false, fmt.Sprintf("the target does not offer the %s backend: %s", b, why)
+	}
 	switch b {
 	case BackendStdio:
 		if len(t.Stdio) == 0 {
@@ -491,6 +500,28 @@ func (t *Target) Supports(b Backend) (bool, string) {
 		return false, fmt.Sprintf("unknown backend %q", b)
 	}
 	return true, ""
+}
+
+func (t *Target) validateUnsupported() []error {
+	var errs []error
+	commands := map[Backend]bool{BackendStdio: len(t.Stdio) > 0, BackendServe: len(t.Serve) > 0 || t.URL != "", BackendGateway: len(t.Gateway) > 0 || t.GatewayURL != ""}
+	keys := make([]Backend, 0, len(t.Unsupported))
+	for b := range t.Unsupported {
+		keys = append(keys, b)
+	}
+	slices.Sort(keys)
+	for _, b := range keys {
+		has, known := commands[b]
+		switch {
+		case !known:
+			errs = append(errs, fmt.Errorf("unsupported.%s: no such backend (want stdio, serve or gateway)", b))
+		case strings.TrimSpace(t.Unsupported[b]) == "":
+			errs = append(errs, fmt.Errorf("unsupported.%s: give the reason the target does not offer it", b))
+		case has:
+			errs = append(errs, fmt.Errorf("unsupported.%s: the target also gives the %s backend a command or url", b, b))
+		}
+	}
+	return errs
 }
 
 // CanRestart reports whether the harness starts (and so can restart) the

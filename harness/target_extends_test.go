@@ -83,3 +83,30 @@ func TestExtendsRefusesCyclesAndBadPaths(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "want the path of a target file")
 }
+
+// TestUnsupportedBackendNamesItsReason: a backend the target file says it
+// does not offer is unsupported with the file's reason; a bad entry is
+// refused naming it.
+func TestUnsupportedBackendNamesItsReason(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("name: x\nstdio: [x]\nunsupported:\n  gateway: its gateway serves one profile per process\n"), 0o644))
+	tg, err := LoadTarget(path)
+	require.NoError(t, err)
+	ok, why := tg.Supports(BackendGateway)
+	assert.False(t, ok)
+	assert.Equal(t, "the target does not offer the gateway backend: its gateway serves one profile per process", why)
+	ok, _ = tg.Supports(BackendStdio)
+	assert.True(t, ok)
+	for text, want := range map[string]string{
+		"name: x\nstdio: [x]\nunsupported:\n  telnet: no\n":         "unsupported.telnet: no such backend",
+		"name: x\nstdio: [x]\nunsupported:\n  gateway: \" \"\n":     "unsupported.gateway: give the reason",
+		"name: x\nstdio: [x]\nunsupported:\n  stdio: it has none\n": "unsupported.stdio: the target also gives the stdio backend a command",
+	} {
+		require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+		_, err := LoadTarget(path)
+		require.Error(t, err, text)
+		assert.Contains(t, err.Error(), want)
+	}
+}
