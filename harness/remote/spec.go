@@ -1,0 +1,139 @@
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
+)
+
+// Spec is a target file's remote: block: the commands that reach a
+// running server's host. Every field is optional; what a run cannot do
+// without one (Spec.Lacks) is skipped, naming the field.
+type Spec struct {
+	// Home is the server's home folder on its host: the folder holding
+	// its launch home (agentd's $HOME, with .agentd inside), which the
+	// harness mirrors.
+	Home string `yaml:"home"`
+	// Pull streams the folder {path} of the server's host out as a tar
+	// stream on stdout (`ssh HOST tar -C {path} -cf - .`).
+	Pull []string `yaml:"pull"`
+	// Push streams a tar stream on stdin into the folder {path}, made if
+	// missing (`ssh HOST 'mkdir -p {path} && tar -C {path} -xf -'`).
+	Push []string `yaml:"push"`
+	// Start, Stop and Restart start, stop and restart the server; the
+	// harness then waits for its health URL (the target's ready_timeout).
+	// A restart without Restart is Stop then Start.
+	Start   []string `yaml:"start"`
+	Stop    []string `yaml:"stop"`
+	Restart []string `yaml:"restart"`
+	// Processes prints the server's processes with their environments
+	// (List's format: JSON lines, or "PID PPID CMDLINE_B64 ENVIRON_B64"
+	// lines), for the process-escape and environment checks.
+	Processes []string `yaml:"processes"`
+	// Reload is the server's own plugin reload, run after a plugin's files
+	// are pushed.
+	Reload []string `yaml:"reload"`
+}
+
+// Field names, as a target file writes them (for skip reasons).
+const (
+	FieldFiles     = "remote.home, remote.pull and remote.push"
+	FieldRestart   = "remote.restart (or remote.stop and remote.start)"
+	FieldStop      = "remote.stop"
+	FieldProcesses = "remote.processes"
+	FieldReload    = "remote.reload"
+)
+
+// Vocabulary is the placeholders of a remote command line.
+var Vocabulary = placeholder.Vocabulary{Of: "a remote: command line", Vars: []placeholder.Var{
+	{Name: "path", Doc: "the folder of the server's host a pull or push streams (remote.home, or one beneath it)"},
+}}
+
+// Files reports whether the harness can read and write the server's
+// home: a home folder, a pull and a push.
+func (s *Spec) Files() bool {
+	return s != nil && s.Home != "" && len(s.Pull) > 0 && len(s.Push) > 0
+}
+
+// CanRestart reports whether the harness can restart the server.
+func (s *Spec) CanRestart() bool {
+	return s != nil && (len(s.Restart) > 0 || (len(s.Stop) > 0 && len(s.Start) > 0))
+}
+
+// CanStop reports whether the harness can stop the server and start it
+// again.
+func (s *Spec) CanStop() bool { return s != nil && len(s.Stop) > 0 && len(s.Start) > 0 }
+
+// ListsProcesses reports whether the harness can list the server's
+// processes.
+func (s *Spec) ListsProcesses() bool { return s != nil && len(s.Processes) > 0 }
+
+// Lacks says which fields would give what ("files", "restart", "stop",
+// "processes", "reload"), or "" when s has them.
+func (s *Spec) Lacks(what string) string {
+	has := map[string]bool{"files": s.Files(), "restart": s.CanRestart(), "stop": s.CanStop(),
+		"processes": s.ListsProcesses(), "reload": s != nil && len(s.Reload) > 0}
+	field := map[string]string{"files": FieldFiles, "restart": FieldRestart, "stop": FieldStop + " and remote.start",
+		"processes": FieldProcesses, "reload": FieldReload}
+	ok, known := has[what]
+	switch {
+	case !known:
+		return fmt.Sprintf("remote: %q is nothing a remote: block gives", what)
+	case ok:
+		return ""
+	}
+	return "give " + field[what] + " in the target file's remote: block"
+}
+
+// Commands lists the commands s declares, by field name, in a fixed order.
+func (s *Spec) Commands() []Named {
+	if s == nil {
+		return nil
+	}
+	var out []Named
+	for _, c := range []Named{{"pull", s.Pull}, {"push", s.Push}, {"start", s.Start}, {"stop", s.Stop},
+		{"restart", s.Restart}, {"processes", s.Processes}, {"reload", s.Reload}} {
+		if len(c.Argv) > 0 {
+			out = append(out, Named{"remote." + c.Field, c.Argv})
+		}
+	}
+	return out
+}
+
+// Named is one command of a remote: block and its field.
+type Named struct {
+	Field string
+	Argv  []string
+}
+
+// Validate checks s: a home that is an absolute path, pull and push given
+// together and each naming {path}, and placeholders of the vocabulary.
+func (s *Spec) Validate() error {
+	if s == nil {
+		return nil
+	}
+	var errs []error
+	if s.Home != "" && (!path.IsAbs(s.Home) || path.Clean(s.Home) == "/") {
+		errs = append(errs, fmt.Errorf("remote.home: %q is not an absolute folder below / on the server's host", s.Home))
+	}
+	if (len(s.Pull) > 0) != (len(s.Push) > 0) || (s.Home == "") != (len(s.Pull) == 0) {
+		errs = append(errs, errors.New("remote: home, pull and push go together (the harness reads and writes the server's home with them): give all three or none"))
+	}
+	for _, c := range []Named{{"pull", s.Pull}, {"push", s.Push}} {
+		if len(c.Argv) > 0 && !strings.Contains(strings.Join(c.Argv, " "), "{path}") {
+			errs = append(errs, fmt.Errorf("remote.%s: no {path} in %q: the folder it streams", c.Field, strings.Join(c.Argv, " ")))
+		}
+	}
+	if len(s.Stop) > 0 && len(s.Start) == 0 {
+		errs = append(errs, errors.New("remote.stop without remote.start: the harness starts the server again after stopping it"))
+	}
+	for _, c := range s.Commands() {
+		if err := Vocabulary.Check(c.Argv); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.Field, err))
+		}
+	}
+	return errors.Join(errs...)
+}
