@@ -392,6 +392,11 @@ func (e *Env) installPlugin(t *tenants.Tenant, dir, manifest, source string) {
 			e.T.Fatalf("install plugin %s for %s: %v", filepath.Base(dir), t.Name, err)
 		}
 	}
+	ctx, cancel := e.ctx(e.Times.Call)
+	defer cancel()
+	if err := e.Box.ReloadPlugins(ctx); err != nil {
+		e.T.Fatalf("install plugin %s for %s: %v", filepath.Base(dir), t.Name, err)
+	}
 }
 
 // ChainPluginCode is the kind of the canary in the victim's plugin of a

@@ -38,6 +38,9 @@ type Env struct {
 	Conns    map[string]*harness.Conn
 	Sessions map[string]harness.SessionInfo
 	Server   *Serve
+	// remoteStopped: a phase stopped the running server (remote.stop);
+	// StartServe starts it again.
+	remoteStopped bool
 	// Replicas are the serve processes of the target's cluster, Server
 	// first (StartReplicas); none until a phase starts them.
 	Replicas []*Serve

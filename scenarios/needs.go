@@ -54,13 +54,19 @@ type needRow struct {
 // needs is every Need a spec may declare; a new need is a new row.
 var needs = []needRow{
 	{NeedRestart, func(t harness.Target) string {
-		if !t.CanRestart() {
+		if !t.CanRestart() && !t.RemoteRestarts() {
+			if why := t.RemoteLacks("restart"); why != "" {
+				return "needs to restart the server, and the harness did not start it: " + why
+			}
 			return "needs to restart the server, and the harness did not start it"
 		}
 		return ""
 	}},
 	{NeedFiles, func(t harness.Target) string {
-		if !t.Files || t.Remote() {
+		if !t.HomesReachable() {
+			if why := t.RemoteLacks("files"); why != "" {
+				return "needs the target's files, which the harness cannot reach: " + why
+			}
 			return "needs the target's files, which the harness cannot reach"
 		}
 		return ""

@@ -129,12 +129,12 @@ func TestPullThroughASymlinkInTheMirrorStaysInside(t *testing.T) {
 }
 
 func TestRunNamesTheFieldTheCommandAndItsStderr(t *testing.T) {
-	_, err := Run(t.Context(), "remote.restart", []string{"sh", "-c", "echo no route to host >&2; exit 3"}, "", nil, nil)
+	_, err := Run(t.Context(), "remote.stop", []string{"sh", "-c", "echo no route to host >&2; exit 3"}, "", nil, nil)
 	require.Error(t, err)
-	for _, want := range []string{"remote.restart", "sh -c", "exit status 3", "no route to host"} {
+	for _, want := range []string{"remote.stop", "sh -c", "exit status 3", "no route to host"} {
 		assert.Contains(t, err.Error(), want)
 	}
-	_, err = Run(t.Context(), "remote.stop", nil, "", nil, nil)
+	_, err = Run(t.Context(), "remote.start", nil, "", nil, nil)
 	require.ErrorIs(t, err, ErrNoCommand)
 }
 
@@ -210,8 +210,8 @@ func TestSpecValidateNamesWhatIsWrong(t *testing.T) {
 		{Spec{Home: "srv/home", Pull: []string{"x", "{path}"}, Push: []string{"y", "{path}"}}, "remote.home"},
 		{Spec{Home: "/srv", Pull: []string{"x", "{path}"}}, "go together"},
 		{Spec{Home: "/srv", Pull: []string{"x"}, Push: []string{"y", "{path}"}}, "remote.pull: no {path}"},
-		{Spec{Stop: []string{"x"}}, "remote.stop without remote.start"},
-		{Spec{Restart: []string{"x", "{pth}"}}, "remote.restart: unknown placeholder(s) {pth}"},
+		{Spec{Stop: []string{"x"}}, "stop and start go together"},
+		{Spec{Stop: []string{"x"}, Start: []string{"x", "{pth}"}}, "remote.start: unknown placeholder(s) {pth}"},
 	} {
 		err := c.spec.Validate()
 		require.Error(t, err, c.want)
@@ -220,5 +220,5 @@ func TestSpecValidateNamesWhatIsWrong(t *testing.T) {
 	var none *Spec
 	assert.Contains(t, none.Lacks("processes"), "remote.processes")
 	assert.Empty(t, localSpec("/h").Lacks("files"))
-	assert.Contains(t, (&Spec{Stop: []string{"x"}}).Lacks("restart"), "remote.restart")
+	assert.Contains(t, (&Spec{Stop: []string{"x"}}).Lacks("restart"), "remote.stop and remote.start")
 }

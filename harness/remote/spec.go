@@ -23,12 +23,15 @@ type Spec struct {
 	// Push streams a tar stream on stdin into the folder {path}, made if
 	// missing (`ssh HOST 'mkdir -p {path} && tar -C {path} -xf -'`).
 	Push []string `yaml:"push"`
-	// Start, Stop and Restart start, stop and restart the server; the
-	// harness then waits for its health URL (the target's ready_timeout).
-	// A restart without Restart is Stop then Start.
-	Start   []string `yaml:"start"`
-	Stop    []string `yaml:"stop"`
-	Restart []string `yaml:"restart"`
+	// Stop stops the server and Start starts it again (a restart is one
+	// then the other); the harness then waits for its health URL to fail,
+	// within the target's stop_grace, or to answer, within its
+	// ready_timeout.
+	Start []string `yaml:"start"`
+	Stop  []string `yaml:"stop"`
+	// Health is the path, on the server's URL, that answers 200 once it is
+	// ready (default DefaultHealth).
+	Health string `yaml:"health"`
 	// Processes prints the server's processes with their environments
 	// (List's format: JSON lines, or "PID PPID CMDLINE_B64 ENVIRON_B64"
 	// lines), for the process-escape and environment checks.
@@ -41,8 +44,7 @@ type Spec struct {
 // Field names, as a target file writes them (for skip reasons).
 const (
 	FieldFiles     = "remote.home, remote.pull and remote.push"
-	FieldRestart   = "remote.restart (or remote.stop and remote.start)"
-	FieldStop      = "remote.stop"
+	FieldRestart   = "remote.stop and remote.start"
 	FieldProcesses = "remote.processes"
 	FieldReload    = "remote.reload"
 )
@@ -58,25 +60,20 @@ func (s *Spec) Files() bool {
 	return s != nil && s.Home != "" && len(s.Pull) > 0 && len(s.Push) > 0
 }
 
-// CanRestart reports whether the harness can restart the server.
-func (s *Spec) CanRestart() bool {
-	return s != nil && (len(s.Restart) > 0 || (len(s.Stop) > 0 && len(s.Start) > 0))
-}
-
-// CanStop reports whether the harness can stop the server and start it
-// again.
-func (s *Spec) CanStop() bool { return s != nil && len(s.Stop) > 0 && len(s.Start) > 0 }
+// CanRestart reports whether the harness can stop the server and start
+// it again.
+func (s *Spec) CanRestart() bool { return s != nil && len(s.Stop) > 0 && len(s.Start) > 0 }
 
 // ListsProcesses reports whether the harness can list the server's
 // processes.
 func (s *Spec) ListsProcesses() bool { return s != nil && len(s.Processes) > 0 }
 
-// Lacks says which fields would give what ("files", "restart", "stop",
+// Lacks says which fields would give what ("files", "restart",
 // "processes", "reload"), or "" when s has them.
 func (s *Spec) Lacks(what string) string {
-	has := map[string]bool{"files": s.Files(), "restart": s.CanRestart(), "stop": s.CanStop(),
+	has := map[string]bool{"files": s.Files(), "restart": s.CanRestart(),
 		"processes": s.ListsProcesses(), "reload": s != nil && len(s.Reload) > 0}
-	field := map[string]string{"files": FieldFiles, "restart": FieldRestart, "stop": FieldStop + " and remote.start",
+	field := map[string]string{"files": FieldFiles, "restart": FieldRestart,
 		"processes": FieldProcesses, "reload": FieldReload}
 	ok, known := has[what]
 	switch {
@@ -95,7 +92,7 @@ func (s *Spec) Commands() []Named {
 	}
 	var out []Named
 	for _, c := range []Named{{"pull", s.Pull}, {"push", s.Push}, {"start", s.Start}, {"stop", s.Stop},
-		{"restart", s.Restart}, {"processes", s.Processes}, {"reload", s.Reload}} {
+		{"processes", s.Processes}, {"reload", s.Reload}} {
 		if len(c.Argv) > 0 {
 			out = append(out, Named{"remote." + c.Field, c.Argv})
 		}
@@ -127,8 +124,11 @@ func (s *Spec) Validate() error {
 			errs = append(errs, fmt.Errorf("remote.%s: no {path} in %q: the folder it streams", c.Field, strings.Join(c.Argv, " ")))
 		}
 	}
-	if len(s.Stop) > 0 && len(s.Start) == 0 {
-		errs = append(errs, errors.New("remote.stop without remote.start: the harness starts the server again after stopping it"))
+	if s.Health != "" && !strings.HasPrefix(s.Health, "/") {
+		errs = append(errs, fmt.Errorf("remote.health: %q is not a path on the server's URL (want e.g. /api/health)", s.Health))
+	}
+	if (len(s.Stop) > 0) != (len(s.Start) > 0) {
+		errs = append(errs, errors.New("remote: stop and start go together (the harness starts the server again after stopping it): give both or neither"))
 	}
 	for _, c := range s.Commands() {
 		if err := Vocabulary.Check(c.Argv); err != nil {
