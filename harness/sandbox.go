@@ -142,7 +142,7 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
-	} else if set, err = tenants.Build(root, opts.Tenants); err != nil {
+	} else if set, err = tenants.Build(root, withRemoteTenants(ctx, target, root, opts.Tenants)); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	s := &Sandbox{Root: set.Root, RunID: id, Target: target, Set: set, Logs: filepath.Join(set.Root, "logs"),

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 
 	"github.com/tenantcanary/tenantcanary/harness/remote"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -184,4 +188,48 @@ func (s *Sandbox) RemoteProcesses(ctx context.Context) ([]remote.Process, error)
 		return nil, fmt.Errorf("list the server's processes: %s", why)
 	}
 	return remote.List(ctx, s.Target.Reach.Processes)
+}
+
+// withRemoteTenants is opts for the tenants of a running server the
+// harness plants its own tenants on (remote.Spec.OwnTenants): their
+// workdirs in remote.workdirs on its host, made there by a push, and
+// their providers where the server reaches them. Other targets' opts
+// are returned as they are.
+func withRemoteTenants(ctx context.Context, t Target, root string, opts tenants.Options) tenants.Options {
+	sp := t.Reach
+	if t.URL == "" || !sp.OwnTenants() {
+		return opts
+	}
+	opts.WorkRoot = sp.Workdirs
+	if sp.ProvidersListen != "" {
+		opts.ProviderAddr = sp.ProvidersListen
+	}
+	if sp.ProvidersHost != "" {
+		opts.AdvertiseHost = sp.ProvidersHost
+	}
+	scratch := filepath.Join(root, "remote-workdirs")
+	var mu sync.Mutex
+	opts.MakeWorkdir = func(dir string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		rel, err := filepath.Rel(sp.Workdirs, dir)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
+			return fmt.Errorf("workdir %s is not inside remote.workdirs %s", dir, sp.Workdirs)
+		}
+		// An empty folder tree of the one workdir, pushed to the folder.
+		_ = os.RemoveAll(scratch)
+		if err := os.MkdirAll(filepath.Join(scratch, rel), 0o755); err != nil {
+			return fmt.Errorf("make workdir %s: %w", dir, err)
+		}
+		defer os.RemoveAll(scratch)
+		spec := *sp
+		spec.Home = sp.Workdirs
+		cctx, cancel := context.WithTimeout(ctx, t.TimesFor(0).Call)
+		defer cancel()
+		if err := (remote.Mirror{Spec: &spec, Local: scratch}).Push(cctx); err != nil {
+			return fmt.Errorf("make workdir %s on the server's host: %w", dir, err)
+		}
+		return nil
+	}
+	return opts
 }

@@ -418,8 +418,8 @@ func (t *Target) Validate() error {
 	if (len(t.Serve) > 0 || t.URL != "") && t.TokenVar == "" && t.Token == "" {
 		errs = append(errs, errors.New("serve backend without token_var (or token for a running server)"))
 	}
-	if t.URL != "" && t.TenantsFile == "" {
-		errs = append(errs, errors.New("url (a running server) needs tenants_file: the roster `canary-run fakellm` wrote for the tenants it was provisioned with"))
+	if t.URL != "" && t.TenantsFile == "" && !t.Reach.OwnTenants() {
+		errs = append(errs, errors.New("url (a running server) needs tenants_file: the roster `canary-run fakellm` wrote for the tenants it was provisioned with (or remote: home, pull, push and workdirs, for the harness to plant tenants of its own)"))
 	}
 	errs = append(errs, t.validateRemote()...)
 	if t.Files && len(t.ProfileRoot) == 0 && t.URL == "" && !t.IsGateway() {

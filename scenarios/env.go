@@ -40,7 +40,8 @@ type Env struct {
 	Server   *Serve
 	// remoteStopped: a phase stopped the running server (remote.stop);
 	// StartServe starts it again.
-	remoteStopped bool
+	remoteStopped       bool
+	remoteRestartsAtEnd bool // a cleanup starts it again if a phase left it stopped
 	// Replicas are the serve processes of the target's cluster, Server
 	// first (StartReplicas); none until a phase starts them.
 	Replicas []*Serve

@@ -92,11 +92,29 @@ func (e *Env) seesProcesses() string {
 	return ""
 }
 
-// stopRemote stops a running server through remote.stop.
+// stopRemote stops a running server through remote.stop. A scenario
+// that ends with it stopped starts it again as it ends: the next one
+// finds it running, as the run found it.
 func (e *Env) stopRemote() {
 	e.T.Helper()
 	ctx, cancel := e.ctx(e.Times.Stop + e.Times.Call)
 	defer cancel()
+	e.mu.Lock()
+	first := !e.remoteRestartsAtEnd
+	e.remoteRestartsAtEnd = true
+	e.mu.Unlock()
+	if first {
+		e.T.Cleanup(func() {
+			if !e.remoteStopped {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(e.Ctx), e.Times.Ready+e.Times.Call)
+			defer cancel()
+			if err := e.Box.StartRemote(ctx); err != nil {
+				e.T.Errorf("start the server again as the scenario ends: %v", err)
+			}
+		})
+	}
 	if err := e.Box.StopRemote(ctx); err != nil {
 		e.T.Fatalf("%v", err)
 	}

@@ -17,6 +17,18 @@ type Spec struct {
 	// its launch home (agentd's $HOME, with .agentd inside), which the
 	// harness mirrors.
 	Home string `yaml:"home"`
+	// Workdirs is the folder on the server's host where the tenants'
+	// workdirs are made (each tenant's in <workdirs>/<its profile>; the
+	// server's operator scope allows them there), pushed there as empty
+	// folders. With it, the harness runs its own tenants and providers on
+	// a running server (no tenants_file): it plants their homes and
+	// workdirs itself.
+	Workdirs string `yaml:"workdirs"`
+	// ProvidersListen is the address the harness's providers listen on
+	// (default 127.0.0.1:0), and ProvidersHost the host the server reaches
+	// them at (default: the listen address's).
+	ProvidersListen string `yaml:"providers_listen"`
+	ProvidersHost   string `yaml:"providers_host"`
 	// Pull streams the folder {path} of the server's host out as a tar
 	// stream on stdout (`ssh HOST tar -C {path} -cf - .`).
 	Pull []string `yaml:"pull"`
@@ -124,6 +136,9 @@ func (s *Spec) Validate() error {
 			errs = append(errs, fmt.Errorf("remote.%s: no {path} in %q: the folder it streams", c.Field, strings.Join(c.Argv, " ")))
 		}
 	}
+	if s.Workdirs != "" && (!path.IsAbs(s.Workdirs) || path.Clean(s.Workdirs) == "/" || !s.Files()) {
+		errs = append(errs, fmt.Errorf("remote.workdirs: %q: want an absolute folder below / on the server's host, beside home, pull and push", s.Workdirs))
+	}
 	if s.Health != "" && !strings.HasPrefix(s.Health, "/") {
 		errs = append(errs, fmt.Errorf("remote.health: %q is not a path on the server's URL (want e.g. /api/health)", s.Health))
 	}
@@ -137,3 +152,8 @@ func (s *Spec) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// OwnTenants reports whether the harness runs its own tenants and
+// providers on the running server: it reaches its homes and makes its
+// workdirs (Workdirs).
+func (s *Spec) OwnTenants() bool { return s.Files() && s.Workdirs != "" }
