@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tenantcanary/tenantcanary/harness/remote"
 	"github.com/tenantcanary/tenantcanary/harness/slowproxy"
 	"github.com/tenantcanary/tenantcanary/harness/stores"
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
@@ -67,7 +68,8 @@ type Sandbox struct {
 	// sandbox's, for a push after a write; pushCtx, while set, defers the
 	// push to the plant that writes every home.
 	ctx, pushCtx context.Context
-	mirrorMu     sync.Mutex // one pull or push at a time
+	mirrorMu     sync.Mutex     // one pull or push at a time
+	remoteHome   *remote.Mirror // the running server's home folder (mirror)
 }
 
 // serveAddr is where the serve backend listens and the token it takes.

@@ -57,8 +57,12 @@ func (t *Target) validateRemote() []error {
 
 // mirror is the local mirror of a running server's home folder: the
 // sandbox's home folder (the launch home and the profiles inside it).
-func (s *Sandbox) mirror() remote.Mirror {
-	return remote.Mirror{Spec: s.Target.Reach, Local: s.Set.Home}
+// The caller holds mirrorMu.
+func (s *Sandbox) mirror() *remote.Mirror {
+	if s.remoteHome == nil {
+		s.remoteHome = &remote.Mirror{Spec: s.Target.Reach, Local: s.Set.Home}
+	}
+	return s.remoteHome
 }
 
 // PullHomes makes the sandbox's homes what the running server's host
@@ -91,6 +95,8 @@ func (s *Sandbox) RemotePath(path string) string {
 	if !s.Target.RemoteFiles() {
 		return path
 	}
+	s.mirrorMu.Lock()
+	defer s.mirrorMu.Unlock()
 	return s.mirror().RemotePath(path)
 }
 
@@ -226,7 +232,7 @@ func withRemoteTenants(ctx context.Context, t Target, root string, opts tenants.
 		spec.Home = sp.Workdirs
 		cctx, cancel := context.WithTimeout(ctx, t.TimesFor(0).Call)
 		defer cancel()
-		if err := (remote.Mirror{Spec: &spec, Local: scratch}).Push(cctx); err != nil {
+		if err := (&remote.Mirror{Spec: &spec, Local: scratch}).Push(cctx); err != nil {
 			return fmt.Errorf("make workdir %s on the server's host: %w", dir, err)
 		}
 		return nil

@@ -51,9 +51,13 @@ func TestStagingOverSSH(t *testing.T) {
 	for i := range ids {
 		ids[i] = regexp.QuoteMeta(ids[i])
 	}
+	run := "^(" + strings.Join(ids, "|") + ")$"
+	if v := os.Getenv("DEBUG_SSH_RUN"); v != "" {
+		run = v
+	}
 	start := time.Now()
 	var progress syncio.Buffer
-	reps, err := RunCatalog(t.Context(), Default(), Config{Target: tg, WorkDir: t.TempDir(), Run: "^(" + strings.Join(ids, "|") + ")$", Progress: &progress})
+	reps, err := RunCatalog(t.Context(), Default(), Config{Target: tg, WorkDir: workdirDebug(t), Run: run, Progress: &progress, Keep: os.Getenv("DEBUG_SSH_KEEP") != ""})
 	require.NoError(t, err)
 	t.Logf("progress:\n%s", progress.String())
 	var ran, skipped []string
@@ -86,4 +90,11 @@ func TestStagingOverSSH(t *testing.T) {
 		}
 	}
 	_ = filepath.Join
+}
+
+func workdirDebug(t *testing.T) string {
+	if v := os.Getenv("DEBUG_SSH_KEEP"); v != "" {
+		return v
+	}
+	return t.TempDir()
 }

@@ -2,7 +2,9 @@ package remote
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // ErrEscapes is Pull's error for a tar entry that would land outside the
@@ -19,15 +22,19 @@ var ErrEscapes = errors.New("tar entry escapes the mirror")
 
 // Mirror is a local folder that mirrors the server's home folder
 // (Spec.Home): Pull makes it what the server's host holds, Push sends
-// it there.
+// it there what changed in it since. Use one Mirror (a pointer) for a
+// folder: it remembers what it last pulled.
 type Mirror struct {
 	Spec  *Spec
 	Local string // the local folder
+
+	mu     sync.Mutex
+	pulled map[string][sha256.Size]byte // each regular file's bytes as last pulled or pushed
 }
 
 // RemotePath is where local, a path in the mirror, lies on the server's
 // host; a path outside the mirror is returned as it is.
-func (m Mirror) RemotePath(local string) string {
+func (m *Mirror) RemotePath(local string) string {
 	rel, err := filepath.Rel(m.Local, local)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 		return local
@@ -37,9 +44,9 @@ func (m Mirror) RemotePath(local string) string {
 
 // Pull streams the server's home folder into the mirror: after it, the
 // mirror holds exactly what the folder held (what the folder lacks is
-// removed from the mirror; a file whose size and time are unchanged is
-// left as it is, so a scan cache keeps it).
-func (m Mirror) Pull(ctx context.Context) error {
+// removed from the mirror; a file whose bytes are unchanged is left as it
+// is, so a scan cache keeps it).
+func (m *Mirror) Pull(ctx context.Context) error {
 	if !m.Spec.Files() {
 		return fmt.Errorf("pull: %s", m.Spec.Lacks("files"))
 	}
@@ -53,10 +60,15 @@ func (m Mirror) Pull(ctx context.Context) error {
 	defer root.Close()
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	go func() {
-		seen, err := extract(root, pr)
+		seen, sums, err := extract(root, pr)
 		if err == nil {
 			err = prune(root, seen)
+		}
+		if err == nil {
+			m.pulled = sums
 		}
 		// Drain what is left, so the command is not stuck writing.
 		_, _ = io.Copy(io.Discard, pr)
@@ -75,9 +87,12 @@ func (m Mirror) Pull(ctx context.Context) error {
 	return nil
 }
 
-// Push streams the mirror to the server's home folder: every file and
-// folder of it, written over what the server's host holds.
-func (m Mirror) Push(ctx context.Context) error {
+// Push streams the mirror to the server's home folder: every folder, and
+// every file the mirror did not hold as it is when it was last pulled,
+// written over what the server's host holds. A file the server keeps
+// open (its database) is never written under it unless the harness
+// changed it.
+func (m *Mirror) Push(ctx context.Context) error {
 	if !m.Spec.Files() {
 		return fmt.Errorf("push: %s", m.Spec.Lacks("files"))
 	}
@@ -86,12 +101,30 @@ func (m Mirror) Push(ctx context.Context) error {
 		return fmt.Errorf("push: %w", err)
 	}
 	defer root.Close()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pushed := map[string][sha256.Size]byte{}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(archive(root, pw)) }()
+	go func() {
+		pw.CloseWithError(archive(root, pw, func(name string, data []byte) bool {
+			sum := sha256.Sum256(data)
+			if old, ok := m.pulled[name]; ok && old == sum {
+				return false
+			}
+			pushed[name] = sum
+			return true
+		}))
+	}()
 	_, err = Run(ctx, "remote.push", m.Spec.Push, m.Spec.Home, pr, nil)
 	pr.Close()
 	if err != nil {
 		return fmt.Errorf("push %s: %w", m.Spec.Home, err)
+	}
+	if m.pulled == nil {
+		m.pulled = map[string][sha256.Size]byte{}
+	}
+	for k, v := range pushed {
+		m.pulled[k] = v
 	}
 	return nil
 }
@@ -127,32 +160,34 @@ func linkInside(name, target string) error {
 }
 
 // extract writes the tar stream r into root and returns the names it
-// held (every folder above them included).
-func extract(root *os.Root, r io.Reader) (map[string]bool, error) {
+// held (every folder above them included) and the sum of each regular
+// file's bytes.
+func extract(root *os.Root, r io.Reader) (map[string]bool, map[string][sha256.Size]byte, error) {
 	seen := map[string]bool{".": true}
+	sums := map[string][sha256.Size]byte{}
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return seen, nil
+			return seen, sums, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read the tar stream: %w", err)
+			return nil, nil, fmt.Errorf("read the tar stream: %w", err)
 		}
 		name, err := entryName(h.Name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for d := name; d != "." && d != "/"; d = path.Dir(d) {
 			seen[d] = true
 		}
-		if err := extractOne(root, tr, h, name); err != nil {
-			return nil, err
+		if err := extractOne(root, tr, h, name, sums); err != nil {
+			return nil, nil, err
 		}
 	}
 }
 
-func extractOne(root *os.Root, tr *tar.Reader, h *tar.Header, name string) error {
+func extractOne(root *os.Root, tr *tar.Reader, h *tar.Header, name string, sums map[string][sha256.Size]byte) error {
 	mode := fs.FileMode(h.Mode) & fs.ModePerm
 	if dir := path.Dir(name); dir != "." {
 		if err := root.MkdirAll(dir, 0o700); err != nil {
@@ -172,9 +207,18 @@ func extractOne(root *os.Root, tr *tar.Reader, h *tar.Header, name string) error
 		}
 		return nil
 	case tar.TypeReg:
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			return fmt.Errorf("extract %s: %w", name, err)
+		}
+		sums[name] = sha256.Sum256(data)
 		if fi, err := root.Lstat(name); err == nil {
-			if fi.Mode().IsRegular() && fi.Size() == h.Size && fi.ModTime().Equal(h.ModTime) {
-				return nil // unchanged: left as it is
+			// A tar time has whole seconds: only the bytes say a file is
+			// unchanged (left as it is, so a scan cache keeps it).
+			if fi.Mode().IsRegular() && fi.Size() == int64(len(data)) {
+				if old, err := root.ReadFile(name); err == nil && bytes.Equal(old, data) {
+					return nil
+				}
 			}
 			if err := root.RemoveAll(name); err != nil {
 				return fmt.Errorf("extract %s: %w", name, err)
@@ -184,7 +228,7 @@ func extractOne(root *os.Root, tr *tar.Reader, h *tar.Header, name string) error
 		if err != nil {
 			return fmt.Errorf("extract %s: %w", name, err)
 		}
-		_, err = io.Copy(f, tr)
+		_, err = f.Write(data)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -246,8 +290,9 @@ func prune(root *os.Root, seen map[string]bool) error {
 	return nil
 }
 
-// archive writes every entry of root as a tar stream on w.
-func archive(root *os.Root, w io.Writer) error {
+// archive writes the entries of root as a tar stream on w: every folder
+// and link, and each regular file send takes.
+func archive(root *os.Root, w io.Writer, send func(name string, data []byte) bool) error {
 	tw := tar.NewWriter(w)
 	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -266,10 +311,20 @@ func archive(root *os.Root, w io.Writer) error {
 		case !fi.Mode().IsRegular() && !fi.IsDir():
 			return nil // a fifo, a socket: no file's bytes
 		}
+		var data []byte
+		if fi.Mode().IsRegular() {
+			if data, err = root.ReadFile(p); err != nil {
+				return err
+			}
+			if !send(p, data) {
+				return nil
+			}
+		}
 		h, err := tar.FileInfoHeader(fi, link)
 		if err != nil {
 			return err
 		}
+		h.Size = int64(len(data))
 		h.Name = "./" + p
 		if p == "." {
 			h.Name = "."
@@ -281,15 +336,7 @@ func archive(root *os.Root, w io.Writer) error {
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
-		if !fi.Mode().IsRegular() {
-			return nil
-		}
-		f, err := root.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
+		_, err = tw.Write(data)
 		return err
 	})
 	if err != nil {

@@ -32,7 +32,7 @@ func TestPushThenPullRoundTripsAFolder(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(mirror, ".agentd", "SOUL.md"), []byte("soul-default"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(mirror, ".agentd", "profiles", "alpha", ".env"), []byte("K=alpha\n"), 0o600))
 	require.NoError(t, os.Symlink("SOUL.md", filepath.Join(mirror, ".agentd", "soul-link")))
-	m := Mirror{Spec: localSpec(remoteHome), Local: mirror}
+	m := &Mirror{Spec: localSpec(remoteHome), Local: mirror}
 	require.NoError(t, m.Push(t.Context()))
 
 	got, err := os.ReadFile(filepath.Join(remoteHome, ".agentd", "profiles", "alpha", ".env"))
@@ -56,8 +56,23 @@ func TestPushThenPullRoundTripsAFolder(t *testing.T) {
 	after, err := os.Stat(soul)
 	require.NoError(t, err)
 	assert.True(t, os.SameFile(before, after), "an unchanged file is left as it is (a scan cache keeps it)")
+
+	// A push after the pull sends what the harness changed, never a file
+	// the server holds open as it was pulled: its database stays the
+	// server's inode.
+	remoteDB := filepath.Join(remoteHome, ".agentd", "state.db")
+	dbBefore, err := os.Stat(remoteDB)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(soul, []byte("soul-planted-again"), 0o644))
+	require.NoError(t, m.Push(t.Context()))
+	dbAfter, err := os.Stat(remoteDB)
+	require.NoError(t, err)
+	assert.True(t, os.SameFile(dbBefore, dbAfter), "the server's database was not written under it")
+	got, err = os.ReadFile(filepath.Join(remoteHome, ".agentd", "SOUL.md"))
+	require.NoError(t, err)
+	assert.Equal(t, "soul-planted-again", string(got), "what the harness wrote reached the server")
 	assert.Equal(t, "/srv/x/home/.agentd/state.db",
-		Mirror{Spec: &Spec{Home: "/srv/x/home"}, Local: mirror}.RemotePath(filepath.Join(mirror, ".agentd", "state.db")))
+		(&Mirror{Spec: &Spec{Home: "/srv/x/home"}, Local: mirror}).RemotePath(filepath.Join(mirror, ".agentd", "state.db")))
 }
 
 // tarOf writes a tar stream of the given headers (regular files get
@@ -97,7 +112,7 @@ func TestPullRefusesEntriesThatEscapeTheMirror(t *testing.T) {
 			mirror := filepath.Join(dir, "mirror")
 			stream := tarOf(t, tar.Header{Name: "./a/", Typeflag: tar.TypeDir}, h)
 			spec := &Spec{Home: "/srv/home", Pull: []string{"cat", stream}, Push: []string{"true"}}
-			err := Mirror{Spec: spec, Local: mirror}.Pull(t.Context())
+			err := (&Mirror{Spec: spec, Local: mirror}).Pull(t.Context())
 			require.ErrorIs(t, err, ErrEscapes)
 			assert.Contains(t, err.Error(), strings.TrimPrefix(h.Name, "./"), "the error names the entry")
 			entries, _ := os.ReadDir(dir)
@@ -109,7 +124,7 @@ func TestPullRefusesEntriesThatEscapeTheMirror(t *testing.T) {
 	dir := t.TempDir()
 	stream := tarOf(t, tar.Header{Name: "./a/", Typeflag: tar.TypeDir}, tar.Header{Name: "./a/f", Typeflag: tar.TypeReg},
 		tar.Header{Name: "./a/link", Typeflag: tar.TypeSymlink, Linkname: "../a/f"}, tar.Header{Name: "./hard", Typeflag: tar.TypeLink, Linkname: "./a/f"})
-	require.NoError(t, Mirror{Spec: &Spec{Home: "/srv/home", Pull: []string{"cat", stream}, Push: []string{"true"}}, Local: dir}.Pull(t.Context()))
+	require.NoError(t, (&Mirror{Spec: &Spec{Home: "/srv/home", Pull: []string{"cat", stream}, Push: []string{"true"}}, Local: dir}).Pull(t.Context()))
 	got, err := os.ReadFile(filepath.Join(dir, "a", "link"))
 	require.NoError(t, err)
 	assert.Equal(t, "x", string(got))
@@ -123,7 +138,7 @@ func TestPullThroughASymlinkInTheMirrorStaysInside(t *testing.T) {
 	require.NoError(t, os.MkdirAll(mirror, 0o755))
 	require.NoError(t, os.Symlink(dir, filepath.Join(mirror, "out"))) // planted by hand: the stream may not
 	stream := tarOf(t, tar.Header{Name: "./out/owned", Typeflag: tar.TypeReg})
-	err := Mirror{Spec: &Spec{Home: "/h", Pull: []string{"cat", stream}, Push: []string{"true"}}, Local: mirror}.Pull(t.Context())
+	err := (&Mirror{Spec: &Spec{Home: "/h", Pull: []string{"cat", stream}, Push: []string{"true"}}, Local: mirror}).Pull(t.Context())
 	require.Error(t, err)
 	assert.NoFileExists(t, filepath.Join(dir, "owned"))
 }
