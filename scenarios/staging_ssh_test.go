@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -52,14 +51,16 @@ func TestStagingOverSSH(t *testing.T) {
 		ids[i] = regexp.QuoteMeta(ids[i])
 	}
 	run := "^(" + strings.Join(ids, "|") + ")$"
-	if v := os.Getenv("DEBUG_SSH_RUN"); v != "" {
-		run = v
-	}
 	start := time.Now()
 	var progress syncio.Buffer
-	reps, err := RunCatalog(t.Context(), Default(), Config{Target: tg, WorkDir: workdirDebug(t), Run: run, Progress: &progress, Keep: os.Getenv("DEBUG_SSH_KEEP") != ""})
+	reps, err := RunCatalog(t.Context(), Default(), Config{Target: tg, WorkDir: t.TempDir(), Run: run, Progress: &progress})
 	require.NoError(t, err)
 	t.Logf("progress:\n%s", progress.String())
+	for _, r := range reps {
+		for _, sk := range r.Skipped {
+			t.Logf("%s: check %s not made: %s", r.ID, sk.Invariant, sk.Reason)
+		}
+	}
 	var ran, skipped []string
 	for _, r := range reps {
 		switch r.Result {
@@ -89,12 +90,44 @@ func TestStagingOverSSH(t *testing.T) {
 			assert.NotEqual(t, "file", sk.Invariant, "the file check ran: %s", sk.Reason)
 		}
 	}
-	_ = filepath.Join
 }
 
-func workdirDebug(t *testing.T) string {
-	if v := os.Getenv("DEBUG_SSH_KEEP"); v != "" {
-		return v
+// The seeded faults that act through the server's files and its
+// processes are caught through ssh: a database shared by every profile
+// (the file check on the homes pulled over ssh), a write addressed to
+// one profile landing in the launch profile's files (the write-scope
+// check, its snapshots pulled over ssh), and, with the whole catalog
+// (TENANTCANARY_STAGING_SSH_ALL), a process that outlives its session
+// (the escape check, on the listing remote.processes prints).
+func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
+	t.Parallel()
+	st := startSSHStage(t)
+	tg, err := harness.LoadTarget(st.target)
+	require.NoError(t, err)
+	faults := []Fault{}
+	for _, f := range Faults() {
+		switch f.Name {
+		case "shared-state-db", "wrong-write-scope":
+			faults = append(faults, f)
+		case "escaped-process":
+			if os.Getenv(stagingSSHAll) != "" {
+				faults = append(faults, f)
+			}
+		}
 	}
-	return t.TempDir()
+	require.NotEmpty(t, faults)
+	for _, f := range faults {
+		st.seedFault(t, f.Name)
+		reps, err := RunCatalog(t.Context(), Default(), Config{Target: tg, WorkDir: t.TempDir(), Run: "^" + regexp.QuoteMeta(f.Scenario) + "$"})
+		require.NoError(t, err)
+		require.Len(t, reps, 1)
+		assert.True(t, found(&reps[0], f.Expect), "%s: %s over ssh found no %s finding: %s\n%s", f.Name, f.Scenario, f.Expect, reps[0].Result, strings.Join(reps[0].Log, "\n"))
+		for _, fd := range reps[0].Findings() {
+			if fd.Invariant == f.Expect && fd.Where.Path != "" {
+				assert.True(t, strings.HasPrefix(fd.Where.Path, tg.Reach.Home), "%s: the finding names the server's path: %s", f.Name, fd.Where.Path)
+			}
+		}
+	}
+	st.seedFault(t, "")
 }
+

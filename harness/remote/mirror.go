@@ -87,6 +87,14 @@ func (m *Mirror) Pull(ctx context.Context) error {
 	return nil
 }
 
+// Pulled is how many regular files the last pull brought (and pushes
+// since sent).
+func (m *Mirror) Pulled() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.pulled)
+}
+
 // Push streams the mirror to the server's home folder: every folder, and
 // every file the mirror did not hold as it is when it was last pulled,
 // written over what the server's host holds. A file the server keeps
