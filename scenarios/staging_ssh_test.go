@@ -130,4 +130,3 @@ func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 	}
 	st.seedFault(t, "")
 }
-
