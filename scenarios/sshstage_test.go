@@ -63,6 +63,9 @@ const sshdPath = "/usr/sbin/sshd"
 // over ssh; everything is stopped, and proved gone, in t's cleanups.
 func startSSHStage(t *testing.T) *sshStage {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: a staging host over ssh runs scenarios for minutes")
+	}
 	if why := sshStageNeeds(t.Context()); why != "" {
 		t.Skip(why)
 	}
