@@ -141,7 +141,7 @@ func chainsSpec(chains []attack.Chain) Spec {
 		}))
 	}
 	phases = append(phases, Phase{Name: "chain-rows", Run: func(e *Env) { e.chainRows() }})
-	needs := []Need{NeedFiles}
+	needs := []Need{NeedFiles, NeedServerHere} // it plants files in the workdirs, linked from the sandbox
 	if len(restartGroup) > 0 {
 		needs = append(needs, NeedRestart)
 	}

@@ -38,6 +38,11 @@ const (
 	// NeedReplicas: the harness starts the serve backend as two replicas
 	// or more on one set of homes and stores (replicas: N, N >= 2).
 	NeedReplicas Need = "replicas"
+	// NeedServerHere: the scenario reaches into the server's machine
+	// beyond its homes (its processes' /proc, its plugin hosts to kill,
+	// files planted in the workdirs and links to them in the sandbox): the
+	// harness started the server on its own machine.
+	NeedServerHere Need = "server_here"
 	// NeedStores: the target declares shared stores (stores:) and the
 	// harness starts its server, so it hands the server the stores'
 	// addresses (through its delaying proxies when the scenario asks).
@@ -110,6 +115,12 @@ var needs = []needRow{
 		}
 		if !t.CanRestart() {
 			return "needs replicas the harness starts (serve with replicas: N), and the target is a running server"
+		}
+		return ""
+	}},
+	{NeedServerHere, func(t harness.Target) string {
+		if t.URL != "" {
+			return "needs the server on the harness's own machine (its processes' /proc, its plugin hosts, files planted in its workdirs and linked from the sandbox), and the target is a running server reached through its url"
 		}
 		return ""
 	}},

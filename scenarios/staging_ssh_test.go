@@ -76,7 +76,15 @@ func TestStagingOverSSH(t *testing.T) {
 		}
 	}
 	t.Logf("over ssh in %v: %d passed, %d skipped:\n%s", time.Since(start).Round(time.Second), len(ran), len(skipped), strings.Join(skipped, "\n"))
-	assert.LessOrEqual(t, len(skipped), 2, "at most 2 scenarios skipped")
+	if os.Getenv(stagingSSHAll) == "" {
+		assert.Empty(t, skipped, "the subset's scenarios all run over ssh")
+	}
+	// The whole catalog skips the scenarios that need a stdio backend, a
+	// gateway, replicas, stores or the server on this machine, each with
+	// its reason (docs/staging.md lists them).
+	for _, s := range skipped {
+		assert.Contains(t, s, ": needs ", "a skip says what it needs")
+	}
 
 	// The files were read through ssh: pooled-serve's file check ran and
 	// counted the server's files.
