@@ -68,7 +68,11 @@ func profileRecreate() Spec {
 					e.T.Fatalf("profiles.create %s put it at %s, want %s", v.Name, res.Path, want)
 				}
 				// The home as the server made it: nothing of anyone, the
-				// deleted profile of the same name included.
+				// deleted profile of the same name included (a running
+				// server's, read through remote: first).
+				if fs := e.pullHomes(e.Ctx); fs != nil {
+					e.T.Fatalf("%s", fs[0].Detail)
+				}
 				chk := e.checker(e.Box.Set.Tenants)
 				for _, f := range chk.Inherited(e.Ctx, v.Name, v.Home) {
 					e.Find(f)
