@@ -158,31 +158,31 @@ func (s *Sandbox) ReloadPlugins(ctx context.Context) error {
 // StopRemote stops a running server through remote.stop and waits, within
 // ctx, until its health URL no longer answers.
 func (s *Sandbox) StopRemote(ctx context.Context) error {
-	sp := s.Target.Reach
-	if !s.Target.RemoteRestarts() {
-		return fmt.Errorf("stop the server: %s", s.Target.RemoteLacks("restart"))
-	}
-	if _, err := remote.Run(ctx, "remote.stop", sp.Stop, sp.Home, nil, nil); err != nil {
-		return fmt.Errorf("stop the server: %w", err)
-	}
-	if err := remote.WaitHealth(ctx, sp.HealthURL(s.Target.URL), false); err != nil {
-		return fmt.Errorf("stop the server: %w", err)
-	}
-	return nil
+	return s.switchRemote(ctx, "stop", false)
 }
 
 // StartRemote starts a running server again through remote.start and
 // waits, within ctx, until its health URL answers.
 func (s *Sandbox) StartRemote(ctx context.Context) error {
+	return s.switchRemote(ctx, "start", true)
+}
+
+// switchRemote runs remote.stop or remote.start (verb) and waits for the
+// health URL to answer (up) or to go quiet.
+func (s *Sandbox) switchRemote(ctx context.Context, verb string, up bool) error {
 	sp := s.Target.Reach
 	if !s.Target.RemoteRestarts() {
-		return fmt.Errorf("start the server: %s", s.Target.RemoteLacks("restart"))
+		return fmt.Errorf("%s the server: %s", verb, s.Target.RemoteLacks("restart"))
 	}
-	if _, err := remote.Run(ctx, "remote.start", sp.Start, sp.Home, nil, nil); err != nil {
-		return fmt.Errorf("start the server: %w", err)
+	argv := sp.Stop
+	if up {
+		argv = sp.Start
 	}
-	if err := remote.WaitHealth(ctx, sp.HealthURL(s.Target.URL), true); err != nil {
-		return fmt.Errorf("start the server: %w", err)
+	if _, err := remote.Run(ctx, "remote."+verb, argv, sp.Home, nil, nil); err != nil {
+		return fmt.Errorf("%s the server: %w", verb, err)
+	}
+	if err := remote.WaitHealth(ctx, sp.HealthURL(s.Target.URL), up); err != nil {
+		return fmt.Errorf("%s the server: %w", verb, err)
 	}
 	return nil
 }
