@@ -204,6 +204,13 @@ func TestVerdictLineSaysPartial(t *testing.T) {
 	withCheck.Skipped = []scenarios.SkippedCheck{{Invariant: "file", Reason: "remote"}, {Invariant: "text", Reason: "remote"}}
 	c = sample(withCheck, skipped("b"))
 	require.Equal(t, "1 of 2 scenarios skipped, 2 checks skipped", c.Partial())
+	require.Equal(t, "not run: b; checks not made: file, text", c.DidNotRun())
+	require.True(t, strings.HasSuffix(c.Headline(), "in what ran; not run: b; checks not made: file, text"), "the verdict line names what did not run: %s", c.Headline())
+	many := []scenarios.Report{withCheck, withCheck}
+	for i := range 10 {
+		many = append(many, skipped(fmt.Sprintf("s%d", i)))
+	}
+	require.Equal(t, "not run: s0, s1, s2, s3, s4, s5, s6, s7, and 2 more; checks not made: file (2 scenarios), text (2 scenarios)", sample(many...).DidNotRun())
 	require.Contains(t, c.Headline(), "certified, partial: 1 of 2 scenarios skipped, 2 checks skipped")
 
 	c = sample(passing("a"))

@@ -117,7 +117,7 @@ func (c *Certificate) Headline() string {
 		tail = ": no tenant's data reached another tenant but what the target's known findings accept"
 	}
 	if partial := c.Partial(); partial != "" {
-		return "certified" + accepted + ", partial: " + partial + tail + " in what ran"
+		return "certified" + accepted + ", partial: " + partial + tail + " in what ran; " + c.DidNotRun()
 	}
 	if accepted != "" {
 		return "certified" + accepted + tail
@@ -151,4 +151,54 @@ func (c *Certificate) seenBesides() string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// namesShown is how many names DidNotRun lists of each kind before it
+// counts the rest.
+const namesShown = 8
+
+// DidNotRun names what of the catalog did not run: "not run:
+// stdio-separate, gateway; checks not made: shared_place (3 scenarios),
+// process_escape", or "" when everything ran. Each skip's reason is in
+// the certificate's scenarios (Report.Reason, Report.Skipped).
+func (c *Certificate) DidNotRun() string {
+	var scen, checks []string
+	count := map[string]int{}
+	for i := range c.Scenarios {
+		r := &c.Scenarios[i]
+		if r.Result == scenarios.Skipped {
+			scen = append(scen, r.ID)
+			continue
+		}
+		for _, sk := range r.Skipped {
+			if count[sk.Invariant] == 0 {
+				checks = append(checks, sk.Invariant)
+			}
+			count[sk.Invariant]++
+		}
+	}
+	list := func(names []string, label func(string) string) string {
+		var out []string
+		for i, n := range names {
+			if i == namesShown {
+				out = append(out, fmt.Sprintf("and %d more", len(names)-namesShown))
+				break
+			}
+			out = append(out, label(n))
+		}
+		return strings.Join(out, ", ")
+	}
+	var parts []string
+	if len(scen) > 0 {
+		parts = append(parts, "not run: "+list(scen, func(s string) string { return s }))
+	}
+	if len(checks) > 0 {
+		parts = append(parts, "checks not made: "+list(checks, func(inv string) string {
+			if n := count[inv]; n > 1 {
+				return fmt.Sprintf("%s (%d scenarios)", inv, n)
+			}
+			return inv
+		}))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -35,7 +35,10 @@ func (s *Sandbox) WriteHome(t *tenants.Tenant, extras tenants.HomeExtras) error 
 	if err := t.WriteHome(s.Set.Layout, extras); err != nil {
 		return err
 	}
-	return s.noteHome(t, extras)
+	if err := s.noteHome(t, extras); err != nil {
+		return err
+	}
+	return s.pushWritten()
 }
 
 // probeResponder is the default responder for a dialect whose probe tool

@@ -48,6 +48,9 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 		return fail("target file", "%v", err)
 	}
 	step("target file", "%s %s is valid", target.Name, target.Version)
+	if n := dryRemote(ctx, target, root, rep, wait); n > 0 {
+		return fmt.Errorf("%w: %d command(s) of the remote: block failed (the FAIL lines)", ErrDryPass, n)
+	}
 	if len(target.Preflight) > 0 {
 		out, err := Preflight(ctx, target, filepath.Join(root, "preflight"))
 		if err != nil {

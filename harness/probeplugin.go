@@ -325,7 +325,7 @@ func (s *Sandbox) installProbePlugin(ctx context.Context, p *ProbePlugin, t *ten
 			return fmt.Errorf("install probe plugin %s for %s: %w", p.Name, t.Name, err)
 		}
 	}
-	return nil
+	return s.ReloadPlugins(ctx)
 }
 
 // AgentdPluginsUnsupported says why the target does not load plugins in

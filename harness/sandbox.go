@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tenantcanary/tenantcanary/harness/remote"
 	"github.com/tenantcanary/tenantcanary/harness/slowproxy"
 	"github.com/tenantcanary/tenantcanary/harness/stores"
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
@@ -62,6 +63,13 @@ type Sandbox struct {
 
 	sharedMu sync.Mutex  // guards shared and the shared config file
 	shared   sharedState // what the shared config is written from
+
+	// A running server's homes (Target.RemoteFiles): ctx is the
+	// sandbox's, for a push after a write; pushCtx, while set, defers the
+	// push to the plant that writes every home.
+	ctx, pushCtx context.Context
+	mirrorMu     sync.Mutex     // one pull or push at a time
+	remoteHome   *remote.Mirror // the running server's home folder (mirror)
 }
 
 // serveAddr is where the serve backend listens and the token it takes.
@@ -136,12 +144,12 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
-	} else if set, err = tenants.Build(root, opts.Tenants); err != nil {
+	} else if set, err = tenants.Build(root, withRemoteTenants(ctx, target, root, opts.Tenants)); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	s := &Sandbox{Root: set.Root, RunID: id, Target: target, Set: set, Logs: filepath.Join(set.Root, "logs"),
 		Cwd: filepath.Join(set.Root, "cwd"), Tmp: filepath.Join(set.Root, "tmp"), Operator: map[string]string{},
-		sysTmpSeen: listDir(os.TempDir()), grace: opts.Grace}
+		sysTmpSeen: listDir(os.TempDir()), grace: opts.Grace, ctx: ctx}
 	if s.grace <= 0 {
 		s.grace = target.TimesFor(0).Stop
 	}
@@ -202,6 +210,10 @@ func NewSandbox(ctx context.Context, root string, target Target, opts SandboxOpt
 			return fail(err)
 		}
 		if err := s.plantOperatorSecrets(); err != nil {
+			return fail(err)
+		}
+	} else if target.RemoteFiles() {
+		if err := s.plantRemote(ctx, opts.Extras); err != nil {
 			return fail(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tenantcanary/tenantcanary/harness/remote"
 	"github.com/tenantcanary/tenantcanary/harness/stores"
 	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/tenants"
@@ -94,9 +95,13 @@ type Target struct {
 	// GatewayURL is a running gateway's base URL (staging).
 	GatewayURL string `yaml:"gateway_url"`
 	// Files says whether the harness can read and write the target's homes
-	// (false for a remote staging server: file checks are skipped, with
-	// that reason).
+	// (false for a remote staging server without remote: files: file
+	// checks are skipped, with that reason).
 	Files bool `yaml:"files"`
+	// Reach is how the harness reaches a running server's host through
+	// the operator's own commands (harness/remote): its files, its stop
+	// and start, its processes, its plugin reload.
+	Reach *remote.Spec `yaml:"remote"`
 	// TenantsFile is the roster `canary-run fakellm` wrote for a staging
 	// run: the tenants the staging server was provisioned with, whose
 	// providers run in that process. Journal overrides the roster's
@@ -420,9 +425,10 @@ func (t *Target) Validate() error {
 	if (len(t.Serve) > 0 || t.URL != "") && t.TokenVar == "" && t.Token == "" {
 		errs = append(errs, errors.New("serve backend without token_var (or token for a running server)"))
 	}
-	if t.URL != "" && t.TenantsFile == "" {
-		errs = append(errs, errors.New("url (a running server) needs tenants_file: the roster `canary-run fakellm` wrote for the tenants it was provisioned with"))
+	if t.URL != "" && t.TenantsFile == "" && !t.Reach.OwnTenants() {
+		errs = append(errs, errors.New("url (a running server) needs tenants_file: the roster `canary-run fakellm` wrote for the tenants it was provisioned with (or remote: home, pull, push and workdirs, for the harness to plant tenants of its own)"))
 	}
+	errs = append(errs, t.validateRemote()...)
 	if t.Files && len(t.ProfileRoot) == 0 && t.URL == "" && !t.IsGateway() {
 		errs = append(errs, errors.New("files: true needs profile_root, the command that proves the profiles resolve inside the sandbox"))
 	}

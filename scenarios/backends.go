@@ -49,6 +49,10 @@ func (e *Env) StartServe() *Serve {
 	e.T.Helper()
 	tg := e.Box.Target
 	if tg.URL != "" {
+		if e.remoteStopped {
+			e.startRemote()
+			e.remoteStopped = false
+		}
 		e.Server = &Serve{Base: tg.URL, Token: tg.Token, Replica: 1}
 		e.noteOperatorSecret("serve_token", tg.Token)
 		e.Box.NoteServe(tg.URL, tg.Token)
@@ -117,8 +121,14 @@ func (e *Env) startServeReplica(n int, token string) *Serve {
 // grace); it must exit cleanly.
 func (e *Env) StopServe(s *Serve) {
 	e.T.Helper()
+	if s.Proc == nil && e.Box.Target.RemoteRestarts() {
+		e.Box.NoteServe("", "")
+		e.stopRemote()
+		e.remoteStopped = true
+		return
+	}
 	if s.Proc == nil {
-		e.T.Fatalf("stop serve: the staging server is not the harness's to stop")
+		e.T.Fatalf("stop serve: the staging server is not the harness's to stop: %s", e.Box.Target.RemoteLacks("restart"))
 	}
 	e.Box.NoteServe("", "")
 	if err := s.Proc.StopServer(e.Times.Stop); err != nil {

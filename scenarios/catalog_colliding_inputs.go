@@ -275,7 +275,7 @@ func Register(pctx plugin.Context) error {
 // collideStateWhy says why the plugin state keys cannot collide on this
 // target ("" when they can): the harness installs the plugin in the homes.
 func (e *Env) collideStateWhy() string {
-	if !e.Box.Target.Files || e.Box.Target.Remote() {
+	if !e.Box.Target.HomesReachable() {
 		return "the target's homes are not the harness's to install a plugin in"
 	}
 	return e.Box.Target.AgentdPluginsUnsupported()

@@ -138,6 +138,7 @@ func (e *Env) revokeOne(t *tenants.Tenant, how, envPath, keyVar string) {
 	if err := os.WriteFile(envPath, []byte(withVar(string(old), keyVar, next)), 0o600); err != nil {
 		e.T.Fatalf("revoke %s's credential: %v", t.Name, err)
 	}
+	e.pushHomes("revoke " + t.Name + "'s credential")
 	revoked := time.Now()
 	before := len(t.Provider.Requests())
 	close(h.release)
@@ -192,6 +193,7 @@ func (e *Env) revokeOne(t *tenants.Tenant, how, envPath, keyVar string) {
 	if err := os.WriteFile(envPath, old, 0o600); err != nil {
 		e.T.Fatalf("put %s's credential back: %v", t.Name, err)
 	}
+	e.pushHomes("put " + t.Name + "'s credential back")
 }
 
 // withVar is a .env text with name's line set to value, or removed when

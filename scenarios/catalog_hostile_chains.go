@@ -141,7 +141,7 @@ func chainsSpec(chains []attack.Chain) Spec {
 		}))
 	}
 	phases = append(phases, Phase{Name: "chain-rows", Run: func(e *Env) { e.chainRows() }})
-	needs := []Need{NeedFiles}
+	needs := []Need{NeedFiles, NeedServerHere} // it plants files in the workdirs, linked from the sandbox
 	if len(restartGroup) > 0 {
 		needs = append(needs, NeedRestart)
 	}
@@ -391,6 +391,11 @@ func (e *Env) installPlugin(t *tenants.Tenant, dir, manifest, source string) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 			e.T.Fatalf("install plugin %s for %s: %v", filepath.Base(dir), t.Name, err)
 		}
+	}
+	ctx, cancel := e.ctx(e.Times.Call)
+	defer cancel()
+	if err := e.Box.ReloadPlugins(ctx); err != nil {
+		e.T.Fatalf("install plugin %s for %s: %v", filepath.Base(dir), t.Name, err)
 	}
 }
 

@@ -55,7 +55,7 @@ func (e *Env) markEvidence() evidenceMark {
 	for _, c := range conns {
 		m.frames[c.label] = len(c.conn.Frames())
 	}
-	if e.Box.Target.Files && !e.Box.Target.Remote() {
+	if e.Box.Target.HomesReachable() {
 		for _, root := range invariants.TenantRoots(e.Box.Set) {
 			_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 				if err != nil || d.IsDir() {

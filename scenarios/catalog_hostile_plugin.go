@@ -75,7 +75,7 @@ func hostilePlugin() Spec {
 		Focus:     []Invariant{Requests, Files, ProcessEscape, Availability},
 		Snapshots: perTenant(2),
 		Timeout:   8 * time.Minute,
-		Needs:     []Need{NeedFiles, NeedRestart, NeedPlugins, NeedPluginHostile},
+		Needs:     []Need{NeedFiles, NeedRestart, NeedPlugins, NeedPluginHostile, NeedServerHere}, // it kills plugin hosts
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) { e.startHostile(e.installHostilePlugin) }},
 			{Name: "reads", Run: func(e *Env) {

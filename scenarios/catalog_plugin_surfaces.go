@@ -62,6 +62,9 @@ type surfacesState struct {
 // surfacesRecords reads what t's plugin wrote so far.
 func (e *Env) surfacesRecords(t *tenants.Tenant) []surfaceRecord {
 	e.T.Helper()
+	if fs := e.pullHomes(e.Ctx); fs != nil { // a running server's, through remote:
+		e.T.Fatalf("%s", fs[0].Detail)
+	}
 	var out []surfaceRecord
 	for _, name := range []string{surfacesObserved, surfacesModelLog} {
 		b, err := os.ReadFile(filepath.Join(t.Home, name))
@@ -191,7 +194,7 @@ func (e *Env) checkSurfaces(phase string) {
 		control(seen["model/build_extra_body"], "the model provider's BuildExtraBody never ran")
 		e.checkExtraBody(t, owners)
 		// The memory provider's state is in its own home, with its own
-		// turns.
+		// turns (a running server's, pulled with the records above).
 		state, err := os.ReadFile(filepath.Join(t.Home, surfacesMemory))
 		control(err == nil, fmt.Sprintf("the memory provider kept no state in its home (%v)", err))
 		for _, mark := range st.turns[t.Name] {

@@ -52,8 +52,8 @@ func profileLifecycle() Spec {
 				if !res.OK || res.Name != name {
 					e.T.Fatalf("profiles.create %s answered %+v", name, res)
 				}
-				if res.Path != g.Home {
-					e.T.Errorf("profiles.create put %s at %s, want %s", name, res.Path, g.Home)
+				if want := e.Box.RemotePath(g.Home); res.Path != want { // on a running server's host, through remote:
+					e.T.Errorf("profiles.create put %s at %s, want %s", name, res.Path, want)
 				}
 				// The home as the server made it, before the harness writes
 				// anything: another tenant's canary there is a leak finding.

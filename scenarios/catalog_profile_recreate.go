@@ -64,11 +64,15 @@ func profileRecreate() Spec {
 					Path string `json:"path"`
 				}
 				e.Call(op, "profiles.create", map[string]any{"name": v.Name}, &res)
-				if res.Path != v.Home {
-					e.T.Fatalf("profiles.create %s put it at %s, want %s", v.Name, res.Path, v.Home)
+				if want := e.Box.RemotePath(v.Home); res.Path != want { // on a running server's host, through remote:
+					e.T.Fatalf("profiles.create %s put it at %s, want %s", v.Name, res.Path, want)
 				}
 				// The home as the server made it: nothing of anyone, the
-				// deleted profile of the same name included.
+				// deleted profile of the same name included (a running
+				// server's, read through remote: first).
+				if fs := e.pullHomes(e.Ctx); fs != nil {
+					e.T.Fatalf("%s", fs[0].Detail)
+				}
 				chk := e.checker(e.Box.Set.Tenants)
 				for _, f := range chk.Inherited(e.Ctx, v.Name, v.Home) {
 					e.Find(f)

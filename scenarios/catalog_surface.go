@@ -30,7 +30,7 @@ func surfaceScenario() Spec {
 		Focus:     []Invariant{invariants.UnsandboxedEnv, invariants.ResourceHarm, invariants.File, invariants.Request},
 		Snapshots: perTenant(2),
 		Timeout:   6 * time.Minute,
-		Needs:     []Need{NeedFiles, NeedRestart},
+		Needs:     []Need{NeedFiles, NeedRestart, NeedServerHere}, // it watches the server's process and its reads
 		Responder: surfaceResponder,
 		Phases: []Phase{
 			{Name: "discover", Run: func(e *Env) { e.discoverSurface() }},

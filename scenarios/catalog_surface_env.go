@@ -132,7 +132,15 @@ func (e *Env) appendEnv(t *tenants.Tenant, envName string, vars []surface.Payloa
 	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
 		e.T.Fatalf("surface: write %s's %s: %v", t.Name, envName, err)
 	}
-	return func() error { return os.WriteFile(p, old, 0o600) }
+	e.pushHomes("surface: write " + t.Name + "'s " + envName)
+	return func() error {
+		if err := os.WriteFile(p, old, 0o600); err != nil {
+			return err
+		}
+		ctx, cancel := e.ctx(e.Times.Call)
+		defer cancel()
+		return e.Box.PushHomes(ctx)
+	}
 }
 
 // replayWithEnv replays the actions that start processes for t: a new

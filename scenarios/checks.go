@@ -23,12 +23,18 @@ func (e *Env) ScopedWrite(what string, t *tenants.Tenant, expected []string, wri
 		write()
 		return
 	}
+	if fs := e.pullHomes(e.Ctx); fs != nil {
+		e.T.Fatalf("snapshot homes before %s: %s", what, fs[0].Detail)
+	}
 	roots := e.scopeRoots()
 	before, err := invariants.HashTree(e.Ctx, roots...)
 	if err != nil {
 		e.T.Fatalf("snapshot homes before %s: %v", what, err)
 	}
 	write()
+	if fs := e.pullHomes(e.Ctx); fs != nil {
+		e.T.Fatalf("snapshot homes after %s: %s", what, fs[0].Detail)
+	}
 	after, err := invariants.HashTree(e.Ctx, roots...)
 	if err != nil {
 		e.T.Fatalf("snapshot homes after %s: %v", what, err)
@@ -36,6 +42,7 @@ func (e *Env) ScopedWrite(what string, t *tenants.Tenant, expected []string, wri
 	// The server's own files (server_files) change with any write.
 	expected = append(expected, invariants.ServerFilePatterns(e.Box.Set.LaunchHome, e.Box.Target.ServerFilesIn(e.Box.Root))...)
 	fs := invariants.WriteScopeChanges(e.Box.Set, t.Name, before, after, expected...)
+	e.remotePaths(fs)
 	e.mu.Lock()
 	e.pending = append(e.pending, fs...)
 	e.mu.Unlock()
@@ -74,9 +81,11 @@ func (e *Env) checkAll(ctx context.Context) ([]invariants.Finding, []Control, Co
 	}
 	chk.WithFileCache(e.fileCache()).WithRequestCache(e.requestCache())
 	r := e.newCheckRun(chk)
+	r.find(e.pullHomes(ctx)...)
 	for _, c := range phaseChecks {
 		c.run(ctx, e, r)
 	}
+	e.remotePaths(r.findings)
 	r.findings = invariants.Dedup(r.findings)
 	r.counts.Findings = len(r.findings)
 	return r.findings, r.controls, r.counts

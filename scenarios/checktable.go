@@ -98,8 +98,8 @@ func checkShortfall(_ context.Context, _ *Env, r *checkRun) {
 }
 
 func checkFiles(ctx context.Context, e *Env, r *checkRun) {
-	if !e.Box.Target.Files || e.Box.Target.IsGateway() {
-		e.skip(string(invariants.File), e.filesSkipReason())
+	if !e.Box.Target.HomesReachable() || e.Box.Target.IsGateway() {
+		e.skip(string(invariants.File), e.filesUnreachable())
 		return
 	}
 	r.find(r.chk.FileLeaks(ctx, e.Box.Set, invariants.ServerFiles(e.Box.Set.LaunchHome, e.Box.Target.ServerFilesIn(e.Box.Root))...)...)

@@ -38,6 +38,10 @@ type Env struct {
 	Conns    map[string]*harness.Conn
 	Sessions map[string]harness.SessionInfo
 	Server   *Serve
+	// remoteStopped: a phase stopped the running server (remote.stop);
+	// StartServe starts it again.
+	remoteStopped       bool
+	remoteRestartsAtEnd bool // a cleanup starts it again if a phase left it stopped
 	// Replicas are the serve processes of the target's cluster, Server
 	// first (StartReplicas); none until a phase starts them.
 	Replicas []*Serve

@@ -42,6 +42,11 @@ const (
 	// more over one set of stores (replicas: N, N >= 2, on a target whose
 	// replicated command is its gateway: Target.ReplicatesGateway).
 	NeedGatewayNodes Need = "gateway_nodes"
+	// NeedServerHere: the scenario reaches into the server's machine
+	// beyond its homes (its processes' /proc, its plugin hosts to kill,
+	// files planted in the workdirs and links to them in the sandbox): the
+	// harness started the server on its own machine.
+	NeedServerHere Need = "server_here"
 	// NeedStores: the target declares shared stores (stores:) and the
 	// harness starts its server, so it hands the server the stores'
 	// addresses (through its delaying proxies when the scenario asks).
@@ -58,13 +63,19 @@ type needRow struct {
 // needs is every Need a spec may declare; a new need is a new row.
 var needs = []needRow{
 	{NeedRestart, func(t harness.Target) string {
-		if !t.CanRestart() {
+		if !t.CanRestart() && !t.RemoteRestarts() {
+			if why := t.RemoteLacks("restart"); why != "" {
+				return "needs to restart the server, and the harness did not start it: " + why
+			}
 			return "needs to restart the server, and the harness did not start it"
 		}
 		return ""
 	}},
 	{NeedFiles, func(t harness.Target) string {
-		if !t.Files || t.Remote() {
+		if !t.HomesReachable() {
+			if why := t.RemoteLacks("files"); why != "" {
+				return "needs the target's files, which the harness cannot reach: " + why
+			}
 			return "needs the target's files, which the harness cannot reach"
 		}
 		return ""
@@ -124,6 +135,12 @@ var needs = []needRow{
 			return "needs gateway nodes (replicas: N on a target with no serve command): this target's replicas, if any, are its serve processes, and its gateway runs once"
 		case t.ReplicaCount() < 2:
 			return fmt.Sprintf("needs replicas: 2 or more of the gateway (the target runs %d gateway process): a tenant's calls spread over several gateway nodes over one set of stores", t.ReplicaCount())
+		}
+		return ""
+	}},
+	{NeedServerHere, func(t harness.Target) string {
+		if t.URL != "" {
+			return "needs the server on the harness's own machine (its processes' /proc, its plugin hosts, files planted in its workdirs and linked from the sandbox), and the target is a running server reached through its url"
 		}
 		return ""
 	}},

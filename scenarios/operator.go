@@ -96,7 +96,14 @@ func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns [
 	for _, x := range texts {
 		out = append(out, op.Text(x.owner, x.label, x.data)...)
 	}
-	if e.Box.Target.Files && !e.Box.Target.Remote() {
+	if e.Box.Target.RemoteFiles() {
+		// A running server's homes are mirrored; its cwd, TMPDIR and
+		// system temp folder are on its host, which remote: does not reach.
+		fs := op.Homes(ctx, e.Box.Set)
+		e.remotePaths(fs)
+		out = append(out, fs...)
+		e.skip(string(SharedPlace), "the server's cwd, TMPDIR and system temp folder are on its host: remote: mirrors its home folder (remote.home) only")
+	} else if e.Box.Target.Files && !e.Box.Target.Remote() {
 		out = append(out, op.Homes(ctx, e.Box.Set)...)
 		if v := e.Box.Operator["managed_secret"]; v != "" {
 			path := strings.ReplaceAll(e.Box.Target.ManagedConfig, "{root}", e.Box.Root)

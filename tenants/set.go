@@ -58,6 +58,10 @@ type Options struct {
 	// WorkRoot/<its Profile()>; default Root/work. A staging run sets the
 	// folder the target's host will have them in.
 	WorkRoot string
+	// MakeWorkdir, if set, makes a workdir in place of os.MkdirAll: a
+	// running server's, on its host (harness/remote), when WorkRoot is a
+	// folder there.
+	MakeWorkdir func(dir string) error
 	// Journal, if set, receives every provider's records as JSON lines
 	// (fakellm's journal): a staging run reads them from another process.
 	// It must be safe for concurrent writes.
@@ -225,7 +229,8 @@ func (s *Set) newTenant(name string, launch bool) (*Tenant, error) {
 	t.State = s.Layout.StateFolder(s.Root, t)
 	t.workDir = filepath.Join(s.workRoot, t.Profile())
 	t.Workdir = filepath.Join(t.workDir, CanaryValue(Workdir, name, tag))
-	if err := os.MkdirAll(t.Workdir, 0o755); err != nil {
+	t.mkdir = s.opts.MakeWorkdir
+	if err := t.makeWorkdir(t.Workdir); err != nil {
 		return nil, fmt.Errorf("build tenant %s: create workdir: %w", name, err)
 	}
 	if s.opts.NoProviders {

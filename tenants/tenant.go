@@ -22,8 +22,9 @@ type Tenant struct {
 	Tag      string          // 10 random hex digits shared by the tenant's base canaries
 	Provider *fakellm.Server // the tenant's own provider; nil when built without providers
 
-	workDir string          // where its workdirs are made: <work root>/<Profile()>
-	remote  *remoteProvider // the provider in another process (staging), if any
+	workDir string             // where its workdirs are made: <work root>/<Profile()>
+	mkdir   func(string) error // makes a workdir (Options.MakeWorkdir); nil: os.MkdirAll
+	remote  *remoteProvider    // the provider in another process (staging), if any
 
 	mu     sync.Mutex
 	minted []Canary
@@ -208,7 +209,7 @@ func (t *Tenant) MintWorkdir() (string, error) {
 		return "", err
 	}
 	dir := filepath.Join(t.workDir, c.Value)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := t.makeWorkdir(dir); err != nil {
 		return "", fmt.Errorf("create minted workdir for %s: %w", t.Name, err)
 	}
 	return dir, nil
@@ -291,4 +292,13 @@ func (t *Tenant) RequestsErr() error {
 	t.remote.journal.mu.Lock()
 	defer t.remote.journal.mu.Unlock()
 	return t.remote.journal.err
+}
+
+// makeWorkdir makes one of the tenant's workdirs: here, or where the set's
+// Options.MakeWorkdir makes them.
+func (t *Tenant) makeWorkdir(dir string) error {
+	if t.mkdir != nil {
+		return t.mkdir(dir)
+	}
+	return os.MkdirAll(dir, 0o755)
 }

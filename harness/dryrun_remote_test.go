@@ -1,0 +1,64 @@
+package harness
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tenantcanary/tenantcanary/harness/remote"
+)
+
+// target check on a running server tries every command of its remote:
+// block, says which failed and why, and goes on to the others. The
+// "server's host" is a folder here and its health a flag file the stop
+// and start commands remove and make.
+func TestDryRemoteTriesEveryCommandAndNamesTheOneThatFailed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	home, flag := filepath.Join(dir, "server-home"), filepath.Join(dir, "up")
+	require.NoError(t, os.MkdirAll(filepath.Join(home, ".agentd"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(home, ".agentd", "SOUL.md"), []byte("soul"), 0o644))
+	require.NoError(t, os.WriteFile(flag, nil, 0o644))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := os.Stat(flag); err != nil || r.URL.Path != "/api/health" {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	tg := Target{Name: "staging", URL: srv.URL, Token: "tok", TenantsFile: filepath.Join(dir, "tenants.json"),
+		Reach: &remote.Spec{Home: home,
+			Pull:      []string{"sh", "-c", `tar -C "$0" -cf - .`, "{path}"},
+			Push:      []string{"sh", "-c", `tar -C "$0" -xf -`, "{path}"},
+			Stop:      []string{"rm", "-f", flag},
+			Start:     []string{"touch", flag},
+			Processes: []string{"sh", "-c", "echo not a listing; echo no such host >&2"},
+			Reload:    []string{"true"}}}
+	require.NoError(t, tg.Validate())
+	var out bytes.Buffer
+	n := dryRemote(t.Context(), tg, dir, &DryReport{W: &out}, 30*time.Second)
+	assert.Equal(t, 1, n, "%s", out.String())
+	lines := out.String()
+	for _, want := range []string{"ok    remote.pull", "1 file(s)", "ok    remote.push", "FAIL  remote.processes", "line 1",
+		"ok    remote.stop", "ok    remote.start", "ok    remote.reload"} {
+		assert.Contains(t, lines, want)
+	}
+	assert.FileExists(t, flag, "the server was started again")
+	got, err := os.ReadFile(filepath.Join(home, ".agentd", "SOUL.md"))
+	require.NoError(t, err)
+	assert.Equal(t, "soul", string(got), "the push wrote nothing new")
+
+	// A start that never brings the health URL up fails with what it saw.
+	tg.Reach.Start = []string{"true"}
+	out.Reset()
+	n = dryRemote(t.Context(), tg, dir, &DryReport{W: &out}, 2*time.Second)
+	assert.Equal(t, 2, n, "%s", out.String())
+	assert.True(t, strings.Contains(out.String(), "FAIL  remote.start") && strings.Contains(out.String(), "to answer 200"), "%s", out.String())
+}
