@@ -162,8 +162,13 @@ func TestDialectStagedEvents(t *testing.T) {
 		spec := transportProbeSpec()
 		spec.Phases = append(spec.Phases, Phase{Name: "turn-ends", Run: func(e *Env) {
 			for _, tn := range e.Tenants {
+				// A session of its own: without turn_end_field the
+				// server is still playing the earlier phases' turns (the
+				// harness took their first delta for their end), and a
+				// turn in the same session may get no step of its own.
+				sid := e.CreateSession(e.Conns[tn.Name], tn).SessionID
 				ctx, cancel := e.ctx(e.Times.Turn)
-				ev, err := e.Conns[tn.Name].Turn(ctx, e.Sessions[tn.Name].SessionID, "Run the environment probe for "+tn.Name+".")
+				ev, err := e.Conns[tn.Name].Turn(ctx, sid, "Run the environment probe for "+tn.Name+".")
 				cancel()
 				if err != nil {
 					e.T.Fatalf("turn of %s: %v", tn.Name, err)

@@ -117,11 +117,11 @@ var needs = []needRow{
 		if t.ReplicaCount() < 2 {
 			return fmt.Sprintf("needs replicas: 2 or more (the target runs %d serve process): a tenant's connections spread over several serve processes on one set of homes and stores", t.ReplicaCount())
 		}
+		if t.URL != "" {
+			return "needs replicas the harness starts (serve with replicas: N), and the target is a running server"
+		}
 		if len(t.Serve) == 0 {
 			return "needs serve replicas (replicas: N with a serve command): the target's replicas are its gateway's nodes (gateway-replicas spreads a tenant over those)"
-		}
-		if !t.CanRestart() {
-			return "needs replicas the harness starts (serve with replicas: N), and the target is a running server"
 		}
 		return ""
 	}},
