@@ -20,7 +20,7 @@ var Argv = Vocabulary{Of: "a command line", Vars: []Var{
 	{"root", "the sandbox's root folder"},
 	{"redis_url", "the URL of the target's Redis store (stores:), redis://HOST:PORT/0"},
 	{"postgres_url", "the URL of the target's PostgreSQL store (stores:), postgres://USER@HOST:PORT/DB"},
-	{"replica", "the serve process's number among the target's replicas, 1 to replicas (1 in every other command)"},
+	{"replica", "the serve process's (or, for a target whose replicas are its gateway's nodes, the gateway node's) number among the target's replicas, 1 to replicas (1 in every other command)"},
 }, Suffix: "_url"}
 
 // Root is the vocabulary of a path or value of a target file that lives
