@@ -329,12 +329,11 @@ func AgentdTarget(argv0 string, prefix ...string) Target {
 // its folder): its mappings merge into the other's key by key, its other
 // values replace the other's, and a key set to null removes it.
 func LoadTarget(path string) (Target, error) {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return Target{}, fmt.Errorf("load target: %w", err)
 	}
-	f.Close()
-	data, err := readTargetFile(path, nil)
+	data, err = resolveTargetFile(path, data, nil)
 	if err != nil {
 		return Target{}, fmt.Errorf("load target %s: %w", path, err)
 	}

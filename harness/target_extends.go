@@ -20,6 +20,15 @@ const maxExtends = 8
 // to null removes the base's. chain holds the files already being read,
 // to refuse a cycle.
 func readTargetFile(path string, chain []string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return resolveTargetFile(path, data, chain)
+}
+
+// resolveTargetFile is readTargetFile on a file's data already read.
+func resolveTargetFile(path string, data []byte, chain []string) ([]byte, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, err
@@ -29,10 +38,6 @@ func readTargetFile(path string, chain []string) ([]byte, error) {
 	}
 	if len(chain) >= maxExtends {
 		return nil, fmt.Errorf("extends: more than %d files deep (%v)", maxExtends, chain)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
 	}
 	if data, err = withTargetDir(data, filepath.Dir(abs)); err != nil {
 		return nil, err

@@ -169,20 +169,16 @@ func (e *Env) gatewayOwnAcross() {
 func (e *Env) gatewayIdenticalAcross() {
 	e.T.Helper()
 	st := e.gatewayNodes()
+	index := map[*tenants.Tenant]int{}
+	for i, t := range e.Tenants {
+		index[t] = i
+	}
 	for round := range 2 {
 		marks := map[string]int{}
 		for _, t := range e.Tenants {
 			marks[t.Name] = len(t.Requests())
 		}
-		node := func(t *tenants.Tenant) llmgw.Node {
-			i := 0
-			for j, x := range e.Tenants {
-				if x == t {
-					i = j
-				}
-			}
-			return st.order[t.Name][(i+round)%2]
-		}
+		node := func(t *tenants.Tenant) llmgw.Node { return st.order[t.Name][(index[t]+round)%2] }
 		got, errs := gatherAtOnce(e, e.Times.Call, func(ctx context.Context, t *tenants.Tenant) (harness.GatewayReply, error) {
 			r := e.ownChat(t, false)
 			r.Text = identicalGatewayPrompt
