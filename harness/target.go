@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -636,6 +637,20 @@ func (t *Target) ReplicaCount() int {
 		return 1 + len(t.ReplicaURLs)
 	}
 	return max(t.Replicas, 1)
+}
+
+// ReplicaHealthy waits, within ctx, until a running server's replica n
+// answers its health URL (remote.health, else /api/health) and the
+// dialect's health check.
+func (t *Target) ReplicaHealthy(ctx context.Context, n int) error {
+	base := t.ReplicaURL(n)
+	if err := remote.WaitHealth(ctx, t.Reach.HealthURL(base), true); err != nil {
+		return fmt.Errorf("replica %d (%s): %w", n, base, err)
+	}
+	if err := t.WaitHealthy(ctx, base, t.Token); err != nil {
+		return fmt.Errorf("replica %d (%s): %w", n, base, err)
+	}
+	return nil
 }
 
 // ReplicaURL is the base URL of a running server's replica n (1-based:

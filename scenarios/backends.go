@@ -127,9 +127,9 @@ func (e *Env) reachServeReplica(n int) *Serve {
 	s := &Serve{Base: tg.ReplicaURL(n), Token: e.Server.Token, Replica: n}
 	ctx, cancel := e.ctx(e.Times.Ready)
 	defer cancel()
-	if err := tg.WaitHealthy(ctx, s.Base, s.Token); err != nil {
+	if err := tg.ReplicaHealthy(ctx, n); err != nil {
 		e.targetCannotStart(harness.BackendServe, err)
-		e.T.Fatalf("replica %d of the running server (%s) not healthy: %v", n, s.Base, err)
+		e.T.Fatalf("the running server's replica is not healthy: %v", err)
 	}
 	return s
 }

@@ -49,7 +49,7 @@ func startSSHCluster(t *testing.T, st *sshStage) harness.Target {
 	require.NoError(t, err)
 	require.Equal(t, 2, tg.ReplicaCount())
 	st.restart(t, tg)
-	require.NoError(t, tg.WaitHealthy(t.Context(), tg.ReplicaURL(2), tg.Token), "the second replica answers")
+	require.NoError(t, tg.ReplicaHealthy(t.Context(), 2), "the second replica answers")
 	return tg
 }
 
