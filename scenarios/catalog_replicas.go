@@ -386,7 +386,7 @@ func (e *Env) revokeAcross() {
 func (e *Env) identicalRequests() {
 	e.T.Helper()
 	tg := e.Box.Target
-	if !tg.Files || tg.Remote() || tg.Layout.Files.Soul == "" {
+	if !tg.HomesReachable() || tg.Layout.Files.Soul == "" {
 		e.skipRow(string(Requests), "identical requests through every replica not tried: the harness cannot make the tenants' homes alike (the target's files are not its to write)")
 		return
 	}
@@ -429,6 +429,14 @@ func (e *Env) identicalRequests() {
 				e.T.Fatalf("make %s's home alike: %v", t.Name, err)
 			}
 		}
+	}
+	// A running server's homes are mirrored here: the alike files reach
+	// it with a push.
+	pctx, pcancel := e.ctx(e.Times.Call)
+	err := e.Box.PushHomes(pctx)
+	pcancel()
+	if err != nil {
+		e.T.Fatalf("make the tenants' homes alike: %v", err)
 	}
 	marks := map[string]int{}
 	for _, t := range e.Tenants {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/harness/remote"
+	"github.com/tenantcanary/tenantcanary/internal/storeproc"
 )
 
 // sshStage is a staging host on this machine that the harness reaches
@@ -32,6 +33,8 @@ type sshStage struct {
 	ns        *harness.Proc // bwrap, running sshd
 	nsID      string        // the namespace's PID namespace (readlink /proc/PID/ns/pid)
 	target    string        // the filled-in target file
+	cluster   string        // cluster.env's stores and ports (startSSHCluster), "" for a single server
+	stores    []*storeproc.Server
 }
 
 // sshStageNeeds says what this machine lacks for an sshStage ("" when

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -28,6 +29,7 @@ func startSSHCluster(t *testing.T, st *sshStage) harness.Target {
 		}
 	}
 	urls := map[storeproc.Kind]string{}
+	t.Cleanup(func() { st.stores = nil })
 	for _, k := range []storeproc.Kind{storeproc.Postgres, storeproc.Redis} {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*storeproc.ReadyWithin)
 		s, err := storeproc.Start(ctx, k, t.TempDir())
@@ -35,11 +37,12 @@ func startSSHCluster(t *testing.T, st *sshStage) harness.Target {
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, s.Stop()) })
 		urls[k] = s.URL
+		st.stores = append(st.stores, s)
 	}
 	port, err := harness.FreePort()
 	require.NoError(t, err)
-	env := "AGENTD_POSTGRES_URL='" + urls[storeproc.Postgres] + "'\nAGENTD_REDIS_URL='" + urls[storeproc.Redis] + "'\nREPLICA_PORTS=" + port + "\n"
-	require.NoError(t, os.WriteFile(filepath.Join(st.dir, "cluster.env"), []byte(env), 0o644))
+	st.cluster = "AGENTD_POSTGRES_URL='" + urls[storeproc.Postgres] + "'\nAGENTD_REDIS_URL='" + urls[storeproc.Redis] + "'\nREPLICA_PORTS=" + port + "\n"
+	st.clusterFlags(t, nil)
 	path := filepath.Join(st.dir, "cluster.yaml")
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -53,12 +56,36 @@ func startSSHCluster(t *testing.T, st *sshStage) harness.Target {
 	return tg
 }
 
+// flushStores empties the cluster's Redis: its caches and channels.
+func (st *sshStage) flushStores(t *testing.T) {
+	t.Helper()
+	for _, s := range st.stores {
+		if s.Kind != storeproc.Redis {
+			continue
+		}
+		opt, err := redis.ParseURL(s.URL)
+		require.NoError(t, err)
+		c := redis.NewClient(opt)
+		require.NoError(t, c.FlushAll(t.Context()).Err())
+		require.NoError(t, c.Close())
+	}
+}
+
+// clusterFlags writes the cluster's cluster.env with flags as every
+// replica's further serve flags (SERVE_FLAGS); the next restart takes it.
+func (st *sshStage) clusterFlags(t *testing.T, flags []string) {
+	t.Helper()
+	env := st.cluster + "SERVE_FLAGS='" + strings.Join(flags, " ") + "'\n"
+	require.NoError(t, os.WriteFile(filepath.Join(st.dir, "cluster.env"), []byte(env), 0o644))
+}
+
 // A staging cluster, two agentd replicas over PostgreSQL and Redis reached
 // only over their ports and ssh: the replicas scenario spreads every
-// tenant over both replicas and passes, the stores are scanned; and two
-// of the cluster faults the self-test seeds are caught through it (a
+// tenant over both replicas and passes, the stores are scanned; and the
+// cluster faults the self-test seeds for replicas are caught through it (a
 // tenant's events on every tenant's channel; a session resumed on
-// another replica under the profile its row names).
+// another replica under the profile its row names), and, with the
+// replicas' caches on, the two that live in them.
 func TestStagingClusterOverSSH(t *testing.T) {
 	t.Parallel()
 	st := startSSHStage(t)
@@ -76,15 +103,31 @@ func TestStagingClusterOverSSH(t *testing.T) {
 		assert.True(t, stores, "%s scanned the cluster's stores", r.ID)
 	}
 
+	// The cluster faults of the replicas scenario, each seeded as the
+	// operator would, in the replicas' environment; two live in caches the
+	// operator turns on (the self-test's own cluster runs with both on).
 	for _, f := range ClusterFaults() {
-		if f.Name != "events-unscoped" && f.Name != "resume-wrong-profile" {
+		if f.Scenario != "replicas" {
 			continue
 		}
+		var flags []string
+		if f.Name == "revocation-local-only" || f.Name == "cache-key-no-tenant" {
+			flags = clusterCaches
+		}
+		if only := os.Getenv("TENANTCANARY_STAGING_CLUSTER_FAULTS"); only != "" && !regexp.MustCompile(only).MatchString(f.Name) {
+			continue
+		}
+		st.clusterFlags(t, flags)
+		// Each fault starts from empty stores, as the self-test's own
+		// cluster does: a cache keeps the keys of the tenants an earlier
+		// run planted under the same profile names for its TTL.
+		st.flushStores(t)
 		st.seedFault(t, f.Name)
 		reps, err := RunCatalog(t.Context(), Default(), Config{Target: tg, WorkDir: t.TempDir(), Run: "^" + regexp.QuoteMeta(f.Scenario) + "$"})
 		require.NoError(t, err)
 		require.Len(t, reps, 1)
 		assert.True(t, found(&reps[0], f.Expect), "%s: %s over ssh found no %s finding: %s\n%s", f.Name, f.Scenario, f.Expect, reps[0].Result, strings.Join(reps[0].Log, "\n"))
 	}
+	st.clusterFlags(t, nil)
 	st.seedFault(t, "")
 }
