@@ -434,9 +434,13 @@ func (t *Target) Validate() error {
 	if t.Managed != nil && !strings.HasPrefix(t.ManagedDir, "{root}/") {
 		errs = append(errs, fmt.Errorf("managed needs managed_dir inside the sandbox ({root}/...), not %q", t.ManagedDir))
 	}
-	for _, argv := range [][]string{t.Stdio, t.Serve, t.Gateway, t.ProfileRoot, t.CronTick, t.Preflight} {
+	for i, argv := range [][]string{t.Stdio, t.CronTick, t.Serve, t.Gateway, t.ProfileRoot, t.Preflight} {
+		vocab := placeholder.Argv
+		if i < 2 {
+			vocab = placeholder.Stdio
+		}
 		for _, a := range argv {
-			if err := placeholder.Argv.Check(a); err != nil {
+			if err := vocab.Check(a); err != nil {
 				errs = append(errs, fmt.Errorf("argument %q: %w", a, err))
 			}
 		}
@@ -490,7 +494,12 @@ func (t *Target) Supports(b Backend) (bool, string) {
 		if len(t.Stdio) == 0 {
 			return false, "the target gives no stdio command"
 		}
-		if t.Remote() {
+		if t.Remote() && !t.RemoteFiles() {
+			if t.URL != "" && t.Reach != nil {
+				// Its stdio command runs on the server's host, on homes the
+				// harness plants there.
+				return false, "a running server's stdio command runs on its host on the tenants' homes: " + t.Reach.Lacks("files")
+			}
 			return false, "a stdio backend runs beside the harness, and the target is a running remote server"
 		}
 	case BackendServe:

@@ -29,7 +29,9 @@ const stagingSSHRun = "TENANTCANARY_STAGING_SSH_RUN"
 // over ssh, runs with the whole catalog (TENANTCANARY_STAGING_SSH_ALL=1):
 // beside the whole suite under the race detector its listings over ssh
 // outlasted their deadline (a CI rehearsal's failure, 9 minutes in).
-var stagingSSHSubset = []string{"pooled-serve", "settings-writes", "restart-resume"}
+// stdio-separate's backends run on the host through the target file's
+// stdio command (ssh).
+var stagingSSHSubset = []string{"pooled-serve", "settings-writes", "restart-resume", "stdio-separate"}
 
 // A staging agentd reached only over its port and ssh: the catalog plants,
 // reads and scans its homes, restarts it and lists its processes through
@@ -66,6 +68,7 @@ func TestStagingOverSSH(t *testing.T) {
 	reps, err := RunCatalog(t.Context(), Default(), Config{Target: tg, WorkDir: t.TempDir(), Run: run, Progress: &progress})
 	require.NoError(t, err)
 	t.Logf("progress:\n%s", progress.String())
+	st.noRunProcessesLeft(t)
 	for _, r := range reps {
 		for _, sk := range r.Skipped {
 			t.Logf("%s: check %s not made: %s", r.ID, sk.Invariant, sk.Reason)
@@ -145,6 +148,21 @@ func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 				assert.True(t, strings.HasPrefix(fd.Where.Path, tg.Reach.Home), "%s: the finding names the server's path: %s", f.Name, fd.Where.Path)
 			}
 		}
+	}
+
+	// Through the stdio backend over ssh: agentd's stdio process takes the
+	// fault from the operator's control script, and a named profile's
+	// session it serves reports the launch profile's model.
+	for _, f := range Faults() {
+		if f.Name != "model-bleed" {
+			continue
+		}
+		st.seedFault(t, f.Name)
+		reps, err := RunCatalog(t.Context(), Default(), Config{Target: tg, WorkDir: t.TempDir(), Run: "^stdio-separate$"})
+		require.NoError(t, err)
+		require.Len(t, reps, 1)
+		assert.True(t, found(&reps[0], f.Expect), "%s: stdio-separate over ssh found no %s finding: %s\n%s", f.Name, f.Expect, reps[0].Result, strings.Join(reps[0].Log, "\n"))
+		st.noRunProcessesLeft(t)
 	}
 	st.seedFault(t, "")
 }
