@@ -40,7 +40,7 @@ type Target struct {
 
 	Layout tenants.Layout `yaml:"layout"`
 
-	Stdio       []string `yaml:"stdio"`        // e.g. [agentd, tui]
+	Stdio       []string `yaml:"stdio"`        // e.g. [agentd, tui]; a running server's runs on its host (Sandbox.StartStdio)
 	Serve       []string `yaml:"serve"`        // e.g. [agentd, serve, --host, "{host}", --port, "0", --cron]
 	Gateway     []string `yaml:"gateway"`      // e.g. [agentd, gateway, --host, "{host}", --port, "0"]
 	ProfileRoot []string `yaml:"profile_root"` // prints where named profiles resolve; checked before any write
@@ -434,13 +434,13 @@ func (t *Target) Validate() error {
 	if t.Managed != nil && !strings.HasPrefix(t.ManagedDir, "{root}/") {
 		errs = append(errs, fmt.Errorf("managed needs managed_dir inside the sandbox ({root}/...), not %q", t.ManagedDir))
 	}
-	for i, argv := range [][]string{t.Stdio, t.CronTick, t.Serve, t.Gateway, t.ProfileRoot, t.Preflight} {
-		vocab := placeholder.Argv
-		if i < 2 {
-			vocab = placeholder.Stdio
-		}
-		for _, a := range argv {
-			if err := vocab.Check(a); err != nil {
+	for _, c := range []struct {
+		argv  []string
+		vocab placeholder.Vocabulary
+	}{{t.Stdio, placeholder.Stdio}, {t.CronTick, placeholder.Stdio}, {t.Serve, placeholder.Argv}, {t.Gateway, placeholder.Argv},
+		{t.ProfileRoot, placeholder.Argv}, {t.Preflight, placeholder.Argv}} {
+		for _, a := range c.argv {
+			if err := c.vocab.Check(a); err != nil {
 				errs = append(errs, fmt.Errorf("argument %q: %w", a, err))
 			}
 		}
