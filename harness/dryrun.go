@@ -71,7 +71,7 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 	var srv *Proc
 	failed, walked := 0, 0
 	walk := func(dial dialFunc, trs []Transport, what string) {
-		walked = len(trs)
+		walked += len(trs)
 		for i, tr := range trs {
 			if len(trs) > 1 {
 				fmt.Fprintf(w, "----  %-18s %s (%d of %d)\n", "transport", tr.Label(), i+1, len(trs))
@@ -120,18 +120,13 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 		walk(func(dctx context.Context, t *tenants.Tenant, tr Transport) (*Conn, error) {
 			return DialWebsocket(dctx, base, token, append(box.DialOptions(), WithTransport(tr))...)
 		}, target.Dialect.TransportList(), "connection")
+		if ok, _ := target.Supports(BackendStdio); ok && target.URL != "" {
+			// A running server's stdio command, through its transport.
+			fmt.Fprintf(w, "----  %-18s %s\n", "stdio", strings.Join(target.Stdio, " "))
+			walk(dialStdio(ctx, box), []Transport{target.Dialect.stdioTransport()}, "stdio backend")
+		}
 	case len(target.Stdio) > 0:
-		walk(func(dctx context.Context, t *tenants.Tenant, tr Transport) (*Conn, error) {
-			p, err := box.Start(ctx, "stdio-"+t.Name, target.Stdio, true, nil)
-			if err != nil {
-				return nil, fmt.Errorf("start: %w", err)
-			}
-			c, err := DialStdio(dctx, p, append(box.DialOptions(), WithTransport(tr))...)
-			if err != nil {
-				return nil, fmt.Errorf("%w\nlast output:\n%s", err, p.Tail())
-			}
-			return c, nil
-		}, []Transport{target.Dialect.stdioTransport()}, "stdio backend")
+		walk(dialStdio(ctx, box), []Transport{target.Dialect.stdioTransport()}, "stdio backend")
 	default:
 		return fail("start", "the dry pass drives a serve or stdio backend, and the target gives neither")
 	}
@@ -155,6 +150,22 @@ func DryPass(ctx context.Context, target Target, root string, w io.Writer, wait 
 
 // dialFunc opens tenant t's connection over transport tr.
 type dialFunc func(ctx context.Context, t *tenants.Tenant, tr Transport) (*Conn, error)
+
+// dialStdio starts a stdio backend of box's target per connection (its
+// process lives as long as ctx) and dials it.
+func dialStdio(ctx context.Context, box *Sandbox) dialFunc {
+	return func(dctx context.Context, t *tenants.Tenant, tr Transport) (*Conn, error) {
+		p, err := box.StartStdio(ctx, "stdio-"+t.Name)
+		if err != nil {
+			return nil, fmt.Errorf("start: %w", err)
+		}
+		c, err := DialStdio(dctx, p, append(box.DialOptions(), WithTransport(tr))...)
+		if err != nil {
+			return nil, fmt.Errorf("%w\nlast output:\n%s", err, p.Tail())
+		}
+		return c, nil
+	}
+}
 
 // dryTransport is the dry pass over one transport: a connection per
 // tenant, a session per tenant, one turn each (its tool calls from the

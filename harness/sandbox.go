@@ -354,12 +354,17 @@ func (s *Sandbox) StoreVars() map[string]string { return maps.Clone(s.storeVars)
 // replica's caller fills its own number first: ReplicaEnv). The process is stopped by
 // Close if the caller has not stopped it.
 func (s *Sandbox) Start(ctx context.Context, name string, argv []string, stdin bool, extra map[string]string) (*Proc, error) {
+	return s.start(ctx, name, argv, stdin, s.Env(extra))
+}
+
+// start is Start with the process's whole environment env.
+func (s *Sandbox) start(ctx context.Context, name string, argv []string, stdin bool, env []string) (*Proc, error) {
 	s.mu.Lock()
 	s.seq++
 	logPath := filepath.Join(s.Logs, fmt.Sprintf("%02d-%s.log", s.seq, strings.ReplaceAll(name, " ", "-")))
 	s.mu.Unlock()
 	argv = placeholder.Strings(placeholder.Strings(argv, s.storeVars), map[string]string{"replica": "1"})
-	p, err := StartProc(ctx, ProcSpec{Name: name, Argv: argv, Dir: s.Cwd, Env: s.Env(extra), LogPath: logPath, Stdin: stdin})
+	p, err := StartProc(ctx, ProcSpec{Name: name, Argv: argv, Dir: s.Cwd, Env: env, LogPath: logPath, Stdin: stdin})
 	if err != nil {
 		return nil, err
 	}
@@ -379,6 +384,12 @@ func (s *Sandbox) RunCommand(ctx context.Context, name string, argv []string, ex
 	if err != nil {
 		return "", err
 	}
+	return s.waitCommand(ctx, name, p)
+}
+
+// waitCommand waits for p, a one-shot command, to end, killing it when
+// ctx ends first, and returns its stdout.
+func (s *Sandbox) waitCommand(ctx context.Context, name string, p *Proc) (string, error) {
 	select {
 	case <-p.Done():
 	case <-ctx.Done():

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/tenantcanary/tenantcanary/harness/remote"
+	"github.com/tenantcanary/tenantcanary/internal/placeholder"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
 
@@ -51,8 +53,24 @@ func (t *Target) validateRemote() []error {
 	}
 	if t.Reach.Files() {
 		t.Files = true
+		// Its agent CLI runs on the server's host through the operator's
+		// transport, which forwards no environment: a command that names
+		// neither would run on the runner's own home instead.
+		for _, c := range []struct {
+			field string
+			argv  []string
+		}{{"stdio", t.Stdio}, {"cron_tick", t.CronTick}} {
+			if len(c.argv) > 0 && !slices.ContainsFunc(c.argv, namesHome) {
+				errs = append(errs, fmt.Errorf("%s: %q names neither {env} nor {home}: a running server's %s runs on its host through the operator's transport (`ssh HOST env {env} agentd tui`), which forwards no environment", c.field, strings.Join(c.argv, " "), c.field))
+			}
+		}
 	}
 	return errs
+}
+
+// namesHome reports whether a command-line argument names {env} or {home}.
+func namesHome(a string) bool {
+	return slices.ContainsFunc(placeholder.Names(a), func(n string) bool { return n == "env" || n == "home" })
 }
 
 // mirror is the local mirror of a running server's home folder: the

@@ -42,7 +42,7 @@ type Target struct {
 
 	Layout tenants.Layout `yaml:"layout"`
 
-	Stdio       []string `yaml:"stdio"`        // e.g. [agentd, tui]
+	Stdio       []string `yaml:"stdio"`        // e.g. [agentd, tui]; a running server's runs on its host (Sandbox.StartStdio)
 	Serve       []string `yaml:"serve"`        // e.g. [agentd, serve, --host, "{host}", --port, "0", --cron]
 	Gateway     []string `yaml:"gateway"`      // e.g. [agentd, gateway, --host, "{host}", --port, "0"]
 	ProfileRoot []string `yaml:"profile_root"` // prints where named profiles resolve; checked before any write
@@ -441,9 +441,13 @@ func (t *Target) Validate() error {
 	if t.Managed != nil && !strings.HasPrefix(t.ManagedDir, "{root}/") {
 		errs = append(errs, fmt.Errorf("managed needs managed_dir inside the sandbox ({root}/...), not %q", t.ManagedDir))
 	}
-	for _, argv := range [][]string{t.Stdio, t.Serve, t.Gateway, t.ProfileRoot, t.CronTick, t.Preflight} {
-		for _, a := range argv {
-			if err := placeholder.Argv.Check(a); err != nil {
+	for _, c := range []struct {
+		argv  []string
+		vocab placeholder.Vocabulary
+	}{{t.Stdio, placeholder.Stdio}, {t.CronTick, placeholder.Stdio}, {t.Serve, placeholder.Argv}, {t.Gateway, placeholder.Argv},
+		{t.ProfileRoot, placeholder.Argv}, {t.Preflight, placeholder.Argv}} {
+		for _, a := range c.argv {
+			if err := c.vocab.Check(a); err != nil {
 				errs = append(errs, fmt.Errorf("argument %q: %w", a, err))
 			}
 		}
@@ -497,7 +501,12 @@ func (t *Target) Supports(b Backend) (bool, string) {
 		if len(t.Stdio) == 0 {
 			return false, "the target gives no stdio command"
 		}
-		if t.Remote() {
+		if t.Remote() && !t.RemoteFiles() {
+			if t.URL != "" && t.Reach != nil {
+				// Its stdio command runs on the server's host, on homes the
+				// harness plants there.
+				return false, "a running server's stdio command runs on its host on the tenants' homes: " + t.Reach.Lacks("files")
+			}
 			return false, "a stdio backend runs beside the harness, and the target is a running remote server"
 		}
 	case BackendServe:

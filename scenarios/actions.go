@@ -88,7 +88,7 @@ func (e *Env) CronTick() {
 	e.T.Helper()
 	ctx, cancel := e.ctx(120 * time.Second)
 	defer cancel()
-	if _, err := e.Box.RunCommand(ctx, "cron tick", e.Box.Target.CronTick, nil); err != nil {
+	if _, err := e.Box.RunCronTick(ctx); err != nil {
 		e.T.Fatalf("cron tick: %v", err)
 	}
 }

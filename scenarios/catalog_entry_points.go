@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -63,7 +65,7 @@ func (e *Env) stdioServesAnother() {
 	s := e.CreateSession(c, t)
 	args, _ := json.Marshal(pluginArgs{Tag: e.mint(t, "session_tag").Value, Read: e.everyEnv()})
 	e.Prompt(c, t, s.SessionID, pluginPrompt+e.probePlugin().Tools.Probe+" "+string(args))
-	e.judgeEntryDump(t, "a stdio backend launched on the launch profile, serving "+t.Name, e.lastPluginDump(t, ""))
+	e.judgeEntryDump(t, "a stdio backend launched on the launch profile, serving "+t.Name, e.lastPluginDump(t, ""), true)
 }
 
 // cronTickPlugin makes a cron job of another tenant's whose prompt calls
@@ -100,39 +102,97 @@ func (e *Env) cronTickPlugin() {
 		// same below.
 		e.T.Logf("entry points: the cron tick sent no request of %s's", t.Name)
 	}
-	e.judgeEntryDump(t, "the cron tick, firing "+t.Name+"'s job", e.lastPluginDump(t, ""))
+	e.judgeEntryDump(t, "the cron tick, firing "+t.Name+"'s job", e.lastPluginDump(t, ""), false)
 }
 
-// everyEnv is every tenant's .env path, for the probe to try.
+// everyEnv is every tenant's .env path, for the probe to try: where the
+// plugin runs (on a running server's host, the path there).
 func (e *Env) everyEnv() []string {
 	var out []string
 	for _, u := range e.Tenants {
-		out = append(out, filepath.Join(u.Home, ".env"))
+		out = append(out, e.envPath(u))
 	}
 	return out
 }
 
+// envPath is u's .env as the target's processes see it.
+func (e *Env) envPath(u *tenants.Tenant) string {
+	return e.Box.RemotePath(filepath.Join(u.Home, ".env"))
+}
+
 // judgeEntryDump judges the probe's dump from an entry point: a plugin in
-// the command's own process (a direct child of the harness's, as every
-// target command is) or one that read another tenant's home is a finding;
-// the control is that it read its own.
-func (e *Env) judgeEntryDump(t *tenants.Tenant, where string, d pluginDump) {
+// the command's own process or one that read another tenant's home is a
+// finding; the control is that it read its own. live says the command
+// still runs (a stdio backend; the cron tick has ended).
+func (e *Env) judgeEntryDump(t *tenants.Tenant, where string, d pluginDump, live bool) {
 	w := invariants.Where{Label: "plugin of " + t.Name + " in " + where}
-	if !e.lacks(harness.AbilityWhere, string(invariants.PluginBoundary)) && d.Ppid == os.Getpid() {
-		e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Where: w, Place: where,
-			Detail: fmt.Sprintf("the plugin ran in the command's own process (pid %d, a child of the harness): %s runs tenants' plugins in process", d.Pid, where)})
+	if !e.lacks(harness.AbilityWhere, string(invariants.PluginBoundary)) {
+		switch in, why := e.inCommandProcess(d, live); {
+		case why != "":
+			e.skipRow(string(invariants.PluginBoundary), where+": whether the plugin ran in the command's own process was not judged: "+why)
+		case in:
+			e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Where: w, Place: where,
+				Detail: fmt.Sprintf("the plugin ran in the command's own process (pid %d, ppid %d): %s runs tenants' plugins in process", d.Pid, d.Ppid, where)})
+		}
 	}
 	if e.lacks(harness.AbilityRead, string(invariants.PluginBoundary)) {
 		return
 	}
-	if own := filepath.Join(t.Home, ".env"); d.Reads[own] != "ok" {
+	if own := e.envPath(t); d.Reads[own] != "ok" {
 		e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: w,
 			Detail: fmt.Sprintf("the plugin could not read its own home: %s", d.Reads[own])})
 	}
 	for _, u := range e.Tenants {
-		if p := filepath.Join(u.Home, ".env"); u != t && d.Reads[p] == "ok" {
+		if p := e.envPath(u); u != t && d.Reads[p] == "ok" {
 			e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Owner: u.Name, Kind: tenants.ProviderKey, Where: w, Place: where,
 				Detail: fmt.Sprintf("the plugin read %s's home (%s)", u.Name, p)})
 		}
 	}
+}
+
+// inCommandProcess reports whether the plugin that made d ran in the
+// entry point's own process, or why that cannot be told. Beside the
+// harness, that process is a direct child of the harness's. On a running
+// server's host, it is a process the harness's command started there: it
+// carries the run's marker ({env}) and its parent, the transport's shell,
+// does not; a plugin host in a PID namespace of its own reports other
+// numbers. Only a live command is listed there.
+func (e *Env) inCommandProcess(d pluginDump, live bool) (bool, string) {
+	if !e.Box.Target.RemoteFiles() {
+		return d.Ppid == os.Getpid(), ""
+	}
+	if !live {
+		return false, "the command has ended on the server's host, where its process would have been listed"
+	}
+	if why := e.seesProcesses(); why != "" {
+		return false, why
+	}
+	ctx, cancel := e.ctx(e.Times.Call)
+	defer cancel()
+	ps, err := e.Box.RemoteProcesses(ctx)
+	if err != nil {
+		e.Find(invariants.Finding{Invariant: invariants.Harness, Detail: err.Error()})
+		return false, ""
+	}
+	mark := procgroup.MarkerVar + "=" + e.Box.RunID
+	marked := map[int]bool{}
+	for _, p := range ps {
+		if slices.Contains(p.Env, mark) {
+			marked[p.Pid] = true
+		}
+	}
+	roots := 0
+	for _, p := range ps {
+		if !marked[p.Pid] || marked[p.PPid] {
+			continue
+		}
+		roots++
+		if p.Pid == d.Pid && p.PPid == d.Ppid {
+			return true, ""
+		}
+	}
+	if roots == 0 {
+		return false, "no process of the server's host carries the run's marker (the stdio command passes no {env})"
+	}
+	return false, ""
 }

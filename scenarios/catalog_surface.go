@@ -247,7 +247,7 @@ func (e *Env) discoverSurface() {
 	e.discoverLifecycle(rec, roots, st)
 	if len(e.Box.Target.CronTick) > 0 {
 		st.m.Actions = append(st.m.Actions, e.recordAction(rec, roots, "cron tick", "", true, func(ctx context.Context) error {
-			_, err := e.Box.RunCommand(ctx, "cron tick", e.Box.Target.CronTick, nil)
+			_, err := e.Box.RunCronTick(ctx)
 			return err
 		}))
 	}

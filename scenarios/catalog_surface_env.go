@@ -163,7 +163,7 @@ func (e *Env) replayWithEnv(st *surfaceState, t *tenants.Tenant) {
 	e.replayCronJob(per, t)
 	if len(e.Box.Target.CronTick) > 0 {
 		ctx, cancel := e.ctx(e.Times.Turn)
-		if _, err := e.Box.RunCommand(ctx, "cron tick", e.Box.Target.CronTick, nil); err != nil {
+		if _, err := e.Box.RunCronTick(ctx); err != nil {
 			e.T.Logf("surface: cron tick with %s's payloads set: %v", t.Name, err)
 		}
 		cancel()

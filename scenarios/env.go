@@ -169,7 +169,7 @@ func (e *Env) StartStdio(owner *tenants.Tenant) *harness.Conn {
 	e.T.Helper()
 	ctx, cancel := e.ctx(e.Times.Ready)
 	defer cancel()
-	p, err := e.Box.Start(e.Ctx, "stdio-"+owner.Name, e.Box.Target.Stdio, true, nil)
+	p, err := e.Box.StartStdio(e.Ctx, "stdio-"+owner.Name)
 	if err != nil {
 		e.targetCannotStart(harness.BackendStdio, err)
 		e.T.Fatalf("start stdio backend for %s: %v", owner.Name, err)

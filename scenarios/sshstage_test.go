@@ -16,6 +16,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/harness/remote"
+	"github.com/tenantcanary/tenantcanary/internal/procgroup"
 	"github.com/tenantcanary/tenantcanary/internal/storeproc"
 )
 
@@ -206,6 +207,26 @@ func (st *sshStage) seedFault(t *testing.T, fault string) {
 	tg, err := harness.LoadTarget(st.target)
 	require.NoError(t, err)
 	st.restart(t, tg)
+}
+
+// noRunProcessesLeft waits until no process of the namespace carries a
+// run's marker: what the harness started on the host through the target
+// file's commands (the stdio backends over ssh) ended with the run.
+func (st *sshStage) noRunProcessesLeft(t *testing.T) {
+	t.Helper()
+	marked := func() []string {
+		var out []string
+		for _, pid := range pidsInNamespace(st.nsID) {
+			env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+			if strings.Contains("\x00"+string(env), "\x00"+procgroup.MarkerVar+"=") {
+				cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				out = append(out, fmt.Sprintf("%d (%s)", pid, strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " ")))
+			}
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return len(marked()) == 0 }, 30*time.Second, 50*time.Millisecond,
+		"processes the runs started on the host outlived them: %v", marked())
 }
 
 // pidsInNamespace lists the live processes of the PID namespace ns

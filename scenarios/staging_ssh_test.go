@@ -3,6 +3,7 @@ package scenarios
 import (
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tenantcanary/tenantcanary/harness"
 	"github.com/tenantcanary/tenantcanary/internal/syncio"
+	"github.com/tenantcanary/tenantcanary/invariants"
 )
 
 // stagingSSHAll runs the whole catalog in TestStagingOverSSH, not its
@@ -29,7 +31,9 @@ const stagingSSHRun = "TENANTCANARY_STAGING_SSH_RUN"
 // over ssh, runs with the whole catalog (TENANTCANARY_STAGING_SSH_ALL=1):
 // beside the whole suite under the race detector its listings over ssh
 // outlasted their deadline (a CI rehearsal's failure, 9 minutes in).
-var stagingSSHSubset = []string{"pooled-serve", "settings-writes", "restart-resume"}
+// stdio-separate's backends run on the host through the target file's
+// stdio command (ssh).
+var stagingSSHSubset = []string{"pooled-serve", "settings-writes", "restart-resume", "stdio-separate"}
 
 // A staging agentd reached only over its port and ssh: the catalog plants,
 // reads and scans its homes, restarts it and lists its processes through
@@ -66,6 +70,7 @@ func TestStagingOverSSH(t *testing.T) {
 	reps, err := RunCatalog(t.Context(), Default(), Config{Target: tg, WorkDir: t.TempDir(), Run: run, Progress: &progress})
 	require.NoError(t, err)
 	t.Logf("progress:\n%s", progress.String())
+	st.noRunProcessesLeft(t)
 	for _, r := range reps {
 		for _, sk := range r.Skipped {
 			t.Logf("%s: check %s not made: %s", r.ID, sk.Invariant, sk.Reason)
@@ -146,5 +151,50 @@ func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 			}
 		}
 	}
+
+	// Through the stdio backend over ssh: agentd's stdio process takes the
+	// fault from the operator's control script. A named profile's session
+	// it serves reports the launch profile's model (stdio-separate); it
+	// runs another profile's plugin in its own process, which the listing
+	// of the server's host shows (entry-points).
+	stdio := map[string]string{"model-bleed": "stdio-separate", "launch-mode-isolation": "entry-points"}
+	for _, f := range Faults() {
+		scenario := stdio[f.Name]
+		if scenario == "" {
+			continue
+		}
+		delete(stdio, f.Name)
+		st.seedFault(t, f.Name)
+		reps, err := RunCatalog(t.Context(), Default(), Config{Target: tg, WorkDir: t.TempDir(), Run: "^" + scenario + "$"})
+		require.NoError(t, err)
+		require.Len(t, reps, 1)
+		assert.True(t, found(&reps[0], f.Expect), "%s: %s over ssh found no %s finding: %s\n%s", f.Name, scenario, f.Expect, reps[0].Result, strings.Join(reps[0].Log, "\n"))
+		if scenario == "entry-points" {
+			// Not only its reads: the plugin's process is the stdio
+			// command's own on the server's host.
+			assert.True(t, slices.ContainsFunc(reps[0].Findings(), func(fd invariants.Finding) bool {
+				return strings.Contains(fd.Detail, "in the command's own process")
+			}), "%s: no finding names the command's own process:\n%s", f.Name, strings.Join(reps[0].Log, "\n"))
+		}
+		st.noRunProcessesLeft(t)
+	}
+	assert.Empty(t, stdio, "faults the stdio entries name and Faults() lacks")
 	st.seedFault(t, "")
+}
+
+// target check walks a running server's stdio command as it walks its
+// websocket: a backend, a session and a turn per tenant, here over ssh.
+func TestTargetCheckOverSSHWalksStdio(t *testing.T) {
+	t.Parallel()
+	st := startSSHStage(t)
+	tg, err := harness.LoadTarget(st.target)
+	require.NoError(t, err)
+	var out syncio.Buffer
+	err = harness.DryPass(t.Context(), tg, t.TempDir(), &out, 2*time.Minute)
+	require.NoError(t, err, "%s", out.String())
+	_, stdio, ok := strings.Cut(out.String(), "----  stdio")
+	require.True(t, ok, "no stdio walk:\n%s", out.String())
+	assert.Contains(t, stdio, "stdio backends, each ready", "%s", out.String())
+	assert.Equal(t, 2, strings.Count(stdio, "ok    turn "), "a turn per tenant over the stdio command:\n%s", out.String())
+	st.noRunProcessesLeft(t)
 }

@@ -9,9 +9,9 @@ var TargetFile = Vocabulary{Of: "any string of a target file", Vars: []Var{
 	{"target_dir", "the folder the target file is in: paths written relative to the file"},
 }}
 
-// Argv is the vocabulary of a command line of a target file: stdio,
-// serve, gateway, profile_root, cron_tick, preflight and
-// llm_gateway.provision. A store the target file names (stores[].name)
+// Argv is the vocabulary of a command line of a target file: serve,
+// gateway, profile_root, preflight and llm_gateway.provision (stdio and
+// cron_tick take Stdio's, which holds it). A store the target file names (stores[].name)
 // is its {<name>_url}.
 var Argv = Vocabulary{Of: "a command line", Vars: []Var{
 	{"host", "the address the server listens on (127.0.0.1)"},
@@ -22,6 +22,15 @@ var Argv = Vocabulary{Of: "a command line", Vars: []Var{
 	{"postgres_url", "the URL of the target's PostgreSQL store (stores:), postgres://USER@HOST:PORT/DB"},
 	{"replica", "the serve process's (or, for a target whose replicas are its gateway's nodes, the gateway node's) number among the target's replicas, 1 to replicas (1 in every other command)"},
 }, Suffix: "_url"}
+
+// Stdio is the vocabulary of the commands that run the target's agent
+// CLI on the tenants' homes, stdio and cron_tick: Argv's, and what the
+// process needs where no environment is forwarded (a running server's
+// host, reached over ssh or kubectl exec).
+var Stdio = Argv.extend("stdio and cron_tick",
+	Var{"home", "the HOME the harness gives the process: the folder holding the launch home, as the server's host sees it (remote.home for a running server)"},
+	Var{"env", "every variable the harness sets for the process beside the host's own (HOME, the layout's home variable, the run's marker, env:), as NAME=VALUE words: one argument each when the argument is exactly {env}, shell-quoted inside a longer one (`env {env} agentd tui`)"},
+)
 
 // Root is the vocabulary of a path or value of a target file that lives
 // in the sandbox: managed_dir, managed_config, shared_config.path, env
@@ -120,7 +129,7 @@ var Chain = Vocabulary{Of: "an attack chain", Vars: []Var{
 }}
 
 // Vocabularies are every vocabulary, for the documentation.
-var Vocabularies = []Vocabulary{TargetFile, Argv, Root, Config, SharedConfig, Install, Connect, Chat, Method, Route, Chain}
+var Vocabularies = []Vocabulary{TargetFile, Argv, Stdio, Root, Config, SharedConfig, Install, Connect, Chat, Method, Route, Chain}
 
 // extend is v, named of, with more vars.
 func (v Vocabulary) extend(of string, more ...Var) Vocabulary {
