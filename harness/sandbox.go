@@ -70,6 +70,7 @@ type Sandbox struct {
 	ctx, pushCtx context.Context
 	mirrorMu     sync.Mutex     // one pull or push at a time
 	remoteHome   *remote.Mirror // the running server's home folder (mirror)
+	remoteShared []*remote.Mirror // its shared folders (remote.shared), by index
 }
 
 // serveAddr is where the serve backend listens and the token it takes.

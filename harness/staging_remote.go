@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"slices"
 	"strings"
 	"sync"
@@ -106,16 +107,49 @@ func (s *Sandbox) PushHomes(ctx context.Context) error {
 	return s.mirror().Push(ctx)
 }
 
-// RemotePath is where path, a path in the sandbox's homes, lies on the
-// running server's host (path itself for a target whose homes are the
-// sandbox's).
+// RemotePath is where path, a path in the sandbox's homes or in a mirror
+// of a shared folder (PullShared), lies on the running server's host
+// (path itself for a target whose homes are the sandbox's).
 func (s *Sandbox) RemotePath(path string) string {
 	if !s.Target.RemoteFiles() {
 		return path
 	}
 	s.mirrorMu.Lock()
 	defer s.mirrorMu.Unlock()
+	for _, m := range s.remoteShared {
+		if r := m.RemotePath(path); r != path {
+			return r
+		}
+	}
 	return s.mirror().RemotePath(path)
+}
+
+// PullShared pulls every folder of remote.shared (the running server's
+// working folder, its TMPDIR: folders no tenant owns) into mirrors of
+// its own in the sandbox, and returns their local paths, in
+// remote.shared's order: the shared-place check scans them.
+func (s *Sandbox) PullShared(ctx context.Context) ([]string, error) {
+	sp := s.Target.Reach
+	if !s.Target.RemoteFiles() || len(sp.Shared) == 0 {
+		return nil, nil
+	}
+	s.mirrorMu.Lock()
+	defer s.mirrorMu.Unlock()
+	if s.remoteShared == nil {
+		for i, folder := range sp.Shared {
+			own := *sp
+			own.Home = folder
+			s.remoteShared = append(s.remoteShared, &remote.Mirror{Spec: &own, Local: filepath.Join(s.Root, "remote-shared", strconv.Itoa(i))})
+		}
+	}
+	var out []string
+	for _, m := range s.remoteShared {
+		if err := m.Pull(ctx); err != nil {
+			return nil, fmt.Errorf("pull the shared folder %s: %w", m.Spec.Home, err)
+		}
+		out = append(out, m.Local)
+	}
+	return out, nil
 }
 
 // plantRemote plants the tenants' homes on a running server's host: the

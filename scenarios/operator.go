@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness"
+	"github.com/tenantcanary/tenantcanary/harness/remote"
 	"github.com/tenantcanary/tenantcanary/invariants"
 )
 
@@ -100,9 +101,20 @@ func (e *Env) detectChecks(ctx context.Context, chk *invariants.Checker, conns [
 		// A running server's homes are mirrored; its cwd, TMPDIR and
 		// system temp folder are on its host, which remote: does not reach.
 		fs := op.Homes(ctx, e.Box.Set)
+		if shared := e.Box.Target.Reach.Shared; len(shared) > 0 {
+			// Its shared folders (remote.shared), pulled after the phase.
+			places, err := e.Box.PullShared(ctx)
+			if err != nil {
+				fs = append(fs, invariants.Finding{Invariant: invariants.Harness, Detail: "the shared-place check: " + err.Error()})
+			}
+			control("every remote.shared folder was pulled", err == nil && len(places) == len(shared),
+				fmt.Sprintf("pulled %d of %d (%v)", len(places), len(shared), err))
+			fs = append(fs, chk.SharedPlaceLeaks(ctx, places)...)
+		} else {
+			e.skip(string(SharedPlace), "the server's cwd, TMPDIR and system temp folder are on its host, which remote: reaches only in its home folder: list them in "+remote.FieldShared)
+		}
 		e.remotePaths(fs)
 		out = append(out, fs...)
-		e.skip(string(SharedPlace), "the server's cwd, TMPDIR and system temp folder are on its host: remote: mirrors its home folder (remote.home) only")
 	} else if e.Box.Target.Files && !e.Box.Target.Remote() {
 		out = append(out, op.Homes(ctx, e.Box.Set)...)
 		if v := e.Box.Operator["managed_secret"]; v != "" {

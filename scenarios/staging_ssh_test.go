@@ -132,7 +132,9 @@ func TestStagingOverSSH(t *testing.T) {
 // processes are caught through ssh: a database shared by every profile
 // (the file check on the homes pulled over ssh), a write addressed to
 // one profile landing in the launch profile's files (the write-scope
-// check, its snapshots pulled over ssh), and, with the whole catalog
+// check, its snapshots pulled over ssh), a tool's output copied into the
+// server's TMPDIR (the shared-place check, on remote.shared pulled over
+// ssh), and, with the whole catalog
 // (TENANTCANARY_STAGING_SSH_ALL), a process that outlives its session
 // (the escape check, on the listing remote.processes prints).
 func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
@@ -143,7 +145,7 @@ func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 	faults := []Fault{}
 	for _, f := range Faults() {
 		switch f.Name {
-		case "shared-state-db", "wrong-write-scope":
+		case "shared-state-db", "wrong-write-scope", "tmp-copy":
 			faults = append(faults, f)
 		case "escaped-process":
 			if os.Getenv(stagingSSHAll) != "" {
@@ -160,7 +162,11 @@ func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 		assert.True(t, found(&reps[0], f.Expect), "%s: %s over ssh found no %s finding: %s\n%s", f.Name, f.Scenario, f.Expect, reps[0].Result, strings.Join(reps[0].Log, "\n"))
 		for _, fd := range reps[0].Findings() {
 			if fd.Invariant == f.Expect && fd.Where.Path != "" {
-				assert.True(t, strings.HasPrefix(fd.Where.Path, tg.Reach.Home), "%s: the finding names the server's path: %s", f.Name, fd.Where.Path)
+				onHost := strings.HasPrefix(fd.Where.Path, tg.Reach.Home+"/")
+				for _, sh := range tg.Reach.Shared {
+					onHost = onHost || strings.HasPrefix(fd.Where.Path, sh+"/")
+				}
+				assert.True(t, onHost, "%s: the finding names the server's path: %s", f.Name, fd.Where.Path)
 			}
 		}
 	}

@@ -218,6 +218,8 @@ func TestLinuxProcessesListsAProcessWithItsEnvironment(t *testing.T) {
 func TestSpecValidateNamesWhatIsWrong(t *testing.T) {
 	require.NoError(t, localSpec("/srv/home").Validate())
 	require.NoError(t, (*Spec)(nil).Validate())
+	ok := withShared(localSpec("/srv/home"), "/srv/tmp", "/srv/homework")
+	require.NoError(t, ok.Validate(), "a sibling whose name starts as home's is not within it")
 	for _, c := range []struct {
 		spec Spec
 		want string
@@ -227,6 +229,10 @@ func TestSpecValidateNamesWhatIsWrong(t *testing.T) {
 		{Spec{Home: "/srv", Pull: []string{"x"}, Push: []string{"y", "{path}"}}, "remote.pull: no {path}"},
 		{Spec{Stop: []string{"x"}}, "stop and start go together"},
 		{Spec{Stop: []string{"x"}, Start: []string{"x", "{pth}"}}, "remote.start: unknown placeholder(s) {pth}"},
+		{Spec{Shared: []string{"/srv/tmp"}}, "remote.shared[0]: \"/srv/tmp\": the shared folders are pulled with remote.pull"},
+		{withShared(localSpec("/srv/home"), "tmp"), "remote.shared[0]: \"tmp\" is not an absolute folder"},
+		{withShared(localSpec("/srv/home"), "/srv"), "overlaps remote.home"},
+		{withShared(localSpec("/srv/home"), "/srv/home/.agentd/cache"), "overlaps remote.home"},
 	} {
 		err := c.spec.Validate()
 		require.Error(t, err, c.want)
@@ -236,4 +242,11 @@ func TestSpecValidateNamesWhatIsWrong(t *testing.T) {
 	assert.Contains(t, none.Lacks("processes"), "remote.processes")
 	assert.Empty(t, localSpec("/h").Lacks("files"))
 	assert.Contains(t, (&Spec{Stop: []string{"x"}}).Lacks("restart"), "remote.stop and remote.start")
+}
+
+// withShared is s with the shared folders folders.
+func withShared(s *Spec, folders ...string) Spec {
+	c := *s
+	c.Shared = folders
+	return c
 }

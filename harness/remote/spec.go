@@ -51,6 +51,12 @@ type Spec struct {
 	// Reload is the server's own plugin reload, run after a plugin's files
 	// are pushed.
 	Reload []string `yaml:"reload"`
+	// Shared are folders of the server's host that belong to no tenant
+	// (its working folder, its TMPDIR, a cache): pulled with Pull after
+	// every phase and scanned as shared places, where no tenant's secret
+	// may rest. None given, the shared-place check is skipped, naming
+	// this field.
+	Shared []string `yaml:"shared"`
 }
 
 // Field names, as a target file writes them (for skip reasons).
@@ -59,6 +65,7 @@ const (
 	FieldRestart   = "remote.stop and remote.start"
 	FieldProcesses = "remote.processes"
 	FieldReload    = "remote.reload"
+	FieldShared    = "remote.shared"
 )
 
 // Vocabulary is the placeholders of a remote command line.
@@ -139,6 +146,18 @@ func (s *Spec) Validate() error {
 	if s.Workdirs != "" && (!path.IsAbs(s.Workdirs) || path.Clean(s.Workdirs) == "/" || !s.Files()) {
 		errs = append(errs, fmt.Errorf("remote.workdirs: %q: want an absolute folder below / on the server's host, beside home, pull and push", s.Workdirs))
 	}
+	for i, f := range s.Shared {
+		switch {
+		case !path.IsAbs(f) || path.Clean(f) == "/":
+			errs = append(errs, fmt.Errorf("remote.shared[%d]: %q is not an absolute folder below / on the server's host", i, f))
+		case !s.Files():
+			errs = append(errs, fmt.Errorf("remote.shared[%d]: %q: the shared folders are pulled with remote.pull: give home, pull and push", i, f))
+		case within(f, s.Home) || within(s.Home, f):
+			errs = append(errs, fmt.Errorf("remote.shared[%d]: %q overlaps remote.home (%s): the homes are the tenants', scanned as theirs", i, f, s.Home))
+		case s.Workdirs != "" && (within(f, s.Workdirs) || within(s.Workdirs, f)):
+			errs = append(errs, fmt.Errorf("remote.shared[%d]: %q overlaps remote.workdirs (%s): the workdirs are the tenants'", i, f, s.Workdirs))
+		}
+	}
 	if s.Health != "" && !strings.HasPrefix(s.Health, "/") {
 		errs = append(errs, fmt.Errorf("remote.health: %q is not a path on the server's URL (want e.g. /api/health)", s.Health))
 	}
@@ -157,3 +176,9 @@ func (s *Spec) Validate() error {
 // providers on the running server: it reaches its homes and makes its
 // workdirs (Workdirs).
 func (s *Spec) OwnTenants() bool { return s.Files() && s.Workdirs != "" }
+
+// within reports whether the host path p is dir or below it.
+func within(p, dir string) bool {
+	p, dir = path.Clean(p), path.Clean(dir)
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
