@@ -68,8 +68,8 @@ type Sandbox struct {
 	// sandbox's, for a push after a write; pushCtx, while set, defers the
 	// push to the plant that writes every home.
 	ctx, pushCtx context.Context
-	mirrorMu     sync.Mutex     // one pull or push at a time
-	remoteHome   *remote.Mirror // the running server's home folder (mirror)
+	mirrorMu     sync.Mutex       // one pull or push at a time
+	remoteHome   *remote.Mirror   // the running server's home folder (mirror)
 	remoteShared []*remote.Mirror // its shared folders (remote.shared), by index
 }
 
