@@ -96,13 +96,6 @@ func (r *gatewayRun) control(t *tenants.Tenant, name string, ok bool, detail str
 	r.controls[key] = c
 }
 
-func (e *Env) targetGateway() harness.LLMGateway {
-	if g := e.Box.Target.LLMGateway; g != nil {
-		return *g
-	}
-	return harness.LLMGateway{}
-}
-
 // StartLLMGateway starts the gateway and provisions the tenants.
 func (e *Env) StartLLMGateway() *llmgw.Gateway {
 	e.T.Helper()

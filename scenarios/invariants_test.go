@@ -83,6 +83,7 @@ func TestNeedsUnmet(t *testing.T) {
 		{NeedPlugins, "no plugins here", true},
 		{NeedLLMGateway, "needs llm_gateway", true},
 		{NeedGatewayAccess, "needs llm_gateway.access", true},
+		{NeedRoutes, "needs llm_gateway.routes", true},
 		// agentd's gateway: access templates, no offboarding, no fetches.
 		{NeedProvisioner, "needs llm_gateway.provision", false},
 		{NeedDeprovision, "needs llm_gateway.deprovision", false},

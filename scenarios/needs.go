@@ -54,6 +54,9 @@ const (
 	// NeedDeprovision: the target says how a tenant is offboarded
 	// (llm_gateway.deprovision).
 	NeedDeprovision Need = "deprovision"
+	// NeedRoutes: the target declares its gateway's tenant-facing routes
+	// (llm_gateway.routes).
+	NeedRoutes Need = "routes"
 	// NeedURLFields: the target marks route fields that hold a URL the
 	// gateway fetches (llm_gateway.routes[].url_fields).
 	NeedURLFields Need = "url_fields"
@@ -178,6 +181,12 @@ var needs = []needRow{
 	{NeedDeprovision, func(t harness.Target) string {
 		if g := t.LLMGateway; g == nil || len(g.Deprovision) == 0 {
 			return "needs llm_gateway.deprovision: the harness cannot disable or delete a tenant, so offboarding is not checked"
+		}
+		return ""
+	}},
+	{NeedRoutes, func(t harness.Target) string {
+		if g := t.LLMGateway; g == nil || len(g.Routes) == 0 {
+			return "needs llm_gateway.routes: the target declares no tenant-facing route of its gateway to probe"
 		}
 		return ""
 	}},
