@@ -252,6 +252,36 @@ func (s *Sandbox) switchRemote(ctx context.Context, verb string, up bool) error 
 	if err := remote.WaitHealth(ctx, sp.HealthURL(s.Target.URL), up); err != nil {
 		return fmt.Errorf("%s the server: %w", verb, err)
 	}
+	// A running gateway on the same host starts with the server: the
+	// gateway family's next call must find it ready, not refused.
+	if up {
+		if err := s.Target.AwaitGateway(ctx); err != nil {
+			return fmt.Errorf("%s the server: %w", verb, err)
+		}
+	}
+	return nil
+}
+
+// GatewayReadyURL is a running gateway's ready URL: gateway_url and
+// llm_gateway.ready_path, "" when the target gives either not.
+func (t *Target) GatewayReadyURL() string {
+	if t.GatewayURL == "" || t.LLMGateway == nil || t.LLMGateway.ReadyPath == "" {
+		return ""
+	}
+	return strings.TrimRight(t.GatewayURL, "/") + t.LLMGateway.ReadyPath
+}
+
+// AwaitGateway waits, within ctx, until a running gateway's ready path
+// answers 200 (GatewayReadyURL; nothing to wait for without one): it may
+// still be starting after a restart (remote.start).
+func (t *Target) AwaitGateway(ctx context.Context) error {
+	u := t.GatewayReadyURL()
+	if u == "" {
+		return nil
+	}
+	if err := remote.WaitHealth(ctx, u, true); err != nil {
+		return fmt.Errorf("the gateway at gateway_url is not ready (llm_gateway.ready_path): %w", err)
+	}
 	return nil
 }
 

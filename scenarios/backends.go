@@ -191,6 +191,12 @@ func (e *Env) StartGateway() *Gateway {
 	e.T.Helper()
 	tg := e.Box.Target
 	if tg.GatewayURL != "" {
+		ctx, cancel := e.ctx(e.Times.Ready)
+		defer cancel()
+		if err := tg.AwaitGateway(ctx); err != nil {
+			e.targetCannotStart(harness.BackendGateway, err)
+			e.T.Fatalf("%v", err)
+		}
 		return &Gateway{Client: &harness.GatewayClient{Base: tg.GatewayURL}}
 	}
 	port := e.portFor(tg.Gateway)

@@ -24,7 +24,7 @@ import (
 // it, so gateway-failover alone cannot see such a retry).
 
 func gatewayCollide() Spec {
-	return llmGatewaySpec(Spec{
+	return withNeeds(llmGatewaySpec(Spec{
 		ID:      "gateway-collide",
 		Purpose: "every tenant provisioned with the same model name on its own channel, chatting one after another in both orders, then all at once while their upstreams fail with the gateway's retries on: each is served by its own provider, never through a client or cache keyed by the model, never by a retry on another tenant's channel",
 		Focus:   []Invariant{Routing, Requests, Text},
@@ -43,11 +43,11 @@ func gatewayCollide() Spec {
 				e.GatewayFailover(e.Tenants, "5xx under the shared model name", failoverModes[0].resp)
 			}},
 		},
-	})
+	}), NeedProvisioner)
 }
 
 // startSharedModel starts the gateway with every tenant provisioned under
-// model; a gateway (or target) that cannot do it skips the scenario with
+// model; a gateway whose provisioner cannot do it skips the scenario with
 // the reason.
 func (e *Env) startSharedModel(model string) {
 	e.T.Helper()

@@ -19,26 +19,19 @@ import (
 const FetchBody tenants.Kind = "fetch_body"
 
 func gatewayFetch() Spec {
-	return llmGatewaySpec(Spec{
+	return withNeeds(llmGatewaySpec(Spec{
 		ID:      "gateway-fetch",
 		Purpose: "every route field the target marks as a URL, given by each tenant as a URL of the harness's own loopback listener: the gateway never fetches it, and never hands the listener's answer back; a URL stored on one route and fetched when another (then) is called is fetched only on its owner's behalf (a webhook: fetched then, a control), with none of another tenant's data",
 		Focus:   []Invariant{invariants.Fetch, Text},
 		Timeout: 5 * time.Minute,
 		Phases: []Phase{
 			{Name: "fetch-probes", Run: func(e *Env) {
-				n := 0
-				for _, r := range e.targetGateway().Routes {
-					n += len(r.URLFields)
-				}
-				if n == 0 {
-					e.T.Skipf("the target marks no route field as a URL (llm_gateway.routes[].url_fields)")
-				}
 				e.StartLLMGateway()
 				e.GatewayOwnKeys()
 				e.GatewayFetchProbes()
 			}},
 		},
-	})
+	}), NeedURLFields)
 }
 
 // GatewayFetchProbes starts the harness's fetch listener and proves it

@@ -29,16 +29,13 @@ type offboardState struct {
 var offboardKey = &stateKey[offboardState]{"gateway-offboarding"}
 
 func gatewayOffboarding() Spec {
-	return llmGatewaySpec(Spec{
+	return withNeeds(llmGatewaySpec(Spec{
 		ID:      "gateway-offboarding",
 		Purpose: "a tenant disabled, then deleted, through the target's deprovision command: every credential it held is refused on every route and drives nothing upstream; a tenant provisioned again under its name holds nothing of it",
 		Focus:   []Invariant{Authz, Routing, Text, SharedStore},
 		Timeout: 6 * time.Minute,
 		Phases: []Phase{
 			{Name: "before", Run: func(e *Env) {
-				if len(e.targetGateway().Deprovision) == 0 {
-					e.T.Skipf("the target declares no llm_gateway.deprovision: the harness cannot disable or delete a tenant, so offboarding is not checked")
-				}
 				g := e.StartLLMGateway()
 				e.GatewayOwnKeys()
 				e.GatewayReads()
@@ -51,7 +48,7 @@ func gatewayOffboarding() Spec {
 			{Name: "delete", Run: func(e *Env) { e.offboardStep(stateOf(e, offboardKey), harness.StepDelete) }},
 			{Name: "same-name-again", Run: func(e *Env) { e.offboardSuccessor(stateOf(e, offboardKey)) }},
 		},
-	})
+	}), NeedDeprovision)
 }
 
 // offboardStep runs one deprovision step on the victim, then probes its

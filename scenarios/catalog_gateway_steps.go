@@ -42,6 +42,12 @@ func llmGatewaySpec(s Spec) Spec {
 	return s
 }
 
+// withNeeds is s needing more of its target.
+func withNeeds(s Spec, more ...Need) Spec {
+	s.Needs = append(append([]Need(nil), s.Needs...), more...)
+	return s
+}
+
 // The gateway family's steps: what its phases do with the gateway.
 
 // gatewayRun is a scenario's gateway and the positive controls its phases
@@ -88,13 +94,6 @@ func (r *gatewayRun) control(t *tenants.Tenant, name string, ok bool, detail str
 		c.Detail = detail
 	}
 	r.controls[key] = c
-}
-
-func (e *Env) targetGateway() harness.LLMGateway {
-	if g := e.Box.Target.LLMGateway; g != nil {
-		return *g
-	}
-	return harness.LLMGateway{}
 }
 
 // StartLLMGateway starts the gateway and provisions the tenants.

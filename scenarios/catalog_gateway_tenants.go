@@ -22,8 +22,8 @@ func gatewayTenants() Spec {
 			{Name: "read-apis", Run: func(e *Env) { e.GatewayReads() }},
 			{Name: "restart", Run: func(e *Env) {
 				g := e.llmGateway()
-				if !g.CanRestart() {
-					e.skip("restart", "the harness did not start the gateway (gateway_url): it cannot restart it")
+				if why := g.RestartLacks(); why != "" {
+					e.skip("restart", why)
 					return
 				}
 				ctx, cancel := e.ctx(2 * time.Minute)

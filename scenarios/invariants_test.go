@@ -83,11 +83,18 @@ func TestNeedsUnmet(t *testing.T) {
 		{NeedPlugins, "no plugins here", true},
 		{NeedLLMGateway, "needs llm_gateway", true},
 		{NeedGatewayAccess, "needs llm_gateway.access", true},
+		{NeedRoutes, "needs llm_gateway.routes", true},
+		// agentd's gateway: access templates, no offboarding, no fetches.
+		{NeedProvisioner, "needs llm_gateway.provision", false},
+		{NeedDeprovision, "needs llm_gateway.deprovision", false},
+		{NeedURLFields, "needs llm_gateway.routes[].url_fields", false},
 	}
 	for _, c := range cases {
 		assert.Contains(t, c.need.Unmet(bare), c.bareWhy, c.need)
 		if c.agentdMeet {
 			assert.Empty(t, c.need.Unmet(agentd), c.need)
+		} else {
+			assert.Contains(t, c.need.Unmet(agentd), c.bareWhy, c.need)
 		}
 	}
 	remote := agentd

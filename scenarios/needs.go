@@ -47,6 +47,19 @@ const (
 	// files planted in the workdirs and links to them in the sandbox): the
 	// harness started the server on its own machine.
 	NeedServerHere Need = "server_here"
+	// NeedProvisioner: the gateway's tenants are minted by the target's
+	// provisioner (llm_gateway.provision), which the harness can ask for
+	// what access templates fix (one model name for every tenant).
+	NeedProvisioner Need = "provisioner"
+	// NeedDeprovision: the target says how a tenant is offboarded
+	// (llm_gateway.deprovision).
+	NeedDeprovision Need = "deprovision"
+	// NeedRoutes: the target declares its gateway's tenant-facing routes
+	// (llm_gateway.routes).
+	NeedRoutes Need = "routes"
+	// NeedURLFields: the target marks route fields that hold a URL the
+	// gateway fetches (llm_gateway.routes[].url_fields).
+	NeedURLFields Need = "url_fields"
 	// NeedStores: the target declares shared stores (stores:) and the
 	// harness starts its server, so it hands the server the stores'
 	// addresses (through its delaying proxies when the scenario asks).
@@ -161,6 +174,34 @@ var needs = []needRow{
 			return "needs llm_gateway.access: how a tenant reaches the gateway (its key, route and model)"
 		}
 		return ""
+	}},
+	{NeedProvisioner, func(t harness.Target) string {
+		if g := t.LLMGateway; g == nil || len(g.Provision) == 0 {
+			return "needs llm_gateway.provision: only a provisioner can give two tenants one model name (access templates fix each tenant's model)"
+		}
+		return ""
+	}},
+	{NeedDeprovision, func(t harness.Target) string {
+		if g := t.LLMGateway; g == nil || len(g.Deprovision) == 0 {
+			return "needs llm_gateway.deprovision: the harness cannot disable or delete a tenant, so offboarding is not checked"
+		}
+		return ""
+	}},
+	{NeedRoutes, func(t harness.Target) string {
+		if g := t.LLMGateway; g == nil || len(g.Routes) == 0 {
+			return "needs llm_gateway.routes: the target declares no tenant-facing route of its gateway to probe"
+		}
+		return ""
+	}},
+	{NeedURLFields, func(t harness.Target) string {
+		if g := t.LLMGateway; g != nil {
+			for _, r := range g.Routes {
+				if len(r.URLFields) > 0 {
+					return ""
+				}
+			}
+		}
+		return "needs llm_gateway.routes[].url_fields: the target marks no route field as a URL the gateway fetches"
 	}},
 }
 

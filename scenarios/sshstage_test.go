@@ -30,6 +30,7 @@ type sshStage struct {
 	server    string // dir/server: the namespace's tmpfs (the server's home is server/home)
 	sshPort   string
 	servePort string
+	gwPort    string // agentd gateway's (the target file's gateway_url)
 	user      string
 	ns        *harness.Proc // bwrap, running sshd
 	nsID      string        // the namespace's PID namespace (readlink /proc/PID/ns/pid)
@@ -91,6 +92,8 @@ func startSSHStage(t *testing.T) *sshStage {
 	require.NoError(t, err)
 	st.servePort, err = harness.FreePort()
 	require.NoError(t, err)
+	st.gwPort, err = harness.FreePort()
+	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(sshDir, "sshd_config"), []byte(strings.Join([]string{
 		"ListenAddress 127.0.0.1", "Port " + st.sshPort,
 		"HostKey " + filepath.Join(sshDir, "host_key"),
@@ -102,7 +105,7 @@ func startSSHStage(t *testing.T) *sshStage {
 	}, "\n")), 0o600))
 
 	// The control script and the target file, filled in.
-	fill := strings.NewReplacer("STAGE", st.dir, "SSH_PORT", st.sshPort, "SERVE_PORT", st.servePort, "SSH_USER", st.user, "SERVER_BIN", agentdBin)
+	fill := strings.NewReplacer("STAGE", st.dir, "SSH_PORT", st.sshPort, "SERVE_PORT", st.servePort, "GATEWAY_PORT", st.gwPort, "SSH_USER", st.user, "SERVER_BIN", agentdBin)
 	for _, f := range []string{"agentd-ctl", "staging.yaml", "cluster.yaml"} {
 		data, err := os.ReadFile(filepath.Join("..", "examples", "targets", "staging-ssh", f))
 		require.NoError(t, err)
@@ -187,6 +190,10 @@ func (st *sshStage) restart(t *testing.T, tg harness.Target) {
 	if err := remote.WaitHealth(ctx, tg.Reach.HealthURL(tg.URL), true); err != nil {
 		log, lerr := st.ssh(t, tg, "cat "+filepath.Join(st.server, "serve-*.log"))
 		t.Fatalf("%v\nthe server's log (%v):\n%s", err, lerr, log)
+	}
+	if err := tg.AwaitGateway(ctx); err != nil {
+		log, lerr := st.ssh(t, tg, "cat "+filepath.Join(st.server, "gateway.log"))
+		t.Fatalf("%v\nthe gateway's log (%v):\n%s", err, lerr, log)
 	}
 }
 

@@ -114,6 +114,19 @@ func TestStagingOverSSH(t *testing.T) {
 		assert.Contains(t, s, ": needs ", "a skip says what it needs")
 	}
 
+	// The gateway family runs against agentd's gateway on the staging
+	// host: gateway-tenants restarted it through remote.stop and
+	// remote.start, and colliding-inputs made its gateway chats.
+	for _, r := range reps {
+		if r.Result == Skipped || (r.ID != "gateway-tenants" && r.ID != "colliding-inputs") {
+			continue
+		}
+		for _, sk := range r.Skipped {
+			assert.NotEqual(t, "restart", sk.Invariant, "%s: the gateway was restarted over ssh: %s", r.ID, sk.Reason)
+			assert.NotContains(t, sk.Reason, "gateway chats not tried", r.ID)
+		}
+	}
+
 	// The files were read through ssh: pooled-serve's file check ran and
 	// counted the server's files.
 	for _, r := range reps {
@@ -136,7 +149,10 @@ func TestStagingOverSSH(t *testing.T) {
 // server's TMPDIR (the shared-place check, on remote.shared pulled over
 // ssh), and, with the whole catalog
 // (TENANTCANARY_STAGING_SSH_ALL), a process that outlives its session
-// (the escape check, on the listing remote.processes prints).
+// (the escape check, on the listing remote.processes prints). One that
+// acts through the staging host's gateway (gateway_url) is caught too:
+// a gateway serving another profile's model (and, with the whole
+// catalog, one failing a turn over onto another profile's provider).
 func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 	t.Parallel()
 	st := startSSHStage(t)
@@ -154,6 +170,22 @@ func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, faults)
+	// The gateway's faults: their findings name a route of the gateway,
+	// not a file.
+	gwFaults := map[string]bool{}
+	for _, f := range Faults() {
+		switch f.Name {
+		case "gateway-any-model":
+			faults = append(faults, f)
+			gwFaults[f.Name] = true
+		case "gateway-failover-foreign":
+			if os.Getenv(stagingSSHAll) != "" {
+				faults = append(faults, f)
+				gwFaults[f.Name] = true
+			}
+		}
+	}
+	require.NotEmpty(t, gwFaults)
 	for _, f := range faults {
 		st.seedFault(t, f.Name)
 		reps, err := RunCatalog(t.Context(), Default(), Config{Target: tg, WorkDir: t.TempDir(), Run: "^" + regexp.QuoteMeta(f.Scenario) + "$"})
@@ -161,7 +193,11 @@ func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 		require.Len(t, reps, 1)
 		assert.True(t, found(&reps[0], f.Expect), "%s: %s over ssh found no %s finding: %s\n%s", f.Name, f.Scenario, f.Expect, reps[0].Result, strings.Join(reps[0].Log, "\n"))
 		for _, fd := range reps[0].Findings() {
-			if fd.Invariant == f.Expect && fd.Where.Path != "" {
+			switch {
+			case fd.Invariant != f.Expect || fd.Where.Path == "":
+			case gwFaults[f.Name]:
+				assert.Contains(t, fd.Where.Label, "gateway", "%s: the finding names the gateway's route: %+v", f.Name, fd.Where)
+			default:
 				onHost := strings.HasPrefix(fd.Where.Path, tg.Reach.Home+"/")
 				for _, sh := range tg.Reach.Shared {
 					onHost = onHost || strings.HasPrefix(fd.Where.Path, sh+"/")

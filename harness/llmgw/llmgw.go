@@ -79,6 +79,12 @@ func StartWith(ctx, life context.Context, box *harness.Sandbox, opts Options) (*
 	g := &Gateway{box: box, spec: spec, http: &http.Client{}, life: life, opts: opts}
 	if box.Target.GatewayURL != "" {
 		g.base = strings.TrimRight(box.Target.GatewayURL, "/")
+		wait, cancel := context.WithTimeout(ctx, box.Target.ReadyWithin(90*time.Second))
+		err := box.Target.AwaitGateway(wait)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("gateway %s: %w", box.Target.Name, err)
+		}
 	} else if err := g.start(ctx); err != nil {
 		return nil, err
 	}
@@ -106,9 +112,21 @@ func (g *Gateway) Proc() *harness.Proc {
 	return g.proc
 }
 
-// CanRestart reports whether the harness runs (and so can restart) the
-// gateway.
-func (g *Gateway) CanRestart() bool { return g.box.Target.GatewayURL == "" }
+// CanRestart reports whether the harness can restart the gateway: it
+// runs it, or it is a running one that the target's remote.stop and
+// remote.start restart with the server.
+func (g *Gateway) CanRestart() bool {
+	return g.box.Target.GatewayURL == "" || g.box.Target.RemoteRestarts()
+}
+
+// RestartLacks says why the harness cannot restart the gateway ("" when
+// it can), naming what would let it.
+func (g *Gateway) RestartLacks() string {
+	if g.CanRestart() {
+		return ""
+	}
+	return "the harness did not start the gateway (gateway_url), and the target does not restart it: " + g.box.Target.RemoteLacks("restart")
+}
 
 // Spec is the target's llm_gateway block.
 func (g *Gateway) Spec() harness.LLMGateway { return g.spec }
@@ -272,7 +290,18 @@ func signalExit(p *harness.Proc) bool {
 // with. ctx bounds the start; the process lives as long as Start's life.
 func (g *Gateway) Restart(ctx context.Context) error {
 	if !g.CanRestart() {
-		return errors.New("restart gateway: the harness did not start it (gateway_url)")
+		return errors.New("restart gateway: " + g.RestartLacks())
+	}
+	if g.box.Target.GatewayURL != "" {
+		// A running gateway restarts with its server (remote.stop, then
+		// remote.start, which waits for both to be ready).
+		if err := g.box.StopRemote(ctx); err != nil {
+			return fmt.Errorf("restart gateway: %w", err)
+		}
+		if err := g.box.StartRemote(ctx); err != nil {
+			return fmt.Errorf("restart gateway: %w", err)
+		}
+		return nil
 	}
 	g.mu.Lock()
 	nodes := len(g.more)
