@@ -40,14 +40,15 @@ func TestDryRemoteTriesEveryCommandAndNamesTheOneThatFailed(t *testing.T) {
 			Stop:      []string{"rm", "-f", flag},
 			Start:     []string{"touch", flag},
 			Processes: []string{"sh", "-c", "echo not a listing; echo no such host >&2"},
-			Reload:    []string{"true"}}}
+			Reload:    []string{"true"},
+			Exec:      []string{"sh", "-c", "{command}"}}}
 	require.NoError(t, tg.Validate())
 	var out bytes.Buffer
 	n := dryRemote(t.Context(), tg, dir, &DryReport{W: &out}, 30*time.Second)
 	assert.Equal(t, 1, n, "%s", out.String())
 	lines := out.String()
 	for _, want := range []string{"ok    remote.pull", "1 file(s)", "ok    remote.push", "FAIL  remote.processes", "line 1",
-		"ok    remote.stop", "ok    remote.start", "ok    remote.reload"} {
+		"ok    remote.stop", "ok    remote.start", "ok    remote.reload", "ok    remote.exec"} {
 		assert.Contains(t, lines, want)
 	}
 	assert.FileExists(t, flag, "the server was started again")
@@ -55,10 +56,13 @@ func TestDryRemoteTriesEveryCommandAndNamesTheOneThatFailed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "soul", string(got), "the push wrote nothing new")
 
-	// A start that never brings the health URL up fails with what it saw.
+	// A start that never brings the health URL up fails with what it
+	// saw; an exec whose shell splits the command line fails saying so.
 	tg.Reach.Start = []string{"true"}
+	tg.Reach.Exec = []string{"sh", "-c", `eval "set -- $0"; sh -c "$@"`, "{command}"}
 	out.Reset()
 	n = dryRemote(t.Context(), tg, dir, &DryReport{W: &out}, 2*time.Second)
-	assert.Equal(t, 2, n, "%s", out.String())
+	assert.Equal(t, 3, n, "%s", out.String())
+	assert.True(t, strings.Contains(out.String(), "FAIL  remote.exec") && strings.Contains(out.String(), "as one argument"), "%s", out.String())
 	assert.True(t, strings.Contains(out.String(), "FAIL  remote.start") && strings.Contains(out.String(), "to answer 200"), "%s", out.String())
 }

@@ -51,6 +51,14 @@ type Spec struct {
 	// Reload is the server's own plugin reload, run after a plugin's files
 	// are pushed.
 	Reload []string `yaml:"reload"`
+	// Exec runs a POSIX shell command line on the server's host: an argv
+	// with {command} as one whole element, which the harness fills with
+	// a command line whose every value is quoted (Quote, Command):
+	// `[ssh, HOST, "{command}"]`, `[kubectl, exec, -i, POD, --, sh, -c,
+	// "{command}"]`. With it (and Processes) the harness kills a plugin
+	// host by pid, plants files and links in the tenants' workdirs and
+	// reads /proc of the server's host (Spec.Shell).
+	Exec []string `yaml:"exec"`
 }
 
 // Field names, as a target file writes them (for skip reasons).
@@ -59,6 +67,7 @@ const (
 	FieldRestart   = "remote.stop and remote.start"
 	FieldProcesses = "remote.processes"
 	FieldReload    = "remote.reload"
+	FieldExec      = "remote.exec"
 )
 
 // Vocabulary is the placeholders of a remote command line.
@@ -81,12 +90,12 @@ func (s *Spec) CanRestart() bool { return s != nil && len(s.Stop) > 0 && len(s.S
 func (s *Spec) ListsProcesses() bool { return s != nil && len(s.Processes) > 0 }
 
 // Lacks says which fields would give what ("files", "restart",
-// "processes", "reload"), or "" when s has them.
+// "processes", "reload", "exec"), or "" when s has them.
 func (s *Spec) Lacks(what string) string {
 	has := map[string]bool{"files": s.Files(), "restart": s.CanRestart(),
-		"processes": s.ListsProcesses(), "reload": s != nil && len(s.Reload) > 0}
+		"processes": s.ListsProcesses(), "reload": s != nil && len(s.Reload) > 0, "exec": s.Execs()}
 	field := map[string]string{"files": FieldFiles, "restart": FieldRestart,
-		"processes": FieldProcesses, "reload": FieldReload}
+		"processes": FieldProcesses, "reload": FieldReload, "exec": FieldExec}
 	ok, known := has[what]
 	switch {
 	case !known:
@@ -97,7 +106,8 @@ func (s *Spec) Lacks(what string) string {
 	return "give " + field[what] + " in the target file's remote: block"
 }
 
-// Commands lists the commands s declares, by field name, in a fixed order.
+// Commands lists the commands s declares, by field name, in a fixed order
+// (remote.exec, whose placeholder is {command}, apart).
 func (s *Spec) Commands() []Named {
 	if s == nil {
 		return nil
@@ -149,6 +159,9 @@ func (s *Spec) Validate() error {
 		if err := Vocabulary.Check(c.Argv); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", c.Field, err))
 		}
+	}
+	if err := s.validateExec(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
