@@ -24,7 +24,7 @@ var ExecVocabulary = placeholder.Vocabulary{Of: "remote.exec", Vars: []placehold
 var ErrNUL = errors.New("a NUL byte cannot be part of a shell command line")
 
 // Quote returns s as one word of a POSIX shell command line: s in single
-// quotes, each single quote of s written '\'' (the one character a
+// quotes, each single quote of s written '\” (the one character a
 // single-quoted word cannot hold). Every byte but NUL survives it as it
 // is: $, `, \, ", newlines, globs, a leading -, bytes that are no UTF-8.
 // A NUL is refused with ErrNUL.
