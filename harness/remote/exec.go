@@ -24,10 +24,11 @@ var ExecVocabulary = placeholder.Vocabulary{Of: "remote.exec", Vars: []placehold
 var ErrNUL = errors.New("a NUL byte cannot be part of a shell command line")
 
 // Quote returns s as one word of a POSIX shell command line: s in single
-// quotes, each single quote of s written '\” (the one character a
-// single-quoted word cannot hold). Every byte but NUL survives it as it
-// is: $, `, \, ", newlines, globs, a leading -, bytes that are no UTF-8.
-// A NUL is refused with ErrNUL.
+// quotes, each single quote of s ending the quoted run, escaped with a
+// backslash, and opening the next (the one character a single-quoted word
+// cannot hold). Every byte but NUL survives it as it is: $, `, \, ",
+// newlines, globs, a leading -, bytes that are no UTF-8. A NUL is refused
+// with ErrNUL.
 func Quote(s string) (string, error) {
 	if strings.IndexByte(s, 0) >= 0 {
 		return "", fmt.Errorf("quote %.40q: %w", s, ErrNUL)
