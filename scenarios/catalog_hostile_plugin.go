@@ -75,7 +75,7 @@ func hostilePlugin() Spec {
 		Focus:     []Invariant{Requests, Files, ProcessEscape, Availability},
 		Snapshots: perTenant(2),
 		Timeout:   8 * time.Minute,
-		Needs:     []Need{NeedFiles, NeedRestart, NeedPlugins, NeedPluginHostile, NeedServerHere}, // it kills plugin hosts
+		Needs:     []Need{NeedFiles, NeedRestart, NeedPlugins, NeedPluginHostile, NeedServerHost}, // it kills plugin hosts
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) { e.startHostile(e.installHostilePlugin) }},
 			{Name: "reads", Run: func(e *Env) {
@@ -121,9 +121,11 @@ func hostilePlugin() Spec {
 						e.killCarriers(invariants.Ended{Canaries: []tenants.Canary{mark}})
 						return
 					}
+					pids := make([]int, 0, len(hosts))
 					for _, h := range hosts {
-						killPid(h.Pid)
+						pids = append(pids, h.Pid)
 					}
+					e.killOnHost("kill the plugin hosts of "+t.Name, pids...)
 					e.CheckEscapes(invariants.Ended{Event: fmt.Sprintf("the death of %s's plugin host (pid %d)", t.Name, hosts[0].Pid),
 						Canaries: []tenants.Canary{mark}})
 				})
