@@ -20,8 +20,12 @@ func (e *Env) installHostilePlugin() {
 	e.T.Helper()
 	pp := e.probePlugin()
 	if len(pp.Install.Limits) > 0 {
-		if _, err := e.Box.MergeManaged(pp.Install.Limits); err != nil {
+		set, err := e.Box.MergeManaged(pp.Install.Limits)
+		if err != nil {
 			e.T.Fatalf("set the plugin hosts' limits in the operator's scope: %v", err)
+		}
+		if !set && e.Box.Target.Remote() {
+			e.Logf("the plugin hosts' limits are the running server's operator's (its managed scope on its host, which remote: does not reach): the hog runs against those")
 		}
 	}
 	ctx, cancel := e.ctx(2 * time.Minute)

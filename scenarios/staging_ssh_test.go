@@ -120,7 +120,7 @@ const stagingSSHFaults = "TENANTCANARY_STAGING_SSH_FAULTS"
 // scenarios take minutes over ssh).
 var (
 	stagingSSHFaultsFast = map[string]bool{"shared-state-db": true, "wrong-write-scope": true}
-	stagingSSHFaultsSlow = map[string]bool{"escaped-process": true, "host-env-trusted,host-shared-pidns": true}
+	stagingSSHFaultsSlow = map[string]bool{"escaped-process": true}
 )
 
 // The seeded faults that act through the server's files and its
@@ -129,13 +129,11 @@ var (
 // one profile landing in the launch profile's files (the write-scope
 // check, its snapshots pulled over ssh), and, with the whole catalog
 // (TENANTCANARY_STAGING_SSH_ALL), a process that outlives its session
-// (the escape check, on the listing remote.processes prints) and a plugin
-// host that takes its keeper's switch from the tenant's .env
-// (hostile-plugin: the host, found in that listing, is killed through
-// remote.exec, and what its plugin started outlives it). The stage's
-// agentd sandboxes with Landlock (bwrap does not nest in the stage's
-// namespace), so host-shared-pidns, which takes bwrap's PID namespace
-// away, has nothing to act on there.
+// (the escape check, on the listing remote.processes prints). The
+// hostile-plugin faults have nothing to act on in the stage: its agentd
+// sandboxes with Landlock (bwrap cannot mount a new /proc inside the
+// stage's own bwrap namespace), whose launcher ends what a plugin host
+// started, keeper or not (docs/staging.md).
 func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 	t.Parallel()
 	st := startSSHStage(t)
