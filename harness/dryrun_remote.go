@@ -13,8 +13,8 @@ import (
 // dryRemote tries every command of a running server's remote: block once,
 // each on its own line: pull (into a scratch folder under root), push
 // (what was pulled, which writes nothing new), processes, exec (a harmless
-// printf, its output checked), stop then start
-// (with the health URL between), reload. A command that fails is a FAIL
+// printf, its output checked), stop then start (with the health URL
+// between), each replica_urls' health, reload. A command that fails is a FAIL
 // line naming its field and why, and the others are still tried; it
 // returns how many failed. wait bounds each command.
 func dryRemote(ctx context.Context, t Target, root string, rep *DryReport, wait time.Duration) (failed int) {
@@ -88,6 +88,16 @@ func dryRemote(ctx context.Context, t Target, root string, rep *DryReport, wait 
 				return "", err
 			}
 			return "the server started: " + sp.HealthURL(t.URL) + " answered 200", nil
+		})
+	}
+	// A staging cluster's other replicas (replica_urls): each answers its
+	// health, after the restart above.
+	for n := 2; n <= t.ReplicaCount() && len(t.ReplicaURLs) > 0; n++ {
+		try(fmt.Sprintf("replica_urls[%d]", n-2), func(ctx context.Context) (string, error) {
+			if err := t.ReplicaHealthy(ctx, n); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("replica %d (%s) answers", n, t.ReplicaURL(n)), nil
 		})
 	}
 	if len(sp.Reload) > 0 {

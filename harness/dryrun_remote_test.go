@@ -42,9 +42,23 @@ func TestDryRemoteTriesEveryCommandAndNamesTheOneThatFailed(t *testing.T) {
 			Processes: []string{"sh", "-c", "echo not a listing; echo no such host >&2"},
 			Reload:    []string{"true"},
 			Exec:      []string{"sh", "-c", "{command}"}}}
+	// A second replica that answers, a third that is down.
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer up.Close()
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer down.Close()
+	tg.ReplicaURLs = []string{up.URL, down.URL}
 	require.NoError(t, tg.Validate())
 	var out bytes.Buffer
-	n := dryRemote(t.Context(), tg, dir, &DryReport{W: &out}, 30*time.Second)
+	n := dryRemote(t.Context(), tg, dir, &DryReport{W: &out}, 3*time.Second)
+	assert.Equal(t, 2, n, "%s", out.String())
+	assert.Contains(t, out.String(), "ok    replica_urls[0]")
+	assert.Contains(t, out.String(), "FAIL  replica_urls[1]")
+	tg.ReplicaURLs = nil
+	out.Reset()
+	n = dryRemote(t.Context(), tg, dir, &DryReport{W: &out}, 30*time.Second)
 	assert.Equal(t, 1, n, "%s", out.String())
 	lines := out.String()
 	for _, want := range []string{"ok    remote.pull", "1 file(s)", "ok    remote.push", "FAIL  remote.processes", "line 1",

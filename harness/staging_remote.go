@@ -114,7 +114,26 @@ func (s *Sandbox) plantRemote(ctx context.Context, extras tenants.HomeExtras) er
 			return err
 		}
 	}
-	return s.pushWritten()
+	if err := s.pushWritten(); err != nil {
+		return err
+	}
+	// The server may hold what it read of the homes these replace (a
+	// profile of the same name, planted by an earlier scenario): its own
+	// reload makes it read them anew.
+	if err := s.reloadRemote(ctx); err != nil {
+		return fmt.Errorf("plant homes: %w", err)
+	}
+	return nil
+}
+
+// reloadRemote runs the server's own reload (remote.reload), when the
+// target declares one.
+func (s *Sandbox) reloadRemote(ctx context.Context) error {
+	if len(s.Target.Reach.Reload) == 0 {
+		return nil
+	}
+	_, err := remote.Run(ctx, "remote.reload", s.Target.Reach.Reload, s.Target.Reach.Home, nil, nil)
+	return err
 }
 
 // pushWritten pushes the homes after the harness wrote one (WriteHome):
@@ -146,10 +165,7 @@ func (s *Sandbox) ReloadPlugins(ctx context.Context) error {
 	if err := s.PushHomes(ctx); err != nil {
 		return fmt.Errorf("install plugin: %w", err)
 	}
-	if len(s.Target.Reach.Reload) == 0 {
-		return nil
-	}
-	if _, err := remote.Run(ctx, "remote.reload", s.Target.Reach.Reload, s.Target.Reach.Home, nil, nil); err != nil {
+	if err := s.reloadRemote(ctx); err != nil {
 		return fmt.Errorf("install plugin: %w", err)
 	}
 	return nil

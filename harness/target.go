@@ -2,8 +2,10 @@ package harness
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -174,6 +176,11 @@ type Target struct {
 	// the first is the one its provisioner talks to). Each process's
 	// command and env values get its number (1..N) as {replica}.
 	Replicas int `yaml:"replicas"`
+	// ReplicaURLs are a running server's other replicas (url is the
+	// first), each reached directly with the same token: a staging
+	// cluster behind a load balancer, whose replicas the replicas scenario
+	// spreads each tenant over. Its homes and stores are the first's.
+	ReplicaURLs []string `yaml:"replica_urls"`
 	// Unsupported names backends the target does not offer, each with the
 	// reason ("gateway": "one profile per process"): a scenario that needs
 	// one is skipped with that reason, not a generic one. A backend named
@@ -623,8 +630,37 @@ func (t *Target) validateStores() []error {
 const MaxReplicas = 8
 
 // ReplicaCount is how many server processes make the target's cluster:
-// its replicas, 1 when it gives none.
-func (t *Target) ReplicaCount() int { return max(t.Replicas, 1) }
+// its replicas, or a running server's url and replica_urls; 1 when it
+// gives none.
+func (t *Target) ReplicaCount() int {
+	if t.URL != "" && len(t.ReplicaURLs) > 0 {
+		return 1 + len(t.ReplicaURLs)
+	}
+	return max(t.Replicas, 1)
+}
+
+// ReplicaHealthy waits, within ctx, until a running server's replica n
+// answers its health URL (remote.health, else /api/health) and the
+// dialect's health check.
+func (t *Target) ReplicaHealthy(ctx context.Context, n int) error {
+	base := t.ReplicaURL(n)
+	if err := remote.WaitHealth(ctx, t.Reach.HealthURL(base), true); err != nil {
+		return fmt.Errorf("replica %d (%s): %w", n, base, err)
+	}
+	if err := t.WaitHealthy(ctx, base, t.Token); err != nil {
+		return fmt.Errorf("replica %d (%s): %w", n, base, err)
+	}
+	return nil
+}
+
+// ReplicaURL is the base URL of a running server's replica n (1-based:
+// 1 is url).
+func (t *Target) ReplicaURL(n int) string {
+	if n <= 1 {
+		return t.URL
+	}
+	return t.ReplicaURLs[n-2]
+}
 
 // ReplicatesGateway reports whether the target's replicas are gateway
 // nodes: it runs several (replicas: N) and has a gateway command but no
@@ -639,7 +675,24 @@ func (t *Target) validateReplicas() []error {
 		errs = append(errs, fmt.Errorf("replicas: %d: want 1 to %d", t.Replicas, MaxReplicas))
 	}
 	if t.Replicas > 1 && len(t.Serve) == 0 && len(t.Gateway) == 0 {
-		errs = append(errs, fmt.Errorf("replicas: %d needs serve or gateway: the harness starts the replicas from the serve command, or a gateway's nodes from the gateway command (a running server's replicas are behind its url)", t.Replicas))
+		errs = append(errs, fmt.Errorf("replicas: %d needs serve or gateway: the harness starts the replicas from the serve command, or a gateway's nodes from the gateway command (a running server's replicas are its url and replica_urls)", t.Replicas))
+	}
+	if len(t.ReplicaURLs) > 0 && t.URL == "" {
+		errs = append(errs, errors.New("replica_urls: a running server's other replicas, and the target gives no url (the harness starts its replicas itself: replicas: N)"))
+	}
+	if len(t.ReplicaURLs) >= MaxReplicas {
+		errs = append(errs, fmt.Errorf("replica_urls: %d: want at most %d (with url, %d replicas)", len(t.ReplicaURLs), MaxReplicas-1, MaxReplicas))
+	}
+	seen := map[string]bool{strings.TrimRight(t.URL, "/"): true}
+	for i, raw := range t.ReplicaURLs {
+		u, err := url.Parse(raw)
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			errs = append(errs, fmt.Errorf("replica_urls[%d]: %q: want http(s)://HOST:PORT, as url", i, raw))
+		case seen[strings.TrimRight(raw, "/")]:
+			errs = append(errs, fmt.Errorf("replica_urls[%d]: %q: given twice (or the same as url): every replica is its own process", i, raw))
+		}
+		seen[strings.TrimRight(raw, "/")] = true
 	}
 	return errs
 }

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,5 +136,38 @@ func TestAgentdTargetDeclaresWorkdirRoots(t *testing.T) {
 	for _, tn := range s.Tenants {
 		root := strings.ReplaceAll("{root}/work/{profile}", "{root}", s.Root)
 		assert.Equal(t, strings.ReplaceAll(root, "{profile}", tn.Profile()), filepath.Dir(tn.Workdir))
+	}
+}
+
+// replica_urls belong to a running server, parse as its url does, and
+// name each replica once.
+func TestReplicaURLsAreValidated(t *testing.T) {
+	t.Parallel()
+	base := Target{Name: "staging", URL: "http://127.0.0.1:8787", Token: "tok", TenantsFile: "tenants.json"}
+	ok := base
+	ok.ReplicaURLs = []string{"http://127.0.0.1:8788", "https://replica-3.internal"}
+	require.NoError(t, ok.Validate())
+	require.Equal(t, 3, ok.ReplicaCount())
+	require.Equal(t, "https://replica-3.internal", ok.ReplicaURL(3))
+	for name, tc := range map[string]struct {
+		mutate func(*Target)
+		want   string
+	}{
+		"no url":    {func(tg *Target) { tg.URL = ""; tg.Serve = []string{"srv"}; tg.ReplicaURLs = []string{"http://h:1"} }, "replica_urls: a running server's other replicas, and the target gives no url"},
+		"not a url": {func(tg *Target) { tg.ReplicaURLs = []string{"127.0.0.1:8788"} }, `replica_urls[0]: "127.0.0.1:8788": want http(s)://HOST:PORT`},
+		"url again": {func(tg *Target) { tg.ReplicaURLs = []string{"http://127.0.0.1:8787/"} }, "given twice (or the same as url)"},
+		"too many": {func(tg *Target) {
+			for i := range MaxReplicas {
+				tg.ReplicaURLs = append(tg.ReplicaURLs, fmt.Sprintf("http://h:%d", 9000+i))
+			}
+		}, "replica_urls: 8: want at most 7"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tg := base
+			tc.mutate(&tg)
+			err := tg.Validate()
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+		})
 	}
 }

@@ -79,10 +79,12 @@ func (e *Env) StartReplicas() []*Serve {
 		return e.Replicas
 	}
 	out := []*Serve{e.Server}
-	if e.Box.Target.URL == "" {
-		for n := 2; n <= e.Box.Target.ReplicaCount(); n++ {
-			out = append(out, e.startServeReplica(n, e.Server.Token))
+	for n := 2; n <= e.Box.Target.ReplicaCount(); n++ {
+		if e.Box.Target.URL != "" {
+			out = append(out, e.reachServeReplica(n))
+			continue
 		}
+		out = append(out, e.startServeReplica(n, e.Server.Token))
 	}
 	e.Replicas = out
 	return out
@@ -113,6 +115,21 @@ func (e *Env) startServeReplica(n int, token string) *Serve {
 		p.Kill()
 		e.targetCannotStart(harness.BackendServe, err)
 		e.T.Fatalf("%s not healthy: %v", what, err)
+	}
+	return s
+}
+
+// reachServeReplica is a running server's replica n (replica_urls),
+// with the operator token of its first, once its health answers.
+func (e *Env) reachServeReplica(n int) *Serve {
+	e.T.Helper()
+	tg := e.Box.Target
+	s := &Serve{Base: tg.ReplicaURL(n), Token: e.Server.Token, Replica: n}
+	ctx, cancel := e.ctx(e.Times.Ready)
+	defer cancel()
+	if err := tg.ReplicaHealthy(ctx, n); err != nil {
+		e.targetCannotStart(harness.BackendServe, err)
+		e.T.Fatalf("the running server's replica is not healthy: %v", err)
 	}
 	return s
 }

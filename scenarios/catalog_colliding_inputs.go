@@ -297,6 +297,13 @@ func (e *Env) installCollideState() {
 			e.T.Fatalf("install the state plugin for %s: %v", t.Name, err)
 		}
 	}
+	// A running server takes plugins installed in its homes through its
+	// own reload (remote.reload).
+	ctx, cancel := e.ctx(e.Times.Call)
+	defer cancel()
+	if err := e.Box.ReloadPlugins(ctx); err != nil {
+		e.T.Fatalf("install the state plugin: %v", err)
+	}
 }
 
 // collideState has every tenant store a value of its own under one plugin

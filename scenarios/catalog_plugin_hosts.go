@@ -161,16 +161,39 @@ func lastMessage(r fakellm.Record) map[string]any {
 }
 
 // bwrapLauncher is a plugins.host.launcher that shows the host the whole
-// file system read-only except the sandbox, of which it sees only the
-// tenant's own home (read-write); the launch profile's home holds the
-// other profiles, so their folder is hidden again.
-func bwrapLauncher(root string, t *tenants.Tenant, profilesDir string) []string {
-	argv := []string{"bwrap", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-		"--tmpfs", root, "--bind", t.Home, t.Home}
-	if t.Launch {
-		argv = append(argv, "--tmpfs", filepath.Join(t.Home, profilesDir))
+// file system read-only except the folders hide (the sandbox, or a
+// running server's homes and workdirs), of which it sees only the
+// tenant's own home (read-write), at home; the launch profile's home holds
+// the other profiles, so their folder is hidden again.
+func bwrapLauncher(hide []string, home string, launch bool, profilesDir string) []string {
+	argv := []string{"bwrap", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"}
+	for _, h := range hide {
+		argv = append(argv, "--tmpfs", h)
 	}
-	return append(argv, "--chdir", t.Home)
+	argv = append(argv, "--bind", home, home)
+	if launch {
+		argv = append(argv, "--tmpfs", filepath.Join(home, profilesDir))
+	}
+	return append(argv, "--chdir", home)
+}
+
+// pluginLauncher is bwrapLauncher for t, as the server's host sees its
+// paths: the sandbox's own on this machine; on a running server reached
+// through remote:, its home folder and workdirs there (the launcher runs
+// on that host).
+func (e *Env) pluginLauncher(t *tenants.Tenant) []any {
+	hide, home := []string{e.Box.Root}, t.Home
+	if tg := e.Box.Target; tg.RemoteFiles() {
+		hide, home = []string{tg.Reach.Home}, e.Box.RemotePath(t.Home)
+		if w := tg.Reach.Workdirs; w != "" && !strings.HasPrefix(w+"/", tg.Reach.Home+"/") {
+			hide = append(hide, w)
+		}
+	}
+	var out []any
+	for _, a := range bwrapLauncher(hide, home, t.Launch, e.Box.Set.Layout.ProfilesDir) {
+		out = append(out, a)
+	}
+	return out
 }
 
 // bwrapUnusable says why bubblewrap cannot sandbox a plugin host here (not
@@ -205,8 +228,11 @@ func (e *Env) probeTurn(c *harness.Conn, t *tenants.Tenant, sid, tag string, st 
 	e.T.Helper()
 	pp := e.probePlugin()
 	var read []string
+	// The plugin reads each home's .env where the server's host has it
+	// (a running server's homes are mirrored here: RemotePath).
+	envOf := func(u *tenants.Tenant) string { return e.Box.RemotePath(filepath.Join(u.Home, ".env")) }
 	for _, u := range e.Tenants {
-		read = append(read, filepath.Join(u.Home, ".env"))
+		read = append(read, envOf(u))
 	}
 	args, _ := json.Marshal(pluginArgs{Tag: tag, Read: read})
 	e.Prompt(c, t, sid, pluginPrompt+pp.Tools.Probe+" "+string(args))
@@ -217,9 +243,9 @@ func (e *Env) probeTurn(c *harness.Conn, t *tenants.Tenant, sid, tag string, st 
 			e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Where: where,
 				Detail: fmt.Sprintf("the plugin ran inside the pooled server's process (pid %d)", d.Pid)})
 		}
-		if d.Cwd != t.Home {
+		if home := e.Box.RemotePath(t.Home); d.Cwd != home {
 			e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Where: where,
-				Detail: fmt.Sprintf("the plugin host runs in %q, not its profile's home %q", d.Cwd, t.Home)})
+				Detail: fmt.Sprintf("the plugin host runs in %q, not its profile's home %q", d.Cwd, home)})
 		}
 	}
 	// Positive controls: the dump is this tenant's environment, and its
@@ -233,14 +259,14 @@ func (e *Env) probeTurn(c *harness.Conn, t *tenants.Tenant, sid, tag string, st 
 		}
 	}
 	if !e.lacks(harness.AbilityRead, string(invariants.PluginBoundary)) {
-		own := filepath.Join(t.Home, ".env")
+		own := envOf(t)
 		if d.Reads[own] != "ok" {
 			e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: where,
 				Detail: fmt.Sprintf("the plugin could not read its own home: %s", d.Reads[own])})
 		}
 		if st.sandboxed {
 			for _, u := range e.Tenants {
-				p := filepath.Join(u.Home, ".env")
+				p := envOf(u)
 				if u != t && d.Reads[p] == "ok" {
 					e.Find(invariants.Finding{Invariant: invariants.PluginBoundary, Tenant: t.Name, Owner: u.Name, Where: where,
 						Detail: fmt.Sprintf("the sandboxed plugin read %s's home (%s)", u.Name, p)})
@@ -323,11 +349,7 @@ func (e *Env) installProbePlugin(st *pluginState) {
 	for _, t := range e.Tenants {
 		vars := map[string]any{harness.BwrapLauncherVar: ""}
 		if launch && why == "" {
-			launcher := []any{}
-			for _, a := range bwrapLauncher(e.Box.Root, t, e.Box.Set.Layout.ProfilesDir) {
-				launcher = append(launcher, a)
-			}
-			vars[harness.BwrapLauncherVar] = launcher
+			vars[harness.BwrapLauncherVar] = e.pluginLauncher(t)
 		}
 		if err := e.Box.InstallProbePlugin(ctx, pp, t, vars); err != nil {
 			e.T.Fatalf("%v", err)

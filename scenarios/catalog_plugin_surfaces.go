@@ -285,11 +285,7 @@ func (e *Env) installSurfacesPlugin() {
 	for _, t := range e.Tenants {
 		plugins := map[string]any{"enabled": []any{SurfacesPlugin, SurfacesModel}, "isolation": "host"}
 		if st.sandboxed {
-			launcher := []any{}
-			for _, a := range bwrapLauncher(e.Box.Root, t, e.Box.Set.Layout.ProfilesDir) {
-				launcher = append(launcher, a)
-			}
-			plugins["host"] = map[string]any{"launcher": launcher}
+			plugins["host"] = map[string]any{"launcher": e.pluginLauncher(t)}
 		}
 		model := "plugins/model-providers/" + SurfacesModel + "/"
 		err := e.Box.WriteHome(t, tenants.HomeExtras{
@@ -310,6 +306,13 @@ func (e *Env) installSurfacesPlugin() {
 		if err != nil {
 			e.T.Fatalf("install the surfaces plugin for %s: %v", t.Name, err)
 		}
+	}
+	// A running server takes plugins installed in its homes through its
+	// own reload (remote.reload).
+	ctx, cancel := e.ctx(e.Times.Call)
+	defer cancel()
+	if err := e.Box.ReloadPlugins(ctx); err != nil {
+		e.T.Fatalf("install the surfaces plugin: %v", err)
 	}
 }
 

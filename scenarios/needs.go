@@ -126,11 +126,14 @@ var needs = []needRow{
 		return ""
 	}},
 	{NeedReplicas, func(t harness.Target) string {
+		if t.URL != "" && len(t.ReplicaURLs) == 0 {
+			return "needs replicas: a running server's other replicas (replica_urls), or serve replicas the harness starts (serve with replicas: N)"
+		}
 		if t.ReplicaCount() < 2 {
 			return fmt.Sprintf("needs replicas: 2 or more (the target runs %d serve process): a tenant's connections spread over several serve processes on one set of homes and stores", t.ReplicaCount())
 		}
 		if t.URL != "" {
-			return "needs replicas the harness starts (serve with replicas: N), and the target is a running server"
+			return ""
 		}
 		if len(t.Serve) == 0 {
 			return "needs serve replicas (replicas: N with a serve command): the target's replicas are its gateway's nodes (gateway-replicas spreads a tenant over those)"

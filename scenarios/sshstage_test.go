@@ -99,7 +99,7 @@ func startSSHStage(t *testing.T) *sshStage {
 
 	// The control script and the target file, filled in.
 	fill := strings.NewReplacer("STAGE", st.dir, "SSH_PORT", st.sshPort, "SERVE_PORT", st.servePort, "SSH_USER", st.user, "SERVER_BIN", agentdBin)
-	for _, f := range []string{"agentd-ctl", "staging.yaml"} {
+	for _, f := range []string{"agentd-ctl", "staging.yaml", "cluster.yaml"} {
 		data, err := os.ReadFile(filepath.Join("..", "examples", "targets", "staging-ssh", f))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(st.dir, f), []byte(fill.Replace(string(data))), 0o644))
@@ -181,7 +181,7 @@ func (st *sshStage) restart(t *testing.T, tg harness.Target) {
 	_, err = remote.Run(ctx, "remote.start", tg.Reach.Start, tg.Reach.Home, nil, nil)
 	require.NoError(t, err)
 	if err := remote.WaitHealth(ctx, tg.Reach.HealthURL(tg.URL), true); err != nil {
-		log, lerr := st.ssh(t, tg, "cat "+filepath.Join(st.server, "serve.log"))
+		log, lerr := st.ssh(t, tg, "cat "+filepath.Join(st.server, "serve-*.log"))
 		t.Fatalf("%v\nthe server's log (%v):\n%s", err, lerr, log)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/agentd/cluster"
+	"github.com/tenantcanary/tenantcanary/agentd/plugins"
 	"github.com/tenantcanary/tenantcanary/agentd/profile"
 	"github.com/tenantcanary/tenantcanary/agentd/rpc"
 	"github.com/tenantcanary/tenantcanary/agentd/server"
@@ -66,6 +68,11 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 		token = hex.EncodeToString(b[:])
 		fmt.Fprintf(env.Stderr, "agentd serve: session token (set AGENTD_SESSION_TOKEN to choose one): %s\n", token)
 	}
+	// SIGHUP is caught before the port opens: a reload sent as soon as
+	// the server answers must not end it (Go's default for SIGHUP).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -114,6 +121,23 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 			runTicker(tickCtx, h, srv, *interval, env)
 		}()
 	}
+	// SIGHUP reloads every open profile's plugins: an operator who
+	// installed a plugin in a profile's home (or replaced the home) makes
+	// the server take it without a restart.
+	var reloader sync.WaitGroup
+	defer reloader.Wait()
+	reloader.Add(1)
+	go func() {
+		defer reloader.Done()
+		for {
+			select {
+			case <-tickCtx.Done():
+				return
+			case <-hup:
+				reloadPlugins(srv, logger)
+			}
+		}
+	}()
 	logger.Info("serve ready", "pid", os.Getpid(), "port", bound, "cron", *cronOn, "cluster", clustered)
 
 	var serveErr error
@@ -143,6 +167,19 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "serve: shutdown: %v", shutErr)
 	}
 	return ExitOK
+}
+
+// reloadPlugins closes every open profile's plugin hosts and forgets what
+// was read of its plugins, so that the next turn finds what its home holds
+// now (SIGHUP).
+func reloadPlugins(srv *server.Server, logger *slog.Logger) {
+	scopes := srv.OpenScopes()
+	for _, sc := range scopes {
+		if err := plugins.Reload(sc); err != nil {
+			logger.Warn("reload plugins", "profile", sc.Profile.Name, "err", err)
+		}
+	}
+	logger.Info("plugins reloaded (SIGHUP)", "profiles", len(scopes))
 }
 
 // runTicker fires due cron jobs of every served profile: once at start,

@@ -538,3 +538,14 @@ func globalMemory(m *memory) *memory {
 	}
 	return global.memory
 }
+
+// Reload closes the profile's plugin hosts and forgets what was read of
+// its plugins (the loader, its memory and image providers, what did not
+// load): the next turn finds the plugins its home holds then. A plugin
+// call in flight on the old hosts fails.
+func Reload(sc *scope.Scope) error {
+	if err := sc.Forget(statusKey{}, unloadedKey{}, imagesKey{}, memoryKey{}, valueKey{}); err != nil {
+		return fmt.Errorf("reload plugins of profile %q: %w", sc.Profile.Name, err)
+	}
+	return nil
+}

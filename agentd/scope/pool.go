@@ -280,6 +280,17 @@ func (p *Pool) Drop(name string) {
 	}
 }
 
+// Open returns the scopes open now (a reload acts on each).
+func (p *Pool) Open() []*Scope {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*Scope, 0, len(p.scopes))
+	for _, s := range p.scopes {
+		out = append(out, s)
+	}
+	return out
+}
+
 // Close closes every scope, side by side: each stops its own terminals
 // and plugin hosts, and a host may take its stop grace to go, so the
 // server's stop lasts as long as its slowest profile's, not their sum.

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -91,6 +92,29 @@ func (s *Scope) Value(key any, init func() (any, error)) (any, error) {
 	s.values[key] = v
 	s.order = append(s.order, key)
 	return v, nil
+}
+
+// Forget closes (when it is an io.Closer) and drops the extension values
+// under keys: the next Value of a key makes it anew from the home as it
+// is then (a plugin reload).
+func (s *Scope) Forget(keys ...any) error {
+	s.valMu.Lock()
+	defer s.valMu.Unlock()
+	var errs []error
+	for _, key := range keys {
+		v, ok := s.values[key]
+		if !ok {
+			continue
+		}
+		delete(s.values, key)
+		s.order = slices.DeleteFunc(s.order, func(k any) bool { return k == key })
+		if c, ok := v.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (s *Scope) closeValues() error {

@@ -133,6 +133,10 @@ func (s *Server) Ready(conn rpc.Conn) error {
 	}}))
 }
 
+// OpenScopes are the profiles' scopes open now: what a reload of their
+// plugins (SIGHUP to agentd serve) acts on.
+func (s *Server) OpenScopes() []*scope.Scope { return s.pool.Open() }
+
 // Shutdown stops new work (turns still waiting for a slot end at once),
 // waits for running turns until ctx ends, then cancels what is left and
 // waits at most Options.StopTimeout more; then it closes every session's
