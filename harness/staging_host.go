@@ -129,7 +129,7 @@ func (s *Sandbox) WriteOnHost(ctx context.Context, path string, data []byte, per
 }
 
 // LinkOnHost makes link a symbolic link to target on the server's host
-// (its folder made; an entry at link is replaced).
+// (its folder made; a link already at link is replaced).
 func (s *Sandbox) LinkOnHost(ctx context.Context, target, link string) error {
 	if s.Target.URL == "" {
 		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
