@@ -118,7 +118,7 @@ func hostilePlugin() Spec {
 						e.killCarriers(invariants.Ended{Canaries: []tenants.Canary{mark}})
 						return
 					}
-					hosts := pluginHostsOf(e, t)
+					hosts := e.hostsOnServer(t)
 					if len(hosts) == 0 {
 						e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: "plugin host of " + t.Name},
 							Detail: "no plugin host of " + t.Name + " was found to kill: the host-death check was not made"})

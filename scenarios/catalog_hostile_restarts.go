@@ -306,7 +306,7 @@ func (e *Env) CrashServe(s *Serve) {
 func (e *Env) checkHostLimit(r *chainRun) {
 	e.T.Helper()
 	l := r.ch.HostLimit
-	hosts := pluginHostsOf(e, r.a)
+	hosts := e.hostsOnServer(r.a)
 	if len(hosts) == 0 {
 		r.outcome += "; no plugin host of " + r.a.Name + " seen: its limits not read"
 		return

@@ -277,11 +277,10 @@ func everyCanary(ts []*tenants.Tenant) []tenants.Canary {
 // command lines name the host's too): a plugin host that crashes or is
 // OOM-killed dies alone, and what the launcher does then (end everything
 // the host started) is what a host-death check judges. Killing the
-// launcher's keeper as well would test a death no tenant can cause.
+// launcher's keeper as well would test a death no tenant can cause. It
+// reads this machine's /proc: a running server's hosts are
+// Env.hostsOnServer's, their pids the server host's.
 func pluginHostsOf(e *Env, t *tenants.Tenant) []procgroup.Carrier {
-	if e.Box.Target.URL != "" {
-		return e.remotePluginHostsOf(t)
-	}
 	needles := []string{t.ProviderKey(), e.Box.Set.Layout.HomeVar + "=" + t.Home + "\x00"}
 	seen := map[int]bool{}
 	var found []procgroup.Carrier

@@ -28,6 +28,18 @@ func (e *Env) killOnHost(what string, pids ...int) {
 	}
 }
 
+// hostsOnServer lists t's live plugin hosts on the server's host, as
+// pluginHostsOf does on this machine: for a running server, from
+// remote.processes (remotePluginHostsOf). Their pids are the server
+// host's: kill them with killOnHost, never with this machine's kill.
+func (e *Env) hostsOnServer(t *tenants.Tenant) []procgroup.Carrier {
+	e.T.Helper()
+	if e.Box.Target.URL != "" {
+		return e.remotePluginHostsOf(t)
+	}
+	return pluginHostsOf(e, t)
+}
+
 // remotePluginHostsOf is pluginHostsOf on a running server's host: the
 // plugin hosts in remote.processes' listing whose environment is t's
 // (its provider key, or its home on that host as the home variable), and
