@@ -12,8 +12,9 @@ import (
 
 // dryRemote tries every command of a running server's remote: block once,
 // each on its own line: pull (into a scratch folder under root), push
-// (what was pulled, which writes nothing new), processes, stop then start
-// (with the health URL between), each replica_urls' health, reload. A command that fails is a FAIL
+// (what was pulled, which writes nothing new), processes, exec (a harmless
+// printf, its output checked), stop then start (with the health URL
+// between), each replica_urls' health, reload. A command that fails is a FAIL
 // line naming its field and why, and the others are still tried; it
 // returns how many failed. wait bounds each command.
 func dryRemote(ctx context.Context, t Target, root string, rep *DryReport, wait time.Duration) (failed int) {
@@ -64,6 +65,14 @@ func dryRemote(ctx context.Context, t Target, root string, rep *DryReport, wait 
 				return "", fmt.Errorf("it listed no process: the escape checks would see nothing")
 			}
 			return fmt.Sprintf("%d process(es) listed", len(ps)), nil
+		})
+	}
+	if sp.Execs() {
+		try("remote.exec", func(ctx context.Context) (string, error) {
+			if err := sp.CheckExec(ctx); err != nil {
+				return "", err
+			}
+			return "printf of a word holding quotes, $, a glob and a newline printed it back unchanged", nil
 		})
 	}
 	if sp.CanRestart() {

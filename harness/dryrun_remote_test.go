@@ -40,7 +40,8 @@ func TestDryRemoteTriesEveryCommandAndNamesTheOneThatFailed(t *testing.T) {
 			Stop:      []string{"rm", "-f", flag},
 			Start:     []string{"touch", flag},
 			Processes: []string{"sh", "-c", "echo not a listing; echo no such host >&2"},
-			Reload:    []string{"true"}}}
+			Reload:    []string{"true"},
+			Exec:      []string{"sh", "-c", "{command}"}}}
 	// A second replica that answers, a third that is down.
 	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer up.Close()
@@ -61,7 +62,7 @@ func TestDryRemoteTriesEveryCommandAndNamesTheOneThatFailed(t *testing.T) {
 	assert.Equal(t, 1, n, "%s", out.String())
 	lines := out.String()
 	for _, want := range []string{"ok    remote.pull", "1 file(s)", "ok    remote.push", "FAIL  remote.processes", "line 1",
-		"ok    remote.stop", "ok    remote.start", "ok    remote.reload"} {
+		"ok    remote.stop", "ok    remote.start", "ok    remote.reload", "ok    remote.exec"} {
 		assert.Contains(t, lines, want)
 	}
 	assert.FileExists(t, flag, "the server was started again")
@@ -69,10 +70,13 @@ func TestDryRemoteTriesEveryCommandAndNamesTheOneThatFailed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "soul", string(got), "the push wrote nothing new")
 
-	// A start that never brings the health URL up fails with what it saw.
+	// A start that never brings the health URL up fails with what it
+	// saw; an exec whose shell splits the command line fails saying so.
 	tg.Reach.Start = []string{"true"}
+	tg.Reach.Exec = []string{"sh", "-c", `eval "set -- $0"; sh -c "$@"`, "{command}"}
 	out.Reset()
 	n = dryRemote(t.Context(), tg, dir, &DryReport{W: &out}, 2*time.Second)
-	assert.Equal(t, 2, n, "%s", out.String())
+	assert.Equal(t, 3, n, "%s", out.String())
+	assert.True(t, strings.Contains(out.String(), "FAIL  remote.exec") && strings.Contains(out.String(), "as one argument"), "%s", out.String())
 	assert.True(t, strings.Contains(out.String(), "FAIL  remote.start") && strings.Contains(out.String(), "to answer 200"), "%s", out.String())
 }

@@ -141,7 +141,10 @@ func chainsSpec(chains []attack.Chain) Spec {
 		}))
 	}
 	phases = append(phases, Phase{Name: "chain-rows", Run: func(e *Env) { e.chainRows() }})
-	needs := []Need{NeedFiles, NeedServerHere} // it plants files in the workdirs, linked from the sandbox
+	// It plants files in the workdirs, linked from the sandbox, puts the
+	// homes back between rows and lists the folders outside them; a
+	// restart round crashes the server and reads its plugin hosts' limits.
+	needs := []Need{NeedFiles, NeedServerHost, NeedHomesInPlace}
 	if len(restartGroup) > 0 {
 		needs = append(needs, NeedRestart)
 	}

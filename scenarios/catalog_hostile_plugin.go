@@ -20,8 +20,12 @@ func (e *Env) installHostilePlugin() {
 	e.T.Helper()
 	pp := e.probePlugin()
 	if len(pp.Install.Limits) > 0 {
-		if _, err := e.Box.MergeManaged(pp.Install.Limits); err != nil {
+		set, err := e.Box.MergeManaged(pp.Install.Limits)
+		if err != nil {
 			e.T.Fatalf("set the plugin hosts' limits in the operator's scope: %v", err)
+		}
+		if !set && e.Box.Target.Remote() {
+			e.Logf("the plugin hosts' limits are the running server's operator's (its managed scope on its host, which remote: does not reach): the hog runs against those")
 		}
 	}
 	ctx, cancel := e.ctx(2 * time.Minute)
@@ -75,7 +79,7 @@ func hostilePlugin() Spec {
 		Focus:     []Invariant{Requests, Files, ProcessEscape, Availability},
 		Snapshots: perTenant(2),
 		Timeout:   8 * time.Minute,
-		Needs:     []Need{NeedFiles, NeedRestart, NeedPlugins, NeedPluginHostile, NeedServerHere}, // it kills plugin hosts
+		Needs:     []Need{NeedFiles, NeedRestart, NeedPlugins, NeedPluginHostile, NeedServerHost}, // it kills plugin hosts
 		Phases: []Phase{
 			{Name: "install", Run: func(e *Env) { e.startHostile(e.installHostilePlugin) }},
 			{Name: "reads", Run: func(e *Env) {
@@ -114,16 +118,18 @@ func hostilePlugin() Spec {
 						e.killCarriers(invariants.Ended{Canaries: []tenants.Canary{mark}})
 						return
 					}
-					hosts := pluginHostsOf(e, t)
+					hosts := e.hostsOnServer(t)
 					if len(hosts) == 0 {
 						e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name, Where: invariants.Where{Label: "plugin host of " + t.Name},
 							Detail: "no plugin host of " + t.Name + " was found to kill: the host-death check was not made"})
 						e.killCarriers(invariants.Ended{Canaries: []tenants.Canary{mark}})
 						return
 					}
+					pids := make([]int, 0, len(hosts))
 					for _, h := range hosts {
-						killPid(h.Pid)
+						pids = append(pids, h.Pid)
 					}
+					e.killOnHost("kill the plugin hosts of "+t.Name, pids...)
 					e.CheckEscapes(invariants.Ended{Event: fmt.Sprintf("the death of %s's plugin host (pid %d)", t.Name, hosts[0].Pid),
 						Canaries: []tenants.Canary{mark}})
 				})

@@ -2,8 +2,8 @@ package scenarios
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -287,8 +287,13 @@ func (e *Env) sideBySide(runs []*chainRun, do func(r *chainRun)) {
 // kill would: nothing it would do at a clean stop is done.
 func (e *Env) CrashServe(s *Serve) {
 	e.T.Helper()
+	if s.Proc == nil && e.Box.Target.RemoteRestarts() && e.Box.Target.RemoteExecs() {
+		e.Box.NoteServe("", "")
+		e.crashRemote()
+		return
+	}
 	if s.Proc == nil {
-		e.T.Fatalf("crash serve: the staging server is not the harness's to kill")
+		e.T.Fatalf("crash serve: the staging server is not the harness's to kill: %s", e.Box.Target.RemoteLacks("exec"))
 	}
 	e.Box.NoteServe("", "")
 	s.Proc.Kill()
@@ -301,14 +306,19 @@ func (e *Env) CrashServe(s *Serve) {
 func (e *Env) checkHostLimit(r *chainRun) {
 	e.T.Helper()
 	l := r.ch.HostLimit
-	hosts := pluginHostsOf(e, r.a)
+	hosts := e.hostsOnServer(r.a)
 	if len(hosts) == 0 {
 		r.outcome += "; no plugin host of " + r.a.Name + " seen: its limits not read"
 		return
 	}
 	for _, h := range hosts {
 		path := fmt.Sprintf("/proc/%d/limits", h.Pid)
-		soft, err := procLimit(path, l.Limit)
+		data, err := e.readOnHost(path, 1<<16)
+		if err != nil {
+			r.outcome += "; read the plugin host's limits: " + err.Error()
+			continue
+		}
+		soft, err := procLimit(path, data, l.Limit)
 		if err != nil {
 			r.outcome += "; " + err.Error()
 			continue
@@ -322,15 +332,10 @@ func (e *Env) checkHostLimit(r *chainRun) {
 	}
 }
 
-// procLimit is the soft value of the limit named name in a
-// /proc/<pid>/limits file (-1 for unlimited).
-func procLimit(path, name string) (int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("read the plugin host's limits: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+// procLimit is the soft value of the limit named name in data, a
+// /proc/<pid>/limits file read from path (-1 for unlimited).
+func procLimit(path string, data []byte, name string) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		line := sc.Text()
 		if !strings.HasPrefix(line, name+" ") {

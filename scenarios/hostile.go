@@ -231,6 +231,15 @@ func (e *Env) killCarriers(ev invariants.Ended) {
 	e.T.Helper()
 	w := Wait{What: "the processes carrying this run's canaries to die", Within: 20 * time.Second, Poll: 20 * time.Millisecond}
 	err := Await(e.Ctx, w, func() (bool, string) {
+		if e.Box.Target.URL != "" { // listed and killed on the server's host
+			left := e.live(ev)
+			pids := make([]int, 0, len(left))
+			for _, p := range left {
+				pids = append(pids, p.Pid)
+			}
+			e.killOnHost("kill the processes carrying this run's canaries", pids...)
+			return len(left) == 0, describeProcs(left)
+		}
 		left := invariants.Live(ev)
 		for _, p := range left {
 			_ = syscall.Kill(p.Pid, syscall.SIGKILL)
@@ -268,7 +277,9 @@ func everyCanary(ts []*tenants.Tenant) []tenants.Canary {
 // command lines name the host's too): a plugin host that crashes or is
 // OOM-killed dies alone, and what the launcher does then (end everything
 // the host started) is what a host-death check judges. Killing the
-// launcher's keeper as well would test a death no tenant can cause.
+// launcher's keeper as well would test a death no tenant can cause. It
+// reads this machine's /proc: a running server's hosts are
+// Env.hostsOnServer's, their pids the server host's.
 func pluginHostsOf(e *Env, t *tenants.Tenant) []procgroup.Carrier {
 	needles := []string{t.ProviderKey(), e.Box.Set.Layout.HomeVar + "=" + t.Home + "\x00"}
 	seen := map[int]bool{}

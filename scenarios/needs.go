@@ -42,10 +42,9 @@ const (
 	// more over one set of stores (replicas: N, N >= 2, on a target whose
 	// replicated command is its gateway: Target.ReplicatesGateway).
 	NeedGatewayNodes Need = "gateway_nodes"
-	// NeedServerHere: the scenario reaches into the server's machine
-	// beyond its homes (its processes' /proc, its plugin hosts to kill,
-	// files planted in the workdirs and links to them in the sandbox): the
-	// harness started the server on its own machine.
+	// NeedServerHere: the scenario watches the server's process on this
+	// machine (its reads through inotify and fanotify, its /proc sampled
+	// while it runs): the harness started the server on its own machine.
 	NeedServerHere Need = "server_here"
 	// NeedProvisioner: the gateway's tenants are minted by the target's
 	// provisioner (llm_gateway.provision), which the harness can ask for
@@ -60,6 +59,19 @@ const (
 	// NeedURLFields: the target marks route fields that hold a URL the
 	// gateway fetches (llm_gateway.routes[].url_fields).
 	NeedURLFields Need = "url_fields"
+	// NeedServerHost: the scenario reaches into the server's host beyond
+	// its homes: it kills processes there by pid (plugin hosts, the server
+	// itself as a crash would), reads its /proc: this machine for a server
+	// the harness started; remote.exec, remote.processes and the files
+	// and workdirs for a running one (Target.HostLacks).
+	NeedServerHost Need = "server_host"
+	// NeedHomesInPlace: the scenario hands a tenant paths in its own home
+	// and puts the home back in place between its rows (links removed,
+	// files renamed back), and watches the folders outside every home
+	// (system folders, the workdirs' root) by listing them: the harness
+	// started the server, so those are this machine's. On a running
+	// server they are not yet done through remote.exec.
+	NeedHomesInPlace Need = "homes_in_place"
 	// NeedStores: the target declares shared stores (stores:) and the
 	// harness starts its server, so it hands the server the stores'
 	// addresses (through its delaying proxies when the scenario asks).
@@ -156,7 +168,19 @@ var needs = []needRow{
 	}},
 	{NeedServerHere, func(t harness.Target) string {
 		if t.URL != "" {
-			return "needs the server on the harness's own machine (its processes' /proc, its plugin hosts, files planted in its workdirs and linked from the sandbox), and the target is a running server reached through its url"
+			return "needs the server on the harness's own machine (it watches the server's reads with inotify and fanotify and samples its /proc while it runs, which no remote: command gives), and the target is a running server reached through its url"
+		}
+		return ""
+	}},
+	{NeedServerHost, func(t harness.Target) string {
+		if why := t.HostLacks(); why != "" {
+			return "needs to reach the server's host beyond its homes (kill its plugin hosts and the server by pid, read its /proc): " + why
+		}
+		return ""
+	}},
+	{NeedHomesInPlace, func(t harness.Target) string {
+		if t.URL != "" {
+			return "needs the tenants' homes and the folders outside them in place (the chains hand an attacker its home's paths, put the home back between rows with removals and renames that a push does not carry, and list the system folders and the workdirs' root for writes), and the target is a running server: those are not yet done through remote.exec"
 		}
 		return ""
 	}},

@@ -99,6 +99,15 @@ func (e *Env) stopRemote() {
 	e.T.Helper()
 	ctx, cancel := e.ctx(e.Times.Stop + e.Times.Call)
 	defer cancel()
+	e.restartAtEnd()
+	if err := e.Box.StopRemote(ctx); err != nil {
+		e.T.Fatalf("%v", err)
+	}
+}
+
+// restartAtEnd has the scenario start a running server again as it ends,
+// when it ends with the server stopped (or crashed).
+func (e *Env) restartAtEnd() {
 	e.mu.Lock()
 	first := !e.remoteRestartsAtEnd
 	e.remoteRestartsAtEnd = true
@@ -114,9 +123,6 @@ func (e *Env) stopRemote() {
 				e.T.Errorf("start the server again as the scenario ends: %v", err)
 			}
 		})
-	}
-	if err := e.Box.StopRemote(ctx); err != nil {
-		e.T.Fatalf("%v", err)
 	}
 }
 

@@ -37,3 +37,41 @@ func TestRemoteBlockMeetsFilesAndRestartNeeds(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "remote: reaches a running server")
 }
+
+// The server's host beyond its homes: a running server meets server_host
+// with remote.exec, remote.processes, its files and workdirs, and each
+// one missing is named; homes_in_place and server_here stay unmet on a
+// running server, saying why; a server the harness starts meets all three.
+func TestRemoteExecMeetsServerHostNeed(t *testing.T) {
+	t.Parallel()
+	files := &remote.Spec{Home: "/srv/home", Workdirs: "/srv/work",
+		Pull: []string{"ssh", "h", "tar -C {path} -cf - ."}, Push: []string{"ssh", "h", "tar -C {path} -xf -"}}
+	tg := harness.Target{Name: "staging", URL: "http://127.0.0.1:1", Token: "t", Reach: files}
+	require.NoError(t, tg.Validate())
+	why := NeedServerHost.Unmet(tg)
+	assert.Contains(t, why, "remote.exec")
+	assert.Contains(t, why, "remote.processes")
+	assert.NotContains(t, why, "remote.workdirs")
+
+	full := *files
+	full.Exec = []string{"ssh", "h", "{command}"}
+	full.Processes = []string{"ssh", "h", remote.LinuxProcessesFast}
+	tg.Reach = &full
+	require.NoError(t, tg.Validate())
+	assert.Empty(t, NeedServerHost.Unmet(tg))
+	assert.Contains(t, NeedHomesInPlace.Unmet(tg), "not yet done through remote.exec")
+	assert.Contains(t, NeedServerHere.Unmet(tg), "inotify")
+
+	local := harness.AgentdTarget("agentd")
+	for _, n := range []Need{NeedServerHost, NeedHomesInPlace, NeedServerHere} {
+		assert.Empty(t, n.Unmet(local), n)
+	}
+	// Which scenarios need which: hostile-plugin runs on a host it
+	// reaches; the chains need their homes in place; surface the server here.
+	for id, want := range map[string]Need{"hostile-plugin": NeedServerHost, "hostile-chains": NeedHomesInPlace,
+		"hostile-restarts": NeedHomesInPlace, "surface": NeedServerHere} {
+		s, err := Default().Get(id)
+		require.NoError(t, err, id)
+		assert.Contains(t, s.Needs, want, id)
+	}
+}

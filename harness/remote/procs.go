@@ -40,8 +40,12 @@ func List(ctx context.Context, argv []string) ([]Process, error) {
 // four fields "PID PPID CMDLINE_B64 ENVIRON_B64": the base64 of
 // /proc/PID/cmdline and /proc/PID/environ as Linux gives them (NUL
 // separated), "-" for an empty or unreadable one. Blank lines are
-// skipped; any other line is an error naming it.
+// skipped; any other line is an error naming it. A listing whose first
+// line is RecordsHeader is grep's records instead (ParseRecords).
 func Parse(out string) ([]Process, error) {
+	if rest, ok := strings.CutPrefix(out, RecordsHeader+"\n"); ok {
+		return ParseRecords(rest)
+	}
 	var ps []Process
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(make([]byte, 0, 64*1024), 16<<20)
@@ -148,3 +152,76 @@ const LinuxProcesses = `for d in /proc/[0-9]*; do p=${d#/proc/}; ` +
 	`pp=$(sed -n 's/^PPid:[[:space:]]*//p' "$d/status" 2>/dev/null) || continue; [ -n "$pp" ] || continue; ` +
 	`c=$(base64 -w0 < "$d/cmdline" 2>/dev/null); e=$(base64 -w0 < "$d/environ" 2>/dev/null); ` +
 	`echo "$p $pp ${c:--} ${e:--}"; done`
+
+// RecordsHeader opens a listing in grep's records (ParseRecords).
+const RecordsHeader = "proc-records"
+
+// LinuxProcessesFast is a remote.processes command for a Linux host with
+// GNU grep: one grep prints every line of every process's stat, cmdline
+// and environ as NUL-terminated records (ParseRecords), where
+// LinuxProcesses forks several programs per process. It exits 0 when
+// some files were unreadable (a process that ended, another user's
+// environ) and not when grep is missing.
+const LinuxProcessesFast = `cd /proc && echo ` + RecordsHeader + ` && grep -a -z -H -s '' [0-9]*/stat [0-9]*/cmdline [0-9]*/environ; [ $? -le 2 ]`
+
+// ParseRecords reads what LinuxProcessesFast's grep prints: records
+// ending in NUL, each "PID/FILE:CONTENT", FILE stat (one record: "PID
+// (comm) STATE PPID ..."), cmdline or environ (one record per argument
+// or variable). A process whose stat is missing (it ended while listed)
+// is left out. No record is an error: the listing shell itself was
+// running, so grep printed nothing (no GNU grep with -z on the host?).
+func ParseRecords(out string) ([]Process, error) {
+	byPid := map[int]*Process{}
+	var order []int
+	get := func(pid int) *Process {
+		p := byPid[pid]
+		if p == nil {
+			p = &Process{Pid: pid, PPid: -1}
+			byPid[pid] = p
+			order = append(order, pid)
+		}
+		return p
+	}
+	recs := strings.Split(out, "\x00")
+	if len(recs) > 0 && strings.TrimSpace(recs[len(recs)-1]) == "" {
+		recs = recs[:len(recs)-1]
+	}
+	for n, rec := range recs {
+		name, content, ok := strings.Cut(rec, ":")
+		dir, file, ok2 := strings.Cut(name, "/")
+		pid, err := strconv.Atoi(dir)
+		if !ok || !ok2 || err != nil || pid <= 0 {
+			return nil, fmt.Errorf("record %d: want PID/FILE:CONTENT, got %.80q", n+1, rec)
+		}
+		p := get(pid)
+		switch file {
+		case "stat":
+			// The state and the ppid follow the last ')': comm, in
+			// parentheses, may hold anything but a NUL.
+			i := strings.LastIndexByte(content, ')')
+			f := strings.Fields(content[i+1:])
+			if i < 0 || len(f) < 2 {
+				return nil, fmt.Errorf("record %d: %d/stat is not /proc's stat: %.80q", n+1, pid, content)
+			}
+			if p.PPid, err = strconv.Atoi(f[1]); err != nil {
+				return nil, fmt.Errorf("record %d: the ppid of %d, %q, is not a number", n+1, pid, f[1])
+			}
+		case "cmdline":
+			p.Cmdline = append(p.Cmdline, content)
+		case "environ":
+			p.Env = append(p.Env, content)
+		default:
+			return nil, fmt.Errorf("record %d: %q is none of stat, cmdline, environ", n+1, name)
+		}
+	}
+	ps := make([]Process, 0, len(order))
+	for _, pid := range order {
+		if p := byPid[pid]; p.PPid >= 0 {
+			ps = append(ps, *p)
+		}
+	}
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("%s listing with no process (the listing's own shell was one): does the host's grep take -z (GNU grep)?", RecordsHeader)
+	}
+	return ps, nil
+}

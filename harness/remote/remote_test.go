@@ -194,24 +194,49 @@ func TestParseReadsBothLineShapesAndNamesABadLine(t *testing.T) {
 }
 
 func TestLinuxProcessesListsAProcessWithItsEnvironment(t *testing.T) {
-	if _, err := exec.LookPath("base64"); err != nil {
-		t.Skip("base64 (coreutils) is not installed")
+	for _, c := range []struct{ name, cmd string }{{"loop", LinuxProcesses}, {"grep", LinuxProcessesFast}} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := exec.LookPath("base64"); err != nil {
+				t.Skip("base64 (coreutils) is not installed")
+			}
+			marker := "remote-list-" + strings.ReplaceAll(t.Name(), "/", "-")
+			// An argument and a variable holding what a listing splits on
+			// (spaces, a newline, a colon, a ")") stay whole.
+			cmd := exec.Command("/bin/sh", "-c", "sleep 60; exit 0", "a b\nc:d) e")
+			cmd.Env = append(os.Environ(), "REMOTE_TEST_MARKER="+marker, "REMOTE_TEST_ODD=x\n1/environ:y")
+			require.NoError(t, cmd.Start())
+			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+			ps, err := List(t.Context(), []string{"sh", "-c", c.cmd})
+			require.NoError(t, err)
+			var pids []int
+			for _, c := range Carrying(ps, []string{marker}) {
+				pids = append(pids, c.Pid)
+			}
+			require.Contains(t, pids, cmd.Process.Pid, "the marked process is listed with its environment")
+			for _, p := range ps {
+				if p.Pid == cmd.Process.Pid {
+					assert.Equal(t, os.Getpid(), p.PPid)
+					assert.Equal(t, []string{"/bin/sh", "-c", "sleep 60; exit 0", "a b\nc:d) e"}, p.Cmdline)
+					assert.Contains(t, p.Env, "REMOTE_TEST_ODD=x\n1/environ:y")
+				}
+			}
+		})
 	}
-	marker := "remote-list-" + strings.ReplaceAll(t.Name(), "/", "-")
-	cmd := exec.Command("sleep", "60")
-	cmd.Env = append(os.Environ(), "REMOTE_TEST_MARKER="+marker)
-	require.NoError(t, cmd.Start())
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	ps, err := List(t.Context(), []string{"sh", "-c", LinuxProcesses})
+}
+
+// grep's records: a process that ended between its files is left out, a
+// comm holding ") " keeps its ppid, a record of another shape is an
+// error, and no process at all is one.
+func TestParseRecords(t *testing.T) {
+	out := RecordsHeader + "\n" + "7/stat:7 (a) b) S 3 7 0\n\x00" + "9/cmdline:gone\x00" + "7/cmdline:x\x00" + "7/cmdline:\x00" +
+		"7/environ:K=V\x00"
+	ps, err := Parse(out)
 	require.NoError(t, err)
-	cs := Carrying(ps, []string{marker})
-	require.Len(t, cs, 1, "the marked process is listed with its environment")
-	assert.Equal(t, cmd.Process.Pid, cs[0].Pid)
-	assert.Equal(t, "sleep", cs[0].Comm)
-	for _, p := range ps {
-		if p.Pid == cmd.Process.Pid {
-			assert.Equal(t, os.Getpid(), p.PPid)
-		}
+	require.Len(t, ps, 1)
+	assert.Equal(t, Process{Pid: 7, PPid: 3, Cmdline: []string{"x", ""}, Env: []string{"K=V"}}, ps[0])
+	for _, bad := range []string{"7/stat:no parens\x00", "x/stat:1 (a) S 1\x00", "7/status:1\x00", "7stat\x00", "9/cmdline:only\x00"} {
+		_, err := Parse(RecordsHeader + "\n" + bad)
+		assert.Error(t, err, "%q", bad)
 	}
 }
 

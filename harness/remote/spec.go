@@ -57,6 +57,14 @@ type Spec struct {
 	// may rest. None given, the shared-place check is skipped, naming
 	// this field.
 	Shared []string `yaml:"shared"`
+	// Exec runs a POSIX shell command line on the server's host: an argv
+	// with {command} as one whole element, which the harness fills with
+	// a command line whose every value is quoted (Quote, Command):
+	// `[ssh, HOST, "{command}"]`, `[kubectl, exec, -i, POD, --, sh, -c,
+	// "{command}"]`. With it (and Processes) the harness kills a plugin
+	// host by pid, plants files and links in the tenants' workdirs and
+	// reads /proc of the server's host (Spec.Shell).
+	Exec []string `yaml:"exec"`
 }
 
 // Field names, as a target file writes them (for skip reasons).
@@ -66,6 +74,7 @@ const (
 	FieldProcesses = "remote.processes"
 	FieldReload    = "remote.reload"
 	FieldShared    = "remote.shared"
+	FieldExec      = "remote.exec"
 )
 
 // Vocabulary is the placeholders of a remote command line.
@@ -88,12 +97,12 @@ func (s *Spec) CanRestart() bool { return s != nil && len(s.Stop) > 0 && len(s.S
 func (s *Spec) ListsProcesses() bool { return s != nil && len(s.Processes) > 0 }
 
 // Lacks says which fields would give what ("files", "restart",
-// "processes", "reload"), or "" when s has them.
+// "processes", "reload", "exec"), or "" when s has them.
 func (s *Spec) Lacks(what string) string {
 	has := map[string]bool{"files": s.Files(), "restart": s.CanRestart(),
-		"processes": s.ListsProcesses(), "reload": s != nil && len(s.Reload) > 0}
+		"processes": s.ListsProcesses(), "reload": s != nil && len(s.Reload) > 0, "exec": s.Execs()}
 	field := map[string]string{"files": FieldFiles, "restart": FieldRestart,
-		"processes": FieldProcesses, "reload": FieldReload}
+		"processes": FieldProcesses, "reload": FieldReload, "exec": FieldExec}
 	ok, known := has[what]
 	switch {
 	case !known:
@@ -104,7 +113,8 @@ func (s *Spec) Lacks(what string) string {
 	return "give " + field[what] + " in the target file's remote: block"
 }
 
-// Commands lists the commands s declares, by field name, in a fixed order.
+// Commands lists the commands s declares, by field name, in a fixed order
+// (remote.exec, whose placeholder is {command}, apart).
 func (s *Spec) Commands() []Named {
 	if s == nil {
 		return nil
@@ -168,6 +178,9 @@ func (s *Spec) Validate() error {
 		if err := Vocabulary.Check(c.Argv); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", c.Field, err))
 		}
+	}
+	if err := s.validateExec(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
