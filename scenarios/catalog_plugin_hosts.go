@@ -447,7 +447,7 @@ func pluginHosts() Spec {
 				}
 				victim := e.Tenants[len(e.Tenants)-1]
 				killed := st.hostID[victim.Name]
-				hosts := pluginHostsOf(e, victim) // real pids: the host's own are in its PID namespace
+				hosts := e.hostsOnServer(victim) // real pids (the host's own are in its PID namespace), on the server's host
 				if len(hosts) == 0 {
 					e.T.Fatalf("no plugin host of %s to kill", victim.Name)
 				}
@@ -461,10 +461,15 @@ func pluginHosts() Spec {
 				}
 				st.killed = strings.Join(desc, "; ")
 				e.Logf("kill-one-host: killing %s", st.killed)
+				pids := make([]int, 0, len(hosts))
 				for _, h := range hosts {
-					if err := syscall.Kill(h.Pid, syscall.SIGKILL); err != nil {
-						e.T.Fatalf("kill the plugin host of %s (pid %d): %v", victim.Name, h.Pid, err)
-					}
+					pids = append(pids, h.Pid)
+				}
+				kctx, kcancel := e.ctx(e.Times.Call)
+				err := e.Box.KillOnHost(kctx, syscall.SIGKILL, pids...)
+				kcancel()
+				if err != nil {
+					e.T.Fatalf("kill the plugin host of %s (pids %v): %v", victim.Name, pids, err)
 				}
 				for _, t := range e.Tenants {
 					tag := e.mint(t, "session_tag")

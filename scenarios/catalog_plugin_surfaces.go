@@ -386,16 +386,18 @@ func pluginSurfaces() Spec {
 			{Name: "kill-hosts", Run: func(e *Env) {
 				st := stateOf(e, surfacesKey)
 				for _, t := range e.Tenants {
-					hosts := pluginHostsOf(e, t) // real pids: the host's own are in its PID namespace
+					hosts := e.hostsOnServer(t) // real pids (the host's own are in its PID namespace), on the server's host
 					if st.hostID[t.Name] == "" || len(hosts) == 0 {
 						e.Find(invariants.Finding{Invariant: invariants.Control, Tenant: t.Name,
 							Where:  invariants.Where{Label: "plugin host of " + t.Name},
 							Detail: "no plugin host of " + t.Name + " was seen to kill: the host-death check was not made"})
 						continue
 					}
+					pids := make([]int, 0, len(hosts))
 					for _, h := range hosts {
-						killPid(h.Pid)
+						pids = append(pids, h.Pid)
 					}
+					e.killOnHost("kill the plugin hosts of "+t.Name, pids...)
 				}
 				st.killed = true
 				for _, t := range e.permuted(e.Tenants) {

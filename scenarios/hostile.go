@@ -351,8 +351,6 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func killPid(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }
-
 // CheckAvailability records l in the report and adds its findings.
 func (e *Env) CheckAvailability(l invariants.Latencies) {
 	j := l.Judge(0)
