@@ -192,7 +192,10 @@ var sshFaults = []sshFault{
 // nothing to act on in the stage: its agentd sandboxes with Landlock
 // (bwrap cannot mount a new /proc inside the stage's own bwrap
 // namespace), whose launcher ends what a plugin host started, keeper or
-// not. The cluster faults are TestStagingClusterOverSSH's.
+// not. The cluster faults are TestStagingClusterOverSSH's. With
+// TENANTCANARY_STAGING_SSH_ALL (or TENANTCANARY_STAGING_SSH_FAULTS), every
+// other fault of the self-test whose scenario runs over ssh is seeded too:
+// each that can act through a remote server must be caught through it.
 func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 	t.Parallel()
 	st := startSSHStage(t)
@@ -206,8 +209,35 @@ func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 	for _, f := range Faults() {
 		byName[f.Name] = f
 	}
+	list := append([]sshFault(nil), sshFaults...)
+	if pick != nil || os.Getenv(stagingSSHAll) != "" {
+		// Every other fault of the self-test that can act through this
+		// target: its scenario runs over ssh, and the stage's agentd
+		// sandboxes as the fault needs (Landlock: bwrap cannot mount a new
+		// /proc inside the stage's own bwrap namespace).
+		listed := map[string]bool{}
+		for _, sf := range list {
+			listed[sf.name] = true
+		}
+		for _, f := range Faults() {
+			spec, err := Default().Get(f.Scenario)
+			require.NoError(t, err)
+			switch {
+			case listed[f.Name]:
+			case spec.unmet(tg) != "":
+				t.Logf("%s cannot act through the ssh stage: %s %s", f.Name, f.Scenario, spec.unmet(tg))
+			case f.Sandbox() == "bwrap":
+				t.Logf("%s cannot act through the ssh stage: it takes away a defence of bwrap, and the stage's agentd sandboxes with Landlock", f.Name)
+			case f.Scenario == "noisy-neighbour":
+				t.Logf("%s is not run over ssh: noisy-neighbour's verdict needs a quiet machine", f.Name)
+			default:
+				list = append(list, sshFault{name: f.Name, slow: true})
+			}
+		}
+	}
 	ran := 0
-	for _, sf := range sshFaults {
+	var missed []string
+	for _, sf := range list {
 		f, ok := byName[sf.name]
 		require.True(t, ok, "%s is no fault of the self-test", sf.name)
 		if (pick != nil && !pick.MatchString(f.Name)) || (pick == nil && sf.slow && os.Getenv(stagingSSHAll) == "") {
@@ -219,7 +249,9 @@ func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, reps, 1)
 		r := &reps[0]
-		assert.True(t, found(r, f.Expect), "%s: %s over ssh found no %s finding: %s\n%s", f.Name, f.Scenario, f.Expect, r.Result, strings.Join(r.Log, "\n"))
+		if !assert.True(t, found(r, f.Expect), "%s: %s over ssh found no %s finding: %s\n%s", f.Name, f.Scenario, f.Expect, r.Result, strings.Join(r.Log, "\n")) {
+			missed = append(missed, f.Name)
+		}
 		for _, fd := range r.Findings() {
 			if fd.Invariant != f.Expect {
 				continue
@@ -245,6 +277,7 @@ func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 		st.noRunProcessesLeft(t)
 	}
 	require.Positive(t, ran, "no fault picked")
+	t.Logf("%d seeded fault(s) over ssh, %d missed: %v", ran, len(missed), missed)
 	st.seedFault(t, "")
 }
 
