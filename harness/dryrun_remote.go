@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/tenantcanary/tenantcanary/harness/remote"
@@ -53,6 +54,19 @@ func dryRemote(ctx context.Context, t Target, root string, rep *DryReport, wait 
 			}
 			return sp.Home + ": its folders pushed back as they were", nil
 		})
+		// The server's own folders (remote.shared), pulled as the
+		// shared-place check pulls them.
+		for i, folder := range sp.Shared {
+			try(fmt.Sprintf("remote.shared[%d]", i), func(ctx context.Context) (string, error) {
+				own := *sp
+				own.Home = folder
+				sm := &remote.Mirror{Spec: &own, Local: filepath.Join(scratch, "shared", strconv.Itoa(i))}
+				if err := sm.Pull(ctx); err != nil {
+					return "", err
+				}
+				return fmt.Sprintf("%s: %d file(s)", folder, sm.Pulled()), nil
+			})
+		}
 		_ = os.RemoveAll(scratch)
 	}
 	if sp.ListsProcesses() {

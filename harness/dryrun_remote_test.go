@@ -27,6 +27,12 @@ func TestDryRemoteTriesEveryCommandAndNamesTheOneThatFailed(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(home, ".agentd"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(home, ".agentd", "SOUL.md"), []byte("soul"), 0o644))
 	require.NoError(t, os.WriteFile(flag, nil, 0o644))
+	// The server's own folders: one with two files, one missing.
+	shared := filepath.Join(dir, "server-tmp")
+	require.NoError(t, os.MkdirAll(shared, 0o755))
+	for _, f := range []string{"a", "b"} {
+		require.NoError(t, os.WriteFile(filepath.Join(shared, f), []byte(f), 0o644))
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := os.Stat(flag); err != nil || r.URL.Path != "/api/health" {
 			http.Error(w, "down", http.StatusServiceUnavailable)
@@ -41,7 +47,8 @@ func TestDryRemoteTriesEveryCommandAndNamesTheOneThatFailed(t *testing.T) {
 			Start:     []string{"touch", flag},
 			Processes: []string{"sh", "-c", "echo not a listing; echo no such host >&2"},
 			Reload:    []string{"true"},
-			Exec:      []string{"sh", "-c", "{command}"}}}
+			Exec:      []string{"sh", "-c", "{command}"},
+			Shared:    []string{shared}}}
 	// A second replica that answers, a third that is down.
 	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer up.Close()
@@ -62,7 +69,7 @@ func TestDryRemoteTriesEveryCommandAndNamesTheOneThatFailed(t *testing.T) {
 	assert.Equal(t, 1, n, "%s", out.String())
 	lines := out.String()
 	for _, want := range []string{"ok    remote.pull", "1 file(s)", "ok    remote.push", "FAIL  remote.processes", "line 1",
-		"ok    remote.stop", "ok    remote.start", "ok    remote.reload", "ok    remote.exec"} {
+		"ok    remote.stop", "ok    remote.start", "ok    remote.reload", "ok    remote.exec", "ok    remote.shared[0]", shared + ": 2 file(s)"} {
 		assert.Contains(t, lines, want)
 	}
 	assert.FileExists(t, flag, "the server was started again")
