@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/tenantcanary/tenantcanary/harness/remote"
 	"github.com/tenantcanary/tenantcanary/invariants"
 	"github.com/tenantcanary/tenantcanary/tenants"
 )
@@ -114,26 +115,58 @@ func checkFiles(ctx context.Context, e *Env, r *checkRun) {
 // checkTexts scans each process log from where the last phase's scan of
 // it ended (a phase is credited only with the lines written during it),
 // then the kept streams.
-func checkTexts(_ context.Context, e *Env, r *checkRun) {
+func checkTexts(ctx context.Context, e *Env, r *checkRun) {
 	for _, p := range e.Box.Procs() {
 		owner := ""
 		if strings.HasPrefix(p.Name(), "stdio-") {
 			owner = strings.TrimPrefix(p.Name(), "stdio-")
 		}
 		text := []byte(p.Output())
-		from := e.logScanned.since(p, text)
-		fs := r.chk.TextLeaks("log of "+p.Name(), text[from:], owner)
-		for i := range fs {
-			if off := fs[i].Where.Offset; off != nil {
-				at := *off + int64(from)
-				fs[i].Where.Offset = &at
-			}
-		}
-		r.find(fs...)
+		scanLogFrom(r, "log of "+p.Name(), text, e.logScanned.since(p, text), owner)
 	}
+	checkRemoteLogs(ctx, e, r)
 	for _, x := range r.texts {
 		r.find(r.chk.TextLeaks(x.label, x.data, x.owner)...)
 	}
+}
+
+// remoteLogLimit bounds how much of one log on a running server's host a
+// phase reads.
+const remoteLogLimit = 256 << 20
+
+// checkRemoteLogs scans a running server's own logs on its host
+// (remote.logs), each from where the last phase's scan ended; without
+// them the check says which field would enable it.
+func checkRemoteLogs(ctx context.Context, e *Env, r *checkRun) {
+	tg := e.Box.Target
+	if tg.URL == "" || tg.Reach == nil {
+		return
+	}
+	if len(tg.Reach.Logs) == 0 {
+		e.skip(string(invariants.Text), "the running server's own logs are on its host: list them in "+remote.FieldLogs+" (read with remote.exec)")
+		return
+	}
+	for _, path := range tg.Reach.Logs {
+		text, err := e.Box.ReadOnHost(ctx, path, remoteLogLimit)
+		if err != nil {
+			r.find(invariants.Finding{Invariant: invariants.Harness, Detail: "read the server's log " + path + ": " + err.Error()})
+			continue
+		}
+		scanLogFrom(r, "log "+path+" on the server's host", text, e.logScanned.since(path, text), "")
+	}
+}
+
+// scanLogFrom scans text, a log, from offset from on (what earlier phases
+// scanned is theirs), each finding's offset counted from the log's start.
+func scanLogFrom(r *checkRun, label string, text []byte, from int, owner string) {
+	fs := r.chk.TextLeaks(label, text[from:], owner)
+	for i := range fs {
+		if off := fs[i].Where.Offset; off != nil {
+			at := *off + int64(from)
+			fs[i].Where.Offset = &at
+		}
+	}
+	r.find(fs...)
 }
 
 func checkFrames(_ context.Context, _ *Env, r *checkRun) {

@@ -3,8 +3,6 @@ package scenarios
 import (
 	"bytes"
 	"sync"
-
-	"github.com/tenantcanary/tenantcanary/harness"
 )
 
 // logMarks remembers how far each process log was scanned, so the next
@@ -13,7 +11,7 @@ import (
 // would otherwise be reported again by every later phase).
 type logMarks struct {
 	mu   sync.Mutex
-	seen map[*harness.Proc]logMark
+	seen map[any]logMark // by process (*harness.Proc), or a log's path on a running server's host
 }
 
 // logMark is how much of one log was scanned, and the bytes that ended
@@ -28,13 +26,14 @@ type logMark struct {
 // same log.
 const markTail = 64
 
-// since returns the offset of text (p's log now) to scan from, and marks
-// text as scanned.
-func (m *logMarks) since(p *harness.Proc, text []byte) int {
+// since returns the offset of text (the log of p now: a process, or a
+// path on a running server's host) to scan from, and marks text as
+// scanned.
+func (m *logMarks) since(p any, text []byte) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.seen == nil {
-		m.seen = map[*harness.Proc]logMark{}
+		m.seen = map[any]logMark{}
 	}
 	from := 0
 	if mk, ok := m.seen[p]; ok && mk.n <= len(text) && bytes.Equal(text[mk.n-len(mk.tail):mk.n], mk.tail) {

@@ -258,6 +258,8 @@ func TestSpecValidateNamesWhatIsWrong(t *testing.T) {
 		{withShared(localSpec("/srv/home"), "tmp"), "remote.shared[0]: \"tmp\" is not an absolute folder"},
 		{withShared(localSpec("/srv/home"), "/srv"), "overlaps remote.home"},
 		{withShared(localSpec("/srv/home"), "/srv/home/.agentd/cache"), "overlaps remote.home"},
+		{Spec{Logs: []string{"/srv/agentd.log"}}, "remote.logs[0]: \"/srv/agentd.log\": the logs are read with remote.exec"},
+		{Spec{Logs: []string{"agentd.log"}, Exec: []string{"sh", "-c", "{command}"}}, "remote.logs[0]: \"agentd.log\" is not an absolute file"},
 	} {
 		err := c.spec.Validate()
 		require.Error(t, err, c.want)

@@ -57,6 +57,11 @@ type Spec struct {
 	// may rest. None given, the shared-place check is skipped, naming
 	// this field.
 	Shared []string `yaml:"shared"`
+	// Logs are the server's own log files on its host (its gateway's
+	// too), read through Exec after every phase and scanned from where the
+	// last phase's scan ended, as the logs of a server the harness starts
+	// are: no tenant's secret may be written there.
+	Logs []string `yaml:"logs"`
 	// Exec runs a POSIX shell command line on the server's host: an argv
 	// with {command} as one whole element, which the harness fills with
 	// a command line whose every value is quoted (Quote, Command):
@@ -74,6 +79,7 @@ const (
 	FieldProcesses = "remote.processes"
 	FieldReload    = "remote.reload"
 	FieldShared    = "remote.shared"
+	FieldLogs      = "remote.logs"
 	FieldExec      = "remote.exec"
 )
 
@@ -166,6 +172,14 @@ func (s *Spec) Validate() error {
 			errs = append(errs, fmt.Errorf("remote.shared[%d]: %q overlaps remote.home (%s): the homes are the tenants', scanned as theirs", i, f, s.Home))
 		case s.Workdirs != "" && (within(f, s.Workdirs) || within(s.Workdirs, f)):
 			errs = append(errs, fmt.Errorf("remote.shared[%d]: %q overlaps remote.workdirs (%s): the workdirs are the tenants'", i, f, s.Workdirs))
+		}
+	}
+	for i, f := range s.Logs {
+		switch {
+		case !path.IsAbs(f) || path.Clean(f) == "/":
+			errs = append(errs, fmt.Errorf("remote.logs[%d]: %q is not an absolute file on the server's host", i, f))
+		case !s.Execs():
+			errs = append(errs, fmt.Errorf("remote.logs[%d]: %q: the logs are read with remote.exec: give it", i, f))
 		}
 	}
 	if s.Health != "" && !strings.HasPrefix(s.Health, "/") {
