@@ -179,6 +179,7 @@ var sshFaults = []sshFault{
 	{name: "shared-state-db", where: "host"},   // the file check on the homes pulled over ssh
 	{name: "wrong-write-scope", where: "host"}, // the write-scope check, its snapshots pulled over ssh
 	{name: "tmp-copy", where: "host"},          // the shared-place check on remote.shared
+	{name: "log-secret-encoded"},               // the text check on remote.logs, read through remote.exec
 	{name: "gateway-any-model", where: "gateway"},
 	{name: "model-bleed"},                             // stdio-separate, through the stdio command over ssh
 	{name: "launch-mode-isolation", where: "command"}, // entry-points: the plugin ran in the stdio command's process
