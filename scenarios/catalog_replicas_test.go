@@ -16,7 +16,8 @@ import (
 
 // TestReplicasSkipsASingleServer: the embedded agentd runs one serve
 // process, so the replicas scenario is skipped there, saying why; its
-// cluster variant meets the need.
+// cluster variant meets the need, and so does a running server with its
+// other replicas' URLs.
 func TestReplicasSkipsASingleServer(t *testing.T) {
 	t.Parallel()
 	spec, err := Default().Get("replicas")
@@ -27,7 +28,10 @@ func TestReplicasSkipsASingleServer(t *testing.T) {
 	assert.Empty(t, spec.unmet(cluster))
 	staging := cluster
 	staging.Serve, staging.URL = nil, "http://10.0.0.5:8080"
-	assert.Contains(t, spec.unmet(staging), "needs replicas the harness starts")
+	assert.Contains(t, spec.unmet(staging), "a running server's other replicas (replica_urls)")
+	// A staging cluster names its other replicas.
+	staging.ReplicaURLs = []string{"http://10.0.0.6:8080"}
+	assert.Empty(t, spec.unmet(staging))
 }
 
 // TestReplicasScenarioOverAgentdCluster runs the replicas scenario

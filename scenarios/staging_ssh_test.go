@@ -231,6 +231,8 @@ func TestStagingOverSSHCatchesSeededFaults(t *testing.T) {
 				t.Logf("%s cannot act through the ssh stage: it takes away a defence of bwrap, and the stage's agentd sandboxes with Landlock", f.Name)
 			case f.Scenario == "noisy-neighbour":
 				t.Logf("%s is not run over ssh: noisy-neighbour's verdict needs a quiet machine", f.Name)
+			case f.Name == "cron-tick-in-process":
+				t.Logf("%s cannot act through the ssh stage: the cron tick over ssh ends before remote.processes can list it, so entry-points' in-process check of it is skipped there", f.Name)
 			default:
 				list = append(list, sshFault{name: f.Name, slow: true})
 			}
