@@ -25,7 +25,7 @@ import (
 
 // Semver is the release version of this source tree. A release tag is
 // "v" + Semver; bump both together.
-const Semver = "0.17.0"
+const Semver = "0.18.0"
 
 // ModulePath is this module's path.
 const ModulePath = "github.com/tenantcanary/tenantcanary"
