@@ -58,9 +58,7 @@ func dryRemote(ctx context.Context, t Target, root string, rep *DryReport, wait 
 		// shared-place check pulls them.
 		for i, folder := range sp.Shared {
 			try(fmt.Sprintf("remote.shared[%d]", i), func(ctx context.Context) (string, error) {
-				own := *sp
-				own.Home = folder
-				sm := &remote.Mirror{Spec: &own, Local: filepath.Join(scratch, "shared", strconv.Itoa(i))}
+				sm := &remote.Mirror{Spec: sp.WithHome(folder), Local: filepath.Join(scratch, "shared", strconv.Itoa(i))}
 				if err := sm.Pull(ctx); err != nil {
 					return "", err
 				}

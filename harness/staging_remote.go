@@ -137,9 +137,7 @@ func (s *Sandbox) PullShared(ctx context.Context) ([]string, error) {
 	defer s.mirrorMu.Unlock()
 	if s.remoteShared == nil {
 		for i, folder := range sp.Shared {
-			own := *sp
-			own.Home = folder
-			s.remoteShared = append(s.remoteShared, &remote.Mirror{Spec: &own, Local: filepath.Join(s.Root, "remote-shared", strconv.Itoa(i))})
+			s.remoteShared = append(s.remoteShared, &remote.Mirror{Spec: sp.WithHome(folder), Local: filepath.Join(s.Root, "remote-shared", strconv.Itoa(i))})
 		}
 	}
 	var out []string

@@ -125,10 +125,7 @@ func hostilePlugin() Spec {
 						e.killCarriers(invariants.Ended{Canaries: []tenants.Canary{mark}})
 						return
 					}
-					pids := make([]int, 0, len(hosts))
-					for _, h := range hosts {
-						pids = append(pids, h.Pid)
-					}
+					pids := carrierPids(hosts)
 					e.killOnHost("kill the plugin hosts of "+t.Name, pids...)
 					e.CheckEscapes(invariants.Ended{Event: fmt.Sprintf("the death of %s's plugin host (pid %d)", t.Name, hosts[0].Pid),
 						Canaries: []tenants.Canary{mark}})

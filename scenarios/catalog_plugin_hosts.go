@@ -461,10 +461,7 @@ func pluginHosts() Spec {
 				}
 				st.killed = strings.Join(desc, "; ")
 				e.Logf("kill-one-host: killing %s", st.killed)
-				pids := make([]int, 0, len(hosts))
-				for _, h := range hosts {
-					pids = append(pids, h.Pid)
-				}
+				pids := carrierPids(hosts)
 				kctx, kcancel := e.ctx(e.Times.Call)
 				err := e.Box.KillOnHost(kctx, syscall.SIGKILL, pids...)
 				kcancel()

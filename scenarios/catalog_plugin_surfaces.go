@@ -393,10 +393,7 @@ func pluginSurfaces() Spec {
 							Detail: "no plugin host of " + t.Name + " was seen to kill: the host-death check was not made"})
 						continue
 					}
-					pids := make([]int, 0, len(hosts))
-					for _, h := range hosts {
-						pids = append(pids, h.Pid)
-					}
+					pids := carrierPids(hosts)
 					e.killOnHost("kill the plugin hosts of "+t.Name, pids...)
 				}
 				st.killed = true

@@ -130,3 +130,12 @@ func (e *Env) readOnHost(path string, limit int64) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// carrierPids are the pids of ps (on the server's host).
+func carrierPids(ps []procgroup.Carrier) []int {
+	out := make([]int, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.Pid)
+	}
+	return out
+}

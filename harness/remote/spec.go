@@ -209,3 +209,11 @@ func within(p, dir string) bool {
 	p, dir = path.Clean(p), path.Clean(dir)
 	return p == dir || strings.HasPrefix(p, dir+"/")
 }
+
+// WithHome is s reaching folder of the server's host in place of its
+// home: a mirror of one of its shared folders (Shared) pulls with it.
+func (s *Spec) WithHome(folder string) *Spec {
+	c := *s
+	c.Home = folder
+	return &c
+}
